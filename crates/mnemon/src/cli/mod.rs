@@ -1,0 +1,94 @@
+//! Command-line parsing and dispatch. One module per command group.
+//!
+//! Conventions for every command: results as JSON (or text) on stdout, messages on stderr; exit
+//! code 0 on success, 1 on a failure, 2 on a usage or input error.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+mod asset;
+mod reference;
+
+/// Mnemon: a memory LLM agents can trust.
+#[derive(Debug, Parser)]
+#[command(name = "mnemon", version, about, propagate_version = true)]
+pub(crate) struct Cli {
+    /// Directory holding Mnemon's stores (SQLite database, artifact files, libraries).
+    #[arg(
+        long,
+        global = true,
+        env = "MNEMON_DATA_DIR",
+        default_value = "mnemon-data",
+        value_name = "DIR"
+    )]
+    pub(crate) data_dir: PathBuf,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Parse and format asset references.
+    #[command(subcommand)]
+    Ref(reference::RefCommand),
+    /// Inspect and store assets.
+    #[command(subcommand)]
+    Asset(asset::AssetCommand),
+}
+
+/// A command's failure, carrying the exit code it maps to.
+#[derive(Debug)]
+pub(crate) enum CliError {
+    /// Bad input or usage: exit code 2.
+    Input(anyhow::Error),
+    /// Anything else that went wrong: exit code 1.
+    Failure(anyhow::Error),
+}
+
+impl CliError {
+    /// Wraps an input error (exit code 2).
+    pub(crate) fn input(error: impl Into<anyhow::Error>) -> Self {
+        CliError::Input(error.into())
+    }
+
+    /// Wraps a failure (exit code 1).
+    pub(crate) fn failure(error: impl Into<anyhow::Error>) -> Self {
+        CliError::Failure(error.into())
+    }
+}
+
+/// What a command returns.
+pub(crate) type CliResult = Result<(), CliError>;
+
+/// Writes `value` as pretty JSON and a newline on stdout.
+pub(crate) fn print_json(value: &impl serde::Serialize) -> CliResult {
+    let text = serde_json::to_string_pretty(value).map_err(CliError::failure)?;
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{text}")
+        .and_then(|()| out.flush())
+        .map_err(CliError::failure)
+}
+
+/// Parses the command line, runs the command and maps the outcome to an exit code.
+pub(crate) fn run() -> ExitCode {
+    let cli = Cli::parse();
+    let outcome = match cli.command {
+        Command::Ref(cmd) => reference::run(cmd),
+        Command::Asset(cmd) => asset::run(cmd, &cli.data_dir),
+    };
+    match outcome {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(CliError::Input(e)) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(2)
+        }
+        Err(CliError::Failure(e)) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}
