@@ -1,0 +1,138 @@
+//! Pairwise kernels, dispatched at run time by simsimd.
+
+use simsimd::SpatialSimilarity;
+
+/// The common prefix of two slices, so that mismatched lengths never panic.
+fn common<'a, T>(a: &'a [T], b: &'a [T]) -> (&'a [T], &'a [T]) {
+    let n = a.len().min(b.len());
+    (&a[..n], &b[..n])
+}
+
+/// The dot product of `a` and `b`, computed with the best SIMD kernel for this CPU.
+///
+/// Slices of different lengths are scored over their common prefix.
+pub fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let (a, b) = common(a, b);
+    // simsimd only returns None on a length mismatch, which `common` rules out.
+    f32::dot(a, b).map_or_else(|| scalar_dot(a, b), |d| d as f32)
+}
+
+/// The cosine similarity of `a` and `b` (1 for the same direction, −1 for opposite ones).
+///
+/// Returns 0 when either vector is all zeros. Slices of different lengths are scored over their
+/// common prefix.
+pub fn cosine(a: &[f32], b: &[f32]) -> f32 {
+    let (a, b) = common(a, b);
+    let ab = f64::from(dot(a, b));
+    let aa = f64::from(dot(a, a));
+    let bb = f64::from(dot(b, b));
+    if aa <= 0.0 || bb <= 0.0 {
+        return 0.0;
+    }
+    (ab / (aa.sqrt() * bb.sqrt())) as f32
+}
+
+/// The squared Euclidean distance between `a` and `b`.
+///
+/// Slices of different lengths are compared over their common prefix.
+pub fn squared_l2(a: &[f32], b: &[f32]) -> f32 {
+    let (a, b) = common(a, b);
+    f32::l2sq(a, b).map_or_else(
+        || a.iter().zip(b).map(|(x, y)| (x - y) * (x - y)).sum(),
+        |d| d as f32,
+    )
+}
+
+/// The negated Euclidean distance, so that larger means closer, like [`dot`] and [`cosine`].
+pub fn neg_euclidean(a: &[f32], b: &[f32]) -> f32 {
+    -squared_l2(a, b).sqrt()
+}
+
+/// The Euclidean norm of `a`.
+pub fn norm(a: &[f32]) -> f32 {
+    dot(a, a).sqrt()
+}
+
+/// The dot product of two int8 vectors, accumulated exactly.
+///
+/// Slices of different lengths are scored over their common prefix.
+pub fn dot_i8(a: &[i8], b: &[i8]) -> i64 {
+    let (a, b) = common(a, b);
+    i8::dot(a, b).map_or_else(
+        || {
+            a.iter()
+                .zip(b)
+                .map(|(&x, &y)| i64::from(x) * i64::from(y))
+                .sum()
+        },
+        |d| d as i64,
+    )
+}
+
+/// A plain sequential loop with no explicit SIMD: the baseline benchmarks compare against.
+pub fn scalar_dot(a: &[f32], b: &[f32]) -> f32 {
+    let mut sum = 0.0f32;
+    for (x, y) in a.iter().zip(b) {
+        sum += x * y;
+    }
+    sum
+}
+
+/// The name of the widest kernel family simsimd picked on this CPU, for logs and benchmarks.
+pub fn kernel_name() -> &'static str {
+    use simsimd::capabilities as c;
+    if c::uses_sapphire() {
+        "avx512-sapphire"
+    } else if c::uses_genoa() {
+        "avx512-genoa"
+    } else if c::uses_ice() {
+        "avx512-ice"
+    } else if c::uses_skylake() {
+        "avx512-skylake"
+    } else if c::uses_haswell() {
+        "avx2-fma"
+    } else if c::uses_sve() {
+        "sve"
+    } else if c::uses_neon() {
+        "neon"
+    } else {
+        "portable"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn known_values() {
+        assert_eq!(dot(&[1.0, 2.0, 3.0], &[4.0, 5.0, 6.0]), 32.0);
+        assert_eq!(squared_l2(&[1.0, 2.0], &[4.0, 6.0]), 25.0);
+        assert_eq!(neg_euclidean(&[1.0, 2.0], &[4.0, 6.0]), -5.0);
+        assert!((cosine(&[1.0, 0.0], &[1.0, 1.0]) - std::f32::consts::FRAC_1_SQRT_2).abs() < 1e-6);
+        assert_eq!(cosine(&[0.0, 0.0], &[1.0, 1.0]), 0.0);
+        assert_eq!(
+            dot_i8(&[127, -128, 3], &[127, -128, -1]),
+            127 * 127 + 128 * 128 - 3
+        );
+        assert_eq!(norm(&[3.0, 4.0]), 5.0);
+        assert!(!kernel_name().is_empty());
+    }
+
+    #[test]
+    fn mismatched_lengths_use_the_common_prefix() {
+        assert_eq!(dot(&[1.0, 2.0, 3.0], &[1.0, 1.0]), 3.0);
+        assert_eq!(dot(&[], &[1.0]), 0.0);
+    }
+
+    proptest! {
+        #[test]
+        fn simd_matches_scalar(v in proptest::collection::vec((-1.0f32..1.0, -1.0f32..1.0), 0..2000)) {
+            let (a, b): (Vec<f32>, Vec<f32>) = v.into_iter().unzip();
+            let exact: f64 = a.iter().zip(&b).map(|(x, y)| f64::from(*x) * f64::from(*y)).sum();
+            prop_assert!((f64::from(dot(&a, &b)) - exact).abs() < 1e-3);
+            prop_assert!((f64::from(scalar_dot(&a, &b)) - exact).abs() < 1e-3);
+        }
+    }
+}

@@ -1,0 +1,395 @@
+//! The contiguous, 64-byte-aligned row matrix and its parallel scans.
+
+use rayon::prelude::*;
+
+use crate::VectorError;
+use crate::kernel::dot;
+use crate::select::{Scored, TopK};
+
+/// Rows are padded to a multiple of this many floats (64 bytes), so every row starts on a
+/// 64-byte boundary when the block does.
+pub const ROW_ALIGN_FLOATS: usize = 16;
+
+/// Rows per rayon task: large enough to amortise scheduling, small enough to balance two cores.
+const ROWS_PER_TASK: usize = 1024;
+
+/// One 64-byte-aligned group of 16 floats; the unit the owned block is allocated in.
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+struct Lane([f32; ROW_ALIGN_FLOATS]);
+
+const ZERO_LANE: Lane = Lane([0.0; ROW_ALIGN_FLOATS]);
+
+/// The padded row length for a dimension.
+fn stride_for(dim: usize) -> usize {
+    dim.div_ceil(ROW_ALIGN_FLOATS) * ROW_ALIGN_FLOATS
+}
+
+/// An owned row-major `f32` matrix in one 64-byte-aligned allocation.
+///
+/// Row `i` occupies floats `i * stride .. i * stride + dim`; the padding up to `stride` is zero.
+#[derive(Clone)]
+pub struct Matrix {
+    lanes: Vec<Lane>,
+    dim: usize,
+    rows: usize,
+}
+
+impl std::fmt::Debug for Matrix {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Matrix")
+            .field("rows", &self.rows)
+            .field("dim", &self.dim)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Matrix {
+    /// An empty matrix whose rows will have `dim` floats.
+    pub fn new(dim: usize) -> Self {
+        Matrix {
+            lanes: Vec::new(),
+            dim,
+            rows: 0,
+        }
+    }
+
+    /// An empty matrix with room for `rows` rows before it reallocates.
+    pub fn with_capacity(dim: usize, rows: usize) -> Self {
+        let mut m = Matrix::new(dim);
+        m.reserve(rows);
+        m
+    }
+
+    /// A matrix of `rows` zero rows.
+    pub fn zeros(rows: usize, dim: usize) -> Self {
+        let lanes_per_row = stride_for(dim) / ROW_ALIGN_FLOATS;
+        Matrix {
+            lanes: vec![ZERO_LANE; rows.saturating_mul(lanes_per_row)],
+            dim,
+            rows,
+        }
+    }
+
+    /// Reserves room for `additional` more rows.
+    pub fn reserve(&mut self, additional: usize) {
+        let lanes_per_row = stride_for(self.dim) / ROW_ALIGN_FLOATS;
+        self.lanes.reserve(additional.saturating_mul(lanes_per_row));
+    }
+
+    /// Floats per row that hold data.
+    pub fn dim(&self) -> usize {
+        self.dim
+    }
+
+    /// Floats from one row's start to the next (the dimension rounded up to 16).
+    pub fn stride(&self) -> usize {
+        stride_for(self.dim)
+    }
+
+    /// The number of rows.
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// Whether the matrix has no rows.
+    pub fn is_empty(&self) -> bool {
+        self.rows == 0
+    }
+
+    /// Appends a row; it must have exactly [`Matrix::dim`] floats.
+    pub fn push_row(&mut self, row: &[f32]) -> Result<(), VectorError> {
+        if row.len() != self.dim {
+            return Err(VectorError::DimensionMismatch {
+                expected: self.dim,
+                found: row.len(),
+            });
+        }
+        let index = self.push_zero_row();
+        if let Some(dst) = self.row_mut(index) {
+            dst.copy_from_slice(row);
+        }
+        Ok(())
+    }
+
+    /// Appends a row of zeros and returns its index, for callers that fill rows in place
+    /// (for example decoding base64 straight into [`Matrix::row_mut`]).
+    pub fn push_zero_row(&mut self) -> usize {
+        let lanes_per_row = self.stride() / ROW_ALIGN_FLOATS;
+        self.lanes
+            .resize(self.lanes.len() + lanes_per_row, ZERO_LANE);
+        self.rows += 1;
+        self.rows - 1
+    }
+
+    /// Removes the last row.
+    pub fn pop_row(&mut self) {
+        if self.rows > 0 {
+            self.rows -= 1;
+            self.lanes
+                .truncate(self.rows * (self.stride() / ROW_ALIGN_FLOATS));
+        }
+    }
+
+    /// Removes row `index`, moving later rows up by one. Out-of-range indices are ignored.
+    pub fn remove_row(&mut self, index: usize) {
+        if index >= self.rows {
+            return;
+        }
+        let lanes_per_row = self.stride() / ROW_ALIGN_FLOATS;
+        self.lanes
+            .drain(index * lanes_per_row..(index + 1) * lanes_per_row);
+        self.rows -= 1;
+    }
+
+    /// Row `index` (its `dim` floats, without padding), or `None` when out of range.
+    pub fn row(&self, index: usize) -> Option<&[f32]> {
+        if index >= self.rows {
+            return None;
+        }
+        let start = index * self.stride();
+        self.as_slice().get(start..start + self.dim)
+    }
+
+    /// Row `index` for writing, or `None` when out of range.
+    pub fn row_mut(&mut self, index: usize) -> Option<&mut [f32]> {
+        if index >= self.rows {
+            return None;
+        }
+        let start = index * self.stride();
+        let dim = self.dim;
+        self.as_mut_slice().get_mut(start..start + dim)
+    }
+
+    /// The whole block, `rows * stride` floats including padding.
+    pub fn as_slice(&self) -> &[f32] {
+        // SAFETY: `Lane` is `repr(C)` over `[f32; 16]` with no padding (64 bytes, align 64), so
+        // `lanes.len()` lanes are exactly `16 * lanes.len()` initialised, contiguous `f32`s.
+        unsafe {
+            std::slice::from_raw_parts(
+                self.lanes.as_ptr().cast::<f32>(),
+                self.lanes.len() * ROW_ALIGN_FLOATS,
+            )
+        }
+    }
+
+    /// The whole block for writing; rows are `stride` floats apart.
+    pub fn as_mut_slice(&mut self) -> &mut [f32] {
+        // SAFETY: as in `as_slice`; the exclusive borrow of `self` makes the view unique.
+        unsafe {
+            std::slice::from_raw_parts_mut(
+                self.lanes.as_mut_ptr().cast::<f32>(),
+                self.lanes.len() * ROW_ALIGN_FLOATS,
+            )
+        }
+    }
+
+    /// The rows `start..end` for writing, as one block of `stride`-sized chunks (padding
+    /// included), clamped to the matrix.
+    pub fn rows_mut(&mut self, start: usize, end: usize) -> &mut [f32] {
+        let stride = self.stride();
+        let end = end.min(self.rows);
+        let start = start.min(end);
+        let block = self.as_mut_slice();
+        &mut block[start * stride..end * stride]
+    }
+
+    /// A borrowed view for scanning.
+    pub fn view(&self) -> MatrixView<'_> {
+        MatrixView {
+            data: self.as_slice(),
+            dim: self.dim,
+            stride: self.stride(),
+            rows: self.rows,
+        }
+    }
+}
+
+/// A borrowed row-major matrix: an owned [`Matrix`] or a block mapped from a file.
+#[derive(Debug, Clone, Copy)]
+pub struct MatrixView<'a> {
+    data: &'a [f32],
+    dim: usize,
+    stride: usize,
+    rows: usize,
+}
+
+impl<'a> MatrixView<'a> {
+    /// Views `rows` rows of `dim` floats placed `stride` floats apart in `data`.
+    pub fn new(
+        data: &'a [f32],
+        dim: usize,
+        stride: usize,
+        rows: usize,
+    ) -> Result<Self, VectorError> {
+        let needed = rows.checked_mul(stride);
+        if stride < dim || needed.is_none_or(|n| n > data.len()) {
+            return Err(VectorError::BadLayout {
+                len: data.len(),
+                rows,
+                stride,
+                dim,
+            });
+        }
+        Ok(MatrixView {
+            data,
+            dim,
+            stride,
+            rows,
+        })
+    }
+
+    /// Floats per row that hold data.
+    pub fn dim(&self) -> usize {
+        self.dim
+    }
+
+    /// The number of rows.
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// Floats from one row's start to the next.
+    pub fn stride(&self) -> usize {
+        self.stride
+    }
+
+    /// Row `index`, or `None` when out of range.
+    pub fn row(&self, index: usize) -> Option<&'a [f32]> {
+        if index >= self.rows {
+            return None;
+        }
+        let start = index * self.stride;
+        self.data.get(start..start + self.dim)
+    }
+
+    /// The row's data at `index`; only called with indices below `rows`.
+    fn row_unchecked_len(&self, index: usize) -> &'a [f32] {
+        self.row(index).unwrap_or(&[])
+    }
+
+    /// Scores every row against `query` with [`dot`], in parallel. `query` should have
+    /// [`MatrixView::dim`] floats; a shorter or longer one is scored over the common prefix.
+    pub fn scores(&self, query: &[f32]) -> Vec<f32> {
+        let mut out = vec![0.0; self.rows];
+        self.scores_into(query, &mut out);
+        out
+    }
+
+    /// Like [`MatrixView::scores`], into `out` (only `min(out.len(), rows)` entries are written).
+    pub fn scores_into(&self, query: &[f32], out: &mut [f32]) {
+        let n = out.len().min(self.rows);
+        out[..n]
+            .par_chunks_mut(ROWS_PER_TASK)
+            .enumerate()
+            .for_each(|(chunk, scores)| {
+                let base = chunk * ROWS_PER_TASK;
+                for (offset, score) in scores.iter_mut().enumerate() {
+                    *score = dot(self.row_unchecked_len(base + offset), query);
+                }
+            });
+    }
+
+    /// Scores every row with a caller-supplied kernel, in parallel (for example cosine or
+    /// negative Euclidean distance instead of the dot product).
+    pub fn scores_with<F>(&self, query: &[f32], kernel: F) -> Vec<f32>
+    where
+        F: Fn(&[f32], &[f32]) -> f32 + Sync,
+    {
+        let mut out = vec![0.0; self.rows];
+        out.par_chunks_mut(ROWS_PER_TASK)
+            .enumerate()
+            .for_each(|(chunk, scores)| {
+                let base = chunk * ROWS_PER_TASK;
+                for (offset, score) in scores.iter_mut().enumerate() {
+                    *score = kernel(self.row_unchecked_len(base + offset), query);
+                }
+            });
+        out
+    }
+
+    /// The `k` best rows by dot product with `query` among those for which `keep(index)` is
+    /// true, best first; ties go to the lower index. Each rayon task keeps a bounded heap and the
+    /// heaps are merged, so nothing is fully sorted. The result equals a stable full sort cut to
+    /// `k`.
+    pub fn top_k<F>(&self, query: &[f32], k: usize, keep: F) -> Vec<Scored>
+    where
+        F: Fn(usize) -> bool + Sync,
+    {
+        if k == 0 || self.rows == 0 {
+            return Vec::new();
+        }
+        let chunks = self.rows.div_ceil(ROWS_PER_TASK);
+        (0..chunks)
+            .into_par_iter()
+            .map(|chunk| {
+                let mut heap = TopK::new(k);
+                let start = chunk * ROWS_PER_TASK;
+                let end = (start + ROWS_PER_TASK).min(self.rows);
+                for index in start..end {
+                    if keep(index) {
+                        heap.offer(Scored {
+                            index,
+                            score: dot(self.row_unchecked_len(index), query),
+                        });
+                    }
+                }
+                heap
+            })
+            .reduce(|| TopK::new(k), TopK::merge)
+            .into_sorted()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rows_are_aligned_and_padded() {
+        let mut m = Matrix::new(3);
+        for i in 0..5 {
+            m.push_row(&[i as f32, 1.0, 2.0]).unwrap();
+        }
+        assert_eq!(m.stride(), 16);
+        assert_eq!(m.as_slice().as_ptr() as usize % 64, 0);
+        assert_eq!(m.row(4).unwrap(), &[4.0, 1.0, 2.0]);
+        assert!(m.row(5).is_none());
+        assert!(m.push_row(&[1.0]).is_err());
+        m.remove_row(0);
+        assert_eq!(m.row(0).unwrap(), &[1.0, 1.0, 2.0]);
+        assert_eq!(m.rows(), 4);
+        m.pop_row();
+        assert_eq!(m.rows(), 3);
+    }
+
+    #[test]
+    fn top_k_equals_stable_full_sort() {
+        let dim = 7;
+        let mut m = Matrix::new(dim);
+        for i in 0..5000u32 {
+            // Few distinct rows, so there are many exact ties.
+            let v: Vec<f32> = (0..dim)
+                .map(|d| ((i % 37) as f32 * 0.1 + d as f32).sin())
+                .collect();
+            m.push_row(&v).unwrap();
+        }
+        let q: Vec<f32> = (0..dim).map(|d| (d as f32).cos()).collect();
+        let scores = m.view().scores(&q);
+        let mut all: Vec<usize> = (0..m.rows()).filter(|i| i % 3 != 0).collect();
+        all.sort_by(|&a, &b| scores[b].total_cmp(&scores[a]));
+        for k in [1, 10, 100, 4000] {
+            let got = m.view().top_k(&q, k, |i| i % 3 != 0);
+            let want: Vec<usize> = all.iter().copied().take(k).collect();
+            assert_eq!(got.iter().map(|s| s.index).collect::<Vec<_>>(), want);
+        }
+    }
+
+    #[test]
+    fn view_checks_layout() {
+        let data = vec![0.0; 32];
+        assert!(MatrixView::new(&data, 16, 16, 2).is_ok());
+        assert!(MatrixView::new(&data, 16, 16, 3).is_err());
+        assert!(MatrixView::new(&data, 17, 16, 1).is_err());
+    }
+}
