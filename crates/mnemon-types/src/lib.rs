@@ -41,6 +41,7 @@ pub use asset::{ASSET_FIELDS, Asset, new_asset_id};
 pub use embedder::{EmbedError, Embedder};
 pub use error::{TypesError, UrlError};
 pub use meta::{MetaOptions, escape_key, flatten, meta, meta_with, render_meta_block, unflatten};
+pub use msg::{Msg, MsgError, MsgFactory, MsgKind};
 pub use reference::{AssetRef, PathSegment, canonical_index};
 pub use value::{
     AssetObject, BYTES_TYPE, Bytes, DICT_TYPE, LIST_TYPE, Map, Object, Value, object_type_string,
