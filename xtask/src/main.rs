@@ -1,46 +1,42 @@
 //! Project automation: `cargo xtask <task>`.
 //!
 //! - `ci`: exactly what `.ci/run` runs: formatting, lints, then every test.
+//! - `release <VERSION> [--dry-run]`: bump every crate together and package them in dependency
+//!   order.
+//! - `bench <library|host>`: the benchmarks that check the issues' performance targets.
 
-use std::process::Command;
+use anyhow::{Result, bail};
 
-use anyhow::{Context, Result, bail};
+mod cargo;
+mod ci;
+mod release;
+
+const USAGE: &str = "usage: cargo xtask <task>
+
+tasks:
+  ci                              fmt --check, clippy -D warnings, all tests (what .ci/run runs)
+  release <VERSION> [--dry-run]   bump all crate versions, check the CHANGELOG, cargo package
+  bench <library|host>            run a benchmark and print its report";
 
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    let rest = args.get(1..).unwrap_or_default();
     match args.first().map(String::as_str) {
-        Some("ci") => ci(),
-        Some(other) => bail!("unknown task {other:?}; available: ci"),
-        None => bail!("usage: cargo xtask <task>; available: ci"),
+        Some("ci") => ci::run(),
+        Some("release") => release::run(rest),
+        Some("bench") => bench(rest),
+        Some("-h" | "--help" | "help") => {
+            println!("{USAGE}");
+            Ok(())
+        }
+        Some(other) => bail!("unknown task {other:?}\n\n{USAGE}"),
+        None => bail!("{USAGE}"),
     }
 }
 
-/// Runs a cargo command from the workspace root, failing when it fails.
-fn cargo(args: &[&str]) -> Result<()> {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
-    eprintln!("$ cargo {}", args.join(" "));
-    let status = Command::new(&cargo)
-        .args(args)
-        .current_dir(workspace_root())
-        .status()
-        .with_context(|| format!("could not run {cargo}"))?;
-    if !status.success() {
-        bail!("`cargo {}` failed with {status}", args.join(" "));
+fn bench(args: &[String]) -> Result<()> {
+    match args.first().map(String::as_str) {
+        Some(other) => bail!("unknown benchmark {other:?}; available: (none yet)"),
+        None => bail!("usage: cargo xtask bench <name>"),
     }
-    Ok(())
-}
-
-fn workspace_root() -> std::path::PathBuf {
-    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .map(std::path::Path::to_path_buf)
-        .unwrap_or_default()
-}
-
-/// The CI gate. `.ci/run` and `cargo xtask ci` both run this sequence.
-fn ci() -> Result<()> {
-    cargo(&["fmt", "--all", "--check"])?;
-    cargo(&["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"])?;
-    cargo(&["test", "--workspace"])?;
-    Ok(())
 }

@@ -26,6 +26,10 @@ pub(crate) struct Cli {
     )]
     pub(crate) data_dir: PathBuf,
 
+    /// Print nothing on stderr but errors.
+    #[arg(long, short, global = true)]
+    pub(crate) quiet: bool,
+
     #[command(subcommand)]
     command: Command,
 }
@@ -38,6 +42,11 @@ enum Command {
     /// Inspect and store assets.
     #[command(subcommand)]
     Asset(asset::AssetCommand),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    Completions {
+        /// The shell to generate completions for.
+        shell: clap_complete::Shell,
+    },
 }
 
 /// A command's failure, carrying the exit code it maps to.
@@ -79,6 +88,16 @@ pub(crate) fn run() -> ExitCode {
     let outcome = match cli.command {
         Command::Ref(cmd) => reference::run(cmd),
         Command::Asset(cmd) => asset::run(cmd, &cli.data_dir),
+        Command::Completions { shell } => {
+            let mut command = <Cli as clap::CommandFactory>::command();
+            // Generate into memory: clap_complete panics on a write error such as a closed pipe.
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut command, "mnemon", &mut script);
+            std::io::stdout()
+                .lock()
+                .write_all(&script)
+                .map_err(CliError::failure)
+        }
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
