@@ -3,9 +3,13 @@
 //! Fixtures live in `tests/fixtures/` (copied from the original systems' runs), so the tests never
 //! read anything outside the repository.
 
+pub mod artifact_store_conformance;
+
 use std::path::PathBuf;
 
 /// Absolute path of a fixture file under `tests/fixtures/`.
 pub fn fixture(relative: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures").join(relative)
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures")
+        .join(relative)
 }

@@ -37,6 +37,7 @@ pub mod msg;
 mod reference;
 mod value;
 
+pub use artifact::{Artifact, StorageLocation};
 pub use asset::{ASSET_FIELDS, Asset, new_asset_id};
 pub use embedder::{EmbedError, Embedder};
 pub use error::{TypesError, UrlError};

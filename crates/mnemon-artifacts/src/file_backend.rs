@@ -1,0 +1,407 @@
+//! The `write_to_file` storage backend: content in files under one root directory.
+
+use std::fs;
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+use crate::backend::WRITE_TO_FILE;
+use crate::{ArtifactError, StorageBackend};
+
+/// The longest file or directory name the common file systems accept, in bytes.
+pub const MAX_NAME_BYTES: usize = 255;
+
+/// The longest path Linux accepts, in bytes (`PATH_MAX` less the terminating NUL).
+pub const MAX_PATH_BYTES: usize = 4095;
+
+/// Keeps each artifact's content in a file under a root directory; the storage id is the file's
+/// path relative to the root, with `/` between directories.
+///
+/// - **Confined to the root.** Empty ids, absolute paths, backslashes, `..` components, NUL
+///   bytes, names over [`MAX_NAME_BYTES`] and paths over [`MAX_PATH_BYTES`] are refused before
+///   anything is touched. Existing directories and files on the way are checked, and a
+///   symbolic link that leads outside the root (or nowhere) is refused; links that stay inside
+///   are followed. The checks guard against hostile storage ids; they do not defend against
+///   another process that rewrites the root's directories while a write is under way.
+/// - **Atomic.** Content goes to a temporary file in the target's directory, is flushed to
+///   disk, then renamed over the target, and the directory is synced: a crash leaves the old
+///   file or the new one.
+/// - **Parent directories are created.** The root itself is created on the first write.
+/// - **Text as text.** A JSON string is written as its raw UTF-8; any other value as pretty
+///   JSON. Reading gives the file's text back as a JSON string, which displays the same.
+#[derive(Debug, Clone)]
+pub struct WriteToFile {
+    root: PathBuf,
+}
+
+impl WriteToFile {
+    /// A backend writing under `root`. Nothing is touched until the first write.
+    pub fn new(root: impl Into<PathBuf>) -> Self {
+        WriteToFile { root: root.into() }
+    }
+
+    /// The root directory, as configured.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Where `storage_id` lives (or would live), checked as for a write but creating nothing.
+    pub fn path_of(&self, storage_id: &str) -> Result<PathBuf, ArtifactError> {
+        match self.locate(storage_id, false)? {
+            Some((_, target)) => Ok(target),
+            None => Err(not_found(storage_id)),
+        }
+    }
+
+    /// Finds the directory and file for `storage_id`, checking every step. With `create`,
+    /// creates the root and missing directories; without, `None` means a directory on the way
+    /// does not exist.
+    fn locate(
+        &self,
+        storage_id: &str,
+        create: bool,
+    ) -> Result<Option<(PathBuf, PathBuf)>, ArtifactError> {
+        let (dirs, file_name) = split_storage_id(storage_id)?;
+        let refuse = |reason: String| refused(storage_id, reason);
+        if create {
+            fs::create_dir_all(&self.root).map_err(|e| io_error("create", &self.root, e))?;
+        }
+        let root = match fs::canonicalize(&self.root) {
+            Ok(root) => root,
+            Err(e) if e.kind() == io::ErrorKind::NotFound && !create => return Ok(None),
+            Err(e) => return Err(io_error("open the storage root", &self.root, e)),
+        };
+        let joined_len = root.as_os_str().len() + 1 + storage_id.len();
+        if joined_len > MAX_PATH_BYTES {
+            return Err(refuse(format!(
+                "joined to the root it makes a path of {joined_len} bytes, more than the \
+                 {MAX_PATH_BYTES} the file system allows"
+            )));
+        }
+        let mut dir = root.clone();
+        for segment in dirs {
+            let next = dir.join(segment);
+            let mut created = false;
+            loop {
+                match fs::symlink_metadata(&next) {
+                    Ok(meta) if meta.file_type().is_symlink() => {
+                        dir = confined_link_target(&root, &next, &refuse)?;
+                        if !dir.is_dir() {
+                            return Err(refuse(format!(
+                                "{segment:?} links to a file where a directory is needed"
+                            )));
+                        }
+                    }
+                    Ok(meta) if meta.is_dir() => dir = next.clone(),
+                    Ok(_) => {
+                        return Err(refuse(format!(
+                            "{segment:?} is a file where a directory is needed"
+                        )));
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::NotFound && !create => return Ok(None),
+                    // Another writer may create it between our look and our create: look again.
+                    Err(e) if e.kind() == io::ErrorKind::NotFound && !created => {
+                        match fs::create_dir(&next) {
+                            Ok(()) => {}
+                            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+                            Err(e) => return Err(io_error_for(storage_id, "create", &next, e)),
+                        }
+                        created = true;
+                        continue;
+                    }
+                    Err(e) => return Err(io_error_for(storage_id, "inspect", &next, e)),
+                }
+                break;
+            }
+        }
+        let target = dir.join(file_name);
+        match fs::symlink_metadata(&target) {
+            Ok(meta) if meta.file_type().is_symlink() => {
+                let real = confined_link_target(&root, &target, &refuse)?;
+                if real.is_dir() {
+                    return Err(refuse("it links to a directory, not a file".into()));
+                }
+                let real_dir = real.parent().map(Path::to_path_buf).unwrap_or(root);
+                Ok(Some((real_dir, real)))
+            }
+            Ok(meta) if meta.is_dir() => Err(refuse("it names a directory, not a file".into())),
+            Ok(_) => Ok(Some((dir, target))),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Some((dir, target))),
+            Err(e) => Err(io_error_for(storage_id, "inspect", &target, e)),
+        }
+    }
+}
+
+impl StorageBackend for WriteToFile {
+    fn write(&self, storage_id: &str, content: &Value) -> Result<(), ArtifactError> {
+        let bytes = match content {
+            Value::String(text) => text.as_bytes().to_vec(),
+            other => serde_json::to_vec_pretty(other).map_err(ArtifactError::ContentEncoding)?,
+        };
+        let Some((dir, target)) = self.locate(storage_id, true)? else {
+            return Err(not_found(storage_id));
+        };
+        let mut builder = tempfile::Builder::new();
+        builder.prefix(".mnemon-").suffix(".tmp");
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            // Like any newly created file: 0666 less the process umask.
+            builder.permissions(fs::Permissions::from_mode(0o666));
+        }
+        let mut temp = builder
+            .tempfile_in(&dir)
+            .map_err(|e| io_error_for(storage_id, "create a temporary file in", &dir, e))?;
+        temp.write_all(&bytes)
+            .and_then(|()| temp.as_file().sync_all())
+            .map_err(|e| io_error_for(storage_id, "write", temp.path(), e))?;
+        temp.persist(&target)
+            .map_err(|e| io_error_for(storage_id, "write", &target, e.error))?;
+        sync_dir(&dir).map_err(|e| io_error("sync the directory", &dir, e))
+    }
+
+    fn read(&self, storage_id: &str) -> Result<Value, ArtifactError> {
+        let Some((_, target)) = self.locate(storage_id, false)? else {
+            return Err(not_found(storage_id));
+        };
+        match fs::read_to_string(&target) {
+            Ok(text) => Ok(Value::String(text)),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Err(not_found(storage_id)),
+            Err(e) => Err(io_error_for(storage_id, "read", &target, e)),
+        }
+    }
+
+    fn delete(&self, storage_id: &str) -> Result<bool, ArtifactError> {
+        let Some((dir, target)) = self.locate(storage_id, false)? else {
+            return Ok(false);
+        };
+        match fs::remove_file(&target) {
+            Ok(()) => {
+                sync_dir(&dir).map_err(|e| io_error("sync the directory", &dir, e))?;
+                Ok(true)
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+            Err(e) => Err(io_error_for(storage_id, "delete", &target, e)),
+        }
+    }
+}
+
+/// Splits a storage id into its directory names and file name, refusing anything that could
+/// leave the root or that no file system would accept.
+fn split_storage_id(storage_id: &str) -> Result<(Vec<&str>, &str), ArtifactError> {
+    let refuse = |reason: &str| Err(refused(storage_id, reason.to_owned()));
+    if storage_id.trim().is_empty() {
+        return refuse("it is empty");
+    }
+    if storage_id.contains('\0') {
+        return refuse("it contains a NUL byte");
+    }
+    if storage_id.starts_with('/') || Path::new(storage_id).has_root() {
+        return refuse("it is an absolute path");
+    }
+    if storage_id.contains('\\') {
+        return refuse("it contains a backslash; separate directories with '/'");
+    }
+    if storage_id.ends_with('/') {
+        return refuse("it ends with '/', so it names a directory, not a file");
+    }
+    let mut segments = Vec::new();
+    for segment in storage_id.split('/') {
+        match segment {
+            "" | "." => {}
+            ".." => return refuse("it has a '..' component, which could lead outside the root"),
+            _ if segment.len() > MAX_NAME_BYTES => {
+                let start: String = segment.chars().take(24).collect();
+                return Err(refused(
+                    storage_id,
+                    format!(
+                        "the name {start:?}... is {} bytes long, more than the {MAX_NAME_BYTES} \
+                         the file system allows",
+                        segment.len()
+                    ),
+                ));
+            }
+            _ => segments.push(segment),
+        }
+    }
+    match segments.pop() {
+        Some(file_name) => Ok((segments, file_name)),
+        None => refuse("it names no file"),
+    }
+}
+
+/// The real path a symbolic link leads to, if it stays inside `root`.
+fn confined_link_target(
+    root: &Path,
+    link: &Path,
+    refuse: &dyn Fn(String) -> ArtifactError,
+) -> Result<PathBuf, ArtifactError> {
+    let name = link.file_name().unwrap_or_default();
+    match fs::canonicalize(link) {
+        Ok(real) if real.starts_with(root) => Ok(real),
+        Ok(_) => Err(refuse(format!(
+            "{name:?} is a symbolic link leading outside the storage root"
+        ))),
+        Err(_) => Err(refuse(format!(
+            "{name:?} is a symbolic link that leads nowhere (its target does not exist)"
+        ))),
+    }
+}
+
+fn refused(storage_id: &str, reason: String) -> ArtifactError {
+    ArtifactError::UnsafeStorageId {
+        id: storage_id.chars().take(300).collect(),
+        reason,
+    }
+}
+
+fn not_found(storage_id: &str) -> ArtifactError {
+    ArtifactError::ContentNotFound {
+        backend: WRITE_TO_FILE.to_owned(),
+        id: storage_id.to_owned(),
+    }
+}
+
+fn io_error(action: &'static str, path: &Path, source: io::Error) -> ArtifactError {
+    ArtifactError::ContentIo {
+        action,
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// An I/O error, except that a name the file system finds too long is reported as a refused
+/// storage id (some file systems allow fewer than [`MAX_NAME_BYTES`]).
+fn io_error_for(
+    storage_id: &str,
+    action: &'static str,
+    path: &Path,
+    source: io::Error,
+) -> ArtifactError {
+    if is_name_too_long(&source) {
+        return refused(
+            storage_id,
+            "a name in it is longer than this file system allows".to_owned(),
+        );
+    }
+    io_error(action, path, source)
+}
+
+fn is_name_too_long(error: &io::Error) -> bool {
+    // ENAMETOOLONG; `io::ErrorKind::InvalidFilename` needs a newer Rust than we support.
+    if cfg!(target_os = "linux") {
+        error.raw_os_error() == Some(36)
+    } else if cfg!(target_vendor = "apple") {
+        error.raw_os_error() == Some(63)
+    } else {
+        false
+    }
+}
+
+/// Makes a rename or removal in `dir` durable.
+fn sync_dir(dir: &Path) -> io::Result<()> {
+    #[cfg(unix)]
+    {
+        fs::File::open(dir)?.sync_all()
+    }
+    #[cfg(not(unix))]
+    {
+        // Windows cannot open a directory as a file; NTFS journals renames itself.
+        let _ = dir;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn splits_plain_ids() {
+        assert_eq!(
+            split_storage_id("plans/./2024//plan.json").unwrap(),
+            (vec!["plans", "2024"], "plan.json")
+        );
+        assert_eq!(split_storage_id("a.txt").unwrap(), (vec![], "a.txt"));
+    }
+
+    #[test]
+    fn string_content_is_raw_and_other_values_pretty() {
+        let dir = tempfile::tempdir().unwrap();
+        let backend = WriteToFile::new(dir.path().join("root"));
+        backend
+            .write("a/b/c.txt", &Value::String("hi\n".into()))
+            .unwrap();
+        backend
+            .write("d.json", &serde_json::json!({"x": [1, 2]}))
+            .unwrap();
+        let root = dir.path().join("root");
+        assert_eq!(fs::read_to_string(root.join("a/b/c.txt")).unwrap(), "hi\n");
+        assert_eq!(
+            fs::read_to_string(root.join("d.json")).unwrap(),
+            "{\n  \"x\": [\n    1,\n    2\n  ]\n}"
+        );
+        assert_eq!(
+            backend.read("a/b/c.txt").unwrap(),
+            Value::String("hi\n".into())
+        );
+    }
+
+    #[test]
+    fn overwrite_replaces_and_leaves_no_temporary_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let backend = WriteToFile::new(dir.path());
+        backend
+            .write("f.txt", &Value::String("one".into()))
+            .unwrap();
+        backend
+            .write("f.txt", &Value::String("two".into()))
+            .unwrap();
+        assert_eq!(fs::read_to_string(dir.path().join("f.txt")).unwrap(), "two");
+        let names: Vec<_> = fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, ["f.txt"]);
+    }
+
+    #[test]
+    fn read_and_delete_of_missing_content() {
+        let dir = tempfile::tempdir().unwrap();
+        let backend = WriteToFile::new(dir.path().join("never-created"));
+        assert!(matches!(
+            backend.read("x/y.txt"),
+            Err(ArtifactError::ContentNotFound { .. })
+        ));
+        assert!(!backend.delete("x/y.txt").unwrap());
+        backend
+            .write("x/y.txt", &Value::String("1".into()))
+            .unwrap();
+        assert!(backend.delete("x/y.txt").unwrap());
+        assert!(!backend.delete("x/y.txt").unwrap());
+    }
+
+    proptest! {
+        #[test]
+        fn splitting_never_panics_and_never_yields_dot_dot(id in "\\PC{0,64}") {
+            if let Ok((dirs, file)) = split_storage_id(&id) {
+                prop_assert!(dirs.iter().chain(std::iter::once(&file)).all(|s| *s != ".." && !s.is_empty()));
+            }
+        }
+
+        #[test]
+        fn path_like_ids_never_escape(id in "(\\.\\.|\\.|a|/|b\\.txt){1,8}") {
+            let dir = tempfile::tempdir().unwrap();
+            let root = dir.path().join("root");
+            let backend = WriteToFile::new(&root);
+            if backend.write(&id, &Value::String("x".into())).is_ok() {
+                let written = backend.path_of(&id).unwrap();
+                prop_assert!(written.starts_with(fs::canonicalize(&root).unwrap()));
+            }
+            let outside: Vec<_> = fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+            prop_assert!(outside.iter().all(|n| n == "root"), "{:?}", outside);
+        }
+    }
+}
