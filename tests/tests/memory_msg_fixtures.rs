@@ -33,7 +33,10 @@ fn stored_messages(f: &MsgFactory) -> Vec<Msg> {
         .unwrap()
         .iter()
         .enumerate()
-        .map(|(i, v)| f.from_object(v.as_object().unwrap(), MsgKind::Msg, i).unwrap())
+        .map(|(i, v)| {
+            f.from_object(v.as_object().unwrap(), MsgKind::Msg, i)
+                .unwrap()
+        })
         .collect()
 }
 

@@ -1,0 +1,77 @@
+//! `HashEmbedder`: a deterministic, offline embedder for tests and demos.
+
+use mnemon_types::{EmbedError, Embedder};
+
+/// Hashes lowercase whitespace tokens into `dimension` buckets and L2-normalises the counts.
+///
+/// Texts sharing words get similar vectors, which is enough to exercise recall without a model.
+/// A text without tokens gives the zero vector.
+#[derive(Debug, Clone)]
+pub struct HashEmbedder {
+    dimension: usize,
+    model: String,
+}
+
+impl HashEmbedder {
+    /// An embedder of this dimension (at least 1).
+    pub fn new(dimension: usize) -> Self {
+        let dimension = dimension.max(1);
+        HashEmbedder {
+            dimension,
+            model: format!("mnemon:hash-{dimension}"),
+        }
+    }
+}
+
+/// FNV-1a, 64 bits: stable across runs and platforms, unlike the std hasher.
+fn fnv1a(text: &str) -> u64 {
+    text.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+impl Embedder for HashEmbedder {
+    fn model(&self) -> &str {
+        &self.model
+    }
+
+    fn dimension(&self) -> usize {
+        self.dimension
+    }
+
+    fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        Ok(texts
+            .iter()
+            .map(|text| {
+                let mut v = vec![0f32; self.dimension];
+                for token in text.split_whitespace() {
+                    let h = fnv1a(&token.to_lowercase());
+                    let bucket = usize::try_from(h % self.dimension as u64).unwrap_or(0);
+                    if let Some(x) = v.get_mut(bucket) {
+                        *x += 1.0;
+                    }
+                }
+                let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+                if norm > 0.0 {
+                    v.iter_mut().for_each(|x| *x /= norm);
+                }
+                v
+            })
+            .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn deterministic_and_normalised() {
+        let e = HashEmbedder::new(16);
+        let a = e.embed(&["The ferry", "the FERRY", ""]).unwrap();
+        assert_eq!(a[0], a[1]);
+        let n: f32 = a[0].iter().map(|x| x * x).sum();
+        assert!((n - 1.0).abs() < 1e-6);
+        assert!(a[2].iter().all(|&x| x == 0.0));
+    }
+}

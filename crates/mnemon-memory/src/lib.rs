@@ -1,0 +1,71 @@
+//! Conversation memory for agents: compatible with AgentScope files, durable and searchable.
+//!
+//! - [`Memory`]: the object-safe trait (get, add with dedupe, delete, load, export, clear,
+//!   embedding retrieval, marks, token-budgeted recall). Every implementation passes the same
+//!   conformance suite (`mnemon-tests`, `memory_conformance`).
+//! - [`InMemoryMemory`]: the counterpart of AgentScope's `TemporaryMemory`.
+//! - [`SqliteStore`] / [`SqliteMemory`] (feature `sqlite`, on by default): one SQLite file in WAL
+//!   mode holding many threads, scoped by user, agent and session; an acknowledged write
+//!   survives `kill -9`.
+//! - Retrieval ([`RetrievalQuery`], [`RetrieveOptions`], [`Metric`]) scores with the SIMD
+//!   kernels of `mnemon-vector`; any [`Embedder`](mnemon_types::Embedder) fills in missing
+//!   embeddings ([`HashEmbedder`] is a deterministic offline one).
+//! - [`Tokenizer`]s ([`Cl100kTokenizer`] offline, [`WhitespaceTokenizer`]) drive
+//!   [`Memory::recall_within_budget`].
+//!
+//! Messages are [`mnemon_types::Msg`]; see [`mnemon_types::msg`] for their text forms.
+//!
+//! ```
+//! use mnemon_memory::{InMemoryMemory, Memory, MemoryQuery, RetrievalQuery, RetrieveOptions};
+//! use serde_json::json;
+//!
+//! let memory = InMemoryMemory::new();
+//! memory.add(vec![
+//!     json!({"name": "Mara", "content": "Is the ferry running?", "role": "user",
+//!            "embedding": [0.1, 0.9]}).into(),
+//!     json!({"name": "Harbourmaster", "content": "Yes, at 09:30.",
+//!            "embedding": [0.8, 0.2]}).into(),
+//! ])?;
+//! assert_eq!(memory.size()?, 2);
+//! assert_eq!(
+//!     memory.render(&MemoryQuery { recent_n: Some(1), ..Default::default() })?,
+//!     "Harbourmaster: Yes, at 09:30."
+//! );
+//! let best = memory.retrieve_by_embedding(
+//!     RetrievalQuery::Vector(vec![0.0, 1.0]),
+//!     &RetrieveOptions::default(),
+//!     None,
+//! )?;
+//! assert_eq!(best[0].message.name(), "Mara");
+//! # Ok::<(), mnemon_memory::MemoryError>(())
+//! ```
+
+mod clock;
+mod document;
+mod error;
+mod hash_embedder;
+mod in_memory;
+mod marks;
+mod memory;
+mod ops;
+mod retrieval;
+#[cfg(feature = "sqlite")]
+mod sqlite;
+mod thread;
+mod tokens;
+
+pub use clock::{SystemClock, default_factory};
+pub use error::MemoryError;
+pub use hash_embedder::HashEmbedder;
+pub use in_memory::InMemoryMemory;
+pub use marks::{MAX_MARK_BYTES, validate_mark};
+pub use memory::{
+    AddOptions, AddReport, DeleteByIdReport, DeleteReport, ExportOptions, ExportTarget, Exported,
+    LoadSource, Memory, MemoryQuery, MsgFilter, MsgInput,
+};
+pub use retrieval::{Metric, RetrievalQuery, RetrieveOptions, Retrieved, ScoreFn};
+#[cfg(feature = "sqlite")]
+pub use sqlite::{Durability, Scope, SqliteMemory, SqliteOptions, SqliteStore};
+#[cfg(feature = "tiktoken")]
+pub use tokens::Cl100kTokenizer;
+pub use tokens::{BudgetOptions, BudgetRecall, Tokenizer, WhitespaceTokenizer};

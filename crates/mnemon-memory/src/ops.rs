@@ -1,0 +1,297 @@
+//! The `Memory` operations, written once over a [`Backend`]: a backend only knows how to read
+//! a thread's state and how to persist and apply a planned [`Change`].
+
+use mnemon_types::{Embedder, Msg, MsgFactory};
+
+use crate::document::{convert_inputs, decode_source, render_export, write_atomically};
+use crate::error::MemoryError;
+use crate::marks::{validate_mark, validate_marks};
+use crate::memory::{
+    AddOptions, AddReport, DeleteByIdReport, DeleteReport, ExportOptions, ExportTarget, Exported,
+    LoadSource, MemoryQuery, MsgInput,
+};
+use crate::retrieval::{
+    self, RetrievalQuery, RetrieveOptions, Retrieved, embed_texts, missing_embeddings,
+};
+use crate::thread::{Change, Entry, ThreadState};
+
+/// Storage of one thread.
+pub(crate) trait Backend {
+    /// The factory that fills in missing ids and timestamps.
+    fn factory(&self) -> &MsgFactory;
+
+    /// Runs `f` on the current state (synchronised with storage), under a read lock.
+    fn read<R>(&self, f: impl FnOnce(&ThreadState) -> R) -> Result<R, MemoryError>;
+
+    /// Plans a change with `f` under the write lock, persists it (all or nothing), then applies
+    /// it to the state.
+    fn write<R>(
+        &self,
+        f: impl FnOnce(&ThreadState) -> Result<(Option<Change>, R), MemoryError>,
+    ) -> Result<R, MemoryError>;
+}
+
+pub(crate) fn get_memory<B: Backend>(
+    b: &B,
+    query: &MemoryQuery<'_>,
+) -> Result<Vec<Msg>, MemoryError> {
+    let selected = b.read(|s| s.select(query.mark, query.exclude_mark, query.recent_n))?;
+    // The filter runs here, after the lock is released.
+    Ok(match query.filter {
+        None => selected,
+        Some(filter) => selected
+            .into_iter()
+            .enumerate()
+            .filter(|(i, m)| filter(*i, m))
+            .map(|(_, m)| m)
+            .collect(),
+    })
+}
+
+pub(crate) fn add_with<B: Backend>(
+    b: &B,
+    items: Vec<MsgInput>,
+    options: &AddOptions,
+) -> Result<AddReport, MemoryError> {
+    validate_marks(&options.marks)?;
+    let entries = convert_inputs(b.factory(), items, &options.marks)?;
+    b.write(|s| Ok(s.plan_add(entries, false)))
+}
+
+pub(crate) fn delete<B: Backend>(b: &B, indices: &[usize]) -> Result<DeleteReport, MemoryError> {
+    b.write(|s| Ok(s.plan_delete(indices)))
+}
+
+pub(crate) fn delete_by_id<B: Backend>(
+    b: &B,
+    ids: &[&str],
+) -> Result<DeleteByIdReport, MemoryError> {
+    b.write(|s| Ok(s.plan_delete_ids(ids)))
+}
+
+pub(crate) fn load<B: Backend>(
+    b: &B,
+    source: LoadSource,
+    overwrite: bool,
+) -> Result<AddReport, MemoryError> {
+    let entries = decode_source(b.factory(), source)?;
+    b.write(|s| Ok(s.plan_add(entries, overwrite)))
+}
+
+pub(crate) fn export<B: Backend>(
+    b: &B,
+    target: ExportTarget,
+    options: &ExportOptions,
+) -> Result<Exported, MemoryError> {
+    if let ExportTarget::Messages = target {
+        return Ok(Exported::Messages(b.read(|s| s.select(None, None, None))?));
+    }
+    let entries: Vec<Entry> = b.read(|s| s.entries().to_vec())?;
+    let text = render_export(&entries, options.include_marks);
+    match target {
+        ExportTarget::File(path) => {
+            write_atomically(&path, &text)?;
+            Ok(Exported::File {
+                path,
+                count: entries.len(),
+            })
+        }
+        _ => Ok(Exported::Json(text)),
+    }
+}
+
+pub(crate) fn clear<B: Backend>(b: &B) -> Result<(), MemoryError> {
+    b.write(|s| Ok(((s.len() > 0).then(|| Change::Replace(Vec::new())), ())))
+}
+
+pub(crate) fn size<B: Backend>(b: &B) -> Result<usize, MemoryError> {
+    b.read(ThreadState::len)
+}
+
+/// Makes sure every candidate has an embedding, embedding missing ones outside any lock.
+fn ensure_embeddings<B: Backend>(
+    b: &B,
+    mark: Option<&str>,
+    embedder: Option<&dyn Embedder>,
+) -> Result<(), MemoryError> {
+    // Another writer may add messages while the embedder runs; a few rounds catch up with it,
+    // after which scoring reports whatever is still missing.
+    for _ in 0..3 {
+        let missing = b.read(|s| missing_embeddings(s, mark))?;
+        let Some((first_id, _)) = missing.first() else {
+            return Ok(());
+        };
+        let Some(embedder) = embedder else {
+            return Err(MemoryError::MissingEmbedding {
+                id: first_id.clone(),
+                missing: missing.len(),
+            });
+        };
+        let texts: Vec<&str> = missing.iter().map(|(_, t)| t.as_str()).collect();
+        let vectors = embed_texts(embedder, &texts)?;
+        b.write(|s| {
+            let mut updates = Vec::new();
+            for ((id, _), vector) in missing.iter().zip(&vectors) {
+                let Some(i) = s.position(id) else { continue };
+                let Some(entry) = s.entries().get(i) else {
+                    continue;
+                };
+                if !entry.msg.has_embedding() {
+                    let mut msg = entry.msg.clone();
+                    msg.set_embedding(vector)
+                        .map_err(|e| MemoryError::EmbedderContract {
+                            model: embedder.model().to_owned(),
+                            detail: e.to_string(),
+                        })?;
+                    updates.push((i, msg));
+                }
+            }
+            Ok((
+                (!updates.is_empty()).then_some(Change::SetMessages(updates)),
+                (),
+            ))
+        })?;
+    }
+    Ok(())
+}
+
+pub(crate) fn retrieve_by_embedding<B: Backend>(
+    b: &B,
+    query: RetrievalQuery,
+    options: &RetrieveOptions,
+    embedder: Option<&dyn Embedder>,
+) -> Result<Vec<Retrieved>, MemoryError> {
+    if let Some(mark) = &options.mark {
+        validate_mark(mark)?;
+    }
+    let query = retrieval::query_vector(query, embedder)?;
+    ensure_embeddings(b, options.mark.as_deref(), embedder)?;
+    b.read(|s| retrieval::score(s, &query, options))?
+}
+
+pub(crate) fn get_embeddings<B: Backend>(
+    b: &B,
+    embedder: Option<&dyn Embedder>,
+) -> Result<Vec<Vec<f32>>, MemoryError> {
+    ensure_embeddings(b, None, embedder)?;
+    b.read(retrieval::all_embeddings)?
+}
+
+pub(crate) fn mark<B: Backend>(b: &B, ids: &[&str], mark: &str) -> Result<usize, MemoryError> {
+    validate_mark(mark)?;
+    b.write(|s| Ok(s.plan_mark(ids, mark)))
+}
+
+pub(crate) fn unmark<B: Backend>(
+    b: &B,
+    ids: Option<&[&str]>,
+    mark: &str,
+) -> Result<usize, MemoryError> {
+    validate_mark(mark)?;
+    b.write(|s| Ok(s.plan_unmark(ids, mark)))
+}
+
+pub(crate) fn marks_of<B: Backend>(b: &B, id: &str) -> Result<Option<Vec<String>>, MemoryError> {
+    b.read(|s| {
+        s.position(id)
+            .and_then(|i| s.entries().get(i))
+            .map(|e| e.marks.clone())
+    })
+}
+
+pub(crate) fn delete_by_mark<B: Backend>(
+    b: &B,
+    mark: &str,
+) -> Result<DeleteByIdReport, MemoryError> {
+    validate_mark(mark)?;
+    b.write(|s| Ok(s.plan_delete_by_mark(mark)))
+}
+
+/// Implements [`Memory`](crate::Memory) for a type that implements [`Backend`] by delegating to
+/// the functions of this module.
+macro_rules! impl_memory_for_backend {
+    ($ty:ty) => {
+        impl $crate::Memory for $ty {
+            fn get_memory(
+                &self,
+                query: &$crate::MemoryQuery<'_>,
+            ) -> Result<Vec<mnemon_types::Msg>, $crate::MemoryError> {
+                $crate::ops::get_memory(self, query)
+            }
+            fn add_with(
+                &self,
+                items: Vec<$crate::MsgInput>,
+                options: &$crate::AddOptions,
+            ) -> Result<$crate::AddReport, $crate::MemoryError> {
+                $crate::ops::add_with(self, items, options)
+            }
+            fn delete(
+                &self,
+                indices: &[usize],
+            ) -> Result<$crate::DeleteReport, $crate::MemoryError> {
+                $crate::ops::delete(self, indices)
+            }
+            fn delete_by_id(
+                &self,
+                ids: &[&str],
+            ) -> Result<$crate::DeleteByIdReport, $crate::MemoryError> {
+                $crate::ops::delete_by_id(self, ids)
+            }
+            fn load(
+                &self,
+                source: $crate::LoadSource,
+                overwrite: bool,
+            ) -> Result<$crate::AddReport, $crate::MemoryError> {
+                $crate::ops::load(self, source, overwrite)
+            }
+            fn export(
+                &self,
+                target: $crate::ExportTarget,
+                options: &$crate::ExportOptions,
+            ) -> Result<$crate::Exported, $crate::MemoryError> {
+                $crate::ops::export(self, target, options)
+            }
+            fn clear(&self) -> Result<(), $crate::MemoryError> {
+                $crate::ops::clear(self)
+            }
+            fn size(&self) -> Result<usize, $crate::MemoryError> {
+                $crate::ops::size(self)
+            }
+            fn retrieve_by_embedding(
+                &self,
+                query: $crate::RetrievalQuery,
+                options: &$crate::RetrieveOptions,
+                embedder: Option<&dyn mnemon_types::Embedder>,
+            ) -> Result<Vec<$crate::Retrieved>, $crate::MemoryError> {
+                $crate::ops::retrieve_by_embedding(self, query, options, embedder)
+            }
+            fn get_embeddings(
+                &self,
+                embedder: Option<&dyn mnemon_types::Embedder>,
+            ) -> Result<Vec<Vec<f32>>, $crate::MemoryError> {
+                $crate::ops::get_embeddings(self, embedder)
+            }
+            fn mark(&self, ids: &[&str], mark: &str) -> Result<usize, $crate::MemoryError> {
+                $crate::ops::mark(self, ids, mark)
+            }
+            fn unmark(
+                &self,
+                ids: Option<&[&str]>,
+                mark: &str,
+            ) -> Result<usize, $crate::MemoryError> {
+                $crate::ops::unmark(self, ids, mark)
+            }
+            fn marks_of(&self, id: &str) -> Result<Option<Vec<String>>, $crate::MemoryError> {
+                $crate::ops::marks_of(self, id)
+            }
+            fn delete_by_mark(
+                &self,
+                mark: &str,
+            ) -> Result<$crate::DeleteByIdReport, $crate::MemoryError> {
+                $crate::ops::delete_by_mark(self, mark)
+            }
+        }
+    };
+}
+
+pub(crate) use impl_memory_for_backend;

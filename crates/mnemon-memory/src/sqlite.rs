@@ -1,0 +1,580 @@
+//! The durable SQLite memory (spec/memory.md §9).
+//!
+//! One file holds many threads, each scoped by optional user, agent and session ids. The file
+//! may be shared with other Mnemon components, so every table is prefixed `memory_` and the
+//! schema version lives in `memory_schema` rather than the file-wide `user_version`.
+//!
+//! **Durability.** The journal is WAL. Every mutating call is one `BEGIN IMMEDIATE` transaction
+//! that returns only after `COMMIT`. With `synchronous=NORMAL` (the default) a commit is written
+//! to the WAL file before `COMMIT` returns, but the WAL is fsynced only at checkpoints: the data
+//! is in the operating system's page cache, so it survives the process being killed (`kill -9`)
+//! and is lost only if the OS itself crashes or the power fails before the next sync.
+//! [`Durability::Full`] fsyncs the WAL at every commit and survives those too.
+//!
+//! **Caching.** Each [`SqliteMemory`] mirrors its thread in memory (messages, marks, the
+//! embedding matrix) and checks the thread's `rev` counter, which every write increments, at the
+//! start of each call; writes by other handles or processes are therefore always seen.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use mnemon_types::{MsgFactory, MsgKind};
+use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior, params};
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::clock::default_factory;
+use crate::document::kind_from_str;
+use crate::error::MemoryError;
+use crate::ops::{Backend, impl_memory_for_backend};
+use crate::thread::{Change, Entry, ThreadState};
+
+/// The schema version this build writes and reads.
+const SCHEMA_VERSION: i64 = 1;
+
+const SCHEMA: &str = "
+CREATE TABLE memory_threads (
+  thread_id INTEGER PRIMARY KEY AUTOINCREMENT,
+  user_id TEXT NOT NULL, agent_id TEXT NOT NULL, session_id TEXT NOT NULL,
+  rev INTEGER NOT NULL DEFAULT 0, created_at TEXT NOT NULL,
+  UNIQUE (user_id, agent_id, session_id));
+CREATE TABLE memory_messages (
+  thread_id INTEGER NOT NULL REFERENCES memory_threads ON DELETE CASCADE,
+  seq INTEGER NOT NULL, msg_id TEXT NOT NULL, kind TEXT NOT NULL, body TEXT NOT NULL,
+  embedding BLOB,
+  PRIMARY KEY (thread_id, seq), UNIQUE (thread_id, msg_id));
+CREATE TABLE memory_marks (
+  thread_id INTEGER NOT NULL, msg_id TEXT NOT NULL, pos INTEGER NOT NULL, mark TEXT NOT NULL,
+  PRIMARY KEY (thread_id, msg_id, mark),
+  FOREIGN KEY (thread_id, msg_id) REFERENCES memory_messages (thread_id, msg_id)
+    ON DELETE CASCADE);
+";
+
+/// How hard a commit is pushed to disk.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Durability {
+    /// `synchronous=NORMAL`: survives a killed process; an OS crash or power loss may lose the
+    /// last commits (never corrupting the file).
+    #[default]
+    Normal,
+    /// `synchronous=FULL`: every commit is fsynced; survives power loss too.
+    Full,
+}
+
+/// Options of [`SqliteStore::open`].
+#[derive(Debug, Clone, Copy)]
+pub struct SqliteOptions {
+    /// See [`Durability`].
+    pub durability: Durability,
+    /// How long to wait for another process's write lock before failing with `Storage`.
+    pub busy_timeout: Duration,
+}
+
+impl Default for SqliteOptions {
+    fn default() -> Self {
+        SqliteOptions {
+            durability: Durability::Normal,
+            busy_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+/// Which thread a memory is: optional user, agent and session ids. The all-`None` scope is the
+/// default thread.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize)]
+pub struct Scope {
+    /// The user.
+    pub user_id: Option<String>,
+    /// The agent.
+    pub agent_id: Option<String>,
+    /// The session.
+    pub session_id: Option<String>,
+}
+
+impl Scope {
+    /// The scope of one session, with no user or agent.
+    pub fn session(session_id: impl Into<String>) -> Self {
+        Scope {
+            session_id: Some(session_id.into()),
+            ..Scope::default()
+        }
+    }
+
+    /// The stored columns: `None` is `''`; `Some("")` is rejected.
+    fn columns(&self) -> Result<[&str; 3], MemoryError> {
+        fn column<'a>(value: &'a Option<String>, field: &str) -> Result<&'a str, MemoryError> {
+            match value.as_deref() {
+                None => Ok(""),
+                Some("") => Err(MemoryError::InvalidScope {
+                    field: field.into(),
+                }),
+                Some(v) => Ok(v),
+            }
+        }
+        Ok([
+            column(&self.user_id, "user_id")?,
+            column(&self.agent_id, "agent_id")?,
+            column(&self.session_id, "session_id")?,
+        ])
+    }
+
+    fn from_columns(user: String, agent: String, session: String) -> Self {
+        let some = |s: String| (!s.is_empty()).then_some(s);
+        Scope {
+            user_id: some(user),
+            agent_id: some(agent),
+            session_id: some(session),
+        }
+    }
+}
+
+/// An open SQLite file of memory threads. One connection, behind a mutex; share it with `Arc`.
+pub struct SqliteStore {
+    conn: Mutex<Connection>,
+    path: PathBuf,
+    factory: MsgFactory,
+}
+
+impl std::fmt::Debug for SqliteStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqliteStore")
+            .field("path", &self.path)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SqliteStore {
+    /// Opens (creating if needed) the database at `path`.
+    pub fn open(
+        path: impl AsRef<Path>,
+        options: SqliteOptions,
+    ) -> Result<Arc<SqliteStore>, MemoryError> {
+        SqliteStore::open_with_factory(path, options, default_factory())
+    }
+
+    /// As [`open`](Self::open), with the factory that fills in missing ids and timestamps.
+    pub fn open_with_factory(
+        path: impl AsRef<Path>,
+        options: SqliteOptions,
+        factory: MsgFactory,
+    ) -> Result<Arc<SqliteStore>, MemoryError> {
+        let path = path.as_ref().to_path_buf();
+        let mut conn = Connection::open(&path).map_err(|e| MemoryError::Storage {
+            detail: format!("cannot open {}: {e}", path.display()),
+        })?;
+        conn.busy_timeout(options.busy_timeout)?;
+        let mode: String = conn.query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))?;
+        if !mode.eq_ignore_ascii_case("wal") {
+            return Err(MemoryError::Storage {
+                detail: format!("{} cannot use WAL mode (got {mode})", path.display()),
+            });
+        }
+        let sync = match options.durability {
+            Durability::Normal => "NORMAL",
+            Durability::Full => "FULL",
+        };
+        conn.pragma_update(None, "synchronous", sync)?;
+        conn.pragma_update(None, "foreign_keys", "ON")?;
+        migrate(&mut conn)?;
+        Ok(Arc::new(SqliteStore {
+            conn: Mutex::new(conn),
+            path,
+            factory,
+        }))
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Connection> {
+        // Transactions roll back on drop, so a panic elsewhere leaves the connection usable.
+        self.conn.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The memory of one thread, creating the thread if needed.
+    pub fn memory(self: &Arc<Self>, scope: Scope) -> Result<SqliteMemory, MemoryError> {
+        {
+            let mut conn = self.lock();
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            thread_row(&tx, &scope, Some(&self.factory))?;
+            tx.commit()?;
+        }
+        Ok(SqliteMemory {
+            store: Arc::clone(self),
+            scope,
+            mirror: Mutex::new(Mirror::default()),
+        })
+    }
+
+    /// Every thread's scope, oldest first.
+    pub fn threads(&self) -> Result<Vec<Scope>, MemoryError> {
+        let conn = self.lock();
+        let mut stmt = conn.prepare(
+            "SELECT user_id, agent_id, session_id FROM memory_threads ORDER BY thread_id",
+        )?;
+        let rows = stmt.query_map([], |r| {
+            Ok(Scope::from_columns(r.get(0)?, r.get(1)?, r.get(2)?))
+        })?;
+        Ok(rows.collect::<Result<Vec<_>, _>>()?)
+    }
+
+    /// Deletes a thread with its messages and marks; returns whether it existed.
+    pub fn drop_thread(&self, scope: &Scope) -> Result<bool, MemoryError> {
+        let [user, agent, session] = scope.columns()?;
+        let conn = self.lock();
+        let n = conn.execute(
+            "DELETE FROM memory_threads WHERE user_id = ?1 AND agent_id = ?2 AND session_id = ?3",
+            params![user, agent, session],
+        )?;
+        Ok(n > 0)
+    }
+}
+
+impl Drop for SqliteStore {
+    fn drop(&mut self) {
+        // Folds the WAL back into the main file so that a single file is left at rest. A
+        // failure only leaves the WAL in place, which SQLite replays on the next open.
+        let conn = self.conn.get_mut().unwrap_or_else(PoisonError::into_inner);
+        let _ = conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()));
+    }
+}
+
+fn migrate(conn: &mut Connection) -> Result<(), MemoryError> {
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    tx.execute_batch(
+        "CREATE TABLE IF NOT EXISTS memory_schema (
+           id INTEGER PRIMARY KEY CHECK (id = 1), version INTEGER NOT NULL)",
+    )?;
+    let version: Option<i64> = tx
+        .query_row("SELECT version FROM memory_schema WHERE id = 1", [], |r| {
+            r.get(0)
+        })
+        .optional()?;
+    match version {
+        None => {
+            tx.execute_batch(SCHEMA)?;
+            tx.execute(
+                "INSERT INTO memory_schema (id, version) VALUES (1, ?1)",
+                [SCHEMA_VERSION],
+            )?;
+        }
+        Some(v) if v > SCHEMA_VERSION => {
+            return Err(MemoryError::SchemaVersion {
+                found: v,
+                supported: SCHEMA_VERSION,
+            });
+        }
+        Some(_) => {}
+    }
+    tx.commit()?;
+    Ok(())
+}
+
+/// The thread's `(thread_id, rev)`; created (with `factory`'s clock) when missing and a factory
+/// is given.
+fn thread_row(
+    tx: &Transaction<'_>,
+    scope: &Scope,
+    create_with: Option<&MsgFactory>,
+) -> Result<Option<(i64, i64)>, MemoryError> {
+    let [user, agent, session] = scope.columns()?;
+    let found = tx
+        .prepare_cached(
+            "SELECT thread_id, rev FROM memory_threads
+             WHERE user_id = ?1 AND agent_id = ?2 AND session_id = ?3",
+        )?
+        .query_row(params![user, agent, session], |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })
+        .optional()?;
+    match (found, create_with) {
+        (Some(row), _) => Ok(Some(row)),
+        (None, None) => Ok(None),
+        (None, Some(factory)) => {
+            tx.execute(
+                "INSERT INTO memory_threads (user_id, agent_id, session_id, created_at)
+                 VALUES (?1, ?2, ?3, ?4)",
+                params![user, agent, session, factory.now()],
+            )?;
+            Ok(Some((tx.last_insert_rowid(), 0)))
+        }
+    }
+}
+
+/// The in-memory copy of a thread, valid for `(thread_id, rev)`.
+#[derive(Debug, Default)]
+struct Mirror {
+    thread_id: Option<i64>,
+    rev: i64,
+    state: ThreadState,
+}
+
+impl Mirror {
+    /// Brings the mirror up to date with the committed thread.
+    fn sync(
+        &mut self,
+        tx: &Transaction<'_>,
+        thread: Option<(i64, i64)>,
+        factory: &MsgFactory,
+    ) -> Result<(), MemoryError> {
+        match thread {
+            None => {
+                if self.thread_id.is_some() || self.state.len() > 0 {
+                    *self = Mirror::default();
+                }
+            }
+            Some((id, rev)) => {
+                if self.thread_id != Some(id) || self.rev != rev {
+                    self.state = load_thread(tx, id, factory)?;
+                    self.thread_id = Some(id);
+                    self.rev = rev;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn corrupt(detail: String) -> MemoryError {
+    MemoryError::Storage {
+        detail: format!("corrupt memory row: {detail}"),
+    }
+}
+
+fn load_thread(
+    tx: &Transaction<'_>,
+    thread_id: i64,
+    factory: &MsgFactory,
+) -> Result<ThreadState, MemoryError> {
+    let mut marks: HashMap<String, Vec<String>> = HashMap::new();
+    {
+        let mut stmt = tx.prepare_cached(
+            "SELECT msg_id, mark FROM memory_marks WHERE thread_id = ?1 ORDER BY msg_id, pos",
+        )?;
+        let mut rows = stmt.query([thread_id])?;
+        while let Some(row) = rows.next()? {
+            marks.entry(row.get(0)?).or_default().push(row.get(1)?);
+        }
+    }
+    let mut stmt = tx.prepare_cached(
+        "SELECT msg_id, kind, body FROM memory_messages WHERE thread_id = ?1 ORDER BY seq",
+    )?;
+    let mut rows = stmt.query([thread_id])?;
+    let mut entries = Vec::new();
+    while let Some(row) = rows.next()? {
+        let id: String = row.get(0)?;
+        let kind: String = row.get(1)?;
+        let body: String = row.get(2)?;
+        let value: Value =
+            serde_json::from_str(&body).map_err(|e| corrupt(format!("message {id}: {e}")))?;
+        let object = value
+            .as_object()
+            .ok_or_else(|| corrupt(format!("message {id} is not an object")))?;
+        let msg = factory
+            .from_object(object, kind_from_str(&kind), entries.len())
+            .map_err(|e| corrupt(format!("message {id}: {e}")))?;
+        let marks = marks.remove(&id).unwrap_or_default();
+        entries.push(Entry { msg, marks });
+    }
+    Ok(ThreadState::from_entries(entries))
+}
+
+fn embedding_blob(entry: &Entry) -> Option<Vec<u8>> {
+    entry
+        .msg
+        .embedding()
+        .map(|v| v.iter().flat_map(|x| x.to_le_bytes()).collect())
+}
+
+fn kind_str(kind: MsgKind) -> &'static str {
+    kind.as_str()
+}
+
+fn insert_entries(
+    tx: &Transaction<'_>,
+    thread_id: i64,
+    entries: &[Entry],
+) -> Result<(), MemoryError> {
+    let next: i64 = tx
+        .prepare_cached(
+            "SELECT COALESCE(MAX(seq), 0) + 1 FROM memory_messages WHERE thread_id = ?1",
+        )?
+        .query_row([thread_id], |r| r.get(0))?;
+    let mut insert = tx.prepare_cached(
+        "INSERT INTO memory_messages (thread_id, seq, msg_id, kind, body, embedding)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+    )?;
+    for (seq, entry) in (next..).zip(entries) {
+        let body = serde_json::to_string(&entry.msg).map_err(|e| corrupt(e.to_string()))?;
+        insert.execute(params![
+            thread_id,
+            seq,
+            entry.msg.id(),
+            kind_str(entry.msg.kind()),
+            body,
+            embedding_blob(entry)
+        ])?;
+        insert_marks(tx, thread_id, entry.msg.id(), &entry.marks)?;
+    }
+    Ok(())
+}
+
+fn insert_marks(
+    tx: &Transaction<'_>,
+    thread_id: i64,
+    msg_id: &str,
+    marks: &[String],
+) -> Result<(), MemoryError> {
+    if marks.is_empty() {
+        return Ok(());
+    }
+    let mut insert = tx.prepare_cached(
+        "INSERT INTO memory_marks (thread_id, msg_id, pos, mark) VALUES (?1, ?2, ?3, ?4)",
+    )?;
+    for (pos, mark) in marks.iter().enumerate() {
+        insert.execute(params![thread_id, msg_id, pos as i64, mark])?;
+    }
+    Ok(())
+}
+
+/// Writes `change` (planned against `state`) into the open transaction.
+fn persist(
+    tx: &Transaction<'_>,
+    thread_id: i64,
+    state: &ThreadState,
+    change: &Change,
+) -> Result<(), MemoryError> {
+    let id_at = |i: usize| {
+        state
+            .entries()
+            .get(i)
+            .map(|e| e.msg.id())
+            .ok_or_else(|| corrupt(format!("no message at index {i}")))
+    };
+    match change {
+        Change::Append(entries) => insert_entries(tx, thread_id, entries)?,
+        Change::Replace(entries) => {
+            tx.execute(
+                "DELETE FROM memory_messages WHERE thread_id = ?1",
+                [thread_id],
+            )?;
+            insert_entries(tx, thread_id, entries)?;
+        }
+        Change::Remove(indices) => {
+            let mut delete = tx.prepare_cached(
+                "DELETE FROM memory_messages WHERE thread_id = ?1 AND msg_id = ?2",
+            )?;
+            for &i in indices {
+                delete.execute(params![thread_id, id_at(i)?])?;
+            }
+        }
+        Change::SetMarks(updates) => {
+            let mut clear =
+                tx.prepare_cached("DELETE FROM memory_marks WHERE thread_id = ?1 AND msg_id = ?2")?;
+            for (i, marks) in updates {
+                let id = id_at(*i)?;
+                clear.execute(params![thread_id, id])?;
+                insert_marks(tx, thread_id, id, marks)?;
+            }
+        }
+        Change::SetMessages(updates) => {
+            let mut update = tx.prepare_cached(
+                "UPDATE memory_messages SET body = ?3, embedding = ?4
+                 WHERE thread_id = ?1 AND msg_id = ?2",
+            )?;
+            for (i, msg) in updates {
+                let body = serde_json::to_string(msg).map_err(|e| corrupt(e.to_string()))?;
+                let entry = Entry {
+                    msg: msg.clone(),
+                    marks: Vec::new(),
+                };
+                update.execute(params![thread_id, id_at(*i)?, body, embedding_blob(&entry)])?;
+            }
+        }
+    }
+    tx.execute(
+        "UPDATE memory_threads SET rev = rev + 1 WHERE thread_id = ?1",
+        [thread_id],
+    )?;
+    Ok(())
+}
+
+/// One thread of a [`SqliteStore`]; implements [`Memory`](crate::Memory) with the same
+/// semantics as [`InMemoryMemory`](crate::InMemoryMemory).
+pub struct SqliteMemory {
+    store: Arc<SqliteStore>,
+    scope: Scope,
+    mirror: Mutex<Mirror>,
+}
+
+impl std::fmt::Debug for SqliteMemory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqliteMemory")
+            .field("path", &self.store.path)
+            .field("scope", &self.scope)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SqliteMemory {
+    /// The thread's scope.
+    pub fn scope(&self) -> &Scope {
+        &self.scope
+    }
+
+    /// The store holding the thread.
+    pub fn store(&self) -> &Arc<SqliteStore> {
+        &self.store
+    }
+
+    fn mirror(&self) -> MutexGuard<'_, Mirror> {
+        self.mirror.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl Backend for SqliteMemory {
+    fn factory(&self) -> &MsgFactory {
+        &self.store.factory
+    }
+
+    fn read<R>(&self, f: impl FnOnce(&ThreadState) -> R) -> Result<R, MemoryError> {
+        let mut conn = self.store.lock();
+        let tx = conn.transaction()?;
+        let thread = thread_row(&tx, &self.scope, None)?;
+        let mut mirror = self.mirror();
+        mirror.sync(&tx, thread, &self.store.factory)?;
+        tx.commit()?;
+        drop(conn);
+        Ok(f(&mirror.state))
+    }
+
+    fn write<R>(
+        &self,
+        f: impl FnOnce(&ThreadState) -> Result<(Option<Change>, R), MemoryError>,
+    ) -> Result<R, MemoryError> {
+        let mut conn = self.store.lock();
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let Some((thread_id, rev)) = thread_row(&tx, &self.scope, Some(&self.store.factory))?
+        else {
+            return Err(corrupt("the thread could not be created".into()));
+        };
+        let mut mirror = self.mirror();
+        mirror.sync(&tx, Some((thread_id, rev)), &self.store.factory)?;
+        let (change, result) = f(&mirror.state)?;
+        if let Some(change) = change {
+            persist(&tx, thread_id, &mirror.state, &change)?;
+            tx.commit()?;
+            mirror.state.apply(change);
+            mirror.rev = rev + 1;
+        } else {
+            tx.commit()?;
+        }
+        Ok(result)
+    }
+}
+
+impl_memory_for_backend!(SqliteMemory);

@@ -1,0 +1,136 @@
+//! Token counting and token-budgeted recall (spec/memory.md §8).
+
+use mnemon_types::Msg;
+use serde::Serialize;
+
+/// Counts the tokens of a text.
+pub trait Tokenizer: Send + Sync {
+    /// The tokenizer's name, e.g. `cl100k_base`.
+    fn name(&self) -> &str;
+
+    /// The number of tokens in `text`.
+    fn count(&self, text: &str) -> usize;
+}
+
+/// Counts `split_whitespace` pieces: a rough fallback that needs no vocabulary.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct WhitespaceTokenizer;
+
+impl Tokenizer for WhitespaceTokenizer {
+    fn name(&self) -> &str {
+        "whitespace"
+    }
+
+    fn count(&self, text: &str) -> usize {
+        text.split_whitespace().count()
+    }
+}
+
+/// OpenAI's `cl100k_base` encoding, compiled in, so it works offline. Special-token strings
+/// count as ordinary text.
+#[cfg(feature = "tiktoken")]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Cl100kTokenizer;
+
+#[cfg(feature = "tiktoken")]
+impl Tokenizer for Cl100kTokenizer {
+    fn name(&self) -> &str {
+        "cl100k_base"
+    }
+
+    fn count(&self, text: &str) -> usize {
+        tiktoken_rs::cl100k_base_singleton()
+            .encode_ordinary(text)
+            .len()
+    }
+}
+
+/// Options of [`Memory::recall_within_budget`](crate::Memory::recall_within_budget).
+#[derive(Debug, Clone, Default)]
+pub struct BudgetOptions {
+    /// Tokens added to every message's count (chat formats add a few per message).
+    pub per_message_overhead: usize,
+    /// Consider only messages carrying this mark.
+    pub mark: Option<String>,
+    /// Leave out messages carrying this mark.
+    pub exclude_mark: Option<String>,
+}
+
+/// The result of a budgeted recall: a contiguous tail of the candidates, oldest first.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct BudgetRecall {
+    /// The messages, oldest first.
+    pub messages: Vec<Msg>,
+    /// Each message's cost (tokens of `to_str` plus the overhead), aligned with `messages`.
+    pub counts: Vec<usize>,
+    /// The sum of `counts`; never above the budget.
+    pub total: usize,
+}
+
+/// Walks `candidates` from newest to oldest, keeping messages while the total fits `budget`
+/// and stopping at the first that does not.
+pub(crate) fn recall_tail(
+    mut candidates: Vec<Msg>,
+    budget: usize,
+    tokenizer: &dyn Tokenizer,
+    overhead: usize,
+) -> BudgetRecall {
+    let mut counts = Vec::new();
+    let mut total = 0usize;
+    for msg in candidates.iter().rev() {
+        let cost = tokenizer.count(&msg.to_str()).saturating_add(overhead);
+        match total.checked_add(cost) {
+            Some(next) if next <= budget => {
+                total = next;
+                counts.push(cost);
+            }
+            _ => break,
+        }
+    }
+    counts.reverse();
+    let start = candidates.len() - counts.len();
+    let messages = candidates.split_off(start);
+    BudgetRecall {
+        messages,
+        counts,
+        total,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::test_factory;
+
+    #[test]
+    fn whitespace_counts() {
+        assert_eq!(WhitespaceTokenizer.count("  a b\tc\n"), 3);
+        assert_eq!(WhitespaceTokenizer.count(""), 0);
+    }
+
+    #[cfg(feature = "tiktoken")]
+    #[test]
+    fn cl100k_counts_special_tokens_as_text() {
+        assert_eq!(Cl100kTokenizer.count("hello world"), 2);
+        assert!(Cl100kTokenizer.count("<|endoftext|>") > 1);
+    }
+
+    #[test]
+    fn tail_stops_at_first_misfit() {
+        let f = test_factory();
+        let msgs: Vec<Msg> = ["a b c d e", "a", "a b"]
+            .iter()
+            .map(|t| f.msg("n", *t).build().unwrap())
+            .collect();
+        // to_str adds "n:" as one more whitespace token.
+        let r = recall_tail(msgs.clone(), 5, &WhitespaceTokenizer, 0);
+        assert_eq!(r.counts, vec![2, 3]);
+        assert_eq!(r.total, 5);
+        assert_eq!(r.messages, msgs[1..].to_vec());
+        assert!(
+            recall_tail(msgs, 2, &WhitespaceTokenizer, 0)
+                .messages
+                .is_empty()
+        );
+    }
+}

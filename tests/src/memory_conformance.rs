@@ -1,0 +1,929 @@
+//! The conformance suite of the [`Memory`] trait (spec/memory.md §11), run against every
+//! implementation.
+//!
+//! Each check is a function taking a *maker* that returns a fresh, empty memory whose factory
+//! uses [`SequentialIds`] and a fixed clock (see [`test_factory`]). Use
+//! [`memory_conformance_tests!`](crate::memory_conformance_tests) to turn every check into a
+//! `#[test]` for one implementation.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::missing_panics_doc)]
+
+use std::sync::Arc;
+
+use mnemon_memory::{
+    AddOptions, BudgetOptions, DeleteByIdReport, ExportOptions, ExportTarget, Exported,
+    HashEmbedder, LoadSource, Memory, MemoryError, MemoryQuery, Metric, MsgInput, RetrievalQuery,
+    RetrieveOptions, WhitespaceTokenizer,
+};
+use mnemon_types::msg::{FixedClock, SequentialIds, serialize, serialize_list};
+use mnemon_types::{Msg, MsgFactory};
+use serde_json::{Value, json};
+
+use crate::fixture;
+
+/// Makes a fresh, empty memory.
+pub type Maker<'a> = &'a dyn Fn() -> Box<dyn Memory>;
+
+/// The factory every maker should give its memories: ids `…01`, `…02`, … and a fixed clock.
+pub fn test_factory() -> MsgFactory {
+    MsgFactory::new(
+        Arc::new(SequentialIds::new()),
+        Arc::new(FixedClock::new("2024-03-05 08:30:00")),
+    )
+}
+
+/// `memory_cases.json`.
+pub fn cases() -> Value {
+    let text = std::fs::read_to_string(fixture("agentscope/memory_cases.json")).unwrap();
+    serde_json::from_str(&text).unwrap()
+}
+
+fn v004_text() -> String {
+    std::fs::read_to_string(fixture("agentscope/export_v004.json")).unwrap()
+}
+
+fn ids(messages: &[Msg]) -> Vec<String> {
+    messages.iter().map(|m| m.id().to_owned()).collect()
+}
+
+fn json_ids(value: &Value) -> Vec<String> {
+    value
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap().to_owned())
+        .collect()
+}
+
+fn all(memory: &dyn Memory) -> Vec<Msg> {
+    memory.get_memory(&MemoryQuery::default()).unwrap()
+}
+
+fn export_text(memory: &dyn Memory) -> String {
+    match memory
+        .export(ExportTarget::Json, &ExportOptions::default())
+        .unwrap()
+    {
+        Exported::Json(text) => text,
+        other => panic!("expected JSON text, got {other:?}"),
+    }
+}
+
+/// Check 1: the 8 constructed messages, then `delete([5])`.
+fn build(memory: &dyn Memory) {
+    let cases = cases();
+    let items: Vec<MsgInput> = cases["messages_constructed"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .cloned()
+        .map(MsgInput::from)
+        .collect();
+    let report = memory.add(items).unwrap();
+    assert_eq!(report.added, 8);
+    assert_eq!(memory.size().unwrap(), 8);
+    let report = memory.delete(&[5]).unwrap();
+    assert_eq!(report.deleted, vec![5]);
+    assert_eq!(
+        report.deleted_ids,
+        vec![cases["deleted_id"].as_str().unwrap()]
+    );
+    assert!(report.skipped_invalid.is_empty());
+}
+
+/// Check 1.
+pub fn build_and_delete(make: Maker<'_>) {
+    let memory = make();
+    build(memory.as_ref());
+    assert_eq!(
+        ids(&all(memory.as_ref())),
+        json_ids(&cases()["ids_after_delete"])
+    );
+}
+
+/// Check 2: the export equals `export_v004.json`, byte for byte.
+pub fn export_matches_v004(make: Maker<'_>) {
+    let memory = make();
+    build(memory.as_ref());
+    let text = export_text(memory.as_ref());
+    let expected = v004_text();
+    assert_eq!(
+        serde_json::from_str::<Value>(&text).unwrap(),
+        serde_json::from_str::<Value>(&expected).unwrap()
+    );
+    assert_eq!(text, expected);
+}
+
+/// Check 3: loading `export_v004.json` from a path and from JSON text.
+pub fn load_v004(make: Maker<'_>) {
+    let reference = make();
+    build(reference.as_ref());
+    let expected = all(reference.as_ref());
+    for source in [
+        LoadSource::Path(fixture("agentscope/export_v004.json")),
+        LoadSource::Json(v004_text()),
+    ] {
+        let memory = make();
+        let report = memory.load(source, false).unwrap();
+        assert_eq!(report.added, 7);
+        assert_eq!(all(memory.as_ref()), expected);
+        assert_eq!(export_text(memory.as_ref()), v004_text());
+    }
+}
+
+/// Check 4: every `get_memory` case (and DEV-1: `recent_n=0` gives nothing).
+pub fn get_memory_cases(make: Maker<'_>) {
+    let memory = make();
+    build(memory.as_ref());
+    let by_role = |_: usize, m: &Msg| m.role() == "user";
+    let by_name = |_: usize, m: &Msg| m.name() == "Harbourmaster";
+    let even = |i: usize, _: &Msg| i % 2 == 0;
+    let embedded = |_: usize, m: &Msg| m.extra("embedding").is_some();
+    let cases = cases();
+    for case in cases["get_memory"].as_array().unwrap() {
+        let call = case["call"].as_str().unwrap();
+        let query = match call {
+            "get_memory(recent_n=3)" => MemoryQuery {
+                recent_n: Some(3),
+                ..MemoryQuery::default()
+            },
+            "get_memory()" => MemoryQuery::default(),
+            "get_memory(filter_func=lambda i, m: m['role'] == 'user')" => MemoryQuery {
+                filter: Some(&by_role),
+                ..MemoryQuery::default()
+            },
+            "get_memory(filter_func=lambda i, m: m['name'] == 'Harbourmaster')" => MemoryQuery {
+                filter: Some(&by_name),
+                ..MemoryQuery::default()
+            },
+            "get_memory(filter_func=lambda i, m: i % 2 == 0)" => MemoryQuery {
+                filter: Some(&even),
+                ..MemoryQuery::default()
+            },
+            "get_memory(recent_n=4, filter_func=lambda i, m: i % 2 == 0)" => MemoryQuery {
+                recent_n: Some(4),
+                filter: Some(&even),
+                ..MemoryQuery::default()
+            },
+            "get_memory(filter_func=lambda i, m: 'embedding' in m)" => MemoryQuery {
+                filter: Some(&embedded),
+                ..MemoryQuery::default()
+            },
+            "get_memory(recent_n=10)" => MemoryQuery {
+                recent_n: Some(10),
+                ..MemoryQuery::default()
+            },
+            "get_memory(recent_n=0)" => {
+                let got = memory
+                    .get_memory(&MemoryQuery {
+                        recent_n: Some(0),
+                        ..MemoryQuery::default()
+                    })
+                    .unwrap();
+                assert!(got.is_empty(), "DEV-1: recent_n=0 returns nothing");
+                continue;
+            }
+            other => panic!("untranslated case {other}"),
+        };
+        let got = memory.get_memory(&query).unwrap();
+        assert_eq!(ids(&got), json_ids(&case["ids"]), "{call}");
+    }
+}
+
+fn expect_results(got: &[mnemon_memory::Retrieved], expected: &Value) {
+    let expected = expected.as_array().unwrap();
+    assert_eq!(got.len(), expected.len());
+    for (g, e) in got.iter().zip(expected) {
+        let score = e[0].as_f64().unwrap();
+        assert!((g.score - score).abs() < 1e-6, "{} vs {score}", g.score);
+        assert_eq!(g.index, usize::try_from(e[1].as_u64().unwrap()).unwrap());
+        assert_eq!(g.message.id(), e[2].as_str().unwrap());
+    }
+}
+
+fn check_fixture_retrieval(memory: &dyn Memory) {
+    let cases = cases();
+    let r = &cases["retrieve_by_embedding"];
+    let query: Vec<f32> = r["query"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_f64().unwrap() as f32)
+        .collect();
+    for (top_k, preserve_order, key) in [
+        (Some(2), true, "top_k_2_preserve_order_True"),
+        (Some(2), false, "top_k_2_preserve_order_False"),
+        (None, false, "top_k_None_preserve_order_False"),
+    ] {
+        let options = RetrieveOptions {
+            top_k,
+            preserve_order,
+            ..RetrieveOptions::default()
+        };
+        let got = memory
+            .retrieve_by_embedding(RetrievalQuery::Vector(query.clone()), &options, None)
+            .unwrap();
+        expect_results(&got, &r[key]);
+    }
+}
+
+/// Check 5: `MissingEmbedding` on the full memory; the fixture scores on the embedded ones,
+/// built from the constructed messages and from both exports.
+pub fn retrieval_matches_fixture(make: Maker<'_>) {
+    let full = make();
+    build(full.as_ref());
+    let err = full
+        .retrieve_by_embedding(
+            RetrievalQuery::Vector(vec![0.2, -0.4, 0.5, 0.7]),
+            &RetrieveOptions::default(),
+            None,
+        )
+        .unwrap_err();
+    assert_eq!(
+        err,
+        MemoryError::MissingEmbedding {
+            id: "a0000000000000000000000000000001".into(),
+            missing: 4
+        }
+    );
+    let has_embedding = |_: usize, m: &Msg| m.extra("embedding").is_some();
+    let only_embedded = MemoryQuery {
+        filter: Some(&has_embedding),
+        ..MemoryQuery::default()
+    };
+    for source in [
+        None,
+        Some(LoadSource::Path(fixture("agentscope/export_v004.json"))),
+        Some(LoadSource::Path(fixture("agentscope/export_v016.json"))),
+    ] {
+        let origin = make();
+        match source {
+            None => build(origin.as_ref()),
+            Some(source) => {
+                origin.load(source, false).unwrap();
+            }
+        }
+        let embedded = origin.get_memory(&only_embedded).unwrap();
+        assert_eq!(
+            ids(&embedded),
+            json_ids(&cases()["retrieve_by_embedding"]["embedded_memory_ids"])
+        );
+        let memory = make();
+        memory
+            .add(embedded.into_iter().map(MsgInput::from).collect())
+            .unwrap();
+        check_fixture_retrieval(memory.as_ref());
+    }
+}
+
+/// Checks 6 and 7: stored messages serialize to the fixture's bytes and deserialize back.
+pub fn serialize_matches_fixture(make: Maker<'_>) {
+    let memory = make();
+    build(memory.as_ref());
+    let stored = all(memory.as_ref());
+    let cases = cases();
+    for case in cases["serialize"]["msg_serialize"].as_array().unwrap() {
+        let msg = stored
+            .iter()
+            .find(|m| m.id() == case["id"].as_str().unwrap())
+            .unwrap();
+        assert_eq!(serialize(msg), case["output"].as_str().unwrap());
+    }
+    let list = cases["serialize"]["module_serialize_list"]["output"]
+        .as_str()
+        .unwrap();
+    assert_eq!(serialize_list(&stored), list);
+    let other = make();
+    other
+        .load(LoadSource::Json(list.to_owned()), false)
+        .unwrap();
+    assert_eq!(all(other.as_ref()), stored);
+}
+
+/// Check 8: `to_str` and `render`.
+pub fn to_str_matches_fixture(make: Maker<'_>) {
+    let memory = make();
+    build(memory.as_ref());
+    let stored = all(memory.as_ref());
+    let cases = cases();
+    for case in cases["serialize"]["to_str"].as_array().unwrap() {
+        let msg = stored
+            .iter()
+            .find(|m| m.id() == case["id"].as_str().unwrap())
+            .unwrap();
+        if msg.content().is_string() {
+            assert_eq!(msg.to_str(), case["output"].as_str().unwrap());
+        } else {
+            assert_eq!(
+                msg.to_str(),
+                r#"Harbourmaster: {"ferry":"running","departures":["09:30","13:00"],"delayed":false,"note":"quai n°2"}"#
+            );
+        }
+    }
+    let rendered = memory
+        .render(&MemoryQuery {
+            recent_n: Some(2),
+            ..MemoryQuery::default()
+        })
+        .unwrap();
+    assert_eq!(
+        rendered,
+        format!("{}\n{}", stored[5].to_str(), stored[6].to_str())
+    );
+}
+
+/// Check 9: loading the 0.1.x export.
+pub fn load_v016(make: Maker<'_>) {
+    let reference = make();
+    build(reference.as_ref());
+    let v004 = all(reference.as_ref());
+    let memory = make();
+    let report = memory
+        .load(
+            LoadSource::Path(fixture("agentscope/export_v016.json")),
+            false,
+        )
+        .unwrap();
+    assert_eq!(report.added, 7);
+    let v016 = all(memory.as_ref());
+    for (new, old) in v016.iter().zip(&v004) {
+        assert_eq!(
+            (new.id(), new.name(), new.role(), new.timestamp()),
+            (old.id(), old.name(), old.role(), old.timestamp())
+        );
+        assert_eq!(new.url(), None);
+        assert_eq!(new.extra("metadata"), None);
+        assert_eq!(new.extra("embedding"), old.extra("embedding"));
+        match &new.id()[30..] {
+            "02" | "08" => assert!(new.content().is_array()),
+            "05" => assert!(new.content().is_string()),
+            _ => assert_eq!(new.content(), old.content()),
+        }
+    }
+}
+
+/// Check 10: token counts and budgets (§8).
+pub fn token_budgets(make: Maker<'_>) {
+    let memory = make();
+    build(memory.as_ref());
+    let suffixes = ["01", "02", "03", "04", "05", "07", "08"];
+    let whitespace = [11, 14, 11, 8, 3, 11, 14];
+    let all_ws = memory
+        .recall_within_budget(usize::MAX, &WhitespaceTokenizer, &BudgetOptions::default())
+        .unwrap();
+    assert_eq!(all_ws.counts, whitespace);
+    assert_eq!(all_ws.total, whitespace.iter().sum::<usize>());
+    assert_eq!(all_ws.messages.len(), suffixes.len());
+    {
+        let cl100k = mnemon_memory::Cl100kTokenizer;
+        let counts = [17, 19, 14, 29, 34, 23, 22];
+        let full = memory
+            .recall_within_budget(158, &cl100k, &BudgetOptions::default())
+            .unwrap();
+        assert_eq!(full.counts, counts);
+        assert_eq!(full.messages.len(), 7);
+        for (budget, expected) in [
+            (79, vec!["05", "07", "08"]),
+            (78, vec!["07", "08"]),
+            (21, vec![]),
+        ] {
+            let got = memory
+                .recall_within_budget(budget, &cl100k, &BudgetOptions::default())
+                .unwrap();
+            let got: Vec<&str> = got.messages.iter().map(|m| &m.id()[30..]).collect();
+            assert_eq!(got, expected, "budget {budget}");
+        }
+    }
+    // The overhead counts once per message.
+    let with_overhead = memory
+        .recall_within_budget(
+            14 + 3,
+            &WhitespaceTokenizer,
+            &BudgetOptions {
+                per_message_overhead: 3,
+                ..BudgetOptions::default()
+            },
+        )
+        .unwrap();
+    assert_eq!(with_overhead.counts, vec![17]);
+}
+
+/// Duplicate ids are skipped, against the memory and within a batch (DEV-4, DEV-5).
+pub fn dedupe(make: Maker<'_>) {
+    let memory = make();
+    let m = |id: &str| json!({"id": id, "name": "n", "content": id});
+    let report = memory
+        .add(vec![m("a").into(), m("b").into(), m("a").into()])
+        .unwrap();
+    assert_eq!(report.added, 2);
+    assert_eq!(report.skipped_duplicates, vec!["a"]);
+    let report = memory.add(vec![m("b").into(), m("c").into()]).unwrap();
+    assert_eq!(report.added, 1);
+    assert_eq!(report.skipped_duplicates, vec!["b"]);
+    assert_eq!(ids(&all(memory.as_ref())), vec!["a", "b", "c"]);
+    // Missing ids and timestamps come from the factory.
+    memory
+        .add(vec![json!({"name": "x", "content": null}).into()])
+        .unwrap();
+    let last = all(memory.as_ref()).pop().unwrap();
+    assert_eq!(last.id(), "00000000000000000000000000000001");
+    assert_eq!(last.timestamp(), "2024-03-05 08:30:00");
+    assert_eq!(last.role(), "assistant");
+}
+
+/// Bad input gives a typed error and leaves the memory exactly as it was.
+pub fn bad_input_changes_nothing(make: Maker<'_>) {
+    let memory = make();
+    build(memory.as_ref());
+    let before = export_text(memory.as_ref());
+    let ok = json!({"id": "new", "name": "n", "content": "c"});
+    let cases: Vec<(Vec<MsgInput>, MemoryError)> = vec![
+        (
+            vec![ok.clone().into(), json!({"content": 1}).into()],
+            MemoryError::MissingField {
+                p: 1,
+                field: "name".into(),
+            },
+        ),
+        (
+            vec![ok.clone().into(), json!({"name": "n"}).into()],
+            MemoryError::MissingField {
+                p: 1,
+                field: "content".into(),
+            },
+        ),
+        (
+            vec![ok.clone().into(), json!(5).into()],
+            MemoryError::NotAnObject { p: 1 },
+        ),
+        (
+            vec![ok.clone().into(), json!({"__type": "Foo"}).into()],
+            MemoryError::UnknownType { name: "Foo".into() },
+        ),
+    ];
+    for (items, expected) in cases {
+        assert_eq!(memory.add(items).unwrap_err(), expected);
+        assert_eq!(export_text(memory.as_ref()), before);
+    }
+    let bad_mark = memory.add_with(
+        vec![ok.clone().into()],
+        &AddOptions {
+            marks: vec![String::new()],
+        },
+    );
+    assert!(matches!(bad_mark, Err(MemoryError::InvalidMark { .. })));
+    for (text, overwrite) in [
+        ("5", true),
+        ("[{\"name\": \"n\", \"content\": 1}, 3]", true),
+        (
+            "[{\"name\": \"n\", \"content\": 1}, {\"__type\": \"Nope\"}]",
+            true,
+        ),
+        ("{\"name\": ", true),
+        (
+            "[{\"name\": \"n\", \"content\": 1, \"embedding\": []}]",
+            false,
+        ),
+    ] {
+        assert!(
+            memory
+                .load(LoadSource::Json(text.into()), overwrite)
+                .is_err(),
+            "{text}"
+        );
+        assert_eq!(export_text(memory.as_ref()), before, "{text}");
+    }
+    assert!(matches!(
+        memory.load(LoadSource::Json("5".into()), true),
+        Err(MemoryError::InvalidFormat { .. })
+    ));
+    assert!(matches!(
+        memory.load(LoadSource::Path("/nonexistent/x.json".into()), true),
+        Err(MemoryError::Io { .. })
+    ));
+    // Invalid indices are reported, never an error.
+    let report = memory.delete(&[100, 7]).unwrap();
+    assert!(report.deleted.is_empty());
+    assert_eq!(report.skipped_invalid, vec![7, 100]);
+    assert_eq!(export_text(memory.as_ref()), before);
+    let empty = make();
+    assert_eq!(empty.delete(&[0]).unwrap().skipped_invalid, vec![0]);
+}
+
+/// Deletion by several indices, by id and by mark.
+pub fn delete_variants(make: Maker<'_>) {
+    let memory = make();
+    build(memory.as_ref());
+    let report = memory.delete(&[5, 0, 5, 9]).unwrap();
+    assert_eq!(report.deleted, vec![0, 5]);
+    assert_eq!(
+        report.deleted_ids,
+        vec![
+            "a0000000000000000000000000000001",
+            "a0000000000000000000000000000007"
+        ]
+    );
+    assert_eq!(report.skipped_invalid, vec![9]);
+    let report = memory
+        .delete_by_id(&[
+            "a0000000000000000000000000000008",
+            "zz",
+            "a0000000000000000000000000000002",
+            "zz",
+        ])
+        .unwrap();
+    assert_eq!(
+        report,
+        DeleteByIdReport {
+            deleted: vec![
+                "a0000000000000000000000000000002".into(),
+                "a0000000000000000000000000000008".into()
+            ],
+            not_found: vec!["zz".into()],
+        }
+    );
+    assert_eq!(memory.size().unwrap(), 3);
+    memory.clear().unwrap();
+    assert_eq!(memory.size().unwrap(), 0);
+    assert_eq!(export_text(memory.as_ref()), "[]");
+}
+
+/// Load with overwrite replaces; without, appends with dedupe.
+pub fn load_overwrite(make: Maker<'_>) {
+    let memory = make();
+    memory
+        .add(vec![json!({"id": "x", "name": "n", "content": 1}).into()])
+        .unwrap();
+    memory.mark(&["x"], "keep").unwrap();
+    let report = memory
+        .load(
+            LoadSource::Path(fixture("agentscope/export_v004.json")),
+            false,
+        )
+        .unwrap();
+    assert_eq!(report.added, 7);
+    assert_eq!(memory.size().unwrap(), 8);
+    let report = memory
+        .load(
+            LoadSource::Path(fixture("agentscope/export_v004.json")),
+            false,
+        )
+        .unwrap();
+    assert_eq!((report.added, report.skipped_duplicates.len()), (0, 7));
+    let report = memory.load(LoadSource::Json(v004_text()), true).unwrap();
+    assert_eq!(report.added, 7);
+    assert_eq!(memory.size().unwrap(), 7);
+    assert_eq!(memory.marks_of("x").unwrap(), None);
+    let messages = all(memory.as_ref());
+    memory
+        .load(LoadSource::Messages(messages.clone()), true)
+        .unwrap();
+    assert_eq!(all(memory.as_ref()), messages);
+    let bom = format!("\u{feff}{}", v004_text());
+    memory.load(LoadSource::Json(bom), true).unwrap();
+    assert_eq!(all(memory.as_ref()), messages);
+}
+
+/// Marks: add_with, mark, unmark, marks_of, delete_by_mark, filters and export.
+pub fn marks(make: Maker<'_>) {
+    let memory = make();
+    build(memory.as_ref());
+    let a = "a0000000000000000000000000000001";
+    let b = "a0000000000000000000000000000004";
+    assert_eq!(memory.mark(&[a, b, a, "none"], "pin").unwrap(), 2);
+    assert_eq!(memory.mark(&[a], "pin").unwrap(), 0);
+    assert_eq!(memory.mark(&[a], "z").unwrap(), 1);
+    assert_eq!(
+        memory.marks_of(a).unwrap(),
+        Some(vec!["pin".into(), "z".into()])
+    );
+    assert_eq!(memory.marks_of("none").unwrap(), None);
+    memory
+        .add_with(
+            vec![json!({"id": "m1", "name": "n", "content": "c"}).into()],
+            &AddOptions {
+                marks: vec!["fresh".into(), "pin".into()],
+            },
+        )
+        .unwrap();
+    let pinned = memory
+        .get_memory(&MemoryQuery {
+            mark: Some("pin"),
+            ..MemoryQuery::default()
+        })
+        .unwrap();
+    assert_eq!(ids(&pinned), vec![a, b, "m1"]);
+    let unpinned = memory
+        .get_memory(&MemoryQuery {
+            exclude_mark: Some("pin"),
+            recent_n: Some(2),
+            ..MemoryQuery::default()
+        })
+        .unwrap();
+    assert_eq!(
+        ids(&unpinned),
+        vec![
+            "a0000000000000000000000000000007",
+            "a0000000000000000000000000000008"
+        ]
+    );
+    // Marks never show in text forms or the default export; include_marks writes them.
+    let plain = export_text(memory.as_ref());
+    assert!(!plain.contains("__marks"));
+    let Exported::Json(with_marks) = memory
+        .export(
+            ExportTarget::Json,
+            &ExportOptions {
+                include_marks: true,
+            },
+        )
+        .unwrap()
+    else {
+        panic!("JSON expected")
+    };
+    let other = make();
+    other.load(LoadSource::Json(with_marks), false).unwrap();
+    assert_eq!(
+        other.marks_of(a).unwrap(),
+        Some(vec!["pin".into(), "z".into()])
+    );
+    assert_eq!(
+        other.marks_of("m1").unwrap(),
+        Some(vec!["fresh".into(), "pin".into()])
+    );
+    assert_eq!(all(other.as_ref()), all(memory.as_ref()));
+    // Unmark some, then all.
+    assert_eq!(memory.unmark(Some(&[a]), "pin").unwrap(), 1);
+    assert_eq!(memory.unmark(None, "pin").unwrap(), 2);
+    assert_eq!(memory.marks_of(a).unwrap(), Some(vec!["z".into()]));
+    let report = memory.delete_by_mark("fresh").unwrap();
+    assert_eq!(report.deleted, vec!["m1"]);
+    assert!(matches!(
+        memory.mark(&[a], ""),
+        Err(MemoryError::InvalidMark { .. })
+    ));
+    // Retrieval and budgets honour marks.
+    let got = memory
+        .retrieve_by_embedding(
+            RetrievalQuery::Vector(vec![0.2, -0.4, 0.5, 0.7]),
+            &RetrieveOptions {
+                mark: Some("z".into()),
+                top_k: None,
+                ..RetrieveOptions::default()
+            },
+            None,
+        )
+        .unwrap_err();
+    assert!(matches!(
+        got,
+        MemoryError::MissingEmbedding { missing: 1, .. }
+    ));
+    let recall = memory
+        .recall_within_budget(
+            1000,
+            &WhitespaceTokenizer,
+            &BudgetOptions {
+                mark: Some("z".into()),
+                ..BudgetOptions::default()
+            },
+        )
+        .unwrap();
+    assert_eq!(ids(&recall.messages), vec![a]);
+}
+
+/// Export to a file, then load it back.
+pub fn export_file_round_trip(make: Maker<'_>) {
+    let memory = make();
+    build(memory.as_ref());
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("export.json");
+    let exported = memory
+        .export(ExportTarget::File(path.clone()), &ExportOptions::default())
+        .unwrap();
+    assert_eq!(
+        exported,
+        Exported::File {
+            path: path.clone(),
+            count: 7
+        }
+    );
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), v004_text());
+    let other = make();
+    other.load(LoadSource::Path(path), false).unwrap();
+    assert_eq!(all(other.as_ref()), all(memory.as_ref()));
+    let Exported::Messages(messages) = memory
+        .export(ExportTarget::Messages, &ExportOptions::default())
+        .unwrap()
+    else {
+        panic!("messages expected")
+    };
+    assert_eq!(messages, all(memory.as_ref()));
+}
+
+/// Retrieval options, metrics, errors and the embedder path.
+pub fn retrieval_behaviour(make: Maker<'_>) {
+    let memory = make();
+    let m = |id: &str, e: Value| json!({"id": id, "name": "n", "content": id, "embedding": e});
+    memory
+        .add(vec![
+            m("a", json!([1.0, 0.0])).into(),
+            m("b", json!([0.0, 1.0])).into(),
+            m("c", json!([1.0, 0.0])).into(),
+            m("d", json!([0.0, 0.0])).into(),
+        ])
+        .unwrap();
+    let run = |query: Vec<f32>, options: RetrieveOptions| -> Vec<(String, f64)> {
+        memory
+            .retrieve_by_embedding(RetrievalQuery::Vector(query), &options, None)
+            .unwrap()
+            .into_iter()
+            .map(|r| (r.message.id().to_owned(), r.score))
+            .collect()
+    };
+    let top_all = RetrieveOptions {
+        top_k: None,
+        preserve_order: false,
+        ..RetrieveOptions::default()
+    };
+    // Ties keep the lower index first; a zero vector scores 0 under cosine.
+    let got = run(vec![2.0, 0.0], top_all.clone());
+    assert_eq!(
+        got,
+        vec![
+            ("a".into(), 1.0),
+            ("c".into(), 1.0),
+            ("b".into(), 0.0),
+            ("d".into(), 0.0)
+        ]
+    );
+    let got = run(
+        vec![2.0, 0.0],
+        RetrieveOptions {
+            metric: Metric::Dot,
+            ..top_all.clone()
+        },
+    );
+    assert_eq!(got[0], ("a".into(), 2.0));
+    let got = run(
+        vec![0.0, 1.0],
+        RetrieveOptions {
+            metric: Metric::NegEuclidean,
+            top_k: Some(2),
+            preserve_order: false,
+            ..RetrieveOptions::default()
+        },
+    );
+    assert_eq!(got[0], ("b".into(), -0.0));
+    assert_eq!(got[1].0, "d");
+    assert!((got[1].1 + 1.0).abs() < 1e-12);
+    let got = run(
+        vec![1.0, 1.0],
+        RetrieveOptions {
+            metric: Metric::Custom(Arc::new(|_, e| -f64::from(e[1]))),
+            ..top_all.clone()
+        },
+    );
+    assert_eq!(got[0].0, "a");
+    assert_eq!(got.last().unwrap().0, "b");
+    assert!(
+        run(
+            vec![1.0, 0.0],
+            RetrieveOptions {
+                top_k: Some(0),
+                ..RetrieveOptions::default()
+            }
+        )
+        .is_empty()
+    );
+    assert_eq!(run(vec![0.0, 1.0], RetrieveOptions::default())[0].0, "b");
+    let err = memory
+        .retrieve_by_embedding(
+            RetrievalQuery::Vector(vec![1.0, 0.0, 0.0]),
+            &RetrieveOptions::default(),
+            None,
+        )
+        .unwrap_err();
+    assert_eq!(
+        err,
+        MemoryError::DimensionMismatch {
+            id: "a".into(),
+            expected: 3,
+            found: 2
+        }
+    );
+    let err = memory
+        .retrieve_by_embedding(
+            RetrievalQuery::Vector(vec![]),
+            &RetrieveOptions::default(),
+            None,
+        )
+        .unwrap_err();
+    assert!(matches!(err, MemoryError::InvalidQuery { .. }));
+    let err = memory
+        .retrieve_by_embedding(
+            RetrievalQuery::Text("ferry".into()),
+            &RetrieveOptions::default(),
+            None,
+        )
+        .unwrap_err();
+    assert_eq!(err, MemoryError::QueryNeedsEmbedder);
+    assert_eq!(memory.get_embeddings(None).unwrap().len(), 4);
+}
+
+/// Missing embeddings are embedded with the content text and stored.
+pub fn embedder_fills_missing(make: Maker<'_>) {
+    let memory = make();
+    memory
+        .add(vec![
+            json!({"id": "a", "name": "Mara", "content": "the morning ferry"}).into(),
+            json!({"id": "b", "name": "Kenji", "content": "last boat to the island"}).into(),
+            json!({"id": "c", "name": "x", "content": {"k": 1}}).into(),
+        ])
+        .unwrap();
+    assert!(matches!(
+        memory.get_embeddings(None),
+        Err(MemoryError::MissingEmbedding { missing: 3, .. })
+    ));
+    let embedder = HashEmbedder::new(32);
+    let got = memory
+        .retrieve_by_embedding(
+            RetrievalQuery::Text("Island boat".into()),
+            &RetrieveOptions::default(),
+            Some(&embedder),
+        )
+        .unwrap();
+    assert_eq!(got[0].message.id(), "b");
+    let embeddings = memory.get_embeddings(None).unwrap();
+    assert_eq!(embeddings.len(), 3);
+    use mnemon_types::Embedder as _;
+    let direct = embedder
+        .embed(&["the morning ferry", "last boat to the island", "{\"k\":1}"])
+        .unwrap();
+    assert_eq!(embeddings, direct);
+    // The stored embedding is the f32's shortest decimal.
+    let first = all(memory.as_ref()).remove(0);
+    assert_eq!(first.embedding().unwrap(), direct[0]);
+    // A message query uses its embedding.
+    let got = memory
+        .retrieve_by_embedding(
+            RetrievalQuery::Message(first),
+            &RetrieveOptions::default(),
+            None,
+        )
+        .unwrap();
+    assert_eq!(got[0].message.id(), "a");
+}
+
+/// Runs every check (for callers that prefer one test).
+pub fn run_all(make: Maker<'_>) {
+    for (name, check) in CHECKS {
+        eprintln!("memory conformance: {name}");
+        check(make);
+    }
+}
+
+/// One conformance check.
+pub type Check = fn(Maker<'_>);
+
+/// Every check, by name.
+pub const CHECKS: &[(&str, Check)] = &[
+    ("build_and_delete", build_and_delete),
+    ("export_matches_v004", export_matches_v004),
+    ("load_v004", load_v004),
+    ("get_memory_cases", get_memory_cases),
+    ("retrieval_matches_fixture", retrieval_matches_fixture),
+    ("serialize_matches_fixture", serialize_matches_fixture),
+    ("to_str_matches_fixture", to_str_matches_fixture),
+    ("load_v016", load_v016),
+    ("token_budgets", token_budgets),
+    ("dedupe", dedupe),
+    ("bad_input_changes_nothing", bad_input_changes_nothing),
+    ("delete_variants", delete_variants),
+    ("load_overwrite", load_overwrite),
+    ("marks", marks),
+    ("export_file_round_trip", export_file_round_trip),
+    ("retrieval_behaviour", retrieval_behaviour),
+    ("embedder_fills_missing", embedder_fills_missing),
+];
+
+/// Defines one `#[test]` per conformance check, each calling `$make()` for a maker
+/// (`impl Fn() -> Box<dyn Memory>`, which may own resources such as a temporary directory).
+#[macro_export]
+macro_rules! memory_conformance_tests {
+    ($make:expr) => {
+        $crate::memory_conformance_tests!(@each $make;
+            build_and_delete, export_matches_v004, load_v004, get_memory_cases,
+            retrieval_matches_fixture, serialize_matches_fixture, to_str_matches_fixture,
+            load_v016, token_budgets, dedupe, bad_input_changes_nothing, delete_variants,
+            load_overwrite, marks, export_file_round_trip, retrieval_behaviour,
+            embedder_fills_missing);
+    };
+    (@each $make:expr; $($name:ident),*) => {
+        $(
+            #[test]
+            fn $name() {
+                let make = $make;
+                $crate::memory_conformance::$name(&make);
+            }
+        )*
+    };
+}
