@@ -10,6 +10,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod asset;
+mod memory;
 mod reference;
 
 /// Mnemon: a memory LLM agents can trust.
@@ -42,6 +43,9 @@ enum Command {
     /// Inspect and store assets.
     #[command(subcommand)]
     Asset(asset::AssetCommand),
+    /// Import, export, show and search conversation memory.
+    #[command(subcommand)]
+    Memory(memory::MemoryCommand),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     Completions {
         /// The shell to generate completions for.
@@ -88,6 +92,7 @@ pub(crate) fn run() -> ExitCode {
     let outcome = match cli.command {
         Command::Ref(cmd) => reference::run(cmd),
         Command::Asset(cmd) => asset::run(cmd, &cli.data_dir),
+        Command::Memory(cmd) => memory::run(cmd, &cli.data_dir),
         Command::Completions { shell } => {
             let mut command = <Cli as clap::CommandFactory>::command();
             // Generate into memory: clap_complete panics on a write error such as a closed pipe.

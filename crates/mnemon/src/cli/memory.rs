@@ -1,0 +1,236 @@
+//! `mnemon memory …`: conversation memory in `<data-dir>/mnemon.sqlite3`, or an export file.
+
+use std::path::{Path, PathBuf};
+
+use clap::{Args, Subcommand, ValueEnum};
+use mnemon_memory::{
+    BudgetOptions, Cl100kTokenizer, ExportOptions, ExportTarget, InMemoryMemory, LoadSource,
+    Memory, MemoryError, MemoryQuery, Metric, RetrievalQuery, RetrieveOptions, Scope,
+    SqliteOptions, SqliteStore,
+};
+use serde::Serialize;
+
+use super::{CliError, CliResult, print_json};
+
+/// The database file under the data directory, shared with other components.
+const DATABASE: &str = "mnemon.sqlite3";
+
+/// Commands on conversation memory.
+#[derive(Debug, Subcommand)]
+pub(crate) enum MemoryCommand {
+    /// Load an export file (AgentScope 0.0.x array, `List` form or 0.1.x) into a session.
+    Import {
+        /// The export file.
+        file: PathBuf,
+        /// The session to load into (created if needed).
+        #[arg(long)]
+        session: String,
+        /// Replace the session's messages instead of appending (duplicate ids are skipped).
+        #[arg(long)]
+        overwrite: bool,
+    },
+    /// Write a session's messages to a file, in AgentScope 0.0.x's export layout.
+    Export {
+        /// The session to export.
+        #[arg(long)]
+        session: String,
+        /// The file to write (replaced atomically).
+        file: PathBuf,
+        /// Also write each message's marks, as `"__marks"`.
+        #[arg(long)]
+        include_marks: bool,
+    },
+    /// Print messages as a JSON array.
+    Show {
+        #[command(flatten)]
+        source: Source,
+        /// Only the last N messages.
+        #[arg(long, value_name = "N")]
+        recent: Option<usize>,
+        /// Only messages carrying this mark.
+        #[arg(long, value_name = "M")]
+        mark: Option<String>,
+        /// Only the most recent messages that fit in N cl100k_base tokens.
+        #[arg(long, value_name = "N")]
+        tokens: Option<usize>,
+    },
+    /// Rank messages by embedding similarity to a query vector; prints [{score, index, id}].
+    Retrieve {
+        #[command(flatten)]
+        source: Source,
+        /// The query vector, as a JSON array of numbers.
+        #[arg(long, value_name = "JSON")]
+        query: String,
+        /// How to score.
+        #[arg(long, value_enum, default_value_t = MetricArg::Cosine)]
+        metric: MetricArg,
+        /// How many results.
+        #[arg(long, value_name = "K", default_value_t = 1)]
+        top_k: usize,
+        /// Print the results in memory order instead of score order.
+        #[arg(long)]
+        preserve_order: bool,
+        /// Only messages carrying this mark.
+        #[arg(long, value_name = "M")]
+        mark: Option<String>,
+    },
+}
+
+/// Which messages to read: a session of the database, or an export file.
+#[derive(Debug, Args)]
+#[group(multiple = false)]
+pub(crate) struct Source {
+    /// A session in `<data-dir>/mnemon.sqlite3` (the default thread when neither is given).
+    #[arg(long, value_name = "S")]
+    session: Option<String>,
+    /// An export file, read directly.
+    #[arg(long, value_name = "F")]
+    file: Option<PathBuf>,
+}
+
+/// Scoring metrics.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub(crate) enum MetricArg {
+    /// Cosine similarity.
+    Cosine,
+    /// Dot product.
+    Dot,
+    /// Negative Euclidean distance.
+    L2,
+}
+
+#[derive(Serialize)]
+struct Hit {
+    score: f64,
+    index: usize,
+    id: String,
+}
+
+/// Maps a memory error to an exit code: storage trouble is a failure, the rest bad input.
+fn memory_error(error: MemoryError) -> CliError {
+    match error {
+        MemoryError::Storage { .. } | MemoryError::SchemaVersion { .. } => CliError::failure(error),
+        _ => CliError::input(error),
+    }
+}
+
+fn session_memory(data_dir: &Path, scope: Scope) -> Result<Box<dyn Memory>, CliError> {
+    std::fs::create_dir_all(data_dir).map_err(|e| {
+        CliError::failure(anyhow::anyhow!("cannot create {}: {e}", data_dir.display()))
+    })?;
+    let store = SqliteStore::open(data_dir.join(DATABASE), SqliteOptions::default())
+        .map_err(memory_error)?;
+    Ok(Box::new(store.memory(scope).map_err(memory_error)?))
+}
+
+fn open_source(data_dir: &Path, source: Source) -> Result<Box<dyn Memory>, CliError> {
+    match (source.file, source.session) {
+        (Some(file), _) => {
+            let memory = InMemoryMemory::new();
+            memory
+                .load(LoadSource::Path(file), false)
+                .map_err(memory_error)?;
+            Ok(Box::new(memory))
+        }
+        (None, Some(session)) => session_memory(data_dir, Scope::session(session)),
+        (None, None) => session_memory(data_dir, Scope::default()),
+    }
+}
+
+/// Runs a `memory` command.
+pub(crate) fn run(command: MemoryCommand, data_dir: &Path) -> CliResult {
+    match command {
+        MemoryCommand::Import {
+            file,
+            session,
+            overwrite,
+        } => {
+            let memory = session_memory(data_dir, Scope::session(session))?;
+            let report = memory
+                .load(LoadSource::Path(file), overwrite)
+                .map_err(memory_error)?;
+            print_json(&report)
+        }
+        MemoryCommand::Export {
+            session,
+            file,
+            include_marks,
+        } => {
+            let memory = session_memory(data_dir, Scope::session(session))?;
+            let count = memory.size().map_err(memory_error)?;
+            memory
+                .export(
+                    ExportTarget::File(file.clone()),
+                    &ExportOptions { include_marks },
+                )
+                .map_err(memory_error)?;
+            print_json(&serde_json::json!({"file": file, "count": count}))
+        }
+        MemoryCommand::Show {
+            source,
+            recent,
+            mark,
+            tokens,
+        } => {
+            let memory = open_source(data_dir, source)?;
+            let mut messages = match tokens {
+                Some(budget) => {
+                    let options = BudgetOptions {
+                        mark: mark.clone(),
+                        ..BudgetOptions::default()
+                    };
+                    memory
+                        .recall_within_budget(budget, &Cl100kTokenizer, &options)
+                        .map_err(memory_error)?
+                        .messages
+                }
+                None => memory
+                    .get_memory(&MemoryQuery {
+                        mark: mark.as_deref(),
+                        ..MemoryQuery::default()
+                    })
+                    .map_err(memory_error)?,
+            };
+            if let Some(n) = recent {
+                messages.drain(..messages.len().saturating_sub(n));
+            }
+            print_json(&messages)
+        }
+        MemoryCommand::Retrieve {
+            source,
+            query,
+            metric,
+            top_k,
+            preserve_order,
+            mark,
+        } => {
+            let vector: Vec<f32> = serde_json::from_str(&query).map_err(|e| {
+                CliError::input(anyhow::anyhow!(
+                    "--query must be a JSON array of numbers, e.g. [0.2, -0.4]: {e}"
+                ))
+            })?;
+            let memory = open_source(data_dir, source)?;
+            let options = RetrieveOptions {
+                metric: match metric {
+                    MetricArg::Cosine => Metric::Cosine,
+                    MetricArg::Dot => Metric::Dot,
+                    MetricArg::L2 => Metric::NegEuclidean,
+                },
+                top_k: Some(top_k),
+                preserve_order,
+                mark,
+            };
+            let hits: Vec<Hit> = memory
+                .retrieve_by_embedding(RetrievalQuery::Vector(vector), &options, None)
+                .map_err(memory_error)?
+                .into_iter()
+                .map(|r| Hit {
+                    score: r.score,
+                    index: r.index,
+                    id: r.message.id().to_owned(),
+                })
+                .collect();
+            print_json(&hits)
+        }
+    }
+}
