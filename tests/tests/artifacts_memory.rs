@@ -96,7 +96,7 @@ fn keys_as_a_single_key_or_mentioned_in_text() {
     let (store, plan, files) = two_artifacts();
     let memory = memory(store, "chat-1");
     let single = memory.load(&json!({"artifact_keys": "plan"})).unwrap();
-    assert_eq!(single.artifacts, [plan.clone()]);
+    assert_eq!(single.artifacts, std::slice::from_ref(&plan));
     let text = memory
         .load(&json!({"artifact_keys": "Tell me about {plan} and {file_list}"}))
         .unwrap();

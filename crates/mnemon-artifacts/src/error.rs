@@ -232,6 +232,36 @@ pub enum ArtifactError {
 }
 
 impl ArtifactError {
+    /// Whether the error comes from what the caller gave (a config, inputs, a storage id, a
+    /// template, a record) rather than from the environment (the database, the file system,
+    /// damaged data). A CLI maps the first kind to a usage error, a server to a 4xx status.
+    pub fn is_caller_error(&self) -> bool {
+        match self {
+            ArtifactError::MissingAttributes { .. }
+            | ArtifactError::DuplicateId { .. }
+            | ArtifactError::UnknownBackend { .. }
+            | ArtifactError::InvalidBackendName { .. }
+            | ArtifactError::UnsafeStorageId { .. }
+            | ArtifactError::StorageIdRequired { .. }
+            | ArtifactError::InvalidJsonPath { .. }
+            | ArtifactError::MatchCount { .. }
+            | ArtifactError::StartNotObject { .. }
+            | ArtifactError::StartFieldNotString { .. }
+            | ArtifactError::ContentMissing { .. }
+            | ArtifactError::InputsNotObject { .. }
+            | ArtifactError::BadKeysInput { .. }
+            | ArtifactError::InvalidConfig { .. }
+            | ArtifactError::TemplateSyntax { .. }
+            | ArtifactError::MissingVariables { .. } => true,
+            ArtifactError::Database { .. }
+            | ArtifactError::CorruptRecord { .. }
+            | ArtifactError::SchemaTooNew { .. }
+            | ArtifactError::ContentIo { .. }
+            | ArtifactError::ContentNotFound { .. }
+            | ArtifactError::ContentEncoding(_) => false,
+        }
+    }
+
     /// Wraps a database driver's error.
     pub fn database(action: &'static str, source: impl Into<BoxedSource>) -> Self {
         ArtifactError::Database {

@@ -42,3 +42,5 @@ pub use save::{SAVE_ARTIFACT_CLASS_PATH, SaveArtifact, SaveArtifactConfig};
 pub use sqlite::SqliteArtifactStore;
 pub use store::ArtifactStore;
 pub use template::PromptTemplate;
+/// The id type of artifact records, re-exported so callers need not depend on `uuid`.
+pub use uuid::Uuid;

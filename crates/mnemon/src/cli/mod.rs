@@ -9,8 +9,10 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod artifact;
 mod asset;
 mod memory;
+mod prompt;
 mod reference;
 
 /// Mnemon: a memory LLM agents can trust.
@@ -43,6 +45,12 @@ enum Command {
     /// Inspect and store assets.
     #[command(subcommand)]
     Asset(asset::AssetCommand),
+    /// Save artifacts, load them into prompts, and inspect the artifact store.
+    #[command(subcommand)]
+    Artifact(artifact::ArtifactCommand),
+    /// Render prompt templates.
+    #[command(subcommand)]
+    Prompt(prompt::PromptCommand),
     /// Import, export, show and search conversation memory.
     #[command(subcommand)]
     Memory(memory::MemoryCommand),
@@ -92,6 +100,8 @@ pub(crate) fn run() -> ExitCode {
     let outcome = match cli.command {
         Command::Ref(cmd) => reference::run(cmd),
         Command::Asset(cmd) => asset::run(cmd, &cli.data_dir),
+        Command::Artifact(cmd) => artifact::run(cmd, &cli.data_dir, cli.quiet),
+        Command::Prompt(cmd) => prompt::run(cmd),
         Command::Memory(cmd) => memory::run(cmd, &cli.data_dir),
         Command::Completions { shell } => {
             let mut command = <Cli as clap::CommandFactory>::command();

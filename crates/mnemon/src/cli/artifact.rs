@@ -1,0 +1,331 @@
+//! `mnemon artifact …`: save artifacts with SaveArtifact, load them with ArtifactMemory, and
+//! inspect the store.
+//!
+//! The records live in `<data-dir>/mnemon.sqlite3` (tables prefixed `artifact_`), and content
+//! saved with the `write_to_file` backend under `<data-dir>/artifacts/`.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::{Context as _, anyhow};
+use clap::Subcommand;
+use mnemon_artifacts::{
+    Artifact, ArtifactError, ArtifactMemory, ArtifactMemoryConfig, ArtifactStore, BackendRegistry,
+    SaveArtifact, SaveArtifactConfig, SqliteArtifactStore, Uuid,
+};
+use serde_json::{Map, Value};
+
+use super::{CliError, CliResult, print_json};
+
+/// The database file in the data directory, shared with other components.
+const DATABASE_FILE: &str = "mnemon.sqlite3";
+
+/// The `write_to_file` root in the data directory.
+const FILES_DIR: &str = "artifacts";
+
+/// Commands on artifacts.
+#[derive(Debug, Subcommand)]
+pub(crate) enum ArtifactCommand {
+    /// Run SaveArtifact over a JSON map of inputs and print its outputs map as JSON.
+    Save {
+        /// SaveArtifact config (JSON; the `class_path`/`config` wrapper is accepted).
+        #[arg(long, value_name = "CFG.json")]
+        config: PathBuf,
+        /// The step's inputs: a JSON object of named inputs.
+        #[arg(long, value_name = "INPUTS.json")]
+        inputs: PathBuf,
+        /// The chat or session the artifact belongs to.
+        #[arg(long)]
+        scope: String,
+    },
+    /// Run ArtifactMemory over a JSON map of inputs and print the rendered text.
+    Load {
+        /// ArtifactMemory config (JSON; the `class_path`/`config` wrapper is accepted).
+        #[arg(long, value_name = "CFG.json")]
+        config: PathBuf,
+        /// The inputs naming the artifacts (by default under `artifact_keys`).
+        #[arg(long, value_name = "INPUTS.json")]
+        inputs: PathBuf,
+        /// The chat or session whose artifacts are visible.
+        #[arg(long)]
+        scope: String,
+    },
+    /// List a scope's artifact records as JSON, in save order.
+    List {
+        /// The chat or session to list.
+        #[arg(long)]
+        scope: String,
+        /// Only artifacts of this type.
+        #[arg(long = "type", value_name = "TYPE")]
+        artifact_type: Option<String>,
+    },
+    /// Print one artifact record as JSON.
+    Show {
+        /// The artifact's id (a UUID).
+        id: String,
+    },
+}
+
+/// Runs an `artifact` command.
+pub(crate) fn run(command: ArtifactCommand, data_dir: &Path, quiet: bool) -> CliResult {
+    match command {
+        ArtifactCommand::Save {
+            config,
+            inputs,
+            scope,
+        } => {
+            let outputs = save(data_dir, &read_json(&config)?, &read_json(&inputs)?, &scope)?;
+            print_json(&outputs)
+        }
+        ArtifactCommand::Load {
+            config,
+            inputs,
+            scope,
+        } => {
+            let (text, missing) =
+                load(data_dir, &read_json(&config)?, &read_json(&inputs)?, &scope)?;
+            if !missing.is_empty() && !quiet {
+                eprintln!(
+                    "warning: no artifact in scope {scope:?} for: {}",
+                    missing.join(", ")
+                );
+            }
+            print_text(&text)
+        }
+        ArtifactCommand::List {
+            scope,
+            artifact_type,
+        } => print_json(&list(data_dir, &scope, artifact_type.as_deref())?),
+        ArtifactCommand::Show { id } => print_json(&show(data_dir, &id)?),
+    }
+}
+
+/// Runs SaveArtifact and returns its outputs.
+fn save(
+    data_dir: &Path,
+    config: &Value,
+    inputs: &Value,
+    scope: &str,
+) -> Result<Map<String, Value>, CliError> {
+    let config = SaveArtifactConfig::from_json(config).map_err(artifact_error)?;
+    let store = create_store(data_dir)?;
+    let step = SaveArtifact::new(config, store, backends(data_dir)).map_err(artifact_error)?;
+    step.run(scope, inputs).map_err(artifact_error)
+}
+
+/// Runs ArtifactMemory and returns the rendered text and the keys that resolved to nothing.
+fn load(
+    data_dir: &Path,
+    config: &Value,
+    inputs: &Value,
+    scope: &str,
+) -> Result<(String, Vec<String>), CliError> {
+    let config = ArtifactMemoryConfig::from_json(config).map_err(artifact_error)?;
+    let store: Arc<dyn ArtifactStore> = match existing_store(data_dir)? {
+        Some(store) => store,
+        // No database yet: nothing was ever saved, so every key is missing.
+        None => Arc::new(mnemon_artifacts::InMemoryArtifactStore::new()),
+    };
+    let memory = ArtifactMemory::new(config, store, backends(data_dir), scope);
+    let loaded = memory.load(inputs).map_err(artifact_error)?;
+    Ok((loaded.text().to_owned(), loaded.missing_keys))
+}
+
+/// A scope's records.
+fn list(
+    data_dir: &Path,
+    scope: &str,
+    artifact_type: Option<&str>,
+) -> Result<Vec<Artifact>, CliError> {
+    match existing_store(data_dir)? {
+        Some(store) => store.list(scope, artifact_type).map_err(artifact_error),
+        None => Ok(Vec::new()),
+    }
+}
+
+/// One record by id.
+fn show(data_dir: &Path, id: &str) -> Result<Artifact, CliError> {
+    let uuid = Uuid::parse_str(id.trim())
+        .with_context(|| {
+            format!(
+                "{id:?} is not an artifact id; ids are UUIDs as printed by `mnemon artifact list`"
+            )
+        })
+        .map_err(CliError::input)?;
+    let found = match existing_store(data_dir)? {
+        Some(store) => store.get(uuid).map_err(artifact_error)?,
+        None => None,
+    };
+    found.ok_or_else(|| {
+        CliError::input(anyhow!(
+            "no artifact has id {uuid} in {}",
+            data_dir.join(DATABASE_FILE).display()
+        ))
+    })
+}
+
+/// The SQLite store in the data directory, created with the directory if needed.
+fn create_store(data_dir: &Path) -> Result<Arc<dyn ArtifactStore>, CliError> {
+    let path = data_dir.join(DATABASE_FILE);
+    std::fs::create_dir_all(data_dir)
+        .with_context(|| format!("cannot create the data directory {}", data_dir.display()))
+        .map_err(CliError::failure)?;
+    let store = SqliteArtifactStore::open(&path)
+        .with_context(|| format!("cannot open the artifact store {}", path.display()))
+        .map_err(CliError::failure)?;
+    Ok(Arc::new(store))
+}
+
+/// The SQLite store in the data directory if its database exists: reads never leave an empty
+/// database behind.
+fn existing_store(data_dir: &Path) -> Result<Option<Arc<dyn ArtifactStore>>, CliError> {
+    if data_dir.join(DATABASE_FILE).exists() {
+        create_store(data_dir).map(Some)
+    } else {
+        Ok(None)
+    }
+}
+
+fn backends(data_dir: &Path) -> BackendRegistry {
+    BackendRegistry::with_defaults(data_dir.join(FILES_DIR))
+}
+
+/// Maps a library error to the exit code its cause calls for.
+pub(crate) fn artifact_error(error: ArtifactError) -> CliError {
+    if error.is_caller_error() {
+        CliError::input(error)
+    } else {
+        CliError::failure(error)
+    }
+}
+
+/// Reads a JSON file; a missing file or bad JSON is an input error.
+pub(crate) fn read_json(file: &Path) -> Result<Value, CliError> {
+    let text = std::fs::read_to_string(file)
+        .with_context(|| format!("cannot read {}", file.display()))
+        .map_err(CliError::input)?;
+    serde_json::from_str(&text)
+        .with_context(|| format!("{} is not valid JSON", file.display()))
+        .map_err(CliError::input)
+}
+
+/// Writes `text` on stdout, followed by a newline unless it is empty.
+fn print_text(text: &str) -> CliResult {
+    let mut out = std::io::stdout().lock();
+    let written = if text.is_empty() {
+        Ok(())
+    } else {
+        writeln!(out, "{text}")
+    };
+    written
+        .and_then(|()| out.flush())
+        .map_err(CliError::failure)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// A fresh directory under the system temp dir, removed on drop.
+    struct TempDir(PathBuf);
+
+    impl TempDir {
+        fn new() -> Self {
+            let dir = std::env::temp_dir().join(format!("mnemon-cli-artifact-{}", Uuid::now_v7()));
+            std::fs::create_dir_all(&dir).unwrap();
+            TempDir(dir)
+        }
+    }
+
+    impl Drop for TempDir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn is_input(result: Result<impl std::fmt::Debug, CliError>) -> bool {
+        matches!(result, Err(CliError::Input(_)))
+    }
+
+    #[test]
+    fn save_then_load_list_and_show() {
+        let tmp = TempDir::new();
+        let data = tmp.0.join("data");
+        let config = json!({
+            "class_path": "ix.chains.artifacts.SaveArtifact",
+            "config": {
+                "artifact_key": "plan", "artifact_type": "plan", "artifact_name": "The plan",
+                "artifact_storage": "write_to_file", "artifact_storage_id": "plans/plan.txt",
+            }
+        });
+        let outputs = save(&data, &config, &json!({"content": "1. parse"}), "chat-1").unwrap();
+        let dict = &outputs["artifact"];
+        assert_eq!(dict["storage_id"], "plans/plan.txt");
+        assert_eq!(
+            std::fs::read_to_string(data.join("artifacts/plans/plan.txt")).unwrap(),
+            "1. parse"
+        );
+        assert!(data.join("mnemon.sqlite3").is_file());
+
+        let (text, missing) = load(
+            &data,
+            &json!({}),
+            &json!({"artifact_keys": "Tell me about {plan} and {nope}"}),
+            "chat-1",
+        )
+        .unwrap();
+        assert!(text.starts_with("RELATED ARTIFACTS\n\nid: "), "{text}");
+        assert!(text.ends_with("data:\n1. parse"), "{text}");
+        assert_eq!(missing, ["nope"]);
+
+        let listed = list(&data, "chat-1", None).unwrap();
+        assert_eq!(listed.len(), 1);
+        assert!(list(&data, "chat-1", Some("file")).unwrap().is_empty());
+        assert!(list(&data, "chat-2", None).unwrap().is_empty());
+
+        let id = dict["id"].as_str().unwrap();
+        assert_eq!(show(&data, id).unwrap(), listed[0]);
+    }
+
+    #[test]
+    fn reads_do_not_create_a_database() {
+        let tmp = TempDir::new();
+        let data = tmp.0.join("never");
+        assert!(list(&data, "s", None).unwrap().is_empty());
+        let (text, missing) =
+            load(&data, &json!({}), &json!({"artifact_keys": ["a"]}), "s").unwrap();
+        assert_eq!(
+            (text.as_str(), missing.as_slice()),
+            ("", ["a".to_owned()].as_slice())
+        );
+        assert!(is_input(show(&data, &Uuid::now_v7().to_string())));
+        assert!(!data.exists());
+    }
+
+    #[test]
+    fn caller_mistakes_are_input_errors() {
+        let tmp = TempDir::new();
+        let data = tmp.0.join("data");
+        assert!(is_input(show(&data, "not-a-uuid")));
+        assert!(is_input(save(
+            &data,
+            &json!({"artifact_nmae": "x"}),
+            &json!({}),
+            "s"
+        )));
+        let attack = json!({
+            "artifact_key": "k", "artifact_type": "t", "artifact_name": "n",
+            "artifact_storage": "write_to_file", "artifact_storage_id": "../../escape.txt",
+        });
+        assert!(is_input(save(
+            &data,
+            &attack,
+            &json!({"content": "x"}),
+            "s"
+        )));
+        assert!(!tmp.0.join("escape.txt").exists());
+        assert!(is_input(read_json(&tmp.0.join("missing.json"))));
+    }
+}
