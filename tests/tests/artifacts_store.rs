@@ -53,6 +53,70 @@ mod sqlite_durability {
         );
     }
 
+    /// The environment variable that turns `kill9_child` into the child process.
+    const CHILD_DB: &str = "MNEMON_ARTIFACTS_KILL9_CHILD_DB";
+
+    /// The child side of `an_acknowledged_save_survives_kill_9`: saves in a loop and prints
+    /// each id once `save` has returned. Does nothing in a normal test run.
+    #[test]
+    fn kill9_child() {
+        let Some(db) = std::env::var_os(CHILD_DB) else {
+            return;
+        };
+        use std::io::Write;
+        let store = SqliteArtifactStore::open(db).unwrap();
+        for i in 0.. {
+            let a = Artifact::new("s", "k", "t", format!("{i}"));
+            store.save(&a).unwrap();
+            let mut out = std::io::stdout().lock();
+            writeln!(out, "SAVED {}", a.id).unwrap();
+            out.flush().unwrap();
+        }
+    }
+
+    /// Every save acknowledged before a SIGKILL is there afterwards, and the latest record is
+    /// the last acknowledged one or one saved after it.
+    #[cfg(unix)]
+    #[test]
+    fn an_acknowledged_save_survives_kill_9() {
+        use std::io::{BufRead, BufReader};
+        use std::process::{Command, Stdio};
+
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("mnemon.sqlite3");
+        for round in 0..3 {
+            let mut child = Command::new(std::env::current_exe().unwrap())
+                .args(["sqlite_durability::kill9_child", "--exact", "--nocapture"])
+                .env(CHILD_DB, &db)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap();
+            let stdout = child.stdout.take().unwrap();
+            let mut acknowledged = Vec::new();
+            for line in BufReader::new(stdout).lines() {
+                if let Some(id) = line.unwrap().strip_prefix("SAVED ") {
+                    acknowledged.push(id.parse::<uuid::Uuid>().unwrap());
+                    if acknowledged.len() == 40 + 20 * round {
+                        break;
+                    }
+                }
+            }
+            child.kill().unwrap(); // SIGKILL
+            child.wait().unwrap();
+            let store = SqliteArtifactStore::open(&db).unwrap();
+            for id in &acknowledged {
+                assert!(store.get(*id).unwrap().is_some(), "acknowledged {id} lost");
+            }
+            let last = store.get(*acknowledged.last().unwrap()).unwrap().unwrap();
+            let latest = store.latest("s", "k").unwrap().unwrap();
+            let listed = store.list("s", None).unwrap();
+            let position = |id| listed.iter().position(|a| a.id == id).unwrap();
+            assert!(position(latest.id) >= position(last.id));
+            assert_eq!(listed.last().unwrap().id, latest.id);
+        }
+    }
+
     /// Two handles on one file (two processes, say) share one sequence.
     #[test]
     fn two_handles_share_one_sequence() {
