@@ -4,6 +4,36 @@
 //! - [`ArtifactStore`] keeps [`Artifact`] records: [`InMemoryArtifactStore`] and
 //!   [`SqliteArtifactStore`] (the embedded default). Within a scope, the most recently saved
 //!   artifact with a key wins, decided by a per-store sequence.
+//! - [`StorageBackend`]s keep content outside the record, registered by name in a
+//!   [`BackendRegistry`]: `inline` (built in) and [`WriteToFile`] (root-confined, atomic).
+//! - [`SaveArtifact`] saves content from a step's inputs; [`ArtifactMemory`] loads artifacts
+//!   named by key into a prompt variable; [`PromptTemplate`] fills `{name}` placeholders.
+//!
+//! # Decisions where the spec is silent
+//!
+//! - **JSONPath** is RFC 9535 through `serde_json_path`, which tracks the RFC and runs the
+//!   JSONPath Compliance Test Suite. A path without a leading `$` is read as `$.` + path, or
+//!   `$` + path when it starts with `[` (`['a b']`).
+//! - **Records are immutable.** Saving an id twice is [`ArtifactError::DuplicateId`]; saving a
+//!   key again creates a new record that becomes the latest. `delete` leaves backend content
+//!   alone, since several records may share a storage id.
+//! - **`list`** returns a scope's records in save order. Required attributes that are only
+//!   white space count as missing.
+//! - **The dictionary form** ([`Artifact::to_dict`]) has exactly the spec's eight keys, with
+//!   `storage`/`storage_id` `null` for inline content and `data` `null` for content kept in a
+//!   backend (it is not copied into the record).
+//! - **SaveArtifact content**: `content_path` if set; else `inputs[content_key]`; else, when the
+//!   start artifact (`artifact_from_key`) has `data`, that data; else an error. The start
+//!   artifact's `storage` may also be the record form `{"backend", "id"}`. Configs with
+//!   unknown keys are refused, so a misspelt key is reported rather than ignored.
+//! - **ArtifactMemory input**: a list of keys, a string with `{key}` mentions (`{{`/`}}` are
+//!   literal), or else a single key (trimmed). A missing input is an error; `null` means no
+//!   keys. Content that a record points at but its backend no longer has is an error, not an
+//!   empty `data:`.
+//! - **`write_to_file` reads** return the file's text as a JSON string (pretty JSON was written
+//!   as text, and displays the same).
+//! - **Prompt templates** refuse Python's format specs, conversions and positional `{}` instead
+//!   of silently mis-rendering them; non-string values render as compact JSON.
 //!
 //! ```
 //! use mnemon_artifacts::{ArtifactStore, InMemoryArtifactStore};
