@@ -214,6 +214,16 @@ pub struct MatrixView<'a> {
     rows: usize,
 }
 
+impl MatrixView<'static> {
+    /// A view with no rows and no columns.
+    pub const EMPTY: MatrixView<'static> = MatrixView {
+        data: &[],
+        dim: 0,
+        stride: 0,
+        rows: 0,
+    };
+}
+
 impl<'a> MatrixView<'a> {
     /// Views `rows` rows of `dim` floats placed `stride` floats apart in `data`.
     pub fn new(

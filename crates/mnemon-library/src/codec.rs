@@ -1,0 +1,217 @@
+//! The embedding encoding (spec §3.3): little-endian float32 values in strict, padded base64.
+
+use base64::Engine as _;
+use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
+use std::cell::RefCell;
+
+/// Standard alphabet, `=` padding required; non-zero trailing bits are accepted, as in Python.
+const ENGINE: GeneralPurpose = GeneralPurpose::new(
+    &base64::alphabet::STANDARD,
+    GeneralPurposeConfig::new()
+        .with_encode_padding(true)
+        .with_decode_padding_mode(DecodePaddingMode::RequireCanonical)
+        .with_decode_allow_trailing_bits(true),
+);
+
+/// Why a base64 string was rejected.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Base64Error {
+    /// The length (whitespace removed) is not a multiple of 4, or `=` is misplaced.
+    IncorrectPadding,
+    /// A character outside the alphabet, at a character offset of the original string.
+    InvalidCharacter(char, usize),
+}
+
+impl std::fmt::Display for Base64Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Base64Error::IncorrectPadding => f.write_str("Incorrect padding"),
+            Base64Error::InvalidCharacter(c, at) => {
+                write!(f, "invalid character {c:?} at offset {at}")
+            }
+        }
+    }
+}
+
+/// The ASCII whitespace the decoder skips: space, `\t`, `\n`, `\v`, `\f`, `\r`.
+fn is_b64_space(c: char) -> bool {
+    matches!(c, ' ' | '\t' | '\n' | '\r' | '\u{0b}' | '\u{0c}')
+}
+
+fn is_alphabet(c: char) -> bool {
+    c.is_ascii_alphanumeric() || c == '+' || c == '/'
+}
+
+/// Decodes strictly: whitespace removed, length a multiple of 4, `=` only as the last one or two
+/// characters, nothing outside the alphabet.
+pub(crate) fn decode_strict(s: &str) -> Result<Vec<u8>, Base64Error> {
+    let cleaned: Vec<(usize, char)> = s
+        .chars()
+        .enumerate()
+        .filter(|(_, c)| !is_b64_space(*c))
+        .collect();
+    let n = cleaned.len();
+    if n % 4 != 0 {
+        return Err(Base64Error::IncorrectPadding);
+    }
+    let pad = cleaned.iter().rev().take_while(|(_, c)| *c == '=').count();
+    if pad > 2 || cleaned[..n - pad].iter().any(|(_, c)| *c == '=') {
+        return Err(Base64Error::IncorrectPadding);
+    }
+    if let Some(&(at, c)) = cleaned[..n - pad].iter().find(|(_, c)| !is_alphabet(*c)) {
+        return Err(Base64Error::InvalidCharacter(c, at));
+    }
+    let text: String = cleaned.iter().map(|(_, c)| *c).collect();
+    // Only pad/length combinations the checks above cannot see (such as "A===") remain.
+    ENGINE
+        .decode(text.as_bytes())
+        .map_err(|_| Base64Error::IncorrectPadding)
+}
+
+/// Why an embedding string does not give a vector.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum VectorError {
+    Base64(Base64Error),
+    /// The decoded byte count is not a multiple of 4.
+    ByteCount(usize),
+    NonFinite,
+}
+
+impl std::fmt::Display for VectorError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            VectorError::Base64(e) => write!(f, "not valid base64: {e}"),
+            VectorError::ByteCount(n) => write!(
+                f,
+                "decodes to {n} bytes, which is not a whole number of float32 values"
+            ),
+            VectorError::NonFinite => f.write_str("contains a non-finite value"),
+        }
+    }
+}
+
+/// Little-endian bytes to floats; the byte count must be a multiple of 4.
+fn bytes_to_floats(bytes: &[u8]) -> Vec<f32> {
+    bytes
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
+}
+
+/// Decodes a base64 string to a vector, checking the byte count but not finiteness.
+pub(crate) fn decode_vector_unchecked(s: &str) -> Result<Vec<f32>, VectorError> {
+    let bytes = decode_strict(s).map_err(VectorError::Base64)?;
+    if bytes.len() % 4 != 0 {
+        return Err(VectorError::ByteCount(bytes.len()));
+    }
+    Ok(bytes_to_floats(&bytes))
+}
+
+/// Decodes a base64 string to a finite vector (the slow, fully checked path).
+pub(crate) fn decode_vector(s: &str) -> Result<Vec<f32>, VectorError> {
+    let v = decode_vector_unchecked(s)?;
+    if v.iter().all(|x| x.is_finite()) {
+        Ok(v)
+    } else {
+        Err(VectorError::NonFinite)
+    }
+}
+
+/// The length of the canonical padded base64 text for `bytes` bytes.
+pub(crate) fn encoded_len(bytes: usize) -> usize {
+    bytes.div_ceil(3) * 4
+}
+
+thread_local! {
+    static SCRATCH: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
+/// The fast path: decodes `s` straight into `row` when it is canonical base64 of exactly
+/// `row.len()` finite floats. Returns false otherwise; the caller then uses [`decode_vector`]
+/// for the precise error (or for whitespace-wrapped input).
+pub(crate) fn decode_into_row(s: &str, row: &mut [f32]) -> bool {
+    let bytes = row.len() * 4;
+    if s.len() != encoded_len(bytes) {
+        return false;
+    }
+    SCRATCH.with(|scratch| {
+        let mut scratch = scratch.borrow_mut();
+        scratch.resize(bytes + 3, 0);
+        match ENGINE.decode_slice(s.as_bytes(), &mut scratch[..]) {
+            Ok(n) if n == bytes => {}
+            _ => return false,
+        }
+        let mut finite = true;
+        for (dst, c) in row.iter_mut().zip(scratch.chunks_exact(4)) {
+            let x = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+            finite &= x.is_finite();
+            *dst = x;
+        }
+        finite
+    })
+}
+
+/// Encodes a vector as padded base64 of its little-endian bytes.
+pub(crate) fn encode_vector(v: &[f32]) -> String {
+    let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+    ENGINE.encode(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn spec_example() {
+        assert_eq!(encode_vector(&[0.1, 0.2, 0.3]), "zczMPc3MTD6amZk+");
+        assert_eq!(
+            decode_vector("zczMPc3MTD6amZk+").unwrap(),
+            vec![0.1, 0.2, 0.3]
+        );
+        let mut row = [0.0f32; 3];
+        assert!(decode_into_row("zczMPc3MTD6amZk+", &mut row));
+        assert_eq!(row, [0.1, 0.2, 0.3]);
+    }
+
+    #[test]
+    fn strictness() {
+        assert_eq!(decode_strict("AAAAAAA"), Err(Base64Error::IncorrectPadding));
+        assert_eq!(decode_strict("AA=A"), Err(Base64Error::IncorrectPadding));
+        assert_eq!(decode_strict("A==="), Err(Base64Error::IncorrectPadding));
+        assert_eq!(
+            decode_strict("AA-A"),
+            Err(Base64Error::InvalidCharacter('-', 2))
+        );
+        assert_eq!(decode_strict(" zczM\nPc3M\tTD6a\rmZk+ ").unwrap().len(), 12);
+        assert_eq!(decode_strict("").unwrap(), Vec::<u8>::new());
+        assert_eq!(
+            decode_vector("AAA=").unwrap_err().to_string(),
+            "decodes to 2 bytes, which is not a whole number of float32 values"
+        );
+        assert_eq!(
+            decode_vector(&encode_vector(&[f32::NAN])).unwrap_err(),
+            VectorError::NonFinite
+        );
+        let mut row = [0.0f32; 1];
+        assert!(!decode_into_row(&encode_vector(&[f32::INFINITY]), &mut row));
+    }
+
+    proptest! {
+        #[test]
+        fn round_trip(v in proptest::collection::vec(-1e30f32..1e30, 0..100)) {
+            let s = encode_vector(&v);
+            prop_assert_eq!(decode_vector(&s).unwrap(), v.clone());
+            let mut row = vec![0.0; v.len()];
+            prop_assert!(decode_into_row(&s, &mut row));
+            prop_assert_eq!(row, v);
+        }
+
+        #[test]
+        fn decoding_never_panics(s in ".{0,64}") {
+            let _ = decode_vector(&s);
+            let mut row = [0.0f32; 4];
+            let _ = decode_into_row(&s, &mut row);
+        }
+    }
+}

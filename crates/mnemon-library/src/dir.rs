@@ -1,0 +1,71 @@
+//! Serving a directory of library files as one library (spec §12.5).
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+
+use crate::error::{LibraryError, Result};
+use crate::library::{Library, OpenOptions};
+
+impl Library {
+    /// Loads every regular `*.json` file under `dir` (recursively, skipping names that start with
+    /// `.`, following symlinks without looping), in path order compared component-wise by bytes,
+    /// and extends them into one library with the first file's model. A file under
+    /// `access/<tag>/` gets `<tag>` on every bit. Across files the first copy of an id wins.
+    pub fn open_dir(dir: impl AsRef<Path>) -> Result<Library> {
+        let dir = dir.as_ref();
+        let mut files = Vec::new();
+        let mut seen = HashSet::new();
+        collect(dir, Path::new(""), &mut files, &mut seen)?;
+        files.sort_by(|a, b| {
+            let ca = a
+                .components()
+                .map(|c| c.as_os_str().as_encoded_bytes().to_vec());
+            let cb = b
+                .components()
+                .map(|c| c.as_os_str().as_encoded_bytes().to_vec());
+            ca.cmp(cb)
+        });
+        let mut merged: Option<Library> = None;
+        for rel in files {
+            let lib = Library::open_with(dir.join(&rel), &OpenOptions::for_relative_path(&rel))?;
+            let target = merged.get_or_insert_with(|| Library::blank(lib.model()));
+            target.extend(&lib)?;
+        }
+        merged.ok_or(LibraryError::NoLibraries)
+    }
+}
+
+fn collect(
+    root: &Path,
+    rel: &Path,
+    out: &mut Vec<PathBuf>,
+    seen: &mut HashSet<PathBuf>,
+) -> Result<()> {
+    let here = root.join(rel);
+    let canonical = here
+        .canonicalize()
+        .map_err(|e| LibraryError::io(&here, e))?;
+    if !seen.insert(canonical) {
+        return Ok(());
+    }
+    let entries = std::fs::read_dir(&here).map_err(|e| LibraryError::io(&here, e))?;
+    for entry in entries {
+        let entry = entry.map_err(|e| LibraryError::io(&here, e))?;
+        let name = entry.file_name();
+        if name.as_encoded_bytes().first() == Some(&b'.') {
+            continue;
+        }
+        let path = entry.path();
+        let child = rel.join(&name);
+        // `metadata` follows symlinks.
+        let Ok(meta) = std::fs::metadata(&path) else {
+            continue;
+        };
+        if meta.is_dir() {
+            collect(root, &child, out, seen)?;
+        } else if meta.is_file() && path.extension().is_some_and(|e| e == "json") {
+            out.push(child);
+        }
+    }
+    Ok(())
+}

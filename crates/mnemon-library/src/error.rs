@@ -1,0 +1,200 @@
+//! The crate's error type. `Display` texts are the messages of the library specification, so
+//! clients that matched the reference's messages keep working.
+
+/// Everything that can go wrong when loading, changing or querying a library.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LibraryError {
+    // ---- Loading (spec §3.7) ----
+    /// The input is not JSON, or not a JSON object.
+    #[error("invalid JSON: {0}")]
+    InvalidJson(String),
+    /// `version` is not an integer, or not 1 after upgrade.
+    #[error("Version invalid")]
+    VersionInvalid,
+    /// A version-0 file without `content`.
+    #[error("version 0 library is missing content")]
+    MissingContent,
+    /// A version-0 file whose `sort.ids` names a key that `content` lacks.
+    #[error("sort.ids names unknown bit {0}")]
+    UnknownSortId(String),
+    /// `embedding_model` missing, not a string, or empty.
+    #[error("Invalid model name")]
+    InvalidModel,
+    /// The stored `omit` is not a string.
+    #[error("omit not str as expected")]
+    OmitNotString,
+    /// `bits` is missing.
+    #[error("bits is a required field")]
+    MissingBits,
+    /// `bits` is not an array.
+    #[error("bits not list as expected")]
+    BitsNotList,
+    /// The stored `omit` is `*` but bits are present.
+    #[error("omit configured to omit all bits but they were present")]
+    OmitAllButBits,
+    /// A bit is not a JSON object.
+    #[error("bit {0} is not an object")]
+    BitNotObject(usize),
+    /// A bit carries a field the stored `omit` names.
+    #[error("Expected {0} to be omitted but it was included")]
+    FieldNotOmitted(String),
+    /// A bit has no `text`.
+    #[error("{0} is missing text")]
+    MissingText(String),
+    /// A bit's `text` is not a string.
+    #[error("bit {0} text not str as expected")]
+    TextNotString(usize),
+    /// A bit has no embedding (missing, null, empty).
+    #[error("{0} is missing embedding")]
+    MissingEmbedding(String),
+    /// A bit's embedding is not a string, not valid base64, or not finite.
+    #[error("{id} has an invalid embedding: {detail}")]
+    InvalidEmbedding {
+        /// The bit id.
+        id: String,
+        /// What is wrong.
+        detail: String,
+    },
+    /// A bit's embedding has the wrong number of dimensions.
+    #[error("{id} had the wrong length of embedding, expected {expected}")]
+    WrongEmbeddingLength {
+        /// The bit id.
+        id: String,
+        /// The library's dimension.
+        expected: usize,
+    },
+    /// A bit has no `token_count`.
+    #[error("{0} is missing token_count")]
+    MissingTokenCount(String),
+    /// A bit's `token_count` is not a JSON integer.
+    #[error("token_count not int as expected")]
+    TokenCountNotInt,
+    /// A bit has no `info`.
+    #[error("{0} is missing info")]
+    MissingInfo(String),
+    /// A bit's `info` is not an object.
+    #[error("info not dict as expected")]
+    InfoNotObject,
+    /// A bit's `info` has no `url`.
+    #[error("{0} info is missing required url")]
+    MissingUrl(String),
+    /// A bit's `access_tag` is neither a string nor null.
+    #[error("{0} access_tag not str as expected")]
+    AccessTagNotString(String),
+
+    // ---- Library operations (spec §6) ----
+    /// `extend` with a library of another model.
+    #[error("The other library had a different embedding model")]
+    DifferentModel,
+    /// `extend` with a library of another dimension.
+    #[error(
+        "The other library's embeddings have {found} dimensions but this library's have {expected}"
+    )]
+    DifferentDimension {
+        /// This library's dimension.
+        expected: usize,
+        /// The other library's dimension.
+        found: usize,
+    },
+    /// `set_sort` with an unknown value.
+    #[error("Illegal sort: {0}")]
+    IllegalSort(String),
+    /// A directory held no library files.
+    #[error("No libraries were in the default library directory.")]
+    NoLibraries,
+
+    // ---- Query arguments (spec §7 and §9) ----
+    /// A string argument is not an integer literal.
+    #[error("invalid literal for int() with base 10: '{0}'")]
+    InvalidIntLiteral(String),
+    /// An array or object where an integer was expected.
+    #[error("{0} must be an integer")]
+    NotAnInteger(&'static str),
+    /// `count` is 0.
+    #[error("count must be greater than 0")]
+    CountZero,
+    /// `version` is below 1 or absent.
+    #[error("version must be at least 1")]
+    VersionTooLow,
+    /// The query names another embedding model.
+    #[error("Embedding model was {given} but expected {expected}")]
+    WrongModel {
+        /// The model the query named (`None` when absent).
+        given: String,
+        /// The library's model.
+        expected: String,
+    },
+    /// `query_embedding` is neither a string nor empty.
+    #[error("query_embedding must be str")]
+    EmbeddingNotString,
+    /// `query_embedding` is not valid base64.
+    #[error("query_embedding is not valid base64: {0}")]
+    QueryBase64(String),
+    /// `query_embedding` decodes to a byte count that is not a multiple of 4.
+    #[error("query_embedding decodes to {0} bytes, which is not a whole number of float32 values")]
+    QueryByteCount(usize),
+    /// `count_type` is neither `bit` nor `token`.
+    #[error("count_type {0} is not one of the legal options: {{'bit', 'token'}}")]
+    BadCountType(String),
+    /// `query_embedding` has the wrong number of dimensions.
+    #[error("query_embedding has {found} dimensions but the library's embeddings have {expected}")]
+    QueryDimension {
+        /// The query's length.
+        found: usize,
+        /// The library's dimension.
+        expected: usize,
+    },
+    /// `query_embedding` holds NaN or an infinity.
+    #[error("query_embedding contains a non-finite value")]
+    QueryNotFinite,
+    /// A bit has no similarity where one is needed (unscorable library, or `sort_by_similarity`).
+    #[error("sort of similarity passed but {0} had no similarity")]
+    NoSimilarity(String),
+    /// An omit item is not a known key.
+    #[error("Illegal omit key type: {0}")]
+    IllegalOmitKey(String),
+    /// `""` combined with other omit items.
+    #[error("If '' is provided, it must be the only item.")]
+    EmptyOmitNotAlone,
+    /// `*` combined with other omit items.
+    #[error("If '*' is provided, it must be the only item.")]
+    StarOmitNotAlone,
+    /// `omit` is neither a string nor a list of strings.
+    #[error("omit must be a string or a list of strings")]
+    OmitBadType,
+
+    // ---- Host configuration and I/O ----
+    /// A host configuration file does not exist.
+    #[error("Config file \"{0}\" does not exist")]
+    ConfigMissing(String),
+    /// A host configuration value has the wrong type.
+    #[error("invalid host config: {0}")]
+    InvalidConfig(String),
+    /// Reading or writing a file failed.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file involved.
+        path: String,
+        /// The underlying error.
+        source: std::io::Error,
+    },
+}
+
+impl LibraryError {
+    /// Whether the error is the caller's fault (bad arguments or a bad file), as opposed to an
+    /// I/O failure. An HTTP host answers the former with 400 and the latter with 500.
+    pub fn is_client_error(&self) -> bool {
+        !matches!(self, LibraryError::Io { .. })
+    }
+
+    pub(crate) fn io(path: &std::path::Path, source: std::io::Error) -> Self {
+        LibraryError::Io {
+            path: path.display().to_string(),
+            source,
+        }
+    }
+}
+
+/// Shorthand for results in this crate.
+pub type Result<T, E = LibraryError> = std::result::Result<T, E>;

@@ -1,0 +1,667 @@
+//! The [`Library`] type and its operations (spec §6).
+
+use std::io::{Read, Write};
+use std::path::Path;
+use std::sync::OnceLock;
+
+use mnemon_vector::{MatrixView, QuantizedMatrix};
+use rand::SeedableRng;
+use rand::seq::SliceRandom;
+use rand_chacha::ChaCha8Rng;
+use serde::Serialize;
+use serde::ser::{SerializeMap, SerializeSeq, Serializer};
+use serde_json::{Map, Value};
+
+use crate::builder::{Builder, Pushed, RawBit};
+use crate::codec::encode_vector;
+use crate::error::{LibraryError, Result};
+use crate::id::BitId;
+use crate::load::{Loaded, known_dimension, load_slice, load_value};
+use crate::omit::Omit;
+use crate::pyjson::PythonFormatter;
+use crate::storage::{NO_TAG, Store};
+
+/// The model a blank library uses by default.
+pub const DEFAULT_MODEL: &str = "openai.com:text-embedding-ada-002";
+
+/// How to cut a result or a slice: by number of bits or by total tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CountType {
+    /// Sum `token_count` up to the budget.
+    #[default]
+    Token,
+    /// Take a number of bits.
+    Bit,
+}
+
+/// Options for opening a library.
+#[derive(Debug, Clone, Default)]
+pub struct OpenOptions {
+    /// Forces this `access_tag` onto every bit, replacing stored tags.
+    pub force_tag: Option<String>,
+    /// Ignore a packed sidecar (`<file>.mnx`) even when it is up to date.
+    pub ignore_sidecar: bool,
+}
+
+impl OpenOptions {
+    /// Options whose forced tag comes from a path relative to a served directory (spec §12.5):
+    /// the component right after the first `access` component, if a file lies below it.
+    pub fn for_relative_path(relative: &Path) -> Self {
+        OpenOptions {
+            force_tag: tag_from_relative_path(relative),
+            ignore_sidecar: false,
+        }
+    }
+}
+
+/// The tag for a file at `relative` inside a served directory: `access/<tag>/…/x.json` gives
+/// `<tag>`; a file directly in `access/` or outside it gives none.
+pub fn tag_from_relative_path(relative: &Path) -> Option<String> {
+    let parts: Vec<String> = relative
+        .components()
+        .map(|c| c.as_os_str().to_string_lossy().into_owned())
+        .collect();
+    let at = parts.iter().position(|p| p == "access")?;
+    // The tag directory must be followed by at least the file name.
+    if parts.len() > at + 2 {
+        parts.get(at + 1).cloned()
+    } else {
+        None
+    }
+}
+
+/// The result of [`Library::insert`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InsertOutcome {
+    /// The bit was appended.
+    Inserted(BitId),
+    /// A bit with this id exists; nothing changed.
+    Duplicate(BitId),
+    /// The library's stored omit is `*`, so bits are ignored (as in the reference).
+    Ignored,
+}
+
+/// An embedding library: bits of text with embeddings and metadata, in file order.
+///
+/// Embeddings live in one contiguous 64-byte-aligned matrix; per-bit metadata lives in parallel
+/// arrays and a JSON arena. `Library` is `Send + Sync`; [`Library::query`] takes `&self`.
+pub struct Library {
+    /// Top-level keys in stored order; `bits` holds a `null` placeholder for its position.
+    pub(crate) top: Map<String, Value>,
+    pub(crate) model: String,
+    pub(crate) omit: Option<Omit>,
+    pub(crate) store: Store,
+    upgraded: bool,
+    pub(crate) quantized: OnceLock<QuantizedMatrix>,
+}
+
+impl std::fmt::Debug for Library {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Library")
+            .field("model", &self.model)
+            .field("bits", &self.len())
+            .field("dimension", &self.store.dim)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for Library {
+    fn default() -> Self {
+        Library::blank(DEFAULT_MODEL)
+    }
+}
+
+impl Clone for Library {
+    fn clone(&self) -> Self {
+        let order: Vec<usize> = (0..self.len()).collect();
+        Library {
+            top: self.top.clone(),
+            model: self.model.clone(),
+            omit: self.omit.clone(),
+            store: self.store.reordered(&order, &|_| None),
+            upgraded: self.upgraded,
+            quantized: OnceLock::new(),
+        }
+    }
+}
+
+impl Library {
+    fn from_loaded(l: Loaded) -> Self {
+        Library {
+            top: l.top,
+            model: l.model,
+            omit: l.omit,
+            store: l.store,
+            upgraded: l.upgraded,
+            quantized: OnceLock::new(),
+        }
+    }
+
+    pub(crate) fn from_parts(
+        top: Map<String, Value>,
+        model: String,
+        omit: Option<Omit>,
+        store: Store,
+    ) -> Self {
+        Library {
+            top,
+            model,
+            omit,
+            store,
+            upgraded: false,
+            quantized: OnceLock::new(),
+        }
+    }
+
+    /// An empty library: `{version: 1, embedding_model, bits: []}`.
+    pub fn blank(model: &str) -> Self {
+        let mut top = Map::new();
+        top.insert("version".into(), Value::from(1));
+        top.insert("embedding_model".into(), Value::from(model));
+        top.insert("bits".into(), Value::Null);
+        Library::from_parts(
+            top,
+            model.to_owned(),
+            None,
+            Store::new(known_dimension(model)),
+        )
+    }
+
+    /// Parses, upgrades and validates library JSON held in memory.
+    pub fn from_bytes(bytes: &[u8]) -> Result<Self> {
+        Self::from_bytes_with(bytes, &OpenOptions::default())
+    }
+
+    /// Like [`Library::from_bytes`], with options.
+    pub fn from_bytes_with(bytes: &[u8], options: &OpenOptions) -> Result<Self> {
+        load_slice(bytes, options.force_tag.as_deref(), None).map(Self::from_loaded)
+    }
+
+    /// Reads library JSON from a reader.
+    pub fn from_reader(mut reader: impl Read) -> Result<Self> {
+        let mut bytes = Vec::new();
+        reader
+            .read_to_end(&mut bytes)
+            .map_err(|e| LibraryError::InvalidJson(e.to_string()))?;
+        Self::from_bytes(&bytes)
+    }
+
+    /// Validates a parsed JSON value as a library.
+    pub fn from_value(value: Value) -> Result<Self> {
+        Self::from_value_with(value, &OpenOptions::default())
+    }
+
+    /// Like [`Library::from_value`], with options.
+    pub fn from_value_with(value: Value, options: &OpenOptions) -> Result<Self> {
+        load_value(value, options.force_tag.as_deref()).map(Self::from_loaded)
+    }
+
+    /// Opens a library file. The file is memory-mapped and parsed in place; pages already parsed
+    /// are released as loading goes, so the file and the matrix are never both resident. A
+    /// packed sidecar (`<path>.mnx`, see [`Library::pack`]) is used instead when it is up to date.
+    pub fn open(path: impl AsRef<Path>) -> Result<Self> {
+        Self::open_with(path, &OpenOptions::default())
+    }
+
+    /// Like [`Library::open`], with options.
+    pub fn open_with(path: impl AsRef<Path>, options: &OpenOptions) -> Result<Self> {
+        let path = path.as_ref();
+        if !options.ignore_sidecar
+            && let Some(lib) = crate::sidecar::open_if_fresh(path, options)?
+        {
+            return Ok(lib);
+        }
+        crate::mapped::load_file(path, options.force_tag.as_deref()).map(Self::from_loaded)
+    }
+
+    /// Whether the source was a version-0 file that was upgraded on load.
+    pub fn upgraded(&self) -> bool {
+        self.upgraded
+    }
+
+    /// The embedding model.
+    pub fn model(&self) -> &str {
+        &self.model
+    }
+
+    /// The embedding dimension, once known.
+    pub fn dimension(&self) -> Option<usize> {
+        self.store.dim
+    }
+
+    /// The number of bits.
+    pub fn len(&self) -> usize {
+        self.store.len()
+    }
+
+    /// Whether there are no bits.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The stored `sort` value, if any.
+    pub fn sort(&self) -> Option<&str> {
+        self.top.get("sort").and_then(Value::as_str)
+    }
+
+    /// The stored omit, if any.
+    pub fn stored_omit(&self) -> Option<&Omit> {
+        self.omit.as_ref()
+    }
+
+    /// The top-level JSON without `bits` (its position holds `null`).
+    pub fn top_level(&self) -> &Map<String, Value> {
+        &self.top
+    }
+
+    /// The matrix of embeddings, one row per bit in file order.
+    pub fn embeddings(&self) -> MatrixView<'_> {
+        self.store.embeddings.view()
+    }
+
+    /// The stored `details.counts` as `(bits, restricted)`, 0 when missing.
+    pub fn counts(&self) -> (i64, i64) {
+        let counts = self.top.get("details").and_then(|d| d.get("counts"));
+        let get = |k: &str| {
+            counts
+                .and_then(|c| c.get(k))
+                .and_then(Value::as_i64)
+                .unwrap_or(0)
+        };
+        (get("bits"), get("restricted"))
+    }
+
+    /// The sum of every bit's `token_count`.
+    pub fn total_tokens(&self) -> i64 {
+        self.store
+            .token_counts
+            .iter()
+            .fold(0i64, |a, &b| a.saturating_add(b))
+    }
+
+    /// Each access tag with its number of bits, in first-seen order (bits without a tag are not
+    /// counted).
+    pub fn access_tags(&self) -> Vec<(String, usize)> {
+        let mut counts = vec![0usize; self.store.tag_names.len()];
+        for &t in &self.store.tags {
+            if t != NO_TAG
+                && let Some(c) = counts.get_mut(t as usize)
+            {
+                *c += 1;
+            }
+        }
+        self.store
+            .tag_names
+            .iter()
+            .cloned()
+            .zip(counts)
+            .filter(|(_, c)| *c > 0)
+            .collect()
+    }
+
+    /// Bit `i` as JSON: stored keys in order, the embedding re-encoded in place (when `embed`),
+    /// `access_tag` kept only when `include_tag`.
+    pub(crate) fn bit_json(&self, i: usize, include_tag: bool, embed: bool) -> Map<String, Value> {
+        let mut map = self.store.json(i);
+        if map.contains_key("embedding") {
+            if embed {
+                let row = self.store.embeddings.view().row(i).unwrap_or(&[]);
+                map.insert("embedding".into(), Value::String(encode_vector(row)));
+            } else {
+                map.shift_remove("embedding");
+            }
+        }
+        if !include_tag {
+            map.shift_remove("access_tag");
+        }
+        map
+    }
+
+    /// Iterates the bits in file order.
+    pub fn bits(&self) -> impl ExactSizeIterator<Item = BitRef<'_>> + '_ {
+        (0..self.len()).map(move |index| BitRef { lib: self, index })
+    }
+
+    /// Iterates the bits' texts in file order.
+    pub fn texts(&self) -> impl Iterator<Item = String> + '_ {
+        self.bits().map(|b| b.text())
+    }
+
+    /// The bit with this id, as JSON (with its embedding and access tag).
+    pub fn get(&self, id: &BitId) -> Option<Map<String, Value>> {
+        let &i = self.store.index.get(id)?;
+        Some(self.bit_json(i, true, true))
+    }
+
+    /// Removes the bit with this id and returns it; the other bits keep their order.
+    pub fn remove(&mut self, id: &BitId) -> Option<Map<String, Value>> {
+        let &i = self.store.index.get(id)?;
+        let bit = self.bit_json(i, true, true);
+        self.store.remove(i);
+        self.quantized = OnceLock::new();
+        Some(bit)
+    }
+
+    /// Validates a bit against this library (dimension, stored omit) and appends it.
+    pub fn insert(&mut self, bit: &Value) -> Result<InsertOutcome> {
+        if self.omit.as_ref().is_some_and(Omit::all) {
+            return Ok(InsertOutcome::Ignored);
+        }
+        let store = std::mem::replace(&mut self.store, Store::new(None));
+        let mut builder = Builder::eager(store, self.omit.clone());
+        let pushed = builder.push(builder.store.len(), RawBit::from_value(bit));
+        self.store = builder.into_store();
+        self.quantized = OnceLock::new();
+        Ok(match pushed? {
+            Pushed::Added => {
+                let id = self.store.ids.last().copied().unwrap_or(BitId([0; 32]));
+                InsertOutcome::Inserted(id)
+            }
+            Pushed::Duplicate(id) => InsertOutcome::Duplicate(id),
+        })
+    }
+
+    /// Appends copies of `other`'s bits, skipping ids already present. Needs the same model and
+    /// dimension; adopts `other`'s `sort` if this library has none and its `omit` if this one's
+    /// is absent or empty. Atomic: on error nothing changes.
+    pub fn extend(&mut self, other: &Library) -> Result<()> {
+        if other.model != self.model {
+            return Err(LibraryError::DifferentModel);
+        }
+        if let (Some(a), Some(b)) = (self.store.dim, other.store.dim)
+            && a != b
+            && !other.is_empty()
+        {
+            return Err(LibraryError::DifferentDimension {
+                expected: a,
+                found: b,
+            });
+        }
+        let mut next = self.clone();
+        if next.top.get("sort").is_none()
+            && let Some(sort) = other.top.get("sort")
+        {
+            next.top.insert("sort".into(), sort.clone());
+        }
+        let own_omit_empty = next
+            .top
+            .get("omit")
+            .and_then(Value::as_str)
+            .is_none_or(str::is_empty);
+        if own_omit_empty
+            && let Some(o) = other
+                .top
+                .get("omit")
+                .and_then(Value::as_str)
+                .filter(|o| !o.is_empty())
+        {
+            next.top.insert("omit".into(), Value::from(o));
+            next.omit = other.omit.clone();
+        }
+        if next.omit.as_ref().is_some_and(Omit::all) {
+            *self = next;
+            return Ok(());
+        }
+        let store = std::mem::replace(&mut next.store, Store::new(None));
+        let bits: Vec<Value> = (0..other.len())
+            .map(|i| Value::Object(other.bit_json(i, true, true)))
+            .collect();
+        let mut builder = Builder::eager(store, next.omit.clone());
+        for bit in &bits {
+            builder.push(builder.store.len(), RawBit::from_value(bit))?;
+        }
+        next.store = builder.into_store();
+        *self = next;
+        Ok(())
+    }
+
+    /// Infos deduplicated on `url`, `image_url`, `title` and `description`, first kept.
+    pub fn unique_infos(&self) -> Vec<Map<String, Value>> {
+        let mut seen = std::collections::HashSet::new();
+        let mut out = Vec::new();
+        for i in 0..self.len() {
+            let bit = self.store.json(i);
+            let Some(Value::Object(info)) = bit.get("info") else {
+                continue;
+            };
+            let part = |k: &str| info.get(k).and_then(Value::as_str).unwrap_or("").to_owned();
+            let key = [
+                part("url"),
+                part("image_url"),
+                part("title"),
+                part("description"),
+            ]
+            .join("\n");
+            if seen.insert(key) {
+                out.push(info.clone());
+            }
+        }
+        out
+    }
+
+    /// Re-runs the load checks (spec §3.7) on the current content.
+    pub fn validate(&self) -> Result<()> {
+        Library::from_value(Value::Object(self.to_value(true))).map(|_| ())
+    }
+
+    /// The library as a JSON object (the embedding of every bit encoded).
+    pub fn to_value(&self, include_access_tag: bool) -> Map<String, Value> {
+        let mut out = Map::new();
+        for (k, v) in &self.top {
+            if k == "bits" {
+                let bits = (0..self.len())
+                    .map(|i| Value::Object(self.bit_json(i, include_access_tag, true)))
+                    .collect();
+                out.insert(k.clone(), Value::Array(bits));
+            } else {
+                out.insert(k.clone(), v.clone());
+            }
+        }
+        out
+    }
+
+    /// Writes the library as Python's `json.dump(data, f, indent='\t')` would (spec §5).
+    pub fn to_writer(&self, writer: impl Write, include_access_tag: bool) -> Result<()> {
+        let mut ser = serde_json::Serializer::with_formatter(writer, PythonFormatter::new());
+        SaveView {
+            lib: self,
+            include_access_tag,
+        }
+        .serialize(&mut ser)
+        .map_err(|e| LibraryError::Io {
+            path: "<writer>".into(),
+            source: std::io::Error::other(e),
+        })
+    }
+
+    /// Saves the library to a file (spec §5).
+    pub fn save(&self, path: impl AsRef<Path>, include_access_tag: bool) -> Result<()> {
+        let path = path.as_ref();
+        let file = std::fs::File::create(path).map_err(|e| LibraryError::io(path, e))?;
+        let mut w = std::io::BufWriter::with_capacity(1 << 20, file);
+        self.to_writer(&mut w, include_access_tag)?;
+        w.flush().map_err(|e| LibraryError::io(path, e))
+    }
+
+    fn reorder(&mut self, order: &[usize]) {
+        self.store = self.store.reordered(order, &|_| None);
+        self.quantized = OnceLock::new();
+    }
+
+    /// Sorts bits by stored similarity, descending (stable), and sets `sort` to `similarity`.
+    pub fn sort_by_similarity(&mut self) -> Result<()> {
+        let mut sims = Vec::with_capacity(self.len());
+        for i in 0..self.len() {
+            match self.store.json(i).get("similarity").and_then(Value::as_f64) {
+                Some(s) => sims.push(s),
+                None => return Err(LibraryError::NoSimilarity(self.store.ids[i].to_string())),
+            }
+        }
+        let mut order: Vec<usize> = (0..self.len()).collect();
+        order.sort_by(|&a, &b| sims[b].total_cmp(&sims[a]));
+        self.reorder(&order);
+        self.top.insert("sort".into(), Value::from("similarity"));
+        Ok(())
+    }
+
+    /// Shuffles the bits with `ChaCha8Rng::seed_from_u64(seed)` and sets `sort` to `random`.
+    pub fn shuffle(&mut self, seed: u64) {
+        let mut order: Vec<usize> = (0..self.len()).collect();
+        order.shuffle(&mut ChaCha8Rng::seed_from_u64(seed));
+        self.reorder(&order);
+        self.top.insert("sort".into(), Value::from("random"));
+    }
+
+    /// Sets `sort`: `similarity` sorts, `random` shuffles with a random seed, `manual` keeps the
+    /// order, `any` removes the key; anything else fails with `Illegal sort: <s>`.
+    pub fn set_sort(&mut self, sort: &str) -> Result<()> {
+        match sort {
+            "similarity" => self.sort_by_similarity(),
+            "random" => {
+                self.shuffle(rand::random());
+                Ok(())
+            }
+            "manual" => {
+                self.top.insert("sort".into(), Value::from("manual"));
+                Ok(())
+            }
+            "any" => {
+                self.top.shift_remove("sort");
+                Ok(())
+            }
+            other => Err(LibraryError::IllegalSort(other.to_owned())),
+        }
+    }
+
+    /// A new library holding the first bits of the current order, cut as a query cuts (spec §8
+    /// step 5). A negative `count` keeps everything.
+    pub fn slice(&self, count: i64, count_type: CountType) -> Library {
+        let (keep, truncate) = crate::query::cut(
+            &mut (0..self.len()),
+            count,
+            count_type,
+            &self.store.token_counts,
+        );
+        let replace = |i: usize| -> Option<Vec<u8>> {
+            let n = truncate.filter(|_| keep.first() == Some(&i))?;
+            let mut bit = self.store.json(i);
+            let text = bit.get("text").and_then(Value::as_str).unwrap_or("");
+            let cut: String = text.chars().take(n).collect();
+            bit.insert("text".into(), Value::String(cut));
+            serde_json::to_vec(&bit).ok()
+        };
+        let store = self.store.reordered(&keep, &replace);
+        Library::from_parts(
+            self.top.clone(),
+            self.model.clone(),
+            self.omit.clone(),
+            store,
+        )
+    }
+
+    pub(crate) fn quantized(&self) -> &QuantizedMatrix {
+        self.quantized
+            .get_or_init(|| QuantizedMatrix::from_view(&self.store.embeddings.view()))
+    }
+}
+
+/// A borrowed bit.
+#[derive(Clone, Copy)]
+pub struct BitRef<'a> {
+    lib: &'a Library,
+    index: usize,
+}
+
+impl<'a> BitRef<'a> {
+    /// Its position in file order.
+    pub fn index(&self) -> usize {
+        self.index
+    }
+
+    /// Its id.
+    pub fn id(&self) -> BitId {
+        self.lib.store.ids[self.index]
+    }
+
+    /// Its embedding row.
+    pub fn embedding(&self) -> &'a [f32] {
+        self.lib
+            .store
+            .embeddings
+            .view()
+            .row(self.index)
+            .unwrap_or(&[])
+    }
+
+    /// Its `token_count` (0 when the library omits it).
+    pub fn token_count(&self) -> i64 {
+        self.lib.store.token_counts[self.index]
+    }
+
+    /// Its access tag, if any.
+    pub fn access_tag(&self) -> Option<&'a str> {
+        self.lib.store.tag_name(self.index)
+    }
+
+    /// Its stored JSON without the embedding (text, info, similarity and any extra keys).
+    pub fn json(&self) -> Map<String, Value> {
+        self.lib.bit_json(self.index, true, false)
+    }
+
+    /// Its text.
+    pub fn text(&self) -> String {
+        match self.lib.store.json(self.index).get("text") {
+            Some(Value::String(s)) => s.clone(),
+            _ => String::new(),
+        }
+    }
+
+    /// Its `info` object.
+    pub fn info(&self) -> Map<String, Value> {
+        match self.lib.store.json(self.index).shift_remove("info") {
+            Some(Value::Object(m)) => m,
+            _ => Map::new(),
+        }
+    }
+
+    /// Its stored similarity, if any.
+    pub fn similarity(&self) -> Option<f64> {
+        self.lib
+            .store
+            .json(self.index)
+            .get("similarity")
+            .and_then(Value::as_f64)
+    }
+}
+
+struct SaveView<'a> {
+    lib: &'a Library,
+    include_access_tag: bool,
+}
+
+impl Serialize for SaveView<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        let mut map = s.serialize_map(Some(self.lib.top.len()))?;
+        for (k, v) in &self.lib.top {
+            if k == "bits" {
+                map.serialize_entry(k, &BitsView(self))?;
+            } else {
+                map.serialize_entry(k, v)?;
+            }
+        }
+        map.end()
+    }
+}
+
+struct BitsView<'a, 'b>(&'b SaveView<'a>);
+
+impl Serialize for BitsView<'_, '_> {
+    fn serialize<S: Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        let lib = self.0.lib;
+        let mut seq = s.serialize_seq(Some(lib.len()))?;
+        for i in 0..lib.len() {
+            seq.serialize_element(&lib.bit_json(i, self.0.include_access_tag, true))?;
+        }
+        seq.end()
+    }
+}

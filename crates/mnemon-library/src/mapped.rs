@@ -1,0 +1,45 @@
+//! Opening a library file memory-mapped, releasing parsed pages as loading goes.
+
+use std::cell::Cell;
+use std::fs::File;
+use std::path::Path;
+
+use memmap2::{Advice, Mmap, UncheckedAdvice};
+
+use crate::error::{LibraryError, Result};
+use crate::load::{Loaded, load_slice};
+
+/// Parsed input is released in steps of this many bytes (a multiple of every page size).
+const RELEASE_STEP: usize = 64 << 20;
+const RELEASE_ALIGN: usize = 64 << 10;
+
+pub(crate) fn load_file(path: &Path, force_tag: Option<&str>) -> Result<Loaded> {
+    let file = File::open(path).map_err(|e| LibraryError::io(path, e))?;
+    let len = file
+        .metadata()
+        .map_err(|e| LibraryError::io(path, e))?
+        .len();
+    if len == 0 {
+        return load_slice(&[], force_tag, None);
+    }
+    // SAFETY: the map is private and read-only. As with any file map, another process
+    // truncating the file while it loads would be undefined behaviour; library files are
+    // written once and then only read.
+    let map = unsafe { Mmap::map(&file) }.map_err(|e| LibraryError::io(path, e))?;
+    let _ = map.advise(Advice::Sequential);
+    let base = map.as_ptr() as usize;
+    let released = Cell::new(0usize);
+    let release = |address: usize| {
+        let upto = address.saturating_sub(base).min(map.len()) / RELEASE_ALIGN * RELEASE_ALIGN;
+        let from = released.get();
+        if upto >= from + RELEASE_STEP {
+            // SAFETY: on a private, never-written file map, MADV_DONTNEED only drops this
+            // process's copies of the pages; later reads fault them in again from the file with
+            // the same content, so no live reference observes a change.
+            let _ =
+                unsafe { map.unchecked_advise_range(UncheckedAdvice::DontNeed, from, upto - from) };
+            released.set(upto);
+        }
+    };
+    load_slice(&map, force_tag, Some(&release))
+}

@@ -1,0 +1,326 @@
+//! The binary sidecar `<library>.mnx` (spec §11.4): the matrix and per-bit arrays laid out for
+//! memory mapping, so a packed library opens in milliseconds.
+//!
+//! Layout (little-endian): a 4096-byte header — magic `MNEMONX1`, u32 format version, u32
+//! dimension, u64 rows, u64 stride, u64 source size, i64 source mtime (ns), then for each of
+//! [`SECTIONS`] a u64 offset and u64 length — followed by 4096-aligned sections. The layout is
+//! internal and versioned; big-endian hosts never use it.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::{BufWriter, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use memmap2::Mmap;
+use serde_json::{Map, Value};
+
+use crate::error::{LibraryError, Result};
+use crate::id::BitId;
+use crate::library::{Library, OpenOptions};
+use crate::omit::Omit;
+use crate::storage::{Arena, Embeddings, MappedBlock, Store};
+
+const MAGIC: &[u8; 8] = b"MNEMONX1";
+const FORMAT_VERSION: u32 = 1;
+const ALIGN: u64 = 4096;
+/// Matrix, ids, token counts, tag indices, tag table, record offsets, arena, top level.
+const SECTIONS: usize = 8;
+const HEADER_FIXED: usize = 8 + 4 + 4 + 8 + 8 + 8 + 8;
+
+/// The sidecar path for a library file: `<file>.mnx`.
+pub fn sidecar_path(library: &Path) -> PathBuf {
+    let mut s = library.as_os_str().to_owned();
+    s.push(".mnx");
+    PathBuf::from(s)
+}
+
+/// Size and modification time (ns since the epoch) of the source file.
+fn source_stamp(path: &Path) -> Result<(u64, i64)> {
+    let meta = std::fs::metadata(path).map_err(|e| LibraryError::io(path, e))?;
+    let mtime = meta
+        .modified()
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX));
+    Ok((meta.len(), mtime))
+}
+
+impl Library {
+    /// Writes the sidecar for this library, loaded from `source`, next to it as
+    /// `<source>.mnx`, and returns its path. [`Library::open`] uses it while `source` keeps the
+    /// size and modification time it has now.
+    pub fn pack(&self, source: impl AsRef<Path>) -> Result<PathBuf> {
+        let source = source.as_ref();
+        let (size, mtime) = source_stamp(source)?;
+        let target = sidecar_path(source);
+        let tmp = {
+            let mut s = target.as_os_str().to_owned();
+            s.push(".tmp");
+            PathBuf::from(s)
+        };
+        let io = |e| LibraryError::io(&tmp, e);
+        let file = File::create(&tmp).map_err(io)?;
+        let mut w = BufWriter::with_capacity(1 << 20, file);
+        let view = self.embeddings();
+        let rows = self.len();
+        let stride = view.stride();
+        w.write_all(&[0u8; ALIGN as usize]).map_err(io)?;
+        let mut pos = ALIGN;
+        let mut sections = [(0u64, 0u64); SECTIONS];
+        let mut section = |w: &mut BufWriter<File>,
+                           pos: &mut u64,
+                           n: usize,
+                           f: &mut dyn FnMut(&mut BufWriter<File>) -> std::io::Result<u64>|
+         -> std::io::Result<()> {
+            let len = f(w)?;
+            sections[n] = (*pos, len);
+            *pos += len;
+            let pad = (ALIGN - *pos % ALIGN) % ALIGN;
+            w.write_all(&vec![0u8; pad as usize])?;
+            *pos += pad;
+            Ok(())
+        };
+        section(&mut w, &mut pos, 0, &mut |w| {
+            let zeros = vec![0f32; stride - view.dim()];
+            for i in 0..rows {
+                for x in view.row(i).unwrap_or(&[]).iter().chain(&zeros) {
+                    w.write_all(&x.to_le_bytes())?;
+                }
+            }
+            Ok((rows * stride * 4) as u64)
+        })
+        .map_err(io)?;
+        section(&mut w, &mut pos, 1, &mut |w| {
+            for id in &self.store.ids {
+                w.write_all(&id.0)?;
+            }
+            Ok((rows * 32) as u64)
+        })
+        .map_err(io)?;
+        section(&mut w, &mut pos, 2, &mut |w| {
+            for t in &self.store.token_counts {
+                w.write_all(&t.to_le_bytes())?;
+            }
+            Ok((rows * 8) as u64)
+        })
+        .map_err(io)?;
+        section(&mut w, &mut pos, 3, &mut |w| {
+            for t in &self.store.tags {
+                w.write_all(&t.to_le_bytes())?;
+            }
+            Ok((rows * 4) as u64)
+        })
+        .map_err(io)?;
+        let tag_table = serde_json::to_vec(&self.store.tag_names).unwrap_or_default();
+        section(&mut w, &mut pos, 4, &mut |w| {
+            w.write_all(&tag_table)?;
+            Ok(tag_table.len() as u64)
+        })
+        .map_err(io)?;
+        section(&mut w, &mut pos, 5, &mut |w| {
+            for o in &self.store.offsets {
+                w.write_all(&o.to_le_bytes())?;
+            }
+            Ok((self.store.offsets.len() * 8) as u64)
+        })
+        .map_err(io)?;
+        let arena = self.store.arena.bytes();
+        section(&mut w, &mut pos, 6, &mut |w| {
+            w.write_all(arena)?;
+            Ok(arena.len() as u64)
+        })
+        .map_err(io)?;
+        let mut meta = Map::new();
+        meta.insert("top".into(), Value::Object(self.top.clone()));
+        meta.insert(
+            "dim".into(),
+            self.store.dim.map_or(Value::Null, Value::from),
+        );
+        let meta = serde_json::to_vec(&meta).unwrap_or_default();
+        section(&mut w, &mut pos, 7, &mut |w| {
+            w.write_all(&meta)?;
+            Ok(meta.len() as u64)
+        })
+        .map_err(io)?;
+
+        let mut header = Vec::with_capacity(HEADER_FIXED + SECTIONS * 16);
+        header.extend_from_slice(MAGIC);
+        header.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+        header.extend_from_slice(&(view.dim() as u32).to_le_bytes());
+        header.extend_from_slice(&(rows as u64).to_le_bytes());
+        header.extend_from_slice(&(stride as u64).to_le_bytes());
+        header.extend_from_slice(&size.to_le_bytes());
+        header.extend_from_slice(&mtime.to_le_bytes());
+        for (o, l) in sections {
+            header.extend_from_slice(&o.to_le_bytes());
+            header.extend_from_slice(&l.to_le_bytes());
+        }
+        w.seek(SeekFrom::Start(0)).map_err(io)?;
+        w.write_all(&header).map_err(io)?;
+        let file = w.into_inner().map_err(|e| io(e.into_error()))?;
+        file.sync_all().map_err(io)?;
+        std::fs::rename(&tmp, &target).map_err(|e| LibraryError::io(&target, e))?;
+        Ok(target)
+    }
+}
+
+struct Reader<'a> {
+    bytes: &'a [u8],
+    pos: usize,
+}
+
+impl Reader<'_> {
+    fn take<const N: usize>(&mut self) -> Option<[u8; N]> {
+        let out = self.bytes.get(self.pos..self.pos + N)?.try_into().ok()?;
+        self.pos += N;
+        Some(out)
+    }
+    fn u32(&mut self) -> Option<u32> {
+        self.take::<4>().map(u32::from_le_bytes)
+    }
+    fn u64(&mut self) -> Option<u64> {
+        self.take::<8>().map(u64::from_le_bytes)
+    }
+    fn i64(&mut self) -> Option<i64> {
+        self.take::<8>().map(i64::from_le_bytes)
+    }
+}
+
+/// Opens `<path>.mnx` if it exists and matches `path`'s size and mtime; otherwise `None`
+/// (with a warning when a stale or unreadable sidecar was found).
+pub(crate) fn open_if_fresh(path: &Path, options: &OpenOptions) -> Result<Option<Library>> {
+    if cfg!(target_endian = "big") || options.force_tag.is_some() {
+        return Ok(None);
+    }
+    let side = sidecar_path(path);
+    if !side.is_file() {
+        return Ok(None);
+    }
+    let stamp = source_stamp(path)?;
+    match open_sidecar(&side, stamp) {
+        Ok(lib) => Ok(Some(lib)),
+        Err(why) => {
+            tracing::warn!(sidecar = %side.display(), "ignoring sidecar: {why}; loading the JSON");
+            Ok(None)
+        }
+    }
+}
+
+fn open_sidecar(side: &Path, (size, mtime): (u64, i64)) -> std::result::Result<Library, String> {
+    let file = File::open(side).map_err(|e| e.to_string())?;
+    // SAFETY: read-only map of a file Mnemon wrote and renames into place atomically; it is
+    // never modified afterwards (a re-pack writes a new file and renames it over).
+    let map = Arc::new(unsafe { Mmap::map(&file) }.map_err(|e| e.to_string())?);
+    let bad = |what: &str| format!("corrupt sidecar ({what})");
+    let mut r = Reader {
+        bytes: &map,
+        pos: 0,
+    };
+    if r.take::<8>().as_ref() != Some(MAGIC) {
+        return Err(bad("magic"));
+    }
+    if r.u32() != Some(FORMAT_VERSION) {
+        return Err("unsupported sidecar version".into());
+    }
+    let dim = r.u32().ok_or_else(|| bad("header"))? as usize;
+    let rows = r.u64().ok_or_else(|| bad("header"))? as usize;
+    let stride = r.u64().ok_or_else(|| bad("header"))? as usize;
+    let (src_size, src_mtime) = (r.u64(), r.i64());
+    if src_size != Some(size) || src_mtime != Some(mtime) {
+        return Err("the library file changed since it was packed".into());
+    }
+    let mut sections = [(0usize, 0usize); SECTIONS];
+    for s in &mut sections {
+        let o = r.u64().ok_or_else(|| bad("header"))? as usize;
+        let l = r.u64().ok_or_else(|| bad("header"))? as usize;
+        if o.checked_add(l).is_none_or(|end| end > map.len()) {
+            return Err(bad("section bounds"));
+        }
+        *s = (o, l);
+    }
+    let section = |n: usize| -> &[u8] {
+        let (o, l) = sections[n];
+        map.get(o..o + l).unwrap_or(&[])
+    };
+    if stride < dim || sections[0].1 != rows * stride * 4 || sections[0].0 % 4 != 0 {
+        return Err(bad("matrix"));
+    }
+    if section(1).len() != rows * 32
+        || section(2).len() != rows * 8
+        || section(3).len() != rows * 4
+        || section(5).len() != (rows + 1) * 8
+    {
+        return Err(bad("arrays"));
+    }
+    let ids: Vec<BitId> = section(1)
+        .chunks_exact(32)
+        .map(|c| BitId(c.try_into().unwrap_or([0; 32])))
+        .collect();
+    let token_counts: Vec<i64> = section(2)
+        .chunks_exact(8)
+        .map(|c| i64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
+        .collect();
+    let tags: Vec<u32> = section(3)
+        .chunks_exact(4)
+        .map(|c| u32::from_le_bytes(c.try_into().unwrap_or([0; 4])))
+        .collect();
+    let offsets: Vec<u64> = section(5)
+        .chunks_exact(8)
+        .map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
+        .collect();
+    let arena_len = sections[6].1 as u64;
+    if offsets.first() != Some(&0)
+        || offsets.windows(2).any(|w| w[0] > w[1])
+        || offsets.last().is_some_and(|&l| l > arena_len)
+    {
+        return Err(bad("offsets"));
+    }
+    let tag_names: Vec<String> = serde_json::from_slice(section(4)).map_err(|_| bad("tags"))?;
+    if tags
+        .iter()
+        .any(|&t| t != crate::storage::NO_TAG && t as usize >= tag_names.len())
+    {
+        return Err(bad("tags"));
+    }
+    let meta: Map<String, Value> = serde_json::from_slice(section(7)).map_err(|_| bad("meta"))?;
+    let top = match meta.get("top") {
+        Some(Value::Object(t)) => t.clone(),
+        _ => return Err(bad("meta")),
+    };
+    let model = top
+        .get("embedding_model")
+        .and_then(Value::as_str)
+        .ok_or_else(|| bad("meta"))?
+        .to_owned();
+    let omit = match top.get("omit") {
+        Some(Value::String(s)) => Some(Omit::parse_str(s).map_err(|_| bad("omit"))?),
+        _ => None,
+    };
+    let dim_known = meta.get("dim").and_then(Value::as_u64).map(|d| d as usize);
+    let index: HashMap<BitId, usize> = ids.iter().enumerate().map(|(i, id)| (*id, i)).collect();
+    let store = Store {
+        dim: dim_known,
+        embeddings: Embeddings {
+            mapped: Some(MappedBlock {
+                map: Arc::clone(&map),
+                offset: sections[0].0,
+                rows,
+                dim,
+                stride,
+            }),
+            owned: mnemon_vector::Matrix::new(dim),
+        },
+        ids,
+        token_counts,
+        tags,
+        offsets,
+        arena: Arena {
+            mapped: Some((Arc::clone(&map), sections[6].0, sections[6].1)),
+            owned: Vec::new(),
+        },
+        tag_names,
+        index,
+    };
+    Ok(Library::from_parts(top, model, omit, store))
+}

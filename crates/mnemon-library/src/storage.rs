@@ -1,0 +1,230 @@
+//! Where a library's bits live: the embedding matrix and parallel per-bit arrays (spec §11.1).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use memmap2::Mmap;
+use mnemon_vector::{Matrix, MatrixView};
+use serde_json::{Map, Value};
+
+use crate::id::BitId;
+
+/// Tag index of a bit without an access tag.
+pub(crate) const NO_TAG: u32 = u32::MAX;
+
+/// A block of rows inside a memory-mapped sidecar.
+pub(crate) struct MappedBlock {
+    pub(crate) map: Arc<Mmap>,
+    /// Byte offset of the block in the map (checked 4-byte aligned and in bounds on open).
+    pub(crate) offset: usize,
+    pub(crate) rows: usize,
+    pub(crate) dim: usize,
+    pub(crate) stride: usize,
+}
+
+impl MappedBlock {
+    fn view(&self) -> MatrixView<'_> {
+        let floats = mapped_floats(
+            &self.map,
+            self.offset,
+            self.rows.saturating_mul(self.stride),
+        );
+        MatrixView::new(floats, self.dim, self.stride, self.rows).unwrap_or(MatrixView::EMPTY)
+    }
+}
+
+/// The embedding rows: owned, or (when `mapped` is set) a block inside a sidecar.
+pub(crate) struct Embeddings {
+    pub(crate) mapped: Option<MappedBlock>,
+    pub(crate) owned: Matrix,
+}
+
+impl Embeddings {
+    pub(crate) fn owned(m: Matrix) -> Self {
+        Embeddings {
+            mapped: None,
+            owned: m,
+        }
+    }
+
+    pub(crate) fn view(&self) -> MatrixView<'_> {
+        match &self.mapped {
+            Some(block) => block.view(),
+            None => self.owned.view(),
+        }
+    }
+
+    /// The owned matrix, copying a mapped block first.
+    pub(crate) fn make_owned(&mut self) -> &mut Matrix {
+        if let Some(block) = self.mapped.take() {
+            let view = block.view();
+            let mut m = Matrix::with_capacity(view.dim(), view.rows());
+            for i in 0..view.rows() {
+                let _ = m.push_row(view.row(i).unwrap_or(&[]));
+            }
+            self.owned = m;
+        }
+        &mut self.owned
+    }
+}
+
+/// Reinterprets `floats` floats at `offset` of a map as `f32`s; empty when out of bounds,
+/// misaligned or on a big-endian host (the sidecar reader checks all three first).
+pub(crate) fn mapped_floats(map: &Mmap, offset: usize, floats: usize) -> &[f32] {
+    let Some(bytes) = floats
+        .checked_mul(4)
+        .and_then(|len| map.get(offset..offset.checked_add(len)?))
+    else {
+        return &[];
+    };
+    if bytes.as_ptr() as usize % std::mem::align_of::<f32>() != 0 || cfg!(target_endian = "big") {
+        return &[];
+    }
+    // SAFETY: the slice is in bounds, 4-byte aligned and `floats * 4` bytes long; every bit
+    // pattern is a valid f32; the map is read-only and outlives the borrow.
+    unsafe { std::slice::from_raw_parts(bytes.as_ptr().cast::<f32>(), floats) }
+}
+
+/// The per-bit JSON (without the embedding) of every bit, back to back: owned, or (when
+/// `mapped` is set) a section of a sidecar.
+pub(crate) struct Arena {
+    pub(crate) mapped: Option<(Arc<Mmap>, usize, usize)>,
+    pub(crate) owned: Vec<u8>,
+}
+
+impl Arena {
+    pub(crate) fn bytes(&self) -> &[u8] {
+        match &self.mapped {
+            Some((map, offset, len)) => {
+                map.get(*offset..offset.saturating_add(*len)).unwrap_or(&[])
+            }
+            None => &self.owned,
+        }
+    }
+
+    pub(crate) fn make_owned(&mut self) -> &mut Vec<u8> {
+        if self.mapped.is_some() {
+            self.owned = self.bytes().to_vec();
+            self.mapped = None;
+        }
+        &mut self.owned
+    }
+}
+
+/// All bits of a library, in file order, as parallel arrays.
+pub(crate) struct Store {
+    /// The embedding dimension, once known.
+    pub(crate) dim: Option<usize>,
+    pub(crate) embeddings: Embeddings,
+    pub(crate) ids: Vec<BitId>,
+    pub(crate) token_counts: Vec<i64>,
+    /// Index into `tag_names`, or [`NO_TAG`].
+    pub(crate) tags: Vec<u32>,
+    /// `rows + 1` offsets into the arena.
+    pub(crate) offsets: Vec<u64>,
+    pub(crate) arena: Arena,
+    pub(crate) tag_names: Vec<String>,
+    pub(crate) index: HashMap<BitId, usize>,
+}
+
+impl Store {
+    pub(crate) fn new(dim: Option<usize>) -> Self {
+        Store {
+            dim,
+            embeddings: Embeddings::owned(Matrix::new(dim.unwrap_or(0))),
+            ids: Vec::new(),
+            token_counts: Vec::new(),
+            tags: Vec::new(),
+            offsets: vec![0],
+            arena: Arena {
+                mapped: None,
+                owned: Vec::new(),
+            },
+            tag_names: Vec::new(),
+            index: HashMap::new(),
+        }
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.ids.len()
+    }
+
+    /// The stored JSON of bit `i` (with an `embedding: null` placeholder where the stored bit had
+    /// its embedding).
+    pub(crate) fn raw_json(&self, i: usize) -> &[u8] {
+        let start = self.offsets.get(i).copied().unwrap_or(0) as usize;
+        let end = self.offsets.get(i + 1).copied().unwrap_or(0) as usize;
+        self.arena.bytes().get(start..end).unwrap_or(&[])
+    }
+
+    /// Bit `i`'s stored JSON object, placeholder included.
+    pub(crate) fn json(&self, i: usize) -> Map<String, Value> {
+        serde_json::from_slice(self.raw_json(i)).unwrap_or_default()
+    }
+
+    pub(crate) fn tag_name(&self, i: usize) -> Option<&str> {
+        let t = *self.tags.get(i)?;
+        self.tag_names.get(t as usize).map(String::as_str)
+    }
+
+    pub(crate) fn tag_index(&mut self, tag: &str) -> u32 {
+        if let Some(p) = self.tag_names.iter().position(|t| t == tag) {
+            return p as u32;
+        }
+        self.tag_names.push(tag.to_owned());
+        (self.tag_names.len() - 1) as u32
+    }
+
+    /// The owned matrix, created with the dimension once it is known.
+    pub(crate) fn matrix_mut(&mut self) -> &mut Matrix {
+        let dim = self.dim.unwrap_or(0);
+        let m = self.embeddings.make_owned();
+        if m.is_empty() && m.dim() != dim {
+            *m = Matrix::new(dim);
+        }
+        m
+    }
+
+    /// Appends one bit's metadata; the caller has appended its row.
+    pub(crate) fn push_meta(
+        &mut self,
+        id: BitId,
+        token_count: i64,
+        tag: Option<&str>,
+        json: &[u8],
+    ) {
+        let tag = tag.map_or(NO_TAG, |t| self.tag_index(t));
+        let arena = self.arena.make_owned();
+        arena.extend_from_slice(json);
+        let end = arena.len() as u64;
+        self.index.insert(id, self.ids.len());
+        self.ids.push(id);
+        self.token_counts.push(token_count);
+        self.tags.push(tag);
+        self.offsets.push(end);
+    }
+
+    /// Builds a new store from bits of this one in `order`, with optional replacement JSON.
+    pub(crate) fn reordered(
+        &self,
+        order: &[usize],
+        replace: &dyn Fn(usize) -> Option<Vec<u8>>,
+    ) -> Store {
+        let mut out = Store::new(self.dim);
+        let view = self.embeddings.view();
+        let mut m = Matrix::with_capacity(view.dim(), order.len());
+        for &i in order {
+            let _ = m.push_row(view.row(i).unwrap_or(&[]));
+            let json = replace(i).unwrap_or_else(|| self.raw_json(i).to_vec());
+            out.push_meta(self.ids[i], self.token_counts[i], self.tag_name(i), &json);
+        }
+        out.embeddings = Embeddings::owned(m);
+        out
+    }
+
+    /// Removes bit `i`, keeping the order of the others.
+    pub(crate) fn remove(&mut self, i: usize) {
+        let order: Vec<usize> = (0..self.len()).filter(|&j| j != i).collect();
+        *self = self.reordered(&order, &|_| None);
+    }
+}
