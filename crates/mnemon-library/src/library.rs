@@ -439,6 +439,51 @@ impl Library {
         out
     }
 
+    /// Every problem in library JSON, for a validator that reports more than the first: the
+    /// top-level error alone if there is one, otherwise each faulty bit with its index (a bit is
+    /// checked against the bits before it). Duplicates, which loading drops silently, are
+    /// reported as `Ok(Duplicate)`. An empty list means the file loads.
+    pub fn problems(bytes: &[u8]) -> Vec<(Option<usize>, Result<InsertOutcome>)> {
+        let value: Value = match serde_json::from_slice(bytes) {
+            Ok(v) => v,
+            Err(e) => return vec![(None, Err(LibraryError::InvalidJson(e.to_string())))],
+        };
+        let Value::Object(mut top) = value else {
+            return vec![(
+                None,
+                Err(LibraryError::InvalidJson(
+                    "expected a JSON object at the top level".into(),
+                )),
+            )];
+        };
+        let bits = match top.get_mut("bits") {
+            Some(Value::Array(bits)) => std::mem::take(bits),
+            _ => Vec::new(),
+        };
+        let loaded = match load_value(Value::Object(top.clone()), None) {
+            Ok(l) => l,
+            Err(e) => return vec![(None, Err(e))],
+        };
+        if loaded.omit.as_ref().is_some_and(Omit::all) && !bits.is_empty() {
+            return vec![(None, Err(LibraryError::OmitAllButBits))];
+        }
+        let mut store = loaded.store;
+        let mut out = Vec::new();
+        for (index, bit) in bits.iter().enumerate() {
+            let mut builder = Builder::eager(store, loaded.omit.clone());
+            let pushed = builder.push(index, RawBit::from_value(bit));
+            store = builder.into_store();
+            match pushed {
+                Ok(Pushed::Added) => {}
+                Ok(Pushed::Duplicate(id)) => {
+                    out.push((Some(index), Ok(InsertOutcome::Duplicate(id))))
+                }
+                Err(e) => out.push((Some(index), Err(e))),
+            }
+        }
+        out
+    }
+
     /// Re-runs the load checks (spec §3.7) on the current content.
     pub fn validate(&self) -> Result<()> {
         Library::from_value(Value::Object(self.to_value(true))).map(|_| ())

@@ -11,6 +11,7 @@ use clap::{Parser, Subcommand};
 
 mod artifact;
 mod asset;
+mod library;
 mod memory;
 mod prompt;
 mod reference;
@@ -45,6 +46,9 @@ enum Command {
     /// Inspect and store assets.
     #[command(subcommand)]
     Asset(asset::AssetCommand),
+    /// Validate, inspect, query and pack embedding library files.
+    #[command(subcommand)]
+    Library(library::LibraryCommand),
     /// Save artifacts, load them into prompts, and inspect the artifact store.
     #[command(subcommand)]
     Artifact(artifact::ArtifactCommand),
@@ -100,6 +104,7 @@ pub(crate) fn run() -> ExitCode {
     let outcome = match cli.command {
         Command::Ref(cmd) => reference::run(cmd),
         Command::Asset(cmd) => asset::run(cmd, &cli.data_dir),
+        Command::Library(cmd) => library::run(cmd),
         Command::Artifact(cmd) => artifact::run(cmd, &cli.data_dir, cli.quiet),
         Command::Prompt(cmd) => prompt::run(cmd),
         Command::Memory(cmd) => memory::run(cmd, &cli.data_dir),

@@ -1,0 +1,172 @@
+//! `mnemon library …`: embedding library files.
+
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{Context, anyhow};
+use clap::Subcommand;
+use mnemon_library::{AccessPolicy, InsertOutcome, Library, QueryOptions};
+use serde_json::{Map, Value, json};
+
+use super::{CliError, CliResult, print_json};
+
+/// The `count` a query gets when its arguments have none, as on the host.
+const HOST_DEFAULT_COUNT: i64 = 1000;
+
+/// Commands on embedding library files.
+#[derive(Debug, Subcommand)]
+pub(crate) enum LibraryCommand {
+    /// Check a library file: prints `ok`, or every problem with the bit index and field.
+    Validate {
+        /// The library JSON file.
+        file: PathBuf,
+    },
+    /// Print bits, dimension, model, token total and access tags as JSON.
+    Stats {
+        /// The library JSON file.
+        file: PathBuf,
+    },
+    /// Run one query with an arguments object exactly as the host would receive it and print
+    /// the result JSON (`count` defaults to 1000).
+    Query {
+        /// The library JSON file (its packed sidecar is used when up to date).
+        file: PathBuf,
+        /// A JSON file holding the arguments object.
+        #[arg(long, value_name = "ARGS.json")]
+        args: PathBuf,
+        /// A host config (`host.SECRET.json` format) supplying tokens and restriction details.
+        #[arg(long, value_name = "CFG.json")]
+        host_config: Option<PathBuf>,
+        /// Use the fast int8 pre-scan with exact re-ranking.
+        #[arg(long)]
+        fast: bool,
+        /// Seed for the random query vector drawn when no embedding is given.
+        #[arg(long)]
+        seed: Option<u64>,
+    },
+    /// Write `<FILE>.mnx`, a binary sidecar that later opens memory-mapped.
+    Pack {
+        /// The library JSON file.
+        file: PathBuf,
+    },
+}
+
+/// Opens a library, with a spinner on a terminal (nothing when stderr is piped).
+fn open(file: &Path) -> Result<Library, CliError> {
+    let spinner = std::io::stderr().is_terminal().then(|| {
+        let size = std::fs::metadata(file).map(|m| m.len()).unwrap_or(0);
+        let bar = indicatif::ProgressBar::new_spinner();
+        bar.set_message(format!(
+            "loading {} ({} MB)",
+            file.display(),
+            size / 1_000_000
+        ));
+        bar.enable_steady_tick(Duration::from_millis(100));
+        bar
+    });
+    let result = Library::open(file);
+    if let Some(bar) = spinner {
+        bar.finish_and_clear();
+    }
+    result.map_err(|e| {
+        if e.is_client_error() {
+            CliError::input(anyhow!("{}: {e}", file.display()))
+        } else {
+            CliError::failure(e)
+        }
+    })
+}
+
+/// Runs a `library` command.
+pub(crate) fn run(command: LibraryCommand) -> CliResult {
+    match command {
+        LibraryCommand::Validate { file } => {
+            let bytes = std::fs::read(&file)
+                .with_context(|| format!("cannot read {}", file.display()))
+                .map_err(CliError::input)?;
+            let problems = Library::problems(&bytes);
+            let mut errors = 0;
+            for (index, outcome) in &problems {
+                let at = index.map_or_else(String::new, |i| format!("bit {i}: "));
+                match outcome {
+                    Err(e) => {
+                        errors += 1;
+                        println!("{at}{e}");
+                    }
+                    Ok(InsertOutcome::Duplicate(id)) => {
+                        println!("{at}duplicate of an earlier bit (id {id}); dropped on load");
+                    }
+                    Ok(_) => {}
+                }
+            }
+            if errors == 0 {
+                println!("ok");
+                Ok(())
+            } else {
+                Err(CliError::failure(anyhow!(
+                    "{}: {errors} problem(s)",
+                    file.display()
+                )))
+            }
+        }
+        LibraryCommand::Stats { file } => {
+            let lib = open(&file)?;
+            let tags: Map<String, Value> = lib
+                .access_tags()
+                .into_iter()
+                .map(|(t, n)| (t, Value::from(n)))
+                .collect();
+            print_json(&json!({
+                "bits": lib.len(),
+                "dimension": lib.dimension(),
+                "embedding_model": lib.model(),
+                "token_count": lib.total_tokens(),
+                "access_tags": tags,
+                "untagged_bits": lib.bits().filter(|b| b.access_tag().is_none()).count(),
+                "sort": lib.sort(),
+                "upgraded": lib.upgraded(),
+            }))
+        }
+        LibraryCommand::Query {
+            file,
+            args,
+            host_config,
+            fast,
+            seed,
+        } => {
+            let text = std::fs::read(&args)
+                .with_context(|| format!("cannot read {}", args.display()))
+                .map_err(CliError::input)?;
+            let value: Value = serde_json::from_slice(&text)
+                .with_context(|| format!("{} is not JSON", args.display()))
+                .map_err(CliError::input)?;
+            let Value::Object(arguments) = value else {
+                return Err(CliError::input(anyhow!(
+                    "{} must hold a JSON object of query arguments",
+                    args.display()
+                )));
+            };
+            let policy = match &host_config {
+                Some(path) => AccessPolicy::from_host_config_file(path).map_err(CliError::input)?,
+                None => AccessPolicy::default(),
+            };
+            let lib = open(&file)?;
+            let options = QueryOptions {
+                seed,
+                default_count: Some(HOST_DEFAULT_COUNT),
+                fast,
+            };
+            let result = lib
+                .query_with(&arguments, &policy, &options)
+                .map_err(CliError::input)?;
+            print_json(&result)
+        }
+        LibraryCommand::Pack { file } => {
+            let lib = open(&file)?;
+            let path = lib.pack(&file).map_err(CliError::failure)?;
+            eprintln!("wrote {}", path.display());
+            Ok(())
+        }
+    }
+}
