@@ -19,6 +19,7 @@ pub(crate) fn run() -> Result<()> {
             "warnings",
         ],
     )?;
+    run_in(&root, &["xtask", "codegen", "--check"])?;
     run_in(&root, &["test", "--workspace"])?;
     Ok(())
 }

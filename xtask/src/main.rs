@@ -1,6 +1,7 @@
 //! Project automation: `cargo xtask <task>`.
 //!
 //! - `ci`: exactly what `.ci/run` runs: formatting, lints, then every test.
+//! - `codegen [--check]`: JSON Schemas of the wire formats into `docs/schemas/`.
 //! - `release <VERSION> [--dry-run]`: bump every crate together and package them in dependency
 //!   order.
 //! - `bench <library|host>`: the benchmarks that check the issues' performance targets.
@@ -9,12 +10,14 @@ use anyhow::{Result, bail};
 
 mod cargo;
 mod ci;
+mod codegen;
 mod release;
 
 const USAGE: &str = "usage: cargo xtask <task>
 
 tasks:
   ci                              fmt --check, clippy -D warnings, all tests (what .ci/run runs)
+  codegen [--check]               write JSON Schemas to docs/schemas (--check: fail if stale)
   release <VERSION> [--dry-run]   bump all crate versions, check the CHANGELOG, cargo package
   bench <library|host>            run a benchmark and print its report";
 
@@ -23,6 +26,7 @@ fn main() -> Result<()> {
     let rest = args.get(1..).unwrap_or_default();
     match args.first().map(String::as_str) {
         Some("ci") => ci::run(),
+        Some("codegen") => codegen::run(rest),
         Some("release") => release::run(rest),
         Some("bench") => bench(rest),
         Some("-h" | "--help" | "help") => {

@@ -35,6 +35,8 @@ mod error;
 mod meta;
 pub mod msg;
 mod reference;
+#[cfg(feature = "schema")]
+mod schema;
 mod value;
 
 pub use artifact::{Artifact, StorageLocation};
