@@ -78,12 +78,16 @@ impl ThreadState {
     pub(crate) fn apply(&mut self, change: Change) {
         match change {
             Change::Append(new) => {
-                self.entries.reserve(new.len());
+                let start = self.entries.len();
                 self.positions.reserve(new.len());
-                for entry in new {
-                    self.positions
-                        .insert(entry.msg.id().to_owned(), self.entries.len());
-                    self.entries.push(entry);
+                for (i, entry) in new.iter().enumerate() {
+                    self.positions.insert(entry.msg.id().to_owned(), start + i);
+                }
+                if self.entries.is_empty() {
+                    // Takes the batch's buffer instead of copying every entry.
+                    self.entries = new;
+                } else {
+                    self.entries.extend(new);
                 }
             }
             Change::Remove(indices) => {
@@ -176,11 +180,10 @@ impl ThreadState {
                 skipped.push(id.to_owned());
             }
         }
+        // Filtering in place (retain visits in order) avoids copying a large batch.
         let mut keep = keep.into_iter();
-        let fresh: Vec<Entry> = batch
-            .into_iter()
-            .filter(|_| keep.next().unwrap_or(false))
-            .collect();
+        let mut fresh = batch;
+        fresh.retain(|_| keep.next().unwrap_or(false));
         let report = AddReport {
             added: fresh.len(),
             skipped_duplicates: skipped,
