@@ -1,5 +1,7 @@
 //! The `mnemon` binary's reference and asset-meta commands, run as a user would.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::process::{Command, Output};
 
 fn mnemon(args: &[&str]) -> Output {
