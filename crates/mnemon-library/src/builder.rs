@@ -328,7 +328,7 @@ impl<'s> Builder<'s> {
             .enumerate()
             .filter_map(|(i, (row, slot))| {
                 let s = (*slot)?;
-                (!decode_into_row(s, &mut row[..dim])).then_some(first + i)
+                (!decode_into_row(s, row, dim)).then_some(first + i)
             })
             .min();
         if let Some(row) = failed {

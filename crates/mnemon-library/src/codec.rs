@@ -126,29 +126,41 @@ thread_local! {
     static SCRATCH: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
 }
 
-/// The fast path: decodes `s` straight into `row` when it is canonical base64 of exactly
-/// `row.len()` finite floats. Returns false otherwise; the caller then uses [`decode_vector`]
-/// for the precise error (or for whitespace-wrapped input).
-pub(crate) fn decode_into_row(s: &str, row: &mut [f32]) -> bool {
-    let bytes = row.len() * 4;
-    if s.len() != encoded_len(bytes) {
+/// The fast path: decodes `s` straight into the first `dim` floats of `row` (a matrix row,
+/// possibly with padding after them) when it is canonical base64 of exactly `dim` finite
+/// floats. Returns false otherwise; the caller then uses [`decode_vector`] for the precise error
+/// (or for whitespace-wrapped input). Padding floats may be overwritten with zeros.
+pub(crate) fn decode_into_row(s: &str, row: &mut [f32], dim: usize) -> bool {
+    let bytes = dim * 4;
+    if s.len() != encoded_len(bytes) || row.len() < dim {
         return false;
     }
-    SCRATCH.with(|scratch| {
-        let mut scratch = scratch.borrow_mut();
-        scratch.resize(bytes + 3, 0);
-        match ENGINE.decode_slice(s.as_bytes(), &mut scratch[..]) {
-            Ok(n) if n == bytes => {}
-            _ => return false,
-        }
-        let mut finite = true;
-        for (dst, c) in row.iter_mut().zip(scratch.chunks_exact(4)) {
-            let x = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
-            finite &= x.is_finite();
-            *dst = x;
-        }
-        finite
-    })
+    // The decoder wants room for its length estimate, which can exceed the exact size by up to
+    // two bytes; row padding usually provides it, otherwise a scratch buffer does.
+    let estimate = s.len() / 4 * 3;
+    let ok = if row.len() * 4 >= estimate && cfg!(target_endian = "little") {
+        // SAFETY: viewing initialised f32s as bytes is sound (u8 has alignment 1), the length
+        // covers exactly `row`, and every byte pattern written back is a valid f32.
+        let out =
+            unsafe { std::slice::from_raw_parts_mut(row.as_mut_ptr().cast::<u8>(), row.len() * 4) };
+        let ok = matches!(ENGINE.decode_slice(s.as_bytes(), out), Ok(n) if n == bytes);
+        // Padding must stay zero for kernels that read whole lanes.
+        out[bytes..].fill(0);
+        ok
+    } else {
+        SCRATCH.with(|scratch| {
+            let mut scratch = scratch.borrow_mut();
+            scratch.resize(estimate.max(bytes), 0);
+            if !matches!(ENGINE.decode_slice(s.as_bytes(), &mut scratch[..]), Ok(n) if n == bytes) {
+                return false;
+            }
+            for (dst, c) in row.iter_mut().zip(scratch.chunks_exact(4)) {
+                *dst = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+            }
+            true
+        })
+    };
+    ok && row[..dim].iter().all(|x| x.is_finite())
 }
 
 /// Encodes a vector as padded base64 of its little-endian bytes.
@@ -170,8 +182,11 @@ mod tests {
             vec![0.1, 0.2, 0.3]
         );
         let mut row = [0.0f32; 3];
-        assert!(decode_into_row("zczMPc3MTD6amZk+", &mut row));
+        assert!(decode_into_row("zczMPc3MTD6amZk+", &mut row, 3));
         assert_eq!(row, [0.1, 0.2, 0.3]);
+        let mut padded = [7.0f32; 16];
+        assert!(decode_into_row("zczMPc3MTD6amZk+", &mut padded, 3));
+        assert_eq!(padded[..4], [0.1, 0.2, 0.3, 0.0]);
     }
 
     #[test]
@@ -194,7 +209,11 @@ mod tests {
             VectorError::NonFinite
         );
         let mut row = [0.0f32; 1];
-        assert!(!decode_into_row(&encode_vector(&[f32::INFINITY]), &mut row));
+        assert!(!decode_into_row(
+            &encode_vector(&[f32::INFINITY]),
+            &mut row,
+            1
+        ));
     }
 
     proptest! {
@@ -203,15 +222,19 @@ mod tests {
             let s = encode_vector(&v);
             prop_assert_eq!(decode_vector(&s).unwrap(), v.clone());
             let mut row = vec![0.0; v.len()];
-            prop_assert!(decode_into_row(&s, &mut row));
-            prop_assert_eq!(row, v);
+            prop_assert!(decode_into_row(&s, &mut row, v.len()));
+            prop_assert_eq!(&row, &v);
+            let mut padded = vec![1.0; v.len().div_ceil(16) * 16 + 16];
+            prop_assert!(decode_into_row(&s, &mut padded, v.len()));
+            prop_assert_eq!(&padded[..v.len()], &v[..]);
+            prop_assert!(padded[v.len()..].iter().all(|x| *x == 0.0));
         }
 
         #[test]
         fn decoding_never_panics(s in ".{0,64}") {
             let _ = decode_vector(&s);
             let mut row = [0.0f32; 4];
-            let _ = decode_into_row(&s, &mut row);
+            let _ = decode_into_row(&s, &mut row, 4);
         }
     }
 }

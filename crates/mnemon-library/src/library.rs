@@ -710,3 +710,242 @@ impl Serialize for BitsView<'_, '_> {
         seq.end()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::codec::encode_vector;
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    fn bit(text: &str, v: &[f32]) -> Value {
+        json!({"text": text, "info": {"url": format!("https://x/{text}")}, "embedding": encode_vector(v), "token_count": 3})
+    }
+
+    fn load_err(v: Value) -> String {
+        let bytes = serde_json::to_vec(&v).unwrap();
+        let streamed = Library::from_bytes(&bytes).unwrap_err().to_string();
+        let tree = Library::from_value(v).unwrap_err().to_string();
+        assert_eq!(streamed, tree, "streaming and tree loads disagree");
+        streamed
+    }
+
+    #[test]
+    fn load_errors_name_the_bit_and_field() {
+        let ok = bit("a", &[1.0, 2.0]);
+        let id = BitId::of("https://x/a", "a").to_string();
+        let lib = |bits: Value| json!({"version": 1, "embedding_model": "m", "bits": bits});
+        assert_eq!(
+            Library::from_bytes(b"{")
+                .unwrap_err()
+                .to_string()
+                .split(':')
+                .next(),
+            Some("invalid JSON")
+        );
+        assert!(
+            Library::from_bytes(b"[]")
+                .unwrap_err()
+                .to_string()
+                .starts_with("invalid JSON")
+        );
+        assert!(
+            Library::from_bytes(br#"{"a":"\ud800"}"#)
+                .unwrap_err()
+                .to_string()
+                .starts_with("invalid JSON")
+        );
+        assert_eq!(
+            load_err(json!({"version": "1", "embedding_model": "m", "bits": []})),
+            "Version invalid"
+        );
+        assert_eq!(
+            load_err(json!({"version": 2, "embedding_model": "m", "bits": []})),
+            "Version invalid"
+        );
+        assert_eq!(
+            load_err(json!({"version": 1, "embedding_model": "", "bits": []})),
+            "Invalid model name"
+        );
+        assert_eq!(
+            load_err(json!({"version": 1, "embedding_model": "m"})),
+            "bits is a required field"
+        );
+        assert_eq!(
+            load_err(json!({"version": 1, "embedding_model": "m", "bits": {}})),
+            "bits not list as expected"
+        );
+        assert_eq!(
+            load_err(json!({"version": 1, "embedding_model": "m", "omit": 3, "bits": []})),
+            "omit not str as expected"
+        );
+        assert_eq!(
+            load_err(json!({"version": 1, "embedding_model": "m", "omit": "*", "bits": [ok]})),
+            "omit configured to omit all bits but they were present"
+        );
+        assert_eq!(
+            load_err(json!({"version": 0, "embedding_model": "m"})),
+            "version 0 library is missing content"
+        );
+        assert_eq!(load_err(lib(json!([ok, 5]))), "bit 1 is not an object");
+        let mut b = bit("a", &[1.0, 2.0]);
+        b["embedding"] = json!("AA-A");
+        assert_eq!(
+            load_err(lib(json!([b]))),
+            format!(
+                "{id} has an invalid embedding: not valid base64: invalid character '-' at offset 2"
+            )
+        );
+        b["embedding"] = json!(null);
+        assert_eq!(
+            load_err(lib(json!([b]))),
+            format!("{id} is missing embedding")
+        );
+        b["embedding"] = json!(encode_vector(&[f32::NAN, 1.0]));
+        assert_eq!(
+            load_err(lib(json!([b]))),
+            format!("{id} has an invalid embedding: contains a non-finite value")
+        );
+        assert_eq!(
+            load_err(lib(json!([ok, bit("a", &[1.0, 2.0, 3.0])]))),
+            format!("{id} had the wrong length of embedding, expected 2")
+        );
+        let mut b = bit("a", &[1.0, 2.0]);
+        b["token_count"] = json!(3.0);
+        assert_eq!(load_err(lib(json!([b]))), "token_count not int as expected");
+        b["token_count"] = json!(3);
+        b["info"] = json!({"title": "t"});
+        assert_eq!(
+            load_err(lib(json!([b]))),
+            format!("{} info is missing required url", BitId::of("", "a"))
+        );
+        b["info"] = json!([]);
+        assert_eq!(load_err(lib(json!([b]))), "info not dict as expected");
+        let mut b = bit("a", &[1.0, 2.0]);
+        b["access_tag"] = json!(1);
+        assert_eq!(
+            load_err(lib(json!([b]))),
+            format!("{id} access_tag not str as expected")
+        );
+        let mut b = bit("a", &[1.0, 2.0]);
+        b["text"] = json!(1);
+        assert_eq!(load_err(lib(json!([b]))), "bit 0 text not str as expected");
+        // The wrong model's dimension: ada-002 expects 1536.
+        assert_eq!(
+            load_err(json!({"version": 1, "embedding_model": DEFAULT_MODEL, "bits": [ok]})),
+            format!("{id} had the wrong length of embedding, expected 1536")
+        );
+        let mut b = bit("a", &[1.0, 2.0]);
+        b["similarity"] = json!(0.5);
+        assert_eq!(
+            load_err(
+                json!({"version": 1, "embedding_model": "m", "omit": "similarity", "bits": [b]})
+            ),
+            "Expected similarity to be omitted but it was included"
+        );
+    }
+
+    #[test]
+    fn version_zero_upgrade_and_duplicates() {
+        let x = bit("x", &[1.0]);
+        let y = bit("y", &[2.0]);
+        let v0 = json!({"version": 0, "embedding_model": "m", "content": {"x": x, "y": y}, "sort": {"type": "manual", "ids": ["y", "x"]}});
+        let lib = Library::from_value(v0).unwrap();
+        assert!(lib.upgraded());
+        assert_eq!(lib.texts().collect::<Vec<_>>(), ["y", "x"]);
+        let keys: Vec<&String> = lib.top_level().keys().collect();
+        assert_eq!(keys, ["version", "embedding_model", "bits", "sort"]);
+        assert_eq!(lib.sort(), Some("manual"));
+        let bad = json!({"embedding_model": "m", "content": {"x": bit("x", &[1.0])}, "sort": {"ids": ["z"]}});
+        assert_eq!(
+            Library::from_value(bad).unwrap_err().to_string(),
+            "sort.ids names unknown bit z"
+        );
+        let dup = json!({"version": 1, "embedding_model": "m", "bits": [bit("a", &[1.0]), bit("a", &[2.0])]});
+        let lib = Library::from_value(dup).unwrap();
+        assert_eq!(lib.len(), 1);
+        assert_eq!(lib.bits().next().unwrap().embedding(), &[1.0]);
+    }
+
+    #[test]
+    fn edit_operations() {
+        let mut lib = Library::blank("m");
+        assert!(matches!(
+            lib.insert(&bit("a", &[1.0, 0.0])).unwrap(),
+            InsertOutcome::Inserted(_)
+        ));
+        assert!(matches!(
+            lib.insert(&bit("a", &[1.0, 0.0])).unwrap(),
+            InsertOutcome::Duplicate(_)
+        ));
+        assert!(lib.insert(&bit("b", &[1.0])).is_err());
+        assert_eq!(lib.len(), 1);
+        lib.insert(&bit("b", &[0.0, 1.0])).unwrap();
+        lib.insert(&bit("c", &[0.5, 0.5])).unwrap();
+        let id_b = BitId::of("https://x/b", "b");
+        assert!(lib.get(&id_b).is_some());
+        assert!(lib.remove(&id_b).is_some());
+        assert!(lib.remove(&id_b).is_none());
+        assert_eq!(lib.texts().collect::<Vec<_>>(), ["a", "c"]);
+        let mut other = Library::blank("m");
+        other.insert(&bit("c", &[0.5, 0.5])).unwrap();
+        other.insert(&bit("d", &[0.2, 0.5])).unwrap();
+        lib.extend(&other).unwrap();
+        assert_eq!(lib.texts().collect::<Vec<_>>(), ["a", "c", "d"]);
+        assert!(lib.extend(&Library::blank("other")).is_err());
+        lib.shuffle(3);
+        assert_eq!(lib.sort(), Some("random"));
+        assert_eq!(lib.len(), 3);
+        assert!(lib.sort_by_similarity().is_err());
+        assert!(lib.set_sort("sideways").is_err());
+        lib.set_sort("any").unwrap();
+        assert_eq!(lib.sort(), None);
+        let s = lib.slice(2, CountType::Bit);
+        assert_eq!(s.len(), 2);
+        let t = lib.slice(1, CountType::Token);
+        assert_eq!(t.len(), 1);
+        assert_eq!(t.texts().next().unwrap().chars().count(), 1);
+        lib.validate().unwrap();
+    }
+
+    proptest! {
+        #[test]
+        fn load_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..400)) {
+            let _ = Library::from_bytes(&bytes);
+            let _ = Library::problems(&bytes);
+        }
+
+        #[test]
+        fn load_never_panics_on_near_valid(text in "[ -~]{0,40}", emb in "[A-Za-z0-9+/=\\- ]{0,24}", tc in any::<i64>(), cut in 0usize..200) {
+            let doc = json!({"version": 1, "embedding_model": "m", "omit": "", "bits": [
+                {"text": text, "info": {"url": "u"}, "embedding": emb, "token_count": tc}]});
+            let bytes = serde_json::to_vec(&doc).unwrap();
+            let _ = Library::from_bytes(&bytes);
+            let _ = Library::from_bytes(&bytes[..cut.min(bytes.len())]);
+        }
+
+        #[test]
+        fn save_then_load_is_identity(
+            texts in proptest::collection::vec("\\PC{0,30}", 1..6),
+            vals in proptest::collection::vec(-1e6f32..1e6, 3),
+            sim in proptest::option::of(-1.0f64..1.0),
+            tag in proptest::option::of("[a-z]{0,5}"),
+        ) {
+            let mut lib = Library::blank("model-x");
+            for (i, t) in texts.iter().enumerate() {
+                let mut b = json!({"text": t, "info": {"url": format!("u{i}"), "extra": [1, 2.5, null]},
+                                   "embedding": encode_vector(&vals), "token_count": i, "zz": {"k": "ü"}});
+                if let Some(s) = sim { b["similarity"] = json!(s); }
+                if let Some(t) = &tag { b["access_tag"] = json!(t); }
+                lib.insert(&b).unwrap();
+            }
+            let mut out = Vec::new();
+            lib.to_writer(&mut out, true).unwrap();
+            let again = Library::from_bytes(&out).unwrap();
+            let mut out2 = Vec::new();
+            again.to_writer(&mut out2, true).unwrap();
+            prop_assert!(out == out2);
+            prop_assert_eq!(again.to_value(true), lib.to_value(true));
+        }
+    }
+}

@@ -47,6 +47,7 @@ pub(crate) fn load_slice(
         first_error: None,
         force_tag,
         release,
+        input_len: bytes.len(),
     };
     let mut de = serde_json::Deserializer::from_slice(bytes);
     let parsed = TopSeed(&mut stream)
@@ -114,6 +115,7 @@ struct Stream<'s, 'o> {
     first_error: Option<LibraryError>,
     force_tag: Option<&'o str>,
     release: Option<&'o dyn Fn(usize)>,
+    input_len: usize,
 }
 
 impl Stream<'_, '_> {
@@ -148,7 +150,16 @@ impl<'de, 'o> Visitor<'de> for TopVisitor<'_, 'de, 'o> {
                 let Some((model, omit)) = header(&st.top).filter(|_| !st.bits_done) else {
                     return Err(st.give_up());
                 };
-                let store = Store::new(known_dimension(&model));
+                let dim = known_dimension(&model);
+                let mut store = Store::new(dim);
+                if let Some(d) = dim.filter(|&d| d > 0) {
+                    // Every bit needs at least its embedding's text, so this bounds the rows.
+                    // Reserving address space is free; pages count only once written.
+                    store
+                        .embeddings
+                        .owned
+                        .reserve(st.input_len / crate::codec::encoded_len(4 * d));
+                }
                 st.builder = Some(Builder::new(store, omit, st.force_tag.map(str::to_owned)));
                 map.next_value_seed(BitsSeed(st))?;
                 st.top.insert(key, Value::Null);
