@@ -1,0 +1,24 @@
+//! [`Embedder`] implementations for Mnemon.
+//!
+//! * [`HashingEmbedder`]: offline and deterministic. It hashes lowercase word unigrams and
+//!   bigrams into a fixed number of dimensions and L2-normalises the result. Its vectors are
+//!   **lexical, not semantic**: texts that share words score high, paraphrases with different
+//!   words do not. It needs no network, no model file and no API key, so it suits tests, demos,
+//!   the sample library shipped in `examples/`, and small keyword-style collections.
+//!
+//! ```
+//! use mnemon_embed::HashingEmbedder;
+//! use mnemon_types::Embedder;
+//!
+//! let embedder = HashingEmbedder::default();
+//! let v = embedder.embed(&["Bees dance to share directions", "bees dance"])?;
+//! assert_eq!(v[0].len(), embedder.dimension());
+//! let dot: f32 = v[0].iter().zip(&v[1]).map(|(a, b)| a * b).sum();
+//! assert!(dot > 0.4);
+//! # Ok::<(), mnemon_types::EmbedError>(())
+//! ```
+
+mod hashing;
+
+pub use hashing::HashingEmbedder;
+pub use mnemon_types::{EmbedError, Embedder};
