@@ -61,7 +61,16 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
         let root = workspace_root();
         let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
             .current_dir(&root)
-            .args(["run", "--release", "--quiet", "--package", "xtask", "--", "bench", "library"])
+            .args([
+                "run",
+                "--release",
+                "--quiet",
+                "--package",
+                "xtask",
+                "--",
+                "bench",
+                "library",
+            ])
             .args(args)
             .status()
             .context("running the release build of xtask")?;
@@ -125,7 +134,11 @@ fn args_for(q: &[f32], count: i64, count_type: &str) -> Map<String, Value> {
 }
 
 /// Median latency over the queries after warm-ups, and the results' bits.
-fn time_queries(lib: &Library, queries: &[Map<String, Value>], options: &QueryOptions) -> Result<(Duration, Vec<Value>)> {
+fn time_queries(
+    lib: &Library,
+    queries: &[Map<String, Value>],
+    options: &QueryOptions,
+) -> Result<(Duration, Vec<Value>)> {
     let policy = AccessPolicy::default();
     for q in queries.iter().take(WARMUPS) {
         lib.query_with(q, &policy, options)?;
@@ -188,7 +201,9 @@ fn measure(p: &Params) -> Result<()> {
     }
 
     let mut rng = ChaCha8Rng::seed_from_u64(SEED + 1);
-    let vectors: Vec<Vec<f32>> = (0..p.queries + WARMUPS).map(|_| unit_vector(&mut rng, p.dim)).collect();
+    let vectors: Vec<Vec<f32>> = (0..p.queries + WARMUPS)
+        .map(|_| unit_vector(&mut rng, p.dim))
+        .collect();
     let bit10: Vec<_> = vectors.iter().map(|q| args_for(q, 10, "bit")).collect();
     let tok1000: Vec<_> = vectors.iter().map(|q| args_for(q, 1000, "token")).collect();
     let exact = QueryOptions::default();
@@ -216,7 +231,10 @@ fn measure(p: &Params) -> Result<()> {
         let start = Instant::now();
         let top = scalar_top10(&lib, q);
         scalar_times.push(start.elapsed());
-        let texts: Vec<&Value> = r.as_array().map(|b| b.iter().map(|x| &x["text"]).collect()).unwrap_or_default();
+        let texts: Vec<&Value> = r
+            .as_array()
+            .map(|b| b.iter().map(|x| &x["text"]).collect())
+            .unwrap_or_default();
         let bits = lib.bits().collect::<Vec<_>>();
         let scalar_texts: Vec<Value> = top.iter().map(|&i| Value::from(bits[i].text())).collect();
         if texts.iter().copied().eq(scalar_texts.iter()) {
@@ -234,26 +252,81 @@ fn measure(p: &Params) -> Result<()> {
     let packed = Library::open(&file)?;
     let sidecar_open = start.elapsed();
     let policy = AccessPolicy::default();
-    let sidecar_matches = packed.query_with(&bit10[0], &policy, &exact)?["bits"] == exact_bit_results[0];
+    let sidecar_matches =
+        packed.query_with(&bit10[0], &policy, &exact)?["bits"] == exact_bit_results[0];
     let (sidecar_bit, _) = time_queries(&packed, &bit10, &exact)?;
 
     println!();
-    println!("Embedding library benchmark: {} bits x {} dims, {:.0} MB JSON, kernel {}, {} threads",
-        p.bits, p.dim, size as f64 / 1e6, mnemon_vector::kernel_name(), rayon_threads());
-    println!("  JSON load (warm cache)            {:>9.1} ms   target <= 1500 ms", ms(load));
-    println!("  exact query, bit  count 10 (med)  {:>9.2} ms   target <= 30 ms", ms(exact_bit));
-    println!("  exact query, token count 1000     {:>9.2} ms", ms(exact_tok));
-    println!("  fast  query, bit  count 10 (med)  {:>9.2} ms   target <= 10 ms; same bits as exact: {fast_bit_same}/{}", ms(fast_bit), bit10.len());
-    println!("  fast  query, token count 1000     {:>9.2} ms   same bits as exact: {fast_tok_same}/{}", ms(fast_tok), tok1000.len());
-    println!("  fast-mode int8 index build        {:>9.1} ms   (first fast query)", ms(quantize));
-    println!("  scalar loop baseline, top 10      {:>9.1} ms   exact is {:.1}x faster; top-10 agrees {scalar_agrees}/{scalar_runs}", ms(scalar), scalar.as_secs_f64() / exact_bit.as_secs_f64().max(1e-9));
+    println!(
+        "Embedding library benchmark: {} bits x {} dims, {:.0} MB JSON, kernel {}, {} threads",
+        p.bits,
+        p.dim,
+        size as f64 / 1e6,
+        mnemon_vector::kernel_name(),
+        rayon_threads()
+    );
+    println!(
+        "  JSON load (warm cache)            {:>9.1} ms   target <= 1500 ms",
+        ms(load)
+    );
+    println!(
+        "  exact query, bit  count 10 (med)  {:>9.2} ms   target <= 30 ms",
+        ms(exact_bit)
+    );
+    println!(
+        "  exact query, token count 1000     {:>9.2} ms",
+        ms(exact_tok)
+    );
+    println!(
+        "  fast  query, bit  count 10 (med)  {:>9.2} ms   target <= 10 ms; same bits as exact: {fast_bit_same}/{}",
+        ms(fast_bit),
+        bit10.len()
+    );
+    println!(
+        "  fast  query, token count 1000     {:>9.2} ms   same bits as exact: {fast_tok_same}/{}",
+        ms(fast_tok),
+        tok1000.len()
+    );
+    println!(
+        "  fast-mode int8 index build        {:>9.1} ms   (first fast query)",
+        ms(quantize)
+    );
+    println!(
+        "  scalar loop baseline, top 10      {:>9.1} ms   exact is {:.1}x faster; top-10 agrees {scalar_agrees}/{scalar_runs}",
+        ms(scalar),
+        scalar.as_secs_f64() / exact_bit.as_secs_f64().max(1e-9)
+    );
     println!("  sidecar pack                      {:>9.1} ms", ms(pack));
-    println!("  sidecar open (mmap)               {:>9.2} ms   target <= 50 ms; query matches: {sidecar_matches}", ms(sidecar_open));
-    println!("  exact bit query on sidecar (med)  {:>9.2} ms", ms(sidecar_bit));
-    println!("  RSS before load                   {:>9.0} MB", mb(rss_before));
-    println!("  peak RSS after load               {:>9.0} MB{}", mb(hwm_load), if hwm_resettable { "" } else { " (VmHWM not resettable: includes generation)" });
-    println!("  peak RSS, load + {} queries      {:>9.0} MB   target <= 1200 MB", p.queries, mb(hwm_queries));
-    println!("  peak RSS incl. fast index         {:>9.0} MB", mb(hwm_all));
+    println!(
+        "  sidecar open (mmap)               {:>9.2} ms   target <= 50 ms; query matches: {sidecar_matches}",
+        ms(sidecar_open)
+    );
+    println!(
+        "  exact bit query on sidecar (med)  {:>9.2} ms",
+        ms(sidecar_bit)
+    );
+    println!(
+        "  RSS before load                   {:>9.0} MB",
+        mb(rss_before)
+    );
+    println!(
+        "  peak RSS after load               {:>9.0} MB{}",
+        mb(hwm_load),
+        if hwm_resettable {
+            ""
+        } else {
+            " (VmHWM not resettable: includes generation)"
+        }
+    );
+    println!(
+        "  peak RSS, load + {} queries      {:>9.0} MB   target <= 1200 MB",
+        p.queries,
+        mb(hwm_queries)
+    );
+    println!(
+        "  peak RSS incl. fast index         {:>9.0} MB",
+        mb(hwm_all)
+    );
     Ok(())
 }
 

@@ -1,0 +1,141 @@
+//! File-level behaviour: opening, the sidecar, directories and path-derived tags.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::Path;
+
+use mnemon_library::synthetic::write_synthetic;
+use mnemon_library::{
+    AccessPolicy, Library, OpenOptions, QueryOptions, sidecar_path, tag_from_relative_path,
+};
+use serde_json::json;
+
+fn write_lib(path: &Path, bits: usize, seed: u64) {
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    let f = std::fs::File::create(path).unwrap();
+    write_synthetic(f, "m", bits, 8, seed).unwrap();
+}
+
+#[test]
+fn sidecar_opens_mapped_and_answers_like_the_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("lib.json");
+    write_lib(&file, 40, 1);
+    let lib = Library::open(&file).unwrap();
+    let side = lib.pack(&file).unwrap();
+    assert_eq!(side, sidecar_path(&file));
+    let packed = Library::open(&file).unwrap();
+    assert_eq!(packed.len(), 40);
+    let args = json!({"version": 1, "query_embedding_model": "m", "count": 5, "count_type": "bit"});
+    let args = args.as_object().unwrap();
+    let opts = QueryOptions {
+        seed: Some(9),
+        ..QueryOptions::default()
+    };
+    let p = AccessPolicy::default();
+    assert_eq!(
+        lib.query_with(args, &p, &opts).unwrap(),
+        packed.query_with(args, &p, &opts).unwrap()
+    );
+    let mut a = Vec::new();
+    let mut b = Vec::new();
+    lib.to_writer(&mut a, true).unwrap();
+    packed.to_writer(&mut b, true).unwrap();
+    assert!(a == b);
+    // A changed source makes the sidecar stale: the JSON is loaded instead.
+    write_lib(&file, 41, 2);
+    assert_eq!(Library::open(&file).unwrap().len(), 41);
+    // A corrupt sidecar is ignored, never trusted.
+    std::fs::write(&side, b"MNEMONX1garbage").unwrap();
+    assert_eq!(Library::open(&file).unwrap().len(), 41);
+}
+
+#[test]
+fn directories_merge_in_path_order_with_tags_from_paths() {
+    let dir = tempfile::tempdir().unwrap();
+    write_lib(&dir.path().join("b.json"), 3, 1);
+    write_lib(&dir.path().join("a/x.json"), 2, 2);
+    write_lib(&dir.path().join("access/team/t.json"), 2, 3);
+    write_lib(&dir.path().join("access/direct.json"), 1, 4);
+    write_lib(&dir.path().join(".hidden.json"), 5, 5);
+    // The same bits again: duplicates are dropped across files.
+    write_lib(&dir.path().join("c.json"), 3, 1);
+    let lib = Library::open_dir(dir.path()).unwrap();
+    assert_eq!(lib.len(), 2 + 1 + 2 + 3);
+    let tags: Vec<Option<&str>> = lib.bits().map(|b| b.access_tag()).collect();
+    assert_eq!(
+        tags,
+        [
+            None,
+            None,
+            None,
+            Some("team"),
+            Some("team"),
+            None,
+            None,
+            None
+        ]
+    );
+    let empty = tempfile::tempdir().unwrap();
+    assert_eq!(
+        Library::open_dir(empty.path()).unwrap_err().to_string(),
+        "No libraries were in the default library directory."
+    );
+    assert_eq!(
+        tag_from_relative_path(Path::new("access/unpublished/x.json")).as_deref(),
+        Some("unpublished")
+    );
+    assert_eq!(tag_from_relative_path(Path::new("access/x.json")), None);
+    assert_eq!(
+        tag_from_relative_path(Path::new("a/access/t/u/x.json")).as_deref(),
+        Some("t")
+    );
+    let forced = Library::open_with(
+        dir.path().join("b.json"),
+        &OpenOptions {
+            force_tag: Some("p".into()),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert!(forced.bits().all(|b| b.access_tag() == Some("p")));
+}
+
+#[test]
+fn concurrent_queries_on_a_shared_library() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("lib.json");
+    write_lib(&file, 200, 7);
+    let lib = std::sync::Arc::new(Library::open(&file).unwrap());
+    let args = json!({"version": 1, "query_embedding_model": "m", "count": 50});
+    let want = lib
+        .query_with(
+            args.as_object().unwrap(),
+            &AccessPolicy::default(),
+            &QueryOptions {
+                seed: Some(1),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    std::thread::scope(|s| {
+        for _ in 0..4 {
+            let lib = lib.clone();
+            let (args, want) = (&args, &want);
+            s.spawn(move || {
+                for _ in 0..20 {
+                    let got = lib
+                        .query_with(
+                            args.as_object().unwrap(),
+                            &AccessPolicy::default(),
+                            &QueryOptions {
+                                seed: Some(1),
+                                ..Default::default()
+                            },
+                        )
+                        .unwrap();
+                    assert_eq!(&got, want);
+                }
+            });
+        }
+    });
+}
