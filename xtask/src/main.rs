@@ -8,6 +8,7 @@
 
 use anyhow::{Result, bail};
 
+mod bench_library;
 mod cargo;
 mod ci;
 mod codegen;
@@ -39,8 +40,10 @@ fn main() -> Result<()> {
 }
 
 fn bench(args: &[String]) -> Result<()> {
+    let rest = args.get(1..).unwrap_or_default();
     match args.first().map(String::as_str) {
-        Some(other) => bail!("unknown benchmark {other:?}; available: (none yet)"),
+        Some("library") => bench_library::run(rest),
+        Some(other) => bail!("unknown benchmark {other:?}; available: library"),
         None => bail!("usage: cargo xtask bench <name>"),
     }
 }
