@@ -1,0 +1,58 @@
+//! An HTTP host serving Mnemon embedding libraries, compatible with clients of the Polymath host
+//! (spec `library.md` §12).
+//!
+//! * `POST /` runs a query. Arguments come from a form-urlencoded, multipart or JSON body; the
+//!   media type is matched case-insensitively and its parameters are ignored. `count` defaults
+//!   to 1000. Results are 200 with compact JSON; bad arguments are 400 `{"error": "<message>"}`;
+//!   bodies over the limit (2 MiB by default) are 413, refused on `Content-Length` first.
+//! * `OPTIONS /` answers CORS preflights; every response allows any origin. Responses of 500
+//!   bytes or more are gzipped for clients that accept it.
+//! * `GET /healthz` (200 `{"status":"ok"}`), `GET /_ah/warmup` (204), and, for loopback clients,
+//!   `POST /admin/reload`. Anything else is 404 or 405 with a JSON error.
+//! * Queries run on the blocking pool (the scan itself fans out over rayon), so a slow query
+//!   never holds up the async threads accepting other requests.
+//! * The served library and access policy form one immutable snapshot behind an `Arc`; a reload
+//!   (SIGHUP, `POST /admin/reload` or [`HostHandle::reload`]) loads a new one and swaps it in
+//!   atomically, while running requests finish on the old one.
+//! * SIGINT and SIGTERM stop accepting connections and drain in-flight requests for up to 10 s.
+//! * Each request is logged once (method, path, status, latency, bits) under the tracing target
+//!   `mnemon_host::access`. Bodies, query strings and headers are never logged, so neither
+//!   tokens nor embeddings reach the log.
+//!
+//! ```
+//! use mnemon_host::{ConfigSource, Host, HostOptions, LibrarySource, Sources};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let library = br#"{"version": 1, "embedding_model": "m", "bits": []}"#;
+//! let sources = Sources {
+//!     library: LibrarySource::bytes("empty", &library[..]),
+//!     config: ConfigSource::Defaults,
+//! };
+//! let runtime = tokio::runtime::Runtime::new()?;
+//! runtime.block_on(async {
+//!     let host = Host::bind("127.0.0.1:0".parse()?, sources, HostOptions::default()).await?;
+//!     assert!(host.local_addr()?.ip().is_loopback());
+//!     assert_eq!(host.bits(), 0);
+//!     // A real server passes a shutdown signal; `run_until_signal` uses SIGINT/SIGTERM.
+//!     host.run(async {}).await?;
+//!     Ok(())
+//! })
+//! # }
+//! ```
+
+mod access_log;
+mod body;
+mod cors;
+mod error;
+mod options;
+mod response;
+mod routes;
+mod server;
+mod source;
+mod state;
+
+pub use error::HostError;
+pub use options::{DEFAULT_ADDR, DEFAULT_COUNT, DEFAULT_MAX_BODY_BYTES, DEFAULT_PORT, HostOptions};
+pub use server::{Host, HostHandle};
+pub use source::{ConfigSource, LibrarySource, Sources};
+pub use state::Reloaded;

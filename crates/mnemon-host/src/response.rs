@@ -1,0 +1,56 @@
+//! JSON responses and the `{"error": …}` shape every failure uses (spec §12.3).
+
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+
+/// A failed request: its status and the message for `{"error": message}`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ApiError {
+    pub(crate) status: StatusCode,
+    pub(crate) message: String,
+}
+
+impl ApiError {
+    pub(crate) fn new(status: StatusCode, message: impl Into<String>) -> Self {
+        ApiError {
+            status,
+            message: message.into(),
+        }
+    }
+
+    /// 400: the caller's arguments or body are wrong.
+    pub(crate) fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, message)
+    }
+
+    /// 413: the body is over the limit.
+    pub(crate) fn too_large() -> Self {
+        Self::new(StatusCode::PAYLOAD_TOO_LARGE, "request body too large")
+    }
+
+    /// 500: a fault of the host. The details go to the log, never to the client.
+    pub(crate) fn internal() -> Self {
+        Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal error")
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = serde_json::json!({ "error": self.message }).to_string();
+        json_response(self.status, body.into_bytes())
+    }
+}
+
+/// A response with an `application/json` body that is already serialised.
+pub(crate) fn json_response(status: StatusCode, body: Vec<u8>) -> Response {
+    let mut response = (status, body).into_response();
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
+}
+
+/// The number of bits a query returned, attached to its response for the access log.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct BitCount(pub(crate) usize);

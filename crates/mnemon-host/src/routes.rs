@@ -1,0 +1,186 @@
+//! The endpoints (spec §12.1) and the middleware stack around them.
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::connect_info::ConnectInfo;
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::middleware;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use mnemon_library::QueryOptions;
+use serde_json::{Map, Value, json};
+use tower_http::compression::CompressionLayer;
+use tower_http::compression::predicate::SizeAbove;
+
+use crate::access_log;
+use crate::body;
+use crate::cors;
+use crate::options::DEFAULT_COUNT;
+use crate::response::{ApiError, BitCount, json_response};
+use crate::state::HostState;
+
+/// Responses smaller than this are sent uncompressed (the reference's Flask-Compress threshold).
+const GZIP_MIN_BYTES: u16 = 500;
+
+/// The host's router: endpoints, then (innermost first) gzip, CORS and the access log.
+pub(crate) fn router(state: Arc<HostState>) -> Router {
+    let mut app = Router::new()
+        .route("/", post(query).options(cors::preflight))
+        .route("/healthz", get(healthz))
+        .route("/_ah/warmup", get(warmup));
+    if state.options.admin_reload {
+        app = app.route("/admin/reload", post(admin_reload));
+    }
+    app.fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .with_state(state)
+        // The query handler enforces the configured limit itself (413 with a JSON body).
+        .layer(DefaultBodyLimit::disable())
+        .layer(
+            CompressionLayer::new()
+                .gzip(true)
+                .compress_when(SizeAbove::new(GZIP_MIN_BYTES)),
+        )
+        .layer(middleware::from_fn(cors::allow_any_origin))
+        .layer(middleware::from_fn(access_log::log_request))
+}
+
+/// `POST /`: one query.
+async fn query(State(state): State<Arc<HostState>>, req: Request) -> Response {
+    let mut response = match run_query(&state, req).await {
+        Ok((body, bits)) => {
+            let mut response = json_response(StatusCode::OK, body);
+            response.extensions_mut().insert(BitCount(bits));
+            response
+        }
+        Err(error) => error.into_response(),
+    };
+    // Whether or not this response was compressed, another client's could be.
+    response
+        .headers_mut()
+        .insert(header::VARY, HeaderValue::from_static("Accept-Encoding"));
+    response
+}
+
+/// Parses the body, then runs the query and serialises its result on the blocking pool, so a
+/// slow scan never holds up the threads that accept and parse other requests.
+async fn run_query(state: &HostState, req: Request) -> Result<(Vec<u8>, usize), ApiError> {
+    let args = body::read_args(req, state.options.max_body_bytes).await?;
+    let snapshot = state.snapshot();
+    let seed = if wants_random_vector(&args) {
+        state.next_seed()
+    } else {
+        None
+    };
+    let options = QueryOptions {
+        seed,
+        default_count: Some(DEFAULT_COUNT),
+        fast: state.options.fast,
+    };
+    let outcome = tokio::task::spawn_blocking(move || {
+        let result = snapshot
+            .library
+            .query_with(&args, &snapshot.policy, &options)?;
+        let bits = result
+            .get("bits")
+            .and_then(Value::as_array)
+            .map_or(0, Vec::len);
+        Ok::<_, mnemon_library::LibraryError>((serde_json::to_vec(&result), bits))
+    })
+    .await;
+    match outcome {
+        Ok(Ok((Ok(body), bits))) => Ok((body, bits)),
+        Ok(Err(error)) if error.is_client_error() => Err(ApiError::bad_request(error.to_string())),
+        Ok(Err(error)) => {
+            tracing::error!(%error, "query failed");
+            Err(ApiError::internal())
+        }
+        Ok(Ok((Err(error), _))) => {
+            tracing::error!(%error, "serialising a query result failed");
+            Err(ApiError::internal())
+        }
+        Err(error) => {
+            tracing::error!(%error, "a query panicked");
+            Err(ApiError::internal())
+        }
+    }
+}
+
+/// Whether the library will draw a random query vector (spec §7.1): no embedding, `""` or `[]`.
+fn wants_random_vector(args: &Map<String, Value>) -> bool {
+    match args.get("query_embedding") {
+        None | Some(Value::Null) => true,
+        Some(Value::String(s)) => s.is_empty(),
+        Some(Value::Array(a)) => a.is_empty(),
+        Some(_) => false,
+    }
+}
+
+/// `GET /healthz`: liveness, without library details.
+async fn healthz() -> Response {
+    json_response(StatusCode::OK, br#"{"status":"ok"}"#.to_vec())
+}
+
+/// `GET /_ah/warmup`: 204, as the reference answers App Engine's warm-up request.
+async fn warmup() -> StatusCode {
+    StatusCode::NO_CONTENT
+}
+
+/// `POST /admin/reload`: loads the libraries and config again and swaps them in atomically.
+/// Only clients connecting from a loopback address may call it.
+async fn admin_reload(State(state): State<Arc<HostState>>, req: Request) -> Response {
+    let peer = req
+        .extensions()
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|ConnectInfo(addr)| addr.ip());
+    if !peer.is_some_and(is_loopback) {
+        return ApiError::new(
+            StatusCode::FORBIDDEN,
+            "reload is only allowed from a loopback address",
+        )
+        .into_response();
+    }
+    match state.reload().await {
+        Ok(reloaded) => json_response(
+            StatusCode::OK,
+            json!({"status": "reloaded", "bits": reloaded.bits})
+                .to_string()
+                .into_bytes(),
+        ),
+        Err(error) => {
+            tracing::error!(%error, "reload failed; still serving the previous libraries");
+            // Only loopback callers get here: the operator needs the reason.
+            ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("reload failed; still serving the previous libraries: {error}"),
+            )
+            .into_response()
+        }
+    }
+}
+
+fn is_loopback(ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(v4) => v4.is_loopback(),
+        IpAddr::V6(v6) => v6
+            .to_ipv4_mapped()
+            .map_or(v6.is_loopback(), |v4| v4.is_loopback()),
+    }
+}
+
+async fn not_found() -> ApiError {
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        "not found; queries are sent with POST /",
+    )
+}
+
+async fn method_not_allowed() -> ApiError {
+    ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method not allowed; queries are sent with POST /",
+    )
+}

@@ -1,0 +1,162 @@
+//! Where the served library and the host config come from, and loading them into a snapshot.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use mnemon_library::{AccessPolicy, Library};
+use serde_json::Value;
+
+use crate::error::HostError;
+
+/// The library a host serves (spec §12.5). Kept by the host so that a reload reads it again.
+#[derive(Clone)]
+pub enum LibrarySource {
+    /// A library file, or a directory whose `*.json` files are merged in path order, with
+    /// `access/<tag>/` path components tagging their files' bits. Which of the two is decided at
+    /// every load.
+    Path(PathBuf),
+    /// A library held in memory (for example one compiled into the binary), under a name for
+    /// messages and logs.
+    Bytes {
+        /// Shown in logs and errors.
+        name: String,
+        /// The library file's content.
+        bytes: Arc<[u8]>,
+    },
+}
+
+impl LibrarySource {
+    /// A library held in memory under `name`.
+    pub fn bytes(name: impl Into<String>, bytes: impl Into<Arc<[u8]>>) -> Self {
+        LibrarySource::Bytes {
+            name: name.into(),
+            bytes: bytes.into(),
+        }
+    }
+
+    /// Loads the library. Blocking: run it off the async executor.
+    pub fn load(&self) -> Result<Library, HostError> {
+        let fail = |error| HostError::Library {
+            source_name: self.to_string(),
+            error,
+        };
+        match self {
+            LibrarySource::Path(path) if path.is_dir() => Library::open_dir(path).map_err(fail),
+            LibrarySource::Path(path) => Library::open(path).map_err(fail),
+            LibrarySource::Bytes { bytes, .. } => Library::from_bytes(bytes).map_err(fail),
+        }
+    }
+}
+
+impl fmt::Display for LibrarySource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LibrarySource::Path(path) => write!(f, "{}", path.display()),
+            LibrarySource::Bytes { name, .. } => f.write_str(name),
+        }
+    }
+}
+
+impl fmt::Debug for LibrarySource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LibrarySource::Path(path) => f.debug_tuple("Path").field(path).finish(),
+            LibrarySource::Bytes { name, bytes } => f
+                .debug_struct("Bytes")
+                .field("name", name)
+                .field("len", &bytes.len())
+                .finish(),
+        }
+    }
+}
+
+/// The host config (tokens and restriction details, the `host.SECRET.json` format, spec §12.4).
+#[derive(Clone, Default)]
+pub enum ConfigSource {
+    /// No config: no tokens, restricted counts not reported, no message.
+    #[default]
+    Defaults,
+    /// A config file, read again on every reload. A missing file is an error.
+    File(PathBuf),
+    /// A config already parsed.
+    Value(Value),
+}
+
+impl ConfigSource {
+    /// The config named on the command line, else `./host.SECRET.json` when it exists, else
+    /// the defaults (spec §12.4).
+    pub fn discover(explicit: Option<PathBuf>) -> Self {
+        match explicit {
+            Some(path) => ConfigSource::File(path),
+            None => {
+                let local = PathBuf::from("host.SECRET.json");
+                if local.is_file() {
+                    ConfigSource::File(local)
+                } else {
+                    ConfigSource::Defaults
+                }
+            }
+        }
+    }
+
+    /// Reads the access policy. Blocking when the config is a file.
+    pub fn load(&self) -> Result<AccessPolicy, HostError> {
+        match self {
+            ConfigSource::Defaults => Ok(AccessPolicy::default()),
+            ConfigSource::File(path) => {
+                AccessPolicy::from_host_config_file(path).map_err(HostError::Config)
+            }
+            ConfigSource::Value(value) => {
+                AccessPolicy::from_host_config(value).map_err(HostError::Config)
+            }
+        }
+    }
+}
+
+impl fmt::Display for ConfigSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ConfigSource::Defaults => f.write_str("defaults"),
+            ConfigSource::File(path) => write!(f, "{}", path.display()),
+            ConfigSource::Value(_) => f.write_str("in-memory config"),
+        }
+    }
+}
+
+// Debug never prints a config's content: it holds access tokens.
+impl fmt::Debug for ConfigSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ConfigSource::Defaults => f.write_str("Defaults"),
+            ConfigSource::File(path) => f.debug_tuple("File").field(path).finish(),
+            ConfigSource::Value(_) => f.write_str("Value(..)"),
+        }
+    }
+}
+
+/// What the host serves: a library and its access policy, read together.
+#[derive(Debug, Clone)]
+pub struct Sources {
+    /// The library.
+    pub library: LibrarySource,
+    /// The host config.
+    pub config: ConfigSource,
+}
+
+/// One loaded, immutable generation of the served data. Requests hold an `Arc` to the snapshot
+/// they started with, so a reload never changes a query half-way.
+#[derive(Debug)]
+pub(crate) struct Snapshot {
+    pub(crate) library: Library,
+    pub(crate) policy: AccessPolicy,
+}
+
+impl Sources {
+    /// Loads library and config. Blocking.
+    pub(crate) fn load(&self) -> Result<Snapshot, HostError> {
+        let policy = self.config.load()?;
+        let library = self.library.load()?;
+        Ok(Snapshot { library, policy })
+    }
+}
