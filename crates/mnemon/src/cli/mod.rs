@@ -15,6 +15,7 @@ mod library;
 mod memory;
 mod prompt;
 mod reference;
+mod serve;
 
 /// Mnemon: a memory LLM agents can trust.
 #[derive(Debug, Parser)]
@@ -58,6 +59,8 @@ enum Command {
     /// Import, export, show and search conversation memory.
     #[command(subcommand)]
     Memory(memory::MemoryCommand),
+    /// Serve embedding libraries over HTTP (the library host).
+    Serve(serve::ServeArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     Completions {
         /// The shell to generate completions for.
@@ -108,6 +111,7 @@ pub(crate) fn run() -> ExitCode {
         Command::Artifact(cmd) => artifact::run(cmd, &cli.data_dir, cli.quiet),
         Command::Prompt(cmd) => prompt::run(cmd),
         Command::Memory(cmd) => memory::run(cmd, &cli.data_dir),
+        Command::Serve(args) => serve::run(args, cli.quiet),
         Command::Completions { shell } => {
             let mut command = <Cli as clap::CommandFactory>::command();
             // Generate into memory: clap_complete panics on a write error such as a closed pipe.

@@ -1,0 +1,178 @@
+//! `mnemon serve`: the library host (spec library.md §12).
+
+use std::ffi::OsString;
+use std::io::IsTerminal;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use mnemon_host::{
+    ConfigSource, DEFAULT_MAX_BODY_BYTES, Host, HostError, HostOptions, LibrarySource, Sources,
+};
+
+use super::{CliError, CliResult};
+
+/// Where the sample library lives in a source checkout; `serve` reads it from disk there, so a
+/// SIGHUP picks up a regenerated file.
+const SAMPLE_PATH: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../examples/sample-library/library.json"
+);
+
+/// The same sample library compiled in, so `serve` works from anywhere.
+const SAMPLE_BYTES: &[u8] = include_bytes!("../../../../examples/sample-library/library.json");
+
+/// Serve embedding libraries over HTTP, compatible with Polymath clients.
+#[derive(Debug, clap::Args)]
+pub(crate) struct ServeArgs {
+    /// The library to serve: a file, or a directory whose `*.json` files are merged in path order
+    /// (files under `access/<tag>/` get that access tag). Defaults to $LIBRARY_FILENAME, then
+    /// ./libraries if it exists, then the sample library shipped with Mnemon.
+    #[arg(long, value_name = "FILE|DIR")]
+    library: Option<PathBuf>,
+
+    /// Host config with access tokens and restriction details (the host.SECRET.json format).
+    /// Defaults to ./host.SECRET.json if it exists, else no tokens.
+    #[arg(long, value_name = "CFG.json")]
+    config: Option<PathBuf>,
+
+    /// Address to listen on. The default accepts connections from this machine only.
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    addr: SocketAddr,
+
+    /// Requests with a larger body are refused with 413.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_BODY_BYTES)]
+    max_body_bytes: usize,
+
+    /// Draw every random query vector from one RNG seeded with N, for reproducible runs.
+    #[arg(long, value_name = "N")]
+    random_seed: Option<u64>,
+
+    /// Rank with the int8 pre-scan and re-rank exactly (faster on large libraries; approximate).
+    #[arg(long)]
+    fast: bool,
+
+    /// Do not serve POST /admin/reload (use this behind a reverse proxy on the same machine,
+    /// whose requests would count as loopback). SIGHUP still reloads.
+    #[arg(long)]
+    no_admin_reload: bool,
+}
+
+/// Runs the host until SIGINT or SIGTERM.
+pub(crate) fn run(args: ServeArgs, quiet: bool) -> CliResult {
+    init_logging(quiet);
+    let sources = Sources {
+        library: library_source(
+            args.library,
+            std::env::var_os("LIBRARY_FILENAME"),
+            Path::new("libraries"),
+        ),
+        config: ConfigSource::discover(args.config),
+    };
+    let options = HostOptions {
+        max_body_bytes: args.max_body_bytes,
+        random_seed: args.random_seed,
+        fast: args.fast,
+        admin_reload: !args.no_admin_reload,
+        ..HostOptions::default()
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")
+        .map_err(CliError::failure)?;
+    runtime.block_on(async move {
+        let library = sources.library.to_string();
+        let config = sources.config.to_string();
+        let host = Host::bind(args.addr, sources, options)
+            .await
+            .map_err(startup_error)?;
+        let addr = host.local_addr().map_err(CliError::failure)?;
+        tracing::info!(
+            %library,
+            %config,
+            bits = host.bits(),
+            model = %host.model(),
+            "serving on http://{addr}/"
+        );
+        host.run_until_signal().await.map_err(CliError::failure)
+    })
+}
+
+/// The library to serve (spec §12.5): `--library`, then `$LIBRARY_FILENAME`, then `./libraries`
+/// when it is a directory, else the sample library.
+fn library_source(
+    explicit: Option<PathBuf>,
+    env: Option<OsString>,
+    local_dir: &Path,
+) -> LibrarySource {
+    if let Some(path) = explicit {
+        return LibrarySource::Path(path);
+    }
+    if let Some(path) = env.filter(|p| !p.is_empty()) {
+        return LibrarySource::Path(PathBuf::from(path));
+    }
+    if local_dir.is_dir() {
+        return LibrarySource::Path(local_dir.to_owned());
+    }
+    match Path::new(SAMPLE_PATH).canonicalize() {
+        Ok(on_disk) if on_disk.is_file() => LibrarySource::Path(on_disk),
+        _ => LibrarySource::bytes("the built-in sample library", SAMPLE_BYTES),
+    }
+}
+
+/// Bad libraries and configs are input errors (exit code 2); anything else is a failure.
+fn startup_error(error: HostError) -> CliError {
+    match error {
+        HostError::Library { .. } | HostError::Config(_) => CliError::input(error),
+        other => CliError::failure(other),
+    }
+}
+
+/// Logs to stderr; `RUST_LOG` overrides the level (`info`, or `warn` with `--quiet`).
+fn init_logging(quiet: bool) {
+    use tracing_subscriber::EnvFilter;
+    let default = if quiet { "warn" } else { "info" };
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
+    // Fails only when a subscriber is already installed, which then keeps logging.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn library_path_precedence() {
+        let dir = tempfile::tempdir().unwrap();
+        let libs = dir.path().join("libraries");
+        let name = |s: &LibrarySource| s.to_string();
+        let explicit = Some(PathBuf::from("a.json"));
+        let env = Some(OsString::from("b.json"));
+        assert_eq!(
+            name(&library_source(explicit, env.clone(), &libs)),
+            "a.json"
+        );
+        assert_eq!(name(&library_source(None, env, &libs)), "b.json");
+        // No ./libraries: the sample library from the checkout.
+        let sample = library_source(None, Some(OsString::new()), &libs);
+        assert!(name(&sample).ends_with("library.json"), "{}", name(&sample));
+        std::fs::create_dir(&libs).unwrap();
+        assert_eq!(
+            name(&library_source(None, None, &libs)),
+            libs.display().to_string()
+        );
+    }
+
+    #[test]
+    fn the_compiled_in_sample_loads() {
+        let sample = LibrarySource::bytes("sample", SAMPLE_BYTES);
+        let library = sample.load().unwrap();
+        assert!(library.len() >= 20);
+        assert!(library.model().starts_with("mnemon:hashing-v1-"));
+    }
+}
