@@ -5,6 +5,9 @@
 //!   **lexical, not semantic**: texts that share words score high, paraphrases with different
 //!   words do not. It needs no network, no model file and no API key, so it suits tests, demos,
 //!   the sample library shipped in `examples/`, and small keyword-style collections.
+//! * [`OpenAiEmbedder`]: a client for any server speaking OpenAI's `POST /embeddings` API
+//!   (key from `OPENAI_API_KEY`, API root from `OPENAI_BASE_URL`), with batching, timeouts and
+//!   bounded retries on 429 and 5xx.
 //!
 //! ```
 //! use mnemon_embed::HashingEmbedder;
@@ -19,6 +22,11 @@
 //! ```
 
 mod hashing;
+mod openai;
 
 pub use hashing::HashingEmbedder;
 pub use mnemon_types::{EmbedError, Embedder};
+pub use openai::{
+    DEFAULT_BASE_URL, DEFAULT_MODEL, MODEL_NAME_PREFIX, OpenAiEmbedder, OpenAiEmbedderBuilder,
+    known_dimension,
+};
