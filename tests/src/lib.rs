@@ -4,6 +4,7 @@
 //! read anything outside the repository.
 
 pub mod artifact_store_conformance;
+pub mod asset_store_conformance;
 pub mod memory_conformance;
 
 use std::path::PathBuf;

@@ -1,0 +1,101 @@
+//! The store's error type. Messages say what went wrong and what to do about it.
+
+use mnemon_types::{AssetRef, PathSegment};
+
+use crate::resolve::ResolveError;
+
+/// Everything that can go wrong in an [`AssetStore`](crate::AssetStore).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// A reference did not resolve (including an unknown asset id).
+    #[error(transparent)]
+    Resolve(#[from] ResolveError),
+    /// An asset to store has an empty id.
+    #[error("asset_id must not be empty; give the asset an id or let Asset::new generate one")]
+    EmptyAssetId,
+    /// An in-process object has no codec in a durable store.
+    #[error(
+        "cannot store the object at {} (type {type_name}): no codec is registered for {type_name:?}; register an ObjectCodec for it when opening the store, or store it as JSON or bytes",
+        location(.asset_id, .field_path)
+    )]
+    NoCodec {
+        /// The asset holding the object.
+        asset_id: String,
+        /// Where the object sits, from the asset's root.
+        field_path: Vec<PathSegment>,
+        /// The object's declared type name.
+        type_name: String,
+    },
+    /// A codec failed to encode or decode an object.
+    #[error(
+        "the codec for {type_name:?} failed on the object at {}: {detail}",
+        location(.asset_id, .field_path)
+    )]
+    Codec {
+        /// The asset holding the object.
+        asset_id: String,
+        /// Where the object sits, from the asset's root.
+        field_path: Vec<PathSegment>,
+        /// The object's declared type name.
+        type_name: String,
+        /// What the codec reported.
+        detail: String,
+    },
+    /// Stored data could not be read back; the database was changed outside Mnemon or is
+    /// damaged.
+    #[error("stored asset {asset_id:?} is unreadable: {detail}")]
+    Corrupt {
+        /// The asset's id.
+        asset_id: String,
+        /// What is wrong with it.
+        detail: String,
+    },
+    /// The database was written by a newer Mnemon.
+    #[error(
+        "the asset tables in {path} have schema version {found}, but this build knows versions up to {supported}; upgrade Mnemon to open it"
+    )]
+    SchemaTooNew {
+        /// The database file.
+        path: String,
+        /// The version found.
+        found: i64,
+        /// The newest version this build knows.
+        supported: i64,
+    },
+    /// The storage engine failed (including a lock held longer than the busy timeout).
+    #[error("asset storage failed while {action}: {source}")]
+    Storage {
+        /// What the store was doing.
+        action: &'static str,
+        /// The engine's error.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+}
+
+/// The URL of a place inside an asset, for messages.
+fn location(asset_id: &str, field_path: &[PathSegment]) -> AssetRef {
+    AssetRef {
+        asset_id: asset_id.to_owned(),
+        field_path: field_path.to_vec(),
+    }
+}
+
+impl StoreError {
+    /// Whether the caller can fix this by changing the request (a wrong id, a wrong path, an
+    /// object without codec), as opposed to a failure of the storage itself.
+    pub fn is_caller_error(&self) -> bool {
+        matches!(
+            self,
+            StoreError::Resolve(_) | StoreError::EmptyAssetId | StoreError::NoCodec { .. }
+        )
+    }
+
+    pub(crate) fn storage(action: &'static str) -> impl FnOnce(rusqlite::Error) -> StoreError {
+        move |e| StoreError::Storage {
+            action,
+            source: Box::new(e),
+        }
+    }
+}

@@ -1,0 +1,41 @@
+//! Where assets live: the [`AssetStore`] trait and its implementations (spec/assets.md §7).
+//!
+//! - [`InMemoryStore`]: holds everything, in-process objects included.
+//! - [`SqliteStore`]: the embedded default; one database file in WAL mode, durable when a put
+//!   returns, byte buffers stored as BLOBs, objects only through a registered [`ObjectCodec`].
+//!
+//! Resolution of references ([`resolve_in`], [`resolve_asset`], [`ResolveError`]) lives here
+//! because [`AssetStore::resolve`] needs it; `mnemon-refs` builds tool-parameter and
+//! message-text substitution on top.
+//!
+//! ```
+//! use mnemon_store::{AssetStore, InMemoryStore};
+//! use mnemon_types::Asset;
+//!
+//! let store = InMemoryStore::new();
+//! let asset = Asset::from_json(serde_json::json!({
+//!     "asset_id": "a1",
+//!     "asset_type": "image",
+//!     "content": {"labels": ["cat", "sofa"]},
+//! }))?;
+//! store.put(&asset)?;
+//! let value = store.resolve(&"asset://a1/content/labels/1".parse()?)?;
+//! assert_eq!(value.as_str(), Some("sofa"));
+//! assert_eq!(store.list_ids(Some("image"))?, ["a1"]);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+mod codec;
+mod encoding;
+mod error;
+mod memory;
+mod resolve;
+mod sqlite;
+mod store;
+
+pub use codec::{CodecError, CodecRegistry, ObjectCodec};
+pub use error::StoreError;
+pub use memory::InMemoryStore;
+pub use resolve::{MAX_LISTED_KEYS, ResolveError, resolve_asset, resolve_in};
+pub use sqlite::{Durability, MIGRATIONS, SCHEMA_VERSION, SqliteOptions, SqliteStore};
+pub use store::{AssetMeta, AssetStore};

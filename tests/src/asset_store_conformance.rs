@@ -1,0 +1,607 @@
+//! The conformance suite every [`AssetStore`] runs (spec/assets.md §7).
+//!
+//! Call [`run`] with a factory that makes a fresh, empty store, and [`concurrent_mixed`] with a
+//! shared one. A durable store must be opened with [`point_codec`] registered, so that the
+//! object checks can round-trip [`Point`] through it.
+
+use std::any::Any;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use mnemon_store::{AssetStore, CodecError, ObjectCodec, ResolveError, StoreError};
+use mnemon_types::{Asset, AssetObject, AssetRef, Bytes, Map, Object, PathSegment, Value, meta};
+use serde_json::json;
+
+/// What sets stores apart, as far as the suite is concerned.
+#[derive(Debug, Clone, Copy)]
+pub struct Capabilities {
+    /// The store holds objects of any type (in memory); otherwise only types with a codec
+    /// (durable stores), and [`Unencodable`] must be rejected.
+    pub objects_without_codec: bool,
+}
+
+/// A test object with a codec ([`point_codec`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Point {
+    /// x
+    pub x: i32,
+    /// y
+    pub y: i32,
+}
+
+impl AssetObject for Point {
+    fn type_name(&self) -> &str {
+        "conformance::Point"
+    }
+    fn to_json(&self) -> Option<serde_json::Value> {
+        Some(json!([self.x, self.y]))
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+/// A test object that no codec handles.
+#[derive(Debug)]
+pub struct Unencodable;
+
+impl AssetObject for Unencodable {
+    fn type_name(&self) -> &str {
+        "conformance::Unencodable"
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+struct PointCodec;
+
+impl ObjectCodec for PointCodec {
+    fn type_name(&self) -> &str {
+        "conformance::Point"
+    }
+    fn encode(&self, object: &Object) -> Result<Vec<u8>, CodecError> {
+        let p = object.downcast_ref::<Point>().ok_or("not a Point")?;
+        let mut out = p.x.to_le_bytes().to_vec();
+        out.extend_from_slice(&p.y.to_le_bytes());
+        Ok(out)
+    }
+    fn decode(&self, data: &[u8]) -> Result<Object, CodecError> {
+        let (x, y) = data.split_at_checked(4).ok_or("too short")?;
+        Ok(Object::new(Point {
+            x: i32::from_le_bytes(x.try_into()?),
+            y: i32::from_le_bytes(y.try_into()?),
+        }))
+    }
+}
+
+/// The codec for [`Point`], to register in durable stores under test.
+pub fn point_codec() -> impl ObjectCodec {
+    PointCodec
+}
+
+/// Runs every check, each on a fresh store from `make`.
+pub fn run(make: &dyn Fn() -> Box<dyn AssetStore>, caps: Capabilities) {
+    put_get_round_trips_every_json_shape(&*make());
+    put_replaces_the_whole_asset(&*make());
+    unknown_ids_are_absent_not_errors(&*make());
+    delete_removes(&*make());
+    list_ids_is_sorted_and_filters_by_type(&*make());
+    meta_matches_the_data_model(&*make());
+    resolve_walks_from_the_root(&*make());
+    resolve_errors_are_typed(&*make());
+    batch_is_all_or_nothing(&*make());
+    empty_id_is_rejected_and_changes_nothing(&*make());
+    marker_like_json_comes_back_unchanged(&*make());
+    bytes_round_trip_everywhere(&*make());
+    odd_ids_round_trip(&*make());
+    objects(&*make(), caps);
+}
+
+fn asset(json: serde_json::Value) -> Asset {
+    match Asset::from_json(json) {
+        Ok(a) => a,
+        Err(e) => panic!("bad test asset: {e}"),
+    }
+}
+
+fn ok<T>(r: Result<T, StoreError>) -> T {
+    match r {
+        Ok(v) => v,
+        Err(e) => panic!("store call failed: {e}"),
+    }
+}
+
+fn r(url: &str) -> AssetRef {
+    match url.parse() {
+        Ok(r) => r,
+        Err(e) => panic!("bad test URL {url}: {e}"),
+    }
+}
+
+/// Compares assets including key order, which `PartialEq` on maps ignores.
+fn assert_same(got: &Asset, want: &Asset) {
+    assert_eq!(got, want);
+    assert_eq!(
+        serde_json::to_string(got).ok(),
+        serde_json::to_string(want).ok(),
+        "key order must survive"
+    );
+}
+
+fn put_get_round_trips_every_json_shape(store: &dyn AssetStore) {
+    let a = asset(json!({
+        "asset_type": "table",
+        "asset_id": "a1",
+        "asset_name": "rows",
+        "description": "a table of rows",
+        "content_type": "<class 'dict'>",
+        "content": {
+            "z": 1, "a": [1.5, -0.0, 1e300, u64::MAX, i64::MIN, null, true, false, "x"],
+            "nested": {"b": {"c": [[], {}, [{}]]}},
+            "unicode": "ünï\u{0}côdé \u{1F600}",
+            "": "empty key",
+        },
+        "zeta": {"extra": [1, 2]},
+        "alpha": null,
+    }));
+    ok(store.put(&a));
+    let got = ok(store.get("a1")).expect("stored asset is found");
+    assert_same(&got, &a);
+    // Scalars and odd content at the root.
+    for (i, content) in [json!(null), json!("text"), json!([]), json!(42)]
+        .into_iter()
+        .enumerate()
+    {
+        let a = asset(json!({"asset_id": format!("s{i}"), "content": content}));
+        ok(store.put(&a));
+        assert_same(&ok(store.get(&a.asset_id)).expect("found"), &a);
+    }
+}
+
+fn put_replaces_the_whole_asset(store: &dyn AssetStore) {
+    let mut content = Map::new();
+    content.insert("img".into(), Bytes::new(vec![1u8, 2]).into());
+    let first = Asset::new(Value::Map(content))
+        .with_id("a")
+        .with_type("image");
+    ok(store.put(&first));
+    let second = asset(json!({"asset_id": "a", "asset_type": "text", "content": "hello"}));
+    ok(store.put(&second));
+    assert_same(&ok(store.get("a")).expect("found"), &second);
+    assert_eq!(ok(store.list_ids(None)), ["a"]);
+    assert!(ok(store.list_ids(Some("image"))).is_empty());
+    assert_eq!(ok(store.list_ids(Some("text"))), ["a"]);
+}
+
+fn unknown_ids_are_absent_not_errors(store: &dyn AssetStore) {
+    assert!(ok(store.get("nope")).is_none());
+    assert!(ok(store.meta("nope")).is_none());
+    assert!(!ok(store.delete("nope")));
+    assert!(ok(store.list_ids(None)).is_empty());
+}
+
+fn delete_removes(store: &dyn AssetStore) {
+    let mut content = Map::new();
+    content.insert("b".into(), Bytes::new(vec![9u8]).into());
+    ok(store.put(&Asset::new(Value::Map(content)).with_id("d")));
+    ok(store.put(&asset(json!({"asset_id": "keep"}))));
+    assert!(ok(store.delete("d")));
+    assert!(ok(store.get("d")).is_none());
+    assert!(!ok(store.delete("d")));
+    assert_eq!(ok(store.list_ids(None)), ["keep"]);
+    match store.resolve(&r("asset://d/content")) {
+        Err(StoreError::Resolve(ResolveError::AssetNotFound { asset_id })) => {
+            assert_eq!(asset_id, "d")
+        }
+        other => panic!("expected AssetNotFound, got {other:?}"),
+    }
+    // A re-put after delete comes back without the old leaves.
+    ok(store.put(&asset(json!({"asset_id": "d", "content": {"b": 1}}))));
+    assert_eq!(
+        ok(store.get("d")).map(|a| a.content.to_json()),
+        Some(Some(json!({"b": 1})))
+    );
+}
+
+fn list_ids_is_sorted_and_filters_by_type(store: &dyn AssetStore) {
+    let ids = ["b", "a", "B", "é", "a0", "_"];
+    for (i, id) in ids.iter().enumerate() {
+        let ty = if i % 2 == 0 { Some("even") } else { None };
+        let mut a = asset(json!({"asset_id": id}));
+        a.asset_type = ty.map(str::to_owned);
+        ok(store.put(&a));
+    }
+    let mut sorted: Vec<String> = ids.iter().map(|s| s.to_string()).collect();
+    sorted.sort();
+    assert_eq!(ok(store.list_ids(None)), sorted);
+    assert_eq!(ok(store.list_ids(Some("even"))), ["B", "a0", "b"]);
+    assert!(ok(store.list_ids(Some("missing"))).is_empty());
+    assert!(ok(store.list_ids(Some(""))).is_empty());
+}
+
+fn meta_matches_the_data_model(store: &dyn AssetStore) {
+    let mut content = Map::new();
+    content.insert(
+        "image".into(),
+        Bytes::with_media_type(vec![0x89u8], "image/png").into(),
+    );
+    content.insert("labels".into(), Value::from_json(json!(["cat", "sofa"])));
+    let a = Asset::new(Value::Map(content))
+        .with_id("m")
+        .with_type("asset_example")
+        .with_content_type("<class 'dict'>");
+    ok(store.put(&a));
+    let got = ok(store.meta("m")).expect("meta of a stored asset");
+    assert_eq!(got, meta(&a));
+    assert_eq!(
+        serde_json::Value::Object(got),
+        json!({
+            "asset_type": "asset_example",
+            "asset_id": "m",
+            "content_type": "<class 'dict'>",
+            "content": {"image": "<class 'bytes'>", "labels": ["cat", "sofa"]},
+        })
+    );
+}
+
+fn resolve_walks_from_the_root(store: &dyn AssetStore) {
+    let mut content = Map::new();
+    content.insert(
+        "image".into(),
+        Bytes::with_media_type(vec![1u8, 2, 3], "image/png").into(),
+    );
+    content.insert(
+        "labels".into(),
+        Value::from_json(json!(["cat", {"k": [10, 20]}])),
+    );
+    content.insert("10".into(), "ten".into());
+    let a = Asset::new(Value::Map(content))
+        .with_id("a1")
+        .with_name("cat picture");
+    ok(store.put(&a));
+    let get = |url: &str| ok(store.resolve(&r(url)));
+    assert_eq!(get("asset://a1/content/labels/0").as_str(), Some("cat"));
+    assert_eq!(
+        get("asset://a1/content/labels/1/k/1").to_json(),
+        Some(json!(20))
+    );
+    assert_eq!(get("asset://a1/content/10").as_str(), Some("ten"));
+    assert_eq!(get("asset://a1/asset_name").as_str(), Some("cat picture"));
+    let image = get("asset://a1/content/image");
+    let bytes = image.as_bytes().expect("bytes leaf");
+    assert_eq!(
+        (bytes.data(), bytes.media_type()),
+        (&[1u8, 2, 3][..], Some("image/png"))
+    );
+    // The whole asset, and object form with a string index.
+    let whole = get("asset://a1");
+    assert_eq!(Asset::from_value(whole).ok(), Some(a.clone()));
+    let reference = AssetRef::new("a1")
+        .child("content")
+        .child("labels")
+        .child(PathSegment::Key("1".into()))
+        .child("k");
+    assert_eq!(
+        ok(store.resolve(&reference)).to_json(),
+        Some(json!([10, 20]))
+    );
+}
+
+fn resolve_errors_are_typed(store: &dyn AssetStore) {
+    ok(store.put(&asset(json!({
+        "asset_id": "a1",
+        "content": {"image": "x", "source_url": "u", "labels": ["cat", "sofa"]},
+    }))));
+    let err = |url: &str| match store.resolve(&r(url)) {
+        Err(StoreError::Resolve(e)) => e,
+        other => panic!("{url}: expected a resolve error, got {other:?}"),
+    };
+    let e = err("asset://a1/content/lables");
+    assert_eq!(
+        e.to_string(),
+        "asset://a1/content has no key \"lables\"; available keys: \"image\", \"source_url\", \"labels\". Correct the field path and try again."
+    );
+    assert!(matches!(
+        err("asset://a1/content/labels/2"),
+        ResolveError::IndexOutOfRange {
+            index: 2,
+            len: 2,
+            ..
+        }
+    ));
+    assert!(matches!(
+        err("asset://a1/content/labels/first"),
+        ResolveError::BadIndex { .. }
+    ));
+    assert!(matches!(
+        err("asset://a1/content/image/0"),
+        ResolveError::NotAContainer {
+            kind: "a string",
+            ..
+        }
+    ));
+    let e = err("asset://zz/content");
+    assert!(matches!(&e, ResolveError::AssetNotFound { asset_id } if asset_id == "zz"));
+    assert!(e.to_string().contains("\"zz\""));
+    // Failed resolutions change nothing.
+    assert_eq!(ok(store.list_ids(None)), ["a1"]);
+}
+
+fn batch_is_all_or_nothing(store: &dyn AssetStore) {
+    let batch: Vec<Asset> = (0..50)
+        .map(|i| asset(json!({"asset_id": format!("b{i:02}"), "content": i})))
+        .chain([asset(json!({"asset_id": "b00", "content": "last wins"}))])
+        .collect();
+    ok(store.put_batch(&batch));
+    assert_eq!(ok(store.list_ids(None)).len(), 50);
+    assert_eq!(
+        ok(store.get("b00")).map(|a| a.content.to_json()),
+        Some(Some(json!("last wins")))
+    );
+    let mut bad = vec![
+        asset(json!({"asset_id": "new1"})),
+        asset(json!({"asset_id": "b01", "content": "changed"})),
+    ];
+    bad.push(Asset::new(Value::Null).with_id(""));
+    assert!(matches!(
+        store.put_batch(&bad),
+        Err(StoreError::EmptyAssetId)
+    ));
+    assert!(ok(store.get("new1")).is_none());
+    assert_eq!(
+        ok(store.get("b01")).map(|a| a.content.to_json()),
+        Some(Some(json!(1)))
+    );
+    ok(store.put_batch(&[]));
+    assert_eq!(ok(store.list_ids(None)).len(), 50);
+}
+
+fn empty_id_is_rejected_and_changes_nothing(store: &dyn AssetStore) {
+    let err = store.put(&Asset::new(Value::Null).with_id(""));
+    assert!(matches!(err, Err(StoreError::EmptyAssetId)), "{err:?}");
+    assert!(ok(store.list_ids(None)).is_empty());
+}
+
+fn marker_like_json_comes_back_unchanged(store: &dyn AssetStore) {
+    let a = asset(json!({
+        "asset_id": "m",
+        "content": {
+            "$bytes": "AAEC", "__bytes__": {"b64": "AAEC", "media_type": "image/png"},
+            "$object": {"type": "x", "data": null}, "$type": "bytes", "__mnemon__": 1,
+            "data": "data:image/png;base64,iVBORw0KGgo=", "<class 'bytes'>": "<class 'bytes'>",
+            "null_leaf": null, "asset_id": "not-the-id", "content": {"content": []},
+        },
+        "$ref": {"asset_id": "m", "field_path": ["content"]},
+        "__leaf__": [null, null],
+    }));
+    ok(store.put(&a));
+    assert_same(&ok(store.get("m")).expect("found"), &a);
+}
+
+fn bytes_round_trip_everywhere(store: &dyn AssetStore) {
+    let big: Vec<u8> = (0..100_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    let mut content = Map::new();
+    content.insert("empty".into(), Bytes::new(Vec::<u8>::new()).into());
+    content.insert(
+        "big".into(),
+        Bytes::with_media_type(big, "application/x-test").into(),
+    );
+    content.insert(
+        "list".into(),
+        Value::Array(vec![
+            Value::Null,
+            Bytes::new(vec![0u8]).into(),
+            Value::Array(vec![Bytes::new(vec![1u8]).into()]),
+        ]),
+    );
+    content.insert("7".into(), Bytes::new(vec![7u8]).into());
+    let mut a = Asset::new(Value::Map(content)).with_id("bytes");
+    a.extra.insert(
+        "thumb".into(),
+        Bytes::with_media_type(vec![2u8], "image/jpeg").into(),
+    );
+    ok(store.put(&a));
+    assert_same(&ok(store.get("bytes")).expect("found"), &a);
+    let root_bytes = Asset::new(Bytes::new(vec![3u8, 4])).with_id("root");
+    ok(store.put(&root_bytes));
+    assert_same(&ok(store.get("root")).expect("found"), &root_bytes);
+}
+
+fn odd_ids_round_trip(store: &dyn AssetStore) {
+    for id in [
+        "with space",
+        "a/b",
+        "%41",
+        "ünï",
+        "a\u{0}b",
+        "0",
+        "x".repeat(500).as_str(),
+    ] {
+        let a = asset(json!({"asset_id": id, "content": id}));
+        ok(store.put(&a));
+        assert_same(&ok(store.get(id)).expect("found"), &a);
+        let url = AssetRef::new(id).child("content").to_url();
+        assert_eq!(ok(store.resolve(&r(&url))).as_str(), Some(id));
+    }
+}
+
+fn objects(store: &dyn AssetStore, caps: Capabilities) {
+    let mut content = Map::new();
+    content.insert("p".into(), Object::new(Point { x: 3, y: -4 }).into());
+    let a = Asset::new(Value::Map(content)).with_id("obj");
+    ok(store.put(&a));
+    let got = ok(store.get("obj")).expect("found");
+    let p = got.content.as_map().and_then(|m| m.get("p"));
+    match p {
+        Some(Value::Object(o)) => {
+            assert_eq!(o.downcast_ref::<Point>(), Some(&Point { x: 3, y: -4 }))
+        }
+        other => panic!("expected the Point object back, got {other:?}"),
+    }
+    assert_eq!(
+        ok(store.meta("obj")).map(serde_json::Value::Object),
+        Some(json!({"asset_id": "obj", "content": {"p": "<class 'conformance::Point'>"}}))
+    );
+
+    let mut content = Map::new();
+    content.insert(
+        "deep".into(),
+        Value::Array(vec![Value::Null, Object::new(Unencodable).into()]),
+    );
+    let bad = Asset::new(Value::Map(content)).with_id("bad");
+    let result = store.put(&bad);
+    if caps.objects_without_codec {
+        ok(result);
+        let got = ok(store.resolve(&r("asset://bad/content/deep/1")));
+        assert!(matches!(got, Value::Object(o) if o.type_name() == "conformance::Unencodable"));
+    } else {
+        match result {
+            Err(e @ StoreError::NoCodec { .. }) => {
+                let text = e.to_string();
+                assert!(text.contains("asset://bad/content/deep/1"), "{text}");
+                assert!(text.contains("conformance::Unencodable"), "{text}");
+                assert!(e.is_caller_error());
+            }
+            other => panic!("expected NoCodec, got {other:?}"),
+        }
+        assert!(ok(store.get("bad")).is_none());
+        // In a batch, the bad asset stops the good one too.
+        let good = asset(json!({"asset_id": "good"}));
+        assert!(store.put_batch(&[good, bad]).is_err());
+        assert!(ok(store.get("good")).is_none());
+    }
+}
+
+/// `threads` threads each run `ops` mixed put/get/delete/resolve calls on `store`, some on ids
+/// of their own (checked against a model: every thread reads its own writes) and some on ids
+/// shared by all (checked for consistency: a read never sees a torn asset).
+pub fn concurrent_mixed(store: Arc<dyn AssetStore>, threads: usize, ops: usize) {
+    let handles: Vec<_> = (0..threads)
+        .map(|t| {
+            let store = Arc::clone(&store);
+            std::thread::spawn(move || worker(&*store, t, ops))
+        })
+        .collect();
+    let mut expected: BTreeMap<String, u64> = BTreeMap::new();
+    for h in handles {
+        match h.join() {
+            Ok(own) => expected.extend(own),
+            Err(_) => panic!("a worker thread panicked"),
+        }
+    }
+    let ids = ok(store.list_ids(Some("own")));
+    assert_eq!(ids, expected.keys().cloned().collect::<Vec<_>>());
+    for (id, n) in expected {
+        let a = ok(store.get(&id)).expect("own asset present");
+        check_consistent(&a);
+        assert_eq!(
+            a.content
+                .as_map()
+                .and_then(|m| m.get("n"))
+                .and_then(|v| v.to_json()),
+            Some(json!(n))
+        );
+    }
+}
+
+/// A versioned asset whose parts must agree: `n`, the payload's length and the bytes' content.
+fn versioned(id: &str, asset_type: &str, n: u64) -> Asset {
+    let mut content = Map::new();
+    content.insert("n".into(), Value::from_json(json!(n)));
+    content.insert(
+        "payload".into(),
+        Value::String("x".repeat((n % 200) as usize)),
+    );
+    content.insert("blob".into(), Bytes::new(n.to_le_bytes().to_vec()).into());
+    Asset::new(Value::Map(content))
+        .with_id(id)
+        .with_type(asset_type)
+}
+
+fn check_consistent(a: &Asset) {
+    let map = a.content.as_map().expect("content is a map");
+    let n = map
+        .get("n")
+        .and_then(|v| v.to_json())
+        .and_then(|j| j.as_u64())
+        .expect("n");
+    assert_eq!(
+        map.get("payload").and_then(Value::as_str).map(str::len),
+        Some((n % 200) as usize)
+    );
+    assert_eq!(
+        map.get("blob")
+            .and_then(Value::as_bytes)
+            .map(|b| b.data().to_vec()),
+        Some(n.to_le_bytes().to_vec()),
+        "torn asset {}",
+        a.asset_id
+    );
+}
+
+fn worker(store: &dyn AssetStore, thread: usize, ops: usize) -> BTreeMap<String, u64> {
+    let mut rng =
+        0x9E37_79B9_7F4A_7C15u64 ^ (thread as u64 + 1).wrapping_mul(0xD1B5_4A32_D192_ED03);
+    let mut next = move || {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng
+    };
+    let mut own: BTreeMap<String, u64> = BTreeMap::new();
+    for op in 0..ops as u64 {
+        let roll = next();
+        let shared = roll % 3 == 0;
+        let slot = (roll >> 8) % 8;
+        let id = if shared {
+            format!("shared-{slot}")
+        } else {
+            format!("own-{thread}-{slot}")
+        };
+        match (roll >> 16) % 4 {
+            0 | 1 => {
+                let asset = versioned(&id, if shared { "shared" } else { "own" }, op);
+                ok(store.put(&asset));
+                if !shared {
+                    own.insert(id.clone(), op);
+                }
+            }
+            2 => {
+                let got = ok(store.get(&id));
+                if let Some(a) = &got {
+                    check_consistent(a);
+                }
+                if !shared {
+                    let n = got.map(|a| {
+                        a.content
+                            .as_map()
+                            .and_then(|m| m.get("n"))
+                            .and_then(|v| v.to_json())
+                            .and_then(|j| j.as_u64())
+                    });
+                    assert_eq!(
+                        n,
+                        own.get(&id).map(|n| Some(*n)),
+                        "thread {thread} must read its own write of {id}"
+                    );
+                }
+            }
+            _ => {
+                let existed = ok(store.delete(&id));
+                if !shared {
+                    assert_eq!(existed, own.remove(&id).is_some());
+                }
+            }
+        }
+        if op % 50 == 0 {
+            let _ = ok(store.list_ids(None));
+            match store.resolve(&r(&format!("asset://{id}/content/n"))) {
+                Ok(v) => assert!(v.to_json().is_some_and(|j| j.is_u64())),
+                Err(StoreError::Resolve(ResolveError::AssetNotFound { .. })) => {}
+                Err(e) => panic!("resolve failed: {e}"),
+            }
+        }
+    }
+    own
+}
