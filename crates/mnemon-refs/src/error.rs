@@ -1,0 +1,87 @@
+//! The crate's error type. Messages name the parameter or marker and say how to fix it.
+
+use mnemon_store::StoreError;
+
+/// Everything that can go wrong while reading a command spec, substituting references in tool
+/// parameters, or scanning markers in text.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RefsError {
+    /// A command spec is not valid YAML or JSON, or does not have the spec's shape.
+    #[error("the command spec is not valid {format}: {detail}")]
+    SpecSyntax {
+        /// `YAML` or `JSON`.
+        format: &'static str,
+        /// The parser's message.
+        detail: String,
+    },
+    /// A command spec parses but breaks a rule (an empty or repeated parameter name).
+    #[error("invalid command spec: {detail}")]
+    SpecInvalid {
+        /// What is wrong.
+        detail: String,
+    },
+    /// The tool-call parameters are not a JSON object.
+    #[error("tool-call parameters must be a JSON object of name → value, found {found}")]
+    ParamsNotAnObject {
+        /// What they were.
+        found: &'static str,
+    },
+    /// Something written as a reference is not a valid one.
+    #[error("parameter {parameter:?} holds an invalid asset reference: {detail}")]
+    InvalidReference {
+        /// The parameter.
+        parameter: String,
+        /// What is wrong with the reference.
+        detail: String,
+    },
+    /// Strict mode: a reference in a parameter that does not accept references.
+    #[error(
+        "parameter {parameter:?} does not accept asset references, but holds {reference}; pass the value itself instead"
+    )]
+    ReferenceNotAccepted {
+        /// The parameter.
+        parameter: String,
+        /// The reference, as a URL.
+        reference: String,
+    },
+    /// A reference in a parameter does not resolve.
+    #[error("parameter {parameter:?}: {source}")]
+    Unresolved {
+        /// The parameter.
+        parameter: String,
+        /// Why it does not resolve.
+        #[source]
+        source: StoreError,
+    },
+    /// A marker's content is neither an asset URL nor a JSON reference.
+    #[error("malformed marker: {detail}")]
+    MalformedMarker {
+        /// What is wrong with it.
+        detail: String,
+    },
+    /// A `<|` with no `|>` to close it before the next `<|` or the end of the text.
+    #[error(
+        "unterminated marker: \"<|\" is not closed by \"|>\" before {before}; close it, or write the text without \"<|\""
+    )]
+    UnterminatedMarker {
+        /// `the next "<|"` or `the end of the text`.
+        before: &'static str,
+    },
+    /// A well-formed marker whose reference does not resolve.
+    #[error("{0}")]
+    MarkerUnresolved(#[source] StoreError),
+}
+
+impl RefsError {
+    /// Whether the caller can fix this by changing the input (everything but a storage
+    /// failure).
+    pub fn is_caller_error(&self) -> bool {
+        match self {
+            RefsError::Unresolved { source, .. } | RefsError::MarkerUnresolved(source) => {
+                source.is_caller_error()
+            }
+            _ => true,
+        }
+    }
+}

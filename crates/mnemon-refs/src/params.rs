@@ -1,0 +1,331 @@
+//! Substituting references in tool-call parameters, driven by a command spec (spec §5).
+
+use std::collections::HashSet;
+use std::path::Path;
+
+use mnemon_store::AssetStore;
+use mnemon_types::{Map, Value};
+use serde::{Deserialize, Serialize};
+
+use crate::detect::{Detected, detect_reference};
+use crate::error::RefsError;
+
+/// A plugin command's declaration: its name and parameters.
+///
+/// Read from YAML or JSON; fields other than those below (a parameter's `type`, say) are
+/// ignored, so richer specs written for other tools load too.
+///
+/// ```
+/// let spec = mnemon_refs::CommandSpec::from_yaml(
+///     "name: resize_image\nparameters:\n  - name: image\n    asset_ref_acceptable: true\n  - name: width\n",
+/// )?;
+/// assert!(spec.accepts_references("image"));
+/// assert!(!spec.accepts_references("width"));
+/// # Ok::<(), mnemon_refs::RefsError>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CommandSpec {
+    /// The command's name.
+    pub name: String,
+    /// What the command does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// The parameters, in order.
+    #[serde(default)]
+    pub parameters: Vec<ParameterSpec>,
+}
+
+/// One parameter of a [`CommandSpec`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ParameterSpec {
+    /// The parameter's name.
+    pub name: String,
+    /// What it is for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// Whether a reference given for it is replaced by the value it references.
+    #[serde(default)]
+    pub asset_ref_acceptable: bool,
+}
+
+impl CommandSpec {
+    /// Parses a spec written in YAML.
+    pub fn from_yaml(text: &str) -> Result<CommandSpec, RefsError> {
+        let spec: CommandSpec =
+            serde_yaml_ng::from_str(text).map_err(|e| RefsError::SpecSyntax {
+                format: "YAML",
+                detail: e.to_string(),
+            })?;
+        spec.validated()
+    }
+
+    /// Parses a spec written in JSON.
+    pub fn from_json(text: &str) -> Result<CommandSpec, RefsError> {
+        let spec: CommandSpec = serde_json::from_str(text).map_err(|e| RefsError::SpecSyntax {
+            format: "JSON",
+            detail: e.to_string(),
+        })?;
+        spec.validated()
+    }
+
+    /// Reads a spec file: `.json` files as JSON, anything else (`.yaml`, `.yml`) as YAML.
+    pub fn load(path: &Path) -> Result<CommandSpec, RefsError> {
+        let text = std::fs::read_to_string(path).map_err(|e| RefsError::SpecInvalid {
+            detail: format!("cannot read {}: {e}", path.display()),
+        })?;
+        let is_json = path
+            .extension()
+            .is_some_and(|ext| ext.eq_ignore_ascii_case("json"));
+        if is_json {
+            Self::from_json(&text)
+        } else {
+            Self::from_yaml(&text)
+        }
+    }
+
+    fn validated(self) -> Result<CommandSpec, RefsError> {
+        let invalid = |detail: String| Err(RefsError::SpecInvalid { detail });
+        if self.name.trim().is_empty() {
+            return invalid("the command's name is empty".to_owned());
+        }
+        let mut seen = HashSet::new();
+        for (i, p) in self.parameters.iter().enumerate() {
+            if p.name.is_empty() {
+                return invalid(format!(
+                    "parameter {i} of {:?} has an empty name",
+                    self.name
+                ));
+            }
+            if !seen.insert(p.name.as_str()) {
+                return invalid(format!(
+                    "parameter {:?} of {:?} is declared twice",
+                    p.name, self.name
+                ));
+            }
+        }
+        Ok(self)
+    }
+
+    /// The declared parameter named `name`.
+    pub fn parameter(&self, name: &str) -> Option<&ParameterSpec> {
+        self.parameters.iter().find(|p| p.name == name)
+    }
+
+    /// Whether the parameter is declared with `asset_ref_acceptable: true`.
+    pub fn accepts_references(&self, name: &str) -> bool {
+        self.parameter(name).is_some_and(|p| p.asset_ref_acceptable)
+    }
+}
+
+/// What to do with a reference in a parameter that does not accept references.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Mode {
+    /// Leave it untouched; the tool receives the reference as written.
+    #[default]
+    Lenient,
+    /// Fail, naming the parameter.
+    Strict,
+}
+
+/// Replaces each reference in a parameter that accepts references by the value it references
+/// (spec §5). Parameters the spec does not declare are treated as not accepting references.
+///
+/// Either every reference resolves and the full parameter map is returned, or an error names
+/// the first parameter that failed and nothing is substituted.
+///
+/// ```
+/// use mnemon_refs::{resolve_params, CommandSpec, Mode};
+/// use mnemon_store::{AssetStore, InMemoryStore};
+/// use mnemon_types::Asset;
+/// use serde_json::json;
+///
+/// let store = InMemoryStore::new();
+/// store.put(&Asset::from_json(json!({"asset_id": "a1", "content": {"w": 640}}))?)?;
+/// let spec = CommandSpec::from_json(r#"{"name": "resize", "parameters": [
+///     {"name": "width", "asset_ref_acceptable": true}, {"name": "label"}]}"#)?;
+/// let params = json!({"width": "<|asset://a1/content/w|>", "label": "asset://a1"});
+/// let out = resolve_params(&spec, &params, &store, Mode::Lenient)?;
+/// assert_eq!(out["width"].to_json(), Some(json!(640)));
+/// assert_eq!(out["label"].as_str(), Some("asset://a1"));
+/// assert!(resolve_params(&spec, &params, &store, Mode::Strict).is_err());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn resolve_params(
+    spec: &CommandSpec,
+    params: &serde_json::Value,
+    store: &dyn AssetStore,
+    mode: Mode,
+) -> Result<Map, RefsError> {
+    let serde_json::Value::Object(params) = params else {
+        return Err(RefsError::ParamsNotAnObject {
+            found: Value::from_json(params.clone()).kind(),
+        });
+    };
+    let mut out = Map::with_capacity(params.len());
+    for (name, value) in params {
+        let accepts = spec.accepts_references(name);
+        let resolved = match detect_reference(value) {
+            Detected::Plain => Value::from_json(value.clone()),
+            Detected::Reference(reference) if accepts => {
+                store
+                    .resolve(&reference)
+                    .map_err(|source| RefsError::Unresolved {
+                        parameter: name.clone(),
+                        source,
+                    })?
+            }
+            Detected::Invalid(detail) if accepts => {
+                return Err(RefsError::InvalidReference {
+                    parameter: name.clone(),
+                    detail,
+                });
+            }
+            detected => match mode {
+                Mode::Lenient => Value::from_json(value.clone()),
+                Mode::Strict => {
+                    return Err(RefsError::ReferenceNotAccepted {
+                        parameter: name.clone(),
+                        reference: match detected {
+                            Detected::Reference(r) => r.to_url(),
+                            _ => value.to_string(),
+                        },
+                    });
+                }
+            },
+        };
+        out.insert(name.clone(), resolved);
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mnemon_store::{InMemoryStore, ResolveError, StoreError};
+    use mnemon_types::Asset;
+    use serde_json::json;
+
+    const SPEC: &str = "
+name: resize_image
+description: resizes an image
+parameters:
+  - name: image
+    description: the image to resize
+    asset_ref_acceptable: true
+    type: bytes
+  - name: width
+    description: target width in pixels
+";
+
+    fn store() -> InMemoryStore {
+        let s = InMemoryStore::new();
+        s.put(
+            &Asset::from_json(json!({"asset_id": "a1", "content": {"image": "PNG", "w": 5}}))
+                .unwrap(),
+        )
+        .unwrap();
+        s
+    }
+
+    #[test]
+    fn yaml_and_json_specs_agree() {
+        let yaml = CommandSpec::from_yaml(SPEC).unwrap();
+        let json = CommandSpec::from_json(&serde_json::to_string(&yaml).unwrap()).unwrap();
+        assert_eq!(yaml, json);
+        assert_eq!(yaml.parameters.len(), 2);
+        assert!(yaml.accepts_references("image"));
+        assert!(!yaml.accepts_references("width"));
+        assert!(!yaml.accepts_references("undeclared"));
+    }
+
+    #[test]
+    fn malformed_specs_are_clear_errors() {
+        let cases = [
+            ("name: [unclosed", "YAML"),
+            ("parameters: []", "name"),
+            ("name: x\nparameters: 5", "sequence"),
+            ("name: x\nparameters:\n  - description: no name", "name"),
+            (
+                "name: x\nparameters:\n  - name: a\n  - name: a",
+                "declared twice",
+            ),
+            ("name: ''", "empty"),
+            (
+                "name: x\nparameters:\n  - name: a\n    asset_ref_acceptable: maybe",
+                "bool",
+            ),
+        ];
+        for (text, needle) in cases {
+            let err = CommandSpec::from_yaml(text).unwrap_err();
+            assert!(err.to_string().contains(needle), "{text:?}: {err}");
+        }
+        assert!(matches!(
+            CommandSpec::from_json("{\"name\": 1}"),
+            Err(RefsError::SpecSyntax { format: "JSON", .. })
+        ));
+    }
+
+    #[test]
+    fn accepted_references_are_substituted_others_pass() {
+        let spec = CommandSpec::from_yaml(SPEC).unwrap();
+        let params = json!({"image": {"asset_id": "a1", "field_path": ["content", "image"]},
+                            "width": 300, "extra": "asset://a1"});
+        let out = resolve_params(&spec, &params, &store(), Mode::Lenient).unwrap();
+        assert_eq!(out["image"].as_str(), Some("PNG"));
+        assert_eq!(out["width"].to_json(), Some(json!(300)));
+        assert_eq!(out["extra"].as_str(), Some("asset://a1"));
+        let keys: Vec<_> = out.keys().collect();
+        assert_eq!(keys, ["image", "width", "extra"]);
+        // A plain value in an accepting parameter passes through.
+        let out = resolve_params(&spec, &json!({"image": "raw"}), &store(), Mode::Strict).unwrap();
+        assert_eq!(out["image"].as_str(), Some("raw"));
+    }
+
+    #[test]
+    fn strict_mode_names_the_parameter() {
+        let spec = CommandSpec::from_yaml(SPEC).unwrap();
+        let params =
+            json!({"image": "asset://a1/content/image", "width": "<|asset://a1/content/w|>"});
+        let err = resolve_params(&spec, &params, &store(), Mode::Strict).unwrap_err();
+        assert!(
+            matches!(&err, RefsError::ReferenceNotAccepted { parameter, .. } if parameter == "width"),
+            "{err}"
+        );
+        assert!(err.to_string().contains("\"width\""));
+    }
+
+    #[test]
+    fn one_bad_reference_fails_the_whole_call() {
+        let spec = CommandSpec::from_yaml(
+            "name: t\nparameters:\n  - {name: a, asset_ref_acceptable: true}\n  - {name: b, asset_ref_acceptable: true}",
+        )
+        .unwrap();
+        let params = json!({"a": "asset://a1/content/w", "b": "asset://a1/content/lables"});
+        let err = resolve_params(&spec, &params, &store(), Mode::Lenient).unwrap_err();
+        let RefsError::Unresolved { parameter, source } = &err else {
+            panic!("{err:?}")
+        };
+        assert_eq!(parameter, "b");
+        assert!(matches!(
+            source,
+            StoreError::Resolve(ResolveError::KeyNotFound { .. })
+        ));
+        assert!(err.to_string().contains("available keys: \"image\", \"w\""));
+        let err = resolve_params(&spec, &json!({"a": "asset://zz"}), &store(), Mode::Lenient)
+            .unwrap_err();
+        assert!(err.to_string().contains("\"zz\""), "{err}");
+        let err = resolve_params(
+            &spec,
+            &json!({"a": "asset://a1/x y"}),
+            &store(),
+            Mode::Lenient,
+        )
+        .unwrap_err();
+        assert!(matches!(err, RefsError::InvalidReference { .. }), "{err}");
+        let err = resolve_params(&spec, &json!([1]), &store(), Mode::Lenient).unwrap_err();
+        assert!(matches!(
+            err,
+            RefsError::ParamsNotAnObject { found: "a list" }
+        ));
+    }
+}
