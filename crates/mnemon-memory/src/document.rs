@@ -25,10 +25,7 @@ pub(crate) fn convert_inputs(
     let mut entries = Vec::with_capacity(items.len());
     for (p, item) in items.into_iter().enumerate() {
         match item {
-            MsgInput::Msg(msg) => entries.push(Entry {
-                msg,
-                marks: marks.to_vec(),
-            }),
+            MsgInput::Msg(msg) => entries.push(Entry::new(msg, marks.to_vec())),
             MsgInput::Json(value) => entries.extend(value_to_entries(factory, &value, p, marks)?),
         }
     }
@@ -44,7 +41,7 @@ pub(crate) fn decode_source(
         LoadSource::Messages(messages) => {
             return Ok(messages
                 .into_iter()
-                .map(|msg| Entry { msg, marks: vec![] })
+                .map(|msg| Entry::new(msg, vec![]))
                 .collect());
         }
         LoadSource::Json(text) => text,
@@ -103,10 +100,7 @@ fn value_to_entries(
     Ok(factory
         .from_any_object(object, p)?
         .into_iter()
-        .map(|msg| Entry {
-            msg,
-            marks: marks.clone(),
-        })
+        .map(|msg| Entry::new(msg, marks.clone()))
         .collect())
 }
 
@@ -139,7 +133,7 @@ pub(crate) fn render_export(entries: &[Entry], include_marks: bool) -> String {
     let items = entries
         .iter()
         .map(|entry| {
-            let mut value = entry.msg.to_json();
+            let mut value = entry.full().to_json();
             if let (true, Value::Object(object)) =
                 (include_marks && !entry.marks.is_empty(), &mut value)
             {
@@ -187,4 +181,135 @@ pub(crate) fn write_atomically(path: &Path, text: &str) -> Result<(), MemoryErro
 /// The kind recorded for entries read back from storage.
 pub(crate) fn kind_from_str(kind: &str) -> MsgKind {
     MsgKind::from_marker(kind).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::test_factory;
+    use mnemon_types::Msg;
+    use proptest::prelude::*;
+
+    /// Any JSON value: finite numbers (JSON has no others), strings with any characters.
+    fn json_value() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(Value::from),
+            any::<f64>()
+                .prop_filter("finite", |x| x.is_finite())
+                .prop_map(Value::from),
+            ".{0,12}".prop_map(Value::String),
+        ];
+        leaf.prop_recursive(3, 24, 4, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+                proptest::collection::vec((".{0,6}", inner), 0..4)
+                    .prop_map(|kv| Value::Object(kv.into_iter().collect())),
+            ]
+        })
+    }
+
+    /// A message with every kind of field: optional id, role, urls, extras and embedding.
+    fn message() -> impl Strategy<Value = Msg> {
+        (
+            ".{0,10}",
+            json_value(),
+            proptest::option::of("[0-9a-f]{1,32}"),
+            proptest::option::of(".{0,8}"),
+            proptest::collection::vec(".{1,8}", 0..3),
+            proptest::collection::vec(("[a-z]{1,6}", json_value()), 0..3),
+            proptest::option::of(proptest::collection::vec(-1e6f32..1e6, 1..8)),
+        )
+            .prop_map(|(name, content, id, role, urls, extras, embedding)| {
+                let f = test_factory();
+                let mut b = f.msg(name, content);
+                if let Some(id) = id {
+                    b = b.id(id);
+                }
+                if let Some(role) = role {
+                    b = b.role(role);
+                }
+                match urls.len() {
+                    0 => {}
+                    1 => b = b.url(urls[0].clone()),
+                    _ => b = b.urls(urls),
+                }
+                for (key, value) in extras {
+                    b = b.extra(format!("x_{key}"), value);
+                }
+                if let Some(v) = embedding {
+                    b = b.embedding(v);
+                }
+                b.build().unwrap()
+            })
+    }
+
+    fn decode(text: String) -> Result<Vec<Entry>, MemoryError> {
+        decode_source(&test_factory(), LoadSource::Json(text))
+    }
+
+    proptest! {
+        #[test]
+        fn never_panics_on_arbitrary_text(text in ".{0,200}") {
+            let _ = decode(text);
+        }
+
+        #[test]
+        fn never_panics_on_arbitrary_json(value in json_value()) {
+            let _ = decode(value.to_string());
+            let _ = decode(Value::Array(vec![value.clone(), value]).to_string());
+        }
+
+        #[test]
+        fn never_panics_on_damaged_exports(
+            messages in proptest::collection::vec(message(), 1..4),
+            cut in any::<prop::sample::Index>(),
+            flip in any::<prop::sample::Index>(),
+            byte in any::<u8>(),
+        ) {
+            let entries: Vec<Entry> =
+                messages.into_iter().map(|msg| Entry::new(msg, vec![])).collect();
+            let text = render_export(&entries, false);
+            let mut bytes = text.into_bytes();
+            let at = flip.index(bytes.len());
+            bytes[at] = byte;
+            bytes.truncate(cut.index(bytes.len() + 1));
+            let _ = decode(String::from_utf8_lossy(&bytes).into_owned());
+        }
+
+        #[test]
+        fn export_then_load_gives_equal_messages(
+            messages in proptest::collection::vec(message(), 0..5),
+            marks in proptest::collection::vec(proptest::collection::vec("[a-z]{1,5}", 0..3), 5),
+        ) {
+            let mut seen = std::collections::HashSet::new();
+            let entries: Vec<Entry> = messages
+                .into_iter()
+                .filter(|m| seen.insert(m.id().to_owned()))
+                .zip(marks)
+                .map(|(msg, mut marks)| {
+                    marks.dedup();
+                    let mut unique = Vec::new();
+                    for m in marks {
+                        if !unique.contains(&m) {
+                            unique.push(m);
+                        }
+                    }
+                    Entry::new(msg, unique)
+                })
+                .collect();
+            let plain: Vec<Msg> = decode(render_export(&entries, false))
+                .unwrap()
+                .into_iter()
+                .map(|e| e.message())
+                .collect();
+            let want: Vec<Msg> = entries.iter().map(Entry::message).collect();
+            prop_assert_eq!(plain, want);
+            let text = render_export(&entries, true);
+            let with_marks = decode(text.clone()).unwrap();
+            prop_assert_eq!(&with_marks, &entries);
+            prop_assert_eq!(render_export(&with_marks, true), text);
+        }
+    }
 }

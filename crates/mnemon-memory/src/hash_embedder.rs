@@ -1,11 +1,19 @@
-//! `HashEmbedder`: a deterministic, offline embedder for tests and demos.
+//! `HashEmbedder`: a deterministic, offline embedder for tests and demos only.
+//!
+//! It exists so that this crate's tests, doctests and examples can exercise the embedder paths
+//! of retrieval (§6.1) without a model or a network. It is not the project's hashing embedder:
+//! that one is the `mnemon-embed` crate, whose vectors differ from these. Do not store this
+//! embedder's vectors in a memory meant for real recall.
 
 use mnemon_types::{EmbedError, Embedder};
 
-/// Hashes lowercase whitespace tokens into `dimension` buckets and L2-normalises the counts.
+/// A test and demo embedder: hashes lowercase whitespace tokens into `dimension` buckets and
+/// L2-normalises the counts.
 ///
-/// Texts sharing words get similar vectors, which is enough to exercise recall without a model.
-/// A text without tokens gives the zero vector.
+/// Texts sharing words get similar vectors, which is enough to exercise recall in tests without
+/// a model; it is lexical, not semantic. A text without tokens gives the zero vector. For real
+/// use, supply a model-backed [`Embedder`] (or the project's offline hashing embedder in the
+/// `mnemon-embed` crate, which produces different vectors).
 #[derive(Debug, Clone)]
 pub struct HashEmbedder {
     dimension: usize,

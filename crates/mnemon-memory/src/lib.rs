@@ -9,7 +9,7 @@
 //!   survives `kill -9`.
 //! - Retrieval ([`RetrievalQuery`], [`RetrieveOptions`], [`Metric`]) scores with the SIMD
 //!   kernels of `mnemon-vector`; any [`Embedder`](mnemon_types::Embedder) fills in missing
-//!   embeddings ([`HashEmbedder`] is a deterministic offline one).
+//!   embeddings ([`HashEmbedder`] is a deterministic offline one for tests and demos only).
 //! - [`Tokenizer`]s ([`Cl100kTokenizer`] offline, [`WhitespaceTokenizer`]) drive
 //!   [`Memory::recall_within_budget`].
 //!
@@ -42,7 +42,10 @@
 
 mod clock;
 mod document;
+mod embedding_cache;
+mod entry;
 mod error;
+mod exact;
 mod hash_embedder;
 mod in_memory;
 mod marks;

@@ -136,8 +136,8 @@ fn ensure_embeddings<B: Backend>(
                 let Some(entry) = s.entries().get(i) else {
                     continue;
                 };
-                if !entry.msg.has_embedding() {
-                    let mut msg = entry.msg.clone();
+                if !entry.has_embedding() {
+                    let mut msg = entry.message();
                     msg.set_embedding(vector)
                         .map_err(|e| MemoryError::EmbedderContract {
                             model: embedder.model().to_owned(),

@@ -1,8 +1,12 @@
-//! Embedding retrieval (spec/memory.md §6): metrics, the cached embedding matrix and scoring.
+//! Embedding retrieval (spec/memory.md §6): metrics, queries and scoring.
 //!
-//! Scores come from `mnemon-vector`'s SIMD kernels, the same ones the embedding library uses.
-//! Cosine divides the kernel's dot product by row norms cached with the matrix, so a warm
-//! query reads each embedding once.
+//! Returned scores are the spec's: the built-in metrics accumulate in `f64`, always in the same
+//! order ([`crate::exact`]). Reading 10k × 1536 floats that way on every query would miss the
+//! 5 ms target, so a cut to `top_k` runs in two phases: `mnemon-vector`'s SIMD `f32` scan (the
+//! kernel the embedding library uses) over the cached matrix shortlists every message that can
+//! still make the cut, with a proven error bound (see [`shortlist`]), and only the shortlist is
+//! scored exactly. The result — which messages, in which order, with which scores — is exactly
+//! that of scoring everything in `f64`; a unit test checks it against that on near-ties.
 
 use std::cmp::Ordering;
 use std::fmt;
@@ -12,8 +16,10 @@ use mnemon_types::{Embedder, Msg};
 use rayon::prelude::*;
 use serde::Serialize;
 
+use crate::embedding_cache::EmbeddingCache;
 use crate::error::MemoryError;
-use crate::thread::{Entry, ThreadState};
+use crate::exact;
+use crate::thread::ThreadState;
 
 /// A caller's metric: `(query, embedding) -> score`, larger is closer.
 pub type ScoreFn = dyn Fn(&[f32], &[f32]) -> f64 + Send + Sync;
@@ -92,54 +98,17 @@ pub struct Retrieved {
     pub message: Msg,
 }
 
-/// The embeddings of a thread as one contiguous `f32` block, with row norms.
-#[derive(Debug, Default)]
-pub(crate) struct EmbeddingCache {
-    data: Vec<f32>,
-    /// Per entry: the start and length of its row in `data`, if it has an embedding.
-    rows: Vec<Option<(usize, usize)>>,
-    norms: Vec<f64>,
-}
-
-impl EmbeddingCache {
-    pub(crate) fn build(entries: &[Entry]) -> Self {
-        let mut cache = EmbeddingCache {
-            data: Vec::new(),
-            rows: Vec::with_capacity(entries.len()),
-            norms: Vec::with_capacity(entries.len()),
-        };
-        for entry in entries {
-            match entry.msg.embedding() {
-                Some(row) => {
-                    let start = cache.data.len();
-                    cache
-                        .norms
-                        .push(f64::from(mnemon_vector::dot(&row, &row)).sqrt());
-                    cache.data.extend_from_slice(&row);
-                    cache.rows.push(Some((start, row.len())));
-                }
-                None => {
-                    cache.rows.push(None);
-                    cache.norms.push(0.0);
-                }
-            }
-        }
-        cache
-    }
-
-    pub(crate) fn row(&self, index: usize) -> Option<&[f32]> {
-        let (start, len) = (*self.rows.get(index)?)?;
-        self.data.get(start..start + len)
-    }
-}
-
 /// Ids and embedding texts of the candidates that lack an embedding, in memory order.
 pub(crate) fn missing_embeddings(state: &ThreadState, mark: Option<&str>) -> Vec<(String, String)> {
+    let cache = state.embedding_cache();
+    if cache.missing() == 0 {
+        return Vec::new();
+    }
     candidates(state, mark)
         .into_iter()
+        .filter(|&i| !cache.has(i))
         .filter_map(|i| state.entries().get(i))
-        .filter(|e| !e.msg.has_embedding())
-        .map(|e| (e.msg.id().to_owned(), e.msg.content_text()))
+        .map(|e| (e.id().to_owned(), e.msg_without_embedding().content_text()))
         .collect()
 }
 
@@ -226,11 +195,24 @@ pub(crate) fn query_vector(
 /// Below this many multiply-adds, scoring stays on one thread.
 const PARALLEL_WORK: usize = 1 << 18;
 
+/// From this many multiply-adds on, a cut to `top_k` selects with the SIMD `f32` scan first.
+const TWO_PHASE_WORK: usize = 1 << 16;
+
 /// Scores the candidates (every one must have an embedding) and ranks them (§6.2 steps 3–6).
 pub(crate) fn score(
     state: &ThreadState,
     query: &[f32],
     options: &RetrieveOptions,
+) -> Result<Vec<Retrieved>, MemoryError> {
+    score_with(state, query, options, TWO_PHASE_WORK)
+}
+
+/// [`score`], taking the two-phase path from `two_phase_work` multiply-adds on (tests lower it).
+fn score_with(
+    state: &ThreadState,
+    query: &[f32],
+    options: &RetrieveOptions,
+    two_phase_work: usize,
 ) -> Result<Vec<Retrieved>, MemoryError> {
     let cache = state.embedding_cache();
     let chosen = candidates(state, options.mark.as_deref());
@@ -238,18 +220,14 @@ pub(crate) fn score(
         state
             .entries()
             .get(i)
-            .map(|e| e.msg.id().to_owned())
+            .map(|e| e.id().to_owned())
             .unwrap_or_default()
     };
-    let missing: Vec<usize> = chosen
-        .iter()
-        .copied()
-        .filter(|&i| cache.row(i).is_none())
-        .collect();
-    if let Some(&first) = missing.first() {
+    let mut missing = chosen.iter().copied().filter(|&i| !cache.has(i));
+    if let Some(first) = missing.next() {
         return Err(MemoryError::MissingEmbedding {
             id: id_of(first),
-            missing: missing.len(),
+            missing: 1 + missing.count(),
         });
     }
     if let Some(&bad) = chosen
@@ -262,38 +240,21 @@ pub(crate) fn score(
             found: cache.row(bad).map_or(0, <[f32]>::len),
         });
     }
-    let query_norm = f64::from(mnemon_vector::dot(query, query)).sqrt();
-    let score_one = |i: usize| -> (f64, usize) {
-        let row = cache.row(i).unwrap_or_default();
-        let s = match &options.metric {
-            Metric::Cosine => {
-                let norm = cache.norms.get(i).copied().unwrap_or(0.0);
-                if query_norm == 0.0 || norm == 0.0 {
-                    0.0
-                } else {
-                    f64::from(mnemon_vector::dot(query, row)) / (query_norm * norm)
-                }
-            }
-            Metric::Dot => f64::from(mnemon_vector::dot(query, row)),
-            Metric::NegEuclidean => -f64::from(mnemon_vector::squared_l2(query, row)).sqrt(),
-            Metric::Custom(f) => f(query, row),
-        };
-        (s, i)
-    };
-    let mut scored: Vec<(f64, usize)> = if chosen.len().saturating_mul(query.len()) >= PARALLEL_WORK
-    {
-        chosen
-            .par_iter()
-            .with_min_len(256)
-            .map(|&i| score_one(i))
-            .collect()
-    } else {
-        chosen.iter().map(|&i| score_one(i)).collect()
-    };
-    let keep = options.top_k.map_or(scored.len(), |k| k.min(scored.len()));
+    let keep = options.top_k.map_or(chosen.len(), |k| k.min(chosen.len()));
     if keep == 0 {
         return Ok(Vec::new());
     }
+    let scorer = ExactScorer::new(&cache, query, &options.metric);
+    let two_phase = keep < chosen.len()
+        && chosen.len().saturating_mul(query.len()) >= two_phase_work
+        && !matches!(options.metric, Metric::Custom(_));
+    let mut scored = two_phase
+        .then(|| shortlist(&cache, query, &options.metric, &chosen, keep))
+        .flatten()
+        .map_or_else(
+            || scorer.score_all(&chosen),
+            |short| scorer.score_all(&short),
+        );
     if keep < scored.len() {
         scored.select_nth_unstable_by(keep - 1, rank);
         scored.truncate(keep);
@@ -305,7 +266,7 @@ pub(crate) fn score(
     Ok(scored
         .into_iter()
         .filter_map(|(score, index)| {
-            let message = state.entries().get(index)?.msg.clone();
+            let message = state.entries().get(index)?.message();
             Some(Retrieved {
                 score,
                 index,
@@ -313,6 +274,122 @@ pub(crate) fn score(
             })
         })
         .collect())
+}
+
+/// The spec's scores: `f64` accumulation in a fixed order ([`crate::exact`]), or the caller's
+/// function.
+struct ExactScorer<'a> {
+    cache: &'a EmbeddingCache,
+    query: &'a [f32],
+    query_norm: f64,
+    metric: &'a Metric,
+}
+
+impl<'a> ExactScorer<'a> {
+    fn new(cache: &'a EmbeddingCache, query: &'a [f32], metric: &'a Metric) -> Self {
+        ExactScorer {
+            cache,
+            query,
+            query_norm: exact::norm(query),
+            metric,
+        }
+    }
+
+    fn score(&self, i: usize) -> (f64, usize) {
+        let row = self.cache.row(i).unwrap_or_default();
+        let s = match self.metric {
+            Metric::Cosine => exact::cosine_with_norms(
+                exact::dot(self.query, row),
+                self.query_norm,
+                self.cache.norm(i),
+            ),
+            Metric::Dot => exact::dot(self.query, row),
+            Metric::NegEuclidean => -exact::squared_l2(self.query, row).sqrt(),
+            Metric::Custom(f) => f(self.query, row),
+        };
+        (s, i)
+    }
+
+    fn score_all(&self, indices: &[usize]) -> Vec<(f64, usize)> {
+        if indices.len().saturating_mul(self.query.len()) >= PARALLEL_WORK {
+            indices
+                .par_iter()
+                .with_min_len(256)
+                .map(|&i| self.score(i))
+                .collect()
+        } else {
+            indices.iter().map(|&i| self.score(i)).collect()
+        }
+    }
+}
+
+/// Phase one of a top-k cut: the candidates that can still be among the `keep` best once scored
+/// exactly, found with the SIMD `f32` scan of the whole matrix.
+///
+/// Each `f32` score `a` comes with a bound `e` on its distance from the exact `f64` score (the
+/// forward error of an `f32` sum of n products is at most γₙ·Σ|qᵢeᵢ| ≤ n·2⁻²⁴·‖q‖‖e‖ whatever
+/// the summation order; the bound used is twice that, plus slack for underflow). If `L` is the
+/// lowest `a − e` among the `keep` best approximate scores, those `keep` messages all score at
+/// least `L` exactly, so a message with `a + e < L` cannot make the cut: it is dropped, and only
+/// the rest are scored exactly. The result is therefore the same as scoring everything exactly.
+///
+/// Returns `None` (score everything exactly) when a candidate is not in the matrix, the query is
+/// not finite, or an approximate score overflows.
+fn shortlist(
+    cache: &EmbeddingCache,
+    query: &[f32],
+    metric: &Metric,
+    chosen: &[usize],
+    keep: usize,
+) -> Option<Vec<usize>> {
+    let view = cache.matrix().view();
+    if view.dim() != query.len() || !query.iter().all(|x| x.is_finite()) {
+        return None;
+    }
+    let approx = match metric {
+        Metric::Cosine | Metric::Dot => view.scores(query),
+        Metric::NegEuclidean => view.scores_with(query, mnemon_vector::neg_euclidean),
+        Metric::Custom(_) => return None,
+    };
+    let n = query.len() as f64;
+    let relative = (n + 8.0) * f64::powi(2.0, -23);
+    let underflow = n * f64::powi(2.0, -120);
+    let query_norm = exact::norm(query);
+    let mut bounded: Vec<(f64, f64, usize)> = Vec::with_capacity(chosen.len());
+    for &i in chosen {
+        let r = cache.matrix_row(i)?;
+        let raw = f64::from(*approx.get(r)?);
+        let norm = cache.row_norm(r);
+        let (a, e) = match metric {
+            Metric::Dot => (raw, relative * query_norm * norm + underflow),
+            Metric::Cosine if query_norm == 0.0 || norm == 0.0 => (0.0, 0.0),
+            Metric::Cosine => {
+                let scale = query_norm * norm;
+                (raw / scale, relative + underflow / scale)
+            }
+            _ => (raw, relative * raw.abs() + underflow.sqrt()),
+        };
+        if !(a.is_finite() && e.is_finite()) {
+            return None;
+        }
+        bounded.push((a, e, i));
+    }
+    if keep == 0 || keep >= bounded.len() {
+        return None;
+    }
+    let mut by_approx = bounded.clone();
+    by_approx.select_nth_unstable_by(keep - 1, |x, y| y.0.total_cmp(&x.0));
+    let floor = by_approx[..keep]
+        .iter()
+        .map(|&(a, e, _)| a - e)
+        .fold(f64::INFINITY, f64::min);
+    Some(
+        bounded
+            .into_iter()
+            .filter(|&(a, e, _)| a + e >= floor)
+            .map(|(_, _, i)| i)
+            .collect(),
+    )
 }
 
 /// Highest score first, NaN last, ties by lower index.
@@ -334,17 +411,17 @@ pub(crate) fn all_embeddings(state: &ThreadState) -> Result<Vec<Vec<f32>>, Memor
     let cache = state.embedding_cache();
     (0..state.len())
         .map(|i| {
-            cache.row(i).map(<[f32]>::to_vec).ok_or_else(|| {
-                let missing = (0..state.len()).filter(|&j| cache.row(j).is_none()).count();
-                MemoryError::MissingEmbedding {
+            cache
+                .row(i)
+                .map(<[f32]>::to_vec)
+                .ok_or_else(|| MemoryError::MissingEmbedding {
                     id: state
                         .entries()
                         .get(i)
-                        .map(|e| e.msg.id().to_owned())
+                        .map(|e| e.id().to_owned())
                         .unwrap_or_default(),
-                    missing,
-                }
-            })
+                    missing: cache.missing(),
+                })
         })
         .collect()
 }
@@ -352,6 +429,125 @@ pub(crate) fn all_embeddings(state: &ThreadState) -> Result<Vec<Vec<f32>>, Memor
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::clock::test_factory;
+    use crate::thread::Entry;
+    use rand::{Rng, SeedableRng};
+    use rand_pcg::Pcg64;
+
+    /// Rows clustered around a few centres with tiny perturbations, so that many `f32` scores
+    /// tie or nearly tie at the cut; every third row is marked.
+    fn clustered_state(rows: usize, dim: usize, seed: u64) -> (ThreadState, Vec<f32>) {
+        let mut rng = Pcg64::seed_from_u64(seed);
+        let centres: Vec<Vec<f32>> = (0..3)
+            .map(|_| (0..dim).map(|_| rng.random_range(-1.0f32..1.0)).collect())
+            .collect();
+        let f = test_factory();
+        let entries = (0..rows)
+            .map(|i| {
+                let centre = &centres[i % centres.len()];
+                let jitter = [0.0f32, 1e-7, 1e-6, 1e-4][rng.random_range(0..4)];
+                let v: Vec<f32> = centre
+                    .iter()
+                    .map(|x| x + jitter * rng.random_range(-1.0f32..1.0))
+                    .collect();
+                Entry::new(
+                    f.msg("n", i).embedding(v).build().unwrap(),
+                    if i % 3 == 0 { vec!["m".into()] } else { vec![] },
+                )
+            })
+            .collect();
+        let query = centres[0]
+            .iter()
+            .map(|x| x + 1e-3 * rng.random_range(-1.0f32..1.0))
+            .collect();
+        (ThreadState::from_entries(entries), query)
+    }
+
+    #[test]
+    fn two_phase_equals_scoring_everything_exactly() {
+        for (seed, dim) in [(1, 7), (2, 64), (3, 300)] {
+            let (state, query) = clustered_state(600, dim, seed);
+            for metric in [Metric::Cosine, Metric::Dot, Metric::NegEuclidean] {
+                for top_k in [1, 2, 5, 37, 199, 599] {
+                    for mark in [None, Some("m".to_owned())] {
+                        let options = RetrieveOptions {
+                            metric: metric.clone(),
+                            top_k: Some(top_k),
+                            preserve_order: false,
+                            mark,
+                        };
+                        let key = |r: Vec<Retrieved>| {
+                            r.into_iter()
+                                .map(|r| (r.index, r.score))
+                                .collect::<Vec<_>>()
+                        };
+                        let fast = key(score_with(&state, &query, &options, 0).unwrap());
+                        let slow = key(score_with(&state, &query, &options, usize::MAX).unwrap());
+                        assert_eq!(fast, slow, "{metric:?} top {top_k} dim {dim}");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn shortlist_is_short_when_scores_spread() {
+        let mut rng = Pcg64::seed_from_u64(5);
+        let f = test_factory();
+        let entries: Vec<Entry> = (0..2000)
+            .map(|i| {
+                let v = (0..256).map(|_| rng.random_range(-1.0f32..1.0)).collect();
+                Entry::new(f.msg("n", i).embedding(v).build().unwrap(), vec![])
+            })
+            .collect();
+        let state = ThreadState::from_entries(entries);
+        let query: Vec<f32> = (0..256).map(|_| rng.random_range(-1.0f32..1.0)).collect();
+        let chosen: Vec<usize> = (0..2000).collect();
+        let cache = state.embedding_cache();
+        for metric in [Metric::Cosine, Metric::Dot, Metric::NegEuclidean] {
+            let short = shortlist(&cache, &query, &metric, &chosen, 10).unwrap();
+            assert!(
+                (10..40).contains(&short.len()),
+                "{metric:?}: {}",
+                short.len()
+            );
+        }
+        assert!(shortlist(&cache, &query[1..], &Metric::Cosine, &chosen, 10).is_none());
+    }
+
+    #[test]
+    fn scores_are_exact_f64() {
+        let f = test_factory();
+        let e = vec![0.12f32, -0.5, 0.33, 0.8];
+        let state = ThreadState::from_entries(vec![Entry::new(
+            f.msg("n", "c").embedding(e.clone()).build().unwrap(),
+            vec![],
+        )]);
+        let q = [0.1f32, 0.2, 0.3, 0.4];
+        let wide = |v: &[f32]| v.iter().map(|&x| f64::from(x)).collect::<Vec<_>>();
+        let (q64, e64) = (wide(&q), wide(&e));
+        let dot: f64 = q64.iter().zip(&e64).map(|(a, b)| a * b).sum();
+        let norm = |v: &[f64]| v.iter().map(|x| x * x).sum::<f64>().sqrt();
+        let got = score_with(&state, &q, &RetrieveOptions::default(), 0).unwrap();
+        assert!((got[0].score - dot / (norm(&q64) * norm(&e64))).abs() < 1e-15);
+    }
+
+    #[test]
+    fn non_finite_queries_fall_back_to_exact_scoring() {
+        let (state, mut query) = clustered_state(50, 16, 9);
+        query[3] = f32::NAN;
+        let options = RetrieveOptions {
+            top_k: Some(3),
+            ..RetrieveOptions::default()
+        };
+        let got = score_with(&state, &query, &options, 0).unwrap();
+        assert_eq!(got.len(), 3);
+        assert!(got.iter().all(|r| r.score.is_nan()));
+        assert_eq!(
+            got.iter().map(|r| r.index).collect::<Vec<_>>(),
+            vec![0, 1, 2]
+        );
+    }
 
     #[test]
     fn rank_orders_nan_last_and_ties_by_index() {

@@ -378,16 +378,13 @@ fn load_thread(
             .from_object(object, kind_from_str(&kind), entries.len())
             .map_err(|e| corrupt(format!("message {id}: {e}")))?;
         let marks = marks.remove(&id).unwrap_or_default();
-        entries.push(Entry { msg, marks });
+        entries.push(Entry::new(msg, marks));
     }
     Ok(ThreadState::from_entries(entries))
 }
 
-fn embedding_blob(entry: &Entry) -> Option<Vec<u8>> {
-    entry
-        .msg
-        .embedding()
-        .map(|v| v.iter().flat_map(|x| x.to_le_bytes()).collect())
+fn embedding_blob(embedding: Option<Vec<f32>>) -> Option<Vec<u8>> {
+    embedding.map(|v| v.iter().flat_map(|x| x.to_le_bytes()).collect())
 }
 
 fn kind_str(kind: MsgKind) -> &'static str {
@@ -409,16 +406,16 @@ fn insert_entries(
          VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
     )?;
     for (seq, entry) in (next..).zip(entries) {
-        let body = serde_json::to_string(&entry.msg).map_err(|e| corrupt(e.to_string()))?;
+        let body = serde_json::to_string(&*entry.full()).map_err(|e| corrupt(e.to_string()))?;
         insert.execute(params![
             thread_id,
             seq,
-            entry.msg.id(),
-            kind_str(entry.msg.kind()),
+            entry.id(),
+            kind_str(entry.msg_without_embedding().kind()),
             body,
-            embedding_blob(entry)
+            embedding_blob(entry.embedding())
         ])?;
-        insert_marks(tx, thread_id, entry.msg.id(), &entry.marks)?;
+        insert_marks(tx, thread_id, entry.id(), &entry.marks)?;
     }
     Ok(())
 }
@@ -452,7 +449,7 @@ fn persist(
         state
             .entries()
             .get(i)
-            .map(|e| e.msg.id())
+            .map(Entry::id)
             .ok_or_else(|| corrupt(format!("no message at index {i}")))
     };
     match change {
@@ -488,11 +485,8 @@ fn persist(
             )?;
             for (i, msg) in updates {
                 let body = serde_json::to_string(msg).map_err(|e| corrupt(e.to_string()))?;
-                let entry = Entry {
-                    msg: msg.clone(),
-                    marks: Vec::new(),
-                };
-                update.execute(params![thread_id, id_at(*i)?, body, embedding_blob(&entry)])?;
+                let blob = embedding_blob(msg.embedding());
+                update.execute(params![thread_id, id_at(*i)?, body, blob])?;
             }
         }
     }

@@ -9,15 +9,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use mnemon_types::Msg;
 
+use crate::embedding_cache::EmbeddingCache;
+pub(crate) use crate::entry::Entry;
 use crate::memory::{AddReport, DeleteByIdReport, DeleteReport};
-use crate::retrieval::EmbeddingCache;
-
-/// A stored message with its marks.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Entry {
-    pub(crate) msg: Msg,
-    pub(crate) marks: Vec<String>,
-}
 
 /// A change to a thread, planned against its current state.
 #[derive(Debug)]
@@ -70,18 +64,19 @@ impl ThreadState {
             .entries
             .iter()
             .enumerate()
-            .map(|(i, e)| (e.msg.id().to_owned(), i))
+            .map(|(i, e)| (e.id().to_owned(), i))
             .collect();
     }
 
     /// Applies a planned change.
     pub(crate) fn apply(&mut self, change: Change) {
+        self.update_cache(&change);
         match change {
             Change::Append(new) => {
                 let start = self.entries.len();
                 self.positions.reserve(new.len());
                 for (i, entry) in new.iter().enumerate() {
-                    self.positions.insert(entry.msg.id().to_owned(), start + i);
+                    self.positions.insert(entry.id().to_owned(), start + i);
                 }
                 if self.entries.is_empty() {
                     // Takes the batch's buffer instead of copying every entry.
@@ -117,12 +112,47 @@ impl ThreadState {
             Change::SetMessages(updates) => {
                 for (i, msg) in updates {
                     if let Some(entry) = self.entries.get_mut(i) {
-                        entry.msg = msg;
+                        *entry = Entry::new(msg, std::mem::take(&mut entry.marks));
                     }
                 }
             }
         }
-        *self.cache.get_mut().unwrap_or_else(PoisonError::into_inner) = None;
+    }
+
+    /// Brings the embedding cache in step with `change` (before it is applied), appending rows
+    /// where that is enough and dropping the cache, to be rebuilt on next use, otherwise.
+    fn update_cache(&mut self, change: &Change) {
+        let slot = self.cache.get_mut().unwrap_or_else(PoisonError::into_inner);
+        // No reader can hold the cache while the state is borrowed mutably, so `get_mut`
+        // succeeds; if it ever did not, rebuilding is still correct.
+        let Some(cache) = slot
+            .as_mut()
+            .and_then(Arc::get_mut)
+            .filter(|c| c.len() == self.entries.len())
+        else {
+            *slot = None;
+            return;
+        };
+        let in_step = match change {
+            Change::Append(new) => {
+                cache.append(new);
+                true
+            }
+            Change::SetMarks(_) => true,
+            Change::SetMessages(updates) => {
+                updates
+                    .iter()
+                    .all(|(i, msg)| match (cache.has(*i), msg.embedding()) {
+                        (false, None) => true,
+                        (false, Some(vector)) => cache.fill(*i, vector),
+                        (true, _) => false,
+                    })
+            }
+            Change::Remove(_) | Change::Replace(_) => false,
+        };
+        if !in_step {
+            *slot = None;
+        }
     }
 
     /// The embedding matrix of the current state, built on first use after a change.
@@ -162,7 +192,7 @@ impl ThreadState {
         let skip = recent_n.map_or(0, |n| chosen.len().saturating_sub(n));
         chosen[skip..]
             .iter()
-            .filter_map(|&i| self.entries.get(i).map(|e| e.msg.clone()))
+            .filter_map(|&i| self.entries.get(i).map(Entry::message))
             .collect()
     }
 
@@ -173,7 +203,7 @@ impl ThreadState {
         let mut keep = vec![true; batch.len()];
         let mut skipped = Vec::new();
         for (k, entry) in batch.iter().enumerate() {
-            let id = entry.msg.id();
+            let id = entry.id();
             let stored = !replace && self.positions.contains_key(id);
             if stored || !seen.insert(id) {
                 keep[k] = false;
@@ -205,7 +235,7 @@ impl ThreadState {
             sorted.into_iter().partition(|&i| i < self.entries.len());
         let deleted_ids = deleted
             .iter()
-            .filter_map(|&i| self.entries.get(i).map(|e| e.msg.id().to_owned()))
+            .filter_map(|&i| self.entries.get(i).map(|e| e.id().to_owned()))
             .collect();
         let change = (!deleted.is_empty()).then(|| Change::Remove(deleted.clone()));
         let report = DeleteReport {
@@ -246,7 +276,7 @@ impl ThreadState {
     ) -> (Option<Change>, DeleteByIdReport) {
         let deleted = indices
             .iter()
-            .filter_map(|&i| self.entries.get(i).map(|e| e.msg.id().to_owned()))
+            .filter_map(|&i| self.entries.get(i).map(|e| e.id().to_owned()))
             .collect();
         let change = (!indices.is_empty()).then_some(Change::Remove(indices));
         (change, DeleteByIdReport { deleted, not_found })
@@ -312,10 +342,7 @@ mod tests {
         let f = test_factory();
         ThreadState::from_entries(
             (0..n)
-                .map(|i| Entry {
-                    msg: f.msg("n", i).build().unwrap(),
-                    marks: vec![],
-                })
+                .map(|i| Entry::new(f.msg("n", i).build().unwrap(), vec![]))
                 .collect(),
         )
     }
@@ -330,10 +357,10 @@ mod tests {
         let contents: Vec<_> = s
             .entries()
             .iter()
-            .map(|e| e.msg.content().clone())
+            .map(|e| e.msg_without_embedding().content().clone())
             .collect();
         assert_eq!(contents, vec![1, 2, 3, 5]);
-        let id = s.entries()[3].msg.id().to_owned();
+        let id = s.entries()[3].id().to_owned();
         assert_eq!(s.position(&id), Some(3));
     }
 

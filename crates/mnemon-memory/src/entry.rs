@@ -1,0 +1,145 @@
+//! A stored message with its marks, holding its embedding compactly.
+//!
+//! A message's embedding is an extra like any other, so inside a [`Msg`] it is a JSON array: at
+//! 1536 dimensions that is 1536 `serde_json::Value`s of 80 bytes each (with `preserve_order`),
+//! about 120 KiB per message and 1.2 GB for 10,000 messages. An [`Entry`] moves the numbers out
+//! into a plain `f64` slice (12 KiB per message) and leaves a `null` in the extra's place, so
+//! the key keeps its position and [`Entry::message`] rebuilds the very same message. `f64` is
+//! what a JSON float holds, so nothing is rounded and exports stay byte-identical. Arrays with
+//! integers (`[1, 2]`) are rare and are left inside the message, because an integer and the
+//! equal float are written differently.
+
+use std::borrow::Cow;
+
+use mnemon_types::Msg;
+use mnemon_types::msg::EMBEDDING_KEY;
+use serde_json::{Number, Value};
+
+/// A stored message with its marks.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Entry {
+    /// The message; when `embedding` is set, its `embedding` extra is a `null` placeholder.
+    msg: Msg,
+    /// The numbers of the `embedding` extra, moved out of `msg`.
+    embedding: Option<Box<[f64]>>,
+    /// The message's marks, in the order they were given.
+    pub(crate) marks: Vec<String>,
+}
+
+impl Entry {
+    /// An entry for `msg`, moving a float embedding out of it.
+    pub(crate) fn new(mut msg: Msg, marks: Vec<String>) -> Self {
+        let embedding = match msg.extra(EMBEDDING_KEY) {
+            Some(Value::Array(items)) => items
+                .iter()
+                .map(|v| match v {
+                    Value::Number(n) if n.is_f64() => n.as_f64(),
+                    _ => None,
+                })
+                .collect::<Option<Box<[f64]>>>(),
+            _ => None,
+        };
+        // Setting `null` on an existing extra keeps its position and cannot fail validation.
+        let embedding = embedding.filter(|_| msg.set_extra(EMBEDDING_KEY, Value::Null).is_ok());
+        Entry {
+            msg,
+            embedding,
+            marks,
+        }
+    }
+
+    /// The message's id.
+    pub(crate) fn id(&self) -> &str {
+        self.msg.id()
+    }
+
+    /// The message without its embedding numbers (a `null` may hold their place): enough for
+    /// ids, content and text forms, but not for handing out. [`Entry::message`] is the whole.
+    pub(crate) fn msg_without_embedding(&self) -> &Msg {
+        &self.msg
+    }
+
+    /// The whole message, embedding included.
+    pub(crate) fn message(&self) -> Msg {
+        self.full().into_owned()
+    }
+
+    /// The whole message, borrowed when nothing was moved out of it.
+    pub(crate) fn full(&self) -> Cow<'_, Msg> {
+        match &self.embedding {
+            None => Cow::Borrowed(&self.msg),
+            Some(numbers) => {
+                let mut msg = self.msg.clone();
+                let array = numbers
+                    .iter()
+                    .map(|&x| Number::from_f64(x).map_or(Value::Null, Value::Number))
+                    .collect();
+                // The numbers came from a valid embedding, so this cannot fail; were it to, the
+                // placeholder `null` (no embedding) would remain.
+                let _ = msg.set_extra(EMBEDDING_KEY, Value::Array(array));
+                Cow::Owned(msg)
+            }
+        }
+    }
+
+    /// Whether the message has a non-null embedding.
+    pub(crate) fn has_embedding(&self) -> bool {
+        self.embedding.is_some() || self.msg.has_embedding()
+    }
+
+    /// The embedding as `f32`s (§6.3: retrieval reads the stored numbers as `f32`).
+    pub(crate) fn embedding(&self) -> Option<Vec<f32>> {
+        match &self.embedding {
+            Some(numbers) => Some(numbers.iter().map(|&x| x as f32).collect()),
+            None => self.msg.embedding(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::test_factory;
+    use serde_json::json;
+
+    #[test]
+    fn float_embeddings_move_out_and_come_back_in_place() {
+        let f = test_factory();
+        let msg = f
+            .msg("n", "c")
+            .extra("before", 1)
+            .extra(EMBEDDING_KEY, json!([0.12, -0.5, 1e-7, 0.1]))
+            .extra("after", true)
+            .build()
+            .unwrap();
+        let entry = Entry::new(msg.clone(), vec![]);
+        assert!(entry.embedding.is_some());
+        assert_eq!(
+            entry.msg_without_embedding().extra(EMBEDDING_KEY),
+            Some(&Value::Null)
+        );
+        assert!(entry.has_embedding());
+        assert_eq!(entry.message(), msg);
+        assert_eq!(
+            serde_json::to_string(&entry.message()).unwrap(),
+            serde_json::to_string(&msg).unwrap()
+        );
+        assert_eq!(entry.embedding(), msg.embedding());
+    }
+
+    #[test]
+    fn integer_and_null_embeddings_stay_in_the_message() {
+        let f = test_factory();
+        for value in [json!([1, 2.5]), Value::Null] {
+            let msg = f
+                .msg("n", "c")
+                .extra(EMBEDDING_KEY, value.clone())
+                .build()
+                .unwrap();
+            let entry = Entry::new(msg.clone(), vec![]);
+            assert!(entry.embedding.is_none());
+            assert_eq!(entry.message(), msg);
+            assert_eq!(entry.has_embedding(), !value.is_null());
+        }
+    }
+}
