@@ -1,12 +1,17 @@
 //! `mnemon asset …`: assets and their meta.
 
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
 use clap::Subcommand;
-use mnemon_types::{Asset, MetaOptions, flatten, meta_with};
+use mnemon_store::{AssetStore, SqliteStore, StoreError};
+use mnemon_types::{Asset, AssetRef, MetaOptions, flatten, meta_with};
 
 use super::{CliError, CliResult, print_json};
+
+/// The asset database's file name inside the data directory (shared with other components).
+const DATABASE: &str = "mnemon.sqlite3";
 
 /// Commands on assets.
 #[derive(Debug, Subcommand)]
@@ -28,10 +33,56 @@ pub(crate) enum AssetCommand {
         #[arg(long, value_name = "CHARS")]
         max_string_len: Option<usize>,
     },
+    /// Store asset JSON files; prints each asset's id on its own line once it is durable.
+    ///
+    /// Every file is read and checked before the first is stored, so a bad file stores nothing.
+    Put {
+        /// JSON files, each holding one asset (a missing `asset_id` gets a fresh UUID).
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+    },
+    /// Print a stored asset as JSON (bytes as `data:` URLs).
+    Get {
+        /// The asset's id.
+        id: String,
+    },
+    /// Print the ids of stored assets, one per line, in ascending order.
+    List {
+        /// Only assets of this `asset_type`.
+        #[arg(long = "type", value_name = "TYPE")]
+        asset_type: Option<String>,
+    },
+    /// Remove a stored asset.
+    Rm {
+        /// The asset's id.
+        id: String,
+    },
+    /// Print the value an `asset://` URL references, as JSON.
+    Resolve {
+        /// The reference, e.g. `asset://a1/content/labels/0`.
+        url: String,
+    },
+}
+
+/// Opens the SQLite asset store in `data_dir`, creating the directory if needed.
+pub(crate) fn open_store(data_dir: &Path) -> Result<SqliteStore, CliError> {
+    std::fs::create_dir_all(data_dir)
+        .with_context(|| format!("cannot create the data directory {}", data_dir.display()))
+        .map_err(CliError::failure)?;
+    SqliteStore::open(data_dir.join(DATABASE)).map_err(store_error)
+}
+
+/// Maps a store error to its exit code: the caller's mistakes are input errors (2).
+pub(crate) fn store_error(error: StoreError) -> CliError {
+    if error.is_caller_error() {
+        CliError::input(error)
+    } else {
+        CliError::failure(error)
+    }
 }
 
 /// Runs an `asset` command.
-pub(crate) fn run(command: AssetCommand, _data_dir: &Path) -> CliResult {
+pub(crate) fn run(command: AssetCommand, data_dir: &Path) -> CliResult {
     match command {
         AssetCommand::Meta {
             file,
@@ -49,7 +100,61 @@ pub(crate) fn run(command: AssetCommand, _data_dir: &Path) -> CliResult {
                 print_json(&meta)
             }
         }
+        AssetCommand::Put { files } => {
+            let assets = files
+                .iter()
+                .map(|f| read_asset(f))
+                .collect::<Result<Vec<_>, _>>()?;
+            let store = open_store(data_dir)?;
+            let mut out = std::io::stdout().lock();
+            for asset in &assets {
+                store.put(asset).map_err(store_error)?;
+                // The put has committed: announce it at once, so a caller (or a crash) never
+                // sees an id that is not stored.
+                writeln!(out, "{}", asset.asset_id)
+                    .and_then(|()| out.flush())
+                    .map_err(CliError::failure)?;
+            }
+            Ok(())
+        }
+        AssetCommand::Get { id } => {
+            let store = open_store(data_dir)?;
+            let asset = store
+                .get(&id)
+                .map_err(store_error)?
+                .ok_or_else(|| not_found(&id))?;
+            print_json(&asset)
+        }
+        AssetCommand::List { asset_type } => {
+            let store = open_store(data_dir)?;
+            let ids = store.list_ids(asset_type.as_deref()).map_err(store_error)?;
+            let mut out = std::io::stdout().lock();
+            ids.iter()
+                .try_for_each(|id| writeln!(out, "{id}"))
+                .and_then(|()| out.flush())
+                .map_err(CliError::failure)
+        }
+        AssetCommand::Rm { id } => {
+            let store = open_store(data_dir)?;
+            if store.delete(&id).map_err(store_error)? {
+                Ok(())
+            } else {
+                Err(not_found(&id))
+            }
+        }
+        AssetCommand::Resolve { url } => {
+            let reference = AssetRef::parse_url(&url).map_err(CliError::input)?;
+            let store = open_store(data_dir)?;
+            let value = store.resolve(&reference).map_err(store_error)?;
+            print_json(&value)
+        }
     }
+}
+
+fn not_found(id: &str) -> CliError {
+    CliError::input(anyhow::anyhow!(
+        "there is no asset with id {id:?}; `mnemon asset list` shows the stored ids"
+    ))
 }
 
 /// Reads one asset from a JSON file; a missing file or bad JSON is an input error.

@@ -41,10 +41,10 @@ pub(crate) struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Parse and format asset references.
+    /// Parse and format asset references; render markers in text; substitute tool parameters.
     #[command(subcommand)]
     Ref(reference::RefCommand),
-    /// Inspect and store assets.
+    /// Store, inspect, list, remove and resolve assets.
     #[command(subcommand)]
     Asset(asset::AssetCommand),
     /// Validate, inspect, query and pack embedding library files.
@@ -105,7 +105,7 @@ pub(crate) fn print_json(value: &impl serde::Serialize) -> CliResult {
 pub(crate) fn run() -> ExitCode {
     let cli = Cli::parse();
     let outcome = match cli.command {
-        Command::Ref(cmd) => reference::run(cmd),
+        Command::Ref(cmd) => reference::run(cmd, &cli.data_dir),
         Command::Asset(cmd) => asset::run(cmd, &cli.data_dir),
         Command::Library(cmd) => library::run(cmd),
         Command::Artifact(cmd) => artifact::run(cmd, &cli.data_dir, cli.quiet),
