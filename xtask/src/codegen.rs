@@ -19,12 +19,18 @@ fn schema<T: JsonSchema>(file: &str) -> Result<(String, String)> {
 fn generate() -> Result<Vec<(String, String)>> {
     use mnemon_types::artifact::Artifact;
     use mnemon_types::msg::Msg;
+    use mnemon_library::schema::{HostConfig, QueryResult};
+    use mnemon_library::{Library, QueryArgs};
     use mnemon_types::{Asset, AssetRef};
     Ok(vec![
         schema::<Asset>("asset.schema.json")?,
         schema::<AssetRef>("asset-reference.schema.json")?,
         schema::<Artifact>("artifact.schema.json")?,
         schema::<Msg>("message.schema.json")?,
+        schema::<Library>("library.schema.json")?,
+        schema::<QueryArgs>("query-arguments.schema.json")?,
+        schema::<QueryResult>("query-result.schema.json")?,
+        schema::<HostConfig>("host-config.schema.json")?,
     ])
 }
 

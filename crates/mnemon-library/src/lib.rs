@@ -30,6 +30,7 @@
 
 mod access;
 mod builder;
+mod chunk;
 mod codec;
 mod dir;
 mod error;
@@ -41,11 +42,14 @@ mod omit;
 mod pyjson;
 mod python;
 mod query;
+#[cfg(feature = "schema")]
+pub mod schema;
 mod sidecar;
 mod storage;
 pub mod synthetic;
 
 pub use access::{AccessPolicy, DEFAULT_PRIVATE_TAG};
+pub use chunk::{ChunkBounds, chunk_ranges, chunk_text};
 pub use error::{LibraryError, Result};
 pub use id::BitId;
 pub use library::{

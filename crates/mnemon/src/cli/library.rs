@@ -50,6 +50,9 @@ pub(crate) enum LibraryCommand {
         /// The library JSON file.
         file: PathBuf,
     },
+    /// Build a library from Markdown and text files: split into chunks of 1,000 to 2,000
+    /// characters at sentence ends, count cl100k_base tokens, embed, and write the library.
+    Import(super::library_import::ImportArgs),
 }
 
 /// Opens a library, with a spinner on a terminal (nothing when stderr is piped).
@@ -79,8 +82,9 @@ fn open(file: &Path) -> Result<Library, CliError> {
 }
 
 /// Runs a `library` command.
-pub(crate) fn run(command: LibraryCommand) -> CliResult {
+pub(crate) fn run(command: LibraryCommand, quiet: bool) -> CliResult {
     match command {
+        LibraryCommand::Import(args) => super::library_import::run(args, quiet),
         LibraryCommand::Validate { file } => {
             let bytes = std::fs::read(&file)
                 .with_context(|| format!("cannot read {}", file.display()))

@@ -12,6 +12,7 @@ use clap::{Parser, Subcommand};
 mod artifact;
 mod asset;
 mod library;
+mod library_import;
 mod memory;
 mod prompt;
 mod reference;
@@ -107,7 +108,7 @@ pub(crate) fn run() -> ExitCode {
     let outcome = match cli.command {
         Command::Ref(cmd) => reference::run(cmd, &cli.data_dir),
         Command::Asset(cmd) => asset::run(cmd, &cli.data_dir),
-        Command::Library(cmd) => library::run(cmd),
+        Command::Library(cmd) => library::run(cmd, cli.quiet),
         Command::Artifact(cmd) => artifact::run(cmd, &cli.data_dir, cli.quiet),
         Command::Prompt(cmd) => prompt::run(cmd),
         Command::Memory(cmd) => memory::run(cmd, &cli.data_dir),
