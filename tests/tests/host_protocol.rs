@@ -1,0 +1,776 @@
+//! The host's HTTP behaviour (spec library.md §12), over real HTTP on 127.0.0.1: body types,
+//! malformed and oversized requests, tokens, CORS, gzip, the small endpoints, seeded random
+//! queries, reloads under load, draining on shutdown, and slow queries not stalling others.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod host_support;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use host_support::{
+    Reply, Server, StopBy, client, file_sources, fixture_sources, form_body, post, post_form,
+    post_json, read_json, send,
+};
+use mnemon_host::{ConfigSource, HostOptions, LibrarySource, Sources};
+use mnemon_library::encode_embedding;
+use serde_json::{Map, Value, json};
+
+/// The arguments of a fixture case.
+fn case_args(name: &str) -> Map<String, Value> {
+    read_json("polymath/queries.json")["cases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == name)
+        .unwrap()["args"]
+        .as_object()
+        .unwrap()
+        .clone()
+}
+
+/// Writes a small library of `dim`-dimensional basis vectors (bit i = e_i), with bit 1 tagged
+/// `team`.
+fn basis_library(dir: &std::path::Path, name: &str, dim: usize, bits: usize) -> std::path::PathBuf {
+    let mut lib = mnemon_library::Library::blank("test:basis");
+    for i in 0..bits {
+        let mut v = vec![0f32; dim];
+        v[i % dim] = 1.0;
+        let mut bit = json!({
+            "text": format!("bit {i}"),
+            "info": {"url": format!("https://example.com/{i}")},
+            "embedding": encode_embedding(&v),
+            "token_count": 3,
+        });
+        if i == 1 {
+            bit["access_tag"] = json!("team");
+        }
+        lib.insert(&bit).unwrap();
+    }
+    let path = dir.join(name);
+    lib.save(&path, true).unwrap();
+    path
+}
+
+fn basis_args(dim: usize) -> Value {
+    let mut q = vec![0f32; dim];
+    q[0] = 1.0;
+    json!({"version": 1, "query_embedding_model": "test:basis",
+           "query_embedding": encode_embedding(&q), "count": -1, "count_type": "bit"})
+}
+
+#[test]
+fn json_with_charset_and_any_case_is_json() {
+    let server = Server::fixture();
+    let args = Value::Object(case_args("bits_5_near_cycle"));
+    let plain = post_json(&server, &args);
+    assert_eq!(plain.status, 200);
+    for ct in [
+        "application/json; charset=utf-8",
+        "Application/JSON;charset=UTF-8",
+        " application/json ",
+    ] {
+        let reply = post(&server, Some(ct), args.to_string());
+        assert_eq!(reply.status, 200, "{ct}: {:?}", reply.json());
+        assert_eq!(reply.body, plain.body, "{ct}");
+    }
+    let form = post(
+        &server,
+        Some("application/x-www-form-urlencoded; charset=utf-8"),
+        form_body(args.as_object().unwrap()),
+    );
+    assert_eq!(form.status, 200);
+    assert_eq!(form.json()["bits"], plain.json()["bits"]);
+}
+
+/// A multipart body with the given (name, filename, value) parts.
+fn multipart(boundary: &str, parts: &[(&str, Option<&str>, &str)]) -> Vec<u8> {
+    let mut body = Vec::new();
+    for (name, filename, value) in parts {
+        write!(
+            body,
+            "--{boundary}\r\nContent-Disposition: form-data; name=\"{name}\""
+        )
+        .unwrap();
+        if let Some(f) = filename {
+            write!(body, "; filename=\"{f}\"\r\nContent-Type: text/plain").unwrap();
+        }
+        write!(body, "\r\n\r\n{value}\r\n").unwrap();
+    }
+    write!(body, "--{boundary}--\r\n").unwrap();
+    body
+}
+
+#[test]
+fn multipart_fields_are_arguments_and_uploads_are_ignored() {
+    let server = Server::fixture();
+    let args = case_args("bits_5_near_cycle");
+    let want = post_json(&server, &Value::Object(args.clone()));
+    let mut parts: Vec<(&str, Option<&str>, &str)> = vec![
+        // A file part is ignored even though it comes first.
+        ("count", Some("count.txt"), "0"),
+    ];
+    for (k, v) in &args {
+        parts.push((
+            k.as_str(),
+            None,
+            v.as_str().unwrap_or_else(|| {
+                if k == "version" {
+                    "1"
+                } else if k == "count" {
+                    "5"
+                } else {
+                    panic!("{k}")
+                }
+            }),
+        ));
+    }
+    // A repeated field: the first value wins.
+    parts.push(("count", None, "1"));
+    let boundary = "mnemon-test-boundary-7f3a";
+    let reply = post(
+        &server,
+        Some(&format!("multipart/form-data; boundary={boundary}")),
+        multipart(boundary, &parts),
+    );
+    assert_eq!(reply.status, 200, "{:?}", reply.json());
+    assert_eq!(reply.json()["bits"], want.json()["bits"]);
+    assert_eq!(reply.json()["bits"].as_array().unwrap().len(), 5);
+
+    let broken = post(&server, Some("multipart/form-data"), "no boundary here");
+    assert_eq!(broken.status, 400);
+    assert!(
+        broken
+            .error()
+            .starts_with("invalid multipart/form-data body"),
+        "{}",
+        broken.error()
+    );
+    let truncated = post(
+        &server,
+        Some(&format!("multipart/form-data; boundary={boundary}")),
+        format!("--{boundary}\r\nContent-Disposition: form-data; name=\"version\"\r\n\r\n1"),
+    );
+    assert_eq!(truncated.status, 400, "{:?}", truncated.json());
+}
+
+#[test]
+fn query_string_arguments_are_ignored() {
+    let server = Server::fixture();
+    let args = case_args("bits_1_near_sail");
+    let reply = send(
+        client()
+            .post(server.url("/?version=0&count=0&omit=text"))
+            .header("Content-Type", "application/x-www-form-urlencoded")
+            .body(form_body(&args)),
+    );
+    assert_eq!(reply.status, 200, "{:?}", reply.json());
+    assert_eq!(reply.json()["bits"].as_array().unwrap().len(), 1);
+    let no_body = send(client().post(server.url("/?version=1&count=2")));
+    assert_eq!(no_body.status, 400);
+    assert_eq!(no_body.error(), "version must be at least 1");
+}
+
+#[test]
+fn other_or_missing_content_types_ignore_the_body() {
+    let server = Server::fixture();
+    let json = Value::Object(case_args("bits_1_near_sail")).to_string();
+    for ct in [
+        Some("text/plain"),
+        Some("application/xml"),
+        Some("application/jsonl"),
+        Some("multipart/mixed; boundary=x"),
+        None,
+    ] {
+        let reply = post(&server, ct, json.clone());
+        assert_eq!(reply.status, 400, "{ct:?}");
+        assert_eq!(reply.error(), "version must be at least 1", "{ct:?}");
+        assert_eq!(reply.header("access-control-allow-origin"), "*");
+    }
+}
+
+#[test]
+fn bad_bodies_get_400_with_a_readable_message() {
+    let server = Server::fixture();
+    let cases: &[(&[u8], &str)] = &[
+        (b"{", "Failed to decode JSON object: "),
+        (b"", "Failed to decode JSON object: "),
+        (b"{\"version\": 1,}", "Failed to decode JSON object: "),
+        (b"\xff\xfe{}", "Failed to decode JSON object: "),
+        (b"{\"a\": \"\\ud800\"}", "Failed to decode JSON object: "),
+        (b"null", "No arguments provided"),
+        (b"{}", "No arguments provided"),
+        (b"[1, 2]", "JSON body must be an object"),
+        (b"\"version=1\"", "JSON body must be an object"),
+        (b"42", "JSON body must be an object"),
+    ];
+    for (body, prefix) in cases {
+        let reply = post(&server, Some("application/json"), body.to_vec());
+        assert_eq!(reply.status, 400, "{body:?}");
+        assert!(
+            reply.error().starts_with(prefix),
+            "{body:?}: {}",
+            reply.error()
+        );
+    }
+    // Argument errors through a form body keep the library's messages.
+    let form_cases: &[(&str, &str)] = &[
+        ("version=x", "invalid literal for int() with base 10: 'x'"),
+        ("version=1&count=0", "count must be greater than 0"),
+        (
+            "version=1&count=%ZZ",
+            "invalid literal for int() with base 10: '%ZZ'",
+        ),
+        (
+            "version=1",
+            "Embedding model was None but expected openai.com:text-embedding-ada-002",
+        ),
+        ("\u{1}=&&&===", "version must be at least 1"),
+    ];
+    for (body, message) in form_cases {
+        let reply = post(&server, Some("application/x-www-form-urlencoded"), *body);
+        assert_eq!(reply.status, 400, "{body}");
+        assert_eq!(reply.error(), *message, "{body}");
+    }
+    // A `+` that was not percent-encoded arrives as a space and breaks the vector.
+    let mut args = case_args("bits_1_near_sail");
+    let embedding = args["query_embedding"].as_str().unwrap().to_owned();
+    assert!(embedding.contains('+'));
+    args.shift_remove("query_embedding");
+    let raw = format!("{}&query_embedding={embedding}", form_body(&args));
+    let reply = post(&server, Some("application/x-www-form-urlencoded"), raw);
+    assert_eq!(reply.status, 400);
+    assert!(
+        reply.error().starts_with("query_embedding"),
+        "{}",
+        reply.error()
+    );
+    // The server keeps serving.
+    assert_eq!(send(client().get(server.url("/healthz"))).status, 200);
+}
+
+#[test]
+fn unknown_tokens_grant_nothing_and_are_not_errors() {
+    let server = Server::fixture();
+    let mut args = case_args("private_bit_no_token");
+    let anonymous = post_json(&server, &Value::Object(args.clone()));
+    for token in [
+        "tokA_nobody_0000",
+        "",
+        " tokA_ana_default_5c1e",
+        "TOKA_ANA_DEFAULT_5C1E",
+    ] {
+        args.insert("access_token".into(), json!(token));
+        let reply = post_json(&server, &Value::Object(args.clone()));
+        assert_eq!(reply.status, 200, "{token:?}");
+        assert_eq!(reply.json(), anonymous.json(), "{token:?}");
+        assert_eq!(reply.json()["details"]["counts"]["restricted"], 13);
+    }
+    // A non-string token grants nothing either.
+    args.insert("access_token".into(), json!(12345));
+    let reply = post_json(&server, &Value::Object(args.clone()));
+    assert_eq!(reply.status, 200);
+    assert_eq!(reply.json(), anonymous.json());
+    // The real token does grant its tag.
+    args.insert("access_token".into(), json!("tokA_ana_default_5c1e"));
+    let granted = post_json(&server, &Value::Object(args));
+    assert_eq!(granted.json()["details"]["counts"]["restricted"], 3);
+}
+
+/// Sends raw bytes on a fresh connection and reads until the server closes or `limit` passes.
+fn raw_exchange(server: &Server, request: &[u8]) -> String {
+    let mut stream = TcpStream::connect(server.addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    stream.write_all(request).unwrap();
+    let mut buf = [0u8; 4096];
+    let n = stream.read(&mut buf).unwrap();
+    String::from_utf8_lossy(&buf[..n]).into_owned()
+}
+
+#[test]
+fn oversized_bodies_get_413() {
+    let small = Server::start(
+        fixture_sources(),
+        HostOptions {
+            max_body_bytes: 1000,
+            ..HostOptions::default()
+        },
+    );
+    // Refused on Content-Length, before the body is sent at all.
+    let head = raw_exchange(
+        &small,
+        b"POST / HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 5000000\r\n\r\n",
+    );
+    assert!(head.starts_with("HTTP/1.1 413"), "{head}");
+    assert!(
+        head.contains(r#"{"error":"request body too large"}"#),
+        "{head}"
+    );
+    assert!(
+        head.to_ascii_lowercase()
+            .contains("access-control-allow-origin: *")
+    );
+
+    // Exactly at the limit is read; one byte over is not.
+    let at_limit = format!("version=1&pad={}", "x".repeat(1000 - 14));
+    assert_eq!(at_limit.len(), 1000);
+    let reply = post(
+        &small,
+        Some("application/x-www-form-urlencoded"),
+        at_limit.clone(),
+    );
+    assert_eq!(reply.status, 400, "{:?}", reply.json());
+    let reply = post(
+        &small,
+        Some("application/x-www-form-urlencoded"),
+        format!("{at_limit}x"),
+    );
+    assert_eq!(reply.status, 413);
+    assert_eq!(reply.json(), json!({"error": "request body too large"}));
+
+    // A chunked body (no Content-Length) is cut off while it is read.
+    let chunked = b"POST / HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n";
+    let mut request = chunked.to_vec();
+    for _ in 0..3 {
+        request.extend_from_slice(b"1f4\r\n");
+        request.extend(std::iter::repeat_n(b' ', 500));
+        request.extend_from_slice(b"\r\n");
+    }
+    request.extend_from_slice(b"0\r\n\r\n");
+    let head = raw_exchange(&small, &request);
+    assert!(head.starts_with("HTTP/1.1 413"), "{head}");
+
+    // The default limit is 2 MiB.
+    let server = Server::fixture();
+    let reply = post(
+        &server,
+        Some("application/json"),
+        vec![b' '; 2 * 1024 * 1024 + 1],
+    );
+    assert_eq!(reply.status, 413);
+    let reply = post(
+        &server,
+        Some("application/json"),
+        vec![b' '; 2 * 1024 * 1024],
+    );
+    assert_eq!(reply.status, 400);
+    assert!(reply.error().starts_with("Failed to decode JSON object"));
+}
+
+#[test]
+fn cors_on_every_response_and_preflight() {
+    let server = Server::fixture();
+    let replies = [
+        post_json(&server, &Value::Object(case_args("bits_1_near_sail"))),
+        post_json(&server, &json!({"version": 0})),
+        send(client().get(server.url("/nowhere"))),
+        send(client().get(server.url("/"))),
+        send(client().get(server.url("/healthz"))),
+    ];
+    for reply in &replies {
+        assert_eq!(
+            reply.header("access-control-allow-origin"),
+            "*",
+            "{}",
+            reply.status
+        );
+    }
+    let preflight = send(
+        client()
+            .request(reqwest::Method::OPTIONS, server.url("/"))
+            .header("Origin", "https://app.example.com")
+            .header("Access-Control-Request-Method", "POST")
+            .header(
+                "Access-Control-Request-Headers",
+                "content-type,x-polymath-client",
+            ),
+    );
+    assert_eq!(preflight.status, 204);
+    assert_eq!(preflight.header("access-control-allow-origin"), "*");
+    assert_eq!(
+        preflight.header("access-control-allow-methods"),
+        "GET, POST, OPTIONS"
+    );
+    assert_eq!(
+        preflight.header("access-control-allow-headers"),
+        "content-type,x-polymath-client"
+    );
+    assert_eq!(preflight.header("access-control-max-age"), "86400");
+    assert!(preflight.body.is_empty());
+}
+
+fn gunzip(bytes: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    flate2::read::GzDecoder::new(bytes)
+        .read_to_end(&mut out)
+        .unwrap();
+    out
+}
+
+#[test]
+fn gzip_when_accepted_and_at_least_500_bytes() {
+    let server = Server::fixture();
+    let args = case_args("bits_5_near_cycle");
+    let gzip_post = |body: String, ct: &str| {
+        send(
+            client()
+                .post(server.url("/"))
+                .header("Content-Type", ct)
+                .header("Accept-Encoding", "gzip")
+                .body(body),
+        )
+    };
+    let plain = post_json(&server, &Value::Object(args.clone()));
+    assert!(plain.body.len() >= 500);
+    assert_eq!(plain.header("content-encoding"), "");
+    let zipped = gzip_post(Value::Object(args).to_string(), "application/json");
+    assert_eq!(zipped.status, 200);
+    assert_eq!(zipped.header("content-encoding"), "gzip");
+    assert_eq!(zipped.header_all("vary"), ["Accept-Encoding"]);
+    assert!(zipped.body.len() < plain.body.len());
+    assert_eq!(gunzip(&zipped.body), plain.body);
+
+    // A small body stays plain, but still says it varies.
+    let small = gzip_post("{\"version\": 0}".into(), "application/json");
+    assert_eq!(small.status, 400);
+    assert!(small.body.len() < 500);
+    assert_eq!(small.header("content-encoding"), "");
+    assert_eq!(small.header_all("vary"), ["Accept-Encoding"]);
+    assert_eq!(small.error(), "version must be at least 1");
+}
+
+#[test]
+fn health_warmup_and_unknown_routes() {
+    let server = Server::fixture();
+    let health = send(client().get(server.url("/healthz")));
+    assert_eq!(health.status, 200);
+    assert_eq!(health.json(), json!({"status": "ok"}));
+    assert_eq!(health.header("content-type"), "application/json");
+    let warmup = send(client().get(server.url("/_ah/warmup")));
+    assert_eq!(warmup.status, 204);
+    assert!(warmup.body.is_empty());
+    for (reply, status) in [
+        (send(client().get(server.url("/"))), 405),
+        (send(client().put(server.url("/"))), 405),
+        (send(client().delete(server.url("/healthz"))), 405),
+        (send(client().post(server.url("/healthz"))), 405),
+        (send(client().get(server.url("/nowhere"))), 404),
+        (send(client().post(server.url("/query"))), 404),
+        (send(client().get(server.url("/admin/reload"))), 405),
+    ] {
+        assert_eq!(reply.status, status);
+        assert!(!reply.error().is_empty());
+        assert_eq!(reply.header("content-type"), "application/json");
+    }
+}
+
+#[test]
+fn seeded_random_queries_repeat_and_stay_in_unit_range() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = basis_library(dir.path(), "basis.json", 6, 6);
+    let seeded = |seed| {
+        Server::start(
+            file_sources(&path),
+            HostOptions {
+                random_seed: Some(seed),
+                ..HostOptions::default()
+            },
+        )
+    };
+    let random_args = json!({"version": 1, "query_embedding_model": "test:basis",
+                             "count": -1, "count_type": "bit", "omit": "embedding"});
+    let run = |server: &Server| -> Vec<Vec<(String, f64)>> {
+        (0..3)
+            .map(|_| {
+                let reply = post_json(server, &random_args);
+                assert_eq!(reply.status, 200, "{:?}", reply.json());
+                reply.json()["bits"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|b| {
+                        (
+                            b["text"].as_str().unwrap().to_owned(),
+                            b["similarity"].as_f64().unwrap(),
+                        )
+                    })
+                    .collect()
+            })
+            .collect()
+    };
+    let a = run(&seeded(7));
+    let b = run(&seeded(7));
+    let c = run(&seeded(8));
+    assert_eq!(a, b, "same seed, same queries");
+    assert_ne!(a, c, "another seed, other queries");
+    // With basis-vector bits, each similarity is one component of the random query vector.
+    for query in &a {
+        assert_eq!(query.len(), 5, "the team bit stays restricted");
+        for (_, s) in query {
+            assert!((0.0..1.0).contains(s), "{s}");
+        }
+    }
+    // Random queries (`""` and `[]` too) do not disturb the stream of explicit ones.
+    let server = seeded(7);
+    let explicit = post_json(&server, &basis_args(6));
+    assert_eq!(explicit.json()["bits"][0]["text"], "bit 0");
+}
+
+#[test]
+fn directories_merge_and_tag_from_access_paths() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("libraries");
+    std::fs::create_dir_all(root.join("access/secret")).unwrap();
+    basis_library(&root, "a.json", 4, 3);
+    // The same ids again (ignored) plus one more bit, all tagged `secret` by the path.
+    basis_library(&root.join("access/secret"), "b.json", 4, 4);
+    let server = Server::start(
+        Sources {
+            library: LibrarySource::Path(root),
+            config: ConfigSource::Value(json!({
+                "restricted": {"count": true},
+                "tokens": {"x": {"token": "s3cret", "access_tags": ["secret"]}}
+            })),
+        },
+        HostOptions::default(),
+    );
+    let texts = |args: &Value| -> Vec<String> {
+        let reply = post_json(&server, args);
+        assert_eq!(reply.status, 200, "{:?}", reply.json());
+        reply.json()["bits"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| b["text"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let anonymous = basis_args(4);
+    assert_eq!(texts(&anonymous), ["bit 0", "bit 2"]);
+    let mut with_token = anonymous.clone();
+    with_token["access_token"] = json!("s3cret");
+    assert_eq!(texts(&with_token), ["bit 0", "bit 2", "bit 3"]);
+}
+
+#[test]
+fn reload_swaps_the_library_without_dropping_requests() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = basis_library(dir.path(), "lib.json", 8, 3);
+    let server = Server::start(file_sources(&path), HostOptions::default());
+    let count = |server: &Server| -> usize {
+        let reply = post_json(server, &basis_args(8));
+        assert_eq!(reply.status, 200, "{:?}", reply.json());
+        reply.json()["details"]["counts"]["bits"].as_u64().unwrap() as usize
+    };
+    assert_eq!(count(&server), 2);
+
+    // Hammer the host from other threads while the library is swapped ten times.
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..3)
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut served = 0;
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        let n = count(&server);
+                        assert!(n == 2 || n == 7, "{n}");
+                        served += 1;
+                    }
+                    served
+                })
+            })
+            .collect();
+        for i in 0..10 {
+            let bits = if i % 2 == 0 { 8 } else { 3 };
+            basis_library(dir.path(), "next.json", 8, bits);
+            std::fs::rename(dir.path().join("next.json"), &path).unwrap();
+            let reply = send(client().post(server.url("/admin/reload")));
+            assert_eq!(reply.status, 200, "{:?}", reply.json());
+            assert_eq!(reply.json(), json!({"status": "reloaded", "bits": bits}));
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        for w in workers {
+            assert!(w.join().unwrap() > 0);
+        }
+    });
+    assert_eq!(count(&server), 2);
+
+    // A broken file leaves the previous library in service.
+    std::fs::write(&path, b"{\"version\": 1, \"bits\": []}").unwrap();
+    let reply = send(client().post(server.url("/admin/reload")));
+    assert_eq!(reply.status, 500);
+    assert!(
+        reply.error().contains("Invalid model name"),
+        "{}",
+        reply.error()
+    );
+    assert_eq!(count(&server), 2);
+    assert!(server.reload().is_err());
+
+    // The handle reloads too.
+    basis_library(dir.path(), "lib.json", 8, 8);
+    assert_eq!(server.reload().unwrap().bits, 8);
+    assert_eq!(count(&server), 7);
+}
+
+#[test]
+fn admin_reload_can_be_disabled() {
+    let server = Server::start(
+        fixture_sources(),
+        HostOptions {
+            admin_reload: false,
+            ..HostOptions::default()
+        },
+    );
+    let reply = send(client().post(server.url("/admin/reload")));
+    assert_eq!(reply.status, 404);
+}
+
+#[test]
+fn shutdown_drains_a_request_in_flight() {
+    let server = Server::fixture();
+    let body = form_body(&case_args("bits_1_near_sail"));
+    let (first, rest) = body.split_at(body.len() / 2);
+    let mut stream = TcpStream::connect(server.addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    write!(
+        stream,
+        "POST / HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n\r\n{first}",
+        body.len()
+    )
+    .unwrap();
+    stream.flush().unwrap();
+    // Let the server start reading, then ask it to stop while the body is half sent.
+    std::thread::sleep(Duration::from_millis(200));
+    let addr = server.addr;
+    let stopper = std::thread::spawn(move || server.stop());
+    std::thread::sleep(Duration::from_millis(200));
+    stream.write_all(rest.as_bytes()).unwrap();
+    let mut response = Vec::new();
+    let mut buf = [0u8; 8192];
+    loop {
+        match stream.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => response.extend_from_slice(&buf[..n]),
+        }
+        if response.windows(4).any(|w| w == b"\r\n\r\n") && response.ends_with(b"}") {
+            break;
+        }
+    }
+    let text = String::from_utf8_lossy(&response);
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    assert!(text.contains("\"similarity\""), "{text}");
+    stopper.join().unwrap().unwrap();
+    assert!(
+        TcpStream::connect(addr).is_err(),
+        "still accepting after shutdown"
+    );
+}
+
+#[test]
+fn a_slow_query_does_not_stall_other_requests() {
+    // One async worker: were queries run on it, /healthz would wait behind them.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("big.json");
+    let file = std::io::BufWriter::new(std::fs::File::create(&path).unwrap());
+    mnemon_library::synthetic::write_synthetic(file, "test:big", 4000, 512, 1).unwrap();
+    let server = Server::start_with(
+        file_sources(&path),
+        HostOptions::default(),
+        1,
+        StopBy::Channel,
+    );
+    // Every bit with its embedding: building and serialising the result is the slow part.
+    let slow_args = json!({"version": 1, "query_embedding_model": "test:big",
+                           "count": -1, "count_type": "bit", "omit": ""});
+    let started = Instant::now();
+    assert_eq!(post_json(&server, &slow_args).status, 200);
+    let alone = started.elapsed();
+    std::thread::scope(|scope| {
+        let slow: Vec<_> = (0..4)
+            .map(|_| scope.spawn(|| post_json(&server, &slow_args).status))
+            .collect();
+        std::thread::sleep(alone / 4);
+        let asked = Instant::now();
+        let health = send(client().get(server.url("/healthz")));
+        let waited = asked.elapsed();
+        assert_eq!(health.status, 200);
+        for h in slow {
+            assert_eq!(h.join().unwrap(), 200);
+        }
+        assert!(
+            waited < alone / 2,
+            "/healthz took {waited:?} while slow queries ran; one slow query alone takes {alone:?}"
+        );
+    });
+}
+
+#[test]
+fn garbage_never_gets_a_500_and_the_host_keeps_serving() {
+    use proptest::prelude::*;
+    use proptest::test_runner::{Config, TestRunner};
+    let server = Server::fixture();
+    let mut runner = TestRunner::new(Config {
+        cases: 64,
+        ..Config::default()
+    });
+    let value = prop_oneof![
+        Just(json!(null)),
+        any::<bool>().prop_map(Value::from),
+        any::<i64>().prop_map(Value::from),
+        any::<f64>()
+            .prop_filter("finite", |f| f.is_finite())
+            .prop_map(Value::from),
+        ".{0,12}".prop_map(Value::from),
+        prop::collection::vec(".{0,5}", 0..3).prop_map(Value::from),
+    ];
+    let keys = prop::sample::select(vec![
+        "version",
+        "count",
+        "count_type",
+        "omit",
+        "query_embedding",
+        "query_embedding_model",
+        "access_token",
+        "other",
+    ]);
+    let strategy = (
+        prop::collection::vec((keys, value), 0..8),
+        prop::collection::vec(any::<u8>(), 0..64),
+        any::<bool>(),
+    );
+    runner
+        .run(&strategy, |(pairs, bytes, as_form)| {
+            let mut args = Map::new();
+            args.insert("version".into(), json!(1));
+            args.insert(
+                "query_embedding_model".into(),
+                json!("openai.com:text-embedding-ada-002"),
+            );
+            for (k, v) in pairs {
+                args.insert(k.to_owned(), v);
+            }
+            let reply: Reply = if as_form {
+                post_form(&server, &args)
+            } else {
+                post_json(&server, &Value::Object(args))
+            };
+            prop_assert!(
+                reply.status == 200 || reply.status == 400,
+                "{}",
+                reply.status
+            );
+            let raw = post(&server, Some("application/json"), bytes.clone());
+            prop_assert_eq!(raw.status, 400);
+            let raw = post(&server, Some("application/x-www-form-urlencoded"), bytes);
+            prop_assert!(raw.status == 200 || raw.status == 400);
+            Ok(())
+        })
+        .unwrap();
+    assert_eq!(send(client().get(server.url("/healthz"))).status, 200);
+}
