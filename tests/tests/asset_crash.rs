@@ -1,0 +1,140 @@
+//! Crash test of the SQLite asset store: a child process putting assets is killed with SIGKILL
+//! at a random moment, many times; after each kill every id it had reported is readable, intact,
+//! and `PRAGMA integrity_check` is ok.
+//!
+//! The child is this test binary itself, re-run with [`CHILD_DB`] set so that only
+//! [`crash_child`] does work.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use mnemon_store::{AssetStore, SqliteStore};
+use mnemon_types::{Asset, Bytes, Map, Value};
+
+/// Set in the child: the database to write to.
+const CHILD_DB: &str = "MNEMON_ASSET_CRASH_CHILD_DB";
+/// Set in the child: the first sequence number to use, so rounds never reuse ids.
+const CHILD_START: &str = "MNEMON_ASSET_CRASH_CHILD_START";
+
+fn crash_asset(n: u64) -> Asset {
+    let mut content = Map::new();
+    content.insert("n".into(), Value::from_json(serde_json::json!(n)));
+    content.insert("text".into(), Value::String(format!("{n}").repeat(50)));
+    content.insert(
+        "blob".into(),
+        Bytes::with_media_type(n.to_le_bytes().repeat(64), "application/x-test").into(),
+    );
+    Asset::new(Value::Map(content))
+        .with_id(format!("crash-{n:08}"))
+        .with_type("crash")
+}
+
+/// The child's work: put assets forever (single puts and batches of 5), printing each id as
+/// soon as the call that stored it has returned.
+#[test]
+fn crash_child() {
+    let Ok(db) = std::env::var(CHILD_DB) else {
+        return;
+    };
+    let start: u64 = std::env::var(CHILD_START).unwrap().parse().unwrap();
+    let store = SqliteStore::open(db).unwrap();
+    let mut out = std::io::stdout().lock();
+    let mut n = start;
+    loop {
+        if n % 3 == 0 {
+            let batch: Vec<Asset> = (n..n + 5).map(crash_asset).collect();
+            store.put_batch(&batch).unwrap();
+            for a in &batch {
+                writeln!(out, "PUT {}", a.asset_id).unwrap();
+            }
+            n += 5;
+        } else {
+            let a = crash_asset(n);
+            store.put(&a).unwrap();
+            writeln!(out, "PUT {}", a.asset_id).unwrap();
+            n += 1;
+        }
+        out.flush().unwrap();
+    }
+}
+
+#[test]
+fn acknowledged_puts_survive_sigkill() {
+    if std::env::var_os(CHILD_DB).is_some() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("mnemon.sqlite3");
+    let mut seed = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64
+        | 1;
+    println!("seed {seed}");
+    let mut random = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    let exe = std::env::current_exe().unwrap();
+    let mut acknowledged: Vec<String> = Vec::new();
+    let started = Instant::now();
+    let rounds = 25;
+    for round in 0..rounds {
+        let mut child = Command::new(&exe)
+            .args(["crash_child", "--exact", "--nocapture", "--test-threads=1"])
+            .env(CHILD_DB, &db)
+            .env(CHILD_START, (round * 1_000_000).to_string())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let reader = std::thread::spawn(move || {
+            BufReader::new(stdout)
+                .lines()
+                .map_while(Result::ok)
+                .filter_map(|line| line.strip_prefix("PUT ").map(str::to_owned))
+                .collect::<Vec<_>>()
+        });
+        std::thread::sleep(Duration::from_millis(30 + random() % 400));
+        child.kill().unwrap(); // SIGKILL on Unix
+        child.wait().unwrap();
+        let reported = reader.join().unwrap();
+
+        let conn = rusqlite::Connection::open(&db).unwrap();
+        let check: String = conn
+            .query_row("PRAGMA integrity_check", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(check, "ok", "round {round}");
+        drop(conn);
+        let store = SqliteStore::open(&db).unwrap();
+        for id in &reported {
+            let n: u64 = id.trim_start_matches("crash-").parse().unwrap();
+            let got = store
+                .get(id)
+                .unwrap()
+                .unwrap_or_else(|| panic!("round {round}: acknowledged {id} is missing"));
+            assert_eq!(got, crash_asset(n), "round {round}: {id} is damaged");
+        }
+        acknowledged.extend(reported);
+    }
+    // Later rounds never undo earlier ones.
+    acknowledged.sort();
+    let store = SqliteStore::open(&db).unwrap();
+    let mut stored = store.list_ids(Some("crash")).unwrap();
+    stored.retain(|id| acknowledged.binary_search(id).is_ok());
+    assert_eq!(stored.len(), acknowledged.len());
+    println!(
+        "{rounds} kills, {} acknowledged puts verified in {:?}",
+        acknowledged.len(),
+        started.elapsed()
+    );
+    assert!(
+        acknowledged.len() > rounds as usize,
+        "the child should have stored assets before most kills"
+    );
+}
