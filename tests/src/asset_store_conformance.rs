@@ -4,6 +4,9 @@
 //! shared one. A durable store must be opened with [`point_codec`] registered, so that the
 //! object checks can round-trip [`Point`] through it.
 
+// A test suite: a failed expectation is a panic with a message.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::missing_panics_doc)]
+
 use std::any::Any;
 use std::collections::BTreeMap;
 use std::sync::Arc;
