@@ -179,7 +179,8 @@ fn piece(unit: Unit, chars: &[(usize, char)], from: usize, to: usize, paragraph_
 /// Guarantees, for any input: chunks are non-empty, in order and non-overlapping; only
 /// whitespace lies between, before and after them; none is longer than `bounds.max` characters;
 /// and a chunk shorter than `bounds.min` is the last one or could not take the next sentence
-/// without passing `max`. Chunks end at sentence ends, preferring paragraph breaks once `min`
+/// without passing `max`. A short last chunk joins the one before it when both fit in `max`,
+/// or else takes sentences from its end while that one stays at least `min` long. Chunks end at sentence ends, preferring paragraph breaks once `min`
 /// is reached, except where a single sentence is longer than `max`. A `max` of 0 counts as 1
 /// and a `min` above `max` as `max`.
 ///
@@ -191,7 +192,8 @@ fn piece(unit: Unit, chars: &[(usize, char)], from: usize, to: usize, paragraph_
 ///     .into_iter()
 ///     .map(|r| &text[r])
 ///     .collect();
-/// assert_eq!(chunks, ["One sentence. Two sentences!", "Three?"]);
+/// // "Three?" alone would be too short, so it takes the sentence before it.
+/// assert_eq!(chunks, ["One sentence.", "Two sentences! Three?"]);
 /// ```
 pub fn chunk_ranges(text: &str, bounds: ChunkBounds) -> Vec<Range<usize>> {
     let max = bounds.max.max(1);
