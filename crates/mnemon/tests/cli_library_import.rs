@@ -244,3 +244,86 @@ fn input_errors_exit_with_2() {
     assert_eq!(openai.status.code(), Some(2));
     assert!(text(&openai.stderr).contains("OPENAI_API_KEY"));
 }
+
+/// A one-thread OpenAI-style `POST /v1/embeddings` server on 127.0.0.1 answering every text
+/// with [chars, 1, 0, 0]; returns its base URL.
+fn embeddings_server() -> String {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let base = format!("http://{}/v1", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(stream) = stream else { return };
+            let mut reader = BufReader::new(stream.try_clone().unwrap());
+            let mut length = 0;
+            loop {
+                let mut line = String::new();
+                reader.read_line(&mut line).unwrap();
+                if line.trim_end().is_empty() {
+                    break;
+                }
+                if let Some((name, value)) = line.split_once(':') {
+                    if name.eq_ignore_ascii_case("content-length") {
+                        length = value.trim().parse().unwrap();
+                    }
+                }
+            }
+            let mut body = vec![0; length];
+            reader.read_exact(&mut body).unwrap();
+            let request: Value = serde_json::from_slice(&body).unwrap();
+            let data: Vec<Value> = request["input"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .enumerate()
+                .map(|(i, t)| {
+                    let chars = t.as_str().unwrap().chars().count() as f32;
+                    json!({"index": i, "embedding": [chars, 1.0, 0.0, 0.0]})
+                })
+                .collect();
+            let reply = json!({"data": data}).to_string();
+            let mut out = stream;
+            let _ = write!(
+                out,
+                "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{reply}",
+                reply.len()
+            );
+        }
+    });
+    base
+}
+
+#[test]
+fn import_with_an_openai_compatible_server() {
+    let dir = tempfile::tempdir().unwrap();
+    write_docs(dir.path());
+    let out = dir.path().join("lib.json");
+    let run = Command::new(env!("CARGO_BIN_EXE_mnemon"))
+        .args(["library", "import"])
+        .arg(dir.path().join("docs"))
+        .arg("--out")
+        .arg(&out)
+        .args([
+            "--embedder",
+            "openai",
+            "--model",
+            "local-embed",
+            "--dimension",
+            "4",
+        ])
+        .env_remove("OPENAI_API_KEY")
+        .env("OPENAI_BASE_URL", embeddings_server())
+        .output()
+        .unwrap();
+    assert!(run.status.success(), "{}", text(&run.stderr));
+    let summary: Value = serde_json::from_slice(&run.stdout).unwrap();
+    assert_eq!(summary["embedding_model"], "openai.com:local-embed");
+    let lib = mnemon_library::Library::open(&out).unwrap();
+    assert_eq!(lib.dimension(), Some(4));
+    for bit in lib.bits() {
+        let chars = bit.text().chars().count() as f32;
+        assert_eq!(bit.embedding(), [chars, 1.0, 0.0, 0.0]);
+    }
+    let validate = mnemon(&["library", "validate", out.to_str().unwrap()]);
+    assert!(validate.status.success());
+}
