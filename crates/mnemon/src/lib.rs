@@ -1,11 +1,47 @@
 //! Mnemon: a memory LLM agents can trust.
 //!
-//! This facade re-exports Mnemon's components; the `mnemon` binary is the command-line tool.
+//! This facade re-exports Mnemon's components under one roof, and [`Mnemon`] opens them all over
+//! one data directory. Depend on it to get everything, or on a single component crate
+//! (`mnemon-store`, `mnemon-library`, …) to get only that part.
+//!
+//! | module | crate | holds |
+//! |---|---|---|
+//! | [`types`] | `mnemon-types` | the value tree, `Asset`, meta, `AssetRef`, `Msg`, `Artifact`, `Embedder` |
+//! | [`assets`] | `mnemon-store` | the `AssetStore` trait, in-memory and SQLite stores |
+//! | [`refs`] | `mnemon-refs` | references in tool parameters and message text |
+//! | [`artifacts`] | `mnemon-artifacts` | artifact stores, backends, SaveArtifact, ArtifactMemory, templates |
+//! | [`memory`] | `mnemon-memory` | conversation memory and recall |
+//! | [`library`] | `mnemon-library` | embedding libraries and their query engine |
+//! | [`embed`] | `mnemon-embed` | `Embedder` implementations (hashing, OpenAI-compatible) |
+//! | [`host`] | `mnemon-host` | the HTTP library host (feature `host`) |
+//!
+//! Cargo features: `sqlite` (default) enables the durable memory store and the [`Mnemon`]
+//! handle; `host` (default) the HTTP host; `cli` (default) the `mnemon` binary. A program that
+//! only embeds Mnemon can use `default-features = false, features = ["sqlite"]`.
 //!
 //! ```
-//! let r: mnemon::types::AssetRef = "asset://a1/content".parse()?;
-//! assert_eq!(r.asset_id, "a1");
-//! # Ok::<(), mnemon::types::UrlError>(())
+//! use mnemon::assets::{AssetStore, InMemoryStore};
+//! use mnemon::types::Asset;
+//!
+//! let store = InMemoryStore::new();
+//! store.put(&Asset::new(serde_json::json!({"labels": ["cat"]})).with_id("a1"))?;
+//! let label = store.resolve(&"asset://a1/content/labels/0".parse()?)?;
+//! assert_eq!(label.as_str(), Some("cat"));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+#[cfg(feature = "sqlite")]
+mod handle;
+
+#[cfg(feature = "sqlite")]
+pub use handle::{ARTIFACTS_DIR, DATABASE_FILE, LIBRARIES_DIR, Mnemon, OpenError};
+
+pub use mnemon_artifacts as artifacts;
+pub use mnemon_embed as embed;
+#[cfg(feature = "host")]
+pub use mnemon_host as host;
+pub use mnemon_library as library;
+pub use mnemon_memory as memory;
+pub use mnemon_refs as refs;
+pub use mnemon_store as assets;
 pub use mnemon_types as types;
