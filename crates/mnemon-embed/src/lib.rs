@@ -8,6 +8,7 @@
 //! * [`OpenAiEmbedder`]: a client for any server speaking OpenAI's `POST /embeddings` API
 //!   (key from `OPENAI_API_KEY`, API root from `OPENAI_BASE_URL`), with batching, timeouts and
 //!   bounded retries on 429 and 5xx.
+//! * [`embedder_for_model`]: the embedder a library's `embedding_model` names, for queries.
 //!
 //! ```
 //! use mnemon_embed::HashingEmbedder;
@@ -21,9 +22,11 @@
 //! # Ok::<(), mnemon_types::EmbedError>(())
 //! ```
 
+mod for_model;
 mod hashing;
 mod openai;
 
+pub use for_model::embedder_for_model;
 pub use hashing::HashingEmbedder;
 pub use mnemon_types::{EmbedError, Embedder};
 pub use openai::{

@@ -28,13 +28,16 @@ pub(crate) enum LibraryCommand {
         file: PathBuf,
     },
     /// Run one query with an arguments object exactly as the host would receive it and print
-    /// the result JSON (`count` defaults to 1000).
+    /// the result JSON (`count` defaults to 1000). `--text` embeds a question with the
+    /// embedder the library's model names, instead of passing a `query_embedding`.
     Query {
         /// The library JSON file (its packed sidecar is used when up to date).
         file: PathBuf,
         /// A JSON file holding the arguments object.
-        #[arg(long, value_name = "ARGS.json")]
-        args: PathBuf,
+        #[arg(long, value_name = "ARGS.json", required_unless_present = "text")]
+        args: Option<PathBuf>,
+        #[command(flatten)]
+        question: QuestionArgs,
         /// A host config (`host.SECRET.json` format) supplying tokens and restriction details.
         #[arg(long, value_name = "CFG.json")]
         host_config: Option<PathBuf>,
@@ -45,6 +48,15 @@ pub(crate) enum LibraryCommand {
         #[arg(long)]
         seed: Option<u64>,
     },
+    /// Print the arguments object of a query for `TEXT`, embedded with the embedder that the
+    /// model names; pipe it to a host: `… | curl --json @- http://127.0.0.1:8080/`.
+    Args {
+        /// The library's `embedding_model` (see `mnemon library stats`).
+        #[arg(long, default_value = "mnemon:hashing-v1-512")]
+        model: String,
+        #[command(flatten)]
+        question: QuestionArgs,
+    },
     /// Write `<FILE>.mnx`, a binary sidecar that later opens memory-mapped.
     Pack {
         /// The library JSON file.
@@ -53,6 +65,48 @@ pub(crate) enum LibraryCommand {
     /// Build a library from Markdown and text files: split into chunks of 1,000 to 2,000
     /// characters at sentence ends, count cl100k_base tokens, embed, and write the library.
     Import(super::library_import::ImportArgs),
+}
+
+/// A question in words, and the cut of its result.
+#[derive(Debug, clap::Args)]
+pub(crate) struct QuestionArgs {
+    /// The question, embedded with the embedder the library's model names.
+    #[arg(long)]
+    text: Option<String>,
+    /// How many bits (or tokens, with `--count-type token`) to return.
+    #[arg(long)]
+    count: Option<i64>,
+    /// Whether `--count` counts bits or tokens.
+    #[arg(long, value_parser = ["bit", "token"])]
+    count_type: Option<String>,
+}
+
+impl QuestionArgs {
+    /// Adds the question's embedding and cut to `arguments`, leaving other keys as they are.
+    fn apply(&self, model: &str, arguments: &mut Map<String, Value>) -> Result<(), CliError> {
+        if let Some(text) = &self.text {
+            let embedder = mnemon_embed::embedder_for_model(model).map_err(CliError::input)?;
+            let vector = embedder
+                .embed(&[text.as_str()])
+                .map_err(CliError::failure)?
+                .into_iter()
+                .next()
+                .ok_or_else(|| CliError::failure(anyhow!("the embedder returned no vector")))?;
+            arguments.entry("version").or_insert_with(|| Value::from(1));
+            arguments.insert("query_embedding_model".into(), Value::from(model));
+            arguments.insert(
+                "query_embedding".into(),
+                Value::from(mnemon_library::encode_embedding(&vector)),
+            );
+        }
+        if let Some(count) = self.count {
+            arguments.insert("count".into(), Value::from(count));
+        }
+        if let Some(count_type) = &self.count_type {
+            arguments.insert("count_type".into(), Value::from(count_type.as_str()));
+        }
+        Ok(())
+    }
 }
 
 /// Opens a library, with a spinner on a terminal (nothing when stderr is piped).
@@ -79,6 +133,23 @@ fn open(file: &Path) -> Result<Library, CliError> {
             CliError::failure(e)
         }
     })
+}
+
+/// Reads a JSON object of query arguments from a file.
+fn read_arguments(path: &Path) -> Result<Map<String, Value>, CliError> {
+    let text = std::fs::read(path)
+        .with_context(|| format!("cannot read {}", path.display()))
+        .map_err(CliError::input)?;
+    let value: Value = serde_json::from_slice(&text)
+        .with_context(|| format!("{} is not JSON", path.display()))
+        .map_err(CliError::input)?;
+    match value {
+        Value::Object(arguments) => Ok(arguments),
+        _ => Err(CliError::input(anyhow!(
+            "{} must hold a JSON object of query arguments",
+            path.display()
+        ))),
+    }
 }
 
 /// Runs a `library` command.
@@ -135,27 +206,21 @@ pub(crate) fn run(command: LibraryCommand, quiet: bool) -> CliResult {
         LibraryCommand::Query {
             file,
             args,
+            question,
             host_config,
             fast,
             seed,
         } => {
-            let text = std::fs::read(&args)
-                .with_context(|| format!("cannot read {}", args.display()))
-                .map_err(CliError::input)?;
-            let value: Value = serde_json::from_slice(&text)
-                .with_context(|| format!("{} is not JSON", args.display()))
-                .map_err(CliError::input)?;
-            let Value::Object(arguments) = value else {
-                return Err(CliError::input(anyhow!(
-                    "{} must hold a JSON object of query arguments",
-                    args.display()
-                )));
+            let mut arguments = match &args {
+                Some(args) => read_arguments(args)?,
+                None => Map::new(),
             };
             let policy = match &host_config {
                 Some(path) => AccessPolicy::from_host_config_file(path).map_err(CliError::input)?,
                 None => AccessPolicy::default(),
             };
             let lib = open(&file)?;
+            question.apply(lib.model(), &mut arguments)?;
             let options = QueryOptions {
                 seed,
                 default_count: Some(HOST_DEFAULT_COUNT),
@@ -165,6 +230,18 @@ pub(crate) fn run(command: LibraryCommand, quiet: bool) -> CliResult {
                 .query_with(&arguments, &policy, &options)
                 .map_err(CliError::input)?;
             print_json(&result)
+        }
+        LibraryCommand::Args { model, question } => {
+            if question.text.is_none() {
+                return Err(CliError::input(anyhow!(
+                    "give the question with --text \"…\""
+                )));
+            }
+            let mut arguments = Map::new();
+            question.apply(&model, &mut arguments)?;
+            let text = serde_json::to_string(&arguments).map_err(CliError::failure)?;
+            println!("{text}");
+            Ok(())
         }
         LibraryCommand::Pack { file } => {
             let lib = open(&file)?;

@@ -1,0 +1,61 @@
+//! Choosing the embedder that a library's `embedding_model` names, so that a query lands in the
+//! same vector space as the library it searches.
+
+use mnemon_types::{EmbedError, Embedder};
+
+use crate::HashingEmbedder;
+use crate::openai::{MODEL_NAME_PREFIX, OpenAiEmbedder};
+
+/// The embedder for a model name as libraries record it:
+///
+/// - `mnemon:hashing-v1-<D>`: a [`HashingEmbedder`] of dimension `D` (offline);
+/// - `openai.com:<model>`: an [`OpenAiEmbedder`] for `<model>`, configured from the environment
+///   (`OPENAI_API_KEY`, `OPENAI_BASE_URL`).
+///
+/// Any other name is an error that says so, since guessing would produce meaningless scores.
+///
+/// ```
+/// use mnemon_embed::embedder_for_model;
+///
+/// let embedder = embedder_for_model("mnemon:hashing-v1-64")?;
+/// assert_eq!(embedder.dimension(), 64);
+/// assert!(embedder_for_model("acme:secret-model").is_err());
+/// # Ok::<(), mnemon_embed::EmbedError>(())
+/// ```
+pub fn embedder_for_model(model: &str) -> Result<Box<dyn Embedder>, EmbedError> {
+    if let Some(hashing) = HashingEmbedder::from_model_name(model) {
+        return Ok(Box::new(hashing));
+    }
+    if let Some(name) = model.strip_prefix(MODEL_NAME_PREFIX) {
+        let embedder = OpenAiEmbedder::from_env()?.model(name).build()?;
+        return Ok(Box::new(embedder));
+    }
+    Err(EmbedError::new(
+        model,
+        "Mnemon has no embedder for this model; known models are mnemon:hashing-v1-<dimension> \
+         and openai.com:<model>. Embed the query yourself and pass it as query_embedding",
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hashing_names_give_hashing_embedders() {
+        let e = embedder_for_model("mnemon:hashing-v1-512").unwrap();
+        assert_eq!(e.model(), "mnemon:hashing-v1-512");
+        assert_eq!(e.dimension(), 512);
+    }
+
+    #[test]
+    fn unknown_names_are_refused_with_advice() {
+        for model in ["", "mnemon:hashing-v1-", "mnemon:hashing-v2-8", "acme:m"] {
+            let err = embedder_for_model(model).err().unwrap();
+            assert!(
+                err.to_string().contains("query_embedding"),
+                "{model}: {err}"
+            );
+        }
+    }
+}
