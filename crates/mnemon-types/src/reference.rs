@@ -91,13 +91,36 @@ pub fn canonical_index(s: &str) -> Option<u64> {
 /// # Ok::<(), mnemon_types::UrlError>(())
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(try_from = "ObjectForm")]
 pub struct AssetRef {
     /// The referenced asset's id.
     pub asset_id: String,
     /// The path from the asset's root; empty for the whole asset.
     #[serde(default)]
     pub field_path: Vec<PathSegment>,
+}
+
+/// The object form as written, before the id is checked.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ObjectForm {
+    asset_id: String,
+    #[serde(default)]
+    field_path: Vec<PathSegment>,
+}
+
+impl TryFrom<ObjectForm> for AssetRef {
+    type Error = UrlError;
+
+    fn try_from(form: ObjectForm) -> Result<Self, Self::Error> {
+        if form.asset_id.is_empty() {
+            return Err(UrlError::EmptyId);
+        }
+        Ok(AssetRef {
+            asset_id: form.asset_id,
+            field_path: form.field_path,
+        })
+    }
 }
 
 /// The URL scheme prefix, lowercase as written.
