@@ -126,9 +126,17 @@ fn retrieval(c: &mut Criterion) {
             .unwrap()
     };
     assert_eq!(run().len(), 10); // warms the embedding cache
+    // The floor: the same SIMD scan and top-k straight on an aligned matrix, no memory around it.
+    let mut matrix = mnemon_vector::Matrix::with_capacity(DIM, N);
+    for v in memory.get_embeddings(None).unwrap() {
+        matrix.push_row(&v).unwrap();
+    }
     let mut group = c.benchmark_group("retrieval");
     group.sample_size(50);
     group.bench_function("cosine_10k_x_1536_top10", |b| b.iter(run));
+    group.bench_function("baseline_matrix_top10_10k_x_1536", |b| {
+        b.iter(|| matrix.view().top_k(&query, 10, |_| true))
+    });
     group.finish();
 }
 

@@ -7,9 +7,11 @@
 //! - [`SqliteStore`] / [`SqliteMemory`] (feature `sqlite`, on by default): one SQLite file in WAL
 //!   mode holding many threads, scoped by user, agent and session; an acknowledged write
 //!   survives `kill -9`.
-//! - Retrieval ([`RetrievalQuery`], [`RetrieveOptions`], [`Metric`]) scores with the SIMD
-//!   kernels of `mnemon-vector`; any [`Embedder`](mnemon_types::Embedder) fills in missing
-//!   embeddings ([`HashEmbedder`] is a deterministic offline one for tests and demos only).
+//! - Retrieval ([`RetrievalQuery`], [`RetrieveOptions`], [`Metric`]) shortlists with the SIMD
+//!   scan of `mnemon-vector` over a cached, aligned embedding matrix, and returns the spec's
+//!   exact `f64` scores (results equal scoring every message in `f64`); any
+//!   [`Embedder`](mnemon_types::Embedder) fills in missing embeddings ([`HashEmbedder`] is a
+//!   deterministic offline one for tests and demos only).
 //! - [`Tokenizer`]s ([`Cl100kTokenizer`] offline, [`WhitespaceTokenizer`]) drive
 //!   [`Memory::recall_within_budget`].
 //!

@@ -346,19 +346,19 @@ fn shortlist(
     if view.dim() != query.len() || !query.iter().all(|x| x.is_finite()) {
         return None;
     }
-    let approx = match metric {
-        Metric::Cosine | Metric::Dot => view.scores(query),
-        Metric::NegEuclidean => view.scores_with(query, mnemon_vector::neg_euclidean),
+    let kernel: fn(&[f32], &[f32]) -> f32 = match metric {
+        Metric::Cosine | Metric::Dot => mnemon_vector::dot,
+        Metric::NegEuclidean => mnemon_vector::neg_euclidean,
         Metric::Custom(_) => return None,
     };
     let n = query.len() as f64;
     let relative = (n + 8.0) * f64::powi(2.0, -23);
     let underflow = n * f64::powi(2.0, -120);
     let query_norm = exact::norm(query);
-    let mut bounded: Vec<(f64, f64, usize)> = Vec::with_capacity(chosen.len());
-    for &i in chosen {
+    // Only the candidates' rows are read (a mark may select few), in parallel and in order.
+    let bound = |&i: &usize| -> Option<(f64, f64, usize)> {
         let r = cache.matrix_row(i)?;
-        let raw = f64::from(*approx.get(r)?);
+        let raw = f64::from(kernel(view.row(r)?, query));
         let norm = cache.row_norm(r);
         let (a, e) = match metric {
             Metric::Dot => (raw, relative * query_norm * norm + underflow),
@@ -369,11 +369,13 @@ fn shortlist(
             }
             _ => (raw, relative * raw.abs() + underflow.sqrt()),
         };
-        if !(a.is_finite() && e.is_finite()) {
-            return None;
-        }
-        bounded.push((a, e, i));
-    }
+        (a.is_finite() && e.is_finite()).then_some((a, e, i))
+    };
+    let bounded: Vec<(f64, f64, usize)> = chosen
+        .par_iter()
+        .with_min_len(512)
+        .map(bound)
+        .collect::<Option<_>>()?;
     if keep == 0 || keep >= bounded.len() {
         return None;
     }
