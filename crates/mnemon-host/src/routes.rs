@@ -131,12 +131,11 @@ async fn warmup() -> StatusCode {
 
 /// `POST /admin/reload`: loads the libraries and config again and swaps them in atomically.
 /// Only clients connecting from a loopback address may call it.
-async fn admin_reload(State(state): State<Arc<HostState>>, req: Request) -> Response {
-    let peer = req
-        .extensions()
-        .get::<ConnectInfo<SocketAddr>>()
-        .map(|ConnectInfo(addr)| addr.ip());
-    if !peer.is_some_and(is_loopback) {
+async fn admin_reload(
+    State(state): State<Arc<HostState>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+) -> Response {
+    if !is_loopback(peer.ip()) {
         return ApiError::new(
             StatusCode::FORBIDDEN,
             "reload is only allowed from a loopback address",
@@ -183,4 +182,80 @@ async fn method_not_allowed() -> ApiError {
         StatusCode::METHOD_NOT_ALLOWED,
         "method not allowed; queries are sent with POST /",
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::options::HostOptions;
+    use crate::source::{ConfigSource, LibrarySource, Sources};
+    use axum::body::Body;
+    use axum::extract::connect_info::MockConnectInfo;
+    use tower::ServiceExt;
+
+    const LIBRARY: &str = r#"{"version": 1, "embedding_model": "m", "bits": [
+        {"text": "a", "info": {"url": "u"}, "embedding": "AACAPwAAAAA=", "token_count": 1}]}"#;
+
+    fn app(peer: [u8; 4]) -> Router {
+        let sources = Sources {
+            library: LibrarySource::bytes("test", LIBRARY.as_bytes()),
+            config: ConfigSource::Defaults,
+        };
+        let snapshot = sources.load().unwrap();
+        let state = Arc::new(HostState::new(snapshot, sources, HostOptions::default()));
+        router(state).layer(MockConnectInfo(SocketAddr::from((peer, 4000))))
+    }
+
+    async fn status(app: Router, method: &str, uri: &str) -> StatusCode {
+        let request = Request::builder()
+            .method(method)
+            .uri(uri)
+            .body(Body::empty())
+            .unwrap();
+        app.oneshot(request).await.unwrap().status()
+    }
+
+    #[tokio::test]
+    async fn reload_only_from_loopback() {
+        assert_eq!(
+            status(app([127, 0, 0, 1]), "POST", "/admin/reload").await,
+            StatusCode::OK
+        );
+        assert_eq!(
+            status(app([127, 9, 9, 9]), "POST", "/admin/reload").await,
+            StatusCode::OK
+        );
+        assert_eq!(
+            status(app([10, 0, 0, 7]), "POST", "/admin/reload").await,
+            StatusCode::FORBIDDEN
+        );
+        assert_eq!(
+            status(app([192, 168, 1, 2]), "POST", "/admin/reload").await,
+            StatusCode::FORBIDDEN
+        );
+    }
+
+    #[test]
+    fn loopback_includes_mapped_ipv6() {
+        assert!(is_loopback("::1".parse().unwrap()));
+        assert!(is_loopback("::ffff:127.0.0.1".parse().unwrap()));
+        assert!(!is_loopback("::ffff:10.0.0.1".parse().unwrap()));
+        assert!(!is_loopback("2001:db8::1".parse().unwrap()));
+    }
+
+    #[test]
+    fn random_vector_detection_follows_the_library() {
+        let args = |v: Value| -> Map<String, Value> {
+            let mut m = Map::new();
+            m.insert("query_embedding".into(), v);
+            m
+        };
+        assert!(wants_random_vector(&Map::new()));
+        assert!(wants_random_vector(&args(Value::Null)));
+        assert!(wants_random_vector(&args(json!(""))));
+        assert!(wants_random_vector(&args(json!([]))));
+        assert!(!wants_random_vector(&args(json!("AAAA"))));
+        assert!(!wants_random_vector(&args(json!([1]))));
+        assert!(!wants_random_vector(&args(json!(5))));
+    }
 }
