@@ -365,6 +365,35 @@ mod tests {
     }
 
     #[test]
+    fn cache_follows_appends_and_rebuilds_after_removals() {
+        let f = test_factory();
+        let with = |i: usize| {
+            let msg = f.msg("n", i).embedding(vec![i as f32, 1.0]).build();
+            Entry::new(msg.unwrap(), vec![])
+        };
+        let mut s = ThreadState::from_entries(vec![with(0), with(1)]);
+        let built = Arc::as_ptr(&s.embedding_cache());
+        let (change, _) = s.plan_add(vec![with(2)], false);
+        s.apply(change.unwrap());
+        let (change, _) = s.plan_mark(&[s.entries()[0].id()], "m");
+        s.apply(change.unwrap());
+        let cache = s.embedding_cache();
+        assert!(
+            std::ptr::eq(Arc::as_ptr(&cache), built),
+            "appending kept the cache"
+        );
+        assert_eq!(cache.len(), 3);
+        assert_eq!(cache.row(2), Some(&[2.0f32, 1.0][..]));
+        drop(cache);
+        let (change, _) = s.plan_delete(&[0]);
+        s.apply(change.unwrap());
+        let cache = s.embedding_cache();
+        assert_eq!(cache.len(), 2);
+        assert_eq!(cache.row(0), Some(&[1.0f32, 1.0][..]));
+        assert_eq!(cache.matrix().rows(), 2);
+    }
+
+    #[test]
     fn select_recent() {
         let s = state(5);
         assert_eq!(s.select(None, None, Some(0)).len(), 0);
