@@ -1,13 +1,15 @@
 //! A stored message with its marks, holding its embedding compactly.
 //!
 //! A message's embedding is an extra like any other, so inside a [`Msg`] it is a JSON array: at
-//! 1536 dimensions that is 1536 `serde_json::Value`s of 80 bytes each (with `preserve_order`),
-//! about 120 KiB per message and 1.2 GB for 10,000 messages. An [`Entry`] moves the numbers out
-//! into a plain `f64` slice (12 KiB per message) and leaves a `null` in the extra's place, so
+//! 1536 dimensions that is 1536 `serde_json::Value`s of 72 bytes each (with `preserve_order`),
+//! about 110 KB per message. An [`Entry`] moves the numbers out into a plain `f64` slice (12 KB
+//! per message) and leaves a `null` in the extra's place, so
 //! the key keeps its position and [`Entry::message`] rebuilds the very same message. `f64` is
 //! what a JSON float holds, so nothing is rounded and exports stay byte-identical. Arrays with
 //! integers (`[1, 2]`) are rare and are left inside the message, because an integer and the
-//! equal float are written differently.
+//! equal float are written differently. Measured with a counting allocator, 10,000 messages of
+//! 1536 dimensions took 1,481 MB as messages and take 131 MB as entries (193 MB with the
+//! retrieval cache).
 
 use std::borrow::Cow;
 
