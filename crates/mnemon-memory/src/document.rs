@@ -1,11 +1,13 @@
 //! Converting inputs and load documents into entries, and writing export documents (§5.2, §5.4,
 //! §5.5). Everything here runs before the memory is touched, so a failure changes nothing.
 
+use std::cell::Cell;
 use std::io::Write;
 use std::path::Path;
 
 use mnemon_types::msg::pyjson_pretty;
 use mnemon_types::{MsgFactory, MsgKind};
+use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use crate::error::MemoryError;
@@ -48,21 +50,98 @@ pub(crate) fn decode_source(
         LoadSource::Path(path) => read_text(&path)?,
     };
     let text = text.strip_prefix('\u{feff}').unwrap_or(&text);
-    let document: Value = serde_json::from_str(text).map_err(|e| MemoryError::InvalidJson {
-        detail: e.to_string(),
-    })?;
-    match &document {
-        Value::Array(items) => {
-            let mut entries = Vec::with_capacity(items.len());
-            for (p, item) in items.iter().enumerate() {
-                entries.extend(value_to_entries(factory, item, p, &[])?);
+    decode_document(factory, text)
+}
+
+/// Decodes a load document (§5.4) element by element: each array element is parsed, converted
+/// and dropped before the next is read, so the JSON tree of a large export (about 72 bytes per
+/// number) never exists whole; only the compact entries accumulate.
+fn decode_document(factory: &MsgFactory, text: &str) -> Result<Vec<Entry>, MemoryError> {
+    let failure = Cell::new(None);
+    let mut de = serde_json::Deserializer::from_str(text);
+    let visitor = DocumentVisitor {
+        factory,
+        failure: &failure,
+    };
+    let decoded = serde::Deserializer::deserialize_any(&mut de, visitor).and_then(|entries| {
+        de.end()?;
+        Ok(entries)
+    });
+    decoded.map_err(|e| {
+        failure.take().unwrap_or_else(|| MemoryError::InvalidJson {
+            detail: e.to_string(),
+        })
+    })
+}
+
+/// Converts the document's items as the parser reaches them. A conversion failure is parked in
+/// `failure` (the parser only carries its own error type) and reported instead of the parse
+/// error it causes.
+struct DocumentVisitor<'a> {
+    factory: &'a MsgFactory,
+    failure: &'a Cell<Option<MemoryError>>,
+}
+
+impl DocumentVisitor<'_> {
+    fn fail<T, E: serde::de::Error>(&self, error: MemoryError) -> Result<T, E> {
+        self.failure.set(Some(error));
+        Err(E::custom("the document's messages are invalid"))
+    }
+
+    fn scalar<T, E: serde::de::Error>(&self, found: &str) -> Result<T, E> {
+        self.fail(MemoryError::InvalidFormat {
+            found: found.into(),
+        })
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for DocumentVisitor<'_> {
+    type Value = Vec<Entry>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a JSON array or object of messages")
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<Entry>, A::Error> {
+        let mut entries = Vec::with_capacity(seq.size_hint().unwrap_or(0));
+        let mut p = 0;
+        while let Some(item) = seq.next_element::<Value>()? {
+            match value_to_entries(self.factory, &item, p, &[]) {
+                Ok(converted) => entries.extend(converted),
+                Err(error) => return self.fail(error),
             }
-            Ok(entries)
+            p += 1;
         }
-        Value::Object(_) => value_to_entries(factory, &document, 0, &[]),
-        other => Err(MemoryError::InvalidFormat {
-            found: describe(other).into(),
-        }),
+        Ok(entries)
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<Vec<Entry>, A::Error> {
+        let document = Value::deserialize(serde::de::value::MapAccessDeserializer::new(map))?;
+        value_to_entries(self.factory, &document, 0, &[]).or_else(|error| self.fail(error))
+    }
+
+    fn visit_unit<E: serde::de::Error>(self) -> Result<Vec<Entry>, E> {
+        self.scalar("null")
+    }
+
+    fn visit_bool<E: serde::de::Error>(self, _: bool) -> Result<Vec<Entry>, E> {
+        self.scalar("a boolean")
+    }
+
+    fn visit_i64<E: serde::de::Error>(self, _: i64) -> Result<Vec<Entry>, E> {
+        self.scalar("a number")
+    }
+
+    fn visit_u64<E: serde::de::Error>(self, _: u64) -> Result<Vec<Entry>, E> {
+        self.scalar("a number")
+    }
+
+    fn visit_f64<E: serde::de::Error>(self, _: f64) -> Result<Vec<Entry>, E> {
+        self.scalar("a number")
+    }
+
+    fn visit_str<E: serde::de::Error>(self, _: &str) -> Result<Vec<Entry>, E> {
+        self.scalar("a string")
     }
 }
 
@@ -74,17 +153,6 @@ pub(crate) fn io_error(path: &Path, error: &std::io::Error) -> MemoryError {
     MemoryError::Io {
         path: path.display().to_string(),
         detail: error.to_string(),
-    }
-}
-
-fn describe(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
     }
 }
 
@@ -247,6 +315,43 @@ mod tests {
 
     fn decode(text: String) -> Result<Vec<Entry>, MemoryError> {
         decode_source(&test_factory(), LoadSource::Json(text))
+    }
+
+    #[test]
+    fn typed_errors_from_the_streaming_decoder() {
+        let found = |text: &str| match decode(text.into()) {
+            Err(MemoryError::InvalidFormat { found }) => found,
+            other => panic!("{text}: {other:?}"),
+        };
+        assert_eq!(found("5"), "a number");
+        assert_eq!(found("-5"), "a number");
+        assert_eq!(found("1.5"), "a number");
+        assert_eq!(found("null"), "null");
+        assert_eq!(found(" true "), "a boolean");
+        assert_eq!(found("\"x\""), "a string");
+        let ok = r#"{"name": "a", "content": 1}"#;
+        assert!(matches!(
+            decode(format!("[{ok}, 3]")),
+            Err(MemoryError::NotAnObject { p: 1 })
+        ));
+        assert!(matches!(
+            decode(format!("[{ok}, {{\"name\": \"b\"}}]")),
+            Err(MemoryError::MissingField { p: 1, .. })
+        ));
+        for broken in [
+            format!("[{ok}, {ok}"),
+            format!("[{ok}] x"),
+            String::new(),
+            "[".into(),
+        ] {
+            assert!(
+                matches!(decode(broken.clone()), Err(MemoryError::InvalidJson { .. })),
+                "{broken}"
+            );
+        }
+        assert_eq!(decode("[]".into()).unwrap().len(), 0);
+        assert_eq!(decode(format!(" [{ok}, {ok}] \n")).unwrap().len(), 2);
+        assert_eq!(decode(ok.into()).unwrap().len(), 1);
     }
 
     proptest! {
