@@ -329,9 +329,10 @@ impl<'a> ExactScorer<'a> {
 /// Each `f32` score `a` comes with a bound `e` on its distance from the exact `f64` score (the
 /// forward error of an `f32` sum of n products is at most γₙ·Σ|qᵢeᵢ| ≤ n·2⁻²⁴·‖q‖‖e‖ whatever
 /// the summation order; the bound used is twice that, plus slack for underflow). If `L` is the
-/// lowest `a − e` among the `keep` best approximate scores, those `keep` messages all score at
-/// least `L` exactly, so a message with `a + e < L` cannot make the cut: it is dropped, and only
-/// the rest are scored exactly. The result is therefore the same as scoring everything exactly.
+/// lowest `a − e` among the messages whose `a` reaches the `keep`-th best, those (at least
+/// `keep`) messages all score at least `L` exactly, so a message with `a + e < L` cannot make the
+/// cut: it is dropped, and only the rest are scored exactly. The result is therefore the same as
+/// scoring everything exactly.
 ///
 /// Returns `None` (score everything exactly) when a candidate is not in the matrix, the query is
 /// not finite, or an approximate score overflows.
@@ -356,11 +357,14 @@ fn shortlist(
     let underflow = n * f64::powi(2.0, -120);
     let query_norm = exact::norm(query);
     // Only the candidates' rows are read (a mark may select few), in parallel and in order.
-    let bound = |&i: &usize| -> Option<(f64, f64, usize)> {
-        let r = cache.matrix_row(i)?;
-        let raw = f64::from(kernel(view.row(r)?, query));
+    // A non-finite value (overflow, or a row outside the matrix) marks the whole scan unusable.
+    let bound = |&i: &usize| -> (f64, f64) {
+        let Some((r, row)) = cache.matrix_row(i).and_then(|r| Some((r, view.row(r)?))) else {
+            return (f64::NAN, f64::NAN);
+        };
+        let raw = f64::from(kernel(row, query));
         let norm = cache.row_norm(r);
-        let (a, e) = match metric {
+        match metric {
             Metric::Dot => (raw, relative * query_norm * norm + underflow),
             Metric::Cosine if query_norm == 0.0 || norm == 0.0 => (0.0, 0.0),
             Metric::Cosine => {
@@ -368,28 +372,30 @@ fn shortlist(
                 (raw / scale, relative + underflow / scale)
             }
             _ => (raw, relative * raw.abs() + underflow.sqrt()),
-        };
-        (a.is_finite() && e.is_finite()).then_some((a, e, i))
+        }
     };
-    let bounded: Vec<(f64, f64, usize)> = chosen
-        .par_iter()
-        .with_min_len(512)
-        .map(bound)
-        .collect::<Option<_>>()?;
-    if keep == 0 || keep >= bounded.len() {
+    let bounded: Vec<(f64, f64)> = chosen.par_iter().with_min_len(512).map(bound).collect();
+    if keep == 0
+        || keep >= bounded.len()
+        || !bounded.iter().all(|(a, e)| a.is_finite() && e.is_finite())
+    {
         return None;
     }
-    let mut by_approx = bounded.clone();
-    by_approx.select_nth_unstable_by(keep - 1, |x, y| y.0.total_cmp(&x.0));
-    let floor = by_approx[..keep]
+    // The keep-th best approximate score; every message scoring at least that is among the
+    // best (ties may add more, which only lowers the floor and keeps the argument sound).
+    let mut approx: Vec<f64> = bounded.iter().map(|&(a, _)| a).collect();
+    let (_, &mut kth, _) = approx.select_nth_unstable_by(keep - 1, |x, y| y.total_cmp(x));
+    let floor = bounded
         .iter()
-        .map(|&(a, e, _)| a - e)
+        .filter(|&&(a, _)| a >= kth)
+        .map(|&(a, e)| a - e)
         .fold(f64::INFINITY, f64::min);
     Some(
         bounded
-            .into_iter()
-            .filter(|&(a, e, _)| a + e >= floor)
-            .map(|(_, _, i)| i)
+            .iter()
+            .zip(chosen)
+            .filter(|&(&(a, e), _)| a + e >= floor)
+            .map(|(_, &i)| i)
             .collect(),
     )
 }
