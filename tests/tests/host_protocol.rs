@@ -361,6 +361,31 @@ fn oversized_bodies_get_413() {
 }
 
 #[test]
+fn a_body_that_does_not_arrive_gets_408() {
+    let server = Server::start(
+        fixture_sources(),
+        HostOptions {
+            body_timeout: Duration::from_millis(300),
+            ..HostOptions::default()
+        },
+    );
+    let started = Instant::now();
+    let head = raw_exchange(
+        &server,
+        b"POST / HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"version\"",
+    );
+    assert!(head.starts_with("HTTP/1.1 408"), "{head}");
+    assert!(
+        head.contains(r#"{"error":"request body not received in time"}"#),
+        "{head}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(5));
+    // Complete bodies are unaffected.
+    let reply = post_json(&server, &Value::Object(case_args("bits_1_near_sail")));
+    assert_eq!(reply.status, 200);
+}
+
+#[test]
 fn cors_on_every_response_and_preflight() {
     let server = Server::fixture();
     let replies = [

@@ -52,10 +52,12 @@ fn content_length(headers: &HeaderMap) -> Option<u64> {
 }
 
 /// Reads the query arguments of a `POST /`. Bodies over `max_bytes` fail with 413, refused on
-/// their `Content-Length` before any byte is read when the client declared one.
+/// their `Content-Length` before any byte is read when the client declared one; bodies that take
+/// longer than `timeout` to arrive fail with 408.
 pub(crate) async fn read_args(
     req: Request,
     max_bytes: usize,
+    timeout: std::time::Duration,
 ) -> Result<Map<String, Value>, ApiError> {
     let declared = content_length(req.headers());
     if declared.is_some_and(|n| n > max_bytes as u64) {
@@ -66,7 +68,9 @@ pub(crate) async fn read_args(
         return Ok(Map::new());
     }
     let (parts, body) = req.into_parts();
-    let bytes = read_limited(body, max_bytes, declared).await?;
+    let bytes = tokio::time::timeout(timeout, read_limited(body, max_bytes, declared))
+        .await
+        .map_err(|_| ApiError::body_timeout())??;
     match kind {
         BodyKind::Json => json_args(&bytes),
         BodyKind::Form => Ok(form_args(&bytes)),

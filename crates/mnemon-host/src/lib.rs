@@ -4,7 +4,8 @@
 //! * `POST /` runs a query. Arguments come from a form-urlencoded, multipart or JSON body; the
 //!   media type is matched case-insensitively and its parameters are ignored. `count` defaults
 //!   to 1000. Results are 200 with compact JSON; bad arguments are 400 `{"error": "<message>"}`;
-//!   bodies over the limit (2 MiB by default) are 413, refused on `Content-Length` first.
+//!   bodies over the limit (2 MiB by default) are 413, refused on `Content-Length` first;
+//!   bodies that do not arrive within 30 s are 408.
 //! * `OPTIONS /` answers CORS preflights; every response allows any origin. Responses of 500
 //!   bytes or more are gzipped for clients that accept it.
 //! * `GET /healthz` (200 `{"status":"ok"}`), `GET /_ah/warmup` (204), and, for loopback clients,

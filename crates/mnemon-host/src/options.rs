@@ -24,6 +24,9 @@ pub struct HostOptions {
     /// Seeds one RNG that draws the random query vector of every query without an embedding, so
     /// a run is reproducible. `None` seeds each random query from the OS.
     pub random_seed: Option<u64>,
+    /// How long a client may take to send a request body; slower ones get 408, so idle or
+    /// trickling clients cannot hold connections and buffers forever.
+    pub body_timeout: Duration,
     /// How long in-flight requests may take to finish after SIGINT or SIGTERM.
     pub drain_timeout: Duration,
     /// Serve `POST /admin/reload` to clients connecting from a loopback address.
@@ -40,6 +43,7 @@ impl Default for HostOptions {
         HostOptions {
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             random_seed: None,
+            body_timeout: Duration::from_secs(30),
             drain_timeout: Duration::from_secs(10),
             admin_reload: true,
             fast: false,

@@ -28,6 +28,14 @@ impl ApiError {
         Self::new(StatusCode::PAYLOAD_TOO_LARGE, "request body too large")
     }
 
+    /// 408: the body did not arrive in time.
+    pub(crate) fn body_timeout() -> Self {
+        Self::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "request body not received in time",
+        )
+    }
+
     /// 500: a fault of the host. The details go to the log, never to the client.
     pub(crate) fn internal() -> Self {
         Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal error")

@@ -68,7 +68,12 @@ async fn query(State(state): State<Arc<HostState>>, req: Request) -> Response {
 /// Parses the body, then runs the query and serialises its result on the blocking pool, so a
 /// slow scan never holds up the threads that accept and parse other requests.
 async fn run_query(state: &HostState, req: Request) -> Result<(Vec<u8>, usize), ApiError> {
-    let args = body::read_args(req, state.options.max_body_bytes).await?;
+    let args = body::read_args(
+        req,
+        state.options.max_body_bytes,
+        state.options.body_timeout,
+    )
+    .await?;
     let snapshot = state.snapshot();
     let seed = if wants_random_vector(&args) {
         state.next_seed()
