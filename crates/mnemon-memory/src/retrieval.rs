@@ -498,6 +498,38 @@ mod tests {
         }
     }
 
+    proptest::proptest! {
+        /// Rows drawn from few values, so exact and near ties are common.
+        #[test]
+        fn two_phase_equals_exact_on_arbitrary_rows(
+            rows in proptest::collection::vec(
+                proptest::collection::vec(proptest::sample::select(vec![-1.0f32, -0.5, 0.0, 1e-7, 0.25, 1.0, 3.0]), 6),
+                2..60,
+            ),
+            query in proptest::collection::vec(-2.0f32..2.0, 6),
+            top_k in 1usize..20,
+            metric in 0usize..3,
+        ) {
+            let f = test_factory();
+            let entries = rows
+                .into_iter()
+                .enumerate()
+                .map(|(i, v)| Entry::new(f.msg("n", i).embedding(v).build().unwrap(), vec![]))
+                .collect();
+            let state = ThreadState::from_entries(entries);
+            let options = RetrieveOptions {
+                metric: [Metric::Cosine, Metric::Dot, Metric::NegEuclidean][metric].clone(),
+                top_k: Some(top_k),
+                preserve_order: false,
+                mark: None,
+            };
+            let key = |r: Vec<Retrieved>| r.into_iter().map(|r| (r.index, r.score)).collect::<Vec<_>>();
+            let fast = key(score_with(&state, &query, &options, 0).unwrap());
+            let slow = key(score_with(&state, &query, &options, usize::MAX).unwrap());
+            proptest::prop_assert_eq!(fast, slow);
+        }
+    }
+
     #[test]
     fn shortlist_is_short_when_scores_spread() {
         let mut rng = Pcg64::seed_from_u64(5);
