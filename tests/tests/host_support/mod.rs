@@ -169,11 +169,23 @@ pub fn file_sources(path: &Path) -> Sources {
 
 /// A blocking client that never uses a proxy and never decompresses by itself.
 pub fn client() -> reqwest::blocking::Client {
+    install_crypto_provider();
     reqwest::blocking::Client::builder()
         .no_proxy()
         .timeout(Duration::from_secs(120))
         .build()
         .unwrap()
+}
+
+/// `cargo test --workspace` unifies reqwest's features across the workspace, and
+/// `mnemon-embed` turns on `rustls-no-provider`: a client built before any rustls provider is
+/// installed then panics. The tests only speak plain HTTP to 127.0.0.1, but reqwest builds its
+/// TLS configuration up front, so install ring (as `mnemon-embed` does) when nothing is yet.
+fn install_crypto_provider() {
+    if rustls::crypto::CryptoProvider::get_default().is_none() {
+        // Losing a race with another test thread is fine: any provider will do.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    }
 }
 
 /// A response, fully read.
