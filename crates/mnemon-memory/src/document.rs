@@ -219,7 +219,12 @@ pub(crate) fn render_export(entries: &[Entry], include_marks: bool) -> String {
 }
 
 /// Writes `text` to `path` atomically: a temporary file in the same directory, fsynced, then
-/// renamed over the target (and the directory fsynced, where the platform allows).
+/// renamed over the target, and the directory fsynced so that the rename itself is durable.
+///
+/// The temporary file has a random name and is created with `O_EXCL` (tempfile), so concurrent
+/// exports to the same path never share a temporary file, and a file or symlink planted under a
+/// predictable name is never opened or followed. The rename replaces a symlink at `path` itself
+/// rather than writing through it.
 pub(crate) fn write_atomically(path: &Path, text: &str) -> Result<(), MemoryError> {
     let dir = match path.parent() {
         Some(dir) if !dir.as_os_str().is_empty() => dir.to_path_buf(),
@@ -229,23 +234,38 @@ pub(crate) fn write_atomically(path: &Path, text: &str) -> Result<(), MemoryErro
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_else(|| "export".into());
-    let temp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
-    let result = (|| {
-        let mut file = std::fs::File::create(&temp)?;
+    let prefix = format!(".{name}.");
+    let mut builder = tempfile::Builder::new();
+    builder.prefix(&prefix).suffix(".tmp");
+    // tempfile creates files 0600; an export is an ordinary document, so ask for 0666 and let
+    // the umask narrow it, as `File::create` would.
+    #[cfg(unix)]
+    builder.permissions(std::os::unix::fs::PermissionsExt::from_mode(0o666));
+    let written = (|| {
+        let mut file = builder.tempfile_in(&dir)?;
         file.write_all(text.as_bytes())?;
-        file.sync_all()?;
-        drop(file);
-        std::fs::rename(&temp, path)?;
-        // Makes the rename itself durable; directories cannot be opened this way everywhere.
-        if let Ok(dir) = std::fs::File::open(&dir) {
-            let _ = dir.sync_all();
-        }
+        file.as_file().sync_all()?;
+        // On failure `persist` hands the file back; dropping it removes the temporary file.
+        file.persist(path).map_err(|e| e.error)?;
         Ok(())
     })();
-    result.map_err(|e: std::io::Error| {
-        let _ = std::fs::remove_file(&temp);
-        io_error(path, &e)
-    })
+    written.map_err(|e: std::io::Error| io_error(path, &e))?;
+    sync_dir(&dir).map_err(|e| io_error(&dir, &e))
+}
+
+/// Fsyncs a directory, making a rename inside it durable. Only Unix can open a directory as a
+/// file; elsewhere the rename's durability is the file system's business.
+fn sync_dir(dir: &Path) -> std::io::Result<()> {
+    #[cfg(unix)]
+    match std::fs::File::open(dir)?.sync_all() {
+        // Some file systems (e.g. some network mounts) cannot fsync a directory at all; the
+        // file's data is already synced, so that is no reason to fail the export.
+        Err(e) if e.kind() == std::io::ErrorKind::InvalidInput => {}
+        other => other?,
+    }
+    #[cfg(not(unix))]
+    let _ = dir;
+    Ok(())
 }
 
 /// The kind recorded for entries read back from storage.
@@ -354,6 +374,93 @@ mod tests {
         assert_eq!(decode("[]".into()).unwrap().len(), 0);
         assert_eq!(decode(format!(" [{ok}, {ok}] \n")).unwrap().len(), 2);
         assert_eq!(decode(ok.into()).unwrap().len(), 1);
+    }
+
+    fn leftovers(dir: &Path) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.ends_with(".tmp"))
+            .collect();
+        names.sort();
+        names
+    }
+
+    #[test]
+    fn concurrent_exports_to_one_path_never_collide() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("export.json");
+        let texts: Vec<String> = (0..8)
+            .map(|i| format!("[{}]", i.to_string().repeat(50_000)))
+            .collect();
+        std::thread::scope(|scope| {
+            for text in &texts {
+                let path = &path;
+                scope.spawn(move || {
+                    for _ in 0..5 {
+                        write_atomically(path, text).unwrap();
+                    }
+                });
+            }
+        });
+        // Whole documents only: the last rename wins, never a mixture of two writers.
+        let written = std::fs::read_to_string(&path).unwrap();
+        assert!(texts.contains(&written));
+        assert!(leftovers(dir.path()).is_empty());
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn planted_symlinks_are_not_followed() {
+        use std::os::unix::fs::{PermissionsExt, symlink};
+        let dir = tempfile::tempdir().unwrap();
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, "precious").unwrap();
+        // The temporary name the old implementation used, planted as a symlink.
+        let path = dir.path().join("export.json");
+        let planted = dir
+            .path()
+            .join(format!(".export.json.{}.tmp", std::process::id()));
+        symlink(&victim, &planted).unwrap();
+        write_atomically(&path, "[]").unwrap();
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "[]");
+        // A symlink at the target is replaced, not written through.
+        let link = dir.path().join("link.json");
+        symlink(&victim, &link).unwrap();
+        write_atomically(&link, "[1]").unwrap();
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
+        assert!(
+            !std::fs::symlink_metadata(&link)
+                .unwrap()
+                .file_type()
+                .is_symlink()
+        );
+        assert_eq!(std::fs::read_to_string(&link).unwrap(), "[1]");
+        // The export gets the permissions `File::create` gives (0666 less the umask), not 0600.
+        let reference = dir.path().join("reference");
+        std::fs::File::create(&reference).unwrap();
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&path), mode(&reference));
+        std::fs::remove_file(&planted).unwrap();
+        assert!(leftovers(dir.path()).is_empty());
+    }
+
+    #[test]
+    fn a_failed_export_leaves_no_temporary_file() {
+        let dir = tempfile::tempdir().unwrap();
+        // Renaming a file over a non-empty directory fails after the temporary file is written.
+        let target = dir.path().join("occupied");
+        std::fs::create_dir(&target).unwrap();
+        std::fs::write(target.join("inside"), "x").unwrap();
+        let err = write_atomically(&target, "[]").unwrap_err();
+        assert!(matches!(err, MemoryError::Io { .. }), "{err:?}");
+        assert!(leftovers(dir.path()).is_empty());
+        let missing = dir.path().join("no/such/dir/export.json");
+        assert!(matches!(
+            write_atomically(&missing, "[]"),
+            Err(MemoryError::Io { .. })
+        ));
     }
 
     proptest! {
