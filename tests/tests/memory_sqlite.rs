@@ -97,6 +97,39 @@ fn scopes_are_separate_threads() {
 }
 
 #[test]
+fn existing_memory_never_creates_a_thread() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(&dir.path().join("m.sqlite3"));
+    assert!(
+        store
+            .existing_memory(Scope::session("s"))
+            .unwrap()
+            .is_none()
+    );
+    assert!(store.threads().unwrap().is_empty());
+    store
+        .memory(Scope::session("s"))
+        .unwrap()
+        .add(vec![json!({"id": "x", "name": "n", "content": "a"}).into()])
+        .unwrap();
+    let found = store.existing_memory(Scope::session("s")).unwrap().unwrap();
+    assert_eq!(found.size().unwrap(), 1);
+    assert!(
+        store
+            .existing_memory(Scope::session("t"))
+            .unwrap()
+            .is_none()
+    );
+    assert_eq!(store.threads().unwrap(), vec![Scope::session("s")]);
+    assert_eq!(
+        store.existing_memory(Scope::session("")).unwrap_err(),
+        MemoryError::InvalidScope {
+            field: "session_id".into()
+        }
+    );
+}
+
+#[test]
 fn other_handles_writes_are_seen() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("m.sqlite3");

@@ -210,6 +210,28 @@ impl SqliteStore {
         })
     }
 
+    /// The memory of one thread if the thread exists, without creating it: for readers that
+    /// must not leave an empty thread behind (a mistyped session id should be an error, not a
+    /// new session). A later write through the returned memory recreates the thread if it was
+    /// dropped in the meantime, as [`memory`](Self::memory) would.
+    pub fn existing_memory(
+        self: &Arc<Self>,
+        scope: Scope,
+    ) -> Result<Option<SqliteMemory>, MemoryError> {
+        let exists = {
+            let mut conn = self.lock();
+            let tx = conn.transaction()?;
+            let found = thread_row(&tx, &scope, None)?.is_some();
+            tx.commit()?;
+            found
+        };
+        Ok(exists.then(|| SqliteMemory {
+            store: Arc::clone(self),
+            scope,
+            mirror: Mutex::new(Mirror::default()),
+        }))
+    }
+
     /// Every thread's scope, oldest first.
     pub fn threads(&self) -> Result<Vec<Scope>, MemoryError> {
         let conn = self.lock();

@@ -4,8 +4,8 @@ use std::path::{Path, PathBuf};
 
 use clap::{Args, Subcommand, ValueEnum};
 use mnemon_memory::{
-    BudgetOptions, Cl100kTokenizer, ExportOptions, ExportTarget, InMemoryMemory, LoadSource,
-    Memory, MemoryError, MemoryQuery, Metric, RetrievalQuery, RetrieveOptions, Scope,
+    BudgetOptions, Cl100kTokenizer, ExportOptions, ExportTarget, Exported, InMemoryMemory,
+    LoadSource, Memory, MemoryError, MemoryQuery, Metric, RetrievalQuery, RetrieveOptions, Scope,
     SqliteOptions, SqliteStore,
 };
 use serde::Serialize;
@@ -31,7 +31,7 @@ pub(crate) enum MemoryCommand {
     },
     /// Write a session's messages to a file, in AgentScope 0.0.x's export layout.
     Export {
-        /// The session to export.
+        /// The session to export (it must exist).
         #[arg(long)]
         session: String,
         /// The file to write (replaced atomically).
@@ -80,7 +80,8 @@ pub(crate) enum MemoryCommand {
 #[derive(Debug, Args)]
 #[group(multiple = false)]
 pub(crate) struct Source {
-    /// A session in `<data-dir>/mnemon.sqlite3` (the default thread when neither is given).
+    /// A session in `<data-dir>/mnemon.sqlite3` (the default thread when neither is given); it
+    /// must exist.
     #[arg(long, value_name = "S")]
     session: Option<String>,
     /// An export file, read directly.
@@ -114,6 +115,8 @@ fn memory_error(error: MemoryError) -> CliError {
     }
 }
 
+/// The session's memory for writing: the data directory, the database and the session are
+/// created as needed.
 fn session_memory(data_dir: &Path, scope: Scope) -> Result<Box<dyn Memory>, CliError> {
     std::fs::create_dir_all(data_dir).map_err(|e| {
         CliError::failure(anyhow::anyhow!("cannot create {}: {e}", data_dir.display()))
@@ -121,6 +124,52 @@ fn session_memory(data_dir: &Path, scope: Scope) -> Result<Box<dyn Memory>, CliE
     let store = SqliteStore::open(data_dir.join(DATABASE), SqliteOptions::default())
         .map_err(memory_error)?;
     Ok(Box::new(store.memory(scope).map_err(memory_error)?))
+}
+
+/// How many known sessions an error message lists before eliding the rest.
+const LISTED_SESSIONS: usize = 20;
+
+/// The session's memory for reading. Reads never create the database or the session, so a
+/// mistyped `--session` is an input error naming the known sessions, rather than an empty
+/// session silently created (and, for `export`, an empty `[]` file written).
+fn existing_session_memory(data_dir: &Path, scope: Scope) -> Result<Box<dyn Memory>, CliError> {
+    let path = data_dir.join(DATABASE);
+    let wanted = match &scope.session_id {
+        Some(session) => format!("no memory session {session:?}"),
+        None => "no default memory session (the one used without --session)".to_owned(),
+    };
+    if !path.exists() {
+        return Err(CliError::input(anyhow::anyhow!(
+            "{wanted}: {} does not exist; create a session with `mnemon memory import FILE \
+             --session S`, or read an export file with --file",
+            path.display()
+        )));
+    }
+    let store = SqliteStore::open(&path, SqliteOptions::default()).map_err(memory_error)?;
+    if let Some(memory) = store.existing_memory(scope).map_err(memory_error)? {
+        return Ok(Box::new(memory));
+    }
+    // Only sessions without a user or agent id can be named with --session.
+    let known: Vec<String> = store
+        .threads()
+        .map_err(memory_error)?
+        .into_iter()
+        .filter(|s| s.user_id.is_none() && s.agent_id.is_none())
+        .filter_map(|s| s.session_id)
+        .collect();
+    let listed = match known.len() {
+        0 => "there are no sessions yet".to_owned(),
+        n if n <= LISTED_SESSIONS => format!("known sessions: {}", known.join(", ")),
+        n => format!(
+            "known sessions: {}, and {} more",
+            known[..LISTED_SESSIONS].join(", "),
+            n - LISTED_SESSIONS
+        ),
+    };
+    Err(CliError::input(anyhow::anyhow!(
+        "{wanted} in {}; {listed}",
+        path.display()
+    )))
 }
 
 fn open_source(data_dir: &Path, source: Source) -> Result<Box<dyn Memory>, CliError> {
@@ -132,8 +181,8 @@ fn open_source(data_dir: &Path, source: Source) -> Result<Box<dyn Memory>, CliEr
                 .map_err(memory_error)?;
             Ok(Box::new(memory))
         }
-        (None, Some(session)) => session_memory(data_dir, Scope::session(session)),
-        (None, None) => session_memory(data_dir, Scope::default()),
+        (None, Some(session)) => existing_session_memory(data_dir, Scope::session(session)),
+        (None, None) => existing_session_memory(data_dir, Scope::default()),
     }
 }
 
@@ -156,14 +205,18 @@ pub(crate) fn run(command: MemoryCommand, data_dir: &Path) -> CliResult {
             file,
             include_marks,
         } => {
-            let memory = session_memory(data_dir, Scope::session(session))?;
-            let count = memory.size().map_err(memory_error)?;
-            memory
+            let memory = existing_session_memory(data_dir, Scope::session(session))?;
+            // The count is the one written, even if another process writes meanwhile.
+            let exported = memory
                 .export(
                     ExportTarget::File(file.clone()),
                     &ExportOptions { include_marks },
                 )
                 .map_err(memory_error)?;
+            let count = match exported {
+                Exported::File { count, .. } => count,
+                _ => 0,
+            };
             print_json(&serde_json::json!({"file": file, "count": count}))
         }
         MemoryCommand::Show {
