@@ -8,6 +8,7 @@
 
 use anyhow::{Result, bail};
 
+mod bench_host;
 mod bench_library;
 mod cargo;
 mod ci;
@@ -43,7 +44,8 @@ fn bench(args: &[String]) -> Result<()> {
     let rest = args.get(1..).unwrap_or_default();
     match args.first().map(String::as_str) {
         Some("library") => bench_library::run(rest),
-        Some(other) => bail!("unknown benchmark {other:?}; available: library"),
+        Some("host") => bench_host::run(rest),
+        Some(other) => bail!("unknown benchmark {other:?}; available: library, host"),
         None => bail!("usage: cargo xtask bench <name>"),
     }
 }

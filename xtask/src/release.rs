@@ -44,7 +44,17 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
         .with_context(|| format!("{version:?} is not a semantic version such as 0.2.0"))?;
 
     let root = workspace_root();
-    require_changelog_section(&root.join("docs/CHANGELOG.md"), &version)?;
+    let changelog = root.join("docs/CHANGELOG.md");
+    match require_changelog_section(&changelog, &version) {
+        Ok(()) => {}
+        // A dry run rehearses the release before the changelog is cut: pending notes under
+        // `## Unreleased` stand in for the version's section, and the run says what is left.
+        Err(missing) if dry_run && has_unreleased_notes(&changelog)? => eprintln!(
+            "note: {missing:#}\n      (dry run: the `## Unreleased` notes stand in for it; rename \
+             that heading to `## {version} - YYYY-MM-DD` before the real release)"
+        ),
+        Err(missing) => return Err(missing),
+    }
 
     let crates = publishable_crates(&root)?;
     let order = dependency_order(&crates)?;
@@ -119,6 +129,23 @@ fn require_changelog_section(path: &Path, version: &semver::Version) -> Result<(
         );
     }
     Ok(())
+}
+
+/// Whether the changelog has an `## Unreleased` section with at least one line of notes.
+fn has_unreleased_notes(path: &Path) -> Result<bool> {
+    let text =
+        fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let mut lines = text.lines().skip_while(|line| {
+        !line
+            .strip_prefix("## ")
+            .is_some_and(|h| h.trim_start_matches('[').starts_with("Unreleased"))
+    });
+    if lines.next().is_none() {
+        return Ok(false);
+    }
+    Ok(lines
+        .take_while(|line| !line.starts_with("## "))
+        .any(|line| !line.trim().is_empty() && !line.starts_with('#')))
 }
 
 /// The workspace's publishable crates, from `cargo metadata`.
@@ -298,6 +325,26 @@ mod tests {
         assert!(require_changelog_section(&path, &v("0.1.0")).is_ok());
         assert!(require_changelog_section(&path, &v("0.2.1")).is_err());
         assert!(require_changelog_section(&path, &v("0.2.0-rc.1")).is_err());
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn unreleased_needs_notes() {
+        let dir = std::env::temp_dir().join(format!("xtask-unrel-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("CHANGELOG.md");
+        let check = |text: &str| {
+            fs::write(&path, text).unwrap();
+            has_unreleased_notes(&path).unwrap()
+        };
+        assert!(check(
+            "# C\n\n## Unreleased\n\n### Added\n- a thing\n\n## 0.1.0\n"
+        ));
+        assert!(check("# C\n\n## [Unreleased]\n- a thing\n"));
+        assert!(!check(
+            "# C\n\n## Unreleased\n\n### Added\n\n## 0.1.0\n- old\n"
+        ));
+        assert!(!check("# C\n\n## 0.1.0\n- old\n"));
         fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -1,5 +1,5 @@
-//! The sample library shipped in `examples/sample-library/` (served by `mnemon serve` when no
-//! library is given) is generated from `source.txt` with the hashing embedder and real
+//! The sample library shipped in `crates/mnemon/sample-library/` (linked from
+//! `examples/sample-library/`; served by `mnemon serve` when no library is given) is generated from `source.txt` with the hashing embedder and real
 //! cl100k_base token counts. This test rebuilds it and fails when the committed file is stale.
 //!
 //! Regenerate after editing the source:
@@ -13,7 +13,7 @@ use mnemon_library::{AccessPolicy, Library, encode_embedding};
 use serde_json::{Map, Value, json};
 
 fn sample_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples/sample-library")
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../mnemon/sample-library")
 }
 
 /// One bit of the source: header fields and text.

@@ -12,15 +12,13 @@ use mnemon_host::{
 
 use super::{CliError, CliResult};
 
-/// Where the sample library lives in a source checkout; `serve` reads it from disk there, so a
-/// SIGHUP picks up a regenerated file.
-const SAMPLE_PATH: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../../examples/sample-library/library.json"
-);
+/// Where the sample library lives in a source checkout (and in the packaged crate, which is why
+/// it sits inside this crate; `examples/sample-library` at the top of the repository links
+/// here); `serve` reads it from disk there, so a SIGHUP picks up a regenerated file.
+const SAMPLE_PATH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/sample-library/library.json");
 
 /// The same sample library compiled in, so `serve` works from anywhere.
-const SAMPLE_BYTES: &[u8] = include_bytes!("../../../../examples/sample-library/library.json");
+const SAMPLE_BYTES: &[u8] = include_bytes!("../../sample-library/library.json");
 
 /// Serve embedding libraries over HTTP, compatible with Polymath clients.
 #[derive(Debug, clap::Args)]
