@@ -210,6 +210,8 @@ fn check_fixture_retrieval(memory: &dyn Memory) {
         .map(|x| x.as_f64().unwrap() as f32)
         .collect();
     for (top_k, preserve_order, key) in [
+        // Every message's score, in memory order.
+        (None, true, "all_scores"),
         (Some(2), true, "top_k_2_preserve_order_True"),
         (Some(2), false, "top_k_2_preserve_order_False"),
         (None, false, "top_k_None_preserve_order_False"),
@@ -430,26 +432,61 @@ pub fn dedupe(make: Maker<'_>) {
     assert_eq!(last.role(), "assistant");
 }
 
-/// Bad input gives a typed error and leaves the memory exactly as it was.
+/// Everything a memory holds that a caller can see: the export with marks (messages, their
+/// order and their marks) and the size.
+fn snapshot(memory: &dyn Memory) -> (String, usize) {
+    let Exported::Json(text) = memory
+        .export(
+            ExportTarget::Json,
+            &ExportOptions {
+                include_marks: true,
+            },
+        )
+        .unwrap()
+    else {
+        panic!("JSON expected")
+    };
+    (text, memory.size().unwrap())
+}
+
+/// The check-1 memory with marks on two messages, so that "unchanged" covers marks too.
+fn build_marked(memory: &dyn Memory) {
+    build(memory);
+    memory
+        .mark(&["a0000000000000000000000000000001"], "pin")
+        .unwrap();
+    memory
+        .mark(
+            &[
+                "a0000000000000000000000000000004",
+                "a0000000000000000000000000000001",
+            ],
+            "later",
+        )
+        .unwrap();
+}
+
+/// Bad input gives a typed error and leaves the memory exactly as it was (messages, order and
+/// marks), whether it comes through `add`, `load` of JSON text or `load` of a file, and even
+/// with `overwrite`.
 pub fn bad_input_changes_nothing(make: Maker<'_>) {
     let memory = make();
-    build(memory.as_ref());
-    let before = export_text(memory.as_ref());
+    build_marked(memory.as_ref());
+    let before = snapshot(memory.as_ref());
+    assert!(before.0.contains("__marks"));
     let ok = json!({"id": "new", "name": "n", "content": "c"});
+    let missing = |field: &str| MemoryError::MissingField {
+        p: 1,
+        field: field.into(),
+    };
     let cases: Vec<(Vec<MsgInput>, MemoryError)> = vec![
         (
             vec![ok.clone().into(), json!({"content": 1}).into()],
-            MemoryError::MissingField {
-                p: 1,
-                field: "name".into(),
-            },
+            missing("name"),
         ),
         (
             vec![ok.clone().into(), json!({"name": "n"}).into()],
-            MemoryError::MissingField {
-                p: 1,
-                field: "content".into(),
-            },
+            missing("content"),
         ),
         (
             vec![ok.clone().into(), json!(5).into()],
@@ -459,10 +496,21 @@ pub fn bad_input_changes_nothing(make: Maker<'_>) {
             vec![ok.clone().into(), json!({"__type": "Foo"}).into()],
             MemoryError::UnknownType { name: "Foo".into() },
         ),
+        (
+            vec![
+                ok.clone().into(),
+                json!({"name": "n", "content": 1, "embedding": []}).into(),
+            ],
+            MemoryError::InvalidField {
+                p: 1,
+                field: "embedding".into(),
+                expected: "null or a non-empty array of finite numbers".into(),
+            },
+        ),
     ];
     for (items, expected) in cases {
         assert_eq!(memory.add(items).unwrap_err(), expected);
-        assert_eq!(export_text(memory.as_ref()), before);
+        assert_eq!(snapshot(memory.as_ref()), before);
     }
     let bad_mark = memory.add_with(
         vec![ok.clone().into()],
@@ -470,43 +518,118 @@ pub fn bad_input_changes_nothing(make: Maker<'_>) {
             marks: vec![String::new()],
         },
     );
-    assert!(matches!(bad_mark, Err(MemoryError::InvalidMark { .. })));
-    for (text, overwrite) in [
-        ("5", true),
-        ("[{\"name\": \"n\", \"content\": 1}, 3]", true),
+    assert_eq!(
+        bad_mark.unwrap_err(),
+        MemoryError::InvalidMark {
+            mark: String::new()
+        }
+    );
+    assert_eq!(snapshot(memory.as_ref()), before);
+
+    // Load documents, each read from JSON text and from a file, with and without overwrite.
+    let ok = r#"{"name": "n", "content": 1}"#;
+    let v004 = v004_text();
+    let mut no_content: Value = serde_json::from_str(&v004).unwrap();
+    no_content[3].as_object_mut().unwrap().remove("content");
+    let documents: Vec<(String, MemoryError)> = vec![
         (
-            "[{\"name\": \"n\", \"content\": 1}, {\"__type\": \"Nope\"}]",
-            true,
+            "5".into(),
+            MemoryError::InvalidFormat {
+                found: "a number".into(),
+            },
         ),
-        ("{\"name\": ", true),
+        (format!("[{ok}, 3]"), MemoryError::NotAnObject { p: 1 }),
         (
-            "[{\"name\": \"n\", \"content\": 1, \"embedding\": []}]",
-            false,
+            format!(r#"[{ok}, {{"__type": "Nope"}}]"#),
+            MemoryError::UnknownType {
+                name: "Nope".into(),
+            },
         ),
-    ] {
-        assert!(
-            memory
-                .load(LoadSource::Json(text.into()), overwrite)
-                .is_err(),
-            "{text}"
-        );
-        assert_eq!(export_text(memory.as_ref()), before, "{text}");
+        (format!(r#"[{ok}, {{"content": "who?"}}]"#), missing("name")),
+        (format!(r#"[{ok}, {{"name": "n"}}]"#), missing("content")),
+        // A whole export that lost one message's content.
+        (
+            no_content.to_string(),
+            MemoryError::MissingField {
+                p: 3,
+                field: "content".into(),
+            },
+        ),
+        (
+            r#"[{"name": "n", "content": 1, "embedding": []}]"#.into(),
+            MemoryError::InvalidField {
+                p: 0,
+                field: "embedding".into(),
+                expected: "null or a non-empty array of finite numbers".into(),
+            },
+        ),
+        (
+            format!(r#"[{ok}, {{"name": "n", "content": 1, "__marks": ["ok", ""]}}]"#),
+            MemoryError::InvalidMark {
+                mark: String::new(),
+            },
+        ),
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("bad.json");
+    for (text, expected) in &documents {
+        std::fs::write(&file, text).unwrap();
+        for overwrite in [false, true] {
+            for source in [
+                LoadSource::Json(text.clone()),
+                LoadSource::Path(file.clone()),
+            ] {
+                let got = memory.load(source.clone(), overwrite).unwrap_err();
+                assert_eq!(&got, expected, "{source:?}, overwrite {overwrite}");
+                assert_eq!(snapshot(memory.as_ref()), before, "{text}");
+            }
+        }
     }
-    assert!(matches!(
-        memory.load(LoadSource::Json("5".into()), true),
-        Err(MemoryError::InvalidFormat { .. })
-    ));
-    assert!(matches!(
-        memory.load(LoadSource::Path("/nonexistent/x.json".into()), true),
-        Err(MemoryError::Io { .. })
-    ));
+    // Corrupt export files: truncated, damaged in the middle, not UTF-8, absent. The parser's
+    // message varies, so only the variant is fixed.
+    let corrupt: [(&str, Vec<u8>); 3] = [
+        ("truncated", v004.as_bytes()[..v004.len() / 2].to_vec()),
+        (
+            "damaged",
+            v004.replacen("\"name\": \"Kenji\"", "\"name\" \"Kenji\"", 1)
+                .into_bytes(),
+        ),
+        ("empty", Vec::new()),
+    ];
+    for (what, bytes) in corrupt {
+        std::fs::write(&file, bytes).unwrap();
+        for overwrite in [true, false] {
+            let got = memory.load(LoadSource::Path(file.clone()), overwrite);
+            assert!(
+                matches!(got, Err(MemoryError::InvalidJson { .. })),
+                "{what}: {got:?}"
+            );
+            assert_eq!(snapshot(memory.as_ref()), before, "{what}");
+        }
+    }
+    let mut latin1 = v004.clone().into_bytes();
+    latin1.extend_from_slice(b"\xff\xfe");
+    std::fs::write(&file, latin1).unwrap();
+    for path in [
+        file.clone(),
+        dir.path().join("absent.json"),
+        dir.path().to_path_buf(),
+    ] {
+        let got = memory.load(LoadSource::Path(path.clone()), true);
+        assert!(
+            matches!(got, Err(MemoryError::Io { .. })),
+            "{path:?}: {got:?}"
+        );
+        assert_eq!(snapshot(memory.as_ref()), before);
+    }
     // Invalid indices are reported, never an error.
     let report = memory.delete(&[100, 7]).unwrap();
     assert!(report.deleted.is_empty());
     assert_eq!(report.skipped_invalid, vec![7, 100]);
-    assert_eq!(export_text(memory.as_ref()), before);
+    assert_eq!(snapshot(memory.as_ref()), before);
     let empty = make();
     assert_eq!(empty.delete(&[0]).unwrap().skipped_invalid, vec![0]);
+    assert_eq!(snapshot(empty.as_ref()), ("[]".into(), 0));
 }
 
 /// Deletion by several indices, by id and by mark.
@@ -873,6 +996,207 @@ pub fn embedder_fills_missing(make: Maker<'_>) {
     assert_eq!(got[0].message.id(), "a");
 }
 
+/// An embedder that breaks in one of the ways retrieval must survive.
+struct BrokenEmbedder {
+    /// How it breaks.
+    fault: Fault,
+    /// How many calls succeed before it breaks.
+    good_calls: usize,
+    calls: std::sync::atomic::AtomicUsize,
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Fault {
+    /// Returns an error.
+    Fails,
+    /// Returns vectors one shorter than `dimension()`.
+    WrongDimension,
+    /// Returns one vector fewer than texts.
+    WrongCount,
+    /// Returns a NaN.
+    NonFinite,
+}
+
+impl BrokenEmbedder {
+    fn new(fault: Fault, good_calls: usize) -> Self {
+        BrokenEmbedder {
+            fault,
+            good_calls,
+            calls: std::sync::atomic::AtomicUsize::new(0),
+        }
+    }
+
+    /// The error retrieval must report for this embedder's fault.
+    fn expected_error(&self, texts: usize) -> MemoryError {
+        let model = "test:broken".to_owned();
+        match self.fault {
+            Fault::Fails => MemoryError::Embedder {
+                model,
+                detail: "the model is unavailable".into(),
+            },
+            Fault::WrongDimension => MemoryError::EmbedderContract {
+                model,
+                detail: "a vector of length 3 where dimension() is 4".into(),
+            },
+            Fault::WrongCount => MemoryError::EmbedderContract {
+                model,
+                detail: format!("{} vectors for {texts} texts", texts - 1),
+            },
+            Fault::NonFinite => MemoryError::EmbedderContract {
+                model,
+                detail: "a vector with a NaN or infinite number".into(),
+            },
+        }
+    }
+}
+
+impl mnemon_types::Embedder for BrokenEmbedder {
+    fn model(&self) -> &str {
+        "test:broken"
+    }
+
+    fn dimension(&self) -> usize {
+        4
+    }
+
+    fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, mnemon_types::EmbedError> {
+        let call = self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let good = |_: &&str| vec![0.5f32, 0.5, 0.5, 0.5];
+        if call < self.good_calls {
+            return Ok(texts.iter().map(good).collect());
+        }
+        match self.fault {
+            Fault::Fails => Err(mnemon_types::EmbedError::new(
+                "test:broken",
+                "the model is unavailable",
+            )),
+            Fault::WrongDimension => Ok(texts.iter().map(|_| vec![0.5f32; 3]).collect()),
+            Fault::WrongCount => Ok(texts.iter().skip(1).map(good).collect()),
+            Fault::NonFinite => Ok(texts
+                .iter()
+                .map(|_| vec![0.5f32, f32::NAN, 0.5, 0.5])
+                .collect()),
+        }
+    }
+}
+
+/// An embedder that fails or breaks its contract gives `Embedder` or `EmbedderContract`, and
+/// stores nothing: not even the batches it embedded before failing (§6.2 step 2).
+pub fn embedder_errors_store_nothing(make: Maker<'_>) {
+    let memory = make();
+    build_marked(memory.as_ref());
+    let before = snapshot(memory.as_ref());
+    let query = || RetrievalQuery::Vector(vec![0.2, -0.4, 0.5, 0.7]);
+    let still_missing = MemoryError::MissingEmbedding {
+        id: "a0000000000000000000000000000001".into(),
+        missing: 4,
+    };
+    for fault in [
+        Fault::Fails,
+        Fault::WrongDimension,
+        Fault::WrongCount,
+        Fault::NonFinite,
+    ] {
+        let embedder = BrokenEmbedder::new(fault, 0);
+        let expected = embedder.expected_error(4);
+        for options in [
+            RetrieveOptions::default(),
+            RetrieveOptions {
+                top_k: None,
+                preserve_order: false,
+                ..RetrieveOptions::default()
+            },
+        ] {
+            let got = memory
+                .retrieve_by_embedding(query(), &options, Some(&embedder))
+                .unwrap_err();
+            assert_eq!(got, expected, "{fault:?}");
+            assert_eq!(snapshot(memory.as_ref()), before, "{fault:?}");
+        }
+        assert_eq!(
+            memory.get_embeddings(Some(&embedder)).unwrap_err(),
+            expected,
+            "{fault:?}"
+        );
+        assert_eq!(memory.get_embeddings(None).unwrap_err(), still_missing);
+        assert_eq!(snapshot(memory.as_ref()), before, "{fault:?}");
+        // A text query is embedded first, with the same error.
+        let got = memory
+            .retrieve_by_embedding(
+                RetrievalQuery::Text("ferry".into()),
+                &RetrieveOptions::default(),
+                Some(&BrokenEmbedder::new(fault, 0)),
+            )
+            .unwrap_err();
+        assert_eq!(got, BrokenEmbedder::new(fault, 0).expected_error(1));
+    }
+
+    // Embedded in batches (of 256): the first batch succeeds, the second fails, and the first
+    // batch's vectors must not be stored either.
+    let large = make();
+    let items: Vec<MsgInput> = (0..300)
+        .map(|i| {
+            json!({"id": format!("m{i:03}"), "name": "n", "content": format!("message {i}")}).into()
+        })
+        .collect();
+    large.add(items).unwrap();
+    large.mark(&["m000", "m299"], "ends").unwrap();
+    let before = snapshot(large.as_ref());
+    for fault in [
+        Fault::Fails,
+        Fault::WrongDimension,
+        Fault::WrongCount,
+        Fault::NonFinite,
+    ] {
+        let embedder = BrokenEmbedder::new(fault, 1);
+        let got = large
+            .retrieve_by_embedding(query(), &RetrieveOptions::default(), Some(&embedder))
+            .unwrap_err();
+        assert_eq!(got, embedder.expected_error(300 - 256), "{fault:?}");
+        assert_eq!(
+            embedder.calls.load(std::sync::atomic::Ordering::SeqCst),
+            2,
+            "{fault:?}: one good batch, then the failure"
+        );
+        assert_eq!(snapshot(large.as_ref()), before, "{fault:?}");
+        assert_eq!(
+            large.get_embeddings(None).unwrap_err(),
+            MemoryError::MissingEmbedding {
+                id: "m000".into(),
+                missing: 300
+            }
+        );
+    }
+    // A working embedder afterwards fills in everything, in both batches.
+    let working = BrokenEmbedder::new(Fault::Fails, usize::MAX);
+    let got = large
+        .retrieve_by_embedding(query(), &RetrieveOptions::default(), Some(&working))
+        .unwrap();
+    assert_eq!(got.len(), 1);
+    assert_eq!(large.get_embeddings(None).unwrap().len(), 300);
+    assert_eq!(large.marks_of("m299").unwrap(), Some(vec!["ends".into()]));
+
+    // An embedder that keeps its contract but whose dimension differs from the query's: the
+    // mismatch is reported by message.
+    let other = make();
+    build(other.as_ref());
+    let got = other
+        .retrieve_by_embedding(
+            query(),
+            &RetrieveOptions::default(),
+            Some(&HashEmbedder::new(8)),
+        )
+        .unwrap_err();
+    assert_eq!(
+        got,
+        MemoryError::DimensionMismatch {
+            id: "a0000000000000000000000000000001".into(),
+            expected: 4,
+            found: 8
+        }
+    );
+}
+
 /// Runs every check (for callers that prefer one test).
 pub fn run_all(make: Maker<'_>) {
     for (name, check) in CHECKS {
@@ -903,6 +1227,10 @@ pub const CHECKS: &[(&str, Check)] = &[
     ("export_file_round_trip", export_file_round_trip),
     ("retrieval_behaviour", retrieval_behaviour),
     ("embedder_fills_missing", embedder_fills_missing),
+    (
+        "embedder_errors_store_nothing",
+        embedder_errors_store_nothing,
+    ),
 ];
 
 /// Defines one `#[test]` per conformance check, each calling `$make()` for a maker
@@ -915,7 +1243,7 @@ macro_rules! memory_conformance_tests {
             retrieval_matches_fixture, serialize_matches_fixture, to_str_matches_fixture,
             load_v016, token_budgets, dedupe, bad_input_changes_nothing, delete_variants,
             load_overwrite, marks, export_file_round_trip, retrieval_behaviour,
-            embedder_fills_missing);
+            embedder_fills_missing, embedder_errors_store_nothing);
     };
     (@each $make:expr; $($name:ident),*) => {
         $(
