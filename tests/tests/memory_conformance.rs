@@ -42,3 +42,140 @@ mod sqlite {
 
     mnemon_tests::memory_conformance_tests!(maker());
 }
+
+/// The suite again, with every read served by a second handle: another `SqliteStore` (its own
+/// connection and mirror) opened on the same file. Writes go through the first handle, so each
+/// read after a write reloads the thread from the database rather than from the writer's
+/// in-memory mirror; exports and `get_memory` are also checked against the first handle.
+mod sqlite_second_handle {
+    use super::*;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use mnemon_memory::{
+        AddOptions, AddReport, DeleteByIdReport, DeleteReport, ExportOptions, ExportTarget,
+        Exported, LoadSource, MemoryError, MemoryQuery, RetrievalQuery, RetrieveOptions, Retrieved,
+        Scope, SqliteMemory, SqliteOptions, SqliteStore,
+    };
+    use mnemon_tests::memory_conformance::test_factory;
+    use mnemon_types::{Embedder, Msg};
+
+    /// Writes through `writer`, reads through `reader`: two handles on one thread.
+    struct Split {
+        writer: SqliteMemory,
+        reader: SqliteMemory,
+    }
+
+    impl Memory for Split {
+        fn get_memory(&self, query: &MemoryQuery<'_>) -> Result<Vec<Msg>, MemoryError> {
+            let read = self.reader.get_memory(query);
+            assert_eq!(read, self.writer.get_memory(query), "{query:?}");
+            read
+        }
+
+        fn add_with(
+            &self,
+            items: Vec<mnemon_memory::MsgInput>,
+            options: &AddOptions,
+        ) -> Result<AddReport, MemoryError> {
+            self.writer.add_with(items, options)
+        }
+
+        fn delete(&self, indices: &[usize]) -> Result<DeleteReport, MemoryError> {
+            self.writer.delete(indices)
+        }
+
+        fn delete_by_id(&self, ids: &[&str]) -> Result<DeleteByIdReport, MemoryError> {
+            self.writer.delete_by_id(ids)
+        }
+
+        fn load(&self, source: LoadSource, overwrite: bool) -> Result<AddReport, MemoryError> {
+            self.writer.load(source, overwrite)
+        }
+
+        fn export(
+            &self,
+            target: ExportTarget,
+            options: &ExportOptions,
+        ) -> Result<Exported, MemoryError> {
+            let exported = self.reader.export(target.clone(), options)?;
+            let first = match &target {
+                ExportTarget::File(_) => ExportTarget::Json,
+                other => other.clone(),
+            };
+            let written = match (&exported, self.writer.export(first, options)?) {
+                (Exported::File { path, .. }, Exported::Json(text)) => {
+                    assert_eq!(std::fs::read_to_string(path).unwrap(), text);
+                    None
+                }
+                (_, other) => Some(other),
+            };
+            if let Some(written) = written {
+                assert_eq!(exported, written, "the two handles export differently");
+            }
+            Ok(exported)
+        }
+
+        fn clear(&self) -> Result<(), MemoryError> {
+            self.writer.clear()
+        }
+
+        fn size(&self) -> Result<usize, MemoryError> {
+            self.reader.size()
+        }
+
+        fn retrieve_by_embedding(
+            &self,
+            query: RetrievalQuery,
+            options: &RetrieveOptions,
+            embedder: Option<&dyn Embedder>,
+        ) -> Result<Vec<Retrieved>, MemoryError> {
+            self.reader.retrieve_by_embedding(query, options, embedder)
+        }
+
+        fn get_embeddings(
+            &self,
+            embedder: Option<&dyn Embedder>,
+        ) -> Result<Vec<Vec<f32>>, MemoryError> {
+            self.reader.get_embeddings(embedder)
+        }
+
+        fn mark(&self, ids: &[&str], mark: &str) -> Result<usize, MemoryError> {
+            self.writer.mark(ids, mark)
+        }
+
+        fn unmark(&self, ids: Option<&[&str]>, mark: &str) -> Result<usize, MemoryError> {
+            self.writer.unmark(ids, mark)
+        }
+
+        fn marks_of(&self, id: &str) -> Result<Option<Vec<String>>, MemoryError> {
+            let read = self.reader.marks_of(id);
+            assert_eq!(read, self.writer.marks_of(id), "marks of {id}");
+            read
+        }
+
+        fn delete_by_mark(&self, mark: &str) -> Result<DeleteByIdReport, MemoryError> {
+            self.writer.delete_by_mark(mark)
+        }
+    }
+
+    fn maker() -> impl Fn() -> Box<dyn Memory> {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("mnemon.sqlite3");
+        let open = || -> Arc<SqliteStore> {
+            SqliteStore::open_with_factory(&path, SqliteOptions::default(), test_factory()).unwrap()
+        };
+        let (first, second) = (open(), open());
+        let next = AtomicUsize::new(0);
+        move || {
+            let _keep = &dir;
+            let scope = Scope::session(format!("s{}", next.fetch_add(1, Ordering::Relaxed)));
+            Box::new(Split {
+                writer: first.memory(scope.clone()).unwrap(),
+                reader: second.memory(scope).unwrap(),
+            })
+        }
+    }
+
+    mnemon_tests::memory_conformance_tests!(maker());
+}
