@@ -207,6 +207,22 @@ fn url_prefix_files_and_overwrite_rules() {
         "--force",
     ]);
     assert!(forced.status.success(), "{}", text(&forced.stderr));
+
+    // Without --url-prefix a bit's URL is the file's path as given, with single slashes, and
+    // the output's folders are created.
+    let nested_out = dir.path().join("libraries/new/lib.json");
+    let plain = mnemon(&[
+        "library",
+        "import",
+        file.to_str().unwrap(),
+        "--out",
+        nested_out.to_str().unwrap(),
+    ]);
+    assert!(plain.status.success(), "{}", text(&plain.stderr));
+    let saved: Value = serde_json::from_slice(&std::fs::read(&nested_out).unwrap()).unwrap();
+    let url = saved["bits"][0]["info"]["url"].as_str().unwrap();
+    assert_eq!(url, file.to_str().unwrap());
+    assert!(!url.contains("//"), "{url}");
 }
 
 #[test]

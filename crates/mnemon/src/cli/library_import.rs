@@ -1,7 +1,7 @@
 //! `mnemon library import`: builds a library from Markdown and text files.
 
 use std::io::IsTerminal;
-use std::path::{Path, PathBuf};
+use std::path::{Component, Path, PathBuf};
 
 use anyhow::{Context, anyhow};
 use clap::{Args, ValueEnum};
@@ -113,11 +113,22 @@ fn is_markdown(path: &Path) -> bool {
         .is_some_and(|e| e.eq_ignore_ascii_case("md") || e.eq_ignore_ascii_case("markdown"))
 }
 
+/// The path with `/` separators whatever the platform (`/abs/path`, `rel/path`), for bit URLs.
 fn slash_path(path: &Path) -> String {
-    path.components()
-        .map(|c| c.as_os_str().to_string_lossy())
-        .collect::<Vec<_>>()
-        .join("/")
+    let mut out = String::new();
+    for component in path.components() {
+        match component {
+            Component::RootDir => out.push('/'),
+            Component::CurDir => {}
+            other => {
+                if !out.is_empty() && !out.ends_with('/') {
+                    out.push('/');
+                }
+                out.push_str(&other.as_os_str().to_string_lossy());
+            }
+        }
+    }
+    out
 }
 
 /// The files named by the inputs, in order, each with its bit URL.
@@ -319,6 +330,11 @@ pub(crate) fn run(args: ImportArgs, quiet: bool) -> CliResult {
     let mut temporary = args.out.clone().into_os_string();
     temporary.push(".partial");
     let temporary = PathBuf::from(temporary);
+    if let Some(parent) = args.out.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent)
+            .with_context(|| format!("cannot create the folder {}", parent.display()))
+            .map_err(CliError::failure)?;
+    }
     let written = library
         .save(&temporary, false)
         .map_err(anyhow::Error::from)
@@ -351,6 +367,14 @@ pub(crate) fn run(args: ImportArgs, quiet: bool) -> CliResult {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn slash_paths_have_single_separators() {
+        assert_eq!(slash_path(Path::new("/work/docs/a.md")), "/work/docs/a.md");
+        assert_eq!(slash_path(Path::new("./docs/a.md")), "docs/a.md");
+        assert_eq!(slash_path(Path::new("docs//a.md")), "docs/a.md");
+        assert_eq!(slash_path(Path::new("../a.md")), "../a.md");
+    }
 
     #[test]
     fn title_is_the_first_heading_outside_code() {
