@@ -1,7 +1,7 @@
 //! The shared conformance suite for [`ArtifactStore`] implementations (spec/artifacts.md §3).
 //!
 //! Every check is a public function taking a fresh, empty store. To run the whole suite against
-//! an implementation, invoke [`artifact_store_conformance!`](crate::artifact_store_conformance)
+//! an implementation, invoke [`artifact_store_conformance!`](macro@crate::artifact_store_conformance)
 //! in a test file with an expression that makes `(store, guard)`: a new empty store and
 //! whatever must live as long as it (a temporary directory, or `()`):
 //!

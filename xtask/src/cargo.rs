@@ -23,9 +23,16 @@ pub(crate) fn command(dir: &Path) -> Command {
 
 /// Runs `cargo ARGS` in `dir`, echoing the command, and fails when cargo fails.
 pub(crate) fn run_in(dir: &Path, args: &[&str]) -> Result<()> {
-    eprintln!("$ cargo {}", args.join(" "));
+    run_in_with_env(dir, args, &[])
+}
+
+/// [`run_in`] with extra environment variables.
+pub(crate) fn run_in_with_env(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Result<()> {
+    let shown: String = env.iter().map(|(k, v)| format!("{k}={v:?} ")).collect();
+    eprintln!("$ {shown}cargo {}", args.join(" "));
     let status = command(dir)
         .args(args)
+        .envs(env.iter().copied())
         .status()
         .context("could not start cargo")?;
     if !status.success() {
