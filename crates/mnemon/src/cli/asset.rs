@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
 use clap::Subcommand;
-use mnemon_store::{AssetStore, SqliteStore, StoreError};
+use mnemon_store::{AssetStore, InMemoryStore, SqliteStore, StoreError};
 use mnemon_types::{Asset, AssetRef, MetaOptions, flatten, meta_with};
 
 use super::{CliError, CliResult, print_json};
@@ -72,6 +72,18 @@ pub(crate) fn open_store(data_dir: &Path) -> Result<SqliteStore, CliError> {
     SqliteStore::open(data_dir.join(DATABASE)).map_err(store_error)
 }
 
+/// The store for a command that only reads: the SQLite store when the database exists, else an
+/// empty in-memory store, so that reading never creates a data directory or a database (and a
+/// typo in `--data-dir` reads as "no such asset" rather than leaving a stray file behind).
+pub(crate) fn open_store_for_reading(data_dir: &Path) -> Result<Box<dyn AssetStore>, CliError> {
+    let database = data_dir.join(DATABASE);
+    if database.exists() {
+        Ok(Box::new(SqliteStore::open(database).map_err(store_error)?))
+    } else {
+        Ok(Box::new(InMemoryStore::new()))
+    }
+}
+
 /// Maps a store error to its exit code: the caller's mistakes are input errors (2).
 pub(crate) fn store_error(error: StoreError) -> CliError {
     if error.is_caller_error() {
@@ -118,7 +130,7 @@ pub(crate) fn run(command: AssetCommand, data_dir: &Path) -> CliResult {
             Ok(())
         }
         AssetCommand::Get { id } => {
-            let store = open_store(data_dir)?;
+            let store = open_store_for_reading(data_dir)?;
             let asset = store
                 .get(&id)
                 .map_err(store_error)?
@@ -126,7 +138,7 @@ pub(crate) fn run(command: AssetCommand, data_dir: &Path) -> CliResult {
             print_json(&asset)
         }
         AssetCommand::List { asset_type } => {
-            let store = open_store(data_dir)?;
+            let store = open_store_for_reading(data_dir)?;
             let ids = store.list_ids(asset_type.as_deref()).map_err(store_error)?;
             let mut out = std::io::stdout().lock();
             ids.iter()
@@ -144,7 +156,7 @@ pub(crate) fn run(command: AssetCommand, data_dir: &Path) -> CliResult {
         }
         AssetCommand::Resolve { url } => {
             let reference = AssetRef::parse_url(&url).map_err(CliError::input)?;
-            let store = open_store(data_dir)?;
+            let store = open_store_for_reading(data_dir)?;
             let value = store.resolve(&reference).map_err(store_error)?;
             print_json(&value)
         }

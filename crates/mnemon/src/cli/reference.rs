@@ -8,7 +8,7 @@ use clap::Subcommand;
 use mnemon_refs::{CommandSpec, Mode, RefsError, render_default, resolve_params};
 use mnemon_types::AssetRef;
 
-use super::asset::open_store;
+use super::asset::open_store_for_reading;
 use super::{CliError, CliResult, print_json};
 
 /// Commands on asset references.
@@ -72,8 +72,8 @@ pub(crate) fn run(command: RefCommand, data_dir: &Path) -> CliResult {
                 .read_to_string(&mut text)
                 .context("cannot read stdin as UTF-8 text")
                 .map_err(CliError::input)?;
-            let store = open_store(data_dir)?;
-            let rendered = render_default(&text, &store);
+            let store = open_store_for_reading(data_dir)?;
+            let rendered = render_default(&text, store.as_ref());
             let mut out = std::io::stdout().lock();
             out.write_all(rendered.text.as_bytes())
                 .and_then(|()| out.flush())
@@ -103,9 +103,10 @@ pub(crate) fn run(command: RefCommand, data_dir: &Path) -> CliResult {
             let json: serde_json::Value = serde_json::from_str(&text)
                 .with_context(|| format!("{} is not valid JSON", params.display()))
                 .map_err(CliError::input)?;
-            let store = open_store(data_dir)?;
+            let store = open_store_for_reading(data_dir)?;
             let mode = if strict { Mode::Strict } else { Mode::Lenient };
-            let resolved = resolve_params(&spec, &json, &store, mode).map_err(refs_error)?;
+            let resolved =
+                resolve_params(&spec, &json, store.as_ref(), mode).map_err(refs_error)?;
             print_json(&resolved)
         }
     }
