@@ -112,7 +112,7 @@ pub(crate) fn run() -> ExitCode {
         Command::Artifact(cmd) => artifact::run(cmd, &cli.data_dir, cli.quiet),
         Command::Prompt(cmd) => prompt::run(cmd),
         Command::Memory(cmd) => memory::run(cmd, &cli.data_dir),
-        Command::Serve(args) => serve::run(args, cli.quiet),
+        Command::Serve(args) => serve::run(args, &cli.data_dir, cli.quiet),
         Command::Completions { shell } => {
             let mut command = <Cli as clap::CommandFactory>::command();
             // Generate into memory: clap_complete panics on a write error such as a closed pipe.

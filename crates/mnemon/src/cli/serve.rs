@@ -25,7 +25,8 @@ const SAMPLE_BYTES: &[u8] = include_bytes!("../../sample-library/library.json");
 pub(crate) struct ServeArgs {
     /// The library to serve: a file, or a directory whose `*.json` files are merged in path order
     /// (files under `access/<tag>/` get that access tag). Defaults to $LIBRARY_FILENAME, then
-    /// ./libraries if it exists, then the sample library shipped with Mnemon.
+    /// ./libraries if it exists, then <data-dir>/libraries if it exists, then the sample library
+    /// shipped with Mnemon.
     #[arg(long, value_name = "FILE|DIR")]
     library: Option<PathBuf>,
 
@@ -57,13 +58,14 @@ pub(crate) struct ServeArgs {
 }
 
 /// Runs the host until SIGINT or SIGTERM.
-pub(crate) fn run(args: ServeArgs, quiet: bool) -> CliResult {
+pub(crate) fn run(args: ServeArgs, data_dir: &Path, quiet: bool) -> CliResult {
     init_logging(quiet);
+    let data_dir_libraries = data_dir.join(mnemon::LIBRARIES_DIR);
     let sources = Sources {
         library: library_source(
             args.library,
             std::env::var_os("LIBRARY_FILENAME"),
-            Path::new("libraries"),
+            &[Path::new("libraries"), &data_dir_libraries],
         ),
         config: ConfigSource::discover(args.config),
     };
@@ -97,12 +99,13 @@ pub(crate) fn run(args: ServeArgs, quiet: bool) -> CliResult {
     })
 }
 
-/// The library to serve (spec §12.5): `--library`, then `$LIBRARY_FILENAME`, then `./libraries`
-/// when it is a directory, else the sample library.
+/// The library to serve (spec §12.5): `--library`, then `$LIBRARY_FILENAME`, then the first of
+/// `local_dirs` (`./libraries`, `<data-dir>/libraries`) that is a directory, else the sample
+/// library.
 fn library_source(
     explicit: Option<PathBuf>,
     env: Option<OsString>,
-    local_dir: &Path,
+    local_dirs: &[&Path],
 ) -> LibrarySource {
     if let Some(path) = explicit {
         return LibrarySource::Path(path);
@@ -110,8 +113,8 @@ fn library_source(
     if let Some(path) = env.filter(|p| !p.is_empty()) {
         return LibrarySource::Path(PathBuf::from(path));
     }
-    if local_dir.is_dir() {
-        return LibrarySource::Path(local_dir.to_owned());
+    if let Some(dir) = local_dirs.iter().find(|dir| dir.is_dir()) {
+        return LibrarySource::Path(dir.to_path_buf());
     }
     match Path::new(SAMPLE_PATH).canonicalize() {
         Ok(on_disk) if on_disk.is_file() => LibrarySource::Path(on_disk),
@@ -148,20 +151,28 @@ mod tests {
     fn library_path_precedence() {
         let dir = tempfile::tempdir().unwrap();
         let libs = dir.path().join("libraries");
+        let data_libs = dir.path().join("mnemon-data/libraries");
+        let local: [&Path; 2] = [&libs, &data_libs];
         let name = |s: &LibrarySource| s.to_string();
         let explicit = Some(PathBuf::from("a.json"));
         let env = Some(OsString::from("b.json"));
         assert_eq!(
-            name(&library_source(explicit, env.clone(), &libs)),
+            name(&library_source(explicit, env.clone(), &local)),
             "a.json"
         );
-        assert_eq!(name(&library_source(None, env, &libs)), "b.json");
-        // No ./libraries: the sample library from the checkout.
-        let sample = library_source(None, Some(OsString::new()), &libs);
+        assert_eq!(name(&library_source(None, env, &local)), "b.json");
+        // No library folder: the sample library from the checkout.
+        let sample = library_source(None, Some(OsString::new()), &local);
         assert!(name(&sample).ends_with("library.json"), "{}", name(&sample));
+        // The data directory's libraries, then ./libraries before them.
+        std::fs::create_dir_all(&data_libs).unwrap();
+        assert_eq!(
+            name(&library_source(None, None, &local)),
+            data_libs.display().to_string()
+        );
         std::fs::create_dir(&libs).unwrap();
         assert_eq!(
-            name(&library_source(None, None, &libs)),
+            name(&library_source(None, None, &local)),
             libs.display().to_string()
         );
     }
