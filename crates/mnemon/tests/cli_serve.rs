@@ -1,0 +1,167 @@
+//! `mnemon serve` run as the README shows it: no library given, so it serves the shipped sample
+//! library; a form query like the README's `curl`, and a question in words through
+//! `mnemon library args`, both answered over real HTTP on 127.0.0.1.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use serde_json::Value;
+
+/// A running `mnemon serve`, stopped with SIGTERM on drop.
+struct Serve {
+    child: Child,
+    addr: SocketAddr,
+}
+
+impl Serve {
+    /// Starts `mnemon serve --addr 127.0.0.1:0` in `cwd` and waits for its address.
+    fn start(cwd: &std::path::Path, extra: &[&str]) -> Serve {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_mnemon"))
+            .args(["serve", "--addr", "127.0.0.1:0"])
+            .args(extra)
+            .current_dir(cwd)
+            .env_remove("LIBRARY_FILENAME")
+            .env_remove("MNEMON_DATA_DIR")
+            .env_remove("RUST_LOG")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("mnemon serve starts");
+        let stderr = child.stderr.take().unwrap();
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if let Some(rest) = line.split("serving on http://").nth(1) {
+                    let _ = tx.send(rest.split('/').next().unwrap_or_default().to_owned());
+                }
+            }
+        });
+        let addr = rx
+            .recv_timeout(Duration::from_secs(60))
+            .expect("the server logs its address")
+            .parse()
+            .expect("a socket address");
+        Serve { child, addr }
+    }
+
+    /// POSTs `body` to `/` and returns the status and the parsed JSON body.
+    fn post(&self, content_type: &str, body: &[u8]) -> (u16, Value) {
+        let mut stream = TcpStream::connect(self.addr).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(60)))
+            .unwrap();
+        write!(
+            stream,
+            "POST / HTTP/1.1\r\nHost: {}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n\
+             Connection: close\r\n\r\n",
+            self.addr,
+            body.len()
+        )
+        .unwrap();
+        stream.write_all(body).unwrap();
+        let mut response = Vec::new();
+        stream.read_to_end(&mut response).unwrap();
+        let text = String::from_utf8(response).unwrap();
+        let (head, body) = text.split_once("\r\n\r\n").expect("a complete response");
+        let status = head.split(' ').nth(1).unwrap().parse().unwrap();
+        assert!(
+            !head
+                .to_ascii_lowercase()
+                .contains("transfer-encoding: chunked"),
+            "{head}"
+        );
+        (status, serde_json::from_str(body).expect("a JSON body"))
+    }
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn serve_answers_the_readme_queries_from_the_sample_library() {
+    let cwd = tempfile::tempdir().unwrap();
+    let data = cwd.path().join("data");
+    let server = Serve::start(cwd.path(), &["--data-dir", data.to_str().unwrap()]);
+
+    // The README's curl: a form body, no query embedding (a random vector), two bits.
+    let (status, result) = server.post(
+        "application/x-www-form-urlencoded",
+        b"version=1&query_embedding_model=mnemon:hashing-v1-512&count=2&count_type=bit",
+    );
+    assert_eq!(status, 200, "{result}");
+    assert_eq!(result["embedding_model"], "mnemon:hashing-v1-512");
+    assert_eq!(result["bits"].as_array().unwrap().len(), 2, "{result}");
+
+    // The README's question in words: `mnemon library args … | curl --data-binary @-`.
+    let args = Command::new(env!("CARGO_BIN_EXE_mnemon"))
+        .args([
+            "library",
+            "args",
+            "--text",
+            "how does a Fresnel lens work",
+            "--count",
+            "2",
+            "--count-type",
+            "bit",
+        ])
+        .current_dir(cwd.path())
+        .env_remove("LIBRARY_FILENAME")
+        .env_remove("MNEMON_DATA_DIR")
+        .output()
+        .unwrap();
+    assert!(
+        args.status.success(),
+        "{}",
+        String::from_utf8_lossy(&args.stderr)
+    );
+    let (status, result) = server.post("application/json", &args.stdout);
+    assert_eq!(status, 200, "{result}");
+    let first = result["bits"][0]["text"].as_str().unwrap();
+    assert!(first.contains("Fresnel"), "{first}");
+
+    // A malformed request gets a readable 400, and the server keeps serving.
+    let (status, error) = server.post("application/json", b"{\"version\": 2}");
+    assert_eq!(status, 400);
+    assert!(error["error"].as_str().is_some(), "{error}");
+    let (status, _) = server.post(
+        "application/x-www-form-urlencoded",
+        b"version=1&query_embedding_model=mnemon:hashing-v1-512&count=1&count_type=bit",
+    );
+    assert_eq!(status, 200);
+
+    // Nothing was written where it was run: serving only reads.
+    assert!(!data.exists());
+}
+
+#[test]
+fn serve_prefers_the_data_directory_libraries_over_the_sample() {
+    let cwd = tempfile::tempdir().unwrap();
+    let data = cwd.path().join("data");
+    let libraries = data.join("libraries");
+    std::fs::create_dir_all(&libraries).unwrap();
+    let one_bit = serde_json::json!({
+        "version": 1,
+        "embedding_model": "test-model",
+        "bits": [{"text": "only bit", "embedding": "AACAPwAAAAAAAAAA", "token_count": 2,
+                  "info": {"url": "https://example.com/only"}}],
+    });
+    std::fs::write(libraries.join("one.json"), one_bit.to_string()).unwrap();
+    let server = Serve::start(cwd.path(), &["--data-dir", data.to_str().unwrap()]);
+    let (status, result) = server.post(
+        "application/x-www-form-urlencoded",
+        b"version=1&query_embedding_model=test-model&count=5&count_type=bit",
+    );
+    assert_eq!(status, 200, "{result}");
+    assert_eq!(result["bits"][0]["text"], "only bit");
+}
