@@ -6,8 +6,8 @@
 //!   words do not. It needs no network, no model file and no API key, so it suits tests, demos,
 //!   the sample library shipped in `examples/`, and small keyword-style collections.
 //! * [`OpenAiEmbedder`]: a client for any server speaking OpenAI's `POST /embeddings` API
-//!   (key from `OPENAI_API_KEY`, API root from `OPENAI_BASE_URL`), with batching, timeouts and
-//!   bounded retries on 429 and 5xx.
+//!   (key from `OPENAI_API_KEY`, API root from `OPENAI_BASE_URL`, model from
+//!   `OPENAI_EMBEDDING_MODEL`), with batching, timeouts and bounded retries on 429 and 5xx.
 //! * [`embedder_for_model`]: the embedder a library's `embedding_model` names, for queries.
 //!
 //! ```

@@ -338,9 +338,10 @@ impl OpenAiEmbedder {
         OpenAiEmbedderBuilder::default()
     }
 
-    /// A builder configured from the environment: `OPENAI_API_KEY` (the key) and
-    /// `OPENAI_BASE_URL` (the API root, default [`DEFAULT_BASE_URL`]). Adjust the model and
-    /// other settings on the builder before building it.
+    /// A builder configured from the environment: `OPENAI_API_KEY` (the key),
+    /// `OPENAI_BASE_URL` (the API root, default [`DEFAULT_BASE_URL`]) and
+    /// `OPENAI_EMBEDDING_MODEL` (the API model, default [`DEFAULT_MODEL`]). Settings made on the
+    /// builder afterwards win over the environment.
     pub fn from_env() -> Result<OpenAiEmbedderBuilder, EmbedError> {
         let mut builder = Self::builder();
         let var = |name: &str| -> Result<Option<String>, EmbedError> {
@@ -359,6 +360,9 @@ impl OpenAiEmbedder {
         }
         if let Some(url) = var("OPENAI_BASE_URL")? {
             builder = builder.base_url(url);
+        }
+        if let Some(model) = var("OPENAI_EMBEDDING_MODEL")? {
+            builder = builder.model(model);
         }
         Ok(builder)
     }

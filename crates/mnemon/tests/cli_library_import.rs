@@ -342,4 +342,21 @@ fn import_with_an_openai_compatible_server() {
     }
     let validate = mnemon(&["library", "validate", out.to_str().unwrap()]);
     assert!(validate.status.success());
+
+    // The model may come from the environment too; --model wins over it.
+    let from_env = dir.path().join("env.json");
+    let run = Command::new(env!("CARGO_BIN_EXE_mnemon"))
+        .args(["library", "import"])
+        .arg(dir.path().join("docs"))
+        .arg("--out")
+        .arg(&from_env)
+        .args(["--embedder", "openai", "--dimension", "4"])
+        .env_remove("OPENAI_API_KEY")
+        .env("OPENAI_BASE_URL", embeddings_server())
+        .env("OPENAI_EMBEDDING_MODEL", "env-embed")
+        .output()
+        .unwrap();
+    assert!(run.status.success(), "{}", text(&run.stderr));
+    let summary: Value = serde_json::from_slice(&run.stdout).unwrap();
+    assert_eq!(summary["embedding_model"], "openai.com:env-embed");
 }

@@ -19,7 +19,8 @@ const EXTENSIONS: &[&str] = &["md", "markdown", "txt", "text"];
 pub(crate) enum EmbedderKind {
     /// Offline hashing embedder: deterministic and free, but lexical, not semantic.
     Hash,
-    /// An OpenAI-compatible API (key from OPENAI_API_KEY, API root from OPENAI_BASE_URL).
+    /// An OpenAI-compatible API (key from OPENAI_API_KEY, API root from OPENAI_BASE_URL, model
+    /// from --model or OPENAI_EMBEDDING_MODEL).
     Openai,
 }
 
