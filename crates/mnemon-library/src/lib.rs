@@ -7,7 +7,8 @@
 //!   arguments (as an HTTP host receives them), form fields, or typed [`QueryArgs`], under an
 //!   [`AccessPolicy`].
 //! * Embeddings live in one 64-byte-aligned matrix scanned by [`mnemon_vector`]; the optional
-//!   fast mode ([`QueryOptions::fast`]) pre-scans an int8 copy and re-ranks exactly.
+//!   fast mode ([`QueryOptions::fast`]) pre-scans an int8 copy and scores exactly only the rows
+//!   whose proven score bound could reach the result, so it returns the exact scan's result.
 //! * [`Library::pack`] writes a memory-mappable sidecar that [`Library::open`] picks up.
 //!
 //! ```
@@ -34,6 +35,7 @@ mod chunk;
 mod codec;
 mod dir;
 mod error;
+mod fast;
 mod id;
 mod library;
 mod load;

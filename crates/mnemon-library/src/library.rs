@@ -4,7 +4,7 @@ use std::io::{Read, Write};
 use std::path::Path;
 use std::sync::OnceLock;
 
-use mnemon_vector::{MatrixView, QuantizedMatrix};
+use mnemon_vector::MatrixView;
 use rand::SeedableRng;
 use rand::seq::SliceRandom;
 use rand_chacha::ChaCha8Rng;
@@ -15,6 +15,7 @@ use serde_json::{Map, Value};
 use crate::builder::{Builder, Pushed, RawBit};
 use crate::codec::encode_vector;
 use crate::error::{LibraryError, Result};
+use crate::fast::Prescan;
 use crate::id::BitId;
 use crate::load::{Loaded, known_dimension, load_slice, load_value};
 use crate::omit::Omit;
@@ -92,7 +93,8 @@ pub struct Library {
     pub(crate) omit: Option<Omit>,
     pub(crate) store: Store,
     upgraded: bool,
-    pub(crate) quantized: OnceLock<QuantizedMatrix>,
+    /// The int8 copy for fast mode, built by the first fast query.
+    pub(crate) prescan: OnceLock<Prescan>,
 }
 
 impl std::fmt::Debug for Library {
@@ -120,7 +122,7 @@ impl Clone for Library {
             omit: self.omit.clone(),
             store: self.store.reordered(&order, &|_| None),
             upgraded: self.upgraded,
-            quantized: OnceLock::new(),
+            prescan: OnceLock::new(),
         }
     }
 }
@@ -133,7 +135,7 @@ impl Library {
             omit: l.omit,
             store: l.store,
             upgraded: l.upgraded,
-            quantized: OnceLock::new(),
+            prescan: OnceLock::new(),
         }
     }
 
@@ -149,7 +151,7 @@ impl Library {
             omit,
             store,
             upgraded: false,
-            quantized: OnceLock::new(),
+            prescan: OnceLock::new(),
         }
     }
 
@@ -338,7 +340,7 @@ impl Library {
         let &i = self.store.index.get(id)?;
         let bit = self.bit_json(i, true, true);
         self.store.remove(i);
-        self.quantized = OnceLock::new();
+        self.prescan = OnceLock::new();
         Some(bit)
     }
 
@@ -351,7 +353,7 @@ impl Library {
         let mut builder = Builder::eager(store, self.omit.clone());
         let pushed = builder.push(builder.store.len(), RawBit::from_value(bit));
         self.store = builder.into_store();
-        self.quantized = OnceLock::new();
+        self.prescan = OnceLock::new();
         Ok(match pushed? {
             Pushed::Added => {
                 let id = self.store.ids.last().copied().unwrap_or(BitId([0; 32]));
@@ -530,7 +532,7 @@ impl Library {
 
     fn reorder(&mut self, order: &[usize]) {
         self.store = self.store.reordered(order, &|_| None);
-        self.quantized = OnceLock::new();
+        self.prescan = OnceLock::new();
     }
 
     /// Sorts bits by stored similarity, descending (stable), and sets `sort` to `similarity`.
@@ -604,9 +606,9 @@ impl Library {
         )
     }
 
-    pub(crate) fn quantized(&self) -> &QuantizedMatrix {
-        self.quantized
-            .get_or_init(|| QuantizedMatrix::from_view(&self.store.embeddings.view()))
+    pub(crate) fn prescan(&self) -> &Prescan {
+        self.prescan
+            .get_or_init(|| Prescan::build(&self.store.embeddings.view()))
     }
 }
 

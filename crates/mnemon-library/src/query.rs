@@ -1,6 +1,6 @@
 //! The query pipeline (spec §7–§9).
 
-use mnemon_vector::{Scored, dot};
+use mnemon_vector::Scored;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde_json::{Map, Value};
@@ -8,6 +8,7 @@ use serde_json::{Map, Value};
 use crate::access::AccessPolicy;
 use crate::codec::{VectorError, decode_vector_unchecked};
 use crate::error::{LibraryError, Result};
+use crate::fast::{self, Need};
 use crate::library::{CountType, Library};
 use crate::omit::{Omit, OmitKey};
 use crate::python::{display_value, int_like};
@@ -22,8 +23,10 @@ pub struct QueryOptions {
     /// The `count` used when the arguments have none: `None` (the library API) makes a missing
     /// count an error; a host passes `Some(1000)`.
     pub default_count: Option<i64>,
-    /// Use the int8 pre-scan with exact re-ranking (spec §11.5). Approximate in general; equal to
-    /// the exact scan on every fixture case.
+    /// Use the int8 pre-scan (spec §11.5). Rows are scored exactly in order of a proven upper
+    /// bound of their score until no unscored row can enter the result, so the result equals
+    /// the exact scan's (same bits, order and similarities); only the time differs. Falls back
+    /// to the exact scan when the bounds would make it score a quarter of the rows.
     pub fast: bool,
 }
 
@@ -389,54 +392,15 @@ impl Library {
         F: Fn(usize) -> bool + Sync,
     {
         let view = self.store.embeddings.view();
+        if fast
+            && count > 0
+            && let Some(chosen) = self.select_fast(query, count, count_type, keep, visible)
+        {
+            return chosen;
+        }
         if count > 0 && count_type == CountType::Bit {
             let k = (count as u64).min(visible as u64) as usize;
-            let chosen = if fast {
-                let c = (4 * k).max(k + 64);
-                let mut cands: Vec<Scored> = self
-                    .quantized()
-                    .top_candidates(query, c, keep)
-                    .into_iter()
-                    .map(|s| Scored {
-                        index: s.index,
-                        score: dot(view.row(s.index).unwrap_or(&[]), query),
-                    })
-                    .collect();
-                cands.sort_unstable_by(Scored::rank_cmp);
-                cands.truncate(k);
-                cands
-            } else {
-                view.top_k(query, k, keep)
-            };
-            return (chosen, None);
-        }
-        if fast && count > 0 {
-            // Token mode: widen the exactly re-ranked candidate set until the budget runs out
-            // inside it; if it grows past a quarter of the library, the exact scan is cheaper.
-            let mut c = 64usize;
-            while c.saturating_mul(4) < visible {
-                let mut cands: Vec<Scored> = self
-                    .quantized()
-                    .top_candidates(query, c, keep)
-                    .into_iter()
-                    .map(|s| Scored {
-                        index: s.index,
-                        score: dot(view.row(s.index).unwrap_or(&[]), query),
-                    })
-                    .collect();
-                cands.sort_unstable_by(Scored::rank_cmp);
-                let (n, truncate, exhausted) = cut_ranked(
-                    cands.iter().map(|s| s.index),
-                    count,
-                    count_type,
-                    &self.store.token_counts,
-                );
-                if !exhausted {
-                    cands.truncate(n);
-                    return (cands, truncate);
-                }
-                c *= 4;
-            }
+            return (view.top_k(query, k, keep), None);
         }
         let scores = view.scores(query);
         let visible_rows = (0..self.len())
@@ -453,6 +417,69 @@ impl Library {
             })
             .collect();
         (chosen, truncate)
+    }
+}
+
+impl Library {
+    /// Fast mode (spec §11.5): the int8 pre-scan with proven bounds, see [`crate::fast`]. The
+    /// result equals the exact scan's; `None` when the exact scan should run instead.
+    fn select_fast<F>(
+        &self,
+        query: &[f32],
+        count: i64,
+        count_type: CountType,
+        keep: &F,
+        visible: usize,
+    ) -> Option<(Vec<Scored>, Option<usize>)>
+    where
+        F: Fn(usize) -> bool + Sync,
+    {
+        let view = self.store.embeddings.view();
+        let token_counts = &self.store.token_counts;
+        let prescan = self.prescan();
+        match count_type {
+            CountType::Bit => {
+                let k = (count as u64).min(visible as u64) as usize;
+                let mut chosen = fast::select(
+                    prescan,
+                    &view,
+                    query,
+                    keep,
+                    (4 * k).max(k + 64),
+                    &mut |scored| {
+                        if scored.len() >= k {
+                            Need::Prefix(k)
+                        } else {
+                            Need::More
+                        }
+                    },
+                )?;
+                chosen.truncate(k);
+                Some((chosen, None))
+            }
+            CountType::Token => {
+                let cut_of = |scored: &[Scored]| {
+                    cut_ranked(
+                        scored.iter().map(|s| s.index),
+                        count,
+                        count_type,
+                        token_counts,
+                    )
+                };
+                let mut chosen = fast::select(prescan, &view, query, keep, 64, &mut |scored| {
+                    match cut_of(scored) {
+                        (_, _, true) => Need::More,
+                        // A lone first bit over the budget: only it was looked at.
+                        (_, Some(_), false) => Need::Prefix(1),
+                        // The bit after the kept ones ended the budget, so it counts too.
+                        (kept, None, false) => Need::Prefix(kept + 1),
+                    }
+                })?;
+                let (kept, truncate, _) = cut_of(&chosen);
+                chosen.truncate(kept);
+                Some((chosen, truncate))
+            }
+        }
     }
 }
 

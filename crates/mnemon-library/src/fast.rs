@@ -1,0 +1,329 @@
+//! Fast mode (spec §11.5): an int8 pre-scan that returns exactly what the exact scan returns.
+//!
+//! A plain pre-scan keeps the best `C` rows by approximate score and re-ranks them, which can
+//! miss a row whose approximate score was too low by a rounding step: near-ties at the cut, or
+//! a run of rows the int8 copy cannot tell apart. Here every row gets a proven upper bound of
+//! the exact score the exact scan would compute (`dot` in f32), and rows are scored exactly in
+//! order of that bound until the best already scored beat every bound left. So the result is
+//! the exact scan's, by proof rather than by luck; the speed-up is that on real data only a few
+//! hundred rows have bounds above the cut.
+//!
+//! The bound for row `x` and query `q`, with int8 reconstructions `x̂ = s·c` and `q̂ = t·d`,
+//! errors `e = x − x̂` and `f = q − q̂`: `x·q = x̂·q̂ + x̂·f + e·q`, so by Cauchy–Schwarz
+//! `|x·q − x̂·q̂| ≤ ‖x̂‖‖f‖ + ‖e‖‖q‖`. `x̂·q̂ = s·t·(c·d)` is computed from an exact integer dot
+//! product. The f32 `dot` differs from the real `x·q` by at most `γ·‖x‖‖q‖` with
+//! `γ = (D + 64)·2⁻²⁴·1.01` (any summation order, FMA or not, f64 accumulation even better).
+//! Norms are computed in f64 and padded for their own rounding.
+
+use mnemon_vector::{MatrixView, Scored, dot, dot_i8};
+use rayon::prelude::*;
+
+/// Rows quantised or bounded per rayon task.
+const ROWS_PER_TASK: usize = 2048;
+
+/// Above this many dimensions the int8 dot product could overflow the kernel's i32 lanes
+/// (127² · 133,000 > 2³¹), so fast mode defers to the exact scan.
+const MAX_DIM: usize = 100_000;
+
+/// f32 unit roundoff.
+const U32: f64 = 1.0 / 16_777_216.0;
+
+/// Relative padding for norms and bounds computed in f64 (their own rounding is ~1e-13).
+const PAD: f64 = 1e-9;
+
+/// The int8 copy of a library's matrix, with what the bounds need per row.
+pub(crate) struct Prescan {
+    dim: usize,
+    codes: Vec<i8>,
+    scales: Vec<f32>,
+    /// `‖x̂‖`, padded; infinite for a row holding a non-finite value (always scored exactly).
+    quant_norm: Vec<f64>,
+    /// `‖x − x̂‖`, padded; infinite likewise.
+    err_norm: Vec<f64>,
+    /// The largest `‖x̂‖ + ‖e‖` over finite rows: with the query norm it bounds every score,
+    /// so a query that could overflow f32 is left to the exact scan.
+    max_norm: f64,
+}
+
+/// Quantises `src` symmetrically into `dst`; returns the scale `s` (row ≈ `s · dst`), the norm
+/// of the reconstruction and the norm of the error, or `None` when `src` is not finite.
+fn quantize(src: &[f32], dst: &mut [i8]) -> Option<(f32, f64, f64)> {
+    let mut max = 0.0f32;
+    for &x in src {
+        if !x.is_finite() {
+            dst.fill(0);
+            return None;
+        }
+        max = max.max(x.abs());
+    }
+    if max == 0.0 {
+        dst.fill(0);
+        return Some((0.0, 0.0, 0.0));
+    }
+    // f64 so that 127 / max cannot overflow for subnormal rows.
+    let inv = 127.0 / f64::from(max);
+    let scale = max / 127.0;
+    let (mut qq, mut ee) = (0.0f64, 0.0f64);
+    for (d, &x) in dst.iter_mut().zip(src) {
+        let c = (f64::from(x) * inv).round().clamp(-127.0, 127.0);
+        *d = c as i8;
+        // The reconstruction uses the stored f32 scale, exactly as the scores will.
+        let r = f64::from(scale) * c;
+        qq += r * r;
+        let e = f64::from(x) - r;
+        ee += e * e;
+    }
+    Some((scale, qq.sqrt() * (1.0 + PAD), ee.sqrt() * (1.0 + PAD)))
+}
+
+impl Prescan {
+    /// Quantises every row of `view`, in parallel.
+    pub(crate) fn build(view: &MatrixView<'_>) -> Self {
+        let dim = view.dim();
+        let rows = view.rows();
+        let mut codes = vec![0i8; rows.saturating_mul(dim)];
+        let mut scales = vec![0.0f32; rows];
+        let mut quant_norm = vec![0.0f64; rows];
+        let mut err_norm = vec![0.0f64; rows];
+        if dim > 0 {
+            codes
+                .par_chunks_mut(dim)
+                .zip(scales.par_iter_mut())
+                .zip(quant_norm.par_iter_mut().zip(err_norm.par_iter_mut()))
+                .enumerate()
+                .with_min_len(ROWS_PER_TASK)
+                .for_each(|(i, ((dst, scale), (qn, en)))| {
+                    match quantize(view.row(i).unwrap_or(&[]), dst) {
+                        Some((s, q, e)) => (*scale, *qn, *en) = (s, q, e),
+                        None => (*scale, *qn, *en) = (0.0, f64::INFINITY, f64::INFINITY),
+                    }
+                });
+        }
+        let max_norm = quant_norm
+            .iter()
+            .zip(&err_norm)
+            .map(|(q, e)| q + e)
+            .filter(|n| n.is_finite())
+            .fold(0.0f64, f64::max);
+        Prescan {
+            dim,
+            codes,
+            scales,
+            quant_norm,
+            err_norm,
+            max_norm,
+        }
+    }
+
+    /// For every row where `keep` holds, an upper bound of `dot(row, query)` as the exact scan
+    /// computes it; `None` where `keep` fails. `None` overall when the bound cannot be trusted
+    /// (dimension too large, a query of the wrong length, or scores that could overflow f32).
+    fn upper_bounds<F>(&self, query: &[f32], keep: &F) -> Option<Vec<Option<f64>>>
+    where
+        F: Fn(usize) -> bool + Sync,
+    {
+        if self.dim == 0 || self.dim > MAX_DIM || query.len() != self.dim {
+            return None;
+        }
+        let mut q = vec![0i8; self.dim];
+        let (q_scale, q_quant, q_err) = quantize(query, &mut q)?;
+        let q_norm = (q_quant + q_err) * (1.0 + PAD);
+        if self.max_norm * q_norm >= 1e37 {
+            return None;
+        }
+        let gamma = (self.dim as f64 + 64.0) * U32 * 1.01;
+        let st = f64::from(q_scale);
+        let mut out = vec![None; self.scales.len()];
+        out.par_chunks_mut(ROWS_PER_TASK)
+            .enumerate()
+            .for_each(|(chunk, slots)| {
+                let base = chunk * ROWS_PER_TASK;
+                for (offset, slot) in slots.iter_mut().enumerate() {
+                    let i = base + offset;
+                    if !keep(i) {
+                        continue;
+                    }
+                    let (qn, en) = (self.quant_norm[i], self.err_norm[i]);
+                    if !(qn.is_finite() && en.is_finite()) {
+                        *slot = Some(f64::INFINITY);
+                        continue;
+                    }
+                    let codes = self
+                        .codes
+                        .get(i * self.dim..(i + 1) * self.dim)
+                        .unwrap_or(&[]);
+                    let approx = dot_i8(codes, &q) as f64 * f64::from(self.scales[i]) * st;
+                    let slack = qn * q_err + en * q_norm + gamma * (qn + en) * q_norm;
+                    // Padding covers the rounding of this sum and of `approx` itself.
+                    *slot = Some(approx + slack * (1.0 + PAD) + approx.abs() * 4.0 * PAD);
+                }
+            });
+        Some(out)
+    }
+}
+
+/// What the cut needs from the ranked rows scored so far.
+pub(crate) enum Need {
+    /// The first `n` rows of the ranking decide the result.
+    Prefix(usize),
+    /// The rows scored so far do not decide it: more are needed.
+    More,
+}
+
+/// The best rows by exact score, in the exact scan's order (score descending, index
+/// ascending), for a cut that looks at a prefix of that order: `need` is called with the rows
+/// scored so far, in order, and says how long a prefix decides the result. Returns the scored
+/// rows in order (at least that prefix), or `None` when the exact scan should be used instead
+/// (no trustworthy bound, or so many rows needed scoring that a full scan is cheaper).
+pub(crate) fn select<F>(
+    prescan: &Prescan,
+    view: &MatrixView<'_>,
+    query: &[f32],
+    keep: &F,
+    first_batch: usize,
+    need: &mut dyn FnMut(&[Scored]) -> Need,
+) -> Option<Vec<Scored>>
+where
+    F: Fn(usize) -> bool + Sync,
+{
+    let bounds = prescan.upper_bounds(query, keep)?;
+    let mut rest: Vec<(f64, u32)> = bounds
+        .iter()
+        .enumerate()
+        .filter_map(|(i, b)| Some(((*b)?, u32::try_from(i).ok()?)))
+        .collect();
+    if rest.len() != bounds.iter().flatten().count() {
+        return None;
+    }
+    let visible = rest.len();
+    let by_bound = |a: &(f64, u32), b: &(f64, u32)| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1));
+    let mut scored: Vec<Scored> = Vec::new();
+    let mut batch = first_batch.max(1);
+    let mut taken = 0usize;
+    loop {
+        // Score the next batch of rows, highest bound first.
+        let tail = &mut rest[taken..];
+        let n = batch.min(tail.len());
+        if n < tail.len() {
+            tail.select_nth_unstable_by(n, by_bound);
+        }
+        scored.extend(tail[..n].iter().map(|&(_, i)| Scored {
+            index: i as usize,
+            score: dot(view.row(i as usize).unwrap_or(&[]), query),
+        }));
+        taken += n;
+        scored.sort_unstable_by(Scored::rank_cmp);
+        // The highest bound among the rows not scored yet (the tail was partitioned around
+        // position `n`, so it sits there).
+        let next_bound = rest.get(taken).map(|&(b, _)| b);
+        let done = match need(&scored) {
+            Need::Prefix(p) => match next_bound {
+                None => true,
+                // Every unscored row's exact score is below its bound, so below the prefix's
+                // last score: it ranks after the whole prefix.
+                Some(bound) => {
+                    p == 0
+                        || scored
+                            .get(p - 1)
+                            .is_some_and(|s| bound < f64::from(s.score))
+                }
+            },
+            Need::More => next_bound.is_none(),
+        };
+        if done {
+            return Some(scored);
+        }
+        if taken.saturating_mul(4) >= visible {
+            return None;
+        }
+        batch = batch.saturating_mul(2);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mnemon_vector::Matrix;
+    use proptest::prelude::*;
+    use rand::SeedableRng;
+    use rand_chacha::ChaCha8Rng;
+
+    fn matrix(rows: &[Vec<f32>], dim: usize) -> Matrix {
+        let mut m = Matrix::new(dim);
+        for r in rows {
+            m.push_row(r).unwrap();
+        }
+        m
+    }
+
+    proptest! {
+        /// The bound is never below the score the exact scan computes, whatever the scale of
+        /// the values (subnormal, huge, zero rows, mixed signs).
+        #[test]
+        fn bounds_are_upper_bounds(
+            dim in 1usize..80,
+            seed in any::<u64>(),
+            exps in proptest::collection::vec(-40i32..30, 1..40),
+            q_exp in -40i32..30,
+        ) {
+            let mut rng = ChaCha8Rng::seed_from_u64(seed);
+            let mut draw = |e: i32| -> Vec<f32> {
+                let v = crate::synthetic::unit_vector(&mut rng, dim);
+                v.into_iter().map(|x| x * 2f32.powi(e)).collect()
+            };
+            let mut rows: Vec<Vec<f32>> = exps.iter().map(|&e| draw(e)).collect();
+            rows.push(vec![0.0; dim]);
+            let query = draw(q_exp);
+            let m = matrix(&rows, dim);
+            let p = Prescan::build(&m.view());
+            let Some(bounds) = p.upper_bounds(&query, &|_| true) else {
+                // Refused only when scores could come near f32's range.
+                let q_norm = query.iter().map(|&x| f64::from(x).powi(2)).sum::<f64>().sqrt();
+                prop_assert!(p.max_norm * q_norm >= 1e36);
+                return Ok(());
+            };
+            for (i, r) in rows.iter().enumerate() {
+                let exact = f64::from(dot(r, &query));
+                let bound = bounds[i].unwrap();
+                prop_assert!(exact <= bound, "row {i}: {exact} > {bound}");
+            }
+        }
+    }
+
+    /// On random unit vectors only a small share of the rows is scored exactly: fast mode
+    /// really is a pre-scan, not an exact scan in disguise.
+    #[test]
+    fn prunes_random_data() {
+        let (rows, dim) = (6000, 96);
+        let mut rng = ChaCha8Rng::seed_from_u64(3);
+        let vectors: Vec<Vec<f32>> = (0..rows)
+            .map(|_| crate::synthetic::unit_vector(&mut rng, dim))
+            .collect();
+        let m = matrix(&vectors, dim);
+        let view = m.view();
+        let p = Prescan::build(&view);
+        for _ in 0..5 {
+            let q = crate::synthetic::unit_vector(&mut rng, dim);
+            let keep = |i: usize| i % 7 != 3;
+            let scored = select(&p, &view, &q, &keep, 74, &mut |s| {
+                if s.len() >= 10 {
+                    Need::Prefix(10)
+                } else {
+                    Need::More
+                }
+            })
+            .unwrap();
+            assert!(scored.len() < rows / 8, "scored {} rows", scored.len());
+            assert_eq!(scored[..10], view.top_k(&q, 10, keep)[..]);
+        }
+    }
+
+    #[test]
+    fn non_finite_rows_are_always_scored() {
+        let m = matrix(&[vec![1.0, 0.0], vec![f32::INFINITY, 0.0]], 2);
+        let p = Prescan::build(&m.view());
+        let b = p.upper_bounds(&[1.0, 0.0], &|_| true).unwrap();
+        assert_eq!(b[1], Some(f64::INFINITY));
+        assert!(p.upper_bounds(&[1.0], &|_| true).is_none());
+    }
+}
