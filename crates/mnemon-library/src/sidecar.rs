@@ -187,6 +187,31 @@ impl Reader<'_> {
     }
 }
 
+/// Why a sidecar was not used. The JSON is loaded instead, so none of these is fatal; each
+/// message says how to get a usable sidecar back.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum SidecarError {
+    /// The sidecar could not be opened or mapped.
+    #[error("cannot read it ({0}); re-run `mnemon library pack`")]
+    Io(#[from] std::io::Error),
+    /// The file does not start with the sidecar magic.
+    #[error(
+        "it is not a Mnemon sidecar (no MNEMONX1 magic); delete it or re-run `mnemon library pack`"
+    )]
+    Magic,
+    /// A format version this build does not read.
+    #[error(
+        "its format version {0} is not supported (this build reads 1); re-run `mnemon library pack`"
+    )]
+    Version(u32),
+    /// The library file's size or mtime differ from those recorded at packing.
+    #[error("the library file changed since it was packed; re-run `mnemon library pack`")]
+    Stale,
+    /// A header field or section is inconsistent (truncated or damaged file).
+    #[error("it is corrupt ({0}); re-run `mnemon library pack`")]
+    Corrupt(&'static str),
+}
+
 /// Opens `<path>.mnx` if it exists and matches `path`'s size and mtime; otherwise `None`
 /// (with a warning when a stale or unreadable sidecar was found).
 pub(crate) fn open_if_fresh(path: &Path, options: &OpenOptions) -> Result<Option<Library>> {
@@ -201,57 +226,77 @@ pub(crate) fn open_if_fresh(path: &Path, options: &OpenOptions) -> Result<Option
     match open_sidecar(&side, stamp) {
         Ok(lib) => Ok(Some(lib)),
         Err(why) => {
-            tracing::warn!(sidecar = %side.display(), "ignoring sidecar: {why}; loading the JSON");
+            tracing::warn!(
+                "ignoring the sidecar {} and loading the JSON instead: {why}",
+                side.display()
+            );
             Ok(None)
         }
     }
 }
 
-fn open_sidecar(side: &Path, (size, mtime): (u64, i64)) -> std::result::Result<Library, String> {
-    let file = File::open(side).map_err(|e| e.to_string())?;
+/// `a * b` for header-derived sizes; overflow means a corrupt header.
+fn mul(a: usize, b: usize) -> std::result::Result<usize, SidecarError> {
+    a.checked_mul(b)
+        .ok_or(SidecarError::Corrupt("sizes overflow"))
+}
+
+fn open_sidecar(
+    side: &Path,
+    (size, mtime): (u64, i64),
+) -> std::result::Result<Library, SidecarError> {
+    use SidecarError::Corrupt;
+    let file = File::open(side)?;
     // SAFETY: read-only map of a file Mnemon wrote and renames into place atomically; it is
     // never modified afterwards (a re-pack writes a new file and renames it over).
-    let map = Arc::new(unsafe { Mmap::map(&file) }.map_err(|e| e.to_string())?);
-    let bad = |what: &str| format!("corrupt sidecar ({what})");
+    let map = Arc::new(unsafe { Mmap::map(&file) }?);
     let mut r = Reader {
         bytes: &map,
         pos: 0,
     };
     if r.take::<8>().as_ref() != Some(MAGIC) {
-        return Err(bad("magic"));
+        return Err(SidecarError::Magic);
     }
-    if r.u32() != Some(FORMAT_VERSION) {
-        return Err("unsupported sidecar version".into());
+    match r.u32() {
+        Some(FORMAT_VERSION) => {}
+        Some(v) => return Err(SidecarError::Version(v)),
+        None => return Err(Corrupt("header")),
     }
-    let dim = r.u32().ok_or_else(|| bad("header"))? as usize;
-    let rows = r.u64().ok_or_else(|| bad("header"))? as usize;
-    let stride = r.u64().ok_or_else(|| bad("header"))? as usize;
+    // Header integers are untrusted: every size derived from them below is checked.
+    let as_usize = |v: Option<u64>| {
+        v.and_then(|v| usize::try_from(v).ok())
+            .ok_or(Corrupt("header"))
+    };
+    let dim = as_usize(r.u32().map(u64::from))?;
+    let rows = as_usize(r.u64())?;
+    let stride = as_usize(r.u64())?;
     let (src_size, src_mtime) = (r.u64(), r.i64());
     if src_size != Some(size) || src_mtime != Some(mtime) {
-        return Err("the library file changed since it was packed".into());
+        return Err(SidecarError::Stale);
     }
     let mut sections = [(0usize, 0usize); SECTIONS];
     for s in &mut sections {
-        let o = r.u64().ok_or_else(|| bad("header"))? as usize;
-        let l = r.u64().ok_or_else(|| bad("header"))? as usize;
+        let o = as_usize(r.u64())?;
+        let l = as_usize(r.u64())?;
         if o.checked_add(l).is_none_or(|end| end > map.len()) {
-            return Err(bad("section bounds"));
+            return Err(Corrupt("section bounds"));
         }
         *s = (o, l);
     }
+    // In bounds: checked just above.
     let section = |n: usize| -> &[u8] {
         let (o, l) = sections[n];
         map.get(o..o + l).unwrap_or(&[])
     };
-    if stride < dim || sections[0].1 != rows * stride * 4 || sections[0].0 % 4 != 0 {
-        return Err(bad("matrix"));
+    if stride < dim || sections[0].1 != mul(mul(rows, stride)?, 4)? || sections[0].0 % 4 != 0 {
+        return Err(Corrupt("matrix"));
     }
-    if section(1).len() != rows * 32
-        || section(2).len() != rows * 8
-        || section(3).len() != rows * 4
-        || section(5).len() != (rows + 1) * 8
+    if section(1).len() != mul(rows, 32)?
+        || section(2).len() != mul(rows, 8)?
+        || section(3).len() != mul(rows, 4)?
+        || section(5).len() != mul(rows.checked_add(1).ok_or(Corrupt("header"))?, 8)?
     {
-        return Err(bad("arrays"));
+        return Err(Corrupt("arrays"));
     }
     let ids: Vec<BitId> = section(1)
         .chunks_exact(32)
@@ -274,30 +319,39 @@ fn open_sidecar(side: &Path, (size, mtime): (u64, i64)) -> std::result::Result<L
         || offsets.windows(2).any(|w| w[0] > w[1])
         || offsets.last().is_some_and(|&l| l > arena_len)
     {
-        return Err(bad("offsets"));
+        return Err(Corrupt("offsets"));
     }
-    let tag_names: Vec<String> = serde_json::from_slice(section(4)).map_err(|_| bad("tags"))?;
+    let tag_names: Vec<String> =
+        serde_json::from_slice(section(4)).map_err(|_| Corrupt("tag table"))?;
     if tags
         .iter()
         .any(|&t| t != crate::storage::NO_TAG && t as usize >= tag_names.len())
     {
-        return Err(bad("tags"));
+        return Err(Corrupt("tags"));
     }
-    let meta: Map<String, Value> = serde_json::from_slice(section(7)).map_err(|_| bad("meta"))?;
+    let meta: Map<String, Value> =
+        serde_json::from_slice(section(7)).map_err(|_| Corrupt("top level"))?;
     let top = match meta.get("top") {
         Some(Value::Object(t)) => t.clone(),
-        _ => return Err(bad("meta")),
+        _ => return Err(Corrupt("top level")),
     };
     let model = top
         .get("embedding_model")
         .and_then(Value::as_str)
-        .ok_or_else(|| bad("meta"))?
+        .ok_or(Corrupt("top level"))?
         .to_owned();
     let omit = match top.get("omit") {
-        Some(Value::String(s)) => Some(Omit::parse_str(s).map_err(|_| bad("omit"))?),
+        Some(Value::String(s)) => Some(Omit::parse_str(s).map_err(|_| Corrupt("omit"))?),
         _ => None,
     };
-    let dim_known = meta.get("dim").and_then(Value::as_u64).map(|d| d as usize);
+    let dim_known = match meta.get("dim") {
+        None | Some(Value::Null) => None,
+        Some(d) => Some(as_usize(d.as_u64())?),
+    };
+    // The recorded dimension is what queries are checked against; the matrix must agree.
+    if rows > 0 && dim_known.unwrap_or(0) != dim {
+        return Err(Corrupt("dimension"));
+    }
     let index: HashMap<BitId, usize> = ids.iter().enumerate().map(|(i, id)| (*id, i)).collect();
     let store = Store {
         dim: dim_known,
@@ -322,5 +376,9 @@ fn open_sidecar(side: &Path, (size, mtime): (u64, i64)) -> std::result::Result<L
         tag_names,
         index,
     };
+    // Every row must be reachable through the view, or scans would disagree with the arrays.
+    if store.embeddings.view().rows() != rows {
+        return Err(Corrupt("matrix"));
+    }
     Ok(Library::from_parts(top, model, omit, store))
 }
