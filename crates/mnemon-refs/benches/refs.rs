@@ -1,6 +1,8 @@
 //! Reference benchmarks (issue 3). Target on the project machine (2 cores): scanning a 100 KB
 //! text with 100 markers ≥ 200 MB/s. Rendering it (resolving each marker in an in-memory store)
-//! and `resolve_params` are measured alongside.
+//! and `resolve_params` are measured alongside, and so is scanning 100 KB of adversarial input
+//! (openers that are never closed, backtick runs that are never closed), which must stay
+//! linear: its throughput should be of the same order as the prose's, not collapse.
 //!
 //! Run: `cargo bench -p mnemon-refs --bench refs -- --warm-up-time 1 --measurement-time 3`.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
@@ -72,6 +74,36 @@ fn markers(c: &mut Criterion) {
     group.finish();
 }
 
+/// About 100 KB each of inputs that made a scanner searching to the end of the text quadratic.
+fn adversarial() -> Vec<(&'static str, String)> {
+    const SIZE: usize = 100 * 1024;
+    let backticks = (1..)
+        .map(|n| "`".repeat(n) + " ")
+        .scan(0, |len, run| {
+            *len += run.len();
+            (*len <= SIZE).then_some(run)
+        })
+        .collect();
+    vec![
+        ("openers_no_closer", "<|".repeat(SIZE / 2)),
+        ("json_openers_no_closer", "<|{".repeat(SIZE / 3)),
+        (
+            "openers_in_a_json_string",
+            format!("<|{{\"k\":\"{}\"}} oops", "<|".repeat(SIZE / 2)),
+        ),
+        ("unclosed_backtick_runs", backticks),
+    ]
+}
+
+fn adversarial_scan(c: &mut Criterion) {
+    let mut group = c.benchmark_group("adversarial_100kb");
+    for (name, text) in adversarial() {
+        group.throughput(Throughput::Bytes(text.len() as u64));
+        group.bench_function(name, |b| b.iter(|| scan(black_box(&text))));
+    }
+    group.finish();
+}
+
 fn params(c: &mut Criterion) {
     let store = store();
     let spec = CommandSpec::from_yaml(
@@ -84,5 +116,5 @@ fn params(c: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, markers, params);
+criterion_group!(benches, markers, adversarial_scan, params);
 criterion_main!(benches);

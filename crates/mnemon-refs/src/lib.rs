@@ -29,6 +29,8 @@ mod error;
 mod params;
 mod render;
 mod scan;
+#[cfg(test)]
+mod scan_oracle;
 
 pub use detect::{Detected, detect_reference};
 pub use error::RefsError;

@@ -9,7 +9,20 @@
 //! - A malformed marker is reported with the span from its `<|` to the `|>` that ends it; when
 //!   no `|>` ends it before the next `<|` (markers do not nest), only the `<|` is reported and
 //!   scanning goes on from the next `<|`, so one typo never hides a later marker.
+//!
+//! The scan takes time linear in the text's length, whatever the text (it reads model output
+//! and user input, so it must not be a denial-of-service lever):
+//! - a marker looks for its `|>` only up to the next `<|` (where scanning resumes anyway if it
+//!   is unterminated), so no byte is searched twice for `<|<|<|…` without any `|>`;
+//! - the first backtick run of a paragraph indexes the paragraph's runs by length, so a run
+//!   that is never closed is recognised at once instead of by rescanning the paragraph (the
+//!   remedy CommonMark implementations use);
+//! - the JSON form's parser stops at the first byte that cannot continue the value; a byte is
+//!   read by at most two of those parses, because a `<` is only valid inside a JSON string
+//!   and two parses that both read on past a later `<|{"` disagree about which bytes are inside
+//!   strings from then on, so one of them stops at the next `<`.
 
+use std::collections::HashMap;
 use std::ops::Range;
 
 use mnemon_types::AssetRef;
@@ -46,7 +59,7 @@ fn is_space(b: u8) -> bool {
 
 /// Every marker in `text`, in order, each with its byte span and parsed reference (or the
 /// reason it is malformed). Markers inside fenced code blocks and inline code spans are
-/// skipped. Never panics.
+/// skipped. Never panics, and takes time linear in the text's length (module docs).
 ///
 /// ```
 /// use mnemon_refs::scan;
@@ -60,6 +73,7 @@ fn is_space(b: u8) -> bool {
 pub fn scan(text: &str) -> Vec<Marker> {
     let bytes = text.as_bytes();
     let mut markers = Vec::new();
+    let mut runs = BacktickRuns::default();
     let mut i = 0;
     let mut line_start = true;
     while i < bytes.len() {
@@ -83,7 +97,7 @@ pub fn scan(text: &str) -> Vec<Marker> {
                 i = j + 1;
                 line_start = true;
             }
-            Some(b'`') => i = code_span_end(bytes, j),
+            Some(b'`') => i = runs.code_span_end(bytes, j),
             _ if bytes.get(j..j + 2) == Some(OPEN) => {
                 let (marker, next) = parse_marker(text, j);
                 markers.push(marker);
@@ -146,48 +160,112 @@ fn next_line(bytes: &[u8], from: usize) -> usize {
     (line_end(bytes, from) + 1).min(bytes.len())
 }
 
-/// The index after the inline code span opening at `start`, or after the backtick run if it is
-/// not closed in the same paragraph.
-fn code_span_end(bytes: &[u8], start: usize) -> usize {
-    let run = |at: usize| {
-        bytes
-            .get(at..)
-            .map_or(0, |r| r.iter().take_while(|&&b| b == b'`').count())
-    };
-    let n = run(start);
-    let mut k = start + n;
-    let mut blank_candidate = false;
-    while let Some(&b) = bytes.get(k) {
-        match b {
-            b'`' => {
-                let m = run(k);
+/// The length of the backtick run starting at `at` (0 if there is none).
+fn backtick_run(bytes: &[u8], at: usize) -> usize {
+    bytes
+        .get(at..)
+        .map_or(0, |r| r.iter().take_while(|&&b| b == b'`').count())
+}
+
+/// The backtick runs of one paragraph, indexed by length, so that telling whether a run is
+/// closed costs no rescan of the paragraph (without it, runs of many different lengths that
+/// are never closed make the scan quadratic).
+#[derive(Debug, Default)]
+struct BacktickRuns {
+    /// The indexed bytes: from just after the run that started the index to the paragraph's
+    /// end (the second newline of the first blank line, or the end of the text).
+    indexed: Range<usize>,
+    /// For each run length, where the last run of that length in `indexed` starts.
+    last_of_len: HashMap<usize, usize>,
+}
+
+impl BacktickRuns {
+    /// The index after the inline code span opening at `start`, or after the backtick run if it
+    /// is not closed in the same paragraph.
+    fn code_span_end(&mut self, bytes: &[u8], start: usize) -> usize {
+        let n = backtick_run(bytes, start);
+        let after = start + n;
+        if !(self.indexed.start <= start && start < self.indexed.end) {
+            self.index_paragraph(bytes, after);
+        }
+        // A closer is the first later run of exactly `n` backticks; there is one iff the last
+        // run of that length lies after this one.
+        if self.last_of_len.get(&n).is_none_or(|&last| last <= start) {
+            return after;
+        }
+        let mut k = after;
+        while let Some(&b) = bytes.get(k) {
+            if b == b'`' {
+                let m = backtick_run(bytes, k);
                 if m == n {
                     return k + m;
                 }
                 k += m;
-                blank_candidate = false;
-            }
-            b'\n' if blank_candidate => break,
-            b'\n' => {
-                blank_candidate = true;
-                k += 1;
-            }
-            b' ' | b'\t' | b'\r' => k += 1,
-            _ => {
-                blank_candidate = false;
+            } else {
                 k += 1;
             }
         }
+        // Unreachable while the index is right; an unclosed run is the safe reading.
+        after
     }
-    start + n
+
+    /// Indexes the runs from `from` to the end of its paragraph: a line holding only white
+    /// space, or the end of the text.
+    fn index_paragraph(&mut self, bytes: &[u8], from: usize) {
+        self.last_of_len.clear();
+        let mut k = from;
+        let mut blank_candidate = false;
+        while let Some(&b) = bytes.get(k) {
+            match b {
+                b'`' => {
+                    let m = backtick_run(bytes, k);
+                    self.last_of_len.insert(m, k);
+                    k += m;
+                    blank_candidate = false;
+                }
+                b'\n' if blank_candidate => break,
+                b'\n' => {
+                    blank_candidate = true;
+                    k += 1;
+                }
+                b' ' | b'\t' | b'\r' => k += 1,
+                _ => {
+                    blank_candidate = false;
+                    k += 1;
+                }
+            }
+        }
+        self.indexed = from..k.min(bytes.len());
+    }
 }
 
-fn find(bytes: &[u8], from: usize, needle: &[u8]) -> Option<usize> {
-    bytes
-        .get(from..)?
-        .windows(needle.len())
-        .position(|w| w == needle)
-        .map(|p| from + p)
+/// The first `<|` or `|>` in a text from some position on.
+#[derive(Debug, Clone, Copy)]
+enum Delimiter {
+    /// A `<|` starting at this index.
+    Open(usize),
+    /// A `|>` starting at this index.
+    Close(usize),
+}
+
+/// The first `<|` or `|>` starting at or after `from`, or `None` at the end of the text.
+///
+/// Searching for whichever comes first, rather than for a `|>` to the end of the text, is what
+/// keeps the scan linear: scanning resumes at or after the delimiter found.
+fn next_delimiter(bytes: &[u8], from: usize) -> Option<Delimiter> {
+    let rest = bytes.get(from..)?;
+    let mut p = 0;
+    loop {
+        let at = p + rest
+            .get(p..)?
+            .iter()
+            .position(|&b| b == b'<' || b == b'|')?;
+        match (rest.get(at), rest.get(at + 1)) {
+            (Some(b'<'), Some(b'|')) => return Some(Delimiter::Open(from + at)),
+            (Some(b'|'), Some(b'>')) => return Some(Delimiter::Close(from + at)),
+            _ => p = at + 1,
+        }
+    }
 }
 
 fn malformed(span: Range<usize>, form: MarkerForm, detail: String) -> Marker {
@@ -199,8 +277,9 @@ fn malformed(span: Range<usize>, form: MarkerForm, detail: String) -> Marker {
 }
 
 /// Where a marker without a usable content ends: at the first `|>` if it comes before the next
-/// `<|` (reported with `detail`); otherwise only its `<|` is reported, as unterminated. Returns
-/// the marker and where to resume.
+/// `<|` (reported with `detail`); otherwise only its `<|` is reported, as unterminated. Its
+/// content was read up to `from` (which, for the JSON form, may lie past the next `<|`, inside
+/// a JSON string). Returns the marker and where to resume.
 fn bad_marker(
     text: &str,
     open: usize,
@@ -209,26 +288,40 @@ fn bad_marker(
     detail: String,
 ) -> (Marker, usize) {
     let bytes = text.as_bytes();
-    let close = find(bytes, from, CLOSE);
-    let reopen = find(bytes, open + 2, OPEN);
-    match (close, reopen) {
-        (Some(c), r) if r.is_none_or(|r| c < r) => (malformed(open..c + 2, form, detail), c + 2),
-        (_, r) => {
-            let before = if r.is_some() {
-                "the next \"<|\""
-            } else {
-                "the end of the text"
-            };
-            (
-                Marker {
-                    span: open..open + 2,
-                    form,
-                    reference: Err(RefsError::UnterminatedMarker { before }),
-                },
-                r.unwrap_or(bytes.len()),
-            )
-        }
+    // A `<|` starting before `from` comes before any `|>` at or after it. This searches only
+    // bytes the marker's parse has already read.
+    let reopen_before = bytes
+        .get(open + 2..(from + 1).min(bytes.len()))
+        .and_then(|read| read.windows(OPEN.len()).position(|w| w == OPEN))
+        .map(|p| Delimiter::Open(open + 2 + p));
+    match reopen_before.or_else(|| next_delimiter(bytes, from)) {
+        Some(Delimiter::Close(c)) => (malformed(open..c + 2, form, detail), c + 2),
+        Some(Delimiter::Open(r)) => unterminated(open, form, Some(r), bytes.len()),
+        None => unterminated(open, form, None, bytes.len()),
     }
+}
+
+/// The `<|` at `open`, reported alone because no `|>` closes it before the next `<|` at
+/// `reopen` (or the end of the text, at `len`); scanning resumes there.
+fn unterminated(
+    open: usize,
+    form: MarkerForm,
+    reopen: Option<usize>,
+    len: usize,
+) -> (Marker, usize) {
+    let before = if reopen.is_some() {
+        "the next \"<|\""
+    } else {
+        "the end of the text"
+    };
+    (
+        Marker {
+            span: open..open + 2,
+            form,
+            reference: Err(RefsError::UnterminatedMarker { before }),
+        },
+        reopen.unwrap_or(len),
+    )
 }
 
 /// Parses the marker whose `<|` is at `open`; returns it and where scanning resumes.
@@ -241,10 +334,12 @@ fn parse_marker(text: &str, open: usize) -> (Marker, usize) {
     if bytes.get(k) == Some(&b'{') {
         return parse_json_marker(text, open, k);
     }
-    let close = find(bytes, k, CLOSE);
-    let reopen = find(bytes, k, OPEN);
-    let Some(close) = close.filter(|c| reopen.is_none_or(|r| *c < r)) else {
-        return bad_marker(text, open, k, MarkerForm::Url, String::new());
+    let close = match next_delimiter(bytes, k) {
+        Some(Delimiter::Close(c)) => c,
+        Some(Delimiter::Open(r)) => {
+            return unterminated(open, MarkerForm::Url, Some(r), bytes.len());
+        }
+        None => return unterminated(open, MarkerForm::Url, None, bytes.len()),
     };
     let inner = text.get(k..close).unwrap_or_default().trim();
     let reference = if inner.is_empty() {
@@ -413,7 +508,102 @@ mod tests {
         assert!(got[0].1);
     }
 
+    /// Markers as comparable facts: span, form and the reference or error, spelled out.
+    fn facts(markers: Vec<Marker>) -> Vec<(Range<usize>, MarkerForm, String)> {
+        markers
+            .into_iter()
+            .map(|m| (m.span, m.form, format!("{:?}", m.reference)))
+            .collect()
+    }
+
+    /// Checks that every `<|` in `text` (`opens` of them, two bytes each from the start) is
+    /// reported alone as unterminated, before the next one or the end of the text.
+    fn assert_all_unterminated(text: &str, opens: &[usize]) {
+        let markers = scan(text);
+        assert_eq!(markers.len(), opens.len());
+        for (i, (m, &open)) in markers.iter().zip(opens).enumerate() {
+            assert_eq!(m.span, open..open + 2, "marker {i}");
+            let before = if i + 1 == opens.len() {
+                "the end of the text"
+            } else {
+                "the next \"<|\""
+            };
+            assert!(
+                matches!(m.reference, Err(RefsError::UnterminatedMarker { before: b }) if b == before),
+                "marker {i}: {:?}",
+                m.reference
+            );
+        }
+    }
+
+    // The adversarial inputs below took seconds to minutes under the former scanner, which
+    // searched to the end of the text for "|>" at every "<|" (see `scan_oracle`); they assert
+    // behaviour only, and stay fast because the scan is linear.
+
+    #[test]
+    fn many_openers_without_a_closer() {
+        let n = 100_000;
+        let text = "<|".repeat(n);
+        let opens: Vec<usize> = (0..n).map(|i| 2 * i).collect();
+        assert_all_unterminated(&text, &opens);
+        // A closer at the very end belongs to the last opener only.
+        let text = format!("{}asset://a/b|>", "<|".repeat(n));
+        let markers = scan(&text);
+        assert_eq!(markers.len(), n);
+        assert_eq!(&text[markers[n - 1].span.clone()], "<|asset://a/b|>");
+        assert!(markers[n - 1].reference.is_ok());
+        assert!(markers[..n - 1].iter().all(|m| m.span.len() == 2));
+    }
+
+    #[test]
+    fn many_json_openers_without_a_closer() {
+        let n = 60_000;
+        let text = "<|{".repeat(n);
+        let opens: Vec<usize> = (0..n).map(|i| 3 * i).collect();
+        assert_all_unterminated(&text, &opens);
+    }
+
+    #[test]
+    fn openers_inside_a_long_json_string() {
+        // The first marker's JSON value reads past every later "<|" (they are inside its
+        // string), then lacks its "|>"; each later "<|" is then unterminated in turn.
+        let n = 60_000;
+        let text = format!("<|{{\"k\":\"{}\"}} oops", "<|".repeat(n));
+        let mut opens = vec![0];
+        opens.extend((0..n).map(|i| 8 + 2 * i));
+        assert_all_unterminated(&text, &opens);
+    }
+
+    #[test]
+    fn many_unclosed_backtick_runs_of_different_lengths() {
+        // Runs of 1, 2, …, 1000 backticks in one paragraph: none is closed (no two have the
+        // same length), so all are literal text and the marker after them is found.
+        let mut text: String = (1..=1000).map(|n| "`".repeat(n) + " ").collect();
+        text.push_str("<|asset://a/b|>\n\n`closed <|asset://x|>` <|asset://c|>");
+        let found: Vec<_> = spans(&text).into_iter().map(|(s, _)| s).collect();
+        assert_eq!(found, ["<|asset://a/b|>", "<|asset://c|>"]);
+        // The same runs, each closed by its twin after the paragraph's end, stay unclosed.
+        let twins: String = (1..=300).map(|n| "`".repeat(n) + " ").collect();
+        let text = format!("{twins}<|asset://a|>\n\n{twins}<|asset://b|>");
+        assert_eq!(spans(&text).len(), 2);
+    }
+
+    /// Marker soup: every token that can start, end or hide a marker.
+    const SOUP: &str = "(<\\||\\|>|\\{|\\}|\"|:|,|\\[|\\]|\\\\|`|``|```|~~~|\n|\n\n| |\t|a|0|asset://a/b|asset_id|field_path|\\{\"asset_id\":\"a\",\"field_path\":\\[\\]\\})";
+
     proptest! {
+        #[test]
+        fn same_markers_as_the_former_scanner(
+            text in proptest::string::string_regex(&format!("{SOUP}{{0,80}}")).unwrap()
+        ) {
+            prop_assert_eq!(facts(scan(&text)), facts(crate::scan_oracle::scan(&text)));
+        }
+
+        #[test]
+        fn same_markers_as_the_former_scanner_on_any_text(text in ".{0,200}") {
+            prop_assert_eq!(facts(scan(&text)), facts(crate::scan_oracle::scan(&text)));
+        }
+
         #[test]
         fn never_panics(text in ".{0,200}") {
             for m in scan(&text) {
