@@ -1,4 +1,11 @@
 //! The crate's error type. Messages name the parameter or marker and say how to fix it.
+//!
+//! Each message is complete on its own (it includes the underlying error's text), so inner
+//! errors are not also exposed as `source()`: error reporters that walk the chain (anyhow's
+//! `{:#}`, which the CLI uses) would print them twice. Reach the inner [`StoreError`] by
+//! matching on the variant.
+
+use std::path::PathBuf;
 
 use mnemon_store::StoreError;
 
@@ -14,6 +21,17 @@ pub enum RefsError {
         format: &'static str,
         /// The parser's message.
         detail: String,
+    },
+    /// A command spec file could not be read: it is missing, unreadable or not UTF-8 text.
+    #[error(
+        "cannot read the command spec file {}: {error}; check the path and its permissions",
+        .path.display()
+    )]
+    SpecUnreadable {
+        /// The file.
+        path: PathBuf,
+        /// The operating system's error.
+        error: std::io::Error,
     },
     /// A command spec parses but breaks a rule (an empty or repeated parameter name).
     #[error("invalid command spec: {detail}")]
@@ -46,13 +64,13 @@ pub enum RefsError {
         reference: String,
     },
     /// A reference in a parameter does not resolve.
-    #[error("parameter {parameter:?}: {source}")]
+    #[error("parameter {parameter:?}: {error}")]
     Unresolved {
         /// The parameter.
         parameter: String,
-        /// Why it does not resolve.
-        #[source]
-        source: StoreError,
+        /// Why it does not resolve. Named `error`, not `source`, because thiserror would make a
+        /// field called `source` the error's `source()` (module docs).
+        error: StoreError,
     },
     /// A marker's content is neither an asset URL nor a JSON reference.
     #[error("malformed marker: {detail}")]
@@ -70,7 +88,7 @@ pub enum RefsError {
     },
     /// A well-formed marker whose reference does not resolve.
     #[error("{0}")]
-    MarkerUnresolved(#[source] StoreError),
+    MarkerUnresolved(StoreError),
 }
 
 impl RefsError {
@@ -78,8 +96,8 @@ impl RefsError {
     /// failure).
     pub fn is_caller_error(&self) -> bool {
         match self {
-            RefsError::Unresolved { source, .. } | RefsError::MarkerUnresolved(source) => {
-                source.is_caller_error()
+            RefsError::Unresolved { error, .. } | RefsError::MarkerUnresolved(error) => {
+                error.is_caller_error()
             }
             _ => true,
         }

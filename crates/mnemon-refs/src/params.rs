@@ -70,8 +70,9 @@ impl CommandSpec {
 
     /// Reads a spec file: `.json` files as JSON, anything else (`.yaml`, `.yml`) as YAML.
     pub fn load(path: &Path) -> Result<CommandSpec, RefsError> {
-        let text = std::fs::read_to_string(path).map_err(|e| RefsError::SpecInvalid {
-            detail: format!("cannot read {}: {e}", path.display()),
+        let text = std::fs::read_to_string(path).map_err(|error| RefsError::SpecUnreadable {
+            path: path.to_owned(),
+            error,
         })?;
         let is_json = path
             .extension()
@@ -169,9 +170,9 @@ pub fn resolve_params(
             Detected::Reference(reference) if accepts => {
                 store
                     .resolve(&reference)
-                    .map_err(|source| RefsError::Unresolved {
+                    .map_err(|error| RefsError::Unresolved {
                         parameter: name.clone(),
-                        source,
+                        error,
                     })?
             }
             Detected::Invalid(detail) if accepts => {
@@ -266,6 +267,50 @@ parameters:
     }
 
     #[test]
+    fn unreadable_spec_files_are_their_own_error() {
+        let dir = std::env::temp_dir().join(format!("mnemon-refs-spec-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let not_utf8 = dir.join("latin1.yaml");
+        std::fs::write(&not_utf8, b"name: caf\xe9\n").unwrap();
+        let good = dir.join("spec.json");
+        std::fs::write(&good, r#"{"name": "t"}"#).unwrap();
+        let missing = dir.join("missing.yaml");
+        for path in [&missing, &dir, &not_utf8] {
+            let err = CommandSpec::load(path).unwrap_err();
+            let RefsError::SpecUnreadable { path: reported, .. } = &err else {
+                panic!("{}: {err:?}", path.display())
+            };
+            assert_eq!(reported, path);
+            let message = err.to_string();
+            assert!(
+                message.starts_with(&format!(
+                    "cannot read the command spec file {}: ",
+                    path.display()
+                )),
+                "{message}"
+            );
+            assert!(message.ends_with("check the path and its permissions"));
+            assert!(err.is_caller_error());
+            // The message is complete: no source for reporters to print a second time.
+            assert!(std::error::Error::source(&err).is_none());
+        }
+        assert!(CommandSpec::load(&good).is_ok());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn unresolved_references_carry_their_cause_once() {
+        let spec = CommandSpec::from_yaml(SPEC).unwrap();
+        let params = json!({"image": "asset://a1/content/imag"});
+        let err = resolve_params(&spec, &params, &store(), Mode::Lenient).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "parameter \"image\": asset://a1/content has no key \"imag\"; available keys: \"image\", \"w\". Correct the field path and try again."
+        );
+        assert!(std::error::Error::source(&err).is_none());
+    }
+
+    #[test]
     fn accepted_references_are_substituted_others_pass() {
         let spec = CommandSpec::from_yaml(SPEC).unwrap();
         let params = json!({"image": {"asset_id": "a1", "field_path": ["content", "image"]},
@@ -302,12 +347,12 @@ parameters:
         .unwrap();
         let params = json!({"a": "asset://a1/content/w", "b": "asset://a1/content/lables"});
         let err = resolve_params(&spec, &params, &store(), Mode::Lenient).unwrap_err();
-        let RefsError::Unresolved { parameter, source } = &err else {
+        let RefsError::Unresolved { parameter, error } = &err else {
             panic!("{err:?}")
         };
         assert_eq!(parameter, "b");
         assert!(matches!(
-            source,
+            error,
             StoreError::Resolve(ResolveError::KeyNotFound { .. })
         ));
         assert!(err.to_string().contains("available keys: \"image\", \"w\""));

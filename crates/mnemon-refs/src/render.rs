@@ -152,6 +152,14 @@ mod tests {
                 .to_string()
                 .contains("available keys")
         );
+        // The message is the store's, once: no source for a chain-walking reporter to repeat.
+        let error = &out.unresolved[1].error;
+        assert!(matches!(error, RefsError::MarkerUnresolved(_)), "{error:?}");
+        assert_eq!(
+            error.to_string(),
+            "there is no asset with id \"zz\"; use the asset_id of one of the available assets and try again"
+        );
+        assert!(std::error::Error::source(error).is_none());
     }
 
     #[test]

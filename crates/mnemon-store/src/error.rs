@@ -1,4 +1,8 @@
 //! The store's error type. Messages say what went wrong and what to do about it.
+//!
+//! Each message is complete on its own (it includes the underlying error's text), so inner
+//! errors are not also exposed as `source()`: error reporters that walk the chain (anyhow's
+//! `{:#}`, which the CLI uses) would print them twice.
 
 use mnemon_types::{AssetRef, PathSegment};
 
@@ -64,13 +68,13 @@ pub enum StoreError {
         supported: i64,
     },
     /// The storage engine failed (including a lock held longer than the busy timeout).
-    #[error("asset storage failed while {action}: {source}")]
+    #[error("asset storage failed while {action}: {error}")]
     Storage {
         /// What the store was doing.
         action: &'static str,
-        /// The engine's error.
-        #[source]
-        source: Box<dyn std::error::Error + Send + Sync>,
+        /// The engine's error. Named `error`, not `source`, because thiserror would make a
+        /// field called `source` the error's `source()` and so print it twice (module docs).
+        error: Box<dyn std::error::Error + Send + Sync>,
     },
 }
 
@@ -95,7 +99,28 @@ impl StoreError {
     pub(crate) fn storage(action: &'static str) -> impl FnOnce(rusqlite::Error) -> StoreError {
         move |e| StoreError::Storage {
             action,
-            source: Box::new(e),
+            error: Box::new(e),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::error::Error as _;
+
+    #[test]
+    fn storage_errors_carry_their_cause_once() {
+        let e = StoreError::storage("reading an asset")(rusqlite::Error::InvalidQuery);
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "asset storage failed while reading an asset: {}",
+                rusqlite::Error::InvalidQuery
+            )
+        );
+        // Already in the message: a chain-walking reporter (anyhow's {:#}) must not repeat it.
+        assert!(e.source().is_none());
+        assert!(!e.is_caller_error());
     }
 }

@@ -168,7 +168,7 @@ impl SqliteStore {
 fn connect(path: &Path, options: &SqliteOptions) -> Result<Connection, StoreError> {
     let conn = Connection::open(path).map_err(|e| StoreError::Storage {
         action: "opening the database",
-        source: format!("cannot open {}: {e}", path.display()).into(),
+        error: format!("cannot open {}: {e}", path.display()).into(),
     })?;
     let setup = StoreError::storage;
     conn.busy_timeout(options.busy_timeout)
@@ -179,7 +179,7 @@ fn connect(path: &Path, options: &SqliteOptions) -> Result<Connection, StoreErro
     if !mode.eq_ignore_ascii_case("wal") {
         return Err(StoreError::Storage {
             action: "switching to WAL",
-            source: format!("{} cannot use WAL mode (got {mode})", path.display()).into(),
+            error: format!("{} cannot use WAL mode (got {mode})", path.display()).into(),
         });
     }
     let sync = match options.durability {
