@@ -11,7 +11,7 @@ use std::any::Any;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use mnemon_store::{AssetStore, CodecError, ObjectCodec, ResolveError, StoreError};
+use mnemon_store::{AssetStore, CodecError, MAX_NESTING, ObjectCodec, ResolveError, StoreError};
 use mnemon_types::{Asset, AssetObject, AssetRef, Bytes, Map, Object, PathSegment, Value, meta};
 use serde_json::json;
 
@@ -327,8 +327,77 @@ fn resolve_errors_are_typed(store: &dyn AssetStore) {
     let e = err("asset://zz/content");
     assert!(matches!(&e, ResolveError::AssetNotFound { asset_id } if asset_id == "zz"));
     assert!(e.to_string().contains("\"zz\""));
+
+    // `asset://a1/` is the path [""]: the key "" of the root object, which has none.
+    let e = err("asset://a1/");
+    assert_eq!(
+        e,
+        ResolveError::KeyNotFound {
+            at: "asset://a1".into(),
+            key: String::new(),
+            available: vec!["asset_id".into(), "content".into()],
+            total: 2,
+        }
+    );
+    assert_eq!(
+        e.to_string(),
+        "asset://a1 has no key \"\"; available keys: \"asset_id\", \"content\". Correct the field path and try again."
+    );
+    assert!(matches!(
+        err("asset://a1/content/"),
+        ResolveError::KeyNotFound { ref at, ref key, total: 3, .. }
+            if at == "asset://a1/content" && key.is_empty()
+    ));
+    assert!(matches!(
+        err("asset://a1/content/labels/"),
+        ResolveError::BadIndex { ref segment, len: 2, .. } if segment.is_empty()
+    ));
+
+    // Every kind of leaf ends a path (spec §4.3, NotAContainer), whether the next segment is a
+    // key or an index. The object has a codec, so durable stores hold it too.
+    let mut content = Map::new();
+    content.insert("float".into(), Value::from_json(json!(1.5)));
+    content.insert("int".into(), Value::from_json(json!(7)));
+    content.insert("yes".into(), Value::Bool(true));
+    content.insert("nothing".into(), Value::Null);
+    content.insert("text".into(), "x".into());
+    content.insert(
+        "png".into(),
+        Bytes::with_media_type(vec![1u8], "image/png").into(),
+    );
+    content.insert("point".into(), Object::new(Point { x: 1, y: 2 }).into());
+    ok(store.put(&Asset::new(Value::Map(content)).with_id("leaves")));
+    for (field, kind) in [
+        ("float", "a number"),
+        ("int", "a number"),
+        ("yes", "a boolean"),
+        ("nothing", "null"),
+        ("text", "a string"),
+        ("png", "bytes"),
+        ("point", "an object"),
+    ] {
+        for next in ["0", "x", ""] {
+            let url = format!("asset://leaves/content/{field}/{next}");
+            let want = ResolveError::NotAContainer {
+                at: format!("asset://leaves/content/{field}"),
+                kind,
+                segment: next.into(),
+            };
+            assert_eq!(err(&url), want, "{url}");
+        }
+    }
+    assert_eq!(
+        err("asset://leaves/content/int/0").to_string(),
+        "asset://leaves/content/int is a number, not a map or a list, so it has no field \"0\"; end the reference at asset://leaves/content/int or correct the field path, then try again."
+    );
+    // A top-level text field is a leaf too.
+    assert!(matches!(
+        err("asset://leaves/asset_id/0"),
+        ResolveError::NotAContainer { ref at, kind: "a string", .. } if at == "asset://leaves/asset_id"
+    ));
+
     // Failed resolutions change nothing.
-    assert_eq!(ok(store.list_ids(None)), ["a1"]);
+    assert_eq!(ok(store.list_ids(None)), ["a1", "leaves"]);
 }
 
 fn batch_is_all_or_nothing(store: &dyn AssetStore) {
