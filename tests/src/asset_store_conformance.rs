@@ -95,6 +95,7 @@ pub fn run(make: &dyn Fn() -> Box<dyn AssetStore>, caps: Capabilities) {
     resolve_errors_are_typed(&*make());
     batch_is_all_or_nothing(&*make());
     empty_id_is_rejected_and_changes_nothing(&*make());
+    over_deep_assets_are_rejected_up_front(&*make());
     marker_like_json_comes_back_unchanged(&*make());
     bytes_round_trip_everywhere(&*make());
     odd_ids_round_trip(&*make());
@@ -433,6 +434,71 @@ fn empty_id_is_rejected_and_changes_nothing(store: &dyn AssetStore) {
     let err = store.put(&Asset::new(Value::Null).with_id(""));
     assert!(matches!(err, Err(StoreError::EmptyAssetId)), "{err:?}");
     assert!(ok(store.list_ids(None)).is_empty());
+}
+
+/// `depth` lists nested in one another around `leaf`.
+fn nested_lists(depth: usize, leaf: Value) -> Value {
+    (0..depth).fold(leaf, |v, _| Value::Array(vec![v]))
+}
+
+/// An asset nested [`MAX_NESTING`] deep (its root object included) is stored and read back in
+/// full; one level more is refused when put, naming the place and the limit, and changes
+/// nothing, so no store ever holds an asset it cannot read back.
+fn over_deep_assets_are_rejected_up_front(store: &dyn AssetStore) {
+    // The root object, the content map, then lists down to the limit, around a bytes leaf.
+    let mut content = Map::new();
+    content.insert(
+        "list".into(),
+        nested_lists(MAX_NESTING - 2, Bytes::new(vec![5u8]).into()),
+    );
+    let deepest = Asset::new(Value::Map(content)).with_id("deep");
+    ok(store.put(&deepest));
+    assert_same(&ok(store.get("deep")).expect("found"), &deepest);
+    assert_eq!(ok(store.meta("deep")), Some(meta(&deepest)));
+    let leaf = format!("asset://deep/content/list{}", "/0".repeat(MAX_NESTING - 2));
+    let bytes = ok(store.resolve(&r(&leaf)));
+    assert_eq!(bytes.as_bytes().map(Bytes::data), Some(&[5u8][..]));
+
+    // The root object, then lists one level past the limit.
+    let too_deep = Asset::new(nested_lists(MAX_NESTING, Value::Null)).with_id("deep");
+    let check = |result: Result<(), StoreError>| {
+        let Err(e) = result else {
+            panic!("an asset nested past MAX_NESTING was stored")
+        };
+        let text = e.to_string();
+        assert!(e.is_caller_error(), "{text}");
+        let StoreError::TooDeep {
+            asset_id,
+            field_path,
+            limit,
+        } = e
+        else {
+            panic!("expected TooDeep, got {text}")
+        };
+        assert_eq!((asset_id.as_str(), limit), ("deep", MAX_NESTING));
+        // The innermost list, the first one past the limit.
+        let mut want = vec![PathSegment::Key("content".into())];
+        want.extend(std::iter::repeat_n(PathSegment::Index(0), MAX_NESTING - 1));
+        assert_eq!(field_path, want);
+        let at = format!("asset://deep/content{}", "/0".repeat(MAX_NESTING - 1));
+        assert!(
+            text.contains(&format!("{at} is nested deeper than {MAX_NESTING} ")),
+            "{text}"
+        );
+    };
+    check(store.put(&too_deep));
+    check(store.put_batch(&[asset(json!({"asset_id": "other"})), too_deep]));
+    // Neither the asset it would replace nor the batch's other asset changed.
+    assert_same(&ok(store.get("deep")).expect("still there"), &deepest);
+    assert_eq!(ok(store.list_ids(None)), ["deep"]);
+
+    // Far deeper than a recursive walk's stack would take: still a typed error.
+    let abyss = Asset::new(nested_lists(20_000, Value::Null)).with_id("abyss");
+    assert!(matches!(store.put(&abyss), Err(StoreError::TooDeep { .. })));
+    assert_eq!(ok(store.list_ids(None)), ["deep"]);
+    // Dropping a value this deep recurses once per level and could overflow the test
+    // thread's stack; the suite leaks it instead (a few hundred KB).
+    std::mem::forget(abyss);
 }
 
 fn marker_like_json_comes_back_unchanged(store: &dyn AssetStore) {

@@ -18,6 +18,19 @@ pub enum StoreError {
     /// An asset to store has an empty id.
     #[error("asset_id must not be empty; give the asset an id or let Asset::new generate one")]
     EmptyAssetId,
+    /// An asset nests maps and lists deeper than [`MAX_NESTING`](crate::MAX_NESTING).
+    #[error(
+        "cannot store asset {asset_id:?}: the map or list at {} is nested deeper than {limit} maps and lists (the asset itself counts as one), the most a stored asset may have; flatten that part, or store it as bytes (serialized JSON, say), and try again",
+        location(.asset_id, .field_path)
+    )]
+    TooDeep {
+        /// The asset.
+        asset_id: String,
+        /// Where the first map or list beyond the limit sits, from the asset's root.
+        field_path: Vec<PathSegment>,
+        /// The limit, [`MAX_NESTING`](crate::MAX_NESTING).
+        limit: usize,
+    },
     /// An in-process object has no codec in a durable store.
     #[error(
         "cannot store the object at {} (type {type_name}): no codec is registered for {type_name:?}; register an ObjectCodec for it when opening the store, or store it as JSON or bytes",
@@ -92,7 +105,10 @@ impl StoreError {
     pub fn is_caller_error(&self) -> bool {
         matches!(
             self,
-            StoreError::Resolve(_) | StoreError::EmptyAssetId | StoreError::NoCodec { .. }
+            StoreError::Resolve(_)
+                | StoreError::EmptyAssetId
+                | StoreError::TooDeep { .. }
+                | StoreError::NoCodec { .. }
         )
     }
 

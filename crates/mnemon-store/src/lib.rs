@@ -38,4 +38,4 @@ pub use error::StoreError;
 pub use memory::InMemoryStore;
 pub use resolve::{MAX_LISTED_KEYS, ResolveError, resolve_asset, resolve_in};
 pub use sqlite::{Durability, MIGRATIONS, SCHEMA_VERSION, SqliteOptions, SqliteStore};
-pub use store::{AssetMeta, AssetStore};
+pub use store::{AssetMeta, AssetStore, MAX_NESTING};

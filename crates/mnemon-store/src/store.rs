@@ -1,6 +1,6 @@
 //! The `AssetStore` trait: the narrow interface the rest of Mnemon sees (spec/assets.md §7).
 
-use mnemon_types::{Asset, AssetRef, Value, meta};
+use mnemon_types::{Asset, AssetRef, PathSegment, Value, meta};
 
 use crate::error::StoreError;
 use crate::resolve::{ResolveError, resolve_asset};
@@ -18,6 +18,9 @@ pub type AssetMeta = serde_json::Map<String, serde_json::Value>;
 /// - [`put`](Self::put) inserts or replaces the whole asset atomically; when it returns, the
 ///   asset is visible to every later call (and, for durable stores, survives the process);
 /// - [`put_batch`](Self::put_batch) stores all of its assets or none;
+/// - every store refuses the same assets: an empty id ([`StoreError::EmptyAssetId`]) and
+///   maps and lists nested deeper than [`MAX_NESTING`] ([`StoreError::TooDeep`]), so no store
+///   holds an asset another could not;
 /// - a failed call changes nothing;
 /// - [`list_ids`](Self::list_ids) returns ids in ascending byte order.
 pub trait AssetStore: Send + Sync {
@@ -55,10 +58,161 @@ pub trait AssetStore: Send + Sync {
     }
 }
 
+/// The deepest nesting of maps and lists an asset may have, counting the asset's own root
+/// object: an asset whose `content` is a list of maps has depth 3.
+///
+/// Durable stores read an asset back with a JSON parser that refuses deeper input (serde_json's
+/// recursion limit, which also keeps the reader off the end of its stack), so every store
+/// rejects deeper assets when they are put rather than failing to read them later. The CLI
+/// reads asset files with the same parser, so any asset file it accepts fits.
+pub const MAX_NESTING: usize = 127;
+
 /// Rejects assets no store may hold.
 pub(crate) fn check_storable(asset: &Asset) -> Result<(), StoreError> {
     if asset.asset_id.is_empty() {
         return Err(StoreError::EmptyAssetId);
     }
+    if let Some(field_path) = first_too_deep(asset) {
+        return Err(StoreError::TooDeep {
+            asset_id: asset.asset_id.clone(),
+            field_path,
+            limit: MAX_NESTING,
+        });
+    }
     Ok(())
+}
+
+/// The path from the asset's root to the first map or list, depth-first in field order, that
+/// is nested deeper than [`MAX_NESTING`].
+fn first_too_deep(asset: &Asset) -> Option<Vec<PathSegment>> {
+    let fields = std::iter::once(("content", &asset.content))
+        .chain(asset.extra.iter().map(|(k, v)| (k.as_str(), v)));
+    for (name, value) in fields {
+        // The asset's root object is the first level, so a field may nest one less.
+        if let Some(mut path) = first_deeper_than(value, MAX_NESTING - 1) {
+            path.insert(0, PathSegment::Key(name.to_owned()));
+            return Some(path);
+        }
+    }
+    None
+}
+
+/// The path below `value` to the first map or list at a depth greater than `limit` (`value`
+/// itself, if a map or list, is at depth 1).
+///
+/// Walks with an explicit stack rather than recursion, because the value may be nested deeper
+/// than the call stack can take, and builds the path only when it finds one, so that a put of
+/// a large asset allocates nothing here.
+fn first_deeper_than(value: &Value, limit: usize) -> Option<Vec<PathSegment>> {
+    // The maps and lists entered, each with the index of the next child to visit.
+    let mut frames: Vec<(&Value, usize)> = Vec::new();
+    let mut entering = Some(value);
+    loop {
+        if let Some(node) = entering.take() {
+            if matches!(node, Value::Map(_) | Value::Array(_)) {
+                if frames.len() >= limit {
+                    // Each frame's last visited child (index - 1) is a step of the path.
+                    return Some(
+                        frames
+                            .iter()
+                            .filter_map(|&(node, next)| segment_at(node, next.checked_sub(1)?))
+                            .collect(),
+                    );
+                }
+                frames.push((node, 0));
+            }
+        }
+        let (node, next) = frames.last_mut()?;
+        match child_at(node, *next) {
+            Some(child) => {
+                *next += 1;
+                entering = Some(child);
+            }
+            None => {
+                frames.pop();
+            }
+        }
+    }
+}
+
+fn child_at(node: &Value, index: usize) -> Option<&Value> {
+    match node {
+        Value::Map(map) => map.get_index(index).map(|(_, v)| v),
+        Value::Array(items) => items.get(index),
+        _ => None,
+    }
+}
+
+fn segment_at(node: &Value, index: usize) -> Option<PathSegment> {
+    match node {
+        Value::Map(map) => map
+            .get_index(index)
+            .map(|(k, _)| PathSegment::Key(k.clone())),
+        Value::Array(_) => Some(PathSegment::Index(index as u64)),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mnemon_types::Map;
+
+    /// `depth` lists nested in one another around `leaf`.
+    fn lists(depth: usize, leaf: Value) -> Value {
+        (0..depth).fold(leaf, |v, _| Value::Array(vec![v]))
+    }
+
+    #[test]
+    fn nesting_is_counted_from_the_root_object() {
+        let at_limit = Asset::new(lists(MAX_NESTING - 1, Value::Null)).with_id("a");
+        assert!(check_storable(&at_limit).is_ok());
+        let over = Asset::new(lists(MAX_NESTING, Value::Null)).with_id("a");
+        let Err(StoreError::TooDeep {
+            field_path, limit, ..
+        }) = check_storable(&over)
+        else {
+            panic!("expected TooDeep")
+        };
+        assert_eq!(limit, MAX_NESTING);
+        // The offending list is the innermost one: "content", then MAX_NESTING - 1 zeros.
+        assert_eq!(field_path.len(), MAX_NESTING);
+        assert_eq!(field_path[0], PathSegment::Key("content".into()));
+        assert!(field_path[1..].iter().all(|s| *s == PathSegment::Index(0)));
+    }
+
+    #[test]
+    fn the_first_too_deep_place_is_named_in_order() {
+        let mut inner = Map::new();
+        inner.insert("shallow".into(), lists(3, Value::Null));
+        inner.insert("deep".into(), lists(MAX_NESTING + 5, Value::Null));
+        let content = Value::Array(vec![Value::Null, Value::Map(inner)]);
+        let mut asset = Asset::new(content).with_id("a");
+        asset
+            .extra
+            .insert("later".into(), lists(MAX_NESTING * 2, Value::Null));
+        let Err(StoreError::TooDeep { field_path, .. }) = check_storable(&asset) else {
+            panic!("expected TooDeep")
+        };
+        let want: Vec<PathSegment> = ["content".into(), PathSegment::Index(1), "deep".into()]
+            .into_iter()
+            .chain(std::iter::repeat_n(PathSegment::Index(0), MAX_NESTING - 3))
+            .collect();
+        // The path to a list at depth MAX_NESTING + 1 has a step for every level below the root.
+        assert_eq!(want.len(), MAX_NESTING);
+        assert_eq!(field_path, want);
+        // An extra field is checked too.
+        asset.content = Value::Null;
+        let Err(StoreError::TooDeep { field_path, .. }) = check_storable(&asset) else {
+            panic!("expected TooDeep")
+        };
+        assert_eq!(field_path[0], PathSegment::Key("later".into()));
+        assert_eq!(field_path.len(), MAX_NESTING);
+    }
+
+    #[test]
+    fn wide_shallow_assets_pass() {
+        let wide = Value::Array((0..10_000).map(|i| lists(i % 5, Value::Null)).collect());
+        assert!(check_storable(&Asset::new(wide).with_id("w")).is_ok());
+    }
 }
