@@ -207,3 +207,187 @@ fn ref_params_lenient_and_strict() {
         assert!(out.stdout.is_empty());
     }
 }
+
+/// Every stored asset as `asset list` and `asset get` print it, to compare before and after.
+fn snapshot(dir: &Path) -> Vec<(String, String)> {
+    ids(dir, &[])
+        .into_iter()
+        .map(|id| {
+            let out = mnemon(dir, &["asset", "get", &id], "");
+            assert!(out.status.success(), "{}", text(&out.stderr));
+            (id, text(&out.stdout))
+        })
+        .collect()
+}
+
+fn write_params_files(d: &Path) {
+    std::fs::write(
+        d.join("spec.yaml"),
+        "name: show\nparameters:\n  - name: image\n    asset_ref_acceptable: true\n",
+    )
+    .unwrap();
+    std::fs::write(
+        d.join("params.json"),
+        r#"{"image": "<|asset://a1/content/labels|>"}"#,
+    )
+    .unwrap();
+    std::fs::write(
+        d.join("bad_ref.json"),
+        r#"{"image": "asset://a1/content/lables"}"#,
+    )
+    .unwrap();
+}
+
+#[test]
+fn errors_print_each_cause_once() {
+    let dir = setup();
+    let d = dir.path();
+    assert!(mnemon(d, &["asset", "put", "a1.json"], "").status.success());
+    write_params_files(d);
+    let key_not_found = "asset://a1/content has no key \"lables\"; available keys: \"image\", \"labels\". Correct the field path and try again.";
+    let cases: [(&[&str], i32, String); 4] = [
+        (
+            &["ref", "params", "--spec", "spec.yaml", "bad_ref.json"],
+            2,
+            format!("error: parameter \"image\": {key_not_found}\n"),
+        ),
+        (
+            &["asset", "resolve", "asset://a1/content/lables"],
+            2,
+            format!("error: {key_not_found}\n"),
+        ),
+        (
+            &["asset", "resolve", "asset://zz/content"],
+            2,
+            "error: there is no asset with id \"zz\"; use the asset_id of one of the available assets and try again\n".to_owned(),
+        ),
+        (
+            &["asset", "resolve", "asset://a1/content/labels/0/x"],
+            2,
+            "error: asset://a1/content/labels/0 is a string, not a map or a list, so it has no field \"x\"; end the reference at asset://a1/content/labels/0 or correct the field path, then try again.\n".to_owned(),
+        ),
+    ];
+    for (args, code, stderr) in cases {
+        let out = mnemon(d, args, "");
+        assert_eq!(out.status.code(), Some(code), "{args:?}");
+        assert!(out.stdout.is_empty(), "{args:?}");
+        assert_eq!(text(&out.stderr), stderr, "{args:?}");
+    }
+
+    // An unreadable spec file: the operating system's reason, once.
+    let out = mnemon(
+        d,
+        &["ref", "params", "--spec", "missing.yaml", "params.json"],
+        "",
+    );
+    assert_eq!(out.status.code(), Some(2));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("cannot read the command spec file missing.yaml: "),
+        "{err}"
+    );
+    assert_eq!(err.matches("(os error 2)").count(), 1, "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+
+    // A storage failure (a data file that is not a database) is exit code 1, its cause once.
+    let broken = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(broken.path().join("data")).unwrap();
+    std::fs::write(
+        broken.path().join("data/mnemon.sqlite3"),
+        vec![0x5a_u8; 8192],
+    )
+    .unwrap();
+    let out = mnemon(broken.path(), &["asset", "list"], "");
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        text(&out.stderr),
+        "error: asset storage failed while switching to WAL: file is not a database\n"
+    );
+}
+
+#[test]
+fn invalid_assets_and_reference_commands_leave_the_store_unchanged() {
+    let dir = setup();
+    let d = dir.path();
+    assert!(
+        mnemon(d, &["asset", "put", "a1.json", "noid.json"], "")
+            .status
+            .success()
+    );
+    let before = snapshot(d);
+    assert_eq!(before.len(), 2);
+
+    // Valid JSON that is not a valid asset, alone and after a good file (which is then not
+    // stored either: every file is checked before the first is stored).
+    std::fs::write(
+        d.join("a1_v2.json"),
+        r#"{"asset_id": "a1", "content": "replaced"}"#,
+    )
+    .unwrap();
+    std::fs::write(d.join("new.json"), r#"{"asset_id": "new"}"#).unwrap();
+    for (file, content, reason) in [
+        (
+            "empty_id.json",
+            r#"{"asset_id": "", "content": 1}"#,
+            "asset_id must not be empty",
+        ),
+        (
+            "number_id.json",
+            r#"{"asset_id": 7, "content": 1}"#,
+            "\"asset_id\" must be a string, found a number",
+        ),
+        (
+            "list.json",
+            r#"[{"asset_id": "x"}]"#,
+            "must be a JSON object, found a list",
+        ),
+        (
+            "bad_type.json",
+            r#"{"asset_id": "x", "asset_type": {"a": 1}}"#,
+            "\"asset_type\" must be a string, found a map",
+        ),
+    ] {
+        std::fs::write(d.join(file), content).unwrap();
+        for args in [
+            vec!["asset", "put", file],
+            vec!["asset", "put", "new.json", "a1_v2.json", file],
+        ] {
+            let out = mnemon(d, &args, "");
+            assert_eq!(out.status.code(), Some(2), "{args:?}");
+            assert!(out.stdout.is_empty(), "{args:?}");
+            let err = text(&out.stderr);
+            assert!(err.starts_with("error: "), "{args:?}: {err}");
+            assert!(err.contains(file), "{args:?}: {err}");
+            assert!(err.contains(reason), "{args:?}: {err}");
+        }
+    }
+    assert_eq!(snapshot(d), before);
+
+    // Reference commands only read, whether they succeed or fail.
+    write_params_files(d);
+    let out = mnemon(
+        d,
+        &["ref", "params", "--spec", "spec.yaml", "params.json"],
+        "",
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    for args in [
+        ["ref", "params", "--spec", "spec.yaml", "bad_ref.json"],
+        ["ref", "params", "--spec", "missing.yaml", "params.json"],
+        ["ref", "params", "--spec", "spec.yaml", "list.json"],
+    ] {
+        assert_eq!(mnemon(d, &args, "").status.code(), Some(2), "{args:?}");
+    }
+    let out = mnemon(
+        d,
+        &["ref", "render"],
+        "<|asset://a1/content/labels/0|> <|asset://a1/nope|> <|asset://zz|> <|junk",
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(
+        text(&out.stdout),
+        "cat <|asset://a1/nope|> <|asset://zz|> <|junk"
+    );
+    assert_eq!(text(&out.stderr).lines().count(), 3);
+    assert_eq!(snapshot(d), before);
+}
