@@ -33,7 +33,14 @@ pub(crate) fn run() -> Result<()> {
     for example in EXAMPLES {
         run_in(
             &root,
-            &["run", "--quiet", "--package", "mnemon", "--example", example],
+            &[
+                "run",
+                "--quiet",
+                "--package",
+                "mnemon",
+                "--example",
+                example,
+            ],
         )?;
     }
     run_in(&root, &["xtask", "release", "0.2.0", "--dry-run"])?;

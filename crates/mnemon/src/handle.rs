@@ -27,35 +27,40 @@ pub const ARTIFACTS_DIR: &str = "artifacts";
 pub const LIBRARIES_DIR: &str = "libraries";
 
 /// Why a data directory or one of its parts could not be opened.
+///
+/// Each message is complete on its own (it includes the underlying error's text), so the inner
+/// errors are not also exposed as `source()`: reporters that walk the chain (`anyhow`'s `{:#}`)
+/// would print them twice.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum OpenError {
     /// The directory could not be created.
     #[error(
-        "cannot create the data directory {path}: {source}; check the path and its permissions"
+        "cannot create the data directory {}: {error}; check the path and its permissions",
+        .path.display()
     )]
     CreateDir {
         /// The directory.
         path: PathBuf,
         /// The underlying error.
-        source: std::io::Error,
+        error: std::io::Error,
     },
     /// The asset store failed to open.
     #[error("cannot open the asset store: {0}")]
-    Assets(#[from] StoreError),
+    Assets(StoreError),
     /// The artifact store failed to open.
     #[error("cannot open the artifact store: {0}")]
-    Artifacts(#[from] ArtifactError),
+    Artifacts(ArtifactError),
     /// The memory store failed to open.
     #[error("cannot open the memory store: {0}")]
-    Memory(#[from] MemoryError),
+    Memory(MemoryError),
     /// A library failed to load.
-    #[error("cannot open library {name:?}: {source}")]
+    #[error("cannot open library {name:?}: {error}")]
     Library {
         /// The library's name (its file name without `.json`).
         name: String,
         /// The underlying error.
-        source: LibraryError,
+        error: LibraryError,
     },
     /// A library name that would leave the libraries folder.
     #[error("{name:?} is not a library name: use a plain file name without '/', '\\\\' or '..'")]
@@ -103,14 +108,16 @@ impl Mnemon {
     /// Opens the data directory at `dir`, creating it and its database if needed.
     pub fn open(dir: impl AsRef<Path>) -> Result<Mnemon, OpenError> {
         let dir = dir.as_ref().to_path_buf();
-        std::fs::create_dir_all(&dir).map_err(|source| OpenError::CreateDir {
+        std::fs::create_dir_all(&dir).map_err(|error| OpenError::CreateDir {
             path: dir.clone(),
-            source,
+            error,
         })?;
         let database = dir.join(DATABASE_FILE);
-        let assets = Arc::new(SqliteStore::open(&database)?);
-        let artifacts = Arc::new(SqliteArtifactStore::open(&database)?);
-        let memory = mnemon_memory::SqliteStore::open(&database, Default::default())?;
+        let assets = Arc::new(SqliteStore::open(&database).map_err(OpenError::Assets)?);
+        let artifacts =
+            Arc::new(SqliteArtifactStore::open(&database).map_err(OpenError::Artifacts)?);
+        let memory = mnemon_memory::SqliteStore::open(&database, Default::default())
+            .map_err(OpenError::Memory)?;
         let backends = BackendRegistry::with_defaults(dir.join(ARTIFACTS_DIR));
         Ok(Mnemon {
             dir,
@@ -177,18 +184,53 @@ impl Mnemon {
             });
         }
         let path = self.libraries_dir().join(format!("{name}.json"));
-        Library::open(&path).map_err(|source| OpenError::Library {
+        Library::open(&path).map_err(|error| OpenError::Library {
             name: name.to_owned(),
-            source,
+            error,
         })
     }
 
     /// Loads every library under `<dir>/libraries/`, merged in path order (as `mnemon serve`
     /// does).
     pub fn libraries(&self) -> Result<Library, OpenError> {
-        Library::open_dir(self.libraries_dir()).map_err(|source| OpenError::Library {
+        Library::open_dir(self.libraries_dir()).map_err(|error| OpenError::Library {
             name: LIBRARIES_DIR.to_owned(),
-            source,
+            error,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use std::error::Error as _;
+
+    use super::*;
+
+    #[test]
+    fn open_errors_carry_their_cause_once() {
+        let dir = tempfile::tempdir().unwrap();
+        // A file where the data directory should be.
+        let file = dir.path().join("taken");
+        std::fs::write(&file, b"not a directory").unwrap();
+        let error = Mnemon::open(&file).unwrap_err();
+        assert!(matches!(error, OpenError::CreateDir { .. }), "{error}");
+        assert!(error.to_string().contains("taken"), "{error}");
+        assert!(error.source().is_none());
+
+        // A database file that is not one.
+        let data = dir.path().join("data");
+        std::fs::create_dir(&data).unwrap();
+        std::fs::write(data.join(DATABASE_FILE), vec![b'x'; 4096]).unwrap();
+        let error = Mnemon::open(&data).unwrap_err();
+        assert!(matches!(error, OpenError::Assets(_)), "{error}");
+        assert!(error.to_string().contains("not a database"), "{error}");
+        assert!(error.source().is_none());
+
+        let mnemon = Mnemon::open(dir.path().join("fresh")).unwrap();
+        let error = mnemon.library("missing").unwrap_err();
+        assert!(error.to_string().contains("missing"), "{error}");
+        assert!(error.source().is_none());
     }
 }

@@ -94,9 +94,14 @@ pub(crate) fn run(command: RefCommand, data_dir: &Path) -> CliResult {
             params,
             strict,
         } => {
-            let spec = CommandSpec::load(&spec)
-                .with_context(|| format!("cannot use the command spec {}", spec.display()))
-                .map_err(CliError::input)?;
+            // An unreadable file's error names the path already; the others need it added.
+            let spec = CommandSpec::load(&spec).map_err(|e| match e {
+                RefsError::SpecUnreadable { .. } => CliError::input(e),
+                other => CliError::input(
+                    anyhow::Error::new(other)
+                        .context(format!("cannot use the command spec {}", spec.display())),
+                ),
+            })?;
             let text = std::fs::read_to_string(&params)
                 .with_context(|| format!("cannot read the parameters file {}", params.display()))
                 .map_err(CliError::input)?;
