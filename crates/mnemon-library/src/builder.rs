@@ -97,7 +97,8 @@ pub(crate) struct Builder<'s> {
     /// Whether canonical-length embeddings are decoded later in parallel batches (loading) or
     /// at once (insert and extend, which must stay atomic).
     defer: bool,
-    pending: Vec<(usize, &'s str)>,
+    /// Rows whose embedding is decoded at the next flush: (row, bit index in the file, text).
+    pending: Vec<(usize, usize, &'s str)>,
     /// Address just past the last string decoded by a flush, for releasing mapped input.
     pub(crate) flushed_to: usize,
 }
@@ -131,13 +132,14 @@ impl<'s> Builder<'s> {
     }
 
     /// Validates bit `index` and appends it unless its id is already present. On an error, the
-    /// pending batch is decoded first, so the error reported is the first in file order.
+    /// pending batch is decoded first, so the error reported is the first in file order. Errors
+    /// are [`LibraryError::InBit`], so they carry the bit's index.
     pub(crate) fn push(&mut self, index: usize, raw: RawBit<'s>) -> Result<Pushed> {
         match self.try_push(index, raw) {
             Ok(p) => Ok(p),
             Err(e) => {
                 self.flush()?;
-                Err(e)
+                Err(LibraryError::in_bit(index, e))
             }
         }
     }
@@ -159,27 +161,18 @@ impl<'s> Builder<'s> {
             .unwrap_or("");
         let text = text_value.and_then(Value::as_str).unwrap_or("");
         let id = BitId::of(url, text);
-        let sid = || id.to_string();
 
-        if let Some(omit) = &self.omit {
-            for field in omit.fields() {
-                if find(field).is_some() {
-                    return Err(LibraryError::FieldNotOmitted(field.to_owned()));
-                }
-            }
+        if let Some(e) = omitted_but_present(&fields, self.omit.as_ref()).next() {
+            return Err(e);
         }
-        match text_value {
-            None => return Err(LibraryError::MissingText(sid())),
-            Some(Value::String(_)) => {}
-            Some(_) => return Err(LibraryError::TextNotString(index)),
-        }
+        check_text(index, text_value, &id)?;
         let resolved = if self.omitted("embedding") {
             Resolved::Absent
         } else {
             self.resolve_embedding(find("embedding"), &id)?
         };
         // Checks after the embedding: on failure, a deferred embedding's own error comes first.
-        let rest = self.check_rest(&fields, &id);
+        let rest = check_rest(&fields, &id, self.omit.as_ref());
         let mut resolved = resolved;
         if let Err(e) = rest {
             if let Resolved::Deferred(s) = resolved {
@@ -211,7 +204,7 @@ impl<'s> Builder<'s> {
         let matrix = self.store.matrix_mut();
         let row = matrix.push_zero_row();
         match std::mem::replace(&mut resolved, Resolved::Absent) {
-            Resolved::Deferred(s) => self.pending.push((row, s)),
+            Resolved::Deferred(s) => self.pending.push((row, index, s)),
             Resolved::Decoded(v) => {
                 if let Some(dst) = matrix.row_mut(row) {
                     dst.copy_from_slice(&v);
@@ -229,22 +222,7 @@ impl<'s> Builder<'s> {
         field: Option<&FieldValue<'s>>,
         id: &BitId,
     ) -> Result<Resolved<'s>> {
-        let missing = || LibraryError::MissingEmbedding(id.to_string());
-        let s: Cow<'s, str> = match field {
-            None | Some(FieldValue::Embedding(EmbeddingField::Null)) => return Err(missing()),
-            Some(FieldValue::Embedding(EmbeddingField::Str(s))) => s.clone(),
-            Some(FieldValue::Embedding(EmbeddingField::Other(kind))) => {
-                return Err(LibraryError::InvalidEmbedding {
-                    id: id.to_string(),
-                    detail: format!("expected a base64 string, found {kind}"),
-                });
-            }
-            // `embedding` is always read as an embedding field; a plain JSON value cannot occur.
-            Some(FieldValue::Json(_)) => return Err(missing()),
-        };
-        if s.is_empty() {
-            return Err(missing());
-        }
+        let s = embedding_text(field, id)?;
         if let (Cow::Borrowed(b), Some(d), true) = (&s, self.store.dim, self.defer)
             && d > 0
             && b.len() == encoded_len(4 * d)
@@ -256,62 +234,14 @@ impl<'s> Builder<'s> {
 
     /// Decodes and checks one embedding synchronously, with the precise error.
     fn decode_now(&self, s: &str, id: &BitId) -> Result<Vec<f32>> {
-        let v = decode_vector(s).map_err(|e| LibraryError::InvalidEmbedding {
-            id: id.to_string(),
-            detail: e.to_string(),
-        })?;
-        if v.is_empty() {
-            return Err(LibraryError::MissingEmbedding(id.to_string()));
-        }
-        if let Some(d) = self.store.dim
-            && v.len() != d
-        {
-            return Err(LibraryError::WrongEmbeddingLength {
-                id: id.to_string(),
-                expected: d,
-            });
-        }
-        Ok(v)
-    }
-
-    fn check_rest(&self, fields: &[(Cow<'s, str>, FieldValue<'s>)], id: &BitId) -> Result<()> {
-        let json = |key: &str| {
-            fields
-                .iter()
-                .find(|(k, _)| k == key)
-                .and_then(|(_, v)| match v {
-                    FieldValue::Json(v) => Some(v.as_ref()),
-                    FieldValue::Embedding(_) => None,
-                })
-        };
-        if !self.omitted("token_count") {
-            match json("token_count") {
-                None => return Err(LibraryError::MissingTokenCount(id.to_string())),
-                Some(v) if int_of(v).is_none() => return Err(LibraryError::TokenCountNotInt),
-                Some(_) => {}
-            }
-        }
-        if !self.omitted("info") {
-            match json("info") {
-                None => return Err(LibraryError::MissingInfo(id.to_string())),
-                Some(Value::Object(info)) => {
-                    if !info.get("url").is_some_and(Value::is_string) {
-                        return Err(LibraryError::MissingUrl(id.to_string()));
-                    }
-                }
-                Some(_) => return Err(LibraryError::InfoNotObject),
-            }
-        }
-        match json("access_tag") {
-            None | Some(Value::Null | Value::String(_)) => Ok(()),
-            Some(_) => Err(LibraryError::AccessTagNotString(id.to_string())),
-        }
+        decode_checked(s, id, self.store.dim)
     }
 
     /// Decodes every pending embedding into its row, in parallel.
     pub(crate) fn flush(&mut self) -> Result<()> {
         let pending = std::mem::take(&mut self.pending);
-        let (Some(&(first, _)), Some(&(last, last_str))) = (pending.first(), pending.last()) else {
+        let (Some(&(first, _, _)), Some(&(last, _, last_str))) = (pending.first(), pending.last())
+        else {
             return Ok(());
         };
         let dim = self.store.dim.unwrap_or(0);
@@ -319,7 +249,7 @@ impl<'s> Builder<'s> {
         let stride = matrix.stride();
         let block = matrix.rows_mut(first, last + 1);
         let mut slots: Vec<Option<&str>> = vec![None; last + 1 - first];
-        for &(row, s) in &pending {
+        for &(row, _, s) in &pending {
             slots[row - first] = Some(s);
         }
         let failed: Option<usize> = block
@@ -332,18 +262,14 @@ impl<'s> Builder<'s> {
             })
             .min();
         if let Some(row) = failed {
-            let s = slots[row - first].unwrap_or("");
-            let id = self.store.ids[row];
-            // The fast path refused it; the precise path gives the error (or, for unusual but
-            // valid input, the vector).
-            let v = self.decode_now(s, &id)?;
-            if let Some(dst) = self.store.matrix_mut().row_mut(row) {
-                dst.copy_from_slice(&v);
-            }
-            // Decode the rest of the batch precisely too; failures are rare.
-            for &(r, s) in pending.iter().filter(|(r, _)| *r > row) {
+            // The fast path refused a row; the precise path gives the error (or, for unusual
+            // but valid input, the vector). Decode the rest of the batch precisely too; failures
+            // are rare.
+            for &(r, index, s) in pending.iter().filter(|(r, _, _)| *r >= row) {
                 let id = self.store.ids[r];
-                let v = self.decode_now(s, &id)?;
+                let v = self
+                    .decode_now(s, &id)
+                    .map_err(|e| LibraryError::in_bit(index, e))?;
                 if let Some(dst) = self.store.matrix_mut().row_mut(r) {
                     dst.copy_from_slice(&v);
                 }
@@ -361,6 +287,179 @@ impl<'s> Builder<'s> {
     /// The store of an eager builder (which never has pending rows).
     pub(crate) fn into_store(self) -> Store {
         self.store
+    }
+}
+
+/// A bit's fields, looked up by key.
+type Fields<'s> = [(Cow<'s, str>, FieldValue<'s>)];
+
+/// A plain JSON field of a bit (not the embedding).
+fn json_field<'a>(fields: &'a Fields<'_>, key: &str) -> Option<&'a Value> {
+    fields
+        .iter()
+        .find(|(k, _)| k == key)
+        .and_then(|(_, v)| match v {
+            FieldValue::Json(v) => Some(v.as_ref()),
+            FieldValue::Embedding(_) => None,
+        })
+}
+
+fn is_omitted(omit: Option<&Omit>, field: &str) -> bool {
+    omit.is_some_and(|o| o.contains_field(field))
+}
+
+/// One error for each field the stored omit names that the bit carries.
+fn omitted_but_present<'a>(
+    fields: &'a Fields<'_>,
+    omit: Option<&'a Omit>,
+) -> impl Iterator<Item = LibraryError> + 'a {
+    omit.into_iter()
+        .flat_map(Omit::fields)
+        .filter(|field| fields.iter().any(|(k, _)| k == field))
+        .map(|field| LibraryError::FieldNotOmitted(field.to_owned()))
+}
+
+fn check_text(index: usize, text: Option<&Value>, id: &BitId) -> Result<()> {
+    match text {
+        None => Err(LibraryError::MissingText(id.to_string())),
+        Some(Value::String(_)) => Ok(()),
+        Some(_) => Err(LibraryError::TextNotString(index)),
+    }
+}
+
+/// The embedding's base64 text, or why there is none.
+fn embedding_text<'s>(field: Option<&FieldValue<'s>>, id: &BitId) -> Result<Cow<'s, str>> {
+    let missing = || LibraryError::MissingEmbedding(id.to_string());
+    let s = match field {
+        None | Some(FieldValue::Embedding(EmbeddingField::Null)) => return Err(missing()),
+        Some(FieldValue::Embedding(EmbeddingField::Str(s))) => s.clone(),
+        Some(FieldValue::Embedding(EmbeddingField::Other(kind))) => {
+            return Err(LibraryError::InvalidEmbedding {
+                id: id.to_string(),
+                detail: format!("expected a base64 string, found {kind}"),
+            });
+        }
+        // `embedding` is always read as an embedding field; a plain JSON value cannot occur.
+        Some(FieldValue::Json(_)) => return Err(missing()),
+    };
+    if s.is_empty() {
+        return Err(missing());
+    }
+    Ok(s)
+}
+
+/// Decodes an embedding and checks it against the library's dimension, if known.
+fn decode_checked(s: &str, id: &BitId, dim: Option<usize>) -> Result<Vec<f32>> {
+    let v = decode_vector(s).map_err(|e| LibraryError::InvalidEmbedding {
+        id: id.to_string(),
+        detail: e.to_string(),
+    })?;
+    if v.is_empty() {
+        return Err(LibraryError::MissingEmbedding(id.to_string()));
+    }
+    if let Some(d) = dim
+        && v.len() != d
+    {
+        return Err(LibraryError::WrongEmbeddingLength {
+            id: id.to_string(),
+            expected: d,
+        });
+    }
+    Ok(v)
+}
+
+fn check_token_count(fields: &Fields<'_>, id: &BitId, omit: Option<&Omit>) -> Result<()> {
+    if is_omitted(omit, "token_count") {
+        return Ok(());
+    }
+    match json_field(fields, "token_count") {
+        None => Err(LibraryError::MissingTokenCount(id.to_string())),
+        Some(v) if int_of(v).is_none() => Err(LibraryError::TokenCountNotInt),
+        Some(_) => Ok(()),
+    }
+}
+
+fn check_info(fields: &Fields<'_>, id: &BitId, omit: Option<&Omit>) -> Result<()> {
+    if is_omitted(omit, "info") {
+        return Ok(());
+    }
+    match json_field(fields, "info") {
+        None => Err(LibraryError::MissingInfo(id.to_string())),
+        Some(Value::Object(info)) if info.get("url").is_some_and(Value::is_string) => Ok(()),
+        Some(Value::Object(_)) => Err(LibraryError::MissingUrl(id.to_string())),
+        Some(_) => Err(LibraryError::InfoNotObject),
+    }
+}
+
+fn check_access_tag(fields: &Fields<'_>, id: &BitId) -> Result<()> {
+    match json_field(fields, "access_tag") {
+        None | Some(Value::Null | Value::String(_)) => Ok(()),
+        Some(_) => Err(LibraryError::AccessTagNotString(id.to_string())),
+    }
+}
+
+/// The checks after the embedding, in load order, stopping at the first fault.
+fn check_rest(fields: &Fields<'_>, id: &BitId, omit: Option<&Omit>) -> Result<()> {
+    check_token_count(fields, id, omit)?;
+    check_info(fields, id, omit)?;
+    check_access_tag(fields, id)
+}
+
+/// Everything wrong with one bit, for a validator that reports more than the first fault.
+pub(crate) struct BitReport {
+    /// The bit's id, when it is an object.
+    pub(crate) id: Option<BitId>,
+    /// Every fault, in the order loading checks them: the first is the one loading reports.
+    pub(crate) faults: Vec<LibraryError>,
+    /// The length of its embedding, when that decoded (even if it is the wrong length).
+    pub(crate) dimension: Option<usize>,
+}
+
+/// Runs every check of bit `index` against a library of dimension `dim` and stored `omit`,
+/// collecting all faults instead of stopping at the first.
+pub(crate) fn check_bit(
+    index: usize,
+    raw: &RawBit<'_>,
+    dim: Option<usize>,
+    omit: Option<&Omit>,
+) -> BitReport {
+    let RawBit::Object(fields) = raw else {
+        return BitReport {
+            id: None,
+            faults: vec![LibraryError::BitNotObject(index)],
+            dimension: None,
+        };
+    };
+    let url = json_field(fields, "info")
+        .and_then(|i| i.get("url"))
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    let text = json_field(fields, "text")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    let id = BitId::of(url, text);
+    let mut faults: Vec<LibraryError> = omitted_but_present(fields, omit).collect();
+    faults.extend(check_text(index, json_field(fields, "text"), &id).err());
+    let mut dimension = None;
+    if !is_omitted(omit, "embedding") {
+        let field = fields
+            .iter()
+            .find(|(k, _)| k == "embedding")
+            .map(|(_, v)| v);
+        let decoded = embedding_text(field, &id).and_then(|s| {
+            let v = decode_checked(&s, &id, None)?;
+            dimension = Some(v.len());
+            decode_checked(&s, &id, dim)
+        });
+        faults.extend(decoded.err());
+    }
+    faults.extend(check_token_count(fields, &id, omit).err());
+    faults.extend(check_info(fields, &id, omit).err());
+    faults.extend(check_access_tag(fields, &id).err());
+    BitReport {
+        id: Some(id),
+        faults,
+        dimension,
     }
 }
 

@@ -10,7 +10,8 @@ impl Library {
     /// Loads every regular `*.json` file under `dir` (recursively, skipping names that start with
     /// `.`, following symlinks without looping), in path order compared component-wise by bytes,
     /// and extends them into one library with the first file's model. A file under
-    /// `access/<tag>/` gets `<tag>` on every bit. Across files the first copy of an id wins.
+    /// `access/<tag>/` gets `<tag>` on every bit. Across files the first copy of an id wins. An
+    /// error in one file is [`LibraryError::InFile`], whose message names the file.
     pub fn open_dir(dir: impl AsRef<Path>) -> Result<Library> {
         let dir = dir.as_ref();
         let mut files = Vec::new();
@@ -27,9 +28,20 @@ impl Library {
         });
         let mut merged: Option<Library> = None;
         for rel in files {
-            let lib = Library::open_with(dir.join(&rel), &OpenOptions::for_relative_path(&rel))?;
+            let path = dir.join(&rel);
+            // Name the file in the error: with many files, the message alone would not say
+            // which one to fix. I/O errors already name it.
+            let in_file = |error: LibraryError| match error {
+                io @ LibraryError::Io { .. } => io,
+                error => LibraryError::InFile {
+                    path: path.display().to_string(),
+                    error: Box::new(error),
+                },
+            };
+            let lib = Library::open_with(&path, &OpenOptions::for_relative_path(&rel))
+                .map_err(in_file)?;
             let target = merged.get_or_insert_with(|| Library::blank(lib.model()));
-            target.extend(&lib)?;
+            target.extend(&lib).map_err(in_file)?;
         }
         merged.ok_or(LibraryError::NoLibraries)
     }

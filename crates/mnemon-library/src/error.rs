@@ -164,6 +164,30 @@ pub enum LibraryError {
     #[error("omit must be a string or a list of strings")]
     OmitBadType,
 
+    // ---- Where a load error is ----
+    /// A load error in one bit. `Display` is the inner message alone, exactly as the spec gives
+    /// it (clients match those texts); [`LibraryError::bit_index`] and [`LibraryError::field`]
+    /// say where, and [`LibraryError::located`] prints the message with both.
+    #[error("{error}")]
+    InBit {
+        /// The bit's index in file order (after a version-0 upgrade). For
+        /// [`Library::insert`](crate::Library::insert) the index it would have had, for
+        /// [`Library::extend`](crate::Library::extend) its index in the other library.
+        index: usize,
+        /// What is wrong with it.
+        error: Box<LibraryError>,
+    },
+    /// An error in one file of a directory being loaded by
+    /// [`Library::open_dir`](crate::Library::open_dir). The message names the file and, for a
+    /// bit error, the bit and the field.
+    #[error("{path}: {}", error.located())]
+    InFile {
+        /// The file, as the directory path joined with its relative path.
+        path: String,
+        /// What is wrong with it.
+        error: Box<LibraryError>,
+    },
+
     // ---- Host configuration and I/O ----
     /// A host configuration file does not exist.
     #[error("Config file \"{0}\" does not exist")]
@@ -185,13 +209,108 @@ impl LibraryError {
     /// Whether the error is the caller's fault (bad arguments or a bad file), as opposed to an
     /// I/O failure. An HTTP host answers the former with 400 and the latter with 500.
     pub fn is_client_error(&self) -> bool {
-        !matches!(self, LibraryError::Io { .. })
+        !matches!(self.kind(), LibraryError::Io { .. })
+    }
+
+    /// The error itself, without the location wrappers ([`LibraryError::InBit`],
+    /// [`LibraryError::InFile`]): match on this to tell errors apart.
+    pub fn kind(&self) -> &LibraryError {
+        match self {
+            LibraryError::InBit { error, .. } | LibraryError::InFile { error, .. } => error.kind(),
+            other => other,
+        }
+    }
+
+    /// The index of the bit at fault, for an error in one bit.
+    pub fn bit_index(&self) -> Option<usize> {
+        match self {
+            LibraryError::InBit { index, .. } => Some(*index),
+            LibraryError::InFile { error, .. } => error.bit_index(),
+            _ => None,
+        }
+    }
+
+    /// The file at fault, for an error in one file of a directory.
+    pub fn file(&self) -> Option<&str> {
+        match self {
+            LibraryError::InFile { path, .. } => Some(path),
+            _ => None,
+        }
+    }
+
+    /// The field at fault: a key of the library (`version`, `embedding_model`, `omit`,
+    /// `bits`, `content`, `sort.ids`) or of a bit (`text`, `embedding`, `token_count`, `info`,
+    /// `info.url`, `access_tag`, or a field the stored omit names). `None` when the error is
+    /// not about one field (invalid JSON, a bit that is not an object, I/O).
+    pub fn field(&self) -> Option<&str> {
+        use LibraryError as E;
+        Some(match self.kind() {
+            E::VersionInvalid => "version",
+            E::MissingContent => "content",
+            E::UnknownSortId(_) => "sort.ids",
+            E::InvalidModel => "embedding_model",
+            E::OmitNotString
+            | E::OmitAllButBits
+            | E::IllegalOmitKey(_)
+            | E::EmptyOmitNotAlone
+            | E::StarOmitNotAlone
+            | E::OmitBadType => "omit",
+            E::MissingBits | E::BitsNotList => "bits",
+            E::FieldNotOmitted(field) => field,
+            E::MissingText(_) | E::TextNotString(_) => "text",
+            E::MissingEmbedding(_)
+            | E::InvalidEmbedding { .. }
+            | E::WrongEmbeddingLength { .. } => "embedding",
+            E::MissingTokenCount(_) | E::TokenCountNotInt => "token_count",
+            E::MissingInfo(_) | E::InfoNotObject => "info",
+            E::MissingUrl(_) => "info.url",
+            E::AccessTagNotString(_) => "access_tag",
+            _ => return None,
+        })
+    }
+
+    /// The message with its location in front, for people: `bit 3, field "embedding": <id> is
+    /// missing embedding`, `field "version": Version invalid`, and the file first for an error
+    /// in a directory. [`Display`](std::fmt::Display) alone gives the spec's message.
+    pub fn located(&self) -> Located<'_> {
+        Located(self)
+    }
+
+    /// Wraps an error in bit `index` (once: an error already located keeps its location).
+    pub(crate) fn in_bit(index: usize, error: LibraryError) -> Self {
+        match error {
+            located @ LibraryError::InBit { .. } => located,
+            error => LibraryError::InBit {
+                index,
+                error: Box::new(error),
+            },
+        }
     }
 
     pub(crate) fn io(path: &std::path::Path, source: std::io::Error) -> Self {
         LibraryError::Io {
             path: path.display().to_string(),
             source,
+        }
+    }
+}
+
+/// A [`LibraryError`] shown with its location; see [`LibraryError::located`].
+#[derive(Debug, Clone, Copy)]
+pub struct Located<'a>(&'a LibraryError);
+
+impl std::fmt::Display for Located<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let e = self.0;
+        // `InFile` already prints its path and the inner location.
+        if e.file().is_some() {
+            return write!(f, "{e}");
+        }
+        match (e.bit_index(), e.field()) {
+            (Some(i), Some(field)) => write!(f, "bit {i}, field \"{field}\": {e}"),
+            (Some(i), None) => write!(f, "bit {i}: {e}"),
+            (None, Some(field)) => write!(f, "field \"{field}\": {e}"),
+            (None, None) => write!(f, "{e}"),
         }
     }
 }

@@ -41,6 +41,7 @@ mod library;
 mod load;
 mod mapped;
 mod omit;
+mod problems;
 mod pyjson;
 mod python;
 mod query;
@@ -52,12 +53,14 @@ pub mod synthetic;
 
 pub use access::{AccessPolicy, DEFAULT_PRIVATE_TAG};
 pub use chunk::{ChunkBounds, chunk_ranges, chunk_text};
-pub use error::{LibraryError, Result};
+pub use error::{LibraryError, Located, Result};
 pub use id::BitId;
 pub use library::{
-    BitRef, CountType, DEFAULT_MODEL, InsertOutcome, Library, OpenOptions, tag_from_relative_path,
+    BitRef, CountType, DEFAULT_MODEL, InsertOutcome, Library, OpenOptions, Progress,
+    tag_from_relative_path,
 };
 pub use omit::{Omit, OmitKey};
+pub use problems::{Problem, ProblemKind};
 pub use query::{QueryArgs, QueryOptions};
 pub use sidecar::sidecar_path;
 

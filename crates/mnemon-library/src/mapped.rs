@@ -13,7 +13,12 @@ use crate::load::{Loaded, load_slice};
 const RELEASE_STEP: usize = 64 << 20;
 const RELEASE_ALIGN: usize = 64 << 10;
 
-pub(crate) fn load_file(path: &Path, force_tag: Option<&str>) -> Result<Loaded> {
+/// Loads a library file; `progress` gets the bytes parsed so far after each decoded batch.
+pub(crate) fn load_file(
+    path: &Path,
+    force_tag: Option<&str>,
+    progress: Option<&(dyn Fn(u64) + Send + Sync)>,
+) -> Result<Loaded> {
     let file = File::open(path).map_err(|e| LibraryError::io(path, e))?;
     let len = file
         .metadata()
@@ -30,7 +35,11 @@ pub(crate) fn load_file(path: &Path, force_tag: Option<&str>) -> Result<Loaded> 
     let base = map.as_ptr() as usize;
     let released = Cell::new(0usize);
     let release = |address: usize| {
-        let upto = address.saturating_sub(base).min(map.len()) / RELEASE_ALIGN * RELEASE_ALIGN;
+        let parsed = address.saturating_sub(base).min(map.len());
+        if let Some(progress) = progress {
+            progress(parsed as u64);
+        }
+        let upto = parsed / RELEASE_ALIGN * RELEASE_ALIGN;
         let from = released.get();
         if upto >= from + RELEASE_STEP {
             // SAFETY: on a private, never-written file map, MADV_DONTNEED only drops this

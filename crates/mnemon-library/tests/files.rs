@@ -101,6 +101,60 @@ fn directories_merge_in_path_order_with_tags_from_paths() {
 }
 
 #[test]
+fn a_directory_load_error_names_the_file_bit_and_field() {
+    let dir = tempfile::tempdir().unwrap();
+    write_lib(&dir.path().join("a.json"), 3, 1);
+    let bad = dir.path().join("access/team/b.json");
+    write_lib(&bad, 4, 2);
+    let mut value: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&bad).unwrap()).unwrap();
+    value["bits"][2]["embedding"] = json!(null);
+    std::fs::write(&bad, serde_json::to_vec(&value).unwrap()).unwrap();
+    let e = Library::open_dir(dir.path()).unwrap_err();
+    let path = bad.display().to_string();
+    assert_eq!(e.file(), Some(path.as_str()));
+    assert_eq!((e.bit_index(), e.field()), (Some(2), Some("embedding")));
+    let message = e.to_string();
+    assert!(
+        message.starts_with(&format!("{path}: bit 2, field \"embedding\": ")),
+        "{message}"
+    );
+    assert!(message.ends_with(" is missing embedding"), "{message}");
+    // A file of another model is named too.
+    std::fs::remove_file(&bad).unwrap();
+    let other = dir.path().join("c.json");
+    write_synthetic(std::fs::File::create(&other).unwrap(), "other", 1, 8, 3).unwrap();
+    let e = Library::open_dir(dir.path()).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        format!(
+            "{}: The other library had a different embedding model",
+            other.display()
+        )
+    );
+}
+
+#[test]
+fn progress_reports_bytes_parsed() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("lib.json");
+    // More bits than one decoding batch (4,096), so progress is reported before the end.
+    write_synthetic(std::fs::File::create(&file).unwrap(), "m", 5000, 2, 1).unwrap();
+    let len = std::fs::metadata(&file).unwrap().len();
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let sink = seen.clone();
+    let options = OpenOptions {
+        progress: Some(std::sync::Arc::new(move |n| sink.lock().unwrap().push(n))),
+        ..OpenOptions::default()
+    };
+    assert_eq!(Library::open_with(&file, &options).unwrap().len(), 5000);
+    let seen = seen.lock().unwrap();
+    assert!(!seen.is_empty());
+    assert!(seen.windows(2).all(|w| w[0] <= w[1]), "{seen:?}");
+    assert!(seen.iter().all(|&n| n > 0 && n <= len), "{seen:?} of {len}");
+}
+
+#[test]
 fn concurrent_queries_on_a_shared_library() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("lib.json");
