@@ -2,11 +2,12 @@
 
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, anyhow};
 use clap::Subcommand;
-use mnemon_library::{AccessPolicy, InsertOutcome, Library, QueryOptions};
+use mnemon_library::{AccessPolicy, Library, OpenOptions, Progress, QueryOptions};
 use serde_json::{Map, Value, json};
 
 use super::{CliError, CliResult, print_json};
@@ -109,30 +110,56 @@ impl QuestionArgs {
     }
 }
 
-/// Opens a library, with a spinner on a terminal (nothing when stderr is piped).
-fn open(file: &Path) -> Result<Library, CliError> {
-    let spinner = std::io::stderr().is_terminal().then(|| {
+/// Opens a library. On a terminal, and unless `--quiet`, a bar shows the bytes parsed; nothing
+/// is drawn when stderr is piped. A load error names the bit and field at fault.
+fn open(file: &Path, quiet: bool) -> Result<Library, CliError> {
+    show_warnings(quiet);
+    let bar = (!quiet && std::io::stderr().is_terminal()).then(|| {
         let size = std::fs::metadata(file).map(|m| m.len()).unwrap_or(0);
-        let bar = indicatif::ProgressBar::new_spinner();
-        bar.set_message(format!(
-            "loading {} ({} MB)",
-            file.display(),
-            size / 1_000_000
-        ));
-        bar.enable_steady_tick(Duration::from_millis(100));
+        let bar = indicatif::ProgressBar::new(size);
+        if let Ok(style) = indicatif::ProgressStyle::with_template(
+            "{msg} {bar:40} {bytes}/{total_bytes}, {elapsed} elapsed, ETA {eta}",
+        ) {
+            bar.set_style(style);
+        }
+        bar.set_message(format!("loading {}", file.display()));
+        // The loader reports once per batch of bits; the tick keeps the clock moving between.
+        bar.enable_steady_tick(Duration::from_millis(200));
         bar
     });
-    let result = Library::open(file);
-    if let Some(bar) = spinner {
+    let options = OpenOptions {
+        progress: bar
+            .clone()
+            .map(|bar| -> Progress { Arc::new(move |parsed| bar.set_position(parsed)) }),
+        ..OpenOptions::default()
+    };
+    let result = Library::open_with(file, &options);
+    if let Some(bar) = bar {
         bar.finish_and_clear();
     }
     result.map_err(|e| {
         if e.is_client_error() {
-            CliError::input(anyhow!("{}: {e}", file.display()))
+            CliError::input(anyhow!("{}: {}", file.display(), e.located()))
         } else {
             CliError::failure(e)
         }
     })
+}
+
+/// Sends the library's warnings (such as a stale sidecar being ignored) to stderr, unless
+/// `--quiet`; `RUST_LOG` overrides the level.
+fn show_warnings(quiet: bool) {
+    use tracing_subscriber::EnvFilter;
+    let default = if quiet { "error" } else { "warn" };
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
+    // Fails only when a subscriber is already installed, which then keeps logging.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_writer(std::io::stderr)
+        .without_time()
+        .with_target(false)
+        .try_init();
 }
 
 /// Reads a JSON object of query arguments from a file.
@@ -161,20 +188,10 @@ pub(crate) fn run(command: LibraryCommand, quiet: bool) -> CliResult {
                 .with_context(|| format!("cannot read {}", file.display()))
                 .map_err(CliError::input)?;
             let problems = Library::problems(&bytes);
-            let mut errors = 0;
-            for (index, outcome) in &problems {
-                let at = index.map_or_else(String::new, |i| format!("bit {i}: "));
-                match outcome {
-                    Err(e) => {
-                        errors += 1;
-                        println!("{at}{e}");
-                    }
-                    Ok(InsertOutcome::Duplicate(id)) => {
-                        println!("{at}duplicate of an earlier bit (id {id}); dropped on load");
-                    }
-                    Ok(_) => {}
-                }
+            for problem in &problems {
+                println!("{problem}");
             }
+            let errors = problems.iter().filter(|p| p.is_error()).count();
             if errors == 0 {
                 println!("ok");
                 Ok(())
@@ -186,7 +203,7 @@ pub(crate) fn run(command: LibraryCommand, quiet: bool) -> CliResult {
             }
         }
         LibraryCommand::Stats { file } => {
-            let lib = open(&file)?;
+            let lib = open(&file, quiet)?;
             let tags: Map<String, Value> = lib
                 .access_tags()
                 .into_iter()
@@ -219,7 +236,7 @@ pub(crate) fn run(command: LibraryCommand, quiet: bool) -> CliResult {
                 Some(path) => AccessPolicy::from_host_config_file(path).map_err(CliError::input)?,
                 None => AccessPolicy::default(),
             };
-            let lib = open(&file)?;
+            let lib = open(&file, quiet)?;
             question.apply(lib.model(), &mut arguments)?;
             let options = QueryOptions {
                 seed,
@@ -244,9 +261,11 @@ pub(crate) fn run(command: LibraryCommand, quiet: bool) -> CliResult {
             Ok(())
         }
         LibraryCommand::Pack { file } => {
-            let lib = open(&file)?;
+            let lib = open(&file, quiet)?;
             let path = lib.pack(&file).map_err(CliError::failure)?;
-            eprintln!("wrote {}", path.display());
+            if !quiet {
+                eprintln!("wrote {}", path.display());
+            }
             Ok(())
         }
     }
