@@ -9,9 +9,14 @@ const SAMPLE: &str = concat!(
     "/../../examples/sample-library/library.json"
 );
 
+/// Runs `mnemon` in a fresh temporary directory (its working and data directory), so that no
+/// test writes next to the sample library or into the checkout.
 fn mnemon(args: &[&str]) -> Output {
+    let dir = tempfile::tempdir().unwrap();
     Command::new(env!("CARGO_BIN_EXE_mnemon"))
         .args(args)
+        .current_dir(dir.path())
+        .env("MNEMON_DATA_DIR", dir.path().join("data"))
         .output()
         .expect("the mnemon binary runs")
 }
@@ -66,7 +71,8 @@ fn args_prints_what_the_host_takes() {
     assert_eq!(args["count"], 2);
     assert_eq!(args["query_embedding_model"], "mnemon:hashing-v1-512");
     // The same arguments, given to `library query`, give the same answer as `--text`.
-    let file = std::env::temp_dir().join(format!("mnemon-args-{}.json", std::process::id()));
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("args.json");
     std::fs::write(&file, &out.stdout).unwrap();
     let via_args = mnemon(&["library", "query", SAMPLE, "--args", file.to_str().unwrap()]);
     let via_text = mnemon(&[
@@ -79,7 +85,6 @@ fn args_prints_what_the_host_takes() {
         "2",
     ]);
     assert_eq!(titles(&via_args), titles(&via_text));
-    std::fs::remove_file(&file).unwrap();
 }
 
 #[test]
