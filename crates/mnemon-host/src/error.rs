@@ -11,7 +11,7 @@ use std::net::SocketAddr;
 #[non_exhaustive]
 pub enum HostError {
     /// A library file or directory could not be loaded.
-    #[error("cannot load the library {source_name}: {error}")]
+    #[error("cannot load the library {source_name}: {}", .error.located())]
     Library {
         /// The file, directory or embedded library that failed.
         source_name: String,
