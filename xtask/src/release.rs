@@ -94,6 +94,7 @@ fn bump_and_package(
 ) -> Result<()> {
     bump_manifest(&dir.join("Cargo.toml"), version, order)?;
     let target_dir = target_root.join("target");
+    forget_earlier_packagings(&target_dir, version, order)?;
     let mut args: Vec<String> = vec!["package".into()];
     if allow_dirty {
         args.push("--allow-dirty".into());
@@ -106,6 +107,79 @@ fn bump_and_package(
     }
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     run_in(dir, &args)
+}
+
+/// Makes `cargo package` verify against the sources it has just packaged.
+///
+/// `cargo package` verifies the crates against a temporary registry of the freshly packaged
+/// ones. Cargo treats registry crates as immutable, so a second packaging of the same version
+/// (every dry run of 0.2.0, say) would reuse both the copy unpacked the first time
+/// (`$CARGO_HOME/registry/src/-<hash>/<name>-<version>/`, the hash depending only on the
+/// temporary registry's path) and the artifacts compiled from it, and verify stale code. This
+/// removes exactly those: our crates at `version` from local registries' unpacked sources, and
+/// the build outputs whose dependency files point into such a registry. crates.io's cache and
+/// the workspace's own builds are never touched.
+fn forget_earlier_packagings(
+    target_dir: &Path,
+    version: &semver::Version,
+    order: &[String],
+) -> Result<()> {
+    let cargo_home = match std::env::var_os("CARGO_HOME") {
+        Some(home) => Some(std::path::PathBuf::from(home)),
+        None => std::env::var_os("HOME").map(|home| Path::new(&home).join(".cargo")),
+    };
+    let sources = cargo_home.and_then(|home| fs::read_dir(home.join("registry/src")).ok());
+    for registry in sources.into_iter().flatten().flatten() {
+        // Local (path) registries have no name, so their folders start with '-'.
+        if !registry.file_name().to_string_lossy().starts_with('-') {
+            continue;
+        }
+        for name in order {
+            let unpacked = registry.path().join(format!("{name}-{version}"));
+            if unpacked.is_dir() {
+                fs::remove_dir_all(&unpacked)
+                    .with_context(|| format!("cannot remove {}", unpacked.display()))?;
+            }
+        }
+    }
+
+    let profile = target_dir.join("debug");
+    let Ok(deps) = fs::read_dir(profile.join("deps")) else {
+        return Ok(());
+    };
+    let crate_names: BTreeSet<String> = order.iter().map(|n| n.replace('-', "_")).collect();
+    for entry in deps.flatten() {
+        let file_name = entry.file_name().to_string_lossy().into_owned();
+        let Some(stem) = file_name.strip_suffix(".d") else {
+            continue;
+        };
+        let Some((crate_name, hash)) = stem.rsplit_once('-') else {
+            continue;
+        };
+        if !crate_names.contains(crate_name) {
+            continue;
+        }
+        let built_from_a_local_registry =
+            fs::read_to_string(entry.path()).is_ok_and(|deps| deps.contains("/registry/src/-"));
+        if !built_from_a_local_registry {
+            continue;
+        }
+        for output in [
+            format!("{stem}.d"),
+            format!("lib{stem}.rlib"),
+            format!("lib{stem}.rmeta"),
+        ] {
+            let _ = fs::remove_file(profile.join("deps").join(output));
+        }
+        let fingerprint = profile
+            .join(".fingerprint")
+            .join(format!("{}-{hash}", crate_name.replace('_', "-")));
+        if fingerprint.is_dir() {
+            fs::remove_dir_all(&fingerprint)
+                .with_context(|| format!("cannot remove {}", fingerprint.display()))?;
+        }
+    }
+    Ok(())
 }
 
 /// Fails unless the changelog has a `## VERSION` (or `## [VERSION]`) heading.
