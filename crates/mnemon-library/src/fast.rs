@@ -15,7 +15,7 @@
 //! `γ = (D + 64)·2⁻²⁴·1.01` (any summation order, FMA or not, f64 accumulation even better).
 //! Norms are computed in f64 and padded for their own rounding.
 
-use mnemon_vector::{MatrixView, Scored, dot, dot_i8};
+use mnemon_vector::{MatrixView, Scored, dot, dot_i8_symmetric};
 use rayon::prelude::*;
 
 /// Rows quantised or bounded per rayon task.
@@ -116,9 +116,10 @@ impl Prescan {
     }
 
     /// For every row where `keep` holds, an upper bound of `dot(row, query)` as the exact scan
-    /// computes it; `None` where `keep` fails. `None` overall when the bound cannot be trusted
-    /// (dimension too large, a query of the wrong length, or scores that could overflow f32).
-    fn upper_bounds<F>(&self, query: &[f32], keep: &F) -> Option<Vec<Option<f64>>>
+    /// computes it, and [`HIDDEN`] where `keep` fails; with the number of rows kept. `None` when
+    /// the bound cannot be trusted (dimension too large, a query of the wrong length, or scores
+    /// that could overflow f32).
+    fn upper_bounds<F>(&self, query: &[f32], keep: &F) -> Option<(Vec<f64>, usize)>
     where
         F: Fn(usize) -> bool + Sync,
     {
@@ -133,32 +134,39 @@ impl Prescan {
         }
         let gamma = (self.dim as f64 + 64.0) * U32 * 1.01;
         let st = f64::from(q_scale);
-        let mut out = vec![None; self.scales.len()];
-        out.par_chunks_mut(ROWS_PER_TASK)
+        let mut out = vec![HIDDEN; self.scales.len()];
+        let visible = out
+            .par_chunks_mut(ROWS_PER_TASK)
             .enumerate()
-            .for_each(|(chunk, slots)| {
+            .map(|(chunk, slots)| {
                 let base = chunk * ROWS_PER_TASK;
+                let mut kept = 0usize;
                 for (offset, slot) in slots.iter_mut().enumerate() {
                     let i = base + offset;
                     if !keep(i) {
                         continue;
                     }
+                    kept += 1;
                     let (qn, en) = (self.quant_norm[i], self.err_norm[i]);
                     if !(qn.is_finite() && en.is_finite()) {
-                        *slot = Some(f64::INFINITY);
+                        *slot = f64::INFINITY;
                         continue;
                     }
                     let codes = self
                         .codes
                         .get(i * self.dim..(i + 1) * self.dim)
                         .unwrap_or(&[]);
-                    let approx = dot_i8(codes, &q) as f64 * f64::from(self.scales[i]) * st;
+                    // `q` comes from `quantize`, so it never holds -128.
+                    let approx =
+                        dot_i8_symmetric(codes, &q) as f64 * f64::from(self.scales[i]) * st;
                     let slack = qn * q_err + en * q_norm + gamma * (qn + en) * q_norm;
                     // Padding covers the rounding of this sum and of `approx` itself.
-                    *slot = Some(approx + slack * (1.0 + PAD) + approx.abs() * 4.0 * PAD);
+                    *slot = approx + slack * (1.0 + PAD) + approx.abs() * 4.0 * PAD;
                 }
-            });
-        Some(out)
+                kept
+            })
+            .sum();
+        Some((out, visible))
     }
 }
 
@@ -186,36 +194,17 @@ pub(crate) fn select<F>(
 where
     F: Fn(usize) -> bool + Sync,
 {
-    let bounds = prescan.upper_bounds(query, keep)?;
-    let mut rest: Vec<(f64, u32)> = bounds
-        .iter()
-        .enumerate()
-        .filter_map(|(i, b)| Some(((*b)?, u32::try_from(i).ok()?)))
-        .collect();
-    if rest.len() != bounds.iter().flatten().count() {
-        return None;
-    }
-    let visible = rest.len();
-    let by_bound = |a: &(f64, u32), b: &(f64, u32)| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1));
+    let (mut bounds, visible) = prescan.upper_bounds(query, keep)?;
     let mut scored: Vec<Scored> = Vec::new();
     let mut batch = first_batch.max(1);
-    let mut taken = 0usize;
     loop {
         // Score the next batch of rows, highest bound first.
-        let tail = &mut rest[taken..];
-        let n = batch.min(tail.len());
-        if n < tail.len() {
-            tail.select_nth_unstable_by(n, by_bound);
-        }
-        scored.extend(tail[..n].iter().map(|&(_, i)| Scored {
-            index: i as usize,
-            score: dot(view.row(i as usize).unwrap_or(&[]), query),
+        let (next, next_bound) = take_highest(&mut bounds, batch);
+        scored.extend(next.into_iter().map(|index| Scored {
+            index,
+            score: dot(view.row(index).unwrap_or(&[]), query),
         }));
-        taken += n;
         scored.sort_unstable_by(Scored::rank_cmp);
-        // The highest bound among the rows not scored yet (the tail was partitioned around
-        // position `n`, so it sits there).
-        let next_bound = rest.get(taken).map(|&(b, _)| b);
         let done = match need(&scored) {
             Need::Prefix(p) => match next_bound {
                 None => true,
@@ -233,10 +222,68 @@ where
         if done {
             return Some(scored);
         }
-        if taken.saturating_mul(4) >= visible {
+        if scored.len().saturating_mul(4) >= visible {
             return None;
         }
         batch = batch.saturating_mul(2);
+    }
+}
+
+/// The bound of a row that is hidden from the query or already scored.
+const HIDDEN: f64 = f64::NEG_INFINITY;
+
+/// Takes the `n` rows with the highest bounds (ties: lower index first) out of `bounds`
+/// (marking them [`HIDDEN`]), and returns them, in no particular order, with the highest bound
+/// left (`None` when no row is left).
+///
+/// Each task selects its chunk's best `n` and notes the best bound it leaves behind; only those
+/// few candidates are merged, so a query never sorts or copies all the rows' bounds.
+fn take_highest(bounds: &mut [f64], n: usize) -> (Vec<usize>, Option<f64>) {
+    let by_bound = |a: &(f64, usize), b: &(f64, usize)| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1));
+    let best_of = |mut rows: Vec<(f64, usize)>| -> (Vec<(f64, usize)>, Option<f64>) {
+        if rows.len() <= n {
+            return (rows, None);
+        }
+        rows.select_nth_unstable_by(n, by_bound);
+        let left = rows.get(n).map(|&(bound, _)| bound);
+        rows.truncate(n);
+        (rows, left)
+    };
+    let per_chunk: Vec<(Vec<(f64, usize)>, Option<f64>)> = bounds
+        .par_chunks(ROWS_PER_TASK)
+        .enumerate()
+        .map(|(chunk, slots)| {
+            let base = chunk * ROWS_PER_TASK;
+            let rows = slots
+                .iter()
+                .enumerate()
+                .filter(|&(_, &bound)| bound != HIDDEN)
+                .map(|(offset, &bound)| (bound, base + offset))
+                .collect();
+            best_of(rows)
+        })
+        .collect();
+    let mut left: Option<f64> = None;
+    let mut candidates = Vec::new();
+    for (rows, chunk_left) in per_chunk {
+        left = max_bound(left, chunk_left);
+        candidates.extend(rows);
+    }
+    let (chosen, merge_left) = best_of(candidates);
+    left = max_bound(left, merge_left);
+    for &(_, index) in &chosen {
+        if let Some(bound) = bounds.get_mut(index) {
+            *bound = HIDDEN;
+        }
+    }
+    (chosen.into_iter().map(|(_, index)| index).collect(), left)
+}
+
+fn max_bound(a: Option<f64>, b: Option<f64>) -> Option<f64> {
+    match (a, b) {
+        (Some(x), Some(y)) => Some(if y.total_cmp(&x).is_gt() { y } else { x }),
+        (x, None) => x,
+        (None, y) => y,
     }
 }
 
@@ -276,7 +323,7 @@ mod tests {
             let query = draw(q_exp);
             let m = matrix(&rows, dim);
             let p = Prescan::build(&m.view());
-            let Some(bounds) = p.upper_bounds(&query, &|_| true) else {
+            let Some((bounds, _)) = p.upper_bounds(&query, &|_| true) else {
                 // Refused only when scores could come near f32's range.
                 let q_norm = query.iter().map(|&x| f64::from(x).powi(2)).sum::<f64>().sqrt();
                 prop_assert!(p.max_norm * q_norm >= 1e36);
@@ -284,7 +331,7 @@ mod tests {
             };
             for (i, r) in rows.iter().enumerate() {
                 let exact = f64::from(dot(r, &query));
-                let bound = bounds[i].unwrap();
+                let bound = bounds[i];
                 prop_assert!(exact <= bound, "row {i}: {exact} > {bound}");
             }
         }
@@ -322,8 +369,9 @@ mod tests {
     fn non_finite_rows_are_always_scored() {
         let m = matrix(&[vec![1.0, 0.0], vec![f32::INFINITY, 0.0]], 2);
         let p = Prescan::build(&m.view());
-        let b = p.upper_bounds(&[1.0, 0.0], &|_| true).unwrap();
-        assert_eq!(b[1], Some(f64::INFINITY));
+        let (b, visible) = p.upper_bounds(&[1.0, 0.0], &|_| true).unwrap();
+        assert_eq!(b[1], f64::INFINITY);
+        assert_eq!(visible, 2);
         assert!(p.upper_bounds(&[1.0], &|_| true).is_none());
     }
 }

@@ -24,11 +24,13 @@
 //! assert_eq!(best.iter().map(|s| s.index).collect::<Vec<_>>(), vec![1, 2]);
 //! ```
 
+mod int8;
 mod kernel;
 mod matrix;
 mod quantized;
 mod select;
 
+pub use int8::dot_i8_symmetric;
 pub use kernel::{cosine, dot, dot_i8, kernel_name, neg_euclidean, norm, scalar_dot, squared_l2};
 pub use matrix::{Matrix, MatrixView, ROW_ALIGN_FLOATS};
 pub use quantized::QuantizedMatrix;
