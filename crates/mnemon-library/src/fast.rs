@@ -229,6 +229,9 @@ where
     }
 }
 
+/// A row's bound and index.
+type Bounded = (f64, usize);
+
 /// The bound of a row that is hidden from the query or already scored.
 const HIDDEN: f64 = f64::NEG_INFINITY;
 
@@ -239,8 +242,8 @@ const HIDDEN: f64 = f64::NEG_INFINITY;
 /// Each task selects its chunk's best `n` and notes the best bound it leaves behind; only those
 /// few candidates are merged, so a query never sorts or copies all the rows' bounds.
 fn take_highest(bounds: &mut [f64], n: usize) -> (Vec<usize>, Option<f64>) {
-    let by_bound = |a: &(f64, usize), b: &(f64, usize)| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1));
-    let best_of = |mut rows: Vec<(f64, usize)>| -> (Vec<(f64, usize)>, Option<f64>) {
+    let by_bound = |a: &Bounded, b: &Bounded| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1));
+    let best_of = |mut rows: Vec<Bounded>| -> (Vec<Bounded>, Option<f64>) {
         if rows.len() <= n {
             return (rows, None);
         }
@@ -249,7 +252,7 @@ fn take_highest(bounds: &mut [f64], n: usize) -> (Vec<usize>, Option<f64>) {
         rows.truncate(n);
         (rows, left)
     };
-    let per_chunk: Vec<(Vec<(f64, usize)>, Option<f64>)> = bounds
+    let per_chunk: Vec<(Vec<Bounded>, Option<f64>)> = bounds
         .par_chunks(ROWS_PER_TASK)
         .enumerate()
         .map(|(chunk, slots)| {
