@@ -42,10 +42,12 @@ struct Params {
     bits: usize,
     dim: usize,
     fast: bool,
+    /// Run only the case whose name starts with this (`fixture` or `synthetic`).
+    only: Option<String>,
 }
 
 const USAGE: &str = "usage: cargo xtask bench host [--requests N] [--connections C] [--bits N] \
-                     [--dim D] [--fast]";
+                     [--dim D] [--fast] [--only fixture|synthetic]";
 
 fn parse(args: &[String]) -> Result<Params> {
     let mut p = Params {
@@ -54,6 +56,7 @@ fn parse(args: &[String]) -> Result<Params> {
         bits: 10_000,
         dim: 1536,
         fast: false,
+        only: None,
     };
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -69,6 +72,10 @@ fn parse(args: &[String]) -> Result<Params> {
             "--bits" => p.bits = value("--bits")?.max(1),
             "--dim" => p.dim = value("--dim")?.max(1),
             "--fast" => p.fast = true,
+            "--only" => match it.next().map(String::as_str) {
+                Some(case @ ("fixture" | "synthetic")) => p.only = Some(case.to_owned()),
+                _ => bail!("--only takes fixture or synthetic; {USAGE}"),
+            },
             other => bail!("unknown argument {other:?}; {USAGE}"),
         }
     }
@@ -108,7 +115,11 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
     let binary = target.join("release").join("mnemon");
 
     let fixture = root.join("tests/fixtures/polymath/library.json");
-    let synthetic = synthetic_library(&target, &params)?;
+    let synthetic = if params.only.as_deref() == Some("fixture") {
+        PathBuf::new()
+    } else {
+        synthetic_library(&target, &params)?
+    };
     let cases = [
         (
             "fixture library.json".to_owned(),
@@ -132,6 +143,13 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
     );
     let mut failed = false;
     for (name, path, dim, target_rps) in cases {
+        if params
+            .only
+            .as_ref()
+            .is_some_and(|only| !name.starts_with(only.as_str()))
+        {
+            continue;
+        }
         let report = bench_library(&binary, &path, dim, &params)
             .with_context(|| format!("benchmarking {name}"))?;
         println!("\n{name} ({})", path.display());
