@@ -34,7 +34,9 @@ pub struct HostOptions {
     /// Disable it when a reverse proxy on the same machine forwards outside traffic, because
     /// such traffic then arrives from loopback.
     pub admin_reload: bool,
-    /// Use the library's int8 pre-scan with exact re-ranking (approximate; spec §11.5).
+    /// Use the library's int8 pre-scan (spec §11.5): the same results as the exact scan (rows
+    /// are scored exactly in order of a proven bound), several times faster on large libraries,
+    /// for a quarter more memory.
     pub fast: bool,
 }
 

@@ -6,7 +6,8 @@
 //! * [`Matrix`] stores many vectors as one contiguous, 64-byte-aligned row-major `f32` block, and
 //!   [`MatrixView`] scans such a block (owned or memory-mapped) across rayon threads, with
 //!   [`MatrixView::top_k`] selecting the best rows without sorting them all.
-//! * [`QuantizedMatrix`] is an int8 copy of a matrix for fast approximate pre-scans.
+//! * [`dot_i8_symmetric`] is the int8 kernel of symmetric-quantised pre-scans (the library's
+//!   fast mode keeps its own int8 copy, with the per-row norms its score bounds need).
 //!
 //! Every row goes through the same kernel, so a row's score depends only on the query and that
 //! row, never on its position or on how rows are split between threads.
@@ -27,13 +28,11 @@
 mod int8;
 mod kernel;
 mod matrix;
-mod quantized;
 mod select;
 
 pub use int8::dot_i8_symmetric;
 pub use kernel::{cosine, dot, dot_i8, kernel_name, neg_euclidean, norm, scalar_dot, squared_l2};
 pub use matrix::{Matrix, MatrixView, ROW_ALIGN_FLOATS};
-pub use quantized::QuantizedMatrix;
 pub use select::{Scored, top_k_of_scores};
 
 /// Errors from building or viewing a matrix.
