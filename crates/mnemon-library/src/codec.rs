@@ -3,6 +3,7 @@
 use base64::Engine as _;
 use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
 use std::cell::RefCell;
+use std::ops::Not as _;
 
 /// Standard alphabet, `=` padding required; non-zero trailing bits are accepted, as in Python.
 const ENGINE: GeneralPurpose = GeneralPurpose::new(
@@ -49,6 +50,11 @@ pub(crate) fn decode_strict(s: &str) -> Result<Vec<u8>, Base64Error> {
     // whitespace: the engine alone then applies exactly the checks below, without the
     // per-character bookkeeping the precise error messages need.
     if !s.chars().any(is_b64_space) {
+        if let Ok(bytes) = base64_simd::STANDARD.decode_to_vec(s.as_bytes()) {
+            return Ok(bytes);
+        }
+        // The SIMD decoder refuses non-zero trailing bits, which Python (and so the spec)
+        // accepts.
         if let Ok(bytes) = ENGINE.decode(s.as_bytes()) {
             return Ok(bytes);
         }
@@ -123,7 +129,7 @@ pub(crate) fn decode_vector_unchecked(s: &str) -> Result<Vec<f32>, VectorError> 
 /// Decodes a base64 string to a finite vector (the slow, fully checked path).
 pub(crate) fn decode_vector(s: &str) -> Result<Vec<f32>, VectorError> {
     let v = decode_vector_unchecked(s)?;
-    if v.iter().all(|x| x.is_finite()) {
+    if all_finite(&v) {
         Ok(v)
     } else {
         Err(VectorError::NonFinite)
@@ -147,6 +153,25 @@ pub(crate) fn decode_into_row(s: &str, row: &mut [f32], dim: usize) -> bool {
     let bytes = dim * 4;
     if s.len() != encoded_len(bytes) || row.len() < dim {
         return false;
+    }
+    if cfg!(target_endian = "little") {
+        // SAFETY: viewing initialised f32s as bytes is sound (u8 has alignment 1), the length
+        // covers exactly `row`, and every byte pattern written back is a valid f32.
+        let out =
+            unsafe { std::slice::from_raw_parts_mut(row.as_mut_ptr().cast::<u8>(), row.len() * 4) };
+        let (values, padding) = out.split_at_mut(bytes);
+        let simd = base64_simd::STANDARD;
+        // `decode` panics when the output is shorter than the padding implies: check first.
+        let decoded = simd.decoded_length(s.as_bytes()).is_ok_and(|n| n == bytes)
+            && simd
+                .decode(s.as_bytes(), base64_simd::Out::from_slice(values))
+                .is_ok_and(|d| d.len() == bytes);
+        if decoded {
+            // Padding must stay zero for kernels that read whole lanes.
+            padding.fill(0);
+            return all_finite(&row[..dim]);
+        }
+        // Otherwise the engine below decides (it also takes non-zero trailing bits).
     }
     // The decoder wants room for its length estimate, which can exceed the exact size by up to
     // two bytes; row padding usually provides it, otherwise a scratch buffer does.
@@ -173,7 +198,16 @@ pub(crate) fn decode_into_row(s: &str, row: &mut [f32], dim: usize) -> bool {
             true
         })
     };
-    ok && row[..dim].iter().all(|x| x.is_finite())
+    ok && all_finite(&row[..dim])
+}
+
+/// Whether every value is finite. Without the early exit of `all`, the loop vectorises: a
+/// library load checks every float of the matrix.
+fn all_finite(v: &[f32]) -> bool {
+    const EXPONENT: u32 = 0x7f80_0000;
+    v.iter()
+        .fold(false, |bad, x| bad | (x.to_bits() & EXPONENT == EXPONENT))
+        .not()
 }
 
 /// Encodes a vector as padded base64 of its little-endian bytes.
@@ -200,6 +234,24 @@ mod tests {
         let mut padded = [7.0f32; 16];
         assert!(decode_into_row("zczMPc3MTD6amZk+", &mut padded, 3));
         assert_eq!(padded[..4], [0.1, 0.2, 0.3, 0.0]);
+    }
+
+    #[test]
+    fn finiteness() {
+        assert!(all_finite(&[]));
+        assert!(all_finite(&[
+            0.0,
+            -0.0,
+            f32::MAX,
+            f32::MIN,
+            f32::MIN_POSITIVE,
+            1e-45
+        ]));
+        for bad in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY, -f32::NAN] {
+            let mut v = vec![1.0f32; 37];
+            v[20] = bad;
+            assert!(!all_finite(&v), "{bad}");
+        }
     }
 
     #[test]
@@ -248,6 +300,36 @@ mod tests {
         #[test]
         fn fast_path_agrees_with_the_slow_one(s in "[A-Za-z0-9+/=\\- \n]{0,24}") {
             prop_assert_eq!(decode_strict(&s), decode_strict_slow(&s));
+        }
+
+        /// Decoding into a row accepts exactly the finite vectors the precise decoder accepts.
+        #[test]
+        fn row_decoding_agrees_with_the_precise_decoder(
+            bytes in proptest::collection::vec(any::<u8>(), 0..12).prop_map(|mut b| {
+                b.truncate(b.len() / 4 * 4);
+                b
+            }),
+            at in any::<usize>(),
+            c in "[A-Za-z0-9+/=\\- ]",
+            mutate in any::<bool>(),
+        ) {
+            let mut text: Vec<char> = ENGINE.encode(&bytes).chars().collect();
+            if mutate && !text.is_empty() {
+                let i = at % text.len();
+                text[i] = c.chars().next().unwrap_or('=');
+            }
+            let text: String = text.into_iter().collect();
+            let dim = bytes.len() / 4;
+            let mut row = vec![9.0f32; dim + 3];
+            let fast = decode_into_row(&text, &mut row, dim);
+            match decode_vector(&text) {
+                Ok(v) if v.len() == dim => {
+                    prop_assert!(fast, "{text:?}");
+                    prop_assert_eq!(&row[..dim], &v[..]);
+                    prop_assert!(row[dim..].iter().all(|x| *x == 0.0));
+                }
+                _ => prop_assert!(!fast, "{text:?}"),
+            }
         }
 
         /// The same near valid encodings: one character replaced in a canonical one.
