@@ -182,7 +182,39 @@ fn expected_error(case: &Value) -> Vec<String> {
     }
 }
 
-fn run_all_cases(fast: bool) -> usize {
+/// How a case is run.
+#[derive(Clone, Copy, PartialEq)]
+enum Mode {
+    Exact,
+    Fast,
+    /// `plan`, one `scores_many` pass for the scan vector, then `run_planned`, as a batching
+    /// host does.
+    Planned,
+}
+
+fn run_case(
+    lib: &mnemon_library::Library,
+    args: &serde_json::Map<String, Value>,
+    policy: &AccessPolicy,
+    mode: Mode,
+) -> Result<serde_json::Map<String, Value>, mnemon_library::LibraryError> {
+    let options = QueryOptions {
+        fast: mode == Mode::Fast,
+        ..QueryOptions::default()
+    };
+    if mode != Mode::Planned {
+        return lib.query_with(args, policy, &options);
+    }
+    let plan = lib.plan(args, &options)?;
+    let scores = plan.scan_vector().map(|v| {
+        // Scored beside an unrelated vector, as in a batch of several requests.
+        let other = vec![0.5f32; v.len()];
+        lib.scores_many(&[other.as_slice(), v]).pop().unwrap()
+    });
+    lib.run_planned(args, plan, policy, scores.as_deref())
+}
+
+fn run_all_cases(mode: Mode) -> usize {
     let queries = read_json("polymath/queries.json");
     let lib = library();
     let policy = policy();
@@ -193,15 +225,11 @@ fn run_all_cases(fast: bool) -> usize {
         .iter()
         .map(|c| c.as_str().unwrap())
         .collect();
-    let options = QueryOptions {
-        fast,
-        ..QueryOptions::default()
-    };
     let mut n = 0;
     for case in queries["cases"].as_array().unwrap() {
         let name = case["name"].as_str().unwrap();
         let args = case["args"].as_object().unwrap();
-        let result = lib.query_with(args, &policy, &options);
+        let result = run_case(&lib, args, &policy, mode);
         if let Some(expected) = case.get("expected") {
             let got = result.unwrap_or_else(|e| panic!("{name}: unexpected error {e}"));
             let tie = tie_cases.contains(&name).then_some(ties.as_slice());
@@ -223,12 +251,17 @@ fn run_all_cases(fast: bool) -> usize {
 
 #[test]
 fn every_query_case_matches_the_reference() {
-    assert_eq!(run_all_cases(false), 37);
+    assert_eq!(run_all_cases(Mode::Exact), 37);
 }
 
 #[test]
 fn fast_mode_matches_the_reference() {
-    assert_eq!(run_all_cases(true), 37);
+    assert_eq!(run_all_cases(Mode::Fast), 37);
+}
+
+#[test]
+fn planned_queries_scored_in_a_batch_match_the_reference() {
+    assert_eq!(run_all_cases(Mode::Planned), 37);
 }
 
 fn bug(name: &str) -> Value {

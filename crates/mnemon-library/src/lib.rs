@@ -61,7 +61,7 @@ pub use library::{
 };
 pub use omit::{Omit, OmitKey};
 pub use problems::{Problem, ProblemKind};
-pub use query::{QueryArgs, QueryOptions};
+pub use query::{PlannedQuery, QueryArgs, QueryOptions};
 pub use sidecar::sidecar_path;
 
 /// Encodes a vector as the format's base64 text (little-endian float32, padded).

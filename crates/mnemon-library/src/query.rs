@@ -1,6 +1,6 @@
 //! The query pipeline (spec §7–§9).
 
-use mnemon_vector::Scored;
+use mnemon_vector::{Scored, top_k_of_scores};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde_json::{Map, Value};
@@ -85,7 +85,34 @@ impl QueryArgs {
     }
 }
 
+/// A query whose arguments have been checked: the first half of [`Library::query_with`], made
+/// by [`Library::plan`] and finished by [`Library::run_planned`].
+///
+/// The split lets a host score many concurrent queries in one pass over the matrix
+/// ([`Library::scores_many`]): a scan of a large library is bound by memory bandwidth, so
+/// answering queries together multiplies throughput while each result stays exactly what
+/// [`Library::query_with`] returns.
+#[derive(Debug, Clone)]
+pub struct PlannedQuery {
+    prepared: Prepared,
+    fast: bool,
+    rows: usize,
+}
+
+impl PlannedQuery {
+    /// The vector every row is scored against when this query runs without fast mode on a
+    /// non-empty library: pass it to [`Library::scores_many`], and the scores to
+    /// [`Library::run_planned`]. `None` when no full scan is needed.
+    pub fn scan_vector(&self) -> Option<&[f32]> {
+        if self.fast || self.rows == 0 {
+            return None;
+        }
+        self.prepared.query.as_deref()
+    }
+}
+
 /// Validated arguments.
+#[derive(Debug, Clone)]
 struct Prepared {
     query: Option<Vec<f32>>,
     count: i64,
@@ -113,6 +140,38 @@ impl Library {
         options: &QueryOptions,
     ) -> Result<Map<String, Value>> {
         self.run(args, None, policy, options)
+    }
+
+    /// Checks `args` and prepares the query, as [`Library::query_with`] does before it scans:
+    /// argument errors surface here, with the same messages.
+    pub fn plan(&self, args: &Map<String, Value>, options: &QueryOptions) -> Result<PlannedQuery> {
+        Ok(PlannedQuery {
+            prepared: self.prepare(args, None, options)?,
+            fast: options.fast,
+            rows: self.len(),
+        })
+    }
+
+    /// Runs a planned query. `scores`, when given, must be the row scores of its
+    /// [`PlannedQuery::scan_vector`] as [`Library::scores_many`] computed them; scores of the
+    /// wrong length are ignored and the rows scored again. `args`, `policy` and `options` must be
+    /// those the query was planned with. The result equals [`Library::query_with`]'s.
+    pub fn run_planned(
+        &self,
+        args: &Map<String, Value>,
+        plan: PlannedQuery,
+        policy: &AccessPolicy,
+        scores: Option<&[f32]>,
+    ) -> Result<Map<String, Value>> {
+        let scores = scores.filter(|s| s.len() == self.len() && plan.scan_vector().is_some());
+        self.finish(args, plan.prepared, policy, plan.fast, scores)
+    }
+
+    /// The exact score of every row for each of `queries` (vectors of the library's
+    /// dimension), in one pass over the matrix: `result[q][row]` is what a query with
+    /// `queries[q]` scores row `row`.
+    pub fn scores_many(&self, queries: &[&[f32]]) -> Vec<Vec<f32>> {
+        self.store.embeddings.view().scores_many(queries)
     }
 
     /// Runs a query whose arguments are form fields (all strings; the first value of a repeated
@@ -256,7 +315,19 @@ impl Library {
         options: &QueryOptions,
     ) -> Result<Map<String, Value>> {
         let p = self.prepare(args, embedding, options)?;
+        self.finish(args, p, policy, options.fast, None)
+    }
 
+    /// Everything after the checks: access, scoring (unless `scores` holds it already), the
+    /// cut and the result.
+    fn finish(
+        &self,
+        args: &Map<String, Value>,
+        p: Prepared,
+        policy: &AccessPolicy,
+        fast: bool,
+        scores: Option<&[f32]>,
+    ) -> Result<Map<String, Value>> {
         // Restrict: which tags the token opens.
         let granted = args
             .get("access_token")
@@ -281,7 +352,7 @@ impl Library {
         let (chosen, truncate) = if self.is_empty() {
             (Vec::new(), None)
         } else {
-            self.select(&query, p.count, p.count_type, &keep, visible, options.fast)
+            self.select(&query, p.count, p.count_type, &keep, visible, fast, scores)
         };
 
         // Build the result bits.
@@ -387,12 +458,14 @@ impl Library {
         keep: &F,
         visible: usize,
         fast: bool,
+        scored: Option<&[f32]>,
     ) -> (Vec<Scored>, Option<usize>)
     where
         F: Fn(usize) -> bool + Sync,
     {
         let view = self.store.embeddings.view();
         if fast
+            && scored.is_none()
             && count > 0
             && let Some(chosen) = self.select_fast(query, count, count_type, keep, visible)
         {
@@ -400,9 +473,19 @@ impl Library {
         }
         if count > 0 && count_type == CountType::Bit {
             let k = (count as u64).min(visible as u64) as usize;
-            return (view.top_k(query, k, keep), None);
+            return match scored {
+                Some(scores) => (top_k_of_scores(scores, k, keep), None),
+                None => (view.top_k(query, k, keep), None),
+            };
         }
-        let scores = view.scores(query);
+        let computed;
+        let scores = match scored {
+            Some(scores) => scores,
+            None => {
+                computed = view.scores(query);
+                &computed
+            }
+        };
         let visible_rows = (0..self.len())
             .filter(|&i| keep(i))
             .map(|i| i as u32)

@@ -98,7 +98,19 @@ fn texts(result: &Map<String, Value>) -> Vec<String> {
         .collect()
 }
 
-/// Fast and exact agree on the whole result (bits, order, similarities, counts).
+/// The query planned, scored in one `scores_many` pass beside another vector (as a batching
+/// host does), then run.
+fn run_planned(lib: &Library, args: &Map<String, Value>) -> Map<String, Value> {
+    let plan = lib.plan(args, &QueryOptions::default()).unwrap();
+    let vector = plan.scan_vector().unwrap().to_vec();
+    let other: Vec<f32> = vector.iter().rev().copied().collect();
+    let mut scores = lib.scores_many(&[&vector, &other]);
+    scores.truncate(1);
+    lib.run_planned(args, plan, &policy(), scores.first().map(Vec::as_slice))
+        .unwrap()
+}
+
+/// Fast, exact and planned agree on the whole result (bits, order, similarities, counts).
 fn assert_same(lib: &Library, a: &Map<String, Value>) {
     let exact = run(lib, a, false);
     let fast = run(lib, a, true);
@@ -110,6 +122,7 @@ fn assert_same(lib: &Library, a: &Map<String, Value>) {
         a["count_type"]
     );
     assert_eq!(fast, exact);
+    assert_eq!(run_planned(lib, a), exact);
 }
 
 /// A query near `vectors[at]`: the row itself, nudged, so its run of copies and near-copies

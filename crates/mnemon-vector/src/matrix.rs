@@ -335,6 +335,48 @@ impl<'a> MatrixView<'a> {
             });
     }
 
+    /// The dot product of every row with each of `queries`, in one pass over the matrix:
+    /// `result[q][row]` equals `scores(queries[q])[row]` bit for bit.
+    ///
+    /// A scan of a large matrix is bound by memory bandwidth, not arithmetic. Here each small
+    /// block of rows is read from memory once and scored against every query while it sits in
+    /// cache, so `n` queries cost little more than one.
+    pub fn scores_many(&self, queries: &[&[f32]]) -> Vec<Vec<f32>> {
+        /// Rows scored against every query before moving on: small enough to stay in L2.
+        const BLOCK_ROWS: usize = 16;
+        let mut out: Vec<Vec<f32>> = queries.iter().map(|_| vec![0.0; self.rows]).collect();
+        // Chunk `c` of every query's output, gathered per chunk so tasks own disjoint slices.
+        let mut per_chunk: Vec<Vec<&mut [f32]>> = Vec::new();
+        for scores in &mut out {
+            for (c, chunk) in scores.chunks_mut(ROWS_PER_TASK).enumerate() {
+                if per_chunk.len() <= c {
+                    per_chunk.push(Vec::with_capacity(queries.len()));
+                }
+                if let Some(slot) = per_chunk.get_mut(c) {
+                    slot.push(chunk);
+                }
+            }
+        }
+        per_chunk
+            .into_par_iter()
+            .enumerate()
+            .for_each(|(c, mut outputs)| {
+                let base = c * ROWS_PER_TASK;
+                let len = outputs.first().map_or(0, |o| o.len());
+                for block in (0..len).step_by(BLOCK_ROWS) {
+                    let end = (block + BLOCK_ROWS).min(len);
+                    for (query, scores) in queries.iter().zip(outputs.iter_mut()) {
+                        for offset in block..end {
+                            if let Some(score) = scores.get_mut(offset) {
+                                *score = dot(self.row_unchecked_len(base + offset), query);
+                            }
+                        }
+                    }
+                }
+            });
+        out
+    }
+
     /// Scores every row with a caller-supplied kernel, in parallel (for example cosine or
     /// negative Euclidean distance instead of the dot product).
     pub fn scores_with<F>(&self, query: &[f32], kernel: F) -> Vec<f32>
@@ -389,6 +431,42 @@ impl<'a> MatrixView<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn scores_many_equals_one_scan_per_query() {
+        let dim = 37;
+        let rows = ROWS_PER_TASK * 2 + 45;
+        let mut m = Matrix::new(dim);
+        for r in 0..rows {
+            let row: Vec<f32> = (0..dim)
+                .map(|d| ((r * 31 + d * 7) % 97) as f32 / 13.0 - 3.0)
+                .collect();
+            m.push_row(&row).unwrap();
+        }
+        let queries: Vec<Vec<f32>> = (0..5)
+            .map(|q| {
+                (0..dim)
+                    .map(|d| ((q * 11 + d * 5) % 23) as f32 / 7.0 - 1.5)
+                    .collect()
+            })
+            .collect();
+        let refs: Vec<&[f32]> = queries.iter().map(Vec::as_slice).collect();
+        let view = m.view();
+        let many = view.scores_many(&refs);
+        assert_eq!(many.len(), 5);
+        for (q, scores) in queries.iter().zip(&many) {
+            let one = view.scores(q);
+            assert_eq!(
+                scores.iter().map(|s| s.to_bits()).collect::<Vec<_>>(),
+                one.iter().map(|s| s.to_bits()).collect::<Vec<_>>()
+            );
+        }
+        assert!(view.scores_many(&[]).is_empty());
+        assert_eq!(
+            Matrix::new(3).view().scores_many(&refs),
+            vec![Vec::<f32>::new(); 5]
+        );
+    }
 
     #[test]
     fn a_large_reservation_fills_correctly_across_prefaulted_blocks() {
