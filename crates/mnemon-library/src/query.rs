@@ -111,6 +111,17 @@ impl PlannedQuery {
     }
 }
 
+/// How a query's rows get their scores.
+#[derive(Clone, Copy)]
+enum Scan<'a> {
+    /// Scan every row exactly.
+    Exact,
+    /// The int8 pre-scan, falling back to the exact scan.
+    Fast,
+    /// Already scored (by [`Library::scores_many`]).
+    Scored(&'a [f32]),
+}
+
 /// Validated arguments.
 #[derive(Debug, Clone)]
 struct Prepared {
@@ -352,7 +363,12 @@ impl Library {
         let (chosen, truncate) = if self.is_empty() {
             (Vec::new(), None)
         } else {
-            self.select(&query, p.count, p.count_type, &keep, visible, fast, scores)
+            let scan = match (scores, fast) {
+                (Some(scores), _) => Scan::Scored(scores),
+                (None, true) => Scan::Fast,
+                (None, false) => Scan::Exact,
+            };
+            self.select(&query, p.count, p.count_type, &keep, visible, scan)
         };
 
         // Build the result bits.
@@ -457,20 +473,22 @@ impl Library {
         count_type: CountType,
         keep: &F,
         visible: usize,
-        fast: bool,
-        scored: Option<&[f32]>,
+        scan: Scan<'_>,
     ) -> (Vec<Scored>, Option<usize>)
     where
         F: Fn(usize) -> bool + Sync,
     {
         let view = self.store.embeddings.view();
-        if fast
-            && scored.is_none()
+        if matches!(scan, Scan::Fast)
             && count > 0
             && let Some(chosen) = self.select_fast(query, count, count_type, keep, visible)
         {
             return chosen;
         }
+        let scored = match scan {
+            Scan::Scored(scores) => Some(scores),
+            Scan::Fast | Scan::Exact => None,
+        };
         if count > 0 && count_type == CountType::Bit {
             let k = (count as u64).min(visible as u64) as usize;
             return match scored {
@@ -490,7 +508,7 @@ impl Library {
             .filter(|&i| keep(i))
             .map(|i| i as u32)
             .collect();
-        let mut ranked = Ranked::new(&scores, visible_rows);
+        let mut ranked = Ranked::new(scores, visible_rows);
         let (order, truncate) = cut(&mut ranked, count, count_type, &self.store.token_counts);
         let chosen = order
             .into_iter()
