@@ -9,6 +9,7 @@ use host_support::{
     Reply, Server, assert_json_close, assert_result, client, expected_errors, post_form, post_json,
     read_json, send, tie_texts,
 };
+use mnemon_host::HostOptions;
 use mnemon_library::{AccessPolicy, Library, QueryOptions};
 use mnemon_tests::fixture;
 use serde_json::Value;
@@ -56,6 +57,33 @@ fn check_case(server: &Server, case: &Value, encoding: Encoding, tie_cases: &[&s
 
 #[test]
 fn every_query_case_through_form_and_json_bodies() {
+    every_query_case_on(Server::fixture());
+}
+
+/// The same with every exact scan going through the scan batcher (the fixture library is
+/// small, so by default it scans alone), from several clients at once so that scans share
+/// passes.
+#[test]
+fn every_query_case_with_batched_scans() {
+    let options = HostOptions {
+        batch_scans_from: 0,
+        ..HostOptions::default()
+    };
+    let server = Server::start(host_support::fixture_sources(), options);
+    std::thread::scope(|scope| {
+        for _ in 0..3 {
+            scope.spawn(|| check_every_case(&server));
+        }
+    });
+    every_query_case_on(server);
+}
+
+fn every_query_case_on(server: Server) {
+    check_every_case(&server);
+    server.stop().unwrap();
+}
+
+fn check_every_case(server: &Server) {
     let queries = read_json("polymath/queries.json");
     let tie_cases: Vec<&str> = queries["tie_cases"]
         .as_array()
@@ -63,16 +91,14 @@ fn every_query_case_through_form_and_json_bodies() {
         .iter()
         .map(|c| c.as_str().unwrap())
         .collect();
-    let server = Server::fixture();
     let mut checked = 0;
     for case in queries["cases"].as_array().unwrap() {
         for encoding in [Encoding::Form, Encoding::Json] {
-            check_case(&server, case, encoding, &tie_cases);
+            check_case(server, case, encoding, &tie_cases);
             checked += 1;
         }
     }
     assert_eq!(checked, 2 * 37);
-    server.stop().unwrap();
 }
 
 /// Replays a recorded request exactly: method, path, headers and body.

@@ -42,6 +42,7 @@
 //! ```
 
 mod access_log;
+mod batch;
 mod body;
 mod cors;
 mod error;
@@ -53,7 +54,10 @@ mod source;
 mod state;
 
 pub use error::HostError;
-pub use options::{DEFAULT_ADDR, DEFAULT_COUNT, DEFAULT_MAX_BODY_BYTES, DEFAULT_PORT, HostOptions};
+pub use options::{
+    DEFAULT_ADDR, DEFAULT_BATCH_SCANS_FROM, DEFAULT_COUNT, DEFAULT_MAX_BODY_BYTES, DEFAULT_PORT,
+    HostOptions,
+};
 pub use server::{Host, HostHandle};
 pub use source::{ConfigSource, LibrarySource, Sources};
 pub use state::Reloaded;

@@ -38,7 +38,16 @@ pub struct HostOptions {
     /// are scored exactly in order of a proven bound), several times faster on large libraries,
     /// for a quarter more memory.
     pub fast: bool,
+    /// Exact scans of libraries holding at least this many floats (bits × dimension) are
+    /// batched: concurrent queries share one pass over the matrix, which multiplies throughput
+    /// on libraries too large for the CPU caches. Results are the same either way. `0` batches
+    /// every library, `usize::MAX` none.
+    pub batch_scans_from: usize,
 }
+
+/// The default [`HostOptions::batch_scans_from`]: 1 Mi floats (4 MiB of embeddings), below
+/// which a scan is so short that handing it to another thread costs more than it saves.
+pub const DEFAULT_BATCH_SCANS_FROM: usize = 1 << 20;
 
 impl Default for HostOptions {
     fn default() -> Self {
@@ -49,6 +58,7 @@ impl Default for HostOptions {
             drain_timeout: Duration::from_secs(10),
             admin_reload: true,
             fast: false,
+            batch_scans_from: DEFAULT_BATCH_SCANS_FROM,
         }
     }
 }

@@ -66,7 +66,8 @@ async fn query(State(state): State<Arc<HostState>>, req: Request) -> Response {
 }
 
 /// Parses the body, then runs the query and serialises its result on the blocking pool, so a
-/// slow scan never holds up the threads that accept and parse other requests.
+/// slow scan never holds up the threads that accept and parse other requests. On a large
+/// library, the exact scan is shared with the other queries waiting (see [`crate::batch`]).
 async fn run_query(state: &HostState, req: Request) -> Result<(Vec<u8>, usize), ApiError> {
     let args = body::read_args(
         req,
@@ -85,24 +86,50 @@ async fn run_query(state: &HostState, req: Request) -> Result<(Vec<u8>, usize), 
         default_count: Some(DEFAULT_COUNT),
         fast: state.options.fast,
     };
-    let outcome = tokio::task::spawn_blocking(move || {
-        let result = snapshot
-            .library
-            .query_with(&args, &snapshot.policy, &options)?;
-        let bits = result
-            .get("bits")
-            .and_then(Value::as_array)
-            .map_or(0, Vec::len);
-        Ok::<_, mnemon_library::LibraryError>((serde_json::to_vec(&result), bits))
-    })
-    .await;
+    let library = &snapshot.library;
+    let floats = library
+        .len()
+        .saturating_mul(library.dimension().unwrap_or(0));
+    let batcher = state
+        .batcher
+        .as_ref()
+        .filter(|_| !options.fast && floats >= state.options.batch_scans_from);
+    let outcome = match batcher {
+        None => {
+            tokio::task::spawn_blocking(move || {
+                let result = snapshot
+                    .library
+                    .query_with(&args, &snapshot.policy, &options)?;
+                Ok(serialise(&result))
+            })
+            .await
+        }
+        Some(batcher) => {
+            // Planning checks the arguments and decodes the query vector: cheap, and bounded by
+            // the body limit, so it runs here.
+            let plan = snapshot
+                .library
+                .plan(&args, &options)
+                .map_err(library_error)?;
+            let scores = match plan.scan_vector() {
+                Some(vector) => batcher.scores(Arc::clone(&snapshot), vector.to_vec()).await,
+                None => None,
+            };
+            tokio::task::spawn_blocking(move || {
+                let result = snapshot.library.run_planned(
+                    &args,
+                    plan,
+                    &snapshot.policy,
+                    scores.as_deref(),
+                )?;
+                Ok(serialise(&result))
+            })
+            .await
+        }
+    };
     match outcome {
         Ok(Ok((Ok(body), bits))) => Ok((body, bits)),
-        Ok(Err(error)) if error.is_client_error() => Err(ApiError::bad_request(error.to_string())),
-        Ok(Err(error)) => {
-            tracing::error!(%error, "query failed");
-            Err(ApiError::internal())
-        }
+        Ok(Err(error)) => Err(library_error(error)),
         Ok(Ok((Err(error), _))) => {
             tracing::error!(%error, "serialising a query result failed");
             Err(ApiError::internal())
@@ -111,6 +138,25 @@ async fn run_query(state: &HostState, req: Request) -> Result<(Vec<u8>, usize), 
             tracing::error!(%error, "a query panicked");
             Err(ApiError::internal())
         }
+    }
+}
+
+/// The result as JSON bytes, with its bit count for the access log.
+fn serialise(result: &Map<String, Value>) -> (serde_json::Result<Vec<u8>>, usize) {
+    let bits = result
+        .get("bits")
+        .and_then(Value::as_array)
+        .map_or(0, Vec::len);
+    (serde_json::to_vec(result), bits)
+}
+
+/// A failed query: 400 with the message for the caller's mistakes, else a logged 500.
+fn library_error(error: mnemon_library::LibraryError) -> ApiError {
+    if error.is_client_error() {
+        ApiError::bad_request(error.to_string())
+    } else {
+        tracing::error!(%error, "query failed");
+        ApiError::internal()
     }
 }
 

@@ -5,6 +5,7 @@ use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use rand::{RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
+use crate::batch::ScanBatcher;
 use crate::error::HostError;
 use crate::options::HostOptions;
 use crate::source::{Snapshot, Sources};
@@ -20,6 +21,9 @@ pub(crate) struct HostState {
     rng: Option<Mutex<ChaCha8Rng>>,
     /// Serialises reloads, so two triggers at once do not load twice in parallel.
     reload_lock: tokio::sync::Mutex<()>,
+    /// Shares exact scans between concurrent queries on large libraries; `None` if its thread
+    /// could not start (every query then scans on its own).
+    pub(crate) batcher: Option<ScanBatcher>,
 }
 
 /// The outcome of a successful reload.
@@ -40,6 +44,11 @@ impl HostState {
             options,
             rng,
             reload_lock: tokio::sync::Mutex::new(()),
+            batcher: ScanBatcher::start()
+                .inspect_err(|error| {
+                    tracing::warn!(%error, "cannot start the scan thread; queries scan alone");
+                })
+                .ok(),
         }
     }
 

@@ -13,6 +13,9 @@ fn common<'a, T>(a: &'a [T], b: &'a [T]) -> (&'a [T], &'a [T]) {
 /// Slices of different lengths are scored over their common prefix.
 pub fn dot(a: &[f32], b: &[f32]) -> f32 {
     let (a, b) = common(a, b);
+    if let Some(d) = crate::f32_dot::dot(a, b) {
+        return d;
+    }
     // simsimd only returns None on a length mismatch, which `common` rules out.
     f32::dot(a, b).map_or_else(|| scalar_dot(a, b), |d| d as f32)
 }
@@ -78,10 +81,14 @@ pub fn scalar_dot(a: &[f32], b: &[f32]) -> f32 {
     sum
 }
 
-/// The name of the widest kernel family simsimd picked on this CPU, for logs and benchmarks.
+/// The name of the `f32` dot-product kernel in use on this CPU (ours or simsimd's), for logs
+/// and benchmarks.
 pub fn kernel_name() -> &'static str {
     use simsimd::capabilities as c;
-    if c::uses_sapphire() {
+    if crate::f32_dot::dot(&[], &[]).is_some() {
+        // Our own four-chain kernel scores f32 rows; simsimd serves the other kernels.
+        "avx2-fma (4 chains)"
+    } else if c::uses_sapphire() {
         "avx512-sapphire"
     } else if c::uses_genoa() {
         "avx512-genoa"

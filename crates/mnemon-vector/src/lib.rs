@@ -25,6 +25,7 @@
 //! assert_eq!(best.iter().map(|s| s.index).collect::<Vec<_>>(), vec![1, 2]);
 //! ```
 
+mod f32_dot;
 mod int8;
 mod kernel;
 mod matrix;
