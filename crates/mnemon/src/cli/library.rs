@@ -149,17 +149,7 @@ fn open(file: &Path, quiet: bool) -> Result<Library, CliError> {
 /// Sends the library's warnings (such as a stale sidecar being ignored) to stderr, unless
 /// `--quiet`; `RUST_LOG` overrides the level.
 fn show_warnings(quiet: bool) {
-    use tracing_subscriber::EnvFilter;
-    let default = if quiet { "error" } else { "warn" };
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
-    // Fails only when a subscriber is already installed, which then keeps logging.
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_writer(std::io::stderr)
-        .without_time()
-        .with_target(false)
-        .try_init();
+    super::log_to_stderr(if quiet { "error" } else { "warn" }, false);
 }
 
 /// Reads a JSON object of query arguments from a file.

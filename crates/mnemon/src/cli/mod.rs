@@ -136,3 +136,21 @@ pub(crate) fn run() -> ExitCode {
         }
     }
 }
+
+/// Sends `tracing` events to stderr at `default` level (`RUST_LOG` overrides it), coloured only
+/// on a terminal; `timestamps` for long-running commands such as `serve`.
+pub(crate) fn log_to_stderr(default: &str, timestamps: bool) {
+    use std::io::IsTerminal;
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_writer(std::io::stderr);
+    // Fails only when a subscriber is already installed, which then keeps logging.
+    let _ = if timestamps {
+        builder.try_init()
+    } else {
+        builder.without_time().with_target(false).try_init()
+    };
+}

@@ -1,7 +1,6 @@
 //! `mnemon serve`: the library host (spec library.md §12).
 
 use std::ffi::OsString;
-use std::io::IsTerminal;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
@@ -133,15 +132,7 @@ fn startup_error(error: HostError) -> CliError {
 
 /// Logs to stderr; `RUST_LOG` overrides the level (`info`, or `warn` with `--quiet`).
 fn init_logging(quiet: bool) {
-    use tracing_subscriber::EnvFilter;
-    let default = if quiet { "warn" } else { "info" };
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
-    // Fails only when a subscriber is already installed, which then keeps logging.
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_writer(std::io::stderr)
-        .try_init();
+    super::log_to_stderr(if quiet { "warn" } else { "info" }, true);
 }
 
 #[cfg(test)]
