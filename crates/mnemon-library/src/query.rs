@@ -165,8 +165,9 @@ impl Library {
 
     /// Runs a planned query. `scores`, when given, must be the row scores of its
     /// [`PlannedQuery::scan_vector`] as [`Library::scores_many`] computed them; scores of the
-    /// wrong length are ignored and the rows scored again. `args`, `policy` and `options` must be
-    /// those the query was planned with. The result equals [`Library::query_with`]'s.
+    /// wrong length are ignored and the rows scored again. `args` must be those the query was
+    /// planned with (the options travel in the plan). The result equals
+    /// [`Library::query_with`]'s.
     pub fn run_planned(
         &self,
         args: &Map<String, Value>,
