@@ -88,6 +88,13 @@ fn query_args(extra: &Value) -> Value {
     a
 }
 
+/// `mnemon library query FILE --args ARGS [EXTRA...]` in `dir`.
+fn query(dir: &Path, file: &Path, args: &str, extra: &[&str]) -> Output {
+    let mut words = vec!["library", "query", path_arg(file), "--args", args];
+    words.extend_from_slice(extra);
+    mnemon(dir, &words)
+}
+
 fn titles(result: &Value) -> Vec<String> {
     result["bits"]
         .as_array()
@@ -187,16 +194,7 @@ fn query_defaults_count_to_1000_like_the_host() {
     let mut a = query_args(&json!({}));
     a.as_object_mut().unwrap().remove("count");
     let args = write_args(dir.path(), "args.json", &a);
-    let out = mnemon(
-        dir.path(),
-        &[
-            "library",
-            "query",
-            path_arg(&file),
-            "--args",
-            path_arg(&args),
-        ],
-    );
+    let out = query(dir.path(), &file, path_arg(&args), &[]);
     // 1000 bits: every visible one (the `team` bit is restricted without a token).
     assert_eq!(titles(&json_out(&out)), ["alpha", "beta", "delta"]);
 }
@@ -225,16 +223,7 @@ fn a_bad_argument_is_an_input_error_on_stderr() {
         ),
     ] {
         let args = write_args(dir.path(), "bad.json", &query_args(&extra));
-        let out = mnemon(
-            dir.path(),
-            &[
-                "library",
-                "query",
-                path_arg(&file),
-                "--args",
-                path_arg(&args),
-            ],
-        );
+        let out = query(dir.path(), &file, path_arg(&args), &[]);
         assert_eq!(out.status.code(), Some(2), "{extra}: {}", stderr(&out));
         assert_eq!(stdout(&out), "", "{extra}");
         assert_eq!(
@@ -245,28 +234,10 @@ fn a_bad_argument_is_an_input_error_on_stderr() {
     }
     // Arguments that are not an object, and a missing arguments file.
     let args = write_args(dir.path(), "list.json", &json!([1]));
-    let out = mnemon(
-        dir.path(),
-        &[
-            "library",
-            "query",
-            path_arg(&file),
-            "--args",
-            path_arg(&args),
-        ],
-    );
+    let out = query(dir.path(), &file, path_arg(&args), &[]);
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr(&out).contains("JSON object"), "{}", stderr(&out));
-    let out = mnemon(
-        dir.path(),
-        &[
-            "library",
-            "query",
-            path_arg(&file),
-            "--args",
-            "missing.json",
-        ],
-    );
+    let out = query(dir.path(), &file, "missing.json", &[]);
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr(&out).contains("missing.json"), "{}", stderr(&out));
 }
@@ -294,17 +265,11 @@ fn host_config_supplies_tokens_and_restriction_details() {
             a[k] = v.clone();
         }
         std::fs::write(&args, serde_json::to_vec(&a).unwrap()).unwrap();
-        json_out(&mnemon(
+        json_out(&query(
             dir.path(),
-            &[
-                "library",
-                "query",
-                path_arg(&file),
-                "--args",
-                path_arg(&args),
-                "--host-config",
-                path_arg(&config),
-            ],
+            &file,
+            path_arg(&args),
+            &["--host-config", path_arg(&config)],
         ))
     };
     let anonymous = run(&json!({}));
@@ -322,17 +287,11 @@ fn host_config_supplies_tokens_and_restriction_details() {
     );
     assert!(ana["bits"][0].get("access_tag").is_none());
 
-    let out = mnemon(
+    let out = query(
         dir.path(),
-        &[
-            "library",
-            "query",
-            path_arg(&file),
-            "--args",
-            path_arg(&config),
-            "--host-config",
-            "nope.json",
-        ],
+        &file,
+        path_arg(&config),
+        &["--host-config", "nope.json"],
     );
     assert_eq!(out.status.code(), Some(2));
     assert_eq!(
