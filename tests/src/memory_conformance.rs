@@ -752,17 +752,7 @@ pub fn marks(make: Maker<'_>) {
     // Marks never show in text forms or the default export; include_marks writes them.
     let plain = export_text(memory.as_ref());
     assert!(!plain.contains("__marks"));
-    let Exported::Json(with_marks) = memory
-        .export(
-            ExportTarget::Json,
-            &ExportOptions {
-                include_marks: true,
-            },
-        )
-        .unwrap()
-    else {
-        panic!("JSON expected")
-    };
+    let (with_marks, _) = snapshot(memory.as_ref());
     let other = make();
     other.load(LoadSource::Json(with_marks), false).unwrap();
     assert_eq!(
