@@ -408,16 +408,7 @@ fn upgrade(map: &mut Map<String, Value>) -> Result<bool> {
         return Err(LibraryError::MissingContent);
     };
     let sort = map.get("sort").and_then(Value::as_object).cloned();
-    let ids: Vec<String> = sort
-        .as_ref()
-        .and_then(|s| s.get("ids"))
-        .and_then(Value::as_array)
-        .map(|ids| {
-            ids.iter()
-                .map(|v| v.as_str().map_or_else(|| v.to_string(), str::to_owned))
-                .collect()
-        })
-        .unwrap_or_default();
+    let ids = v0_sort_ids(sort.as_ref().and_then(|s| s.get("ids")));
     let mut content = content;
     let bits: Vec<Value> = if ids.is_empty() {
         content.into_iter().map(|(_, v)| v).collect()
@@ -492,4 +483,16 @@ pub(crate) fn load_value(value: Value, force_tag: Option<&str>) -> Result<Loaded
         store: builder.finish()?,
         upgraded,
     })
+}
+
+/// A version-0 file's `sort.ids`, the order of its `content` keys, as strings (non-strings as
+/// their JSON text, as the reference's `str()` would give); empty when absent.
+pub(crate) fn v0_sort_ids(ids: Option<&Value>) -> Vec<String> {
+    ids.and_then(Value::as_array)
+        .map(|ids| {
+            ids.iter()
+                .map(|v| v.as_str().map_or_else(|| v.to_string(), str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
 }

@@ -218,16 +218,7 @@ fn version_zero_bits(top: &Map<String, Value>, out: &mut Vec<Problem>) -> BitsSo
         out.push(Problem::top(LibraryError::MissingContent));
         return BitsSource::None;
     };
-    let ids: Vec<String> = top
-        .get("sort")
-        .and_then(|s| s.get("ids"))
-        .and_then(Value::as_array)
-        .map(|ids| {
-            ids.iter()
-                .map(|v| v.as_str().map_or_else(|| v.to_string(), str::to_owned))
-                .collect()
-        })
-        .unwrap_or_default();
+    let ids = crate::load::v0_sort_ids(top.get("sort").and_then(|s| s.get("ids")));
     if ids.is_empty() {
         return BitsSource::V0(
             content
