@@ -42,7 +42,6 @@ mod load;
 mod mapped;
 mod omit;
 mod problems;
-mod pyjson;
 mod python;
 mod query;
 #[cfg(feature = "schema")]

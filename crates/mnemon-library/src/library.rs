@@ -19,8 +19,8 @@ use crate::fast::Prescan;
 use crate::id::BitId;
 use crate::load::{Loaded, known_dimension, load_slice, load_value};
 use crate::omit::Omit;
-use crate::pyjson::PythonFormatter;
 use crate::storage::{NO_TAG, Store};
+use mnemon_pyjson::PythonFormatter;
 
 /// The model a blank library uses by default.
 pub const DEFAULT_MODEL: &str = "openai.com:text-embedding-ada-002";
@@ -485,7 +485,8 @@ impl Library {
 
     /// Writes the library as Python's `json.dump(data, f, indent='\t')` would (spec §5).
     pub fn to_writer(&self, writer: impl Write, include_access_tag: bool) -> Result<()> {
-        let mut ser = serde_json::Serializer::with_formatter(writer, PythonFormatter::new());
+        let mut ser =
+            serde_json::Serializer::with_formatter(writer, PythonFormatter::indented("\t"));
         SaveView {
             lib: self,
             include_access_tag,
@@ -706,6 +707,19 @@ mod tests {
         let tree = Library::from_value(v).unwrap_err().to_string();
         assert_eq!(streamed, tree, "streaming and tree loads disagree");
         streamed
+    }
+
+    /// Issue 11 item 16: Python's `json.dump` writes U+007F as `\u007f` (ensure_ascii escapes
+    /// everything outside 0x20..0x7e); the library writer used to write it raw.
+    #[test]
+    fn save_escapes_del_like_python() {
+        let mut lib = Library::blank("m");
+        lib.insert(&bit("a\u{7f}b", &[1.0])).unwrap();
+        let mut out = Vec::new();
+        lib.to_writer(&mut out, false).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert!(text.contains("\"text\": \"a\\u007fb\""), "{text}");
+        assert!(!text.contains('\u{7f}'), "{text}");
     }
 
     #[test]

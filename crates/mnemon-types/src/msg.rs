@@ -10,10 +10,10 @@
 //! the later `__module__`/`__name__` form.
 
 use std::fmt;
-use std::io;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use mnemon_pyjson::PythonFormatter;
 use serde::ser::{Serialize, SerializeMap, Serializer};
 use serde_json::{Map, Value};
 
@@ -948,169 +948,18 @@ pub fn pyjson_pretty(value: &Value, indent: usize) -> String {
 }
 
 fn write_pyjson(value: &Value, indent: Option<usize>) -> String {
-    let mut out = Vec::with_capacity(256);
-    let formatter = PyFormatter {
-        indent,
-        depth: 0,
-        has_value: false,
+    let formatter = match indent {
+        Some(width) => PythonFormatter::spaces(width),
+        None => PythonFormatter::compact(),
     };
-    let mut serializer = serde_json::Serializer::with_formatter(&mut out, formatter);
-    // Serializing a `Value` into a Vec cannot fail: keys are strings and there is no I/O.
-    if value.serialize(&mut serializer).is_err() {
-        return value.to_string();
-    }
-    String::from_utf8(out).unwrap_or_else(|_| value.to_string())
-}
-
-/// serde_json formatter reproducing Python's `json.dumps` output.
-struct PyFormatter {
-    indent: Option<usize>,
-    depth: usize,
-    has_value: bool,
-}
-
-impl PyFormatter {
-    fn newline<W: ?Sized + io::Write>(&self, writer: &mut W) -> io::Result<()> {
-        if let Some(width) = self.indent {
-            writer.write_all(b"\n")?;
-            for _ in 0..self.depth * width {
-                writer.write_all(b" ")?;
-            }
-        }
-        Ok(())
-    }
-
-    fn separator<W: ?Sized + io::Write>(&self, writer: &mut W, first: bool) -> io::Result<()> {
-        if !first {
-            let sep: &[u8] = if self.indent.is_some() { b"," } else { b", " };
-            writer.write_all(sep)?;
-        }
-        self.newline(writer)
-    }
-
-    fn close<W: ?Sized + io::Write>(&mut self, writer: &mut W, bracket: &[u8]) -> io::Result<()> {
-        self.depth = self.depth.saturating_sub(1);
-        if self.has_value {
-            self.newline(writer)?;
-        }
-        self.has_value = true;
-        writer.write_all(bracket)
-    }
-}
-
-impl serde_json::ser::Formatter for PyFormatter {
-    fn write_f64<W: ?Sized + io::Write>(&mut self, writer: &mut W, value: f64) -> io::Result<()> {
-        writer.write_all(python_float_repr(value).as_bytes())
-    }
-
-    fn write_string_fragment<W: ?Sized + io::Write>(
-        &mut self,
-        writer: &mut W,
-        fragment: &str,
-    ) -> io::Result<()> {
-        let mut start = 0;
-        for (i, c) in fragment.char_indices() {
-            if (c as u32) < 0x7f {
-                continue;
-            }
-            writer.write_all(&fragment.as_bytes()[start..i])?;
-            let mut units = [0u16; 2];
-            for unit in c.encode_utf16(&mut units) {
-                write!(writer, "\\u{unit:04x}")?;
-            }
-            start = i + c.len_utf8();
-        }
-        writer.write_all(&fragment.as_bytes()[start..])
-    }
-
-    fn begin_array<W: ?Sized + io::Write>(&mut self, writer: &mut W) -> io::Result<()> {
-        self.depth += 1;
-        self.has_value = false;
-        writer.write_all(b"[")
-    }
-
-    fn end_array<W: ?Sized + io::Write>(&mut self, writer: &mut W) -> io::Result<()> {
-        self.close(writer, b"]")
-    }
-
-    fn begin_array_value<W: ?Sized + io::Write>(
-        &mut self,
-        writer: &mut W,
-        first: bool,
-    ) -> io::Result<()> {
-        self.separator(writer, first)
-    }
-
-    fn end_array_value<W: ?Sized + io::Write>(&mut self, _writer: &mut W) -> io::Result<()> {
-        self.has_value = true;
-        Ok(())
-    }
-
-    fn begin_object<W: ?Sized + io::Write>(&mut self, writer: &mut W) -> io::Result<()> {
-        self.depth += 1;
-        self.has_value = false;
-        writer.write_all(b"{")
-    }
-
-    fn end_object<W: ?Sized + io::Write>(&mut self, writer: &mut W) -> io::Result<()> {
-        self.close(writer, b"}")
-    }
-
-    fn begin_object_key<W: ?Sized + io::Write>(
-        &mut self,
-        writer: &mut W,
-        first: bool,
-    ) -> io::Result<()> {
-        self.separator(writer, first)
-    }
-
-    fn begin_object_value<W: ?Sized + io::Write>(&mut self, writer: &mut W) -> io::Result<()> {
-        writer.write_all(b": ")
-    }
-
-    fn end_object_value<W: ?Sized + io::Write>(&mut self, _writer: &mut W) -> io::Result<()> {
-        self.has_value = true;
-        Ok(())
-    }
-}
-
-/// Python's `repr(float)`: shortest round-trip digits, fixed notation for exponents −4 to 15,
-/// else scientific with a signed, at least two-digit exponent (`1e-05`, `1.5e+16`).
-fn python_float_repr(value: f64) -> String {
-    let sci = format!("{:e}", value.abs());
-    let (mantissa, exponent) = sci.split_once('e').unwrap_or((&sci, "0"));
-    let exponent: i32 = exponent.parse().unwrap_or(0);
-    let digits: String = mantissa.chars().filter(char::is_ascii_digit).collect();
-    let sign = if value.is_sign_negative() { "-" } else { "" };
-    if (-4..16).contains(&exponent) {
-        let point = usize::try_from(exponent + 1).unwrap_or(0);
-        if exponent < 0 {
-            let zeros = "0".repeat(usize::try_from(-exponent - 1).unwrap_or(0));
-            format!("{sign}0.{zeros}{digits}")
-        } else if digits.len() <= point {
-            let zeros = "0".repeat(point - digits.len());
-            format!("{sign}{digits}{zeros}.0")
-        } else {
-            format!("{sign}{}.{}", &digits[..point], &digits[point..])
-        }
-    } else {
-        let (head, tail) = digits.split_at(1.min(digits.len()));
-        let fraction = if tail.is_empty() {
-            String::new()
-        } else {
-            format!(".{tail}")
-        };
-        let exp_sign = if exponent < 0 { '-' } else { '+' };
-        format!(
-            "{sign}{head}{fraction}e{exp_sign}{:02}",
-            exponent.unsigned_abs()
-        )
-    }
+    // Serializing a `Value` cannot fail: keys are strings and a Vec never fails to write.
+    mnemon_pyjson::to_string(value, formatter).unwrap_or_else(|_| value.to_string())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use mnemon_pyjson::python_float_repr;
     use proptest::prelude::*;
     use serde_json::json;
 
