@@ -4,12 +4,15 @@
 //! may be shared with other Mnemon components, so every table is prefixed `memory_` and the
 //! schema version lives in `memory_schema` rather than the file-wide `user_version`.
 //!
-//! **Durability.** The journal is WAL. Every mutating call is one `BEGIN IMMEDIATE` transaction
-//! that returns only after `COMMIT`. With `synchronous=NORMAL` (the default) a commit is written
-//! to the WAL file before `COMMIT` returns, but the WAL is fsynced only at checkpoints: the data
-//! is in the operating system's page cache, so it survives the process being killed (`kill -9`)
-//! and is lost only if the OS itself crashes or the power fails before the next sync.
-//! [`Durability::Full`] fsyncs the WAL at every commit and survives those too.
+//! **Durability.** The journal is WAL, set up by `mnemon-db` like every Mnemon store. Every
+//! mutating call is one `BEGIN IMMEDIATE` transaction that returns only after `COMMIT`. With
+//! [`Durability::Full`] (the default, shared by all stores: see `mnemon_db`) the WAL is fsynced
+//! at every commit, so a returned write survives a power loss. [`Durability::Normal`] fsyncs
+//! only at checkpoints: a returned write survives the process being killed (`kill -9`) and is
+//! lost only if the OS itself crashes or the power fails before the next sync.
+//!
+//! **Readers.** [`SqliteStore::open_read_only`] never takes the write lock and works on a
+//! read-only directory or mount; a file without memory tables reads as empty.
 //!
 //! **Caching.** Each [`SqliteMemory`] mirrors its thread in memory (messages, marks, the
 //! embedding matrix) and checks the thread's `rev` counter, which every write increments, at the
@@ -20,6 +23,8 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
+use mnemon_db::DbError;
+use mnemon_db::sqlite::{self, Migration, Schema, Settings};
 use mnemon_types::{MsgFactory, MsgKind};
 use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior, params};
 use serde::Serialize;
@@ -31,10 +36,19 @@ use crate::error::MemoryError;
 use crate::ops::{Backend, impl_memory_for_backend};
 use crate::thread::{Change, Entry, ThreadState};
 
-/// The schema version this build writes and reads.
-const SCHEMA_VERSION: i64 = 1;
+/// The memory tables' schema: `memory_schema` holds the version (its key column is `id`, as in
+/// files written before `mnemon-db`).
+static SCHEMA: Schema = Schema {
+    component: "memory",
+    table: "memory_schema",
+    key_column: "id",
+    migrations: &[Migration {
+        version: 1,
+        sql: SCHEMA_V1,
+    }],
+};
 
-const SCHEMA: &str = "
+const SCHEMA_V1: &str = "
 CREATE TABLE memory_threads (
   thread_id INTEGER PRIMARY KEY AUTOINCREMENT,
   user_id TEXT NOT NULL, agent_id TEXT NOT NULL, session_id TEXT NOT NULL,
@@ -52,16 +66,8 @@ CREATE TABLE memory_marks (
     ON DELETE CASCADE);
 ";
 
-/// How hard a commit is pushed to disk.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum Durability {
-    /// `synchronous=NORMAL`: survives a killed process; an OS crash or power loss may lose the
-    /// last commits (never corrupting the file).
-    #[default]
-    Normal,
-    /// `synchronous=FULL`: every commit is fsynced; survives power loss too.
-    Full,
-}
+/// How hard a commit is pushed to disk: one type and one default for every store.
+pub use mnemon_db::Durability;
 
 /// Options of [`SqliteStore::open`].
 #[derive(Debug, Clone, Copy)]
@@ -72,10 +78,20 @@ pub struct SqliteOptions {
     pub busy_timeout: Duration,
 }
 
+impl SqliteOptions {
+    fn settings(&self) -> Settings {
+        Settings {
+            durability: self.durability,
+            busy_timeout: self.busy_timeout,
+            foreign_keys: true,
+        }
+    }
+}
+
 impl Default for SqliteOptions {
     fn default() -> Self {
         SqliteOptions {
-            durability: Durability::Normal,
+            durability: Durability::default(),
             busy_timeout: Duration::from_secs(5),
         }
     }
@@ -161,27 +177,28 @@ impl SqliteStore {
         factory: MsgFactory,
     ) -> Result<Arc<SqliteStore>, MemoryError> {
         let path = path.as_ref().to_path_buf();
-        let mut conn = Connection::open(&path).map_err(|e| MemoryError::Storage {
-            detail: format!("cannot open {}: {e}", path.display()),
-        })?;
-        conn.busy_timeout(options.busy_timeout)?;
-        let mode: String = conn.query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))?;
-        if !mode.eq_ignore_ascii_case("wal") {
-            return Err(MemoryError::Storage {
-                detail: format!("{} cannot use WAL mode (got {mode})", path.display()),
-            });
-        }
-        let sync = match options.durability {
-            Durability::Normal => "NORMAL",
-            Durability::Full => "FULL",
-        };
-        conn.pragma_update(None, "synchronous", sync)?;
-        conn.pragma_update(None, "foreign_keys", "ON")?;
-        migrate(&mut conn)?;
+        let conn = sqlite::open(&path, &options.settings(), &SCHEMA).map_err(db_error)?;
         Ok(Arc::new(SqliteStore {
             conn: Mutex::new(conn),
             path,
             factory,
+        }))
+    }
+
+    /// Opens the database at `path` for reading only: no write lock is taken (readers keep
+    /// working while another process writes), nothing is created, and a read-only directory
+    /// or mount works. A missing file or one without memory tables reads as empty. Writes
+    /// through the store fail.
+    pub fn open_read_only(
+        path: impl AsRef<Path>,
+        options: SqliteOptions,
+    ) -> Result<Arc<SqliteStore>, MemoryError> {
+        let path = path.as_ref().to_path_buf();
+        let read = sqlite::open_read_only(&path, &options.settings(), &SCHEMA).map_err(db_error)?;
+        Ok(Arc::new(SqliteStore {
+            conn: Mutex::new(read.conn),
+            path,
+            factory: default_factory(),
         }))
     }
 
@@ -265,35 +282,16 @@ impl Drop for SqliteStore {
     }
 }
 
-fn migrate(conn: &mut Connection) -> Result<(), MemoryError> {
-    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-    tx.execute_batch(
-        "CREATE TABLE IF NOT EXISTS memory_schema (
-           id INTEGER PRIMARY KEY CHECK (id = 1), version INTEGER NOT NULL)",
-    )?;
-    let version: Option<i64> = tx
-        .query_row("SELECT version FROM memory_schema WHERE id = 1", [], |r| {
-            r.get(0)
-        })
-        .optional()?;
-    match version {
-        None => {
-            tx.execute_batch(SCHEMA)?;
-            tx.execute(
-                "INSERT INTO memory_schema (id, version) VALUES (1, ?1)",
-                [SCHEMA_VERSION],
-            )?;
-        }
-        Some(v) if v > SCHEMA_VERSION => {
-            return Err(MemoryError::SchemaVersion {
-                found: v,
-                supported: SCHEMA_VERSION,
-            });
-        }
-        Some(_) => {}
+/// The memory error for a setup failure: a newer schema keeps its own variant.
+fn db_error(error: DbError) -> MemoryError {
+    match error {
+        DbError::SchemaTooNew {
+            found, supported, ..
+        } => MemoryError::SchemaVersion { found, supported },
+        other => MemoryError::Storage {
+            detail: other.to_string(),
+        },
     }
-    tx.commit()?;
-    Ok(())
 }
 
 /// The thread's `(thread_id, rev)`; created (with `factory`'s clock) when missing and a factory
@@ -594,3 +592,81 @@ impl Backend for SqliteMemory {
 }
 
 impl_memory_for_backend!(SqliteMemory);
+
+#[cfg(test)]
+mod open_tests {
+    //! Opening under concurrency and read-only (docs/ARCHITECTURE.md, the stores).
+
+    use super::*;
+    use std::sync::Barrier;
+
+    fn quick() -> SqliteOptions {
+        SqliteOptions {
+            busy_timeout: Duration::from_millis(300),
+            ..SqliteOptions::default()
+        }
+    }
+
+    #[test]
+    fn concurrent_first_opens_all_succeed() {
+        for round in 0..5 {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("db.sqlite3");
+            let barrier = Arc::new(Barrier::new(8));
+            let handles: Vec<_> = (0..8)
+                .map(|_| {
+                    let (path, barrier) = (path.clone(), Arc::clone(&barrier));
+                    std::thread::spawn(move || {
+                        barrier.wait();
+                        SqliteStore::open(&path, SqliteOptions::default()).map(drop)
+                    })
+                })
+                .collect();
+            for handle in handles {
+                let opened = handle.join().unwrap();
+                assert!(opened.is_ok(), "round {round}: {opened:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn opening_a_current_schema_does_not_wait_for_a_writer() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("db.sqlite3");
+        let store = SqliteStore::open(&path, quick()).unwrap();
+        store.memory(Scope::session("s")).unwrap();
+        drop(store);
+        let writer = Connection::open(&path).unwrap();
+        writer
+            .execute_batch("BEGIN IMMEDIATE; UPDATE memory_threads SET rev = rev + 1;")
+            .unwrap();
+        let store = SqliteStore::open(&path, quick()).unwrap();
+        assert_eq!(store.threads().unwrap(), [Scope::session("s")]);
+        let reader = SqliteStore::open_read_only(&path, quick()).unwrap();
+        assert_eq!(reader.threads().unwrap(), [Scope::session("s")]);
+        assert!(
+            reader
+                .existing_memory(Scope::session("s"))
+                .unwrap()
+                .is_some()
+        );
+        writer.execute_batch("COMMIT").unwrap();
+    }
+
+    #[test]
+    fn read_only_open_of_a_missing_file_is_empty_and_creates_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("db.sqlite3");
+        let reader = SqliteStore::open_read_only(&path, quick()).unwrap();
+        assert!(reader.threads().unwrap().is_empty());
+        assert!(
+            reader
+                .existing_memory(Scope::session("s"))
+                .unwrap()
+                .is_none()
+        );
+        assert!(reader.memory(Scope::session("s")).is_err());
+        drop(reader);
+        assert!(!path.exists());
+    }
+}

@@ -1,0 +1,68 @@
+//! Database plumbing shared by the Mnemon stores: how a connection is set up, how hard a commit
+//! works to survive crashes, how a component's schema is versioned and migrated, and how a
+//! database is opened read-only.
+//!
+//! The asset store (`mnemon-store`), the artifact store (`mnemon-artifacts`) and the memory
+//! store (`mnemon-memory`) share one database file per data directory (`docs/ARCHITECTURE.md`).
+//! Each keeps its own tables behind a prefix (`asset_`, `artifact_`, `memory_`) and its own
+//! schema table (`asset_schema`, `artifact_schema`, `memory_schema`); everything else about the
+//! connection is decided here, once:
+//!
+//! - [`Durability`]: one type, one default for every store (see below).
+//! - [`sqlite`] (feature `sqlite`, on by default): WAL journal, busy timeout, `synchronous`,
+//!   the versioned schema table and its [`Migration`](sqlite::Migration) steps, and read-only
+//!   opening for read commands and read-only media. A PostgreSQL backend is meant to sit
+//!   beside it behind a `postgres` feature, reusing [`Durability`], [`DbError`] and the
+//!   migration shape.
+//!
+//! # The default durability: `Full`
+//!
+//! [`Durability::default()`] is [`Durability::Full`]: a write that returned survives a killed
+//! process, an operating-system crash and a power loss. The three stores share one file, so a
+//! per-store default would only be a per-connection setting on the same data, and the asset
+//! and artifact stores already promised this (artifacts hard-coded it). Memory used to default
+//! to `Normal`; an agent's conversation is as much the user's data as an asset, and the cost of
+//! the extra fsync per commit is paid once per batch by the stores' batch writes. Programs that
+//! prefer speed over the last seconds of writes on power loss choose [`Durability::Normal`].
+//!
+//! # Concurrency
+//!
+//! Opening is safe when many processes start at once on a new data directory: every step that
+//! can meet `SQLITE_BUSY` outside SQLite's busy handler (switching to WAL in particular) is
+//! retried until the busy timeout. A database whose schema is current is opened without taking
+//! the write lock, so readers keep working while another process holds a write transaction.
+//!
+//! ```
+//! use mnemon_db::Durability;
+//! use mnemon_db::sqlite::{self, Migration, Schema, Settings};
+//!
+//! static NOTES: Schema = Schema {
+//!     component: "note",
+//!     table: "note_schema",
+//!     key_column: "singleton",
+//!     migrations: &[Migration {
+//!         version: 1,
+//!         sql: "CREATE TABLE note_notes (id INTEGER PRIMARY KEY, body TEXT NOT NULL);",
+//!     }],
+//! };
+//!
+//! let dir = tempfile::tempdir()?;
+//! let path = dir.path().join("db.sqlite3");
+//! let settings = Settings { durability: Durability::Full, ..Settings::default() };
+//! let conn = sqlite::open(&path, &settings, &NOTES)?;
+//! conn.execute("INSERT INTO note_notes (body) VALUES ('hello')", [])?;
+//! drop(conn);
+//!
+//! let reader = sqlite::open_read_only(&path, &settings, &NOTES)?;
+//! let body: String = reader.conn.query_row("SELECT body FROM note_notes", [], |r| r.get(0))?;
+//! assert_eq!(body, "hello");
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+mod durability;
+mod error;
+#[cfg(feature = "sqlite")]
+pub mod sqlite;
+
+pub use durability::Durability;
+pub use error::DbError;

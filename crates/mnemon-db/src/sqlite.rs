@@ -1,0 +1,471 @@
+//! The SQLite backend: connection setup, schema versions and migrations, read-only opening.
+//!
+//! **Setup.** [`open`] and [`connect`] put the file in WAL mode (readers never wait for a
+//! writer, and a writer waits only for another writer), set the busy timeout, and set
+//! `synchronous` from the [`Durability`]. Steps that SQLite does not cover with its busy
+//! handler, switching to WAL above all, are retried until the busy timeout, so that many
+//! processes can open a new file at once.
+//!
+//! **Schema versions.** Each component records its version in its own one-row table
+//! ([`Schema::table`], e.g. `asset_schema`) rather than the file-wide `PRAGMA user_version`,
+//! because several components share the file. Its [`Migration`]s are numbered steps; [`open`]
+//! applies the ones the file has not seen, in one `BEGIN IMMEDIATE` transaction, and refuses a
+//! file written by a newer build. When the version is already current it reads it without
+//! taking the write lock.
+//!
+//! **Read-only.** [`open_read_only`] never writes and never creates anything: it opens the file
+//! with `SQLITE_OPEN_READONLY`, and when SQLite cannot open the WAL's shared-memory file (a
+//! read-only directory or mount, where the `-shm` file does not exist and cannot be created) it
+//! opens the file as `immutable`. A database that does not exist yet, or that lacks the
+//! component's tables, reads as empty.
+
+use std::path::{Path, PathBuf};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use rusqlite::{Connection, ErrorCode, OpenFlags, OptionalExtension};
+
+use crate::{DbError, Durability};
+
+/// One step of a component's schema: `sql` takes the schema from `version - 1` to `version`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Migration {
+    /// The version this step produces; the steps of a [`Schema`] are numbered 1, 2, 3, ...
+    pub version: i64,
+    /// The statements, run in the migration's transaction.
+    pub sql: &'static str,
+}
+
+/// A component's versioned schema inside a shared database file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Schema {
+    /// The component's name for messages: `asset`, `artifact`, `memory`.
+    pub component: &'static str,
+    /// The one-row table holding the version, e.g. `asset_schema`.
+    pub table: &'static str,
+    /// The name of that table's primary-key column, always 1 (`singleton`, or `id` for memory's
+    /// table, whose files predate this crate).
+    pub key_column: &'static str,
+    /// The steps, in order.
+    pub migrations: &'static [Migration],
+}
+
+impl Schema {
+    /// The version this build writes: the last step's.
+    pub fn version(&self) -> i64 {
+        self.migrations.last().map_or(0, |m| m.version)
+    }
+
+    /// Refuses names that are not plain identifiers and steps that are not numbered 1, 2, 3, ...
+    fn check(&self) -> Result<(), DbError> {
+        let bad = |detail: String| {
+            Err(DbError::BadSchema {
+                component: self.component,
+                detail,
+            })
+        };
+        let plain = |name: &str| {
+            !name.is_empty()
+                && name
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+        };
+        for name in [self.table, self.key_column] {
+            if !plain(name) {
+                return bad(format!(
+                    "{name:?} is not a plain identifier (lowercase letters, digits, '_')"
+                ));
+            }
+        }
+        for (i, step) in self.migrations.iter().enumerate() {
+            let expected = i as i64 + 1;
+            if step.version != expected {
+                return bad(format!(
+                    "step {i} has version {}, expected {expected}",
+                    step.version
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// How connections are set up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Settings {
+    /// How hard a commit works to survive crashes. Default: [`Durability::Full`].
+    pub durability: Durability,
+    /// How long a connection waits for another process's lock, opening included. Default: 5 s.
+    pub busy_timeout: Duration,
+    /// Whether SQLite enforces `FOREIGN KEY` clauses (off by SQLite's default). Default: off.
+    pub foreign_keys: bool,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            durability: Durability::default(),
+            busy_timeout: Duration::from_secs(5),
+            foreign_keys: false,
+        }
+    }
+}
+
+/// The `synchronous` setting for a durability in WAL mode.
+pub fn synchronous(durability: Durability) -> &'static str {
+    match durability {
+        Durability::Normal => "NORMAL",
+        Durability::Full => "FULL",
+    }
+}
+
+/// Opens (creating if needed) the database at `path` for reading and writing, sets it up and
+/// brings `schema` to its current version. The parent directory must exist.
+pub fn open(path: &Path, settings: &Settings, schema: &Schema) -> Result<Connection, DbError> {
+    schema.check()?;
+    let mut conn = connect(path, settings)?;
+    migrate(&mut conn, path, settings, schema)?;
+    Ok(conn)
+}
+
+/// Opens (creating if needed) the database at `path` for reading and writing and sets it up,
+/// without touching any schema: for a component's second connection after [`open`].
+pub fn connect(path: &Path, settings: &Settings) -> Result<Connection, DbError> {
+    let conn = Connection::open(path).map_err(|e| DbError::Open {
+        path: path.to_path_buf(),
+        detail: e.to_string(),
+    })?;
+    let deadline = Instant::now() + settings.busy_timeout;
+    let setup = |action: &'static str| {
+        move |e: rusqlite::Error| DbError::Setup {
+            path: path.to_path_buf(),
+            action,
+            detail: e.to_string(),
+        }
+    };
+    conn.busy_timeout(settings.busy_timeout)
+        .map_err(setup("setting the busy timeout"))?;
+    // Reading the mode first leaves a file that is already in WAL alone. Switching needs an
+    // exclusive lock that SQLite's busy handler does not wait for: another process opening the
+    // new file at the same moment makes it fail at once with "database is locked".
+    let mode = retry_busy(deadline, || journal_mode(&conn, "PRAGMA journal_mode"))
+        .map_err(setup("reading the journal mode"))?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        let mode = retry_busy(deadline, || {
+            journal_mode(&conn, "PRAGMA journal_mode = WAL")
+        })
+        .map_err(setup("switching to WAL"))?;
+        if !mode.eq_ignore_ascii_case("wal") {
+            return Err(DbError::NoWal {
+                path: path.to_path_buf(),
+                mode,
+            });
+        }
+    }
+    configure(&conn, settings).map_err(setup("setting synchronous and foreign_keys"))?;
+    Ok(conn)
+}
+
+/// A private database in memory with `schema` at its current version: nothing is kept.
+pub fn open_in_memory(settings: &Settings, schema: &Schema) -> Result<Connection, DbError> {
+    schema.check()?;
+    let path = PathBuf::from(":memory:");
+    let mut conn = Connection::open_in_memory().map_err(|e| DbError::Open {
+        path: path.clone(),
+        detail: e.to_string(),
+    })?;
+    configure(&conn, settings).map_err(|e| DbError::Setup {
+        path: path.clone(),
+        action: "setting synchronous and foreign_keys",
+        detail: e.to_string(),
+    })?;
+    migrate(&mut conn, &path, settings, schema)?;
+    Ok(conn)
+}
+
+/// Where a read-only connection reads from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ReadSource {
+    /// The database file, opened read-only; writes by other processes are seen.
+    File,
+    /// The database file, opened `immutable` because its WAL index could not be opened (a
+    /// read-only directory or mount). SQLite then assumes nobody changes the file; on a
+    /// read-only mount nobody can.
+    Immutable,
+    /// The file or the component's tables do not exist yet: an empty database in memory with
+    /// the current schema, so that reads find nothing rather than fail.
+    Empty,
+}
+
+/// A connection from [`open_read_only`]. Every write through it fails (`PRAGMA query_only`).
+#[derive(Debug)]
+pub struct ReadOnly {
+    /// The connection.
+    pub conn: Connection,
+    /// What it reads.
+    pub source: ReadSource,
+}
+
+/// Opens the database at `path` for reading only: it never takes a write lock, never creates
+/// the file or its `-wal`/`-shm` companions when they cannot be created, and works on a
+/// read-only directory or mount. See the module docs for how.
+///
+/// Fails with [`DbError::NeedsUpgrade`] when the component's tables are older than this build
+/// (migrating needs write access) and [`DbError::SchemaTooNew`] when they are newer.
+pub fn open_read_only(
+    path: &Path,
+    settings: &Settings,
+    schema: &Schema,
+) -> Result<ReadOnly, DbError> {
+    schema.check()?;
+    if !path.exists() {
+        return empty(settings, schema);
+    }
+    let (conn, source, version) = match open_file_read_only(path, settings, schema, false) {
+        Ok(found) => found,
+        Err(e) if needs_immutable(&e) => open_file_read_only(path, settings, schema, true)
+            .map_err(|e| DbError::Open {
+                path: path.to_path_buf(),
+                detail: e.to_string(),
+            })?,
+        Err(e) => {
+            return Err(DbError::Open {
+                path: path.to_path_buf(),
+                detail: e.to_string(),
+            });
+        }
+    };
+    let supported = schema.version();
+    match version {
+        None => empty(settings, schema),
+        Some(found) if found > supported => Err(DbError::SchemaTooNew {
+            component: schema.component,
+            path: path.to_path_buf(),
+            found,
+            supported,
+        }),
+        Some(found) if found < supported => Err(DbError::NeedsUpgrade {
+            component: schema.component,
+            path: path.to_path_buf(),
+            found,
+            supported,
+        }),
+        Some(_) => Ok(ReadOnly { conn, source }),
+    }
+}
+
+/// The version recorded in `schema`'s table, or `None` when the table or its row is missing.
+pub fn schema_version(conn: &Connection, schema: &Schema) -> Result<Option<i64>, DbError> {
+    schema.check()?;
+    read_version(conn, schema).map_err(|e| DbError::Migration {
+        component: schema.component,
+        path: conn.path().map(PathBuf::from).unwrap_or_default(),
+        version: schema.version(),
+        detail: format!("reading the schema version: {e}"),
+    })
+}
+
+/// Brings `schema` to its current version. Takes the write lock only when a step is pending.
+pub fn migrate(
+    conn: &mut Connection,
+    path: &Path,
+    settings: &Settings,
+    schema: &Schema,
+) -> Result<(), DbError> {
+    schema.check()?;
+    let supported = schema.version();
+    let deadline = Instant::now() + settings.busy_timeout;
+    let failed = |version: i64| {
+        move |e: rusqlite::Error| DbError::Migration {
+            component: schema.component,
+            path: path.to_path_buf(),
+            version,
+            detail: e.to_string(),
+        }
+    };
+    let too_new = |found: i64| DbError::SchemaTooNew {
+        component: schema.component,
+        path: path.to_path_buf(),
+        found,
+        supported,
+    };
+    // The common case, the schema already current, is settled by a read: readers must not
+    // queue behind another process's write transaction.
+    match retry_busy(deadline, || read_version(conn, schema)).map_err(failed(supported))? {
+        Some(found) if found == supported => return Ok(()),
+        Some(found) if found > supported => return Err(too_new(found)),
+        _ => {}
+    }
+    retry_busy(deadline, || conn.execute_batch("BEGIN IMMEDIATE")).map_err(failed(supported))?;
+    let result = (|| {
+        conn.execute_batch(&format!(
+            "CREATE TABLE IF NOT EXISTS {table} (
+                {key} INTEGER PRIMARY KEY CHECK ({key} = 1),
+                version INTEGER NOT NULL
+            )",
+            table = schema.table,
+            key = schema.key_column
+        ))
+        .map_err(failed(supported))?;
+        // Another process may have migrated while this one waited for the lock.
+        let found = read_version(conn, schema)
+            .map_err(failed(supported))?
+            .unwrap_or(0);
+        if found > supported {
+            return Err(too_new(found));
+        }
+        for step in schema.migrations.iter().filter(|m| m.version > found) {
+            conn.execute_batch(step.sql).map_err(failed(step.version))?;
+        }
+        if found < supported {
+            conn.execute(
+                &format!(
+                    "INSERT INTO {table} ({key}, version) VALUES (1, ?1)
+                     ON CONFLICT ({key}) DO UPDATE SET version = excluded.version",
+                    table = schema.table,
+                    key = schema.key_column
+                ),
+                [supported],
+            )
+            .map_err(failed(supported))?;
+        }
+        conn.execute_batch("COMMIT").map_err(failed(supported))
+    })();
+    if result.is_err() && !conn.is_autocommit() {
+        // Best effort: the error being returned says what failed; a failed rollback leaves the
+        // transaction to be rolled back when the connection closes.
+        let _ = conn.execute_batch("ROLLBACK");
+    }
+    result
+}
+
+fn configure(conn: &Connection, settings: &Settings) -> rusqlite::Result<()> {
+    conn.pragma_update(None, "synchronous", synchronous(settings.durability))?;
+    conn.pragma_update(
+        None,
+        "foreign_keys",
+        if settings.foreign_keys { "ON" } else { "OFF" },
+    )
+}
+
+fn journal_mode(conn: &Connection, sql: &str) -> rusqlite::Result<String> {
+    conn.query_row(sql, [], |r| r.get(0))
+}
+
+fn read_version(conn: &Connection, schema: &Schema) -> rusqlite::Result<Option<i64>> {
+    let exists: Option<i64> = conn
+        .query_row(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?1",
+            [schema.table],
+            |r| r.get(0),
+        )
+        .optional()?;
+    if exists.is_none() {
+        return Ok(None);
+    }
+    conn.query_row(
+        &format!(
+            "SELECT version FROM {} WHERE {} = 1",
+            schema.table, schema.key_column
+        ),
+        [],
+        |r| r.get(0),
+    )
+    .optional()
+}
+
+/// Whether `error` is a lock held by another connection.
+fn is_busy(error: &rusqlite::Error) -> bool {
+    matches!(
+        error.sqlite_error_code(),
+        Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked)
+    )
+}
+
+/// Runs `step` until it does not fail with a lock, or `deadline` passes.
+fn retry_busy<T>(
+    deadline: Instant,
+    mut step: impl FnMut() -> rusqlite::Result<T>,
+) -> rusqlite::Result<T> {
+    let mut pause = Duration::from_millis(1);
+    loop {
+        match step() {
+            Err(e) if is_busy(&e) => {
+                let now = Instant::now();
+                if now >= deadline {
+                    return Err(e);
+                }
+                thread::sleep(pause.min(deadline - now));
+                pause = (pause * 2).min(Duration::from_millis(50));
+            }
+            done => return done,
+        }
+    }
+}
+
+/// Whether a read-only open failed because the WAL index (`-shm`) cannot be opened or created.
+fn needs_immutable(error: &rusqlite::Error) -> bool {
+    matches!(
+        error.sqlite_error_code(),
+        Some(ErrorCode::CannotOpen | ErrorCode::ReadOnly)
+    )
+}
+
+type Opened = (Connection, ReadSource, Option<i64>);
+
+fn open_file_read_only(
+    path: &Path,
+    settings: &Settings,
+    schema: &Schema,
+    immutable: bool,
+) -> rusqlite::Result<Opened> {
+    let flags = OpenFlags::SQLITE_OPEN_READ_ONLY
+        | OpenFlags::SQLITE_OPEN_URI
+        | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let (conn, source) = if immutable {
+        let uri = immutable_uri(path)?;
+        (
+            Connection::open_with_flags(uri, flags)?,
+            ReadSource::Immutable,
+        )
+    } else {
+        (Connection::open_with_flags(path, flags)?, ReadSource::File)
+    };
+    conn.busy_timeout(settings.busy_timeout)?;
+    conn.pragma_update(None, "query_only", "ON")?;
+    let deadline = Instant::now() + settings.busy_timeout;
+    let version = retry_busy(deadline, || read_version(&conn, schema))?;
+    Ok((conn, source, version))
+}
+
+/// `file:<path>?immutable=1`, with the path percent-encoded as SQLite's URI parser expects.
+fn immutable_uri(path: &Path) -> rusqlite::Result<String> {
+    let Some(text) = path.to_str() else {
+        return Err(rusqlite::Error::InvalidPath(path.to_path_buf()));
+    };
+    let mut uri = String::from("file:");
+    for byte in text.bytes() {
+        if byte.is_ascii_alphanumeric() || b"-._~/".contains(&byte) {
+            uri.push(char::from(byte));
+        } else {
+            uri.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    uri.push_str("?immutable=1");
+    Ok(uri)
+}
+
+fn empty(settings: &Settings, schema: &Schema) -> Result<ReadOnly, DbError> {
+    let conn = open_in_memory(settings, schema)?;
+    conn.pragma_update(None, "query_only", "ON")
+        .map_err(|e| DbError::Setup {
+            path: PathBuf::from(":memory:"),
+            action: "making the empty database read-only",
+            detail: e.to_string(),
+        })?;
+    Ok(ReadOnly {
+        conn,
+        source: ReadSource::Empty,
+    })
+}
