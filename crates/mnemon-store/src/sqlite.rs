@@ -6,11 +6,14 @@
 //! (indexed, for listing by type), its JSON skeleton and its precomputed meta. `asset_leaves`
 //! holds each bytes or object leaf as a BLOB with its path (see the `encoding` module).
 //!
-//! **Migrations.** [`MIGRATIONS`] is an ordered list; opening a database applies the ones it
-//! has not seen, in one transaction, and refuses a database written by a newer build.
+//! **Migrations.** [`MIGRATIONS`] is an ordered list of numbered steps; opening a database
+//! applies the ones it has not seen, in one transaction, and refuses a database written by a
+//! newer build. Setup, durability and migrations are `mnemon-db`'s, shared by every store; a
+//! database whose schema is current opens without taking the write lock.
 //!
 //! **Durability.** Every write is one `BEGIN IMMEDIATE … COMMIT` transaction, so it is atomic,
-//! and returns only after the commit. With [`Durability::Full`] (the default) SQLite fsyncs the
+//! and returns only after the commit. With [`Durability::Full`] (the default of every Mnemon
+//! store, explained in `mnemon_db`) SQLite fsyncs the
 //! WAL at each commit: a returned put survives a killed process, an OS crash and a power loss.
 //! [`Durability::Normal`] skips that fsync (the WAL is synced at checkpoints): a returned put
 //! still survives `kill -9` of the process, because the commit is in the OS page cache, but an
@@ -20,12 +23,15 @@
 //!
 //! **Concurrency.** One connection writes and another reads, each behind a mutex; in WAL mode
 //! reads do not wait for a write's fsync. Several processes may open the same file; a writer
-//! waits up to the busy timeout for another.
+//! waits up to the busy timeout for another. [`SqliteStore::open_read_only`] serves readers: no
+//! write lock, nothing created, and it works on a read-only directory or mount.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
+use mnemon_db::DbError;
+use mnemon_db::sqlite::{self, Migration, Schema, Settings};
 use mnemon_types::Asset;
 use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior, params};
 
@@ -34,10 +40,12 @@ use crate::encoding::{self, Encoded, StoredLeaf};
 use crate::error::StoreError;
 use crate::store::{AssetMeta, AssetStore, check_storable};
 
-/// The schema migrations, in order; entry `i` takes the schema from version `i` to `i + 1`.
-pub const MIGRATIONS: &[&str] = &[
+/// The schema migrations, in order; the step numbered `v` takes the schema from `v - 1` to `v`.
+pub const MIGRATIONS: &[Migration] = &[
     // 1: assets with their skeleton and meta; bytes and object leaves as BLOBs.
-    "CREATE TABLE asset_assets (
+    Migration {
+        version: 1,
+        sql: "CREATE TABLE asset_assets (
         asset_id   TEXT PRIMARY KEY NOT NULL,
         asset_type TEXT,
         skeleton   TEXT NOT NULL,
@@ -54,20 +62,22 @@ pub const MIGRATIONS: &[&str] = &[
         data      BLOB NOT NULL,
         UNIQUE (asset_id, seq)
     );",
+    },
 ];
 
 /// The schema version this build writes.
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
 
-/// How hard a commit works to survive crashes; see the module docs.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum Durability {
-    /// `synchronous=NORMAL`: survives a killed process, not an OS crash or power loss.
-    Normal,
-    /// `synchronous=FULL`: every commit is fsynced; survives power loss too.
-    #[default]
-    Full,
-}
+/// The asset tables' schema; the version lives in `asset_schema`.
+static SCHEMA: Schema = Schema {
+    component: "asset",
+    table: "asset_schema",
+    key_column: "singleton",
+    migrations: MIGRATIONS,
+};
+
+/// How hard a commit works to survive crashes: one type and one default for every store.
+pub use mnemon_db::Durability;
 
 /// Options for [`SqliteStore::open_with`].
 #[derive(Debug, Clone)]
@@ -78,6 +88,16 @@ pub struct SqliteOptions {
     pub codecs: CodecRegistry,
     /// How long a write waits for another process's write. Default: 5 s.
     pub busy_timeout: Duration,
+}
+
+impl SqliteOptions {
+    fn settings(&self) -> Settings {
+        Settings {
+            durability: self.durability,
+            busy_timeout: self.busy_timeout,
+            foreign_keys: false,
+        }
+    }
 }
 
 impl Default for SqliteOptions {
@@ -123,12 +143,32 @@ impl SqliteStore {
     /// Opens (creating if needed) the database at `path`.
     pub fn open_with(path: impl AsRef<Path>, options: SqliteOptions) -> Result<Self, StoreError> {
         let path = path.as_ref().to_path_buf();
-        let mut writer = connect(&path, &options)?;
-        migrate(&mut writer, &path)?;
-        let reader = connect(&path, &options)?;
+        let settings = options.settings();
+        let writer = sqlite::open(&path, &settings, &SCHEMA).map_err(db_error)?;
+        let reader = sqlite::connect(&path, &settings).map_err(db_error)?;
         Ok(SqliteStore {
             writer: Mutex::new(writer),
             reader: Mutex::new(reader),
+            path,
+            codecs: options.codecs,
+        })
+    }
+
+    /// Opens the database at `path` for reading only: no write lock is taken, so reads work
+    /// while another process holds a write transaction; nothing is created; a read-only
+    /// directory or mount works. A missing file, or one without asset tables, reads as empty.
+    /// Writes through the store fail.
+    pub fn open_read_only(
+        path: impl AsRef<Path>,
+        options: SqliteOptions,
+    ) -> Result<Self, StoreError> {
+        let path = path.as_ref().to_path_buf();
+        let settings = options.settings();
+        let writer = sqlite::open_read_only(&path, &settings, &SCHEMA).map_err(db_error)?;
+        let reader = sqlite::open_read_only(&path, &settings, &SCHEMA).map_err(db_error)?;
+        Ok(SqliteStore {
+            writer: Mutex::new(writer.conn),
+            reader: Mutex::new(reader.conn),
             path,
             codecs: options.codecs,
         })
@@ -165,76 +205,24 @@ impl SqliteStore {
     }
 }
 
-fn connect(path: &Path, options: &SqliteOptions) -> Result<Connection, StoreError> {
-    let conn = Connection::open(path).map_err(|e| StoreError::Storage {
-        action: "opening the database",
-        error: format!("cannot open {}: {e}", path.display()).into(),
-    })?;
-    let setup = StoreError::storage;
-    conn.busy_timeout(options.busy_timeout)
-        .map_err(setup("setting the busy timeout"))?;
-    let mode: String = conn
-        .query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))
-        .map_err(setup("switching to WAL"))?;
-    if !mode.eq_ignore_ascii_case("wal") {
-        return Err(StoreError::Storage {
-            action: "switching to WAL",
-            error: format!("{} cannot use WAL mode (got {mode})", path.display()).into(),
-        });
-    }
-    let sync = match options.durability {
-        Durability::Normal => "NORMAL",
-        Durability::Full => "FULL",
-    };
-    conn.pragma_update(None, "synchronous", sync)
-        .map_err(setup("setting synchronous"))?;
-    Ok(conn)
-}
-
-fn migrate(conn: &mut Connection, path: &Path) -> Result<(), StoreError> {
-    let fail = StoreError::storage("migrating the asset schema");
-    let tx = conn
-        .transaction_with_behavior(TransactionBehavior::Immediate)
-        .map_err(StoreError::storage("migrating the asset schema"))?;
-    let result = (|| {
-        tx.execute_batch(
-            "CREATE TABLE IF NOT EXISTS asset_schema (
-                singleton INTEGER PRIMARY KEY CHECK (singleton = 1),
-                version   INTEGER NOT NULL
-            )",
-        )?;
-        let found: Option<i64> = tx
-            .query_row(
-                "SELECT version FROM asset_schema WHERE singleton = 1",
-                [],
-                |r| r.get(0),
-            )
-            .optional()?;
-        Ok(found.unwrap_or(0))
-    })();
-    let found = result.map_err(fail)?;
-    if found > SCHEMA_VERSION {
-        return Err(StoreError::SchemaTooNew {
+/// The store error for a setup failure: a newer schema keeps its own variant.
+fn db_error(error: DbError) -> StoreError {
+    match error {
+        DbError::SchemaTooNew {
+            path,
+            found,
+            supported,
+            ..
+        } => StoreError::SchemaTooNew {
             path: path.display().to_string(),
             found,
-            supported: SCHEMA_VERSION,
-        });
+            supported,
+        },
+        other => StoreError::Storage {
+            action: "opening the database",
+            error: Box::new(other),
+        },
     }
-    let pending = MIGRATIONS.iter().skip(usize::try_from(found).unwrap_or(0));
-    for migration in pending {
-        tx.execute_batch(migration)
-            .map_err(StoreError::storage("migrating the asset schema"))?;
-    }
-    if found < SCHEMA_VERSION {
-        tx.execute(
-            "INSERT INTO asset_schema (singleton, version) VALUES (1, ?1)
-             ON CONFLICT (singleton) DO UPDATE SET version = excluded.version",
-            [SCHEMA_VERSION],
-        )
-        .map_err(StoreError::storage("migrating the asset schema"))?;
-    }
-    tx.commit()
-        .map_err(StoreError::storage("migrating the asset schema"))
 }
 
 fn write_one(tx: &Transaction<'_>, asset: &Asset, encoded: &Encoded) -> rusqlite::Result<()> {
@@ -474,6 +462,86 @@ mod tests {
                 .unwrap();
             assert_eq!(sync, expected);
         }
+    }
+
+    fn quick() -> SqliteOptions {
+        SqliteOptions {
+            busy_timeout: Duration::from_millis(300),
+            ..SqliteOptions::default()
+        }
+    }
+
+    #[test]
+    fn concurrent_first_opens_all_succeed() {
+        for round in 0..5 {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("db.sqlite3");
+            let barrier = std::sync::Arc::new(std::sync::Barrier::new(8));
+            let handles: Vec<_> = (0..8)
+                .map(|_| {
+                    let (path, barrier) = (path.clone(), barrier.clone());
+                    std::thread::spawn(move || {
+                        barrier.wait();
+                        SqliteStore::open(&path).map(drop)
+                    })
+                })
+                .collect();
+            for handle in handles {
+                let opened = handle.join().unwrap();
+                assert!(opened.is_ok(), "round {round}: {opened:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn readers_open_while_another_connection_holds_a_write_transaction() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("db.sqlite3");
+        let store = SqliteStore::open(&path).unwrap();
+        store
+            .put(&Asset::from_json(json!({"asset_id": "a", "content": 1})).unwrap())
+            .unwrap();
+        drop(store);
+        let writer = Connection::open(&path).unwrap();
+        writer
+            .execute_batch("BEGIN IMMEDIATE; DELETE FROM asset_leaves WHERE 0;")
+            .unwrap();
+        let store = SqliteStore::open_with(&path, quick()).unwrap();
+        assert_eq!(store.list_ids(None).unwrap(), ["a"]);
+        let reader = SqliteStore::open_read_only(&path, quick()).unwrap();
+        assert_eq!(reader.list_ids(None).unwrap(), ["a"]);
+        assert!(reader.get("a").unwrap().is_some());
+        writer.execute_batch("COMMIT").unwrap();
+    }
+
+    #[test]
+    fn read_only_open_of_a_missing_file_is_empty_creates_nothing_and_refuses_writes() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("db.sqlite3");
+        let reader = SqliteStore::open_read_only(&path, quick()).unwrap();
+        assert!(reader.list_ids(None).unwrap().is_empty());
+        assert!(reader.get("a").unwrap().is_none());
+        assert!(reader.meta("a").unwrap().is_none());
+        let put = reader.put(&Asset::from_json(json!({"asset_id": "a"})).unwrap());
+        assert!(matches!(put, Err(StoreError::Storage { .. })), "{put:?}");
+        drop(reader);
+        assert!(!path.exists());
+    }
+
+    #[test]
+    fn read_only_open_refuses_a_newer_schema() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("db.sqlite3");
+        drop(SqliteStore::open(&path).unwrap());
+        let conn = Connection::open(&path).unwrap();
+        conn.execute("UPDATE asset_schema SET version = 99", [])
+            .unwrap();
+        drop(conn);
+        let err = SqliteStore::open_read_only(&path, quick()).unwrap_err();
+        assert!(
+            matches!(err, StoreError::SchemaTooNew { found: 99, .. }),
+            "{err}"
+        );
     }
 
     #[test]
