@@ -309,7 +309,9 @@ fn multi_key_omit_works() {
                 assert_eq!(keys, ["text", "info", "token_count"]);
             }
             assert_eq!(got["details"]["counts"]["bits"], 3);
-            assert_eq!(got["omit"], "embedding,similarity");
+            // Issue 11 item 2: a list, not the reference's "embedding,similarity" string that
+            // the TypeScript client rejects.
+            assert_eq!(got["omit"], serde_json::json!(["embedding", "similarity"]));
         }
     }
 }

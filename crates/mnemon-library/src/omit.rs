@@ -144,6 +144,18 @@ impl Omit {
             .collect::<Vec<_>>()
             .join(",")
     }
+
+    /// The `omit` value written into query results: the single item as a string (`"embedding"`,
+    /// `""`, `"*"`), or a list of the items when there are several (`["embedding",
+    /// "similarity"]`). The reference echoes `"embedding,similarity"`, which the TypeScript
+    /// client `@polymath-ai/client` rejects: it accepts one field name or a list.
+    pub fn echo_value(&self) -> Value {
+        match self.items.as_slice() {
+            [one] => Value::from(one.as_str()),
+            [] => Value::from(""),
+            many => Value::Array(many.iter().map(|k| Value::from(k.as_str())).collect()),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -178,5 +190,30 @@ mod tests {
         assert_eq!(Omit::parse_value(&json!([])).unwrap().echo(), "");
         assert_eq!(Omit::parse_value(&json!(["info"])).unwrap().echo(), "info");
         assert!(Omit::parse_str("*").unwrap().all());
+    }
+
+    #[test]
+    fn results_echo_a_list_for_several_keys() {
+        for input in [
+            json!("embedding,similarity"),
+            json!(["embedding", "similarity"]),
+        ] {
+            assert_eq!(
+                Omit::parse_value(&input).unwrap().echo_value(),
+                json!(["embedding", "similarity"])
+            );
+        }
+        assert_eq!(
+            Omit::parse_value(&json!(["info"])).unwrap().echo_value(),
+            json!("info")
+        );
+        assert_eq!(
+            Omit::parse_value(&json!([])).unwrap().echo_value(),
+            json!("")
+        );
+        assert_eq!(
+            Omit::parse_value(&json!("*")).unwrap().echo_value(),
+            json!("*")
+        );
     }
 }

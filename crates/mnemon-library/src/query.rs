@@ -444,7 +444,7 @@ impl Library {
                 "details" => Value::Object(details.take().unwrap_or_default()),
                 "omit" => {
                     omit_done = true;
-                    Value::from(p.omit.echo())
+                    p.omit.echo_value()
                 }
                 _ => v.clone(),
             };
@@ -460,7 +460,7 @@ impl Library {
             out.insert("details".into(), Value::Object(d));
         }
         if !omit_done {
-            out.insert("omit".into(), Value::from(p.omit.echo()));
+            out.insert("omit".into(), p.omit.echo_value());
         }
         Ok(out)
     }
