@@ -148,6 +148,21 @@ pub enum LibraryError {
     /// `query_embedding` holds NaN or an infinity.
     #[error("query_embedding contains a non-finite value")]
     QueryNotFinite,
+    /// The query is so long that a score could overflow the 32-bit floats scores are computed
+    /// in (the product of its length and the longest stored embedding's reaches half of
+    /// `f32::MAX`, which leaves room for rounding in any summation order). Refused rather than
+    /// answered with scores that are infinite or NaN and rank wrongly.
+    #[error(
+        "query_embedding is too large: its length ({query_norm:.3e}) times the length of the longest stored embedding ({library_norm:.3e}) exceeds {limit:.3e}, so similarity scores would overflow 32-bit floats; scale the query_embedding down (embeddings are normally of length about 1), or fix the library's oversized embeddings"
+    )]
+    QueryTooLarge {
+        /// The query's Euclidean length.
+        query_norm: f64,
+        /// The longest stored embedding's Euclidean length.
+        library_norm: f64,
+        /// The largest product of the two that is accepted.
+        limit: f64,
+    },
     /// A bit has no similarity where one is needed (unscorable library, or `sort_by_similarity`).
     #[error("sort of similarity passed but {0} had no similarity")]
     NoSimilarity(String),

@@ -113,6 +113,9 @@ pub struct Library {
     upgraded: bool,
     /// The int8 copy for fast mode, built by the first fast query.
     pub(crate) prescan: OnceLock<Prescan>,
+    /// The largest Euclidean length of a stored embedding (in f64), computed by the first query
+    /// that needs it; see [`Library::max_row_norm`].
+    pub(crate) max_norm: OnceLock<f64>,
 }
 
 impl std::fmt::Debug for Library {
@@ -141,6 +144,7 @@ impl Clone for Library {
             store: self.store.reordered(&order, &|_| None),
             upgraded: self.upgraded,
             prescan: OnceLock::new(),
+            max_norm: OnceLock::new(),
         }
     }
 }
@@ -154,6 +158,7 @@ impl Library {
             store: l.store,
             upgraded: l.upgraded,
             prescan: OnceLock::new(),
+            max_norm: OnceLock::new(),
         }
     }
 
@@ -170,6 +175,7 @@ impl Library {
             store,
             upgraded: false,
             prescan: OnceLock::new(),
+            max_norm: OnceLock::new(),
         }
     }
 
@@ -361,6 +367,7 @@ impl Library {
         let bit = self.bit_json(i, true, true);
         self.store.remove(i);
         self.prescan = OnceLock::new();
+        self.max_norm = OnceLock::new();
         Some(bit)
     }
 
@@ -374,6 +381,7 @@ impl Library {
         let pushed = builder.push(builder.store.len(), RawBit::from_value(bit));
         self.store = builder.into_store();
         self.prescan = OnceLock::new();
+        self.max_norm = OnceLock::new();
         Ok(match pushed? {
             Pushed::Added => {
                 let id = self.store.ids.last().copied().unwrap_or(BitId([0; 32]));
@@ -510,6 +518,7 @@ impl Library {
     fn reorder(&mut self, order: &[usize]) {
         self.store = self.store.reordered(order, &|_| None);
         self.prescan = OnceLock::new();
+        self.max_norm = OnceLock::new();
     }
 
     /// Sorts bits by stored similarity, descending (stable), and sets `sort` to `similarity`.
@@ -583,10 +592,31 @@ impl Library {
         )
     }
 
+    /// The largest Euclidean length of a stored embedding, computed in f64 (so it is finite
+    /// for any finite embedding) by one parallel pass at the first query and then cached.
+    pub(crate) fn max_row_norm(&self) -> f64 {
+        use rayon::prelude::*;
+        *self.max_norm.get_or_init(|| {
+            let view = self.store.embeddings.view();
+            (0..view.rows())
+                .into_par_iter()
+                .map(|i| norm_f64(view.row(i).unwrap_or(&[])))
+                .reduce(|| 0.0, f64::max)
+        })
+    }
+
     pub(crate) fn prescan(&self) -> &Prescan {
         self.prescan
             .get_or_init(|| Prescan::build(&self.store.embeddings.view()))
     }
+}
+
+/// The Euclidean length of `v`, accumulated in f64: finite for every finite f32 vector.
+pub(crate) fn norm_f64(v: &[f32]) -> f64 {
+    v.iter()
+        .map(|&x| f64::from(x) * f64::from(x))
+        .sum::<f64>()
+        .sqrt()
 }
 
 /// A borrowed bit.

@@ -301,6 +301,11 @@ impl Library {
         {
             return Err(LibraryError::NoSimilarity(self.store.ids[0].to_string()));
         }
+        if let Some(q) = &query
+            && has_embeddings
+        {
+            self.check_score_range(q)?;
+        }
         let omit = match args.get("omit") {
             None | Some(Value::Null) => Omit::default(),
             Some(v) => Omit::parse_value(v)?,
@@ -317,6 +322,28 @@ impl Library {
             count_type,
             omit,
         })
+    }
+
+    /// Refuses a query whose scores could overflow f32 (issue 11 item 4). Scores are dot
+    /// products computed in f32 by `mnemon_vector`; by Cauchy–Schwarz every partial sum of
+    /// `q·r` is at most `|q|·|r|` in magnitude, so when `|q|·max|r|` stays below half of
+    /// `f32::MAX` (margin for rounding) every score is finite and ranks correctly, in the exact
+    /// and the fast scan alike. Both lengths are computed in f64, where they cannot overflow.
+    fn check_score_range(&self, query: &[f32]) -> Result<()> {
+        let limit = f64::from(f32::MAX) / 2.0;
+        let query_norm = crate::library::norm_f64(query);
+        if query_norm == 0.0 {
+            return Ok(());
+        }
+        let library_norm = self.max_row_norm();
+        if query_norm * library_norm >= limit {
+            return Err(LibraryError::QueryTooLarge {
+                query_norm,
+                library_norm,
+                limit,
+            });
+        }
+        Ok(())
     }
 
     fn run(

@@ -209,3 +209,40 @@ fn near_ties_below_int8_resolution() {
         assert_same(&lib, &args(&base, count * 4, "token", false));
     }
 }
+
+/// Issue 11 item 4: a finite but huge query vector (every component 3.4e38) overflowed the f32
+/// dot products, gave `"similarity": null` and ranked those bits first. Such a query is now
+/// refused with a client error (a 400 on the host) that names the problem, in both modes; the
+/// same for a library whose stored embeddings are huge. Ordinary queries are unaffected.
+#[test]
+fn scores_that_would_overflow_are_refused() {
+    let (lib, vectors) = library(7, 300, 16);
+    let huge = vec![3.4e38f32; 16];
+    let mut big_stored = json!({"version": 1, "embedding_model": MODEL, "bits": [
+        {"text": "small", "info": {"url": "u1"}, "embedding": encode_embedding(&[0.5f32; 16]), "token_count": 1},
+        {"text": "huge", "info": {"url": "u2"}, "embedding": encode_embedding(&huge), "token_count": 1},
+    ]});
+    let big_lib = Library::from_value(big_stored.take()).unwrap();
+    for fast in [false, true] {
+        let options = QueryOptions {
+            fast,
+            ..QueryOptions::default()
+        };
+        for (library, query) in [(&lib, &huge), (&big_lib, &vectors[0])] {
+            for count_type in ["bit", "token"] {
+                let err = library
+                    .query_with(&args(query, 5, count_type, true), &policy(), &options)
+                    .unwrap_err();
+                assert!(err.is_client_error(), "{err}");
+                let message = err.to_string();
+                assert!(message.contains("too large"), "{message}");
+            }
+        }
+        // A query at the edge of the range on a unit-length library still scores, finitely.
+        let edge = vec![1e37f32; 16];
+        let result = run(&lib, &args(&edge, 5, "bit", true), fast);
+        for bit in result["bits"].as_array().unwrap() {
+            assert!(bit["similarity"].as_f64().unwrap().is_finite(), "{bit}");
+        }
+    }
+}
