@@ -32,13 +32,13 @@ pub enum ArtifactError {
     },
 
     /// The database underneath a store failed.
-    #[error("the artifact store failed while {action}: {source}")]
+    #[error("the artifact store failed while {action}: {error}")]
     Database {
         /// What the store was doing, e.g. `saving an artifact`.
         action: &'static str,
-        /// The driver's error.
-        #[source]
-        source: BoxedSource,
+        /// The driver's error. Already in the message, so not exposed as `source()` (a field
+        /// named `source` would be): reporters that walk the chain would print it again.
+        error: BoxedSource,
     },
 
     /// A stored record could not be read back.
@@ -266,7 +266,7 @@ impl ArtifactError {
     pub fn database(action: &'static str, source: impl Into<BoxedSource>) -> Self {
         ArtifactError::Database {
             action,
-            source: source.into(),
+            error: source.into(),
         }
     }
 }

@@ -1,8 +1,11 @@
 //! The `write_to_file` storage backend: content in files under one root directory.
 
+use std::collections::HashSet;
 use std::fs;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, SystemTime};
 
 use serde_json::Value;
 
@@ -14,6 +17,19 @@ pub const MAX_NAME_BYTES: usize = 255;
 
 /// The longest path Linux accepts, in bytes (`PATH_MAX` less the terminating NUL).
 pub const MAX_PATH_BYTES: usize = 4095;
+
+/// How long a temporary file (`.mnemon-*.tmp`) must have been left unchanged before a write
+/// removes it as the leftover of a killed save.
+///
+/// A save writes its temporary file in one go, syncs it and renames it within moments, so a
+/// temporary file untouched for this long belongs to no running save; removing only files this
+/// old means a save running in another process never loses its file. (`O_TMPFILE` would avoid
+/// named temporary files altogether, but it is Linux-only, not supported by every file system,
+/// and cannot replace an existing target atomically, so a named file would still be needed.)
+pub const STALE_TEMP_AGE: Duration = Duration::from_secs(15 * 60);
+
+const TEMP_PREFIX: &str = ".mnemon-";
+const TEMP_SUFFIX: &str = ".tmp";
 
 /// Keeps each artifact's content in a file under a root directory; the storage id is the file's
 /// path relative to the root, with `/` between directories.
@@ -27,18 +43,40 @@ pub const MAX_PATH_BYTES: usize = 4095;
 /// - **Atomic.** Content goes to a temporary file in the target's directory, is flushed to
 ///   disk, then renamed over the target, and the directory is synced: a crash leaves the old
 ///   file or the new one.
+/// - **Leftovers are removed.** A save killed mid-write leaves its temporary file behind; the
+///   first write into a directory (per backend value) removes the temporary files there that
+///   are older than [`STALE_TEMP_AGE`].
 /// - **Parent directories are created.** The root itself is created on the first write.
 /// - **Text as text.** A JSON string is written as its raw UTF-8; any other value as pretty
 ///   JSON. Reading gives the file's text back as a JSON string, which displays the same.
 #[derive(Debug, Clone)]
 pub struct WriteToFile {
     root: PathBuf,
+    /// The directories already cleared of stale temporary files, shared by clones.
+    swept: Arc<Mutex<HashSet<PathBuf>>>,
 }
 
 impl WriteToFile {
     /// A backend writing under `root`. Nothing is touched until the first write.
     pub fn new(root: impl Into<PathBuf>) -> Self {
-        WriteToFile { root: root.into() }
+        WriteToFile {
+            root: root.into(),
+            swept: Arc::default(),
+        }
+    }
+
+    /// Removes, once per directory, the temporary files a killed save left in `dir`. Best
+    /// effort: a file that cannot be listed or removed is left for a later run, and never
+    /// fails the write.
+    fn sweep_once(&self, dir: &Path) {
+        let first = self
+            .swept
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(dir.to_path_buf());
+        if first {
+            remove_stale_temp_files(dir, STALE_TEMP_AGE);
+        }
     }
 
     /// The root directory, as configured.
@@ -142,8 +180,9 @@ impl StorageBackend for WriteToFile {
         let Some((dir, target)) = self.locate(storage_id, true)? else {
             return Err(not_found(storage_id));
         };
+        self.sweep_once(&dir);
         let mut builder = tempfile::Builder::new();
-        builder.prefix(".mnemon-").suffix(".tmp");
+        builder.prefix(TEMP_PREFIX).suffix(TEMP_SUFFIX);
         #[cfg(unix)]
         {
             use std::os::unix::fs::PermissionsExt;
@@ -185,6 +224,34 @@ impl StorageBackend for WriteToFile {
             Err(e) => Err(io_error_for(storage_id, "delete", &target, e)),
         }
     }
+}
+
+/// Removes the regular files named `.mnemon-*.tmp` in `dir` that were last modified more than
+/// `age` ago; returns how many. Errors are skipped: see [`WriteToFile::sweep_once`].
+fn remove_stale_temp_files(dir: &Path, age: Duration) -> usize {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return 0;
+    };
+    let now = SystemTime::now();
+    let mut removed = 0;
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if !(name.starts_with(TEMP_PREFIX) && name.ends_with(TEMP_SUFFIX)) {
+            continue;
+        }
+        // `DirEntry::metadata` does not follow symbolic links.
+        let Ok(meta) = entry.metadata() else { continue };
+        let stale = meta
+            .modified()
+            .ok()
+            .and_then(|modified| now.duration_since(modified).ok())
+            .is_some_and(|idle| idle > age);
+        if meta.is_file() && stale && fs::remove_file(entry.path()).is_ok() {
+            removed += 1;
+        }
+    }
+    removed
 }
 
 /// Splits a storage id into its directory names and file name, refusing anything that could
@@ -346,6 +413,39 @@ mod tests {
         assert_eq!(
             backend.read("a/b/c.txt").unwrap(),
             Value::String("hi\n".into())
+        );
+    }
+
+    #[test]
+    fn a_write_removes_stale_temporary_files_and_keeps_fresh_ones() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("root");
+        fs::create_dir_all(root.join("plans")).unwrap();
+        let stale = root.join("plans/.mnemon-killed.tmp");
+        let fresh = root.join("plans/.mnemon-running.tmp");
+        let other = root.join("plans/.other.tmp");
+        for path in [&stale, &fresh, &other] {
+            fs::write(path, b"partial content").unwrap();
+        }
+        let long_ago = SystemTime::now() - STALE_TEMP_AGE - Duration::from_secs(60);
+        for path in [&stale, &other] {
+            fs::File::options()
+                .write(true)
+                .open(path)
+                .unwrap()
+                .set_modified(long_ago)
+                .unwrap();
+        }
+        let backend = WriteToFile::new(&root);
+        backend
+            .write("plans/plan.txt", &Value::String("done".into()))
+            .unwrap();
+        assert!(!stale.exists(), "a killed save's temporary file is removed");
+        assert!(fresh.exists(), "a running save's temporary file is kept");
+        assert!(other.exists(), "files that are not ours are kept");
+        assert_eq!(
+            fs::read_to_string(root.join("plans/plan.txt")).unwrap(),
+            "done"
         );
     }
 

@@ -40,8 +40,19 @@ impl InMemoryArtifactStore {
 
 impl ArtifactStore for InMemoryArtifactStore {
     fn save(&self, artifact: &Artifact) -> Result<u64, ArtifactError> {
+        self.save_with_content(artifact, &mut || Ok(()))
+    }
+
+    fn save_with_content(
+        &self,
+        artifact: &Artifact,
+        write_content: &mut dyn FnMut() -> Result<(), ArtifactError>,
+    ) -> Result<u64, ArtifactError> {
         check_required(artifact)?;
+        // The lock is held while the content is written, so saves to one storage id from
+        // several threads cannot interleave (the trait's rule).
         let mut state = self.state();
+        write_content()?;
         if state.by_id.contains_key(&artifact.id) {
             return Err(ArtifactError::DuplicateId { id: artifact.id });
         }

@@ -219,7 +219,9 @@ impl SaveArtifact {
     ///
     /// Content kept by a backend is written before the record is saved: if saving the record
     /// fails, the content may remain as an orphan, but no record ever points at missing
-    /// content.
+    /// content. The write and the record are one step of the store
+    /// ([`ArtifactStore::save_with_content`]), so concurrent saves to one storage id never leave
+    /// the newest record pointing at another save's content.
     pub fn run(&self, scope: &str, inputs: &Value) -> Result<Map<String, Value>, ArtifactError> {
         if !inputs.is_object() {
             return Err(ArtifactError::InputsNotObject {
@@ -277,13 +279,19 @@ impl SaveArtifact {
             },
         };
         match placement {
-            Placement::Inline => artifact.data = Some(content),
+            Placement::Inline => {
+                artifact.data = Some(content);
+                self.store.save(&artifact)?;
+            }
             Placement::External { location, backend } => {
-                backend.write(&location.id, &content)?;
+                let id = location.id.clone();
                 artifact.storage = Some(location);
+                // One step, so that a concurrent save to the same storage id cannot slip its
+                // content in between this write and this record.
+                self.store
+                    .save_with_content(&artifact, &mut || backend.write(&id, &content))?;
             }
         }
-        self.store.save(&artifact)?;
         // 6. Output.
         let mut outputs = Map::new();
         outputs.insert(c.output_key.clone(), Value::Object(artifact.to_dict()));

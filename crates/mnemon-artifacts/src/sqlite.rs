@@ -1,26 +1,31 @@
 //! The embedded default artifact store: one SQLite file, WAL mode, durable when `save` returns.
+//!
+//! Connection setup, durability and the `artifact_schema` migrations are `mnemon-db`'s, shared
+//! with the other stores.
 
 use std::path::Path;
 use std::sync::{Mutex, MutexGuard, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use mnemon_db::DbError;
+use mnemon_db::sqlite::{self, Migration, Schema, Settings};
 use mnemon_types::{Artifact, StorageLocation, artifact::Timestamp};
-use rusqlite::{Connection, OptionalExtension, Row, params};
+use rusqlite::{Connection, Row, params};
 use uuid::Uuid;
 
 use crate::store::check_required;
 use crate::{ArtifactError, ArtifactStore};
 
-/// The schema version this build writes and reads.
-const SCHEMA_VERSION: i64 = 1;
-
 /// Every table is prefixed `artifact_`, because the database file is shared with other Mnemon
-/// components.
-const SCHEMA: &str = "
-CREATE TABLE IF NOT EXISTS artifact_schema (
-    singleton INTEGER PRIMARY KEY CHECK (singleton = 1),
-    version   INTEGER NOT NULL
-);
+/// components. Version 1 is written with `IF NOT EXISTS` because files from before `mnemon-db`
+/// may have its tables without a version row.
+static SCHEMA: Schema = Schema {
+    component: "artifact",
+    table: "artifact_schema",
+    key_column: "singleton",
+    migrations: &[Migration {
+        version: 1,
+        sql: "
 CREATE TABLE IF NOT EXISTS artifact_records (
     seq             INTEGER PRIMARY KEY AUTOINCREMENT,
     id              TEXT NOT NULL UNIQUE,
@@ -37,87 +42,58 @@ CREATE TABLE IF NOT EXISTS artifact_records (
 );
 CREATE INDEX IF NOT EXISTS artifact_records_by_key ON artifact_records (scope, key, seq);
 CREATE INDEX IF NOT EXISTS artifact_records_by_type ON artifact_records (scope, artifact_type, seq);
-";
+",
+    }],
+};
 
 const COLUMNS: &str = "id, key, artifact_type, name, description, storage_backend, storage_id, data, scope, created_at";
 
 /// An [`ArtifactStore`] in a SQLite database file.
 ///
-/// - WAL journal with `synchronous = FULL`: when [`save`](ArtifactStore::save) returns, the
-///   record is committed and synced, so it survives a crash of the process or the machine.
+/// - WAL journal with the default [`mnemon_db::Durability`] (`synchronous = FULL`): when
+///   [`save`](ArtifactStore::save) returns, the record is committed and synced, so it survives
+///   a crash of the process or the machine.
 /// - The sequence is SQLite's `AUTOINCREMENT` rowid, which never reuses a value, even after
 ///   deletes.
 /// - Several processes may open the same file; writers wait up to five seconds for each other.
+///   [`save_with_content`](ArtifactStore::save_with_content) holds the write lock while the
+///   content is written, so saves to one storage id from several processes are serialized.
 #[derive(Debug)]
 pub struct SqliteArtifactStore {
     conn: Mutex<Connection>,
+    busy_timeout: Duration,
 }
 
 impl SqliteArtifactStore {
     /// Opens (creating if needed) the database at `path` and its `artifact_` tables. The
     /// parent directory must exist.
     pub fn open(path: impl AsRef<Path>) -> Result<Self, ArtifactError> {
-        let conn = Connection::open(path.as_ref())
-            .map_err(|e| ArtifactError::database("opening the database", e))?;
-        Self::init(conn, true)
+        let settings = Settings::default();
+        let conn = sqlite::open(path.as_ref(), &settings, &SCHEMA).map_err(db_error)?;
+        Ok(Self::with(conn, &settings))
+    }
+
+    /// Opens the database at `path` for reading only: no write lock is taken, nothing is
+    /// created, and a read-only directory or mount works. A missing file, or one without
+    /// artifact tables, reads as empty. Saves and deletes fail.
+    pub fn open_read_only(path: impl AsRef<Path>) -> Result<Self, ArtifactError> {
+        let settings = Settings::default();
+        let read = sqlite::open_read_only(path.as_ref(), &settings, &SCHEMA).map_err(db_error)?;
+        Ok(Self::with(read.conn, &settings))
     }
 
     /// A private database in memory (for tests); nothing is kept.
     pub fn open_in_memory() -> Result<Self, ArtifactError> {
-        let conn = Connection::open_in_memory()
-            .map_err(|e| ArtifactError::database("opening an in-memory database", e))?;
-        Self::init(conn, false)
+        let settings = Settings::default();
+        let conn = sqlite::open_in_memory(&settings, &SCHEMA).map_err(db_error)?;
+        Ok(Self::with(conn, &settings))
     }
 
-    fn init(mut conn: Connection, on_disk: bool) -> Result<Self, ArtifactError> {
-        let setup = |e| ArtifactError::database("setting up the database", e);
-        conn.busy_timeout(Duration::from_secs(5)).map_err(setup)?;
-        if on_disk {
-            let mode: String = conn
-                .query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0))
-                .map_err(setup)?;
-            if !mode.eq_ignore_ascii_case("wal") {
-                return Err(ArtifactError::database(
-                    "setting up the database",
-                    format!(
-                        "the database refused WAL mode (it is in {mode:?} mode); \
-                         put it on a local file system that supports shared memory"
-                    ),
-                ));
-            }
-        }
-        conn.pragma_update(None, "synchronous", "FULL")
-            .map_err(setup)?;
-        let tx = conn.transaction().map_err(setup)?;
-        tx.execute_batch(SCHEMA).map_err(setup)?;
-        let version: Option<i64> = tx
-            .query_row(
-                "SELECT version FROM artifact_schema WHERE singleton = 1",
-                [],
-                |row| row.get(0),
-            )
-            .optional()
-            .map_err(setup)?;
-        match version {
-            None => {
-                tx.execute(
-                    "INSERT INTO artifact_schema (singleton, version) VALUES (1, ?1)",
-                    [SCHEMA_VERSION],
-                )
-                .map_err(setup)?;
-            }
-            Some(found) if found > SCHEMA_VERSION => {
-                return Err(ArtifactError::SchemaTooNew {
-                    found,
-                    supported: SCHEMA_VERSION,
-                });
-            }
-            Some(_) => {}
-        }
-        tx.commit().map_err(setup)?;
-        Ok(SqliteArtifactStore {
+    fn with(conn: Connection, settings: &Settings) -> Self {
+        SqliteArtifactStore {
             conn: Mutex::new(conn),
-        })
+            busy_timeout: settings.busy_timeout,
+        }
     }
 
     fn conn(&self) -> MutexGuard<'_, Connection> {
@@ -187,8 +163,85 @@ fn read_row(row: &Row<'_>) -> rusqlite::Result<Result<Artifact, ArtifactError>> 
     Ok(decoded)
 }
 
+/// The artifact error for a setup failure: a newer schema keeps its own variant.
+fn db_error(error: DbError) -> ArtifactError {
+    match error {
+        DbError::SchemaTooNew {
+            found, supported, ..
+        } => ArtifactError::SchemaTooNew { found, supported },
+        other => ArtifactError::database("opening the database", other),
+    }
+}
+
+/// `BEGIN IMMEDIATE`, waiting up to `timeout` for another writer. SQLite's busy handler covers
+/// most waits; the loop covers the lock met while another connection switches journal modes.
+fn begin_immediate(conn: &Connection, timeout: Duration) -> rusqlite::Result<()> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        match conn.execute_batch("BEGIN IMMEDIATE") {
+            Err(e)
+                if e.sqlite_error_code() == Some(rusqlite::ErrorCode::DatabaseBusy)
+                    && Instant::now() < deadline =>
+            {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            done => return done,
+        }
+    }
+}
+
+/// Inserts one record inside the caller's transaction and returns its sequence.
+fn insert(
+    conn: &Connection,
+    artifact: &Artifact,
+    data: Option<String>,
+) -> Result<u64, ArtifactError> {
+    const ACTION: &str = "saving an artifact";
+    let inserted = conn
+        .prepare_cached(&format!(
+            "INSERT INTO artifact_records ({COLUMNS}) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) RETURNING seq"
+        ))
+        .and_then(|mut stmt| {
+            stmt.query_row(
+                params![
+                    artifact.id.to_string(),
+                    artifact.key,
+                    artifact.artifact_type,
+                    artifact.name,
+                    artifact.description,
+                    artifact.storage.as_ref().map(|s| s.backend.as_str()),
+                    artifact.storage.as_ref().map(|s| s.id.as_str()),
+                    data,
+                    artifact.scope,
+                    artifact.created_at.to_string(),
+                ],
+                |row| row.get::<_, i64>(0),
+            )
+        });
+    match inserted {
+        Ok(seq) => u64::try_from(seq).map_err(|_| {
+            ArtifactError::database(ACTION, format!("SQLite returned a negative sequence {seq}"))
+        }),
+        Err(rusqlite::Error::SqliteFailure(e, _))
+            if e.extended_code == rusqlite::ffi::SQLITE_CONSTRAINT_UNIQUE =>
+        {
+            Err(ArtifactError::DuplicateId { id: artifact.id })
+        }
+        Err(e) => Err(ArtifactError::database(ACTION, e)),
+    }
+}
+
 impl ArtifactStore for SqliteArtifactStore {
     fn save(&self, artifact: &Artifact) -> Result<u64, ArtifactError> {
+        self.save_with_content(artifact, &mut || Ok(()))
+    }
+
+    fn save_with_content(
+        &self,
+        artifact: &Artifact,
+        write_content: &mut dyn FnMut() -> Result<(), ArtifactError>,
+    ) -> Result<u64, ArtifactError> {
         const ACTION: &str = "saving an artifact";
         check_required(artifact)?;
         let data = artifact
@@ -198,42 +251,22 @@ impl ArtifactStore for SqliteArtifactStore {
             .transpose()
             .map_err(ArtifactError::ContentEncoding)?;
         let conn = self.conn();
-        let inserted = conn
-            .prepare_cached(&format!(
-                "INSERT INTO artifact_records ({COLUMNS}) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) RETURNING seq"
-            ))
-            .and_then(|mut stmt| {
-                stmt.query_row(
-                    params![
-                        artifact.id.to_string(),
-                        artifact.key,
-                        artifact.artifact_type,
-                        artifact.name,
-                        artifact.description,
-                        artifact.storage.as_ref().map(|s| s.backend.as_str()),
-                        artifact.storage.as_ref().map(|s| s.id.as_str()),
-                        data,
-                        artifact.scope,
-                        artifact.created_at.to_string(),
-                    ],
-                    |row| row.get::<_, i64>(0),
-                )
-            });
-        match inserted {
-            Ok(seq) => u64::try_from(seq).map_err(|_| {
-                ArtifactError::database(
-                    ACTION,
-                    format!("SQLite returned a negative sequence {seq}"),
-                )
-            }),
-            Err(rusqlite::Error::SqliteFailure(e, _))
-                if e.extended_code == rusqlite::ffi::SQLITE_CONSTRAINT_UNIQUE =>
-            {
-                Err(ArtifactError::DuplicateId { id: artifact.id })
-            }
-            Err(e) => Err(ArtifactError::database(ACTION, e)),
+        // The write lock is taken before the content is written and released after the record
+        // is committed: another save (in this process or another) cannot write the same
+        // storage id in between, so the newest record always points at its own content.
+        begin_immediate(&conn, self.busy_timeout)
+            .map_err(|e| ArtifactError::database(ACTION, e))?;
+        let result = write_content().and_then(|()| insert(&conn, artifact, data));
+        let finish = if result.is_ok() { "COMMIT" } else { "ROLLBACK" };
+        let finished = conn.execute_batch(finish);
+        if finished.is_err() && !conn.is_autocommit() {
+            // Best effort: the error returned below says what failed, and a transaction left
+            // open would be rolled back when the connection closes anyway.
+            let _ = conn.execute_batch("ROLLBACK");
         }
+        let seq = result?;
+        finished.map_err(|e| ArtifactError::database(ACTION, e))?;
+        Ok(seq)
     }
 
     fn get(&self, id: Uuid) -> Result<Option<Artifact>, ArtifactError> {
@@ -325,6 +358,69 @@ mod tests {
             .query_row("PRAGMA synchronous", [], |r| r.get(0))
             .unwrap();
         assert_eq!(sync, 2, "synchronous must be FULL");
+    }
+
+    #[test]
+    fn concurrent_first_opens_all_succeed() {
+        for round in 0..5 {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("db.sqlite3");
+            let barrier = std::sync::Arc::new(std::sync::Barrier::new(8));
+            let handles: Vec<_> = (0..8)
+                .map(|_| {
+                    let (path, barrier) = (path.clone(), barrier.clone());
+                    std::thread::spawn(move || {
+                        barrier.wait();
+                        SqliteArtifactStore::open(&path).map(drop)
+                    })
+                })
+                .collect();
+            for handle in handles {
+                let opened = handle.join().unwrap();
+                assert!(opened.is_ok(), "round {round}: {opened:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn readers_work_while_another_connection_holds_a_write_transaction() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("db.sqlite3");
+        let a = Artifact::new("s", "k", "t", "n");
+        SqliteArtifactStore::open(&path).unwrap().save(&a).unwrap();
+        let writer = Connection::open(&path).unwrap();
+        writer
+            .execute_batch("BEGIN IMMEDIATE; DELETE FROM artifact_records WHERE 0;")
+            .unwrap();
+        let started = Instant::now();
+        let store = SqliteArtifactStore::open(&path).unwrap();
+        assert_eq!(store.latest("s", "k").unwrap().map(|r| r.id), Some(a.id));
+        let reader = SqliteArtifactStore::open_read_only(&path).unwrap();
+        assert_eq!(reader.list("s", None).unwrap().len(), 1);
+        assert!(started.elapsed() < Duration::from_secs(2));
+        writer.execute_batch("COMMIT").unwrap();
+    }
+
+    #[test]
+    fn read_only_open_of_a_missing_file_is_empty_and_creates_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("db.sqlite3");
+        let reader = SqliteArtifactStore::open_read_only(&path).unwrap();
+        assert!(reader.list("s", None).unwrap().is_empty());
+        assert!(reader.latest("s", "k").unwrap().is_none());
+        let saved = reader.save(&Artifact::new("s", "k", "t", "n"));
+        assert!(
+            matches!(saved, Err(ArtifactError::Database { .. })),
+            "{saved:?}"
+        );
+        drop(reader);
+        assert!(!path.exists());
+    }
+
+    #[test]
+    fn database_errors_are_printed_once() {
+        let e = ArtifactError::database("reading", rusqlite::Error::InvalidQuery);
+        assert!(std::error::Error::source(&e).is_none());
     }
 
     #[test]

@@ -28,6 +28,22 @@ pub trait ArtifactStore: Send + Sync {
     /// Stores `artifact` and returns the sequence value it was given.
     fn save(&self, artifact: &Artifact) -> Result<u64, ArtifactError>;
 
+    /// Runs `write_content` (which writes the content a record points at, in a storage
+    /// backend), then stores `artifact`, with no other save of this store in between: two saves
+    /// to the same storage id can then never leave the newest record pointing at the other
+    /// save's content. A failed `write_content` stores nothing and is returned as is.
+    ///
+    /// The default runs the two steps one after the other without exclusion; stores shared by
+    /// several threads or processes override it (SQLite holds its write lock across both).
+    fn save_with_content(
+        &self,
+        artifact: &Artifact,
+        write_content: &mut dyn FnMut() -> Result<(), ArtifactError>,
+    ) -> Result<u64, ArtifactError> {
+        write_content()?;
+        self.save(artifact)
+    }
+
     /// The record with `id`, if stored.
     fn get(&self, id: Uuid) -> Result<Option<Artifact>, ArtifactError>;
 
