@@ -10,7 +10,7 @@ impl Library {
     /// Loads every regular `*.json` file under `dir` (recursively, skipping names that start with
     /// `.`, following symlinks without looping), in path order compared component-wise by bytes,
     /// and extends them into one library with the first file's model. A file under
-    /// `access/<tag>/` gets `<tag>` on every bit. Across files the first copy of an id wins. An
+    /// `access/<tag>/` gets `<tag>` on every bit (see [`crate::tag_from_path`]). Across files the first copy of an id wins. An
     /// error in one file is [`LibraryError::InFile`], whose message names the file.
     pub fn open_dir(dir: impl AsRef<Path>) -> Result<Library> {
         let dir = dir.as_ref();
@@ -38,6 +38,9 @@ impl Library {
                     error: Box::new(error),
                 },
             };
+            // The tag comes from the path under the served directory; failing that, from the
+            // whole path as `open_with` derives it for any file (`access/<tag>/` above the
+            // served directory tags every file in it).
             let lib = Library::open_with(&path, &OpenOptions::for_relative_path(&rel))
                 .map_err(in_file)?;
             let target = merged.get_or_insert_with(|| Library::blank(lib.model()));

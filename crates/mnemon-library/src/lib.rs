@@ -55,7 +55,7 @@ pub use chunk::{ChunkBounds, chunk_ranges, chunk_text};
 pub use error::{LibraryError, Located, Result};
 pub use id::BitId;
 pub use library::{
-    BitRef, CountType, DEFAULT_MODEL, InsertOutcome, Library, OpenOptions, Progress,
+    BitRef, CountType, DEFAULT_MODEL, InsertOutcome, Library, OpenOptions, Progress, tag_from_path,
     tag_from_relative_path,
 };
 pub use omit::{Omit, OmitKey};

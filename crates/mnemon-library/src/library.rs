@@ -74,7 +74,8 @@ impl OpenOptions {
 }
 
 /// The tag for a file at `relative` inside a served directory: `access/<tag>/…/x.json` gives
-/// `<tag>`; a file directly in `access/` or outside it gives none.
+/// `<tag>`; a file directly in `access/` or outside it gives none. Only the components of
+/// `relative` are looked at; [`tag_from_path`] applies the rule to a whole path.
 pub fn tag_from_relative_path(relative: &Path) -> Option<String> {
     let parts: Vec<String> = relative
         .components()
@@ -87,6 +88,24 @@ pub fn tag_from_relative_path(relative: &Path) -> Option<String> {
     } else {
         None
     }
+}
+
+/// The tag for a library file at `path`, wherever it was found (issue 11 item 1): the
+/// directory component right after the first `access` component gives the `access_tag` of every
+/// bit in the file, as the reference does for every file it loads (`os.path.dirname(filename)`
+/// split on `/`): `…/access/unpublished/x.json` → `unpublished`; a file directly in `access/`
+/// gets none.
+///
+/// Which path: the path **as given, made absolute** (`std::path::absolute`: joined to the
+/// current directory, `..` and symlinks left unresolved), not canonicalised. Made absolute so
+/// that a relative path names the same tag whatever directory it is relative to (a host started
+/// inside `…/access/team/` with `--library x.json` still tags `team`); not canonicalised,
+/// because the operator's path is what says which tag the file is served under: resolving
+/// symlinks would let a link from a public place (or a link target outside `access/`) change
+/// or drop the tag. Both choices only ever add a tag, so the rule fails closed.
+pub fn tag_from_path(path: &Path) -> Option<String> {
+    let absolute = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+    tag_from_relative_path(&absolute)
 }
 
 /// The result of [`Library::insert`].
@@ -230,8 +249,24 @@ impl Library {
     }
 
     /// Like [`Library::open`], with options.
+    ///
+    /// Unless `options.force_tag` is set, a file under `access/<tag>/` has `<tag>` forced onto
+    /// every bit ([`tag_from_path`]): this is the one place every path-based open goes through
+    /// (`mnemon serve --library`, `$LIBRARY_FILENAME`, `mnemon library query`, directories),
+    /// so restricted bits cannot be served untagged however the file was named.
     pub fn open_with(path: impl AsRef<Path>, options: &OpenOptions) -> Result<Self> {
         let path = path.as_ref();
+        let with_path_tag;
+        let options = match (&options.force_tag, tag_from_path(path)) {
+            (None, Some(tag)) => {
+                with_path_tag = OpenOptions {
+                    force_tag: Some(tag),
+                    ..options.clone()
+                };
+                &with_path_tag
+            }
+            _ => options,
+        };
         if !options.ignore_sidecar
             && let Some(lib) = crate::sidecar::open_if_fresh(path, options)?
         {

@@ -5,7 +5,8 @@ use std::path::Path;
 
 use mnemon_library::synthetic::write_synthetic;
 use mnemon_library::{
-    AccessPolicy, Library, OpenOptions, QueryOptions, sidecar_path, tag_from_relative_path,
+    AccessPolicy, Library, OpenOptions, QueryOptions, sidecar_path, tag_from_path,
+    tag_from_relative_path,
 };
 use serde_json::json;
 
@@ -192,4 +193,60 @@ fn concurrent_queries_on_a_shared_library() {
             });
         }
     });
+}
+
+/// Issue 11 item 1: a single file under `access/<tag>/`, named directly (absolute or relative
+/// path), had its bits served untagged. Every path-based open now tags them, as a directory
+/// load does; an explicit `force_tag` still wins.
+#[test]
+fn a_file_named_directly_gets_its_tag_from_the_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("access/unpublished/x.json");
+    write_lib(&file, 3, 7);
+    let lib = Library::open(&file).unwrap();
+    assert!(lib.bits().all(|b| b.access_tag() == Some("unpublished")));
+    // Restricted: nothing reaches a caller without a token.
+    let args = json!({"version": 1, "query_embedding_model": "m", "count": 10,
+                      "count_type": "bit"});
+    let result = lib
+        .query(args.as_object().unwrap(), &AccessPolicy::default())
+        .unwrap();
+    assert_eq!(result["bits"].as_array().unwrap().len(), 0, "{result:?}");
+    // A file directly in `access/` or outside it keeps its stored tags (none here).
+    let direct = dir.path().join("access/direct.json");
+    write_lib(&direct, 2, 8);
+    assert!(
+        Library::open(&direct)
+            .unwrap()
+            .bits()
+            .all(|b| b.access_tag().is_none())
+    );
+    // The rule on paths: relative paths count from the current directory, made absolute
+    // without resolving symlinks.
+    assert_eq!(
+        tag_from_path(Path::new("access/team/x.json")).as_deref(),
+        Some("team")
+    );
+    assert_eq!(
+        tag_from_path(&dir.path().join("a/access/t/u/x.json")).as_deref(),
+        Some("t")
+    );
+    assert_eq!(tag_from_path(&dir.path().join("access/x.json")), None);
+    // A sidecar next to a tagged file is not allowed to drop the tag.
+    lib.pack(&file).unwrap();
+    assert!(
+        Library::open(&file)
+            .unwrap()
+            .bits()
+            .all(|b| b.access_tag() == Some("unpublished"))
+    );
+    let forced = Library::open_with(
+        &file,
+        &OpenOptions {
+            force_tag: Some("p".into()),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert!(forced.bits().all(|b| b.access_tag() == Some("p")));
 }

@@ -380,3 +380,21 @@ fn validate_lists_every_problem() {
         )
     );
 }
+
+/// Issue 11 item 1: `mnemon library query access/<tag>/x.json`, with a relative or an absolute
+/// path, served the file's bits untagged, so restricted bits went to anyone.
+#[test]
+fn query_of_a_file_under_access_tags_its_bits() {
+    let dir = tempfile::tempdir().unwrap();
+    let tagged = dir.path().join("access/unpublished");
+    std::fs::create_dir_all(&tagged).unwrap();
+    std::fs::rename(write_library(dir.path()), tagged.join("lib.json")).unwrap();
+    let args = write_args(dir.path(), "args.json", &query_args(&json!({"count": 4})));
+    for file in [
+        PathBuf::from("access/unpublished/lib.json"),
+        tagged.join("lib.json"),
+    ] {
+        let result = json_out(&query(dir.path(), &file, path_arg(&args), &[]));
+        assert_eq!(titles(&result), Vec::<String>::new(), "{}", file.display());
+    }
+}
