@@ -10,9 +10,9 @@
 use std::sync::Arc;
 
 use mnemon_memory::{
-    AddOptions, BudgetOptions, DeleteByIdReport, ExportOptions, ExportTarget, Exported,
-    HashEmbedder, LoadSource, Memory, MemoryError, MemoryQuery, Metric, MsgInput, RetrievalQuery,
-    RetrieveOptions, WhitespaceTokenizer,
+    AddOptions, BudgetOptions, DeleteByIdReport, ExportFormat, ExportOptions, ExportTarget,
+    Exported, HashEmbedder, LoadSource, Memory, MemoryError, MemoryQuery, Metric, MsgInput,
+    RetrievalQuery, RetrieveOptions, WhitespaceTokenizer,
 };
 use mnemon_types::msg::{FixedClock, SequentialIds, serialize, serialize_list};
 use mnemon_types::{Msg, MsgFactory};
@@ -363,6 +363,82 @@ pub fn load_v016(make: Maker<'_>) {
     }
 }
 
+/// Issue 11, item 15: the AgentScope 0.1.x export. The fixture's messages, added as plain
+/// objects, export in the 0.1 layout to `export_v016.json` byte for byte; loading the fixture
+/// (from a path or text) and exporting it again (as text or to a file) gives the same bytes;
+/// marks ride along as a last `"__marks"` key and come back.
+pub fn export_v016_round_trip(make: Maker<'_>) {
+    let v016 = std::fs::read_to_string(fixture("agentscope/export_v016.json")).unwrap();
+    let v01 = ExportOptions {
+        format: ExportFormat::AgentScope01,
+        ..ExportOptions::default()
+    };
+    let export01 = |memory: &dyn Memory, options: &ExportOptions| match memory
+        .export(ExportTarget::Json, options)
+        .unwrap()
+    {
+        Exported::Json(text) => text,
+        other => panic!("expected JSON text, got {other:?}"),
+    };
+    // The same messages in the plain form: the embedding out of metadata, no markers.
+    let plain: Vec<MsgInput> = serde_json::from_str::<Value>(&v016)
+        .unwrap()
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|item| {
+            let mut object = item.as_object().unwrap().clone();
+            object.shift_remove("__module__");
+            object.shift_remove("__name__");
+            if let Some(Value::Object(metadata)) = object.shift_remove("metadata") {
+                object.insert("embedding".into(), metadata["embedding"].clone());
+            }
+            MsgInput::Json(Value::Object(object))
+        })
+        .collect();
+    let built = make();
+    built.add(plain).unwrap();
+    assert_eq!(export01(built.as_ref(), &v01), v016);
+
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("v016-again.json");
+    for source in [
+        LoadSource::Path(fixture("agentscope/export_v016.json")),
+        LoadSource::Json(v016.clone()),
+    ] {
+        let memory = make();
+        memory.load(source, false).unwrap();
+        assert_eq!(all(memory.as_ref()), all(built.as_ref()));
+        assert_eq!(export01(memory.as_ref(), &v01), v016);
+        assert_eq!(
+            memory
+                .export(ExportTarget::File(file.clone()), &v01)
+                .unwrap(),
+            Exported::File {
+                path: file.clone(),
+                count: 7
+            }
+        );
+        assert_eq!(std::fs::read_to_string(&file).unwrap(), v016);
+        // With marks, and back: same messages, same marks, same bytes.
+        let ids = [
+            "a0000000000000000000000000000004",
+            "a0000000000000000000000000000007",
+        ];
+        memory.mark(&ids, "pin").unwrap();
+        let options = ExportOptions {
+            include_marks: true,
+            ..v01
+        };
+        let marked = export01(memory.as_ref(), &options);
+        assert!(marked.contains(r#""timestamp": "2024-03-05 08:16:30", "__marks": ["pin"]}"#));
+        let again = make();
+        again.load(LoadSource::Json(marked.clone()), false).unwrap();
+        assert_eq!(export01(again.as_ref(), &options), marked);
+        assert_eq!(export01(again.as_ref(), &v01), v016);
+    }
+}
+
 /// Check 10: token counts and budgets (§8).
 pub fn token_budgets(make: Maker<'_>) {
     let memory = make();
@@ -440,6 +516,7 @@ fn snapshot(memory: &dyn Memory) -> (String, usize) {
             ExportTarget::Json,
             &ExportOptions {
                 include_marks: true,
+                ..ExportOptions::default()
             },
         )
         .unwrap()
@@ -1208,6 +1285,7 @@ pub const CHECKS: &[(&str, Check)] = &[
     ("serialize_matches_fixture", serialize_matches_fixture),
     ("to_str_matches_fixture", to_str_matches_fixture),
     ("load_v016", load_v016),
+    ("export_v016_round_trip", export_v016_round_trip),
     ("token_budgets", token_budgets),
     ("dedupe", dedupe),
     ("bad_input_changes_nothing", bad_input_changes_nothing),
@@ -1231,7 +1309,7 @@ macro_rules! memory_conformance_tests {
         $crate::memory_conformance_tests!(@each $make;
             build_and_delete, export_matches_v004, load_v004, get_memory_cases,
             retrieval_matches_fixture, serialize_matches_fixture, to_str_matches_fixture,
-            load_v016, token_budgets, dedupe, bad_input_changes_nothing, delete_variants,
+            load_v016, export_v016_round_trip, token_budgets, dedupe, bad_input_changes_nothing, delete_variants,
             load_overwrite, marks, export_file_round_trip, retrieval_behaviour,
             embedder_fills_missing, embedder_errors_store_nothing);
     };

@@ -2,17 +2,17 @@
 //! §5.5). Everything here runs before the memory is touched, so a failure changes nothing.
 
 use std::cell::Cell;
-use std::io::Write;
+use std::io::{BufRead, Write};
 use std::path::Path;
 
-use mnemon_types::msg::pyjson_pretty;
-use mnemon_types::{MsgFactory, MsgKind};
+use mnemon_types::msg::{EMBEDDING_KEY, MsgUrl, pyjson, pyjson_pretty};
+use mnemon_types::{Msg, MsgFactory, MsgKind};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use crate::error::MemoryError;
 use crate::marks::validate_mark;
-use crate::memory::{LoadSource, MsgInput};
+use crate::memory::{ExportFormat, ExportOptions, LoadSource, MsgInput};
 use crate::thread::Entry;
 
 /// The key under which exports carry marks.
@@ -39,49 +39,148 @@ pub(crate) fn decode_source(
     factory: &MsgFactory,
     source: LoadSource,
 ) -> Result<Vec<Entry>, MemoryError> {
-    let text = match source {
-        LoadSource::Messages(messages) => {
-            return Ok(messages
-                .into_iter()
-                .map(|msg| Entry::new(msg, vec![]))
-                .collect());
-        }
-        LoadSource::Json(text) => text,
-        LoadSource::Path(path) => read_text(&path)?,
-    };
-    let text = text.strip_prefix('\u{feff}').unwrap_or(&text);
-    decode_document(factory, text)
+    let mut entries = Vec::new();
+    decode_stream(factory, source, &mut |entry| {
+        entries.push(entry);
+        Ok(())
+    })?;
+    Ok(entries)
 }
 
-/// Decodes a load document (§5.4) element by element: each array element is parsed, converted
-/// and dropped before the next is read, so the JSON tree of a large export (about 72 bytes per
-/// number) never exists whole; only the compact entries accumulate. Loading a 377 MB export of
-/// 10,000 messages × 1536 dimensions peaks at about 130 MB beyond the text, where parsing the
-/// whole tree first took 1.5 GB.
-fn decode_document(factory: &MsgFactory, text: &str) -> Result<Vec<Entry>, MemoryError> {
+/// The buffer of a streamed load file: large enough that reads are few, small enough not to
+/// matter next to the entries.
+const READ_BUFFER: usize = 256 * 1024;
+
+/// Decodes a load source (§5.4) and hands each entry to `sink` as soon as it is converted, in
+/// document order. A file is read through a fixed buffer and each array element is parsed,
+/// converted, handed over and dropped before the next is read, so neither the text nor the
+/// JSON tree of a large export (about 72 bytes per number) ever exists whole. The first
+/// failure (of the document or of `sink`) stops the decoding and is returned; entries already
+/// handed over stay with the sink, whose caller must discard them (one transaction, rolled
+/// back).
+pub(crate) fn decode_stream(
+    factory: &MsgFactory,
+    source: LoadSource,
+    sink: &mut dyn FnMut(Entry) -> Result<(), MemoryError>,
+) -> Result<(), MemoryError> {
+    match source {
+        LoadSource::Messages(messages) => messages
+            .into_iter()
+            .try_for_each(|msg| sink(Entry::new(msg, vec![]))),
+        LoadSource::Json(text) => {
+            let text = text.strip_prefix('\u{feff}').unwrap_or(&text);
+            decode_document(
+                factory,
+                serde_json::Deserializer::from_str(text),
+                sink,
+                None,
+            )
+        }
+        LoadSource::Path(path) => {
+            let file = std::fs::File::open(&path).map_err(|e| io_error(&path, &e))?;
+            let utf8 = Utf8Reader {
+                inner: file,
+                pending: Vec::new(),
+            };
+            let mut reader = std::io::BufReader::with_capacity(READ_BUFFER, utf8);
+            let head = reader.fill_buf().map_err(|e| io_error(&path, &e))?;
+            if head.starts_with(b"\xef\xbb\xbf") {
+                reader.consume(3);
+            }
+            decode_document(
+                factory,
+                serde_json::Deserializer::from_reader(reader),
+                sink,
+                Some(&path),
+            )
+        }
+    }
+}
+
+/// A reader that checks, as it goes, that a file is UTF-8, so that a load file with invalid
+/// bytes anywhere fails as an I/O error ("stream did not contain valid UTF-8"), as reading the
+/// whole text did, rather than as a JSON error at the first bad byte inside a string.
+struct Utf8Reader<R> {
+    inner: R,
+    /// The start of a character split by the previous read (at most 3 bytes).
+    pending: Vec<u8>,
+}
+
+impl<R: std::io::Read> std::io::Read for Utf8Reader<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let invalid = || {
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                "stream did not contain valid UTF-8",
+            )
+        };
+        let n = self.inner.read(buf)?;
+        let Some(chunk) = buf.get(..n) else {
+            return Err(invalid());
+        };
+        if n == 0 {
+            return if self.pending.is_empty() {
+                Ok(0)
+            } else {
+                Err(invalid())
+            };
+        }
+        // Only a character split across reads needs a copy; the rest is checked in place.
+        let joined;
+        let checked: &[u8] = if self.pending.is_empty() {
+            chunk
+        } else {
+            joined = [std::mem::take(&mut self.pending).as_slice(), chunk].concat();
+            &joined
+        };
+        match std::str::from_utf8(checked) {
+            Ok(_) => {}
+            Err(e) if e.error_len().is_none() => {
+                self.pending = checked.get(e.valid_up_to()..).unwrap_or_default().to_vec();
+            }
+            Err(_) => return Err(invalid()),
+        }
+        Ok(n)
+    }
+}
+
+/// Runs the document visitor over one deserializer; `path` names the file in I/O errors.
+fn decode_document<'de, R: serde_json::de::Read<'de>>(
+    factory: &MsgFactory,
+    mut de: serde_json::Deserializer<R>,
+    sink: &mut dyn FnMut(Entry) -> Result<(), MemoryError>,
+    path: Option<&Path>,
+) -> Result<(), MemoryError> {
     let failure = Cell::new(None);
-    let mut de = serde_json::Deserializer::from_str(text);
     let visitor = DocumentVisitor {
         factory,
         failure: &failure,
+        sink,
     };
-    let decoded = serde::Deserializer::deserialize_any(&mut de, visitor).and_then(|entries| {
-        de.end()?;
-        Ok(entries)
-    });
+    let decoded = serde::Deserializer::deserialize_any(&mut de, visitor).and_then(|()| de.end());
     decoded.map_err(|e| {
-        failure.take().unwrap_or_else(|| MemoryError::InvalidJson {
-            detail: e.to_string(),
-        })
+        failure
+            .take()
+            .unwrap_or_else(|| match (e.io_error_kind(), path) {
+                // A read failure of the file itself (not bad JSON) names the file.
+                (Some(_), Some(path)) => MemoryError::Io {
+                    path: path.display().to_string(),
+                    detail: e.to_string(),
+                },
+                _ => MemoryError::InvalidJson {
+                    detail: e.to_string(),
+                },
+            })
     })
 }
 
-/// Converts the document's items as the parser reaches them. A conversion failure is parked in
-/// `failure` (the parser only carries its own error type) and reported instead of the parse
-/// error it causes.
+/// Converts the document's items as the parser reaches them and hands the entries to `sink`.
+/// A conversion or sink failure is parked in `failure` (the parser only carries its own error
+/// type) and reported instead of the parse error it causes.
 struct DocumentVisitor<'a> {
     factory: &'a MsgFactory,
     failure: &'a Cell<Option<MemoryError>>,
+    sink: &'a mut dyn FnMut(Entry) -> Result<(), MemoryError>,
 }
 
 impl DocumentVisitor<'_> {
@@ -95,60 +194,62 @@ impl DocumentVisitor<'_> {
             found: found.into(),
         })
     }
+
+    /// Converts one item and hands its entries to the sink.
+    fn take(&mut self, item: &Value, p: usize) -> Result<(), MemoryError> {
+        for entry in value_to_entries(self.factory, item, p, &[])? {
+            (self.sink)(entry)?;
+        }
+        Ok(())
+    }
 }
 
 impl<'de> serde::de::Visitor<'de> for DocumentVisitor<'_> {
-    type Value = Vec<Entry>;
+    type Value = ();
 
     fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("a JSON array or object of messages")
     }
 
-    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<Entry>, A::Error> {
-        let mut entries = Vec::with_capacity(seq.size_hint().unwrap_or(0));
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(mut self, mut seq: A) -> Result<(), A::Error> {
         let mut p = 0;
         while let Some(item) = seq.next_element::<Value>()? {
-            match value_to_entries(self.factory, &item, p, &[]) {
-                Ok(converted) => entries.extend(converted),
-                Err(error) => return self.fail(error),
+            if let Err(error) = self.take(&item, p) {
+                return self.fail(error);
             }
             p += 1;
         }
-        Ok(entries)
+        Ok(())
     }
 
-    fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<Vec<Entry>, A::Error> {
+    fn visit_map<A: serde::de::MapAccess<'de>>(mut self, map: A) -> Result<(), A::Error> {
         let document = Value::deserialize(serde::de::value::MapAccessDeserializer::new(map))?;
-        value_to_entries(self.factory, &document, 0, &[]).or_else(|error| self.fail(error))
+        self.take(&document, 0).or_else(|error| self.fail(error))
     }
 
-    fn visit_unit<E: serde::de::Error>(self) -> Result<Vec<Entry>, E> {
+    fn visit_unit<E: serde::de::Error>(self) -> Result<(), E> {
         self.scalar("null")
     }
 
-    fn visit_bool<E: serde::de::Error>(self, _: bool) -> Result<Vec<Entry>, E> {
+    fn visit_bool<E: serde::de::Error>(self, _: bool) -> Result<(), E> {
         self.scalar("a boolean")
     }
 
-    fn visit_i64<E: serde::de::Error>(self, _: i64) -> Result<Vec<Entry>, E> {
+    fn visit_i64<E: serde::de::Error>(self, _: i64) -> Result<(), E> {
         self.scalar("a number")
     }
 
-    fn visit_u64<E: serde::de::Error>(self, _: u64) -> Result<Vec<Entry>, E> {
+    fn visit_u64<E: serde::de::Error>(self, _: u64) -> Result<(), E> {
         self.scalar("a number")
     }
 
-    fn visit_f64<E: serde::de::Error>(self, _: f64) -> Result<Vec<Entry>, E> {
+    fn visit_f64<E: serde::de::Error>(self, _: f64) -> Result<(), E> {
         self.scalar("a number")
     }
 
-    fn visit_str<E: serde::de::Error>(self, _: &str) -> Result<Vec<Entry>, E> {
+    fn visit_str<E: serde::de::Error>(self, _: &str) -> Result<(), E> {
         self.scalar("a string")
     }
-}
-
-fn read_text(path: &Path) -> Result<String, MemoryError> {
-    std::fs::read_to_string(path).map_err(|e| io_error(path, &e))
 }
 
 pub(crate) fn io_error(path: &Path, error: &std::io::Error) -> MemoryError {
@@ -198,34 +299,243 @@ fn item_marks(
     Ok(marks)
 }
 
+/// The module and class of AgentScope 0.1.x's serialized message (`Msg.to_dict`).
+const V01_MODULE: &str = "agentscope.message.msg";
+const V01_NAME: &str = "Msg";
+
 /// The export document: the 0.0.x array in Python's layout, 4-space indent, no final newline.
+#[cfg(test)]
 pub(crate) fn render_export(entries: &[Entry], include_marks: bool) -> String {
-    let items = entries
-        .iter()
-        .map(|entry| {
-            let mut value = entry.full().to_json();
-            if let (true, Value::Object(object)) =
-                (include_marks && !entry.marks.is_empty(), &mut value)
-            {
-                object.insert(
-                    MARKS_KEY.into(),
-                    Value::Array(entry.marks.iter().cloned().map(Value::String).collect()),
-                );
-            }
-            value
-        })
-        .collect();
-    pyjson_pretty(&Value::Array(items), 4)
+    render_export_as(entries, include_marks, ExportFormat::AgentScope00)
 }
 
-/// Writes `text` to `path` atomically: a temporary file in the same directory, fsynced, then
-/// renamed over the target, and the directory fsynced so that the rename itself is durable.
+/// The export document in `format`.
+#[cfg(test)]
+pub(crate) fn render_export_as(
+    entries: &[Entry],
+    include_marks: bool,
+    format: ExportFormat,
+) -> String {
+    let mut writer = ExportWriter::new(
+        Vec::new(),
+        &ExportOptions {
+            include_marks,
+            format,
+        },
+    );
+    for entry in entries {
+        // Writing to a Vec cannot fail.
+        let _ = writer.push(entry);
+    }
+    let bytes = writer.finish().unwrap_or_default();
+    String::from_utf8(bytes).unwrap_or_default()
+}
+
+/// Writes an export document one message at a time, so that a memory of any size is exported
+/// through a bounded buffer (see `docs/ARCHITECTURE.md`, memory). The bytes equal those of
+/// serializing the whole array at once:
+///
+/// - [`ExportFormat::AgentScope00`]: Python's `json.dumps(messages, indent=4)` with
+///   `ensure_ascii`. An element of that array is its own 4-space pretty form with every line
+///   after the first indented one level more; JSON strings never hold a raw newline, so
+///   indenting after each `\n` is exact.
+/// - [`ExportFormat::AgentScope01`]: `json.dumps(messages, ensure_ascii=False)` of 0.1.x's
+///   `Msg.to_dict()` objects, on one line.
+pub(crate) struct ExportWriter<W: Write> {
+    out: W,
+    format: ExportFormat,
+    include_marks: bool,
+    count: usize,
+}
+
+impl<W: Write> ExportWriter<W> {
+    /// A writer of the document `options` asks for; nothing is written until the first push.
+    pub(crate) fn new(out: W, options: &ExportOptions) -> Self {
+        ExportWriter {
+            out,
+            format: options.format,
+            include_marks: options.include_marks,
+            count: 0,
+        }
+    }
+
+    /// Writes one message.
+    pub(crate) fn push(&mut self, entry: &Entry) -> std::io::Result<()> {
+        let marks = (self.include_marks && !entry.marks.is_empty()).then_some(&entry.marks[..]);
+        let opening: &[u8] = match (self.count, self.format) {
+            (0, ExportFormat::AgentScope00) => b"[\n    ",
+            (_, ExportFormat::AgentScope00) => b",\n    ",
+            (0, ExportFormat::AgentScope01) => b"[",
+            (_, ExportFormat::AgentScope01) => b", ",
+        };
+        self.out.write_all(opening)?;
+        match self.format {
+            ExportFormat::AgentScope00 => {
+                let text = pyjson_pretty(&v00_object(&entry.full(), marks), 4);
+                let mut lines = text.split('\n');
+                if let Some(first) = lines.next() {
+                    self.out.write_all(first.as_bytes())?;
+                }
+                for line in lines {
+                    self.out.write_all(b"\n    ")?;
+                    self.out.write_all(line.as_bytes())?;
+                }
+            }
+            ExportFormat::AgentScope01 => {
+                let text = pyjson(&v01_object(&entry.full(), marks));
+                self.out.write_all(unescape_non_ascii(&text).as_bytes())?;
+            }
+        }
+        self.count += 1;
+        Ok(())
+    }
+
+    /// Closes the array; returns the output.
+    pub(crate) fn finish(mut self) -> std::io::Result<W> {
+        let closing: &[u8] = match (self.count, self.format) {
+            (0, _) => b"[]",
+            (_, ExportFormat::AgentScope00) => b"\n]",
+            (_, ExportFormat::AgentScope01) => b"]",
+        };
+        self.out.write_all(closing)?;
+        self.out.flush()?;
+        Ok(self.out)
+    }
+
+    /// How many messages were written.
+    pub(crate) fn count(&self) -> usize {
+        self.count
+    }
+}
+
+/// The 0.0.x object of a message, with its marks as a last `"__marks"` key.
+fn v00_object(msg: &Msg, marks: Option<&[String]>) -> Value {
+    let mut value = msg.to_json();
+    if let (Some(marks), Value::Object(object)) = (marks, &mut value) {
+        object.insert(MARKS_KEY.into(), marks_json(marks));
+    }
+    value
+}
+
+fn marks_json(marks: &[String]) -> Value {
+    Value::Array(marks.iter().cloned().map(Value::String).collect())
+}
+
+/// The 0.1.x object of a message: `Msg.to_dict()`'s keys in its order (`__module__`,
+/// `__name__`, `id`, `name`, `role`, `content`, `metadata`, `timestamp`). The inverse of the
+/// loader's 0.1.x rule (`docs/` spec of memory, `mnemon_types::msg`): the `embedding` extra goes
+/// back into `metadata` (first, before the keys of a `metadata` object extra), a `url` is
+/// written only when set (0.1.0 wrote it; 0.1.6 ignores it), and any other extra follows
+/// `timestamp` (0.1.6's model ignores unknown keys). A thought is written as a `Msg`: 0.1.x has
+/// no other class.
+fn v01_object(msg: &Msg, marks: Option<&[String]>) -> Value {
+    let mut object = Map::new();
+    object.insert("__module__".into(), V01_MODULE.into());
+    object.insert("__name__".into(), V01_NAME.into());
+    object.insert("id".into(), msg.id().into());
+    object.insert("name".into(), msg.name().into());
+    object.insert("role".into(), msg.role().into());
+    object.insert("content".into(), msg.content().clone());
+    match msg.url() {
+        None => {}
+        Some(MsgUrl::One(url)) => {
+            object.insert("url".into(), url.as_str().into());
+        }
+        Some(MsgUrl::Many(urls)) => {
+            object.insert("url".into(), urls.clone().into());
+        }
+    }
+    let embedding = msg.extra(EMBEDDING_KEY).filter(|v| !v.is_null());
+    let (metadata, embedding_left) = match (msg.extra("metadata"), embedding) {
+        (None, None) => (Value::Null, None),
+        (None, Some(embedding)) => {
+            let mut metadata = Map::new();
+            metadata.insert(EMBEDDING_KEY.into(), embedding.clone());
+            (Value::Object(metadata), None)
+        }
+        (Some(Value::Object(rest)), Some(embedding)) if !rest.contains_key(EMBEDDING_KEY) => {
+            let mut metadata = Map::with_capacity(rest.len() + 1);
+            metadata.insert(EMBEDDING_KEY.into(), embedding.clone());
+            metadata.extend(rest.iter().map(|(k, v)| (k.clone(), v.clone())));
+            (Value::Object(metadata), None)
+        }
+        // A metadata that cannot take the embedding keeps it as a key of its own, which the
+        // loader reads back as the same extra.
+        (Some(metadata), embedding) => (metadata.clone(), embedding),
+    };
+    object.insert("metadata".into(), metadata);
+    object.insert("timestamp".into(), msg.timestamp().into());
+    if let Some(embedding) = embedding_left {
+        object.insert(EMBEDDING_KEY.into(), embedding.clone());
+    }
+    for (key, value) in msg.extras() {
+        if key != EMBEDDING_KEY && key != "metadata" {
+            object.insert(key.clone(), value.clone());
+        }
+    }
+    if let Some(marks) = marks {
+        object.insert(MARKS_KEY.into(), marks_json(marks));
+    }
+    Value::Object(object)
+}
+
+/// Turns Python's `ensure_ascii=True` text into its `ensure_ascii=False` form: every `\uXXXX`
+/// escape of a character from U+007F up (surrogate pairs joined) becomes the character itself;
+/// control characters and the escapes `\"`, `\\` and `\n`-style stay. Backslashes occur only
+/// inside strings, so no parsing beyond the escapes is needed.
+fn unescape_non_ascii(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find('\\') {
+        out.push_str(&rest[..at]);
+        let escape = &rest[at..];
+        let code = |from: usize| {
+            escape
+                .get(from..from + 4)
+                .and_then(|hex| u32::from_str_radix(hex, 16).ok())
+        };
+        let unicode = escape.starts_with("\\u").then(|| code(2)).flatten();
+        let low = (escape.get(6..8) == Some("\\u")).then(|| code(8)).flatten();
+        let (decoded, used) = match (unicode, low) {
+            (Some(high @ 0xd800..=0xdbff), Some(low @ 0xdc00..=0xdfff)) => (
+                char::from_u32(0x10000 + ((high - 0xd800) << 10) + (low - 0xdc00)),
+                12,
+            ),
+            (Some(c @ 0x7f..), _) => (char::from_u32(c), 6),
+            _ => (None, 0),
+        };
+        match decoded {
+            Some(c) => {
+                out.push(c);
+                rest = &escape[used..];
+            }
+            None => {
+                // An escape kept as it is: `\uXXXX` of a control character, or a two-character
+                // escape such as `\"` or `\\` (whose second character must not start another).
+                let keep = if unicode.is_some() { 6 } else { 2 };
+                let keep = escape.get(..keep).map_or(escape.len(), str::len);
+                out.push_str(&escape[..keep]);
+                rest = &escape[keep..];
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// Writes an export atomically: a temporary file in the same directory receives the document
+/// from `write`, is fsynced, then renamed over the target, and the directory fsynced so that
+/// the rename itself is durable. When `write` fails, the temporary file is removed and the
+/// target is untouched.
 ///
 /// The temporary file has a random name and is created with `O_EXCL` (tempfile), so concurrent
 /// exports to the same path never share a temporary file, and a file or symlink planted under a
 /// predictable name is never opened or followed. The rename replaces a symlink at `path` itself
 /// rather than writing through it.
-pub(crate) fn write_atomically(path: &Path, text: &str) -> Result<(), MemoryError> {
+pub(crate) fn write_atomically_with<T>(
+    path: &Path,
+    write: impl FnOnce(&mut dyn Write) -> Result<T, MemoryError>,
+) -> Result<T, MemoryError> {
     let dir = match path.parent() {
         Some(dir) if !dir.as_os_str().is_empty() => dir.to_path_buf(),
         _ => std::path::PathBuf::from("."),
@@ -241,16 +551,32 @@ pub(crate) fn write_atomically(path: &Path, text: &str) -> Result<(), MemoryErro
     // the umask narrow it, as `File::create` would.
     #[cfg(unix)]
     builder.permissions(std::os::unix::fs::PermissionsExt::from_mode(0o666));
-    let written = (|| {
-        let mut file = builder.tempfile_in(&dir)?;
-        file.write_all(text.as_bytes())?;
+    let file = builder.tempfile_in(&dir).map_err(|e| io_error(path, &e))?;
+    let mut out = std::io::BufWriter::with_capacity(WRITE_BUFFER, file);
+    // On any failure below, dropping the temporary file removes it.
+    let result = write(&mut out)?;
+    let file = out.into_inner().map_err(|e| io_error(path, e.error()))?;
+    let persisted = (|| {
         file.as_file().sync_all()?;
         // On failure `persist` hands the file back; dropping it removes the temporary file.
         file.persist(path).map_err(|e| e.error)?;
         Ok(())
     })();
-    written.map_err(|e: std::io::Error| io_error(path, &e))?;
-    sync_dir(&dir).map_err(|e| io_error(&dir, &e))
+    persisted.map_err(|e: std::io::Error| io_error(path, &e))?;
+    sync_dir(&dir).map_err(|e| io_error(&dir, &e))?;
+    Ok(result)
+}
+
+/// The buffer between an export and its file.
+const WRITE_BUFFER: usize = 256 * 1024;
+
+/// [`write_atomically_with`] of a whole text.
+#[cfg(test)]
+pub(crate) fn write_atomically(path: &Path, text: &str) -> Result<(), MemoryError> {
+    write_atomically_with(path, |out| {
+        out.write_all(text.as_bytes())
+            .map_err(|e| io_error(path, &e))
+    })
 }
 
 /// Fsyncs a directory, making a rename inside it durable. Only Unix can open a directory as a
@@ -463,7 +789,111 @@ mod tests {
         ));
     }
 
+    /// Marks for `entries`: unique, in order.
+    fn with_marks(messages: Vec<Msg>, marks: Vec<Vec<String>>) -> Vec<Entry> {
+        let mut seen = std::collections::HashSet::new();
+        messages
+            .into_iter()
+            .filter(|m| seen.insert(m.id().to_owned()))
+            .zip(marks)
+            .map(|(msg, marks)| {
+                let mut unique = Vec::new();
+                for m in marks {
+                    if !unique.contains(&m) {
+                        unique.push(m);
+                    }
+                }
+                Entry::new(msg, unique)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_v01_layout_is_0_1_6s() {
+        let f = test_factory();
+        let plain = f
+            .msg("Kenji", "今日 \u{7f}\u{1f} \"q\" \\u00e9 🚢")
+            .id("a1")
+            .timestamp("2024-03-05 08:16:30")
+            .role("user")
+            .extra("embedding", serde_json::json!([0.12, -0.5, 1e-07]))
+            .build()
+            .unwrap();
+        let text = render_export_as(
+            &[Entry::new(plain, vec!["pin".into()])],
+            true,
+            ExportFormat::AgentScope01,
+        );
+        assert_eq!(
+            text,
+            "[{\"__module__\": \"agentscope.message.msg\", \"__name__\": \"Msg\", \"id\": \"a1\", \
+             \"name\": \"Kenji\", \"role\": \"user\", \"content\": \"今日 \u{7f}\\u001f \\\"q\\\" \
+             \\\\u00e9 🚢\", \"metadata\": {\"embedding\": [0.12, -0.5, 1e-07]}, \
+             \"timestamp\": \"2024-03-05 08:16:30\", \"__marks\": [\"pin\"]}]"
+        );
+        assert_eq!(
+            render_export_as(&[], true, ExportFormat::AgentScope01),
+            "[]"
+        );
+        assert_eq!(
+            render_export_as(&[], true, ExportFormat::AgentScope00),
+            "[]"
+        );
+    }
+
     proptest! {
+        /// The streamed 0.0.x document equals serializing the whole array at once, as the
+        /// export did before it streamed.
+        #[test]
+        fn streamed_export_equals_the_whole_array(
+            messages in proptest::collection::vec(message(), 0..5),
+            marks in proptest::collection::vec(proptest::collection::vec("[a-z]{1,5}", 0..3), 5),
+            include_marks in any::<bool>(),
+        ) {
+            let entries = with_marks(messages, marks);
+            let items = entries
+                .iter()
+                .map(|entry| {
+                    let mut value = entry.full().to_json();
+                    if let (true, Value::Object(object)) =
+                        (include_marks && !entry.marks.is_empty(), &mut value)
+                    {
+                        object.insert(MARKS_KEY.into(), marks_json(&entry.marks));
+                    }
+                    value
+                })
+                .collect();
+            prop_assert_eq!(
+                render_export(&entries, include_marks),
+                pyjson_pretty(&Value::Array(items), 4)
+            );
+        }
+
+        /// `ensure_ascii=False` text: exactly what serde_json writes for a string (it escapes
+        /// the same characters as Python: `"`, `\\` and controls below U+0020).
+        #[test]
+        fn unescaping_gives_pythons_non_ascii_form(text in any::<String>()) {
+            let value = Value::String(text.clone());
+            prop_assert_eq!(
+                unescape_non_ascii(&pyjson(&value)),
+                serde_json::to_string(&text).unwrap()
+            );
+        }
+
+        /// The 0.1.x document loads back to the same messages and marks, and exports again to
+        /// the same bytes.
+        #[test]
+        fn v01_export_then_load_gives_equal_messages(
+            messages in proptest::collection::vec(message(), 0..5),
+            marks in proptest::collection::vec(proptest::collection::vec("[a-z]{1,5}", 0..3), 5),
+        ) {
+            let entries = with_marks(messages, marks);
+            let text = render_export_as(&entries, true, ExportFormat::AgentScope01);
+            let loaded = decode(text.clone()).unwrap();
+            prop_assert_eq!(&loaded, &entries);
+            prop_assert_eq!(render_export_as(&loaded, true, ExportFormat::AgentScope01), text);
+        }
+
         #[test]
         fn never_panics_on_arbitrary_text(text in ".{0,200}") {
             let _ = decode(text);

@@ -65,8 +65,8 @@ pub use hash_embedder::HashEmbedder;
 pub use in_memory::InMemoryMemory;
 pub use marks::{MAX_MARK_BYTES, validate_mark};
 pub use memory::{
-    AddOptions, AddReport, DeleteByIdReport, DeleteReport, ExportOptions, ExportTarget, Exported,
-    LoadSource, Memory, MemoryQuery, MsgFilter, MsgInput,
+    AddOptions, AddReport, DeleteByIdReport, DeleteReport, ExportFormat, ExportOptions,
+    ExportTarget, Exported, LoadSource, Memory, MemoryQuery, MsgFilter, MsgInput,
 };
 pub use retrieval::{Metric, RetrievalQuery, RetrieveOptions, Retrieved, ScoreFn};
 #[cfg(feature = "sqlite")]

@@ -127,6 +127,27 @@ pub enum ExportTarget {
 pub struct ExportOptions {
     /// Write each message's marks as a last `"__marks"` key (only when it has any).
     pub include_marks: bool,
+    /// The document's layout.
+    pub format: ExportFormat,
+}
+
+/// The layout of an export document. [`Memory::load`] reads both.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ExportFormat {
+    /// AgentScope 0.0.x (`TemporaryMemory.export` of 0.0.4): an array of plain message
+    /// objects in Python's `json.dumps(…, indent=4)` layout, non-ASCII escaped.
+    #[default]
+    AgentScope00,
+    /// AgentScope 0.1.x (`TemporaryMemory.export` of 0.1.6, which its `TemporaryMemory.load`
+    /// reads): one line of `Msg.to_dict()` objects (`__module__`, `__name__`, `id`, `name`,
+    /// `role`, `content`, `metadata`, `timestamp`), non-ASCII written as is. The embedding goes
+    /// into `metadata`, where 0.1.x keeps it; a `url` is written only when set; other extras
+    /// follow `timestamp` (0.1.6 ignores them). Loading such a file and exporting it again in
+    /// this format gives the same bytes. 0.1.6 itself accepts only the roles `system`, `user`
+    /// and `assistant` and string or block-list contents; other messages are written as they
+    /// are, and 0.1.6 refuses them.
+    AgentScope01,
 }
 
 /// What [`Memory::export`] produced.
@@ -178,10 +199,14 @@ pub trait Memory: Send + Sync {
     /// Removes the messages with these ids.
     fn delete_by_id(&self, ids: &[&str]) -> Result<DeleteByIdReport, MemoryError>;
 
-    /// Reads a whole document, then (optionally clearing first) adds its messages atomically.
+    /// Reads a document and (optionally clearing first) adds its messages atomically: a
+    /// document that fails anywhere leaves the memory as it was (and a durable memory's thread
+    /// not created). A durable memory streams a file, holding one message at a time.
     fn load(&self, source: LoadSource, overwrite: bool) -> Result<AddReport, MemoryError>;
 
-    /// Exports the messages as the 0.0.x array (Python's layout, 4-space indent).
+    /// Exports the messages in the layout of [`ExportOptions::format`] (by default the 0.0.x
+    /// array: Python's layout, 4-space indent). A durable memory writes a file or text as it
+    /// reads the messages, from one consistent snapshot, without holding them all.
     fn export(
         &self,
         target: ExportTarget,

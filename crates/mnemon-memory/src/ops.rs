@@ -3,7 +3,9 @@
 
 use mnemon_types::{Embedder, Msg, MsgFactory};
 
-use crate::document::{convert_inputs, decode_source, render_export, write_atomically};
+use crate::document::{
+    ExportWriter, convert_inputs, decode_source, io_error, write_atomically_with,
+};
 use crate::error::MemoryError;
 use crate::marks::{validate_mark, validate_marks};
 use crate::memory::{
@@ -29,13 +31,51 @@ pub(crate) trait Backend {
         &self,
         f: impl FnOnce(&ThreadState) -> Result<(Option<Change>, R), MemoryError>,
     ) -> Result<R, MemoryError>;
+
+    /// Calls `f` with every entry in memory order, from one consistent snapshot, and returns
+    /// how many there were. `with_marks` says whether `f` reads the entries' marks (a durable
+    /// backend may then skip reading them). A durable backend reads its rows as it goes, so an
+    /// export holds one message at a time; the default runs over the state under the read lock.
+    fn scan(
+        &self,
+        with_marks: bool,
+        f: &mut dyn FnMut(&Entry) -> Result<(), MemoryError>,
+    ) -> Result<usize, MemoryError> {
+        let _ = with_marks;
+        self.read(|s| {
+            s.entries().iter().try_for_each(&mut *f)?;
+            Ok(s.len())
+        })?
+    }
+
+    /// Steps 1 and 2 of §5.1 with a bound: the last `n` messages passing the mark filters. A
+    /// durable backend reads only those rows (`ORDER BY … DESC LIMIT n`) unless its mirror is
+    /// already current.
+    fn select_recent(
+        &self,
+        mark: Option<&str>,
+        exclude_mark: Option<&str>,
+        n: usize,
+    ) -> Result<Vec<Msg>, MemoryError> {
+        self.read(|s| s.select(mark, exclude_mark, Some(n)))
+    }
+
+    /// [`Memory::load`](crate::Memory::load): decodes the whole source, then adds it in one
+    /// write. A durable backend instead streams the source into one transaction.
+    fn load_document(&self, source: LoadSource, overwrite: bool) -> Result<AddReport, MemoryError> {
+        let entries = decode_source(self.factory(), source)?;
+        self.write(|s| Ok(s.plan_add(entries, overwrite)))
+    }
 }
 
 pub(crate) fn get_memory<B: Backend>(
     b: &B,
     query: &MemoryQuery<'_>,
 ) -> Result<Vec<Msg>, MemoryError> {
-    let selected = b.read(|s| s.select(query.mark, query.exclude_mark, query.recent_n))?;
+    let selected = match query.recent_n {
+        Some(n) => b.select_recent(query.mark, query.exclude_mark, n)?,
+        None => b.read(|s| s.select(query.mark, query.exclude_mark, None))?,
+    };
     // The filter runs here, after the lock is released.
     Ok(match query.filter {
         None => selected,
@@ -74,8 +114,7 @@ pub(crate) fn load<B: Backend>(
     source: LoadSource,
     overwrite: bool,
 ) -> Result<AddReport, MemoryError> {
-    let entries = decode_source(b.factory(), source)?;
-    b.write(|s| Ok(s.plan_add(entries, overwrite)))
+    b.load_document(source, overwrite)
 }
 
 pub(crate) fn export<B: Backend>(
@@ -83,20 +122,38 @@ pub(crate) fn export<B: Backend>(
     target: ExportTarget,
     options: &ExportOptions,
 ) -> Result<Exported, MemoryError> {
-    if let ExportTarget::Messages = target {
-        return Ok(Exported::Messages(b.read(|s| s.select(None, None, None))?));
-    }
-    let entries: Vec<Entry> = b.read(|s| s.entries().to_vec())?;
-    let text = render_export(&entries, options.include_marks);
     match target {
-        ExportTarget::File(path) => {
-            write_atomically(&path, &text)?;
-            Ok(Exported::File {
-                path,
-                count: entries.len(),
-            })
+        ExportTarget::Messages => Ok(Exported::Messages(b.read(|s| s.select(None, None, None))?)),
+        ExportTarget::Json => {
+            // Writing into a Vec cannot fail; the error only satisfies the types.
+            let failed = |e: std::io::Error| MemoryError::Io {
+                path: "(export text)".into(),
+                detail: e.to_string(),
+            };
+            let mut writer = ExportWriter::new(Vec::new(), options);
+            b.scan(options.include_marks, &mut |entry| {
+                writer.push(entry).map_err(failed)
+            })?;
+            let bytes = writer.finish().map_err(failed)?;
+            // The writer only writes `str`s.
+            let text = String::from_utf8(bytes).map_err(|e| MemoryError::Io {
+                path: "(export text)".into(),
+                detail: e.to_string(),
+            })?;
+            Ok(Exported::Json(text))
         }
-        _ => Ok(Exported::Json(text)),
+        ExportTarget::File(path) => {
+            let count = write_atomically_with(&path, |out| {
+                let mut writer = ExportWriter::new(out, options);
+                b.scan(options.include_marks, &mut |entry| {
+                    writer.push(entry).map_err(|e| io_error(&path, &e))
+                })?;
+                let count = writer.count();
+                writer.finish().map_err(|e| io_error(&path, &e))?;
+                Ok(count)
+            })?;
+            Ok(Exported::File { path, count })
+        }
     }
 }
 

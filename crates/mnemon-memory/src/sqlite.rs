@@ -25,14 +25,15 @@ use std::time::Duration;
 
 use mnemon_db::DbError;
 use mnemon_db::sqlite::{self, Migration, Schema, Settings};
-use mnemon_types::{MsgFactory, MsgKind};
+use mnemon_types::{Msg, MsgFactory, MsgKind};
 use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior, params};
 use serde::Serialize;
 use serde_json::Value;
 
 use crate::clock::default_factory;
-use crate::document::kind_from_str;
+use crate::document::{decode_stream, kind_from_str};
 use crate::error::MemoryError;
+use crate::memory::{AddReport, LoadSource};
 use crate::ops::{Backend, impl_memory_for_backend};
 use crate::thread::{Change, Entry, ThreadState};
 
@@ -227,6 +228,23 @@ impl SqliteStore {
         })
     }
 
+    /// The memory of one thread, without reading or creating it yet: the thread is created by
+    /// the first write through the memory, inside that write's transaction. For writers that
+    /// must leave nothing behind when they fail: a [`load`](crate::Memory::load) of a bad
+    /// document into a new thread creates no empty thread (`mnemon memory import`).
+    pub fn memory_created_on_write(
+        self: &Arc<Self>,
+        scope: Scope,
+    ) -> Result<SqliteMemory, MemoryError> {
+        // Checked now, so that a bad scope fails here as it does with `memory`.
+        scope.columns()?;
+        Ok(SqliteMemory {
+            store: Arc::clone(self),
+            scope,
+            mirror: Mutex::new(Mirror::default()),
+        })
+    }
+
     /// The memory of one thread if the thread exists, without creating it: for readers that
     /// must not leave an empty thread behind (a mistyped session id should be an error, not a
     /// new session). A later write through the returned memory recreates the thread if it was
@@ -288,6 +306,12 @@ fn db_error(error: DbError) -> MemoryError {
         DbError::SchemaTooNew {
             found, supported, ..
         } => MemoryError::SchemaVersion { found, supported },
+        DbError::Open { path, detail } => MemoryError::Storage {
+            detail: format!("cannot open {}: {detail}", path.display()),
+        },
+        DbError::Setup { detail, .. } | DbError::Migration { detail, .. } => {
+            MemoryError::Storage { detail }
+        }
         other => MemoryError::Storage {
             detail: other.to_string(),
         },
@@ -387,20 +411,102 @@ fn load_thread(
     let mut entries = Vec::new();
     while let Some(row) = rows.next()? {
         let id: String = row.get(0)?;
-        let kind: String = row.get(1)?;
-        let body: String = row.get(2)?;
-        let value: Value =
-            serde_json::from_str(&body).map_err(|e| corrupt(format!("message {id}: {e}")))?;
-        let object = value
-            .as_object()
-            .ok_or_else(|| corrupt(format!("message {id} is not an object")))?;
-        let msg = factory
-            .from_object(object, kind_from_str(&kind), entries.len())
-            .map_err(|e| corrupt(format!("message {id}: {e}")))?;
+        let msg = row_message(factory, &id, row, entries.len())?;
         let marks = marks.remove(&id).unwrap_or_default();
         entries.push(Entry::new(msg, marks));
     }
     Ok(ThreadState::from_entries(entries))
+}
+
+/// The message of a `SELECT msg_id, kind, body …` row whose id is `id`; `p` is its position
+/// in the result, for error messages.
+fn row_message(
+    factory: &MsgFactory,
+    id: &str,
+    row: &rusqlite::Row<'_>,
+    p: usize,
+) -> Result<Msg, MemoryError> {
+    let kind: String = row.get(1)?;
+    let body: String = row.get(2)?;
+    let value: Value =
+        serde_json::from_str(&body).map_err(|e| corrupt(format!("message {id}: {e}")))?;
+    let object = value
+        .as_object()
+        .ok_or_else(|| corrupt(format!("message {id} is not an object")))?;
+    factory
+        .from_object(object, kind_from_str(&kind), p)
+        .map_err(|e| corrupt(format!("message {id}: {e}")))
+}
+
+/// The marks of one message, in the order they were given.
+fn message_marks(
+    tx: &Transaction<'_>,
+    thread_id: i64,
+    msg_id: &str,
+) -> Result<Vec<String>, MemoryError> {
+    let mut stmt = tx.prepare_cached(
+        "SELECT mark FROM memory_marks WHERE thread_id = ?1 AND msg_id = ?2 ORDER BY pos",
+    )?;
+    let marks = stmt.query_map(params![thread_id, msg_id], |r| r.get(0))?;
+    Ok(marks.collect::<Result<Vec<String>, _>>()?)
+}
+
+/// Calls `f` with every message of the thread, read from the rows in index order one at a
+/// time (see `Backend::scan`); marks are read per message only when `with_marks`.
+fn scan_rows(
+    tx: &Transaction<'_>,
+    thread_id: i64,
+    factory: &MsgFactory,
+    with_marks: bool,
+    f: &mut dyn FnMut(&Entry) -> Result<(), MemoryError>,
+) -> Result<usize, MemoryError> {
+    let mut stmt = tx.prepare_cached(
+        "SELECT msg_id, kind, body FROM memory_messages WHERE thread_id = ?1 ORDER BY seq",
+    )?;
+    let mut rows = stmt.query([thread_id])?;
+    let mut count = 0;
+    while let Some(row) = rows.next()? {
+        let id: String = row.get(0)?;
+        let msg = row_message(factory, &id, row, count)?;
+        let marks = if with_marks {
+            message_marks(tx, thread_id, &id)?
+        } else {
+            Vec::new()
+        };
+        f(&Entry::new(msg, marks))?;
+        count += 1;
+    }
+    Ok(count)
+}
+
+/// The last `n` messages of the thread passing the mark filters, in index order, reading only
+/// those rows (newest first, then reversed).
+fn recent_rows(
+    tx: &Transaction<'_>,
+    thread_id: i64,
+    factory: &MsgFactory,
+    mark: Option<&str>,
+    exclude_mark: Option<&str>,
+    n: usize,
+) -> Result<Vec<Msg>, MemoryError> {
+    let mut stmt = tx.prepare_cached(
+        "SELECT m.msg_id, m.kind, m.body FROM memory_messages m
+         WHERE m.thread_id = ?1
+           AND (?2 IS NULL OR EXISTS (SELECT 1 FROM memory_marks k
+                WHERE k.thread_id = m.thread_id AND k.msg_id = m.msg_id AND k.mark = ?2))
+           AND (?3 IS NULL OR NOT EXISTS (SELECT 1 FROM memory_marks k
+                WHERE k.thread_id = m.thread_id AND k.msg_id = m.msg_id AND k.mark = ?3))
+         ORDER BY m.seq DESC LIMIT ?4",
+    )?;
+    let limit = i64::try_from(n).unwrap_or(i64::MAX);
+    let mut rows = stmt.query(params![thread_id, mark, exclude_mark, limit])?;
+    let mut messages = Vec::new();
+    while let Some(row) = rows.next()? {
+        let id: String = row.get(0)?;
+        messages.push(row_message(factory, &id, row, messages.len())?);
+    }
+    messages.reverse();
+    Ok(messages)
 }
 
 fn embedding_blob(embedding: Option<Vec<f32>>) -> Option<Vec<u8>> {
@@ -589,6 +695,116 @@ impl Backend for SqliteMemory {
         }
         Ok(result)
     }
+    fn scan(
+        &self,
+        with_marks: bool,
+        f: &mut dyn FnMut(&Entry) -> Result<(), MemoryError>,
+    ) -> Result<usize, MemoryError> {
+        let mut conn = self.store.lock();
+        // One read transaction: the snapshot taken at its first read serves the whole scan,
+        // while other processes go on writing.
+        let tx = conn.transaction()?;
+        let Some((thread_id, rev)) = thread_row(&tx, &self.scope, None)? else {
+            return Ok(0);
+        };
+        let mirror = self.mirror();
+        let count = if mirror.thread_id == Some(thread_id) && mirror.rev == rev {
+            // The mirror is current: no row needs reading.
+            mirror.state.entries().iter().try_for_each(&mut *f)?;
+            mirror.state.len()
+        } else {
+            // Rows are read one at a time and never mirrored, so the memory held stays
+            // bounded whatever the thread's size.
+            drop(mirror);
+            scan_rows(&tx, thread_id, &self.store.factory, with_marks, f)?
+        };
+        tx.commit()?;
+        Ok(count)
+    }
+
+    fn select_recent(
+        &self,
+        mark: Option<&str>,
+        exclude_mark: Option<&str>,
+        n: usize,
+    ) -> Result<Vec<Msg>, MemoryError> {
+        let mut conn = self.store.lock();
+        let tx = conn.transaction()?;
+        let Some((thread_id, rev)) = thread_row(&tx, &self.scope, None)? else {
+            return Ok(Vec::new());
+        };
+        let mirror = self.mirror();
+        let selected = if mirror.thread_id == Some(thread_id) && mirror.rev == rev {
+            mirror.state.select(mark, exclude_mark, Some(n))
+        } else {
+            drop(mirror);
+            recent_rows(&tx, thread_id, &self.store.factory, mark, exclude_mark, n)?
+        };
+        tx.commit()?;
+        Ok(selected)
+    }
+
+    fn load_document(&self, source: LoadSource, overwrite: bool) -> Result<AddReport, MemoryError> {
+        let factory = &self.store.factory;
+        let mut conn = self.store.lock();
+        // One write transaction for the whole document, the thread's creation included: a
+        // document that fails anywhere (or an I/O error) rolls all of it back, so a failed
+        // import leaves neither rows nor an empty thread behind.
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let Some((thread_id, _)) = thread_row(&tx, &self.scope, Some(factory))? else {
+            return Err(corrupt("the thread could not be created".into()));
+        };
+        if overwrite {
+            tx.execute(
+                "DELETE FROM memory_messages WHERE thread_id = ?1",
+                [thread_id],
+            )?;
+        }
+        let mut seq: i64 = tx
+            .prepare_cached(
+                "SELECT COALESCE(MAX(seq), 0) + 1 FROM memory_messages WHERE thread_id = ?1",
+            )?
+            .query_row([thread_id], |r| r.get(0))?;
+        let mut report = AddReport::default();
+        {
+            // A stored id (or one earlier in the document) is skipped, as `plan_add` does: the
+            // unique (thread_id, msg_id) index answers instead of a mirror of every id.
+            let mut insert = tx.prepare_cached(
+                "INSERT INTO memory_messages (thread_id, seq, msg_id, kind, body, embedding)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+                 ON CONFLICT (thread_id, msg_id) DO NOTHING",
+            )?;
+            decode_stream(factory, source, &mut |entry| {
+                let body =
+                    serde_json::to_string(&*entry.full()).map_err(|e| corrupt(e.to_string()))?;
+                let inserted = insert.execute(params![
+                    thread_id,
+                    seq,
+                    entry.id(),
+                    kind_str(entry.msg_without_embedding().kind()),
+                    body,
+                    embedding_blob(entry.embedding())
+                ])?;
+                if inserted == 0 {
+                    report.skipped_duplicates.push(entry.id().to_owned());
+                    return Ok(());
+                }
+                insert_marks(&tx, thread_id, entry.id(), &entry.marks)?;
+                seq += 1;
+                report.added += 1;
+                Ok(())
+            })?;
+        }
+        if overwrite || report.added > 0 {
+            // The new rev makes every mirror of the thread (this one included) reload.
+            tx.execute(
+                "UPDATE memory_threads SET rev = rev + 1 WHERE thread_id = ?1",
+                [thread_id],
+            )?;
+        }
+        tx.commit()?;
+        Ok(report)
+    }
 }
 
 impl_memory_for_backend!(SqliteMemory);
@@ -668,5 +884,192 @@ mod open_tests {
         assert!(reader.memory(Scope::session("s")).is_err());
         drop(reader);
         assert!(!path.exists());
+    }
+}
+
+/// Issue 11, item 14: exports, `recent_n` reads and loads of a durable memory stream instead
+/// of mirroring the whole thread.
+#[cfg(test)]
+mod stream_tests {
+    use super::*;
+    use crate::clock::test_factory;
+    use crate::{
+        ExportFormat, ExportOptions, ExportTarget, Exported, InMemoryMemory, Memory, MemoryQuery,
+    };
+    use serde_json::json;
+
+    fn store(dir: &tempfile::TempDir) -> Arc<SqliteStore> {
+        SqliteStore::open_with_factory(
+            dir.path().join("m.sqlite3"),
+            SqliteOptions::default(),
+            test_factory(),
+        )
+        .unwrap()
+    }
+
+    /// `n` messages, some with embeddings, non-ASCII text and marks.
+    fn document(n: usize) -> String {
+        let items: Vec<Value> = (0..n)
+            .map(|i| {
+                let mut m = json!({"id": format!("m{i:04}"), "name": "Élodie",
+                                   "content": format!("line {i} 🚢"), "role": "user",
+                                   "timestamp": "2024-03-05 08:15:00"});
+                if i % 3 == 0 {
+                    m["embedding"] = json!([0.12, -0.5, i as f64 / 7.0]);
+                }
+                if i % 4 == 0 {
+                    m["__marks"] = json!(["pin"]);
+                }
+                m
+            })
+            .collect();
+        serde_json::to_string(&items).unwrap()
+    }
+
+    fn mirrored(memory: &SqliteMemory) -> bool {
+        memory.mirror().thread_id.is_some()
+    }
+
+    #[test]
+    fn recent_reads_only_the_last_rows() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = store(&dir);
+        let memory = store.memory(Scope::session("s")).unwrap();
+        memory.load(LoadSource::Json(document(50)), false).unwrap();
+        // Damage the oldest rows: a read of every row fails, a read of the last ten does not.
+        store
+            .lock()
+            .execute(
+                "UPDATE memory_messages SET body = 'not json' WHERE seq <= 10",
+                [],
+            )
+            .unwrap();
+        let fresh = store.existing_memory(Scope::session("s")).unwrap().unwrap();
+        assert!(fresh.get_memory(&MemoryQuery::default()).is_err());
+        let fresh = store.existing_memory(Scope::session("s")).unwrap().unwrap();
+        let recent = fresh
+            .get_memory(&MemoryQuery {
+                recent_n: Some(10),
+                ..MemoryQuery::default()
+            })
+            .unwrap();
+        let ids: Vec<&str> = recent.iter().map(Msg::id).collect();
+        let want: Vec<String> = (40..50).map(|i| format!("m{i:04}")).collect();
+        assert_eq!(ids, want);
+        assert!(!mirrored(&fresh));
+        // With mark filters the bound applies after them, as in memory.
+        let pinned = fresh
+            .get_memory(&MemoryQuery {
+                recent_n: Some(2),
+                mark: Some("pin"),
+                ..MemoryQuery::default()
+            })
+            .unwrap();
+        let ids: Vec<&str> = pinned.iter().map(Msg::id).collect();
+        assert_eq!(ids, ["m0044", "m0048"]);
+        let unpinned = fresh
+            .get_memory(&MemoryQuery {
+                recent_n: Some(2),
+                exclude_mark: Some("pin"),
+                ..MemoryQuery::default()
+            })
+            .unwrap();
+        let ids: Vec<&str> = unpinned.iter().map(Msg::id).collect();
+        assert_eq!(ids, ["m0047", "m0049"]);
+        let none = fresh
+            .get_memory(&MemoryQuery {
+                recent_n: Some(0),
+                ..MemoryQuery::default()
+            })
+            .unwrap();
+        assert!(none.is_empty());
+    }
+
+    #[test]
+    fn streamed_load_and_export_equal_the_in_memory_ones_without_mirroring() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = store(&dir);
+        let text = document(120);
+        let memory = store.memory_created_on_write(Scope::session("s")).unwrap();
+        let reference = InMemoryMemory::with_factory(test_factory());
+        for overwrite in [false, true, false] {
+            // Appending the same document again skips every id.
+            assert_eq!(
+                memory
+                    .load(LoadSource::Json(text.clone()), overwrite)
+                    .unwrap(),
+                reference
+                    .load(LoadSource::Json(text.clone()), overwrite)
+                    .unwrap()
+            );
+        }
+        assert!(!mirrored(&memory));
+        let file = dir.path().join("out.json");
+        for format in [ExportFormat::AgentScope00, ExportFormat::AgentScope01] {
+            for include_marks in [false, true] {
+                let options = ExportOptions {
+                    include_marks,
+                    format,
+                };
+                let Exported::Json(want) = reference.export(ExportTarget::Json, &options).unwrap()
+                else {
+                    panic!("text expected")
+                };
+                let fresh = store.existing_memory(Scope::session("s")).unwrap().unwrap();
+                let exported = fresh
+                    .export(ExportTarget::File(file.clone()), &options)
+                    .unwrap();
+                assert_eq!(
+                    exported,
+                    Exported::File {
+                        path: file.clone(),
+                        count: 120
+                    }
+                );
+                assert_eq!(std::fs::read_to_string(&file).unwrap(), want);
+                assert!(!mirrored(&fresh));
+                // From a current mirror, the same bytes.
+                assert_eq!(fresh.size().unwrap(), 120);
+                assert!(mirrored(&fresh));
+                assert_eq!(
+                    fresh.export(ExportTarget::Json, &options).unwrap(),
+                    Exported::Json(want)
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_failed_load_rolls_back_the_thread_and_its_rows() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = store(&dir);
+        let mut items: Vec<Value> = serde_json::from_str(&document(30)).unwrap();
+        items[20] = json!({"name": "no content"});
+        let bad = serde_json::to_string(&items).unwrap();
+        let memory = store
+            .memory_created_on_write(Scope::session("new"))
+            .unwrap();
+        assert!(matches!(
+            memory.load(LoadSource::Json(bad.clone()), false),
+            Err(MemoryError::MissingField { p: 20, .. })
+        ));
+        assert!(store.threads().unwrap().is_empty());
+        let count: i64 = store
+            .lock()
+            .query_row("SELECT COUNT(*) FROM memory_messages", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(count, 0);
+        // Into an existing thread: unchanged, overwrite or not.
+        let kept = store.memory(Scope::session("kept")).unwrap();
+        kept.load(LoadSource::Json(document(5)), false).unwrap();
+        let before = kept.export(ExportTarget::Json, &ExportOptions::default());
+        for overwrite in [false, true] {
+            assert!(kept.load(LoadSource::Json(bad.clone()), overwrite).is_err());
+            assert_eq!(
+                kept.export(ExportTarget::Json, &ExportOptions::default()),
+                before
+            );
+        }
+        assert_eq!(store.threads().unwrap(), vec![Scope::session("kept")]);
     }
 }

@@ -412,6 +412,46 @@ fn reads_of_a_missing_session_fail_and_create_nothing() {
     );
 }
 
+/// Issue 11, item 13: a failed import into a new session creates no session and no rows; into
+/// an existing one it changes nothing.
+#[test]
+fn a_failed_import_leaves_nothing_behind() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    // A valid export with a bad message halfway through (no "content").
+    let mut items: Vec<Value> = (0..200)
+        .map(|i| json!({"id": format!("m{i}"), "name": "n", "content": format!("text {i}")}))
+        .collect();
+    items[100] = json!({"id": "bad", "name": "n"});
+    let bad = dir.path().join("bad.json");
+    std::fs::write(&bad, serde_json::to_string(&items).unwrap()).unwrap();
+    // The first import ever: not even the default database state may keep a session.
+    let err = input_error(
+        &data,
+        &["memory", "import", path_str(&bad), "--session", "new"],
+    );
+    assert!(
+        err.contains("item 100: missing required field \"content\""),
+        "{err}"
+    );
+    assert_eq!(threads(&data), Vec::<Scope>::new());
+    // An existing session keeps its messages, with or without --overwrite, and no other
+    // session appears.
+    ok_json(&data, &["memory", "import", V004, "--session", "s"]);
+    let before = snapshot(&data, "s");
+    for extra in [None, Some("--overwrite")] {
+        let mut args = vec!["memory", "import", path_str(&bad), "--session", "s"];
+        args.extend(extra);
+        input_error(&data, &args);
+        assert_eq!(snapshot(&data, "s"), before);
+        let mut args = vec!["memory", "import", path_str(&bad), "--session", "new"];
+        args.extend(extra);
+        input_error(&data, &args);
+    }
+    // No thread, so no rows either (they cascade with their thread).
+    assert_eq!(threads(&data), vec![Scope::session("s")]);
+}
+
 #[test]
 fn bad_input_exits_2_and_changes_nothing() {
     let dir = tempfile::tempdir().unwrap();

@@ -4,9 +4,9 @@ use std::path::{Path, PathBuf};
 
 use clap::{Args, Subcommand, ValueEnum};
 use mnemon_memory::{
-    BudgetOptions, Cl100kTokenizer, ExportOptions, ExportTarget, Exported, InMemoryMemory,
-    LoadSource, Memory, MemoryError, MemoryQuery, Metric, RetrievalQuery, RetrieveOptions, Scope,
-    SqliteOptions, SqliteStore,
+    BudgetOptions, Cl100kTokenizer, ExportFormat, ExportOptions, ExportTarget, Exported,
+    InMemoryMemory, LoadSource, Memory, MemoryError, MemoryQuery, Metric, RetrievalQuery,
+    RetrieveOptions, Scope, SqliteOptions, SqliteStore,
 };
 use serde::Serialize;
 
@@ -29,7 +29,7 @@ pub(crate) enum MemoryCommand {
         #[arg(long)]
         overwrite: bool,
     },
-    /// Write a session's messages to a file, in AgentScope 0.0.x's export layout.
+    /// Write a session's messages to a file, in AgentScope 0.0.x's export layout (or 0.1.x's).
     Export {
         /// The session to export (it must exist).
         #[arg(long)]
@@ -39,6 +39,10 @@ pub(crate) enum MemoryCommand {
         /// Also write each message's marks, as `"__marks"`.
         #[arg(long)]
         include_marks: bool,
+        /// The layout: `agentscope-0.0` (0.0.4's export) or `agentscope-0.1` (0.1.6's, which
+        /// its `TemporaryMemory.load` reads).
+        #[arg(long, value_enum, default_value_t = FormatArg::Agentscope00)]
+        format: FormatArg,
     },
     /// Print messages as a JSON array.
     Show {
@@ -89,6 +93,17 @@ pub(crate) struct Source {
     file: Option<PathBuf>,
 }
 
+/// Export layouts.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub(crate) enum FormatArg {
+    /// AgentScope 0.0.x: a 4-space indented array of plain message objects.
+    #[value(name = "agentscope-0.0")]
+    Agentscope00,
+    /// AgentScope 0.1.x: one line of `__module__`/`__name__` objects with `metadata`.
+    #[value(name = "agentscope-0.1")]
+    Agentscope01,
+}
+
 /// Scoring metrics.
 #[derive(Debug, Clone, Copy, ValueEnum)]
 pub(crate) enum MetricArg {
@@ -115,15 +130,18 @@ fn memory_error(error: MemoryError) -> CliError {
     }
 }
 
-/// The session's memory for writing: the data directory, the database and the session are
-/// created as needed.
+/// The session's memory for writing: the data directory and the database are created as
+/// needed; the session is created by the write itself, in its transaction, so a write that
+/// fails (an import of a bad file) leaves no empty session behind.
 fn session_memory(data_dir: &Path, scope: Scope) -> Result<Box<dyn Memory>, CliError> {
     std::fs::create_dir_all(data_dir).map_err(|e| {
         CliError::failure(anyhow::anyhow!("cannot create {}: {e}", data_dir.display()))
     })?;
     let store = SqliteStore::open(data_dir.join(DATABASE), SqliteOptions::default())
         .map_err(memory_error)?;
-    Ok(Box::new(store.memory(scope).map_err(memory_error)?))
+    Ok(Box::new(
+        store.memory_created_on_write(scope).map_err(memory_error)?,
+    ))
 }
 
 /// How many known sessions an error message lists before eliding the rest.
@@ -204,13 +222,20 @@ pub(crate) fn run(command: MemoryCommand, data_dir: &Path) -> CliResult {
             session,
             file,
             include_marks,
+            format,
         } => {
             let memory = existing_session_memory(data_dir, Scope::session(session))?;
             // The count is the one written, even if another process writes meanwhile.
             let exported = memory
                 .export(
                     ExportTarget::File(file.clone()),
-                    &ExportOptions { include_marks },
+                    &ExportOptions {
+                        include_marks,
+                        format: match format {
+                            FormatArg::Agentscope00 => ExportFormat::AgentScope00,
+                            FormatArg::Agentscope01 => ExportFormat::AgentScope01,
+                        },
+                    },
                 )
                 .map_err(memory_error)?;
             let count = match exported {
@@ -237,9 +262,11 @@ pub(crate) fn run(command: MemoryCommand, data_dir: &Path) -> CliResult {
                         .map_err(memory_error)?
                         .messages
                 }
+                // The memory applies `--recent` itself, so a session reads only those rows.
                 None => memory
                     .get_memory(&MemoryQuery {
                         mark: mark.as_deref(),
+                        recent_n: recent,
                         ..MemoryQuery::default()
                     })
                     .map_err(memory_error)?,
