@@ -210,6 +210,19 @@ pub enum LibraryError {
     /// A host configuration value has the wrong type.
     #[error("invalid host config: {0}")]
     InvalidConfig(String),
+    /// A memory-mapped library file or sidecar was truncated or rewritten while it was
+    /// loading or being served. A load fails with this (a host keeps its previous library); a
+    /// query on a library served from a changed sidecar fails with it until the library is
+    /// reloaded.
+    #[error(
+        "{path} {detail} while Mnemon was reading it; reload the library (POST /admin/reload or restart the host). To update a library or sidecar in place safely, write a new file and rename it over the old one (`mnemon library pack` does) instead of copying over it"
+    )]
+    FileChanged {
+        /// The file.
+        path: String,
+        /// What happened to it.
+        detail: &'static str,
+    },
     /// Reading or writing a file failed.
     #[error("{path}: {source}")]
     Io {
@@ -224,7 +237,10 @@ impl LibraryError {
     /// Whether the error is the caller's fault (bad arguments or a bad file), as opposed to an
     /// I/O failure. An HTTP host answers the former with 400 and the latter with 500.
     pub fn is_client_error(&self) -> bool {
-        !matches!(self.kind(), LibraryError::Io { .. })
+        !matches!(
+            self.kind(),
+            LibraryError::Io { .. } | LibraryError::FileChanged { .. }
+        )
     }
 
     /// The error itself, without the location wrappers ([`LibraryError::InBit`],

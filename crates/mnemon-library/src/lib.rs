@@ -36,6 +36,7 @@ mod codec;
 mod dir;
 mod error;
 mod fast;
+mod guard;
 mod id;
 mod library;
 mod load;

@@ -27,10 +27,19 @@ pub(crate) fn load_file(
     if len == 0 {
         return load_slice(&[], force_tag, None);
     }
-    // SAFETY: the map is private and read-only. As with any file map, another process
-    // truncating the file while it loads would be undefined behaviour; library files are
-    // written once and then only read.
+    let stamp = |file: &File| file.metadata().ok().map(|m| (m.len(), m.modified().ok()));
+    let before = stamp(&file);
+    // SAFETY: the map is private and read-only. The file may be truncated while it loads (a
+    // deploy copying over it during a reload): the guard below turns the SIGBUS that would
+    // follow into zero pages plus a flag (crate::guard), and the load then fails, so a host
+    // keeps its previous library.
     let map = unsafe { Mmap::map(&file) }.map_err(|e| LibraryError::io(path, e))?;
+    let Some(guard) = crate::guard::register(map.as_ptr(), map.len()) else {
+        // No guard on this platform (or every slot taken): read the file into memory instead.
+        drop(map);
+        let bytes = std::fs::read(path).map_err(|e| LibraryError::io(path, e))?;
+        return load_slice(&bytes, force_tag, None);
+    };
     let _ = map.advise(Advice::Sequential);
     let base = map.as_ptr() as usize;
     let released = Cell::new(0usize);
@@ -50,5 +59,23 @@ pub(crate) fn load_file(
             released.set(upto);
         }
     };
-    load_slice(&map, force_tag, Some(&release))
+    let loaded = load_slice(&map, force_tag, Some(&release));
+    // Checked whatever the outcome: a parse error over zeroed pages is really this.
+    let detail = if guard.damaged() {
+        Some("was truncated")
+    } else if stamp(&file) != before {
+        Some("was rewritten")
+    } else {
+        None
+    };
+    // Unregistered before the map is unmapped (crate::guard).
+    drop(guard);
+    drop(map);
+    match detail {
+        Some(detail) => Err(LibraryError::FileChanged {
+            path: path.display().to_string(),
+            detail,
+        }),
+        None => loaded,
+    }
 }

@@ -367,6 +367,8 @@ impl Library {
         fast: bool,
         scores: Option<&[f32]>,
     ) -> Result<Map<String, Value>> {
+        // A sidecar changed under the map: refuse rather than answer from zeros or new bytes.
+        self.store.check_backing()?;
         // Restrict: which tags the token opens.
         let granted = args
             .get("access_token")
@@ -489,6 +491,8 @@ impl Library {
         if !omit_done {
             out.insert("omit".into(), p.omit.echo_value());
         }
+        // Checked again after the scan: the file may have changed while it was read.
+        self.store.check_backing()?;
         Ok(out)
     }
 

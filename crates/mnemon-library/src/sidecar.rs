@@ -19,7 +19,7 @@ use crate::error::{LibraryError, Result};
 use crate::id::BitId;
 use crate::library::{Library, OpenOptions};
 use crate::omit::Omit;
-use crate::storage::{Arena, Embeddings, MappedBlock, Store};
+use crate::storage::{Arena, Backing, Embeddings, MappedBlock, Store};
 
 const MAGIC: &[u8; 8] = b"MNEMONX1";
 const FORMAT_VERSION: u32 = 1;
@@ -235,6 +235,18 @@ pub(crate) fn open_if_fresh(path: &Path, options: &OpenOptions) -> Result<Option
     }
 }
 
+/// The whole file in anonymous memory the process owns (page-aligned, like a map), for when
+/// a file map cannot be guarded.
+fn read_into_memory(file: &File, len: u64) -> std::io::Result<Mmap> {
+    use std::io::Read;
+    let len = usize::try_from(len).map_err(std::io::Error::other)?;
+    let mut anon = memmap2::MmapMut::map_anon(len.max(1))?;
+    let mut reader = file;
+    reader.read_exact(anon.get_mut(..len).unwrap_or_default())?;
+    let map = anon.make_read_only()?;
+    Ok(map)
+}
+
 /// `a * b` for header-derived sizes; overflow means a corrupt header.
 fn mul(a: usize, b: usize) -> std::result::Result<usize, SidecarError> {
     a.checked_mul(b)
@@ -247,9 +259,31 @@ fn open_sidecar(
 ) -> std::result::Result<Library, SidecarError> {
     use SidecarError::Corrupt;
     let file = File::open(side)?;
-    // SAFETY: read-only map of a file Mnemon wrote and renames into place atomically; it is
-    // never modified afterwards (a re-pack writes a new file and renames it over).
-    let map = Arc::new(unsafe { Mmap::map(&file) }?);
+    let meta = file.metadata()?;
+    // SAFETY: read-only private map. Mnemon writes sidecars once and renames them into place,
+    // but someone may still truncate or rewrite the file in place (`cp` over it): the guard
+    // turns the SIGBUS that would follow into zero pages plus a flag, and `Backing::check`
+    // (before and after every query) refuses results once the flag is set or the file's size
+    // or mtime changed (crate::guard).
+    let map = unsafe { Mmap::map(&file) }?;
+    let (map, backing) = match crate::guard::register(map.as_ptr(), map.len()) {
+        Some(guard) => {
+            let backing = Backing {
+                path: side.to_path_buf(),
+                file,
+                len: meta.len(),
+                mtime: meta.modified().ok(),
+                guard: Some(guard),
+            };
+            (map, Some(backing))
+        }
+        // No guard on this platform (or every slot taken): a private copy in memory.
+        None => {
+            drop(map);
+            (read_into_memory(&file, meta.len())?, None)
+        }
+    };
+    let map = Arc::new(map);
     let mut r = Reader {
         bytes: &map,
         pos: 0,
@@ -354,6 +388,7 @@ fn open_sidecar(
     }
     let index: HashMap<BitId, usize> = ids.iter().enumerate().map(|(i, id)| (*id, i)).collect();
     let store = Store {
+        backing,
         dim: dim_known,
         embeddings: Embeddings {
             mapped: Some(MappedBlock {

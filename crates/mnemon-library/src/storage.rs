@@ -111,8 +111,49 @@ impl Arena {
     }
 }
 
+/// The mapped file a store reads from, and how to tell that it changed under the map
+/// (see [`crate::guard`]).
+pub(crate) struct Backing {
+    /// The file, for messages.
+    pub(crate) path: std::path::PathBuf,
+    /// The open file: its size and mtime are compared with `len` and `mtime`, so a rename
+    /// over the path (a re-pack) does not count as a change but an in-place rewrite does.
+    pub(crate) file: std::fs::File,
+    pub(crate) len: u64,
+    pub(crate) mtime: Option<std::time::SystemTime>,
+    /// `None` when the map is a private copy in memory (no guard was available).
+    pub(crate) guard: Option<crate::guard::Guard>,
+}
+
+impl Backing {
+    /// Fails when the mapped file was truncated under the map (some pages now read as zeros)
+    /// or rewritten in place since it was mapped: results built from it cannot be trusted.
+    pub(crate) fn check(&self) -> crate::error::Result<()> {
+        let changed = |detail: &'static str| crate::error::LibraryError::FileChanged {
+            path: self.path.display().to_string(),
+            detail,
+        };
+        if self
+            .guard
+            .as_ref()
+            .is_some_and(crate::guard::Guard::damaged)
+        {
+            return Err(changed("was truncated"));
+        }
+        match self.file.metadata() {
+            Ok(meta) if meta.len() == self.len && meta.modified().ok() == self.mtime => Ok(()),
+            Ok(meta) if meta.len() < self.len => Err(changed("was truncated")),
+            Ok(_) => Err(changed("was rewritten in place")),
+            Err(_) => Err(changed("can no longer be read")),
+        }
+    }
+}
+
 /// All bits of a library, in file order, as parallel arrays.
 pub(crate) struct Store {
+    /// The sidecar the mapped parts come from, if any. Declared first so that it is dropped
+    /// first: its guard must be unregistered before the maps below are unmapped.
+    pub(crate) backing: Option<Backing>,
     /// The embedding dimension, once known.
     pub(crate) dim: Option<usize>,
     pub(crate) embeddings: Embeddings,
@@ -130,6 +171,7 @@ pub(crate) struct Store {
 impl Store {
     pub(crate) fn new(dim: Option<usize>) -> Self {
         Store {
+            backing: None,
             dim,
             embeddings: Embeddings::owned(Matrix::new(dim.unwrap_or(0))),
             ids: Vec::new(),
@@ -147,6 +189,11 @@ impl Store {
 
     pub(crate) fn len(&self) -> usize {
         self.ids.len()
+    }
+
+    /// Fails when the mapped sidecar this store reads changed under it (see [`Backing`]).
+    pub(crate) fn check_backing(&self) -> crate::error::Result<()> {
+        self.backing.as_ref().map_or(Ok(()), Backing::check)
     }
 
     /// The stored JSON of bit `i` (with an `embedding: null` placeholder where the stored bit had

@@ -169,3 +169,99 @@ fn the_intact_sidecar_is_used() {
     assert_eq!(title, "Document 0");
     exercise(&p.json);
 }
+
+/// Issue 11 item 5: a sidecar truncated or rewritten in place (`cp` over it) while a library
+/// is served from it. Before, the next query touched a page past the new end of the file and
+/// the process died of SIGBUS (this test binary with it); now the query fails with a clear
+/// error and the process lives.
+#[test]
+fn a_sidecar_changed_under_a_served_library_is_refused_not_fatal() {
+    let write_big = |path: &Path| {
+        let f = std::fs::File::create(path).unwrap();
+        write_synthetic(f, "m", 3000, 64, 9).unwrap();
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("lib.json");
+    write_big(&json);
+    let side = Library::open(&json).unwrap().pack(&json).unwrap();
+    let packed = std::fs::read(&side).unwrap();
+    let args = json!({"version": 1, "query_embedding_model": "m", "count": 5,
+                      "count_type": "bit"});
+    let args = args.as_object().unwrap();
+    let query = |lib: &Library| {
+        let options = QueryOptions {
+            seed: Some(1),
+            ..QueryOptions::default()
+        };
+        lib.query_with(args, &AccessPolicy::default(), &options)
+    };
+
+    // Truncated: what `cp` does first.
+    let lib = Library::open(&json).unwrap();
+    assert!(query(&lib).is_ok());
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&side)
+        .unwrap()
+        .set_len(0)
+        .unwrap();
+    let err = query(&lib).unwrap_err();
+    assert!(err.to_string().contains("was truncated"), "{err}");
+    assert!(!err.is_client_error());
+    assert!(query(&lib).is_err(), "a damaged library stays refused");
+    // Reading the mapped rows and texts directly faults on the missing pages: they read as
+    // zeros (and empty texts) instead of ending the process.
+    let view = lib.embeddings();
+    assert_eq!(view.row(view.rows() - 1).unwrap()[0], 0.0);
+    assert_eq!(lib.texts().filter(|t| t.is_empty()).count(), lib.len());
+    drop(lib);
+
+    // Rewritten in place with bytes of the same size: no fault at all, still refused.
+    std::fs::write(&side, &packed).unwrap();
+    let lib = Library::open(&json).unwrap();
+    assert!(query(&lib).is_ok());
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    std::fs::write(&side, &packed).unwrap();
+    let err = query(&lib).unwrap_err();
+    assert!(err.to_string().contains("rewritten in place"), "{err}");
+    drop(lib);
+
+    // Replaced by a rename (what `mnemon library pack` does): the old file stays valid.
+    let lib = Library::open(&json).unwrap();
+    let fresh = dir.path().join("fresh.mnx");
+    std::fs::write(&fresh, &packed).unwrap();
+    std::fs::rename(&fresh, &side).unwrap();
+    assert!(query(&lib).is_ok());
+}
+
+/// Issue 11 item 5: a library JSON truncated while it loads (a deploy during a reload) killed
+/// the process with SIGBUS; the load now fails with a clear error.
+#[test]
+fn a_json_truncated_while_it_loads_fails_the_load() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("lib.json");
+    let f = std::fs::File::create(&json).unwrap();
+    // Large enough for several progress calls (one per batch of 4,096 bits).
+    write_synthetic(f, "m", 20_000, 16, 4).unwrap();
+    let target = json.clone();
+    let truncated = std::sync::atomic::AtomicBool::new(false);
+    let truncated = std::sync::Arc::new(truncated);
+    let flag = std::sync::Arc::clone(&truncated);
+    let options = mnemon_library::OpenOptions {
+        ignore_sidecar: true,
+        progress: Some(std::sync::Arc::new(move |_parsed| {
+            if !flag.swap(true, std::sync::atomic::Ordering::SeqCst) {
+                std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(&target)
+                    .unwrap()
+                    .set_len(0)
+                    .unwrap();
+            }
+        })),
+        ..Default::default()
+    };
+    let err = Library::open_with(&json, &options).unwrap_err();
+    assert!(truncated.load(std::sync::atomic::Ordering::SeqCst));
+    assert!(err.to_string().contains("lib.json was truncated"), "{err}");
+}
