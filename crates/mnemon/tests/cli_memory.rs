@@ -200,6 +200,37 @@ fn import_then_export_reproduces_the_fixture_bytes() {
     );
     assert_eq!(exported["count"], 7);
     assert_eq!(ids(&read_json(path_str(&out))), ids(&read_json(V004)));
+    // …and as 0.1.x again, byte for byte (issue 11, item 15).
+    let exported = ok_json(
+        &data,
+        &[
+            "memory",
+            "export",
+            "--session",
+            "v016",
+            "--format",
+            "agentscope-0.1",
+            path_str(&out),
+        ],
+    );
+    assert_eq!(exported["count"], 7);
+    assert_eq!(
+        std::fs::read_to_string(&out).unwrap(),
+        std::fs::read_to_string(V016).unwrap()
+    );
+    let err = input_error(
+        &data,
+        &[
+            "memory",
+            "export",
+            "--session",
+            "v016",
+            "--format",
+            "0.2",
+            path_str(&out),
+        ],
+    );
+    assert!(err.contains("agentscope-0.1"), "{err}");
     assert_eq!(
         threads(&data),
         vec![Scope::session("s"), Scope::session("v016")]
