@@ -68,3 +68,56 @@ fn sighup_reloads_and_sigterm_stops() {
     server.join().unwrap();
     assert!(std::net::TcpStream::connect(addr).is_err());
 }
+
+/// Issue 11 item 5, at host level: a packed sidecar overwritten in place (`cp` over it: truncate
+/// then write) while the host serves from it killed the host with SIGBUS at the next query.
+/// The host (in this test process) must survive: the query fails cleanly until a reload, which
+/// maps the file again. A library JSON truncated before a reload fails that reload and the old
+/// snapshot keeps serving.
+#[test]
+fn files_changed_under_the_host_never_end_the_process() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("lib.json");
+    write_library(&path, 3000);
+    let side = mnemon_library::Library::open(&path)
+        .unwrap()
+        .pack(&path)
+        .unwrap();
+    let packed = std::fs::read(&side).unwrap();
+    let server = Server::start(file_sources(&path), HostOptions::default());
+    let args = json!({"version": 1, "query_embedding_model": "test:signals",
+                      "query_embedding": encode_embedding(&[1.0, 0.0, 0.0, 0.0]),
+                      "count": -1, "count_type": "bit"});
+    let query = || post_json(&server, &args);
+    assert_eq!(query().json()["details"]["counts"]["bits"], 3000);
+
+    // `cp packed lib.json.mnx`: truncate, then write the same bytes back.
+    std::fs::write(&side, &packed).unwrap();
+    let reply = query();
+    assert_eq!(
+        reply.status,
+        500,
+        "{}",
+        String::from_utf8_lossy(&reply.body)
+    );
+    server.reload().unwrap();
+    assert_eq!(query().json()["details"]["counts"]["bits"], 3000);
+
+    // Truncated to nothing: the scan would touch pages past the end of the file.
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&side)
+        .unwrap()
+        .set_len(0)
+        .unwrap();
+    assert_eq!(query().status, 500);
+
+    // A JSON truncated before a reload: the reload fails, the old snapshot keeps serving.
+    std::fs::remove_file(&side).unwrap();
+    server.reload().unwrap();
+    let json = std::fs::read(&path).unwrap();
+    std::fs::write(&path, &json[..json.len() / 2]).unwrap();
+    assert!(server.reload().is_err());
+    assert_eq!(query().json()["details"]["counts"]["bits"], 3000);
+    server.stop().unwrap();
+}
