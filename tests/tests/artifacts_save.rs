@@ -673,3 +673,65 @@ fn rfc9535_paths_work_in_save_artifact() {
         .unwrap_err();
     assert!(err.to_string().contains("selected 4"), "{err}");
 }
+
+/// Saves with one storage id from several connections at once (as from several processes):
+/// the newest record for the key must show its own content, every round (issue 11 item 11).
+#[test]
+fn concurrent_saves_to_one_storage_id_keep_each_record_with_its_own_content() {
+    const THREADS: usize = 4;
+    const ROUNDS: usize = 20;
+    let dir = tempfile::tempdir().unwrap();
+    let database = dir.path().join("db.sqlite3");
+    let root = dir.path().join("artifacts");
+    drop(SqliteArtifactStore::open(&database).unwrap());
+    let mut mixed = Vec::new();
+    for round in 0..ROUNDS {
+        let barrier = Arc::new(std::sync::Barrier::new(THREADS));
+        let handles: Vec<_> = (0..THREADS)
+            .map(|thread| {
+                let (database, root, barrier) = (database.clone(), root.clone(), barrier.clone());
+                std::thread::spawn(move || {
+                    let store = Arc::new(SqliteArtifactStore::open(&database).unwrap());
+                    let marker = format!("round {round} thread {thread}");
+                    let config = SaveArtifactConfig::from_json(&with(
+                        statics(),
+                        json!({"artifact_storage": "write_to_file",
+                               "artifact_storage_id": "plans/plan.txt",
+                               "artifact_description": marker}),
+                    ))
+                    .unwrap();
+                    let step =
+                        SaveArtifact::new(config, store, BackendRegistry::with_defaults(&root))
+                            .unwrap();
+                    barrier.wait();
+                    step.run(&format!("chat-{round}"), &json!({"content": marker}))
+                        .unwrap();
+                    marker
+                })
+            })
+            .collect();
+        for handle in handles {
+            handle.join().unwrap();
+        }
+        let store = SqliteArtifactStore::open(&database).unwrap();
+        let latest = store
+            .latest(&format!("chat-{round}"), "plan")
+            .unwrap()
+            .unwrap();
+        let content = fs::read_to_string(root.join("plans/plan.txt")).unwrap();
+        let own = store
+            .list(&format!("chat-{round}"), None)
+            .unwrap()
+            .into_iter()
+            .filter(|a| a.id == latest.id)
+            .count();
+        assert_eq!(own, 1);
+        if latest.description != content {
+            mixed.push((round, latest.description, content));
+        }
+    }
+    assert!(
+        mixed.is_empty(),
+        "newest record shows another save's content: {mixed:?}"
+    );
+}

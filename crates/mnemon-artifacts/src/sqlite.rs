@@ -169,6 +169,13 @@ fn db_error(error: DbError) -> ArtifactError {
         DbError::SchemaTooNew {
             found, supported, ..
         } => ArtifactError::SchemaTooNew { found, supported },
+        DbError::Open { path, detail } => ArtifactError::database(
+            "opening the database",
+            format!("cannot open {}: {detail}", path.display()),
+        ),
+        DbError::Setup { detail, .. } | DbError::Migration { detail, .. } => {
+            ArtifactError::database("setting up the database", detail)
+        }
         other => ArtifactError::database("opening the database", other),
     }
 }

@@ -145,22 +145,18 @@ pub fn connect(path: &Path, settings: &Settings) -> Result<Connection, DbError> 
     };
     conn.busy_timeout(settings.busy_timeout)
         .map_err(setup("setting the busy timeout"))?;
-    // Reading the mode first leaves a file that is already in WAL alone. Switching needs an
-    // exclusive lock that SQLite's busy handler does not wait for: another process opening the
-    // new file at the same moment makes it fail at once with "database is locked".
-    let mode = retry_busy(deadline, || journal_mode(&conn, "PRAGMA journal_mode"))
-        .map_err(setup("reading the journal mode"))?;
+    // On a file already in WAL this changes nothing and takes no lock. Switching a new file
+    // needs an exclusive lock that SQLite's busy handler does not wait for: another process
+    // opening the new file at the same moment makes it fail at once with "database is locked".
+    let mode = retry_busy(deadline, || {
+        journal_mode(&conn, "PRAGMA journal_mode = WAL")
+    })
+    .map_err(setup("switching to WAL"))?;
     if !mode.eq_ignore_ascii_case("wal") {
-        let mode = retry_busy(deadline, || {
-            journal_mode(&conn, "PRAGMA journal_mode = WAL")
-        })
-        .map_err(setup("switching to WAL"))?;
-        if !mode.eq_ignore_ascii_case("wal") {
-            return Err(DbError::NoWal {
-                path: path.to_path_buf(),
-                mode,
-            });
-        }
+        return Err(DbError::NoWal {
+            path: path.to_path_buf(),
+            mode,
+        });
     }
     configure(&conn, settings).map_err(setup("setting synchronous and foreign_keys"))?;
     Ok(conn)
@@ -338,6 +334,21 @@ pub fn migrate(
         let _ = conn.execute_batch("ROLLBACK");
     }
     result
+}
+
+/// Folds the WAL back into the main file when a store closes, so that one file is left at rest
+/// (a read-only reader then needs no `-wal`/`-shm` file). Best effort and never waiting: it is
+/// skipped on read-only connections, and a checkpoint that would have to wait for another
+/// process's writer or reader is abandoned, leaving the WAL for SQLite to use or replay later.
+pub fn checkpoint_on_close(conn: &Connection) {
+    if conn.is_readonly(rusqlite::MAIN_DB).unwrap_or(true) {
+        return;
+    }
+    // `TRUNCATE` waits for writers through the busy handler; a closing store must not stall
+    // for the busy timeout behind another process's transaction.
+    if conn.busy_timeout(Duration::ZERO).is_ok() {
+        let _ = conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()));
+    }
 }
 
 fn configure(conn: &Connection, settings: &Settings) -> rusqlite::Result<()> {

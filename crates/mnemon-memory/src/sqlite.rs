@@ -293,10 +293,10 @@ impl SqliteStore {
 
 impl Drop for SqliteStore {
     fn drop(&mut self) {
-        // Folds the WAL back into the main file so that a single file is left at rest. A
-        // failure only leaves the WAL in place, which SQLite replays on the next open.
+        // Folds the WAL back into the main file so that a single file is left at rest; never
+        // waits for another process (see `mnemon_db::sqlite::checkpoint_on_close`).
         let conn = self.conn.get_mut().unwrap_or_else(PoisonError::into_inner);
-        let _ = conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()));
+        sqlite::checkpoint_on_close(conn);
     }
 }
 

@@ -205,7 +205,8 @@ impl SqliteStore {
     }
 }
 
-/// The store error for a setup failure: a newer schema keeps its own variant.
+/// The store error for a setup failure: a newer schema keeps its own variant, and engine
+/// failures name the step that failed, as the store's own messages do.
 fn db_error(error: DbError) -> StoreError {
     match error {
         DbError::SchemaTooNew {
@@ -217,6 +218,18 @@ fn db_error(error: DbError) -> StoreError {
             path: path.display().to_string(),
             found,
             supported,
+        },
+        DbError::Open { path, detail } => StoreError::Storage {
+            action: "opening the database",
+            error: format!("cannot open {}: {detail}", path.display()).into(),
+        },
+        DbError::Setup { action, detail, .. } => StoreError::Storage {
+            action,
+            error: detail.into(),
+        },
+        DbError::Migration { detail, .. } => StoreError::Storage {
+            action: "migrating the asset schema",
+            error: detail.into(),
         },
         other => StoreError::Storage {
             action: "opening the database",
@@ -367,13 +380,12 @@ impl AssetStore for SqliteStore {
 
 impl Drop for SqliteStore {
     fn drop(&mut self) {
-        // Folds the WAL back into the main file so that one file is left at rest. A failure
-        // (another process reading) only leaves the WAL, which SQLite replays on the next open.
+        // Folds the WAL back into the main file so that one file is left at rest; never waits.
         let conn = self
             .writer
             .get_mut()
             .unwrap_or_else(PoisonError::into_inner);
-        let _ = conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()));
+        sqlite::checkpoint_on_close(conn);
     }
 }
 

@@ -128,6 +128,28 @@ impl Mnemon {
         })
     }
 
+    /// Opens the data directory at `dir` for reading only: nothing is created (a missing
+    /// directory or database reads as empty), no store waits for another process's write, and a
+    /// read-only directory or mount works. Writes through the stores fail.
+    pub fn open_read_only(dir: impl AsRef<Path>) -> Result<Mnemon, OpenError> {
+        let dir = dir.as_ref().to_path_buf();
+        let database = dir.join(DATABASE_FILE);
+        let assets = SqliteStore::open_read_only(&database, Default::default())
+            .map_err(OpenError::Assets)?;
+        let artifacts =
+            SqliteArtifactStore::open_read_only(&database).map_err(OpenError::Artifacts)?;
+        let memory = mnemon_memory::SqliteStore::open_read_only(&database, Default::default())
+            .map_err(OpenError::Memory)?;
+        let backends = BackendRegistry::with_defaults(dir.join(ARTIFACTS_DIR));
+        Ok(Mnemon {
+            dir,
+            assets: Arc::new(assets),
+            artifacts: Arc::new(artifacts),
+            backends,
+            memory,
+        })
+    }
+
     /// The data directory.
     pub fn dir(&self) -> &Path {
         &self.dir
@@ -232,5 +254,32 @@ mod tests {
         let error = mnemon.library("missing").unwrap_err();
         assert!(error.to_string().contains("missing"), "{error}");
         assert!(error.source().is_none());
+    }
+
+    #[test]
+    fn read_only_handles_read_what_was_written_and_create_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let absent = dir.path().join("absent");
+        let empty = Mnemon::open_read_only(&absent).unwrap();
+        assert!(empty.assets().list_ids(None).unwrap().is_empty());
+        assert!(empty.artifacts().list("s", None).unwrap().is_empty());
+        assert!(
+            empty
+                .assets()
+                .put(&mnemon_types::Asset::new("x").with_id("a"))
+                .is_err()
+        );
+        drop(empty);
+        assert!(!absent.exists());
+
+        let data = dir.path().join("data");
+        let mnemon = Mnemon::open(&data).unwrap();
+        mnemon
+            .assets()
+            .put(&mnemon_types::Asset::new("hello").with_id("a1"))
+            .unwrap();
+        drop(mnemon);
+        let reader = Mnemon::open_read_only(&data).unwrap();
+        assert_eq!(reader.assets().list_ids(None).unwrap(), ["a1"]);
     }
 }

@@ -297,11 +297,23 @@ fn errors_print_each_cause_once() {
         vec![0x5a_u8; 8192],
     )
     .unwrap();
-    let out = mnemon(broken.path(), &["asset", "list"], "");
+    std::fs::write(broken.path().join("a1.json"), r#"{"asset_id": "a1"}"#).unwrap();
+    let out = mnemon(broken.path(), &["asset", "put", "a1.json"], "");
     assert_eq!(out.status.code(), Some(1));
     assert_eq!(
         text(&out.stderr),
         "error: asset storage failed while switching to WAL: file is not a database\n"
+    );
+    // A read opens the file read-only (it never switches the journal mode), and says so.
+    let out = mnemon(broken.path(), &["asset", "list"], "");
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        text(&out.stderr),
+        format!(
+            "error: asset storage failed while opening the database: cannot open {}: file is \
+             not a database\n",
+            broken.path().join("data/mnemon.sqlite3").display()
+        )
     );
 }
 
@@ -390,4 +402,217 @@ fn invalid_assets_and_reference_commands_leave_the_store_unchanged() {
     );
     assert_eq!(text(&out.stderr).lines().count(), 3);
     assert_eq!(snapshot(d), before);
+}
+
+/// The SQLite stores under concurrency and on read-only media (issue 11 items 9 and 10): every
+/// store of the data directory, through the commands a user runs.
+mod shared_database {
+    use super::*;
+    use std::path::PathBuf;
+    use std::time::{Duration, Instant};
+
+    const V004: &str = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../tests/fixtures/agentscope/export_v004.json"
+    );
+
+    fn ok(dir: &Path, args: &[&str]) -> String {
+        let out = mnemon(dir, args, "");
+        assert!(
+            out.status.success(),
+            "{args:?} failed: {}",
+            text(&out.stderr)
+        );
+        text(&out.stdout)
+    }
+
+    /// A data directory with an asset, an artifact (content in a file) and a memory session.
+    fn populated() -> tempfile::TempDir {
+        let dir = setup();
+        let d = dir.path();
+        ok(d, &["asset", "put", "a1.json"]);
+        std::fs::write(
+            d.join("save.json"),
+            r#"{"artifact_key": "plan", "artifact_type": "plan", "artifact_name": "Plan",
+                "artifact_storage": "write_to_file", "artifact_storage_id": "plans/p.txt"}"#,
+        )
+        .unwrap();
+        std::fs::write(d.join("inputs.json"), r#"{"content": "step one"}"#).unwrap();
+        ok(
+            d,
+            &[
+                "artifact",
+                "save",
+                "--config",
+                "save.json",
+                "--inputs",
+                "inputs.json",
+                "--scope",
+                "chat",
+            ],
+        );
+        ok(d, &["memory", "import", V004, "--session", "s"]);
+        dir
+    }
+
+    /// Every read command, each with what its output must contain.
+    fn reads(d: &Path) -> Vec<(Vec<String>, &'static str)> {
+        let export = d.join("export.json").display().to_string();
+        let strings = |args: &[&str]| args.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        vec![
+            (strings(&["asset", "list"]), "a1"),
+            (strings(&["asset", "get", "a1"]), "sofa"),
+            (
+                strings(&["asset", "resolve", "asset://a1/content/labels/1"]),
+                "sofa",
+            ),
+            (
+                strings(&["artifact", "list", "--scope", "chat"]),
+                "plans/p.txt",
+            ),
+            (strings(&["memory", "show", "--session", "s"]), "content"),
+            (
+                strings(&["memory", "export", "--session", "s", &export]),
+                "count",
+            ),
+        ]
+    }
+
+    #[test]
+    fn concurrent_first_use_of_a_fresh_data_dir_all_succeed() {
+        const PROCESSES: usize = 8;
+        for round in 0..6 {
+            let dir = setup();
+            let d = dir.path();
+            let children: Vec<_> = (0..PROCESSES)
+                .map(|i| {
+                    let args: &[&str] = match i % 2 {
+                        0 => &["asset", "put", "a1.json"],
+                        _ => &["memory", "import", V004, "--session", "s"],
+                    };
+                    Command::new(env!("CARGO_BIN_EXE_mnemon"))
+                        .arg("--data-dir")
+                        .arg(d.join("data"))
+                        .args(args)
+                        .current_dir(d)
+                        .env_remove("MNEMON_DATA_DIR")
+                        .stdin(Stdio::null())
+                        .stdout(Stdio::piped())
+                        .stderr(Stdio::piped())
+                        .spawn()
+                        .unwrap()
+                })
+                .collect();
+            let failures: Vec<String> = children
+                .into_iter()
+                .map(|c| c.wait_with_output().unwrap())
+                .filter(|out| !out.status.success())
+                .map(|out| text(&out.stderr))
+                .collect();
+            assert!(failures.is_empty(), "round {round}: {failures:#?}");
+        }
+    }
+
+    #[test]
+    fn reads_do_not_wait_for_another_process_holding_a_write_transaction() {
+        let dir = populated();
+        let d = dir.path();
+        let writer = rusqlite::Connection::open(d.join("data/mnemon.sqlite3")).unwrap();
+        writer
+            .execute_batch("BEGIN IMMEDIATE; UPDATE asset_assets SET meta = meta;")
+            .unwrap();
+        for (args, expected) in reads(d) {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            let started = Instant::now();
+            let out = ok(d, &args);
+            assert!(out.contains(expected), "{args:?}: {out}");
+            // The busy timeout is 5 s: a reader that queued behind the writer would take it.
+            assert!(
+                started.elapsed() < Duration::from_secs(3),
+                "{args:?} took {:?}",
+                started.elapsed()
+            );
+        }
+        writer.execute_batch("COMMIT").unwrap();
+    }
+
+    /// Runs `mnemon` with the data directory bind-mounted read-only over itself, in a private
+    /// mount namespace (`unshare -m`), so that even root cannot write it. `None` when this
+    /// machine cannot make such a mount (not root, or no `unshare`).
+    fn mnemon_on_read_only_mount(d: &Path, args: &[&str]) -> Option<Output> {
+        let data = d.join("data");
+        let script = r#"mount --bind "$1" "$1" && mount -o remount,bind,ro "$1" || exit 97
+            touch "$1/probe" 2>/dev/null && exit 98
+            shift; exec "$@""#;
+        let out = Command::new("unshare")
+            .args(["-m", "sh", "-c", script, "sh"])
+            .arg(&data)
+            .arg(env!("CARGO_BIN_EXE_mnemon"))
+            .arg("--data-dir")
+            .arg(&data)
+            .args(args)
+            .current_dir(d)
+            .env_remove("MNEMON_DATA_DIR")
+            .stdin(Stdio::null())
+            .output()
+            .ok()?;
+        match out.status.code() {
+            Some(97) => None,
+            Some(98) => panic!("the read-only mount accepted a write"),
+            _ => Some(out),
+        }
+    }
+
+    #[test]
+    fn read_commands_work_on_a_read_only_data_dir() {
+        let dir = populated();
+        let d = dir.path();
+        let data: PathBuf = d.join("data");
+        // The stores fold the WAL away when they close: at rest there is no -wal or -shm file,
+        // which a reader on read-only media cannot create.
+        assert!(!data.join("mnemon.sqlite3-shm").exists());
+        let export = tempfile::tempdir().unwrap();
+        let mut ran = 0;
+        for (args, expected) in reads(d) {
+            let mut args: Vec<String> = args;
+            if args[1] == "export" {
+                // The export file goes outside the read-only mount.
+                let last = args.len() - 1;
+                args[last] = export.path().join("out.json").display().to_string();
+            }
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            let Some(out) = mnemon_on_read_only_mount(d, &args) else {
+                eprintln!(
+                    "skipped: cannot make a read-only bind mount here (needs root and unshare)"
+                );
+                return;
+            };
+            assert!(out.status.success(), "{args:?}: {}", text(&out.stderr));
+            assert!(
+                text(&out.stdout).contains(expected),
+                "{args:?}: {}",
+                text(&out.stdout)
+            );
+            ran += 1;
+        }
+        assert_eq!(ran, reads(d).len());
+        // Writes are refused with a storage error (exit 1), once.
+        let out = mnemon_on_read_only_mount(d, &["asset", "put", "noid.json"]).unwrap();
+        assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+        assert_eq!(
+            text(&out.stderr).lines().count(),
+            1,
+            "{}",
+            text(&out.stderr)
+        );
+    }
+
+    #[test]
+    fn read_commands_on_a_missing_data_dir_create_nothing() {
+        let dir = setup();
+        let d = dir.path();
+        assert_eq!(ok(d, &["asset", "list"]), "");
+        assert_eq!(ok(d, &["artifact", "list", "--scope", "chat"]).trim(), "[]");
+        assert!(!d.join("data").exists());
+    }
 }

@@ -177,14 +177,18 @@ fn create_store(data_dir: &Path) -> Result<Arc<dyn ArtifactStore>, CliError> {
     Ok(Arc::new(store))
 }
 
-/// The SQLite store in the data directory if its database exists: reads never leave an empty
-/// database behind.
+/// The SQLite store in the data directory, opened read-only, if its database exists: reads
+/// never leave an empty database behind, never wait for another process's write, and work on a
+/// read-only data directory or mount.
 fn existing_store(data_dir: &Path) -> Result<Option<Arc<dyn ArtifactStore>>, CliError> {
-    if data_dir.join(DATABASE_FILE).exists() {
-        create_store(data_dir).map(Some)
-    } else {
-        Ok(None)
+    let path = data_dir.join(DATABASE_FILE);
+    if !path.exists() {
+        return Ok(None);
     }
+    let store = SqliteArtifactStore::open_read_only(&path)
+        .with_context(|| format!("cannot open the artifact store {}", path.display()))
+        .map_err(CliError::failure)?;
+    Ok(Some(Arc::new(store)))
 }
 
 fn backends(data_dir: &Path) -> BackendRegistry {

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
 use clap::Subcommand;
-use mnemon_store::{AssetStore, InMemoryStore, SqliteStore, StoreError};
+use mnemon_store::{AssetStore, InMemoryStore, SqliteOptions, SqliteStore, StoreError};
 use mnemon_types::{Asset, AssetRef, MetaOptions, flatten, meta_with};
 
 use super::{CliError, CliResult, print_json};
@@ -72,13 +72,17 @@ pub(crate) fn open_store(data_dir: &Path) -> Result<SqliteStore, CliError> {
     SqliteStore::open(data_dir.join(DATABASE)).map_err(store_error)
 }
 
-/// The store for a command that only reads: the SQLite store when the database exists, else an
-/// empty in-memory store, so that reading never creates a data directory or a database (and a
-/// typo in `--data-dir` reads as "no such asset" rather than leaving a stray file behind).
+/// The store for a command that only reads: the SQLite store opened read-only when the database
+/// exists, else an empty in-memory store, so that reading never creates a data directory or a
+/// database (and a typo in `--data-dir` reads as "no such asset" rather than leaving a stray
+/// file behind). Read-only, it never waits for another process's write and works on a
+/// read-only data directory or mount.
 pub(crate) fn open_store_for_reading(data_dir: &Path) -> Result<Box<dyn AssetStore>, CliError> {
     let database = data_dir.join(DATABASE);
     if database.exists() {
-        Ok(Box::new(SqliteStore::open(database).map_err(store_error)?))
+        let store =
+            SqliteStore::open_read_only(database, SqliteOptions::default()).map_err(store_error)?;
+        Ok(Box::new(store))
     } else {
         Ok(Box::new(InMemoryStore::new()))
     }

@@ -163,7 +163,10 @@ fn existing_session_memory(data_dir: &Path, scope: Scope) -> Result<Box<dyn Memo
             path.display()
         )));
     }
-    let store = SqliteStore::open(&path, SqliteOptions::default()).map_err(memory_error)?;
+    // Read-only: no write lock (a writer in another process does not block the read), and a
+    // read-only data directory or mount works. The CLI's readers never embed, so never write.
+    let store =
+        SqliteStore::open_read_only(&path, SqliteOptions::default()).map_err(memory_error)?;
     if let Some(memory) = store.existing_memory(scope).map_err(memory_error)? {
         return Ok(Box::new(memory));
     }
