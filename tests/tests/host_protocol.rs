@@ -477,8 +477,11 @@ fn health_warmup_and_unknown_routes() {
     let warmup = send(client().get(server.url("/_ah/warmup")));
     assert_eq!(warmup.status, 204);
     assert!(warmup.body.is_empty());
+    // `/health` is an alias, as both names are common.
+    let alias = send(client().get(server.url("/health")));
+    assert_eq!(alias.status, 200);
+    assert_eq!(alias.json(), json!({"status": "ok"}));
     for (reply, status) in [
-        (send(client().get(server.url("/"))), 405),
         (send(client().put(server.url("/"))), 405),
         (send(client().delete(server.url("/healthz"))), 405),
         (send(client().post(server.url("/healthz"))), 405),
@@ -798,4 +801,441 @@ fn garbage_never_gets_a_500_and_the_host_keeps_serving() {
         })
         .unwrap();
     assert_eq!(send(client().get(server.url("/healthz"))).status, 200);
+}
+
+/// Reads from `stream` until the server closes it (or 20 s pass) and returns what it sent.
+fn read_until_closed(stream: &mut TcpStream) -> Vec<u8> {
+    stream
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    let mut out = Vec::new();
+    let mut buf = [0u8; 8192];
+    loop {
+        match stream.read(&mut buf) {
+            Ok(0) | Err(_) => return out,
+            Ok(n) => out.extend_from_slice(&buf[..n]),
+        }
+    }
+}
+
+/// A GET on a fresh connection; returns the status line and the rest of the response.
+fn raw_get(server: &Server, path: &str, headers: &str) -> (String, String) {
+    let mut stream = TcpStream::connect(server.addr).unwrap();
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {}\r\n{headers}Connection: close\r\n\r\n",
+        server.addr
+    )
+    .unwrap();
+    let text = String::from_utf8_lossy(&read_until_closed(&mut stream)).into_owned();
+    let (status, rest) = text.split_once("\r\n").unwrap_or((&text, ""));
+    (status.to_owned(), rest.to_owned())
+}
+
+/// A library whose model name holds markup, to check the page escapes it.
+fn markup_library(dir: &std::path::Path) -> std::path::PathBuf {
+    let mut lib = mnemon_library::Library::blank("<b>m&\"x\"</b>");
+    for i in 0..3 {
+        let mut v = vec![0f32; 4];
+        v[i] = 1.0;
+        lib.insert(&json!({"text": format!("bit {i}"),
+                           "info": {"url": format!("https://example.com/{i}")},
+                           "embedding": encode_embedding(&v), "token_count": 2}))
+            .unwrap();
+    }
+    let path = dir.join("markup.json");
+    lib.save(&path, false).unwrap();
+    path
+}
+
+/// `(name, value)` of every `<input>` (hidden ones included), `<textarea>` and `<select>` (its
+/// selected option) of the page's form, in order: what a browser submits.
+fn form_fields(page: &str) -> Vec<(String, String)> {
+    let attr = |tag: &str, name: &str| -> Option<String> {
+        let start = tag.find(&format!(" {name}=\""))? + name.len() + 3;
+        let len = tag[start..].find('"')?;
+        Some(tag[start..start + len].to_owned())
+    };
+    let unescape = |s: String| {
+        s.replace("&lt;", "<")
+            .replace("&gt;", ">")
+            .replace("&quot;", "\"")
+            .replace("&#39;", "'")
+            .replace("&amp;", "&")
+    };
+    let mut fields = Vec::new();
+    let mut rest = page;
+    while let Some(open) = rest.find('<') {
+        rest = &rest[open..];
+        let end = rest.find('>').unwrap();
+        let tag = &rest[..end];
+        if tag.starts_with("<input") {
+            fields.push((
+                attr(tag, "name").unwrap(),
+                unescape(attr(tag, "value").unwrap()),
+            ));
+        } else if tag.starts_with("<textarea") {
+            let content = &rest[end + 1..rest.find("</textarea>").unwrap()];
+            fields.push((attr(tag, "name").unwrap(), unescape(content.to_owned())));
+        } else if tag.starts_with("<select") {
+            let body = &rest[end + 1..rest.find("</select>").unwrap()];
+            let selected = body
+                .split("<option")
+                .find(|o| o.contains(" selected"))
+                .and_then(|o| attr(o, "value"))
+                .unwrap();
+            fields.push((attr(tag, "name").unwrap(), selected));
+        }
+        rest = &rest[1..];
+    }
+    fields
+}
+
+#[test]
+fn get_root_is_a_query_page_whose_form_runs_a_query() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(
+        file_sources(&markup_library(dir.path())),
+        HostOptions::default(),
+    );
+    let page = send(
+        client()
+            .get(server.url("/"))
+            .header("Accept", "text/html,application/xhtml+xml,*/*;q=0.8"),
+    );
+    assert_eq!(page.status, 200);
+    assert_eq!(page.header("content-type"), "text/html; charset=utf-8");
+    let html = String::from_utf8(page.body).unwrap();
+    // The model is shown escaped, never as markup.
+    assert!(!html.contains("<b>"), "{html}");
+    assert!(
+        html.contains("&lt;b&gt;m&amp;&quot;x&quot;&lt;/b&gt;"),
+        "{html}"
+    );
+    // Self-contained: no scripts, styles or images from anywhere.
+    assert!(!html.contains("src="), "{html}");
+    assert!(
+        !html.contains("http://") && !html.contains("https://"),
+        "{html}"
+    );
+    assert!(html.contains(r#"<form method="post" action="/""#), "{html}");
+    // What a browser submits from the untouched form is a working query.
+    let fields = form_fields(&html);
+    let names: Vec<&str> = fields.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "version",
+            "query_embedding_model",
+            "query_embedding",
+            "count",
+            "count_type",
+            "omit",
+            "access_token"
+        ]
+    );
+    let mut form = form_urlencoded::Serializer::new(String::new());
+    for (name, value) in &fields {
+        form.append_pair(name, value);
+    }
+    let reply = post(
+        &server,
+        Some("application/x-www-form-urlencoded"),
+        form.finish(),
+    );
+    assert_eq!(reply.status, 200, "{:?}", reply.json());
+    assert_eq!(reply.json()["bits"].as_array().unwrap().len(), 3);
+    // Plain clients (curl, fetch) get the page too when nothing failed before.
+    assert!(raw_get(&server, "/", "").0.starts_with("HTTP/1.1 200"));
+}
+
+#[test]
+fn the_typescript_clients_discovery_request_gets_the_error_back() {
+    // @polymath-ai/client answers a failed POST by fetching GET / to discover the endpoint,
+    // and shows that response's status text when it fails too.
+    let server = Server::fixture();
+    let mut args = case_args("bits_1_near_sail");
+    args.insert("count".into(), json!(0));
+    let failed = send(
+        client()
+            .post(server.url("/"))
+            .header("User-Agent", "node")
+            .header("Content-Type", "application/json")
+            .body(Value::Object(args).to_string()),
+    );
+    assert_eq!(failed.status, 400);
+    let message = failed.error();
+    assert_eq!(message, "count must be greater than 0");
+    // Another client's discovery is not answered with it.
+    let (other, _) = raw_get(&server, "/", "User-Agent: curl/8\r\nAccept: */*\r\n");
+    assert!(other.starts_with("HTTP/1.1 200"), "{other}");
+    let (status, rest) = raw_get(&server, "/", "User-Agent: node\r\nAccept: */*\r\n");
+    assert_eq!(status, format!("HTTP/1.1 400 {message}"));
+    assert!(
+        rest.contains(r#"{"error":"count must be greater than 0"}"#),
+        "{rest}"
+    );
+    assert!(rest.contains("access-control-allow-origin: *"), "{rest}");
+    // Answered once: the next GET is the page again.
+    let (again, rest) = raw_get(&server, "/", "User-Agent: node\r\nAccept: */*\r\n");
+    assert!(again.starts_with("HTTP/1.1 200"), "{again}");
+    assert!(rest.contains("text/html"), "{rest}");
+}
+
+#[test]
+fn admin_routes_have_no_cors_and_refuse_other_origins() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = basis_library(dir.path(), "lib.json", 4, 4);
+    let server = Server::start(file_sources(&path), HostOptions::default());
+    // A web page elsewhere: refused, without CORS and without the library's path.
+    std::fs::write(&path, "{ not json").unwrap();
+    let foreign = send(
+        client()
+            .post(server.url("/admin/reload"))
+            .header("Origin", "https://evil.example"),
+    );
+    assert_eq!(foreign.status, 403);
+    assert_eq!(foreign.header("access-control-allow-origin"), "");
+    let text = String::from_utf8_lossy(&foreign.body).into_owned();
+    assert!(!text.contains("lib.json"), "{text}");
+    let cross_site = send(
+        client()
+            .post(server.url("/admin/reload"))
+            .header("Sec-Fetch-Site", "cross-site"),
+    );
+    assert_eq!(cross_site.status, 403);
+    // The operator's curl: the reason, still without CORS.
+    let local = send(client().post(server.url("/admin/reload")));
+    assert_eq!(local.status, 500);
+    assert!(local.error().contains("lib.json"), "{}", local.error());
+    assert_eq!(local.header("access-control-allow-origin"), "");
+    let preflight = send(
+        client()
+            .request(reqwest::Method::OPTIONS, server.url("/admin/reload"))
+            .header("Origin", "https://evil.example")
+            .header("Access-Control-Request-Method", "POST"),
+    );
+    assert_eq!(preflight.header("access-control-allow-origin"), "");
+    // Same origin (a page served by the host itself) passes.
+    basis_library(dir.path(), "lib.json", 4, 5);
+    let own = send(
+        client()
+            .post(server.url("/admin/reload"))
+            .header("Origin", format!("http://{}", server.addr)),
+    );
+    assert_eq!(own.status, 200);
+    assert_eq!(own.json()["bits"], 5);
+}
+
+/// A JSON query body padded with spaces to `len` bytes.
+fn padded_query(len: usize) -> String {
+    let mut body = Value::Object(case_args("bits_1_near_sail")).to_string();
+    assert!(body.len() < len);
+    body.extend(std::iter::repeat_n(' ', len - body.len()));
+    body
+}
+
+#[test]
+fn the_body_budget_is_shared_and_refuses_with_503_when_full() {
+    let server = Server::start(
+        fixture_sources(),
+        HostOptions {
+            max_buffered_body_bytes: 192 * 1024,
+            queue_timeout: Duration::from_millis(300),
+            ..HostOptions::default()
+        },
+    );
+    // A client holding a body of 100,000 declared bytes, 60,000 sent.
+    let mut holder = TcpStream::connect(server.addr).unwrap();
+    write!(
+        holder,
+        "POST / HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n"
+    )
+    .unwrap();
+    holder
+        .write_all(&padded_query(100_000).as_bytes()[..60_000])
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    // 150,000 more bytes do not fit in the 192 KiB budget: 503 after the queue timeout.
+    let big = padded_query(150_000);
+    let started = Instant::now();
+    let refused = post(&server, Some("application/json"), big.clone());
+    assert_eq!(refused.status, 503, "{:?}", refused.json());
+    assert_eq!(refused.header("retry-after"), "1");
+    assert!(
+        refused.error().contains("--max-buffered-body-bytes"),
+        "{}",
+        refused.error()
+    );
+    assert!(started.elapsed() < Duration::from_secs(5));
+    // Small bodies still fit.
+    assert_eq!(
+        post(&server, Some("application/json"), padded_query(20_000)).status,
+        200
+    );
+    // Once the holder is gone, its bytes are free again.
+    drop(holder);
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(post(&server, Some("application/json"), big).status, 200);
+}
+
+#[test]
+fn queries_beyond_the_concurrency_cap_queue_then_get_503() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("big.json");
+    let file = std::io::BufWriter::new(std::fs::File::create(&path).unwrap());
+    mnemon_library::synthetic::write_synthetic(file, "test:big", 4000, 512, 1).unwrap();
+    let server = Server::start(
+        file_sources(&path),
+        HostOptions {
+            max_concurrent_queries: 1,
+            queue_timeout: Duration::from_millis(100),
+            ..HostOptions::default()
+        },
+    );
+    let slow_args = json!({"version": 1, "query_embedding_model": "test:big",
+                           "count": -1, "count_type": "bit", "omit": ""});
+    let quick_args = json!({"version": 1, "query_embedding_model": "test:big",
+                            "count": 1, "count_type": "bit"});
+    let started = Instant::now();
+    assert_eq!(post_json(&server, &slow_args).status, 200);
+    let alone = started.elapsed();
+    assert!(
+        alone > Duration::from_millis(300),
+        "the slow query took only {alone:?}"
+    );
+    std::thread::scope(|scope| {
+        let slow = scope.spawn(|| post_json(&server, &slow_args).status);
+        std::thread::sleep(alone / 4);
+        let busy = post_json(&server, &quick_args);
+        assert_eq!(busy.status, 503, "{:?}", busy.json());
+        assert_eq!(busy.header("retry-after"), "1");
+        assert!(
+            busy.error().contains("--max-concurrent-queries"),
+            "{}",
+            busy.error()
+        );
+        assert_eq!(slow.join().unwrap(), 200);
+    });
+    // The slot is free again.
+    assert_eq!(post_json(&server, &quick_args).status, 200);
+}
+
+#[test]
+fn results_over_the_size_cap_are_refused_with_advice() {
+    let server = Server::start(
+        fixture_sources(),
+        HostOptions {
+            max_result_bytes: 4000,
+            ..HostOptions::default()
+        },
+    );
+    let mut args = case_args("bits_5_near_cycle");
+    args.insert("omit".into(), json!(""));
+    let refused = post_json(&server, &Value::Object(args.clone()));
+    assert_eq!(refused.status, 400);
+    let message = refused.error();
+    assert!(message.contains("--max-result-bytes"), "{message}");
+    assert!(
+        message.contains("count") && message.contains("omit"),
+        "{message}"
+    );
+    // The same query without embeddings fits.
+    args.insert("omit".into(), json!("embedding"));
+    assert_eq!(post_json(&server, &Value::Object(args)).status, 200);
+}
+
+#[test]
+fn idle_sockets_beyond_the_connection_limit_do_not_lock_out_healthz() {
+    let server = Server::start(
+        fixture_sources(),
+        HostOptions {
+            max_connections: 8,
+            ..HostOptions::default()
+        },
+    );
+    let idle: Vec<TcpStream> = (0..40)
+        .map(|_| TcpStream::connect(server.addr).unwrap())
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let asked = Instant::now();
+    let health = send(client().get(server.url("/healthz")));
+    assert_eq!(health.status, 200);
+    assert!(
+        asked.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        asked.elapsed()
+    );
+    // The oldest idle sockets were closed to make room.
+    let mut first = idle.into_iter().next().unwrap();
+    assert!(read_until_closed(&mut first).is_empty());
+}
+
+#[test]
+fn a_trickled_header_is_cut_at_the_header_read_timeout() {
+    let server = Server::start(
+        fixture_sources(),
+        HostOptions {
+            header_read_timeout: Duration::from_millis(600),
+            ..HostOptions::default()
+        },
+    );
+    let mut stream = TcpStream::connect(server.addr).unwrap();
+    let started = Instant::now();
+    stream
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+        .unwrap();
+    // One header byte every 100 ms, never the blank line.
+    let mut cut_after = None;
+    for _ in 0..50 {
+        std::thread::sleep(Duration::from_millis(100));
+        if stream.write_all(b"X").is_err() {
+            cut_after = Some(started.elapsed());
+            break;
+        }
+        stream
+            .set_read_timeout(Some(Duration::from_millis(1)))
+            .unwrap();
+        let mut buf = [0u8; 64];
+        if let Ok(0) = stream.read(&mut buf) {
+            cut_after = Some(started.elapsed());
+            break;
+        }
+    }
+    let cut_after = cut_after.expect("the trickling connection was never closed");
+    assert!(
+        cut_after >= Duration::from_millis(500) && cut_after < Duration::from_secs(3),
+        "{cut_after:?}"
+    );
+}
+
+#[test]
+fn idle_keep_alive_connections_close_after_the_idle_timeout() {
+    let server = Server::start(
+        fixture_sources(),
+        HostOptions {
+            idle_timeout: Duration::from_millis(500),
+            ..HostOptions::default()
+        },
+    );
+    let mut stream = TcpStream::connect(server.addr).unwrap();
+    let request = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n";
+    let mut buf = [0u8; 4096];
+    for _ in 0..3 {
+        // Requests within the idle timeout keep the connection.
+        stream.write_all(request).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        let n = stream.read(&mut buf).unwrap();
+        assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200"));
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let idle = Instant::now();
+    assert!(read_until_closed(&mut stream).is_empty());
+    let closed_after = idle.elapsed();
+    assert!(
+        closed_after >= Duration::from_millis(250) && closed_after < Duration::from_secs(3),
+        "{closed_after:?}"
+    );
 }

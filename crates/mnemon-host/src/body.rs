@@ -8,6 +8,7 @@ use axum::extract::{FromRequest, Multipart, Request};
 use axum::http::{HeaderMap, header};
 use serde_json::{Map, Value};
 
+use crate::limits::BodyReservation;
 use crate::response::ApiError;
 
 /// How a body is read, from its media type.
@@ -53,11 +54,14 @@ fn content_length(headers: &HeaderMap) -> Option<u64> {
 
 /// Reads the query arguments of a `POST /`. Bodies over `max_bytes` fail with 413, refused on
 /// their `Content-Length` before any byte is read when the client declared one; bodies that take
-/// longer than `timeout` to arrive fail with 408.
+/// longer than `timeout` to arrive fail with 408. The memory the body takes is held against the
+/// host's shared body budget through `reservation` (503 when there is no room in time), which
+/// the caller keeps until the request is answered.
 pub(crate) async fn read_args(
     req: Request,
     max_bytes: usize,
     timeout: std::time::Duration,
+    reservation: &mut BodyReservation<'_>,
 ) -> Result<Map<String, Value>, ApiError> {
     let declared = content_length(req.headers());
     if declared.is_some_and(|n| n > max_bytes as u64) {
@@ -68,9 +72,12 @@ pub(crate) async fn read_args(
         return Ok(Map::new());
     }
     let (parts, body) = req.into_parts();
-    let bytes = tokio::time::timeout(timeout, read_limited(body, max_bytes, declared))
-        .await
-        .map_err(|_| ApiError::body_timeout())??;
+    let bytes = tokio::time::timeout(
+        timeout,
+        read_limited(body, max_bytes, declared, reservation),
+    )
+    .await
+    .map_err(|_| ApiError::body_timeout())??;
     match kind {
         BodyKind::Json => json_args(&bytes),
         BodyKind::Form => Ok(form_args(&bytes)),
@@ -80,20 +87,31 @@ pub(crate) async fn read_args(
 }
 
 /// Collects the body, failing with 413 as soon as it grows past `max_bytes` (for chunked
-/// bodies, or a `Content-Length` that understates the body).
+/// bodies, or a `Content-Length` that understates the body). Nothing is allocated before the
+/// first byte arrives, so a client that declares 2 MiB and sends nothing holds nothing; then
+/// the buffer takes the declared length (or doubles, for chunked bodies), and each allocation
+/// is covered by `reservation` first.
 async fn read_limited(
     mut body: Body,
     max_bytes: usize,
     declared: Option<u64>,
+    reservation: &mut BodyReservation<'_>,
 ) -> Result<Vec<u8>, ApiError> {
-    let capacity = declared.map_or(0, |n| n.min(max_bytes as u64) as usize);
-    let mut buf = Vec::with_capacity(capacity);
+    let declared = declared.map_or(0, |n| usize::try_from(n).unwrap_or(usize::MAX));
+    let mut buf = Vec::new();
     while let Some(frame) = poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await {
         let frame = frame
             .map_err(|e| ApiError::bad_request(format!("could not read the request body: {e}")))?;
         if let Ok(data) = frame.into_data() {
-            if buf.len() + data.len() > max_bytes {
+            let len = buf.len() + data.len();
+            if len > max_bytes {
                 return Err(ApiError::too_large());
+            }
+            if len > buf.capacity() {
+                // Doubling keeps the copies few; the budget covers the whole allocation.
+                let capacity = len.max(declared).max(buf.capacity() * 2).min(max_bytes);
+                reservation.cover(capacity).await?;
+                buf.reserve_exact(capacity - buf.len());
             }
             buf.extend_from_slice(&data);
         }

@@ -1,14 +1,21 @@
-//! CORS for any origin (spec §12.3): every response allows `*`, and `OPTIONS /` answers the
-//! preflight with 204.
+//! CORS for any origin on the query endpoints (spec §12.3): their responses allow `*`, and
+//! `OPTIONS /` answers the preflight with 204. Admin routes get no CORS at all and refuse
+//! requests from another origin, so no web page can trigger a reload or read its answer.
 
 use axum::extract::Request;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
-/// Adds `Access-Control-Allow-Origin: *` to every response, errors included.
+use crate::response::ApiError;
+
+/// Adds `Access-Control-Allow-Origin: *` to every response outside `/admin/`, errors included.
 pub(crate) async fn allow_any_origin(req: Request, next: Next) -> Response {
+    let admin = is_admin_path(req.uri().path());
     let mut response = next.run(req).await;
+    if admin {
+        return response;
+    }
     response.headers_mut().insert(
         header::ACCESS_CONTROL_ALLOW_ORIGIN,
         HeaderValue::from_static("*"),
@@ -38,4 +45,72 @@ pub(crate) async fn preflight(headers: HeaderMap) -> Response {
         HeaderValue::from_static("Access-Control-Request-Headers"),
     );
     response
+}
+
+/// Whether `path` is an admin route (no CORS there).
+fn is_admin_path(path: &str) -> bool {
+    path == "/admin" || path.starts_with("/admin/")
+}
+
+/// Refuses with 403 a request sent by a web page of another origin: an `Origin` other than
+/// this host's own (`http://<Host>`), or a browser's `Sec-Fetch-Site` saying another site.
+/// Tools such as curl send neither, so they pass.
+pub(crate) async fn refuse_foreign_origin(req: Request, next: Next) -> Response {
+    if is_foreign(req.headers()) {
+        return ApiError::new(
+            StatusCode::FORBIDDEN,
+            "admin requests from web pages of other origins are refused",
+        )
+        .into_response();
+    }
+    next.run(req).await
+}
+
+fn is_foreign(headers: &HeaderMap) -> bool {
+    let cross_site = headers
+        .get("sec-fetch-site")
+        .is_some_and(|site| site != "same-origin" && site != "none");
+    let Some(origin) = headers.get(header::ORIGIN) else {
+        return cross_site;
+    };
+    let own = headers
+        .get(header::HOST)
+        .and_then(|host| host.to_str().ok())
+        .map(|host| format!("http://{host}"));
+    cross_site || own.is_none_or(|own| !origin.as_bytes().eq_ignore_ascii_case(own.as_bytes()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.insert(*k, HeaderValue::from_static(v));
+        }
+        h
+    }
+
+    #[test]
+    fn foreign_origins_are_recognised() {
+        assert!(!is_foreign(&headers(&[("host", "127.0.0.1:8080")])));
+        assert!(!is_foreign(&headers(&[
+            ("host", "127.0.0.1:8080"),
+            ("origin", "http://127.0.0.1:8080")
+        ])));
+        assert!(is_foreign(&headers(&[
+            ("host", "127.0.0.1:8080"),
+            ("origin", "https://evil.example")
+        ])));
+        assert!(is_foreign(&headers(&[
+            ("host", "127.0.0.1:8080"),
+            ("origin", "null")
+        ])));
+        assert!(is_foreign(&headers(&[("origin", "http://127.0.0.1:8080")])));
+        assert!(is_foreign(&headers(&[("sec-fetch-site", "cross-site")])));
+        assert!(!is_foreign(&headers(&[("sec-fetch-site", "none")])));
+        assert!(is_admin_path("/admin/reload"));
+        assert!(!is_admin_path("/administrator"));
+    }
 }

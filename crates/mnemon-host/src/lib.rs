@@ -46,7 +46,10 @@ mod batch;
 mod body;
 mod cors;
 mod error;
+mod limits;
+mod listener;
 mod options;
+mod page;
 mod response;
 mod routes;
 mod server;
@@ -55,8 +58,10 @@ mod state;
 
 pub use error::HostError;
 pub use options::{
-    DEFAULT_ADDR, DEFAULT_BATCH_SCANS_FROM, DEFAULT_COUNT, DEFAULT_MAX_BODY_BYTES, DEFAULT_PORT,
-    HostOptions,
+    DEFAULT_ADDR, DEFAULT_BATCH_SCANS_FROM, DEFAULT_COUNT, DEFAULT_HEADER_READ_TIMEOUT,
+    DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_BUFFERED_BODY_BYTES,
+    DEFAULT_MAX_CONCURRENT_QUERIES, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_RESULT_BYTES,
+    DEFAULT_PORT, DEFAULT_QUEUE_TIMEOUT, HostOptions,
 };
 pub use server::{Host, HostHandle};
 pub use source::{ConfigSource, LibrarySource, Sources};

@@ -1,4 +1,5 @@
-//! Tunables of the host (spec §12.2 and §12.6).
+//! Tunables of the host (spec §12.2 and §12.6). Every limit is listed with its default, flag and
+//! effect in `docs/limits.md`.
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::time::Duration;
@@ -15,6 +16,28 @@ pub const DEFAULT_MAX_BODY_BYTES: usize = 2 * 1024 * 1024;
 
 /// The `count` a query gets when its arguments have none, as on the reference host.
 pub const DEFAULT_COUNT: i64 = 1000;
+
+/// The default [`HostOptions::max_connections`].
+pub const DEFAULT_MAX_CONNECTIONS: usize = 1000;
+
+/// The default [`HostOptions::header_read_timeout`]: 10 s.
+pub const DEFAULT_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The default [`HostOptions::idle_timeout`]: 60 s.
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The default [`HostOptions::max_buffered_body_bytes`]: 64 MiB.
+pub const DEFAULT_MAX_BUFFERED_BODY_BYTES: usize = 64 * 1024 * 1024;
+
+/// The default [`HostOptions::max_concurrent_queries`]: 16, the most the scan batcher shares
+/// one pass between, so the cap never costs throughput.
+pub const DEFAULT_MAX_CONCURRENT_QUERIES: usize = 16;
+
+/// The default [`HostOptions::queue_timeout`]: 5 s.
+pub const DEFAULT_QUEUE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The default [`HostOptions::max_result_bytes`]: 32 MiB of serialised JSON.
+pub const DEFAULT_MAX_RESULT_BYTES: usize = 32 * 1024 * 1024;
 
 /// How the host behaves. `Default` gives the spec's defaults.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -43,6 +66,26 @@ pub struct HostOptions {
     /// on libraries too large for the CPU caches. Results are the same either way. `0` batches
     /// every library, `usize::MAX` none.
     pub batch_scans_from: usize,
+    /// The most connections open at once (also kept at least 64 below the process's
+    /// file-descriptor limit). A new connection beyond it closes the connection idle the
+    /// longest; when every connection has a request in flight, it gets 503 and is closed.
+    pub max_connections: usize,
+    /// How long a client may take to send a request's headers, counted from the connection's
+    /// start or from the first byte of a later request. Slower connections are closed.
+    pub header_read_timeout: Duration,
+    /// How long a keep-alive connection may wait for its next request before it is closed.
+    pub idle_timeout: Duration,
+    /// The most request-body bytes buffered across all connections. A body that would go over
+    /// waits up to [`HostOptions::queue_timeout`] for room, then gets 503 with `Retry-After`.
+    pub max_buffered_body_bytes: usize,
+    /// The most queries run at once (scan, result building and serialisation). Others wait up
+    /// to [`HostOptions::queue_timeout`], then get 503 with `Retry-After`.
+    pub max_concurrent_queries: usize,
+    /// How long a request waits for a query slot or body budget before it gets 503.
+    pub queue_timeout: Duration,
+    /// The largest serialised query result; larger ones get 400 telling the client to lower
+    /// `count` or omit fields.
+    pub max_result_bytes: usize,
 }
 
 /// The default [`HostOptions::batch_scans_from`]: 1 Mi floats (4 MiB of embeddings), below
@@ -59,6 +102,13 @@ impl Default for HostOptions {
             admin_reload: true,
             fast: false,
             batch_scans_from: DEFAULT_BATCH_SCANS_FROM,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            header_read_timeout: DEFAULT_HEADER_READ_TIMEOUT,
+            idle_timeout: DEFAULT_IDLE_TIMEOUT,
+            max_buffered_body_bytes: DEFAULT_MAX_BUFFERED_BODY_BYTES,
+            max_concurrent_queries: DEFAULT_MAX_CONCURRENT_QUERIES,
+            queue_timeout: DEFAULT_QUEUE_TIMEOUT,
+            max_result_bytes: DEFAULT_MAX_RESULT_BYTES,
         }
     }
 }

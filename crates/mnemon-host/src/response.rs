@@ -8,6 +8,8 @@ use axum::response::{IntoResponse, Response};
 pub(crate) struct ApiError {
     pub(crate) status: StatusCode,
     pub(crate) message: String,
+    /// Seconds for a `Retry-After` header (503 when the host is busy).
+    pub(crate) retry_after: Option<u32>,
 }
 
 impl ApiError {
@@ -15,6 +17,15 @@ impl ApiError {
         ApiError {
             status,
             message: message.into(),
+            retry_after: None,
+        }
+    }
+
+    /// 503 with `Retry-After`: a limit of the host is reached for now (`docs/limits.md`).
+    pub(crate) fn busy(message: impl Into<String>) -> Self {
+        ApiError {
+            retry_after: Some(crate::limits::RETRY_AFTER_SECS),
+            ..Self::new(StatusCode::SERVICE_UNAVAILABLE, message)
         }
     }
 
@@ -45,7 +56,13 @@ impl ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let body = serde_json::json!({ "error": self.message }).to_string();
-        json_response(self.status, body.into_bytes())
+        let mut response = json_response(self.status, body.into_bytes());
+        if let Some(seconds) = self.retry_after {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+        }
+        response
     }
 }
 

@@ -18,7 +18,9 @@ use tower_http::compression::predicate::SizeAbove;
 use crate::access_log;
 use crate::body;
 use crate::cors;
+use crate::limits::{CappedWriter, result_too_large};
 use crate::options::DEFAULT_COUNT;
+use crate::page::{self, ClientKey};
 use crate::response::{ApiError, BitCount, json_response};
 use crate::state::HostState;
 
@@ -28,11 +30,15 @@ const GZIP_MIN_BYTES: u16 = 500;
 /// The host's router: endpoints, then (innermost first) gzip, CORS and the access log.
 pub(crate) fn router(state: Arc<HostState>) -> Router {
     let mut app = Router::new()
-        .route("/", post(query).options(cors::preflight))
+        .route("/", post(query).options(cors::preflight).get(index))
         .route("/healthz", get(healthz))
+        .route("/health", get(healthz))
         .route("/_ah/warmup", get(warmup));
     if state.options.admin_reload {
-        app = app.route("/admin/reload", post(admin_reload));
+        app = app.route(
+            "/admin/reload",
+            post(admin_reload).layer(middleware::from_fn(cors::refuse_foreign_origin)),
+        );
     }
     app.fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
@@ -50,13 +56,19 @@ pub(crate) fn router(state: Arc<HostState>) -> Router {
 
 /// `POST /`: one query.
 async fn query(State(state): State<Arc<HostState>>, req: Request) -> Response {
+    let client = client_key(&req);
     let mut response = match run_query(&state, req).await {
         Ok((body, bits)) => {
             let mut response = json_response(StatusCode::OK, body);
             response.extensions_mut().insert(BitCount(bits));
             response
         }
-        Err(error) => error.into_response(),
+        Err(error) => {
+            if let Some(client) = client {
+                state.recent_errors.record(client, &error);
+            }
+            error.into_response()
+        }
     };
     // Whether or not this response was compressed, another client's could be.
     response
@@ -68,13 +80,23 @@ async fn query(State(state): State<Arc<HostState>>, req: Request) -> Response {
 /// Parses the body, then runs the query and serialises its result on the blocking pool, so a
 /// slow scan never holds up the threads that accept and parse other requests. On a large
 /// library, the exact scan is shared with the other queries waiting (see [`crate::batch`]).
+///
+/// The body's bytes stay held against the shared body budget, and the query holds one of the
+/// query slots, until the result is serialised (`docs/limits.md`).
 async fn run_query(state: &HostState, req: Request) -> Result<(Vec<u8>, usize), ApiError> {
+    let limits = &state.limits;
+    let mut reservation = limits.body_reservation();
     let args = body::read_args(
         req,
         state.options.max_body_bytes,
         state.options.body_timeout,
+        &mut reservation,
     )
     .await?;
+    limits.note_large(reservation.bytes());
+    let _body_bytes = reservation.into_permit();
+    let _slot = limits.query_slot().await?;
+    let max_result = state.options.max_result_bytes;
     let snapshot = state.snapshot();
     let seed = if wants_random_vector(&args) {
         state.next_seed()
@@ -100,7 +122,7 @@ async fn run_query(state: &HostState, req: Request) -> Result<(Vec<u8>, usize), 
                 let result = snapshot
                     .library
                     .query_with(&args, &snapshot.policy, &options)?;
-                Ok(serialise(&result))
+                Ok(serialise(&result, max_result))
             })
             .await
         }
@@ -122,17 +144,21 @@ async fn run_query(state: &HostState, req: Request) -> Result<(Vec<u8>, usize), 
                     &snapshot.policy,
                     scores.as_deref(),
                 )?;
-                Ok(serialise(&result))
+                Ok(serialise(&result, max_result))
             })
             .await
         }
     };
     match outcome {
-        Ok(Ok((Ok(body), bits))) => Ok((body, bits)),
+        Ok(Ok(Ok((body, bits)))) => {
+            limits.note_large(body.len());
+            Ok((body, bits))
+        }
         Ok(Err(error)) => Err(library_error(error)),
-        Ok(Ok((Err(error), _))) => {
-            tracing::error!(%error, "serialising a query result failed");
-            Err(ApiError::internal())
+        Ok(Ok(Err(error))) => {
+            // A refused result was built in memory first: give that back too.
+            limits.note_large(max_result);
+            Err(error)
         }
         Err(error) => {
             tracing::error!(%error, "a query panicked");
@@ -141,13 +167,40 @@ async fn run_query(state: &HostState, req: Request) -> Result<(Vec<u8>, usize), 
     }
 }
 
-/// The result as JSON bytes, with its bit count for the access log.
-fn serialise(result: &Map<String, Value>) -> (serde_json::Result<Vec<u8>>, usize) {
+/// The result as JSON bytes, with its bit count for the access log; a 400 as soon as it grows
+/// past `max_bytes`.
+fn serialise(result: &Map<String, Value>, max_bytes: usize) -> Result<(Vec<u8>, usize), ApiError> {
     let bits = result
         .get("bits")
         .and_then(Value::as_array)
         .map_or(0, Vec::len);
-    (serde_json::to_vec(result), bits)
+    let mut out = CappedWriter::new(max_bytes);
+    match serde_json::to_writer(&mut out, result) {
+        Ok(()) => Ok((out.buf, bits)),
+        Err(_) if out.overflowed => Err(result_too_large(max_bytes)),
+        Err(error) => {
+            tracing::error!(%error, "serialising a query result failed");
+            Err(ApiError::internal())
+        }
+    }
+}
+
+/// The client a request came from, when the connection's address is known.
+fn client_key(req: &Request) -> Option<ClientKey> {
+    let ConnectInfo(peer) = req.extensions().get::<ConnectInfo<SocketAddr>>()?;
+    Some(ClientKey::new(peer.ip(), req.headers()))
+}
+
+/// `GET /`: the query page for a browser; for the TypeScript client's discovery request right
+/// after its query failed, that failure again (see [`crate::page`]).
+async fn index(State(state): State<Arc<HostState>>, req: Request) -> Response {
+    if !page::wants_page(req.headers())
+        && let Some(error) = client_key(&req).and_then(|key| state.recent_errors.take(key))
+    {
+        return page::replayed_error(error);
+    }
+    let snapshot = state.snapshot();
+    page::index(snapshot.library.model(), snapshot.library.len())
 }
 
 /// A failed query: 400 with the message for the caller's mistakes, else a logged 500.

@@ -1,12 +1,13 @@
 //! Binding, serving, graceful shutdown and reload triggers.
 
-use std::future::{Future, IntoFuture};
+use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
 use tokio::net::TcpListener;
 
 use crate::error::HostError;
+use crate::listener;
 use crate::options::HostOptions;
 use crate::routes;
 use crate::source::Sources;
@@ -77,8 +78,9 @@ impl Host {
         F: Future<Output = ()> + Send + 'static,
     {
         let drain = self.state.options.drain_timeout;
-        let (stopping, mut stopped) = tokio::sync::watch::channel(false);
-        let signal = async move {
+        let options = self.state.options.clone();
+        let (stopping, stopped) = tokio::sync::watch::channel(false);
+        let signal = tokio::spawn(async move {
             shutdown.await;
             tracing::info!(
                 drain_secs = drain.as_secs_f64(),
@@ -86,22 +88,16 @@ impl Host {
             );
             // Nobody listening is fine: the server is then already gone.
             let _ = stopping.send(true);
-        };
-        let app = routes::router(self.state).into_make_service_with_connect_info::<SocketAddr>();
-        let server = axum::serve(self.listener, app)
-            .with_graceful_shutdown(signal)
-            .into_future();
-        let deadline = async move {
-            if stopped.wait_for(|stop| *stop).await.is_err() {
-                std::future::pending::<()>().await;
-            }
-            tokio::time::sleep(drain).await;
-        };
-        tokio::select! {
-            result = server => result?,
-            () = deadline => tracing::warn!(
+        });
+        let trimmer = tokio::spawn(Arc::clone(&self.state.limits).trim_when_quiet());
+        let app = routes::router(self.state);
+        let drained = listener::serve(self.listener, app, options, stopped).await;
+        signal.abort();
+        trimmer.abort();
+        if !drained {
+            tracing::warn!(
                 "in-flight requests did not finish within the drain timeout; closing them"
-            ),
+            );
         }
         tracing::info!("stopped");
         Ok(())

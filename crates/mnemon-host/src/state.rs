@@ -7,7 +7,9 @@ use rand_chacha::ChaCha8Rng;
 
 use crate::batch::ScanBatcher;
 use crate::error::HostError;
+use crate::limits::Limits;
 use crate::options::HostOptions;
+use crate::page::RecentErrors;
 use crate::source::{Snapshot, Sources};
 
 /// Shared by all requests and the reload triggers.
@@ -24,6 +26,10 @@ pub(crate) struct HostState {
     /// Shares exact scans between concurrent queries on large libraries; `None` if its thread
     /// could not start (every query then scans on its own).
     pub(crate) batcher: Option<ScanBatcher>,
+    /// The memory ceilings shared by all requests (`docs/limits.md`).
+    pub(crate) limits: Arc<Limits>,
+    /// Recent query errors, for the Polymath client's discovery request (see `crate::page`).
+    pub(crate) recent_errors: RecentErrors,
 }
 
 /// The outcome of a successful reload.
@@ -35,6 +41,7 @@ pub struct Reloaded {
 
 impl HostState {
     pub(crate) fn new(snapshot: Snapshot, sources: Sources, options: HostOptions) -> Self {
+        let limits = Arc::new(Limits::new(&options));
         let rng = options
             .random_seed
             .map(|seed| Mutex::new(ChaCha8Rng::seed_from_u64(seed)));
@@ -43,6 +50,8 @@ impl HostState {
             sources,
             options,
             rng,
+            limits,
+            recent_errors: RecentErrors::default(),
             reload_lock: tokio::sync::Mutex::new(()),
             batcher: ScanBatcher::start()
                 .inspect_err(|error| {

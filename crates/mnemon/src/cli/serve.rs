@@ -5,8 +5,13 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
+use std::time::Duration;
+
 use mnemon_host::{
-    ConfigSource, DEFAULT_MAX_BODY_BYTES, Host, HostError, HostOptions, LibrarySource, Sources,
+    ConfigSource, DEFAULT_HEADER_READ_TIMEOUT, DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_BODY_BYTES,
+    DEFAULT_MAX_BUFFERED_BODY_BYTES, DEFAULT_MAX_CONCURRENT_QUERIES, DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_MAX_RESULT_BYTES, DEFAULT_QUEUE_TIMEOUT, Host, HostError, HostOptions, LibrarySource,
+    Sources,
 };
 
 use super::{CliError, CliResult};
@@ -55,6 +60,50 @@ pub(crate) struct ServeArgs {
     /// whose requests would count as loopback). SIGHUP still reloads.
     #[arg(long)]
     no_admin_reload: bool,
+
+    /// The most connections open at once (kept 64 below the file-descriptor limit). Beyond it a
+    /// new connection closes the one idle the longest, or gets 503 if every one is busy.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_CONNECTIONS)]
+    max_connections: usize,
+
+    /// Seconds a client may take to send a request's headers; slower connections are closed.
+    #[arg(long, value_name = "SECS", default_value_t = DEFAULT_HEADER_READ_TIMEOUT.as_secs_f64(),
+          value_parser = seconds)]
+    header_read_timeout: f64,
+
+    /// Seconds a keep-alive connection may wait for its next request before it is closed.
+    #[arg(long, value_name = "SECS", default_value_t = DEFAULT_IDLE_TIMEOUT.as_secs_f64(),
+          value_parser = seconds)]
+    idle_timeout: f64,
+
+    /// The most request-body bytes buffered across all connections; beyond it requests wait
+    /// (see --queue-timeout), then get 503 with Retry-After.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_BUFFERED_BODY_BYTES)]
+    max_buffered_body_bytes: usize,
+
+    /// The most queries run at once; others wait (see --queue-timeout), then get 503 with
+    /// Retry-After.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_CONCURRENT_QUERIES)]
+    max_concurrent_queries: usize,
+
+    /// Seconds a request waits for a query slot or body buffer room before it gets 503.
+    #[arg(long, value_name = "SECS", default_value_t = DEFAULT_QUEUE_TIMEOUT.as_secs_f64(),
+          value_parser = seconds)]
+    queue_timeout: f64,
+
+    /// The largest serialised result; larger ones get 400 asking for a lower count or omit.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_RESULT_BYTES)]
+    max_result_bytes: usize,
+}
+
+/// A positive, finite number of seconds.
+fn seconds(text: &str) -> Result<f64, String> {
+    match text.trim().parse::<f64>() {
+        Ok(secs) if secs.is_finite() && secs > 0.0 && secs <= 86_400.0 => Ok(secs),
+        _ => Err(format!(
+            "{text:?} is not a number of seconds between 0 and 86400"
+        )),
+    }
 }
 
 /// Runs the host until SIGINT or SIGTERM.
@@ -74,6 +123,13 @@ pub(crate) fn run(args: ServeArgs, data_dir: &Path, quiet: bool) -> CliResult {
         random_seed: args.random_seed,
         fast: args.fast,
         admin_reload: !args.no_admin_reload,
+        max_connections: args.max_connections,
+        header_read_timeout: Duration::from_secs_f64(args.header_read_timeout),
+        idle_timeout: Duration::from_secs_f64(args.idle_timeout),
+        max_buffered_body_bytes: args.max_buffered_body_bytes,
+        max_concurrent_queries: args.max_concurrent_queries,
+        queue_timeout: Duration::from_secs_f64(args.queue_timeout),
+        max_result_bytes: args.max_result_bytes,
         ..HostOptions::default()
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -167,6 +223,14 @@ mod tests {
             name(&library_source(None, None, &local)),
             libs.display().to_string()
         );
+    }
+
+    #[test]
+    fn seconds_must_be_positive_and_finite() {
+        assert_eq!(seconds("2.5"), Ok(2.5));
+        for bad in ["0", "-1", "inf", "NaN", "x", "1e9"] {
+            assert!(seconds(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]
