@@ -62,6 +62,9 @@ fn request_logs_never_contain_tokens_or_embeddings() {
     assert_eq!(form.status, 200);
     assert_eq!(post(&server, Some("text/plain"), token.clone()).status, 400);
     assert_eq!(send(client().get(server.url("/healthz"))).status, 200);
+    // A 60 KB path is logged cut short, not as a 60 KB line.
+    let long_path = format!("/{}", "p".repeat(60_000));
+    assert_eq!(send(client().get(server.url(&long_path))).status, 404);
     server.stop().unwrap();
 
     let log = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
@@ -69,12 +72,14 @@ fn request_logs_never_contain_tokens_or_embeddings() {
         .lines()
         .filter(|l| l.contains("mnemon_host::access"))
         .collect();
-    assert_eq!(access.len(), 5, "{log}");
+    assert_eq!(access.len(), 6, "{log}");
     assert!(access[0].contains("method=POST") && access[0].contains("path=/"));
     assert!(access[0].contains("status=200") && access[0].contains("bits=3"));
     assert!(access[0].contains("latency_us="));
     assert!(access[1].contains("status=400") && !access[1].contains("bits="));
     assert!(access[4].contains("path=/healthz") && access[4].contains("status=200"));
+    assert!(access[5].contains("status=404") && access[5].contains("path_len=60001"));
+    assert!(access[5].len() < 1000, "a {} byte log line", access[5].len());
     assert!(!log.contains(&token), "a token reached the log:\n{log}");
     assert!(
         !log.contains(&embedding[..40]),

@@ -21,9 +21,24 @@ struct Serve {
 impl Serve {
     /// Starts `mnemon serve --addr 127.0.0.1:0` in `cwd` and waits for its address.
     fn start(cwd: &std::path::Path, extra: &[&str]) -> Serve {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_mnemon"))
+        let mut command = Command::new(env!("CARGO_BIN_EXE_mnemon"));
+        command.args(["serve", "--addr", "127.0.0.1:0"]).args(extra);
+        Self::spawn(command, cwd)
+    }
+
+    /// Starts `mnemon serve --addr 127.0.0.1:0` with at most `fds` open file descriptors.
+    fn start_with_fd_limit(cwd: &std::path::Path, fds: u32, extra: &[&str]) -> Serve {
+        let mut command = Command::new("sh");
+        command
+            .args(["-c", &format!("ulimit -n {fds} && exec \"$0\" \"$@\"")])
+            .arg(env!("CARGO_BIN_EXE_mnemon"))
             .args(["serve", "--addr", "127.0.0.1:0"])
-            .args(extra)
+            .args(extra);
+        Self::spawn(command, cwd)
+    }
+
+    fn spawn(mut command: Command, cwd: &std::path::Path) -> Serve {
+        let mut child = command
             .current_dir(cwd)
             .env_remove("LIBRARY_FILENAME")
             .env_remove("MNEMON_DATA_DIR")
@@ -164,4 +179,36 @@ fn serve_prefers_the_data_directory_libraries_over_the_sample() {
     );
     assert_eq!(status, 200, "{result}");
     assert_eq!(result["bits"][0]["text"], "only bit");
+}
+
+#[test]
+fn idle_sockets_past_the_fd_limit_do_not_lock_out_healthz() {
+    // The issue's scenario, scaled down: more idle sockets than the process may open files.
+    let cwd = tempfile::tempdir().unwrap();
+    let data = cwd.path().join("data");
+    let server =
+        Serve::start_with_fd_limit(cwd.path(), 128, &["--data-dir", data.to_str().unwrap()]);
+    let idle: Vec<TcpStream> = (0..200)
+        .filter_map(|_| TcpStream::connect(server.addr).ok())
+        .collect();
+    assert!(idle.len() > 128, "only {} sockets connected", idle.len());
+    std::thread::sleep(Duration::from_millis(500));
+    let asked = std::time::Instant::now();
+    let mut stream = TcpStream::connect(server.addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    write!(
+        stream,
+        "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut response = String::new();
+    let _ = stream.read_to_string(&mut response);
+    assert!(
+        response.starts_with("HTTP/1.1 200"),
+        "/healthz did not answer within {:?}: {response:?}",
+        asked.elapsed()
+    );
+    assert!(response.ends_with(r#"{"status":"ok"}"#), "{response}");
 }
