@@ -79,7 +79,11 @@ fn request_logs_never_contain_tokens_or_embeddings() {
     assert!(access[1].contains("status=400") && !access[1].contains("bits="));
     assert!(access[4].contains("path=/healthz") && access[4].contains("status=200"));
     assert!(access[5].contains("status=404") && access[5].contains("path_len=60001"));
-    assert!(access[5].len() < 1000, "a {} byte log line", access[5].len());
+    assert!(
+        access[5].len() < 1000,
+        "a {} byte log line",
+        access[5].len()
+    );
     assert!(!log.contains(&token), "a token reached the log:\n{log}");
     assert!(
         !log.contains(&embedding[..40]),
