@@ -2,6 +2,8 @@
 //! over the fixtures in `tests/fixtures/polymath/`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod host_support;
+
 use std::fs;
 
 use mnemon_library::{AccessPolicy, BitId, Library, QueryOptions};
@@ -357,4 +359,51 @@ fn a_file_that_says_sort_similarity_is_resorted() {
             assert!(d <= 1e-5);
         }
     }
+}
+
+/// Issue 11 items 1, 2 and 4 as a client of the host sees them: a multi-key omit comes back as
+/// a list (JSON and form bodies), a query whose scores would overflow is a 400 naming the
+/// problem, and a library file served from under `access/<tag>/` has its bits restricted.
+#[test]
+fn host_answers_with_the_fixed_behaviours() {
+    use host_support::{Server, file_sources, post_form, post_json};
+    let server = Server::fixture();
+    let b = bug("multi_key_omit");
+    let args = b["args"].as_object().unwrap();
+    let reply = post_json(&server, &Value::Object(args.clone()));
+    assert_eq!(reply.status, 200);
+    assert_eq!(
+        reply.json()["omit"],
+        serde_json::json!(["embedding", "similarity"])
+    );
+    let reply = post_form(&server, args);
+    assert_eq!(reply.status, 200);
+    assert_eq!(
+        reply.json()["omit"],
+        serde_json::json!(["embedding", "similarity"])
+    );
+
+    let huge = mnemon_library::encode_embedding(&vec![3.4e38f32; 1536]);
+    let reply = post_json(
+        &server,
+        &serde_json::json!({"version": 1, "query_embedding_model": library().model(),
+                            "query_embedding": huge, "count": 3, "count_type": "bit"}),
+    );
+    assert_eq!(reply.status, 400);
+    assert!(reply.error().contains("too large"), "{}", reply.error());
+    server.stop().unwrap();
+
+    let dir = tempfile::tempdir().unwrap();
+    let tagged = dir.path().join("access/unpublished/x.json");
+    fs::create_dir_all(tagged.parent().unwrap()).unwrap();
+    fs::copy(fixture("polymath/library.json"), &tagged).unwrap();
+    let server = Server::start(file_sources(&tagged), mnemon_host::HostOptions::default());
+    let reply = post_json(
+        &server,
+        &serde_json::json!({"version": 1, "query_embedding_model": library().model(),
+                            "count": -1, "count_type": "bit"}),
+    );
+    assert_eq!(reply.status, 200);
+    assert_eq!(reply.json()["bits"], serde_json::json!([]));
+    server.stop().unwrap();
 }

@@ -841,7 +841,55 @@ mod tests {
         );
     }
 
+    /// A reader handing out at most `step` bytes per read.
+    struct Chunked<'a> {
+        bytes: &'a [u8],
+        step: usize,
+    }
+
+    impl std::io::Read for Chunked<'_> {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            let n = self.step.min(buf.len()).min(self.bytes.len());
+            let (head, tail) = self.bytes.split_at(n);
+            buf[..n].copy_from_slice(head);
+            self.bytes = tail;
+            Ok(n)
+        }
+    }
+
+    fn read_checked(bytes: &[u8], step: usize) -> std::io::Result<Vec<u8>> {
+        let mut reader = Utf8Reader {
+            inner: Chunked { bytes, step },
+            pending: Vec::new(),
+        };
+        let mut out = Vec::new();
+        std::io::Read::read_to_end(&mut reader, &mut out)?;
+        Ok(out)
+    }
+
     proptest! {
+        /// Valid UTF-8 passes whatever the read sizes (characters split across reads
+        /// included); any invalid byte, or a character cut at the end, is an error.
+        #[test]
+        fn the_utf8_reader_checks_across_reads(
+            text in any::<String>(),
+            step in 1usize..8,
+            at in any::<prop::sample::Index>(),
+            bad in prop_oneof![Just(0xffu8), Just(0xc0), Just(0x80)],
+        ) {
+            prop_assert_eq!(read_checked(text.as_bytes(), step).unwrap(), text.as_bytes());
+            let mut broken = text.clone().into_bytes();
+            broken.insert(at.index(broken.len() + 1), bad);
+            if std::str::from_utf8(&broken).is_err() {
+                prop_assert!(read_checked(&broken, step).is_err());
+            }
+            let mut cut = "é".as_bytes().to_vec();
+            cut.pop();
+            let mut truncated = text.into_bytes();
+            truncated.extend(cut);
+            prop_assert!(read_checked(&truncated, step).is_err());
+        }
+
         /// The streamed 0.0.x document equals serializing the whole array at once, as the
         /// export did before it streamed.
         #[test]
