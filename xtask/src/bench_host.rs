@@ -42,12 +42,13 @@ struct Params {
     bits: usize,
     dim: usize,
     fast: bool,
-    /// Run only the case whose name starts with this (`fixture` or `synthetic`).
+    /// Run only the case whose name starts with this (`fixture` or `synthetic`), or `limits`:
+    /// the memory and connection scenarios of issue 11 instead of the load.
     only: Option<String>,
 }
 
 const USAGE: &str = "usage: cargo xtask bench host [--requests N] [--connections C] [--bits N] \
-                     [--dim D] [--fast] [--only fixture|synthetic]";
+                     [--dim D] [--fast] [--only fixture|synthetic|limits]";
 
 fn parse(args: &[String]) -> Result<Params> {
     let mut p = Params {
@@ -73,8 +74,8 @@ fn parse(args: &[String]) -> Result<Params> {
             "--dim" => p.dim = value("--dim")?.max(1),
             "--fast" => p.fast = true,
             "--only" => match it.next().map(String::as_str) {
-                Some(case @ ("fixture" | "synthetic")) => p.only = Some(case.to_owned()),
-                _ => bail!("--only takes fixture or synthetic; {USAGE}"),
+                Some(case @ ("fixture" | "synthetic" | "limits")) => p.only = Some(case.to_owned()),
+                _ => bail!("--only takes fixture, synthetic or limits; {USAGE}"),
             },
             other => bail!("unknown argument {other:?}; {USAGE}"),
         }
@@ -115,6 +116,10 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
     let binary = target.join("release").join("mnemon");
 
     let fixture = root.join("tests/fixtures/polymath/library.json");
+    if params.only.as_deref() == Some("limits") {
+        let synthetic = synthetic_library(&target, &params)?;
+        return limits(&binary, &fixture, &synthetic);
+    }
     let synthetic = if params.only.as_deref() == Some("fixture") {
         PathBuf::new()
     } else {
@@ -250,16 +255,34 @@ impl Drop for ServerProcess {
 }
 
 fn start_server(binary: &Path, library: &Path, fast: bool) -> Result<ServerProcess> {
-    let mut cmd = Command::new(binary);
+    let extra: &[&str] = if fast { &["--fast"] } else { &[] };
+    start_server_with(binary, library, extra, None)
+}
+
+/// Starts `mnemon serve` on 127.0.0.1 with `extra` arguments, under `ulimit -n fd_limit` when
+/// one is given.
+fn start_server_with(
+    binary: &Path,
+    library: &Path,
+    extra: &[&str],
+    fd_limit: Option<u32>,
+) -> Result<ServerProcess> {
+    let mut cmd = match fd_limit {
+        Some(fds) => {
+            let mut sh = Command::new("sh");
+            sh.args(["-c", &format!("ulimit -n {fds} && exec \"$0\" \"$@\"")])
+                .arg(binary);
+            sh
+        }
+        None => Command::new(binary),
+    };
     cmd.args(["serve", "--addr", "127.0.0.1:0", "--library"])
         .arg(library)
+        .args(extra)
         .env("RUST_LOG", "info")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
-    if fast {
-        cmd.arg("--fast");
-    }
     let mut child = cmd
         .spawn()
         .with_context(|| format!("starting {}", binary.display()))?;
@@ -495,4 +518,192 @@ fn load(
         errors: results.1,
         elapsed: started.elapsed(),
     }
+}
+
+/// Connections that each send a body of 2 MiB less a few bytes and hold it (issue 11, item 6).
+const HELD_BODIES: usize = 600;
+/// Idle sockets opened against a host limited to 1,024 file descriptors (issue 11, item 7).
+const IDLE_SOCKETS: usize = 1100;
+/// Concurrent `count: -1` queries (issue 11, item 6).
+const BURST: usize = 16;
+
+/// `--only limits`: the issue 11 scenarios, measured on the release build. Prints the server's
+/// RSS peak and settled values, and `/healthz` latency with idle sockets open.
+fn limits(binary: &Path, fixture: &Path, synthetic: &Path) -> Result<()> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    let mb = |kb: u64| kb as f64 / 1024.0;
+
+    // 1. Bodies held open.
+    let server = start_server_with(binary, fixture, &[], None)?;
+    let pid = server.child.id();
+    let before = proc_status_kb(pid, "VmRSS:");
+    let body_len = 2 * 1024 * 1024;
+    let (held, sent_mb) = runtime.block_on(hold_bodies(server.addr, body_len - 8));
+    std::thread::sleep(Duration::from_secs(1));
+    let holding = proc_status_kb(pid, "VmRSS:");
+    let peak = proc_status_kb(pid, "VmHWM:");
+    drop(held);
+    std::thread::sleep(Duration::from_secs(3));
+    let after = proc_status_kb(pid, "VmRSS:");
+    println!(
+        "{HELD_BODIES} connections each sending {} bytes of a {body_len}-byte body and holding \
+         ({sent_mb:.0} MB written): RSS {:.1} MB before, {:.1} MB while \
+         held, peak {:.1} MB, {:.1} MB 3 s after they closed",
+        body_len - 8,
+        mb(before),
+        mb(holding),
+        mb(peak),
+        mb(after)
+    );
+    drop(server);
+
+    // 2. Idle sockets past a 1,024-descriptor limit.
+    let server = start_server_with(binary, fixture, &[], Some(1024))?;
+    let (idle, latencies) = runtime.block_on(idle_then_health(server.addr));
+    let shown: Vec<String> = latencies
+        .iter()
+        .map(|l| match l {
+            Some(d) => format!("{:.1} ms", d.as_secs_f64() * 1000.0),
+            None => "timeout (10 s)".to_owned(),
+        })
+        .collect();
+    println!(
+        "{idle} idle sockets open, server under ulimit -n 1024: /healthz {}",
+        shown.join(", ")
+    );
+    drop(server);
+
+    // 3. Concurrent queries returning every bit, with the default result cap and without one.
+    for extra in [&[][..], &["--max-result-bytes", "100000000000"][..]] {
+        let server = start_server_with(binary, synthetic, extra, None)?;
+        let pid = server.child.id();
+        let before = proc_status_kb(pid, "VmRSS:");
+        let statuses = burst(server.addr)?;
+        let peak = proc_status_kb(pid, "VmHWM:");
+        std::thread::sleep(Duration::from_secs(3));
+        let idle = proc_status_kb(pid, "VmRSS:");
+        println!(
+            "{BURST} concurrent count=-1 queries on {} ({}): statuses {statuses:?}; RSS {:.1} MB \
+             loaded, peak {:.1} MB, {:.1} MB idle 3 s later",
+            synthetic.file_name().unwrap_or_default().to_string_lossy(),
+            if extra.is_empty() {
+                "default limits".to_owned()
+            } else {
+                extra.join(" ")
+            },
+            mb(before),
+            mb(peak),
+            mb(idle)
+        );
+    }
+    Ok(())
+}
+
+/// Opens [`HELD_BODIES`] connections, each sending a `Content-Length: 2 MiB` head and `bytes`
+/// bytes of body (for at most 20 s: a host that stops reading blocks the writes), and returns
+/// the open connections and the megabytes written.
+async fn hold_bodies(addr: SocketAddr, bytes: usize) -> (Vec<tokio::net::TcpStream>, f64) {
+    use tokio::io::AsyncWriteExt;
+    let tasks: Vec<_> = (0..HELD_BODIES)
+        .map(|_| {
+            tokio::spawn(async move {
+                let mut stream = tokio::net::TcpStream::connect(addr).await.ok()?;
+                let head = format!(
+                    "POST / HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
+                     Content-Length: {}\r\n\r\n",
+                    2 * 1024 * 1024
+                );
+                stream.write_all(head.as_bytes()).await.ok()?;
+                let chunk = vec![b' '; 64 * 1024];
+                let mut sent = 0usize;
+                let _ = tokio::time::timeout(Duration::from_secs(20), async {
+                    while sent < bytes {
+                        let n = (bytes - sent).min(chunk.len());
+                        if stream.write_all(&chunk[..n]).await.is_err() {
+                            break;
+                        }
+                        sent += n;
+                    }
+                })
+                .await;
+                Some((stream, sent))
+            })
+        })
+        .collect();
+    let mut held = Vec::new();
+    let mut sent = 0usize;
+    for task in tasks {
+        if let Ok(Some((stream, n))) = task.await {
+            held.push(stream);
+            sent += n;
+        }
+    }
+    (held, sent as f64 / 1e6)
+}
+
+/// Opens [`IDLE_SOCKETS`] idle connections, then times five `/healthz` requests on new ones.
+async fn idle_then_health(addr: SocketAddr) -> (usize, Vec<Option<Duration>>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut idle = Vec::new();
+    for _ in 0..IDLE_SOCKETS {
+        if let Ok(stream) = tokio::net::TcpStream::connect(addr).await {
+            idle.push(stream);
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut latencies = Vec::new();
+    for _ in 0..5 {
+        let asked = Instant::now();
+        let answered = tokio::time::timeout(Duration::from_secs(10), async {
+            let mut stream = tokio::net::TcpStream::connect(addr).await.ok()?;
+            stream
+                .write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                .await
+                .ok()?;
+            let mut response = Vec::new();
+            stream.read_to_end(&mut response).await.ok()?;
+            response.starts_with(b"HTTP/1.1 200").then_some(())
+        })
+        .await;
+        latencies.push(matches!(answered, Ok(Some(()))).then(|| asked.elapsed()));
+    }
+    (idle.len(), latencies)
+}
+
+/// Sends [`BURST`] `count: -1` queries at once and returns their statuses (0: no answer).
+fn burst(addr: SocketAddr) -> Result<Vec<u16>> {
+    let client = reqwest::blocking::Client::builder()
+        .no_proxy()
+        .timeout(Duration::from_secs(300))
+        .build()?;
+    let url = format!("http://{addr}/");
+    let body = serde_json::json!({"version": 1, "query_embedding_model": DEFAULT_MODEL,
+                                  "count": -1, "count_type": "bit"})
+    .to_string();
+    let statuses = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..BURST)
+            .map(|_| {
+                scope.spawn(|| {
+                    client
+                        .post(&url)
+                        .header("Content-Type", "application/json")
+                        .body(body.clone())
+                        .send()
+                        .and_then(|r| {
+                            let status = r.status().as_u16();
+                            r.bytes().map(|_| status)
+                        })
+                        .unwrap_or(0)
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .map(|w| w.join().unwrap_or(0))
+            .collect::<Vec<u16>>()
+    });
+    Ok(statuses)
 }

@@ -4,12 +4,14 @@
 //! - `codegen [--check]`: JSON Schemas of the wire formats into `docs/schemas/`.
 //! - `release <VERSION> [--dry-run]`: bump every crate together and package them in dependency
 //!   order.
-//! - `bench <library|host>`: the benchmarks that check the issues' performance targets.
+//! - `bench <library|host|memory-stream>`: the benchmarks that check the issues' performance
+//!   targets.
 
 use anyhow::{Result, bail};
 
 mod bench_host;
 mod bench_library;
+mod bench_memory;
 mod cargo;
 mod ci;
 mod codegen;
@@ -21,7 +23,8 @@ tasks:
   ci                              fmt --check, clippy -D warnings, all tests (what .ci/run runs)
   codegen [--check]               write JSON Schemas to docs/schemas (--check: fail if stale)
   release <VERSION> [--dry-run]   bump all crate versions, check the CHANGELOG, cargo package
-  bench <library|host>            run a benchmark and print its report";
+  bench <library|host|memory-stream>
+                                  run a benchmark and print its report";
 
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -45,7 +48,10 @@ fn bench(args: &[String]) -> Result<()> {
     match args.first().map(String::as_str) {
         Some("library") => bench_library::run(rest),
         Some("host") => bench_host::run(rest),
-        Some(other) => bail!("unknown benchmark {other:?}; available: library, host"),
+        Some("memory-stream") => bench_memory::run(rest),
+        Some(other) => {
+            bail!("unknown benchmark {other:?}; available: library, host, memory-stream")
+        }
         None => bail!("usage: cargo xtask bench <name>"),
     }
 }
