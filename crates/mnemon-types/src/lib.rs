@@ -6,7 +6,8 @@
 //! - [`meta`], [`flatten`], [`unflatten`]: the shape of an asset as the model sees it.
 //! - [`AssetRef`]: a reference to an asset or a field inside it, in object form or as an
 //!   `asset://` URL.
-//! - [`Embedder`]: turns texts into vectors, for memory recall and library import.
+//! - [`Embedder`]: turns texts into vectors, for memory recall and library import, and
+//!   [`check_embeddings`], the check of its contract; [`Tokenizer`]: counts a text's tokens.
 //! - [`msg`] and [`artifact`]: conversation messages and artifact records.
 //!
 //! ```
@@ -37,15 +38,17 @@ pub mod msg;
 mod reference;
 #[cfg(feature = "schema")]
 mod schema;
+mod tokenizer;
 mod value;
 
 pub use artifact::{Artifact, StorageLocation};
 pub use asset::{ASSET_FIELDS, Asset, new_asset_id};
-pub use embedder::{EmbedError, Embedder};
+pub use embedder::{ContractError, EmbedError, Embedder, check_embeddings};
 pub use error::{TypesError, UrlError};
 pub use meta::{MetaOptions, escape_key, flatten, meta, meta_with, render_meta_block, unflatten};
 pub use msg::{Msg, MsgError, MsgFactory, MsgKind};
 pub use reference::{AssetRef, PathSegment, canonical_index};
+pub use tokenizer::{Tokenizer, WhitespaceTokenizer};
 pub use value::{
     AssetObject, BYTES_TYPE, Bytes, DICT_TYPE, LIST_TYPE, Map, Object, Value, object_type_string,
 };
