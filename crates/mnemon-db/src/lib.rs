@@ -1,6 +1,6 @@
-//! Database plumbing shared by the Mnemon stores: how a connection is set up, how hard a commit
-//! works to survive crashes, how a component's schema is versioned and migrated, and how a
-//! database is opened read-only.
+//! Storage plumbing shared by the Mnemon stores: how a connection is set up, how hard a commit
+//! works to survive crashes, how a component's schema is versioned and migrated, how a
+//! database is opened read-only, and how a whole file is replaced atomically.
 //!
 //! The asset store (`mnemon-store`), the artifact store (`mnemon-artifacts`) and the memory
 //! store (`mnemon-memory`) share one database file per data directory (`docs/ARCHITECTURE.md`).
@@ -14,6 +14,9 @@
 //!   opening for read commands and read-only media. A PostgreSQL backend is meant to sit
 //!   beside it behind a `postgres` feature, reusing [`Durability`], [`DbError`] and the
 //!   migration shape.
+//! - [`atomic_file`] (always available): [`write_atomic`](atomic_file::write_atomic) replaces a
+//!   file atomically and durably (temporary file, fsync, rename, directory fsync), streaming.
+//!   Artifact content, library sidecars, imported libraries and memory exports all use it.
 //!
 //! # The default durability: `Full`
 //!
@@ -59,6 +62,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+pub mod atomic_file;
 mod durability;
 mod error;
 #[cfg(feature = "sqlite")]
