@@ -9,6 +9,8 @@ use std::time::{Duration, SystemTime};
 
 use serde_json::Value;
 
+use mnemon_db::atomic_file::{AtomicWriteError, is_temp_name, sync_dir, write_atomic};
+
 use crate::backend::WRITE_TO_FILE;
 use crate::{ArtifactError, StorageBackend};
 
@@ -18,8 +20,9 @@ pub const MAX_NAME_BYTES: usize = 255;
 /// The longest path Linux accepts, in bytes (`PATH_MAX` less the terminating NUL).
 pub const MAX_PATH_BYTES: usize = 4095;
 
-/// How long a temporary file (`.mnemon-*.tmp`) must have been left unchanged before a write
-/// removes it as the leftover of a killed save.
+/// How long a temporary file (`.mnemon-*.tmp`, the pattern of
+/// [`mnemon_db::atomic_file::write_atomic`], which every Mnemon file write uses) must have been
+/// left unchanged before a write removes it as the leftover of a killed save.
 ///
 /// A save writes its temporary file in one go, syncs it and renames it within moments, so a
 /// temporary file untouched for this long belongs to no running save; removing only files this
@@ -27,9 +30,6 @@ pub const MAX_PATH_BYTES: usize = 4095;
 /// named temporary files altogether, but it is Linux-only, not supported by every file system,
 /// and cannot replace an existing target atomically, so a named file would still be needed.)
 pub const STALE_TEMP_AGE: Duration = Duration::from_secs(15 * 60);
-
-const TEMP_PREFIX: &str = ".mnemon-";
-const TEMP_SUFFIX: &str = ".tmp";
 
 /// Keeps each artifact's content in a file under a root directory; the storage id is the file's
 /// path relative to the root, with `/` between directories.
@@ -42,7 +42,7 @@ const TEMP_SUFFIX: &str = ".tmp";
 ///   another process that rewrites the root's directories while a write is under way.
 /// - **Atomic.** Content goes to a temporary file in the target's directory, is flushed to
 ///   disk, then renamed over the target, and the directory is synced: a crash leaves the old
-///   file or the new one.
+///   file or the new one ([`mnemon_db::atomic_file::write_atomic`]).
 /// - **Leftovers are removed.** A save killed mid-write leaves its temporary file behind; the
 ///   first write into a directory (per backend value) removes the temporary files there that
 ///   are older than [`STALE_TEMP_AGE`].
@@ -181,23 +181,13 @@ impl StorageBackend for WriteToFile {
             return Err(not_found(storage_id));
         };
         self.sweep_once(&dir);
-        let mut builder = tempfile::Builder::new();
-        builder.prefix(TEMP_PREFIX).suffix(TEMP_SUFFIX);
-        #[cfg(unix)]
-        {
-            use std::os::unix::fs::PermissionsExt;
-            // Like any newly created file: 0666 less the process umask.
-            builder.permissions(fs::Permissions::from_mode(0o666));
-        }
-        let mut temp = builder
-            .tempfile_in(&dir)
-            .map_err(|e| io_error_for(storage_id, "create a temporary file in", &dir, e))?;
-        temp.write_all(&bytes)
-            .and_then(|()| temp.as_file().sync_all())
-            .map_err(|e| io_error_for(storage_id, "write", temp.path(), e))?;
-        temp.persist(&target)
-            .map_err(|e| io_error_for(storage_id, "write", &target, e.error))?;
-        sync_dir(&dir).map_err(|e| io_error("sync the directory", &dir, e))
+        write_atomic(&target, |out| out.write_all(&bytes)).map_err(|e| match e {
+            AtomicWriteError::Write(e) => io_error_for(storage_id, "write", &target, e),
+            AtomicWriteError::File(e) => {
+                let (action, path) = (e.step().action(), e.path().to_path_buf());
+                io_error_for(storage_id, action, &path, e.into_io_error())
+            }
+        })
     }
 
     fn read(&self, storage_id: &str) -> Result<Value, ArtifactError> {
@@ -237,7 +227,7 @@ fn remove_stale_temp_files(dir: &Path, age: Duration) -> usize {
     for entry in entries.flatten() {
         let name = entry.file_name();
         let Some(name) = name.to_str() else { continue };
-        if !(name.starts_with(TEMP_PREFIX) && name.ends_with(TEMP_SUFFIX)) {
+        if !is_temp_name(name) {
             continue;
         }
         // `DirEntry::metadata` does not follow symbolic links.
@@ -363,20 +353,6 @@ fn is_name_too_long(error: &io::Error) -> bool {
         error.raw_os_error() == Some(63)
     } else {
         false
-    }
-}
-
-/// Makes a rename or removal in `dir` durable.
-fn sync_dir(dir: &Path) -> io::Result<()> {
-    #[cfg(unix)]
-    {
-        fs::File::open(dir)?.sync_all()
-    }
-    #[cfg(not(unix))]
-    {
-        // Windows cannot open a directory as a file; NTFS journals renames itself.
-        let _ = dir;
-        Ok(())
     }
 }
 
