@@ -86,7 +86,8 @@ mod sqlite_durability {
         let db = dir.path().join("mnemon.sqlite3");
         for round in 0..3 {
             let mut child = Command::new(std::env::current_exe().unwrap())
-                .args(["sqlite_durability::kill9_child", "--exact", "--nocapture"])
+                .arg(crate::harness_name(module_path!(), "kill9_child"))
+                .args(["--exact", "--nocapture"])
                 .env(CHILD_DB, &db)
                 .stdout(Stdio::piped())
                 .stderr(Stdio::null())

@@ -85,7 +85,8 @@ fn acknowledged_puts_survive_sigkill() {
     let rounds = 25;
     for round in 0..rounds {
         let mut child = Command::new(&exe)
-            .args(["crash_child", "--exact", "--nocapture", "--test-threads=1"])
+            .arg(crate::harness_name(module_path!(), "crash_child"))
+            .args(["--exact", "--nocapture", "--test-threads=1"])
             .env(CHILD_DB, &db)
             .env(CHILD_START, (round * 1_000_000).to_string())
             .stdout(Stdio::piped())

@@ -3,7 +3,7 @@
 //! queries, reloads under load, draining on shutdown, and slow queries not stalling others.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod host_support;
+use crate::host_support;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;

@@ -3,7 +3,7 @@
 //! recorded `host_responses.json` exchange.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod host_support;
+use crate::host_support;
 
 use host_support::{
     Reply, Server, assert_json_close, assert_result, client, expected_errors, post_form, post_json,

@@ -2,7 +2,7 @@
 //! drains and stops. Runs in a process of its own, since it signals itself.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod host_support;
+use crate::host_support;
 
 use std::time::{Duration, Instant};
 

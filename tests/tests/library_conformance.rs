@@ -2,7 +2,7 @@
 //! over the fixtures in `tests/fixtures/polymath/`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod host_support;
+use crate::host_support;
 
 use std::fs;
 

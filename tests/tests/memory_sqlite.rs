@@ -214,7 +214,8 @@ fn acknowledged_adds_survive_sigkill() {
             .wrapping_add(1_442_695_040_888_963_407);
         let delay = Duration::from_millis(60 + (seed >> 33) % 400);
         let mut child = Command::new(&exe)
-            .args(["crash_child", "--exact", "--nocapture", "--test-threads=1"])
+            .arg(crate::harness_name(module_path!(), "crash_child"))
+            .args(["--exact", "--nocapture", "--test-threads=1"])
             .env(CHILD_ENV, &path)
             .env(RUN_ENV, run.to_string())
             .stdout(Stdio::piped())
