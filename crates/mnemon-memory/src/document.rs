@@ -1,19 +1,111 @@
-//! Converting inputs and load documents into entries, and writing export documents (§5.2, §5.4,
-//! §5.5). Everything here runs before the memory is touched, so a failure changes nothing.
+//! Message documents: what an add takes ([`MsgInput`]), where a load reads from
+//! ([`LoadSource`]), where and how an export writes ([`ExportTarget`], [`ExportOptions`],
+//! [`ExportFormat`], [`Exported`]); converting inputs and load documents into entries, and
+//! writing export documents (§5.2, §5.4, §5.5). Everything here runs before the memory is
+//! touched, so a failure changes nothing.
 
 use std::cell::Cell;
 use std::io::{BufRead, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use mnemon_types::msg::{EMBEDDING_KEY, MsgUrl, pyjson, pyjson_pretty};
 use mnemon_types::{Msg, MsgFactory, MsgKind};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
+use crate::entry::Entry;
 use crate::error::MemoryError;
 use crate::marks::validate_mark;
-use crate::memory::{ExportFormat, ExportOptions, LoadSource, MsgInput};
-use crate::thread::Entry;
+
+/// One item for [`Memory::add`](crate::Memory::add): a built message, or a JSON object in any
+/// accepted form (plain, `__type`, 0.1.x; a `List` adds several).
+// Items are moved into the memory; boxing messages would add an allocation per message.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug, Clone)]
+pub enum MsgInput {
+    /// A message.
+    Msg(Msg),
+    /// A JSON message object.
+    Json(Value),
+}
+
+impl From<Msg> for MsgInput {
+    fn from(msg: Msg) -> Self {
+        MsgInput::Msg(msg)
+    }
+}
+
+impl From<Value> for MsgInput {
+    fn from(value: Value) -> Self {
+        MsgInput::Json(value)
+    }
+}
+
+/// Where [`Memory::load`](crate::Memory::load) reads messages from.
+#[derive(Debug, Clone)]
+pub enum LoadSource {
+    /// A UTF-8 file (a leading BOM is skipped).
+    Path(PathBuf),
+    /// JSON text.
+    Json(String),
+    /// Messages.
+    Messages(Vec<Msg>),
+}
+
+/// Where [`Memory::export`](crate::Memory::export) writes.
+#[derive(Debug, Clone)]
+pub enum ExportTarget {
+    /// Return clones of the messages.
+    Messages,
+    /// Return the export document as text.
+    Json,
+    /// Write the document to a file, atomically (temporary file, fsync, rename).
+    File(PathBuf),
+}
+
+/// Options of [`Memory::export`](crate::Memory::export).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ExportOptions {
+    /// Write each message's marks as a last `"__marks"` key (only when it has any).
+    pub include_marks: bool,
+    /// The document's layout.
+    pub format: ExportFormat,
+}
+
+/// The layout of an export document. [`Memory::load`](crate::Memory::load) reads both.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ExportFormat {
+    /// AgentScope 0.0.x (`TemporaryMemory.export` of 0.0.4): an array of plain message
+    /// objects in Python's `json.dumps(…, indent=4)` layout, non-ASCII escaped.
+    #[default]
+    AgentScope00,
+    /// AgentScope 0.1.x (`TemporaryMemory.export` of 0.1.6, which its `TemporaryMemory.load`
+    /// reads): one line of `Msg.to_dict()` objects (`__module__`, `__name__`, `id`, `name`,
+    /// `role`, `content`, `metadata`, `timestamp`), non-ASCII written as is. The embedding goes
+    /// into `metadata`, where 0.1.x keeps it; a `url` is written only when set; other extras
+    /// follow `timestamp` (0.1.6 ignores them). Loading such a file and exporting it again in
+    /// this format gives the same bytes. 0.1.6 itself accepts only the roles `system`, `user`
+    /// and `assistant` and string or block-list contents; other messages are written as they
+    /// are, and 0.1.6 refuses them.
+    AgentScope01,
+}
+
+/// What [`Memory::export`](crate::Memory::export) produced.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Exported {
+    /// The messages.
+    Messages(Vec<Msg>),
+    /// The document.
+    Json(String),
+    /// The document was written to this file.
+    File {
+        /// The file.
+        path: PathBuf,
+        /// How many messages it holds.
+        count: usize,
+    },
+}
 
 /// The key under which exports carry marks.
 pub(crate) const MARKS_KEY: &str = "__marks";

@@ -13,8 +13,8 @@ use std::collections::HashMap;
 
 use mnemon_vector::Matrix;
 
+use crate::entry::Entry;
 use crate::exact;
-use crate::thread::Entry;
 
 /// Where one message's embedding lives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -6,7 +6,7 @@ use mnemon_types::MsgFactory;
 
 use crate::clock::default_factory;
 use crate::error::MemoryError;
-use crate::ops::{Backend, impl_memory_for_backend};
+use crate::ops::Backend;
 use crate::thread::{Change, ThreadState};
 
 /// A memory held in process memory, behind a read-write lock.
@@ -61,5 +61,3 @@ impl Backend for InMemoryMemory {
         Ok(result)
     }
 }
-
-impl_memory_for_backend!(InMemoryMemory);

@@ -53,6 +53,7 @@ mod in_memory;
 mod marks;
 mod memory;
 mod ops;
+mod report;
 mod retrieval;
 #[cfg(feature = "sqlite")]
 mod sqlite;
@@ -60,14 +61,13 @@ mod thread;
 mod tokens;
 
 pub use clock::{SystemClock, default_factory};
+pub use document::{ExportFormat, ExportOptions, ExportTarget, Exported, LoadSource, MsgInput};
 pub use error::MemoryError;
 pub use hash_embedder::HashEmbedder;
 pub use in_memory::InMemoryMemory;
 pub use marks::{MAX_MARK_BYTES, validate_mark};
-pub use memory::{
-    AddOptions, AddReport, DeleteByIdReport, DeleteReport, ExportFormat, ExportOptions,
-    ExportTarget, Exported, LoadSource, Memory, MemoryQuery, MsgFilter, MsgInput,
-};
+pub use memory::{AddOptions, Memory, MemoryQuery, MsgFilter};
+pub use report::{AddReport, DeleteByIdReport, DeleteReport};
 pub use retrieval::{Metric, RetrievalQuery, RetrieveOptions, Retrieved, ScoreFn};
 #[cfg(feature = "sqlite")]
 pub use sqlite::{Durability, Scope, SqliteMemory, SqliteOptions, SqliteStore};

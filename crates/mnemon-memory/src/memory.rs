@@ -1,13 +1,17 @@
-//! The `Memory` trait and the values its methods take and return (spec/memory.md §5).
+//! The `Memory` trait, with the selection query and add options only it takes (spec/memory.md §5).
+//!
+//! The values its other methods take and return belong to the concern they describe: documents
+//! ([`crate::document`]: inputs, load sources, export targets), reports ([`crate::report`]),
+//! retrieval ([`crate::retrieval`]) and budgets ([`crate::tokens`]). This module sits on top:
+//! nothing else in the crate imports it except the implementation in [`crate::ops`].
 
 use std::fmt;
-use std::path::PathBuf;
 
 use mnemon_types::{Embedder, Msg};
-use serde::Serialize;
-use serde_json::Value;
 
+use crate::document::{ExportOptions, ExportTarget, Exported, LoadSource, MsgInput};
 use crate::error::MemoryError;
+use crate::report::{AddReport, DeleteByIdReport, DeleteReport};
 use crate::retrieval::{RetrievalQuery, RetrieveOptions, Retrieved};
 use crate::tokens::{BudgetOptions, BudgetRecall, Tokenizer, recall_tail};
 
@@ -40,30 +44,6 @@ impl fmt::Debug for MemoryQuery<'_> {
     }
 }
 
-/// One item for [`Memory::add`]: a built message, or a JSON object in any accepted form (plain,
-/// `__type`, 0.1.x; a `List` adds several).
-// Items are moved into the memory; boxing messages would add an allocation per message.
-#[allow(clippy::large_enum_variant)]
-#[derive(Debug, Clone)]
-pub enum MsgInput {
-    /// A message.
-    Msg(Msg),
-    /// A JSON message object.
-    Json(Value),
-}
-
-impl From<Msg> for MsgInput {
-    fn from(msg: Msg) -> Self {
-        MsgInput::Msg(msg)
-    }
-}
-
-impl From<Value> for MsgInput {
-    fn from(value: Value) -> Self {
-        MsgInput::Json(value)
-    }
-}
-
 /// Options of [`Memory::add_with`].
 #[derive(Debug, Clone, Default)]
 pub struct AddOptions {
@@ -71,103 +51,12 @@ pub struct AddOptions {
     pub marks: Vec<String>,
 }
 
-/// What an add or load did.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
-pub struct AddReport {
-    /// How many messages were appended.
-    pub added: usize,
-    /// Ids skipped because they were already stored or came earlier in the batch.
-    pub skipped_duplicates: Vec<String>,
-}
-
-/// What [`Memory::delete`] did. All lists are ascending and unique.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
-pub struct DeleteReport {
-    /// The indices removed.
-    pub deleted: Vec<usize>,
-    /// The ids of the removed messages, aligned with `deleted`.
-    pub deleted_ids: Vec<String>,
-    /// Indices that did not name a message.
-    pub skipped_invalid: Vec<usize>,
-}
-
-/// What [`Memory::delete_by_id`] and [`Memory::delete_by_mark`] did.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
-pub struct DeleteByIdReport {
-    /// The ids removed, in memory order.
-    pub deleted: Vec<String>,
-    /// Requested ids that were not stored, in input order, without repeats.
-    pub not_found: Vec<String>,
-}
-
-/// Where [`Memory::load`] reads messages from.
-#[derive(Debug, Clone)]
-pub enum LoadSource {
-    /// A UTF-8 file (a leading BOM is skipped).
-    Path(PathBuf),
-    /// JSON text.
-    Json(String),
-    /// Messages.
-    Messages(Vec<Msg>),
-}
-
-/// Where [`Memory::export`] writes.
-#[derive(Debug, Clone)]
-pub enum ExportTarget {
-    /// Return clones of the messages.
-    Messages,
-    /// Return the export document as text.
-    Json,
-    /// Write the document to a file, atomically (temporary file, fsync, rename).
-    File(PathBuf),
-}
-
-/// Options of [`Memory::export`].
-#[derive(Debug, Clone, Copy, Default)]
-pub struct ExportOptions {
-    /// Write each message's marks as a last `"__marks"` key (only when it has any).
-    pub include_marks: bool,
-    /// The document's layout.
-    pub format: ExportFormat,
-}
-
-/// The layout of an export document. [`Memory::load`] reads both.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum ExportFormat {
-    /// AgentScope 0.0.x (`TemporaryMemory.export` of 0.0.4): an array of plain message
-    /// objects in Python's `json.dumps(…, indent=4)` layout, non-ASCII escaped.
-    #[default]
-    AgentScope00,
-    /// AgentScope 0.1.x (`TemporaryMemory.export` of 0.1.6, which its `TemporaryMemory.load`
-    /// reads): one line of `Msg.to_dict()` objects (`__module__`, `__name__`, `id`, `name`,
-    /// `role`, `content`, `metadata`, `timestamp`), non-ASCII written as is. The embedding goes
-    /// into `metadata`, where 0.1.x keeps it; a `url` is written only when set; other extras
-    /// follow `timestamp` (0.1.6 ignores them). Loading such a file and exporting it again in
-    /// this format gives the same bytes. 0.1.6 itself accepts only the roles `system`, `user`
-    /// and `assistant` and string or block-list contents; other messages are written as they
-    /// are, and 0.1.6 refuses them.
-    AgentScope01,
-}
-
-/// What [`Memory::export`] produced.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Exported {
-    /// The messages.
-    Messages(Vec<Msg>),
-    /// The document.
-    Json(String),
-    /// The document was written to this file.
-    File {
-        /// The file.
-        path: PathBuf,
-        /// How many messages it holds.
-        count: usize,
-    },
-}
-
 /// A conversation memory: an ordered list of messages with marks, semantic recall and
 /// token-budgeted recall.
+///
+/// Implemented by [`InMemoryMemory`](crate::InMemoryMemory) and (feature `sqlite`)
+/// `SqliteMemory`, both through one generic implementation over the crate's storage backends,
+/// so their semantics cannot drift apart; other types may implement it too.
 ///
 /// Object-safe and `Send + Sync`: every method takes `&self` and locks internally. An *index* is
 /// a message's 0-based position in insertion order at the time of the call. Every message

@@ -1,24 +1,26 @@
 //! The `Memory` operations, written once over a [`Backend`]: a backend only knows how to read
-//! a thread's state and how to persist and apply a planned [`Change`].
+//! a thread's state and how to persist and apply a planned [`Change`]. Every type implementing
+//! [`Backend`] ([`InMemoryMemory`](crate::InMemoryMemory), `SqliteMemory`) is a [`Memory`]
+//! through the one generic implementation below.
 
 use mnemon_types::{Embedder, Msg, MsgFactory};
 
 use crate::document::{
-    ExportWriter, convert_inputs, decode_source, io_error, write_atomically_with,
+    ExportOptions, ExportTarget, ExportWriter, Exported, LoadSource, MsgInput, convert_inputs,
+    decode_source, io_error, write_atomically_with,
 };
+use crate::entry::Entry;
 use crate::error::MemoryError;
 use crate::marks::{validate_mark, validate_marks};
-use crate::memory::{
-    AddOptions, AddReport, DeleteByIdReport, DeleteReport, ExportOptions, ExportTarget, Exported,
-    LoadSource, MemoryQuery, MsgInput,
-};
+use crate::memory::{AddOptions, Memory, MemoryQuery};
+use crate::report::{AddReport, DeleteByIdReport, DeleteReport};
 use crate::retrieval::{
     self, RetrievalQuery, RetrieveOptions, Retrieved, embed_texts, missing_embeddings,
 };
-use crate::thread::{Change, Entry, ThreadState};
+use crate::thread::{Change, ThreadState};
 
 /// Storage of one thread.
-pub(crate) trait Backend {
+pub(crate) trait Backend: Send + Sync {
     /// The factory that fills in missing ids and timestamps.
     fn factory(&self) -> &MsgFactory;
 
@@ -68,101 +70,142 @@ pub(crate) trait Backend {
     }
 }
 
-pub(crate) fn get_memory<B: Backend>(
-    b: &B,
-    query: &MemoryQuery<'_>,
-) -> Result<Vec<Msg>, MemoryError> {
-    let selected = match query.recent_n {
-        Some(n) => b.select_recent(query.mark, query.exclude_mark, n)?,
-        None => b.read(|s| s.select(query.mark, query.exclude_mark, None))?,
-    };
-    // The filter runs here, after the lock is released.
-    Ok(match query.filter {
-        None => selected,
-        Some(filter) => selected
-            .into_iter()
-            .enumerate()
-            .filter(|(i, m)| filter(*i, m))
-            .map(|(_, m)| m)
-            .collect(),
-    })
-}
+/// The one implementation of [`Memory`]: every backend gets the same semantics (the
+/// conformance suite runs against each).
+impl<B: Backend> Memory for B {
+    fn get_memory(&self, query: &MemoryQuery<'_>) -> Result<Vec<Msg>, MemoryError> {
+        let selected = match query.recent_n {
+            Some(n) => self.select_recent(query.mark, query.exclude_mark, n)?,
+            None => self.read(|s| s.select(query.mark, query.exclude_mark, None))?,
+        };
+        // The filter runs here, after the lock is released.
+        Ok(match query.filter {
+            None => selected,
+            Some(filter) => selected
+                .into_iter()
+                .enumerate()
+                .filter(|(i, m)| filter(*i, m))
+                .map(|(_, m)| m)
+                .collect(),
+        })
+    }
 
-pub(crate) fn add_with<B: Backend>(
-    b: &B,
-    items: Vec<MsgInput>,
-    options: &AddOptions,
-) -> Result<AddReport, MemoryError> {
-    validate_marks(&options.marks)?;
-    let entries = convert_inputs(b.factory(), items, &options.marks)?;
-    b.write(|s| Ok(s.plan_add(entries, false)))
-}
+    fn add_with(
+        &self,
+        items: Vec<MsgInput>,
+        options: &AddOptions,
+    ) -> Result<AddReport, MemoryError> {
+        validate_marks(&options.marks)?;
+        let entries = convert_inputs(self.factory(), items, &options.marks)?;
+        self.write(|s| Ok(s.plan_add(entries, false)))
+    }
 
-pub(crate) fn delete<B: Backend>(b: &B, indices: &[usize]) -> Result<DeleteReport, MemoryError> {
-    b.write(|s| Ok(s.plan_delete(indices)))
-}
+    fn delete(&self, indices: &[usize]) -> Result<DeleteReport, MemoryError> {
+        self.write(|s| Ok(s.plan_delete(indices)))
+    }
 
-pub(crate) fn delete_by_id<B: Backend>(
-    b: &B,
-    ids: &[&str],
-) -> Result<DeleteByIdReport, MemoryError> {
-    b.write(|s| Ok(s.plan_delete_ids(ids)))
-}
+    fn delete_by_id(&self, ids: &[&str]) -> Result<DeleteByIdReport, MemoryError> {
+        self.write(|s| Ok(s.plan_delete_ids(ids)))
+    }
 
-pub(crate) fn load<B: Backend>(
-    b: &B,
-    source: LoadSource,
-    overwrite: bool,
-) -> Result<AddReport, MemoryError> {
-    b.load_document(source, overwrite)
-}
+    fn load(&self, source: LoadSource, overwrite: bool) -> Result<AddReport, MemoryError> {
+        self.load_document(source, overwrite)
+    }
 
-pub(crate) fn export<B: Backend>(
-    b: &B,
-    target: ExportTarget,
-    options: &ExportOptions,
-) -> Result<Exported, MemoryError> {
-    match target {
-        ExportTarget::Messages => Ok(Exported::Messages(b.read(|s| s.select(None, None, None))?)),
-        ExportTarget::Json => {
-            // Writing into a Vec cannot fail; the error only satisfies the types.
-            let failed = |e: std::io::Error| MemoryError::Io {
-                path: "(export text)".into(),
-                detail: e.to_string(),
-            };
-            let mut writer = ExportWriter::new(Vec::new(), options);
-            b.scan(options.include_marks, &mut |entry| {
-                writer.push(entry).map_err(failed)
-            })?;
-            let bytes = writer.finish().map_err(failed)?;
-            // The writer only writes `str`s.
-            let text = String::from_utf8(bytes).map_err(|e| MemoryError::Io {
-                path: "(export text)".into(),
-                detail: e.to_string(),
-            })?;
-            Ok(Exported::Json(text))
-        }
-        ExportTarget::File(path) => {
-            let count = write_atomically_with(&path, |out| {
-                let mut writer = ExportWriter::new(out, options);
-                b.scan(options.include_marks, &mut |entry| {
-                    writer.push(entry).map_err(|e| io_error(&path, &e))
+    fn export(
+        &self,
+        target: ExportTarget,
+        options: &ExportOptions,
+    ) -> Result<Exported, MemoryError> {
+        match target {
+            ExportTarget::Messages => Ok(Exported::Messages(
+                self.read(|s| s.select(None, None, None))?,
+            )),
+            ExportTarget::Json => {
+                // Writing into a Vec cannot fail; the error only satisfies the types.
+                let failed = |e: std::io::Error| MemoryError::Io {
+                    path: "(export text)".into(),
+                    detail: e.to_string(),
+                };
+                let mut writer = ExportWriter::new(Vec::new(), options);
+                self.scan(options.include_marks, &mut |entry| {
+                    writer.push(entry).map_err(failed)
                 })?;
-                let count = writer.count();
-                writer.finish().map_err(|e| io_error(&path, &e))?;
-                Ok(count)
-            })?;
-            Ok(Exported::File { path, count })
+                let bytes = writer.finish().map_err(failed)?;
+                // The writer only writes `str`s.
+                let text = String::from_utf8(bytes).map_err(|e| MemoryError::Io {
+                    path: "(export text)".into(),
+                    detail: e.to_string(),
+                })?;
+                Ok(Exported::Json(text))
+            }
+            ExportTarget::File(path) => {
+                let count = write_atomically_with(&path, |out| {
+                    let mut writer = ExportWriter::new(out, options);
+                    self.scan(options.include_marks, &mut |entry| {
+                        writer.push(entry).map_err(|e| io_error(&path, &e))
+                    })?;
+                    let count = writer.count();
+                    writer.finish().map_err(|e| io_error(&path, &e))?;
+                    Ok(count)
+                })?;
+                Ok(Exported::File { path, count })
+            }
         }
     }
-}
 
-pub(crate) fn clear<B: Backend>(b: &B) -> Result<(), MemoryError> {
-    b.write(|s| Ok(((s.len() > 0).then(|| Change::Replace(Vec::new())), ())))
-}
+    fn clear(&self) -> Result<(), MemoryError> {
+        self.write(|s| Ok(((s.len() > 0).then(|| Change::Replace(Vec::new())), ())))
+    }
 
-pub(crate) fn size<B: Backend>(b: &B) -> Result<usize, MemoryError> {
-    b.read(ThreadState::len)
+    fn size(&self) -> Result<usize, MemoryError> {
+        self.read(ThreadState::len)
+    }
+
+    fn retrieve_by_embedding(
+        &self,
+        query: RetrievalQuery,
+        options: &RetrieveOptions,
+        embedder: Option<&dyn Embedder>,
+    ) -> Result<Vec<Retrieved>, MemoryError> {
+        if let Some(mark) = &options.mark {
+            validate_mark(mark)?;
+        }
+        let query = retrieval::query_vector(query, embedder)?;
+        ensure_embeddings(self, options.mark.as_deref(), embedder)?;
+        self.read(|s| retrieval::score(s, &query, options))?
+    }
+
+    fn get_embeddings(
+        &self,
+        embedder: Option<&dyn Embedder>,
+    ) -> Result<Vec<Vec<f32>>, MemoryError> {
+        ensure_embeddings(self, None, embedder)?;
+        self.read(retrieval::all_embeddings)?
+    }
+
+    fn mark(&self, ids: &[&str], mark: &str) -> Result<usize, MemoryError> {
+        validate_mark(mark)?;
+        self.write(|s| Ok(s.plan_mark(ids, mark)))
+    }
+
+    fn unmark(&self, ids: Option<&[&str]>, mark: &str) -> Result<usize, MemoryError> {
+        validate_mark(mark)?;
+        self.write(|s| Ok(s.plan_unmark(ids, mark)))
+    }
+
+    fn marks_of(&self, id: &str) -> Result<Option<Vec<String>>, MemoryError> {
+        self.read(|s| {
+            s.position(id)
+                .and_then(|i| s.entries().get(i))
+                .map(|e| e.marks.clone())
+        })
+    }
+
+    fn delete_by_mark(&self, mark: &str) -> Result<DeleteByIdReport, MemoryError> {
+        validate_mark(mark)?;
+        self.write(|s| Ok(s.plan_delete_by_mark(mark)))
+    }
 }
 
 /// Makes sure every candidate has an embedding, embedding missing ones outside any lock.
@@ -211,144 +254,3 @@ fn ensure_embeddings<B: Backend>(
     }
     Ok(())
 }
-
-pub(crate) fn retrieve_by_embedding<B: Backend>(
-    b: &B,
-    query: RetrievalQuery,
-    options: &RetrieveOptions,
-    embedder: Option<&dyn Embedder>,
-) -> Result<Vec<Retrieved>, MemoryError> {
-    if let Some(mark) = &options.mark {
-        validate_mark(mark)?;
-    }
-    let query = retrieval::query_vector(query, embedder)?;
-    ensure_embeddings(b, options.mark.as_deref(), embedder)?;
-    b.read(|s| retrieval::score(s, &query, options))?
-}
-
-pub(crate) fn get_embeddings<B: Backend>(
-    b: &B,
-    embedder: Option<&dyn Embedder>,
-) -> Result<Vec<Vec<f32>>, MemoryError> {
-    ensure_embeddings(b, None, embedder)?;
-    b.read(retrieval::all_embeddings)?
-}
-
-pub(crate) fn mark<B: Backend>(b: &B, ids: &[&str], mark: &str) -> Result<usize, MemoryError> {
-    validate_mark(mark)?;
-    b.write(|s| Ok(s.plan_mark(ids, mark)))
-}
-
-pub(crate) fn unmark<B: Backend>(
-    b: &B,
-    ids: Option<&[&str]>,
-    mark: &str,
-) -> Result<usize, MemoryError> {
-    validate_mark(mark)?;
-    b.write(|s| Ok(s.plan_unmark(ids, mark)))
-}
-
-pub(crate) fn marks_of<B: Backend>(b: &B, id: &str) -> Result<Option<Vec<String>>, MemoryError> {
-    b.read(|s| {
-        s.position(id)
-            .and_then(|i| s.entries().get(i))
-            .map(|e| e.marks.clone())
-    })
-}
-
-pub(crate) fn delete_by_mark<B: Backend>(
-    b: &B,
-    mark: &str,
-) -> Result<DeleteByIdReport, MemoryError> {
-    validate_mark(mark)?;
-    b.write(|s| Ok(s.plan_delete_by_mark(mark)))
-}
-
-/// Implements [`Memory`](crate::Memory) for a type that implements [`Backend`] by delegating to
-/// the functions of this module.
-macro_rules! impl_memory_for_backend {
-    ($ty:ty) => {
-        impl $crate::Memory for $ty {
-            fn get_memory(
-                &self,
-                query: &$crate::MemoryQuery<'_>,
-            ) -> Result<Vec<mnemon_types::Msg>, $crate::MemoryError> {
-                $crate::ops::get_memory(self, query)
-            }
-            fn add_with(
-                &self,
-                items: Vec<$crate::MsgInput>,
-                options: &$crate::AddOptions,
-            ) -> Result<$crate::AddReport, $crate::MemoryError> {
-                $crate::ops::add_with(self, items, options)
-            }
-            fn delete(
-                &self,
-                indices: &[usize],
-            ) -> Result<$crate::DeleteReport, $crate::MemoryError> {
-                $crate::ops::delete(self, indices)
-            }
-            fn delete_by_id(
-                &self,
-                ids: &[&str],
-            ) -> Result<$crate::DeleteByIdReport, $crate::MemoryError> {
-                $crate::ops::delete_by_id(self, ids)
-            }
-            fn load(
-                &self,
-                source: $crate::LoadSource,
-                overwrite: bool,
-            ) -> Result<$crate::AddReport, $crate::MemoryError> {
-                $crate::ops::load(self, source, overwrite)
-            }
-            fn export(
-                &self,
-                target: $crate::ExportTarget,
-                options: &$crate::ExportOptions,
-            ) -> Result<$crate::Exported, $crate::MemoryError> {
-                $crate::ops::export(self, target, options)
-            }
-            fn clear(&self) -> Result<(), $crate::MemoryError> {
-                $crate::ops::clear(self)
-            }
-            fn size(&self) -> Result<usize, $crate::MemoryError> {
-                $crate::ops::size(self)
-            }
-            fn retrieve_by_embedding(
-                &self,
-                query: $crate::RetrievalQuery,
-                options: &$crate::RetrieveOptions,
-                embedder: Option<&dyn mnemon_types::Embedder>,
-            ) -> Result<Vec<$crate::Retrieved>, $crate::MemoryError> {
-                $crate::ops::retrieve_by_embedding(self, query, options, embedder)
-            }
-            fn get_embeddings(
-                &self,
-                embedder: Option<&dyn mnemon_types::Embedder>,
-            ) -> Result<Vec<Vec<f32>>, $crate::MemoryError> {
-                $crate::ops::get_embeddings(self, embedder)
-            }
-            fn mark(&self, ids: &[&str], mark: &str) -> Result<usize, $crate::MemoryError> {
-                $crate::ops::mark(self, ids, mark)
-            }
-            fn unmark(
-                &self,
-                ids: Option<&[&str]>,
-                mark: &str,
-            ) -> Result<usize, $crate::MemoryError> {
-                $crate::ops::unmark(self, ids, mark)
-            }
-            fn marks_of(&self, id: &str) -> Result<Option<Vec<String>>, $crate::MemoryError> {
-                $crate::ops::marks_of(self, id)
-            }
-            fn delete_by_mark(
-                &self,
-                mark: &str,
-            ) -> Result<$crate::DeleteByIdReport, $crate::MemoryError> {
-                $crate::ops::delete_by_mark(self, mark)
-            }
-        }
-    };
-}
-
-pub(crate) use impl_memory_for_backend;

@@ -438,7 +438,7 @@ pub(crate) fn all_embeddings(state: &ThreadState) -> Result<Vec<Vec<f32>>, Memor
 mod tests {
     use super::*;
     use crate::clock::test_factory;
-    use crate::thread::Entry;
+    use crate::entry::Entry;
     use rand::{Rng, SeedableRng};
     use rand_pcg::Pcg64;
 

@@ -31,11 +31,12 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::clock::default_factory;
-use crate::document::{decode_stream, kind_from_str};
+use crate::document::{LoadSource, decode_stream, kind_from_str};
+use crate::entry::Entry;
 use crate::error::MemoryError;
-use crate::memory::{AddReport, LoadSource};
-use crate::ops::{Backend, impl_memory_for_backend};
-use crate::thread::{Change, Entry, ThreadState};
+use crate::ops::Backend;
+use crate::report::AddReport;
+use crate::thread::{Change, ThreadState};
 
 /// The memory tables' schema: `memory_schema` holds the version (its key column is `id`, as in
 /// files written before `mnemon-db`).
@@ -806,8 +807,6 @@ impl Backend for SqliteMemory {
         Ok(report)
     }
 }
-
-impl_memory_for_backend!(SqliteMemory);
 
 #[cfg(test)]
 mod open_tests {

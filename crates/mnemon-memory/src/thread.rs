@@ -10,8 +10,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use mnemon_types::Msg;
 
 use crate::embedding_cache::EmbeddingCache;
-pub(crate) use crate::entry::Entry;
-use crate::memory::{AddReport, DeleteByIdReport, DeleteReport};
+use crate::entry::Entry;
+use crate::report::{AddReport, DeleteByIdReport, DeleteReport};
 
 /// A change to a thread, planned against its current state.
 #[derive(Debug)]
