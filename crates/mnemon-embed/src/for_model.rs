@@ -4,13 +4,20 @@
 use mnemon_types::{EmbedError, Embedder};
 
 use crate::HashingEmbedder;
-use crate::openai::{MODEL_NAME_PREFIX, OpenAiEmbedder};
+#[cfg(feature = "openai")]
+use crate::OpenAiEmbedder;
+
+/// The prefix of OpenAI model names as libraries record them, known even without the `openai`
+/// feature so that the refusal can say what is missing.
+#[cfg(not(feature = "openai"))]
+const OPENAI_PREFIX: &str = "openai.com:";
 
 /// The embedder for a model name as libraries record it:
 ///
 /// - `mnemon:hashing-v1-<D>`: a [`HashingEmbedder`] of dimension `D` (offline);
-/// - `openai.com:<model>`: an [`OpenAiEmbedder`] for `<model>`, configured from the environment
-///   (`OPENAI_API_KEY`, `OPENAI_BASE_URL`).
+/// - `openai.com:<model>`: an `OpenAiEmbedder` for `<model>`, configured from the environment
+///   (`OPENAI_API_KEY`, `OPENAI_BASE_URL`); without the `openai` feature, an error that says
+///   the feature is needed.
 ///
 /// Any other name is an error that says so, since guessing would produce meaningless scores.
 ///
@@ -26,9 +33,18 @@ pub fn embedder_for_model(model: &str) -> Result<Box<dyn Embedder>, EmbedError> 
     if let Some(hashing) = HashingEmbedder::from_model_name(model) {
         return Ok(Box::new(hashing));
     }
-    if let Some(name) = model.strip_prefix(MODEL_NAME_PREFIX) {
+    #[cfg(feature = "openai")]
+    if let Some(name) = model.strip_prefix(OpenAiEmbedder::MODEL_PREFIX) {
         let embedder = OpenAiEmbedder::from_env()?.model(name).build()?;
         return Ok(Box::new(embedder));
+    }
+    #[cfg(not(feature = "openai"))]
+    if model.starts_with(OPENAI_PREFIX) {
+        return Err(EmbedError::new(
+            model,
+            "this program was built without mnemon-embed's `openai` feature; enable it, or \
+             embed the query yourself and pass it as query_embedding",
+        ));
     }
     Err(EmbedError::new(
         model,

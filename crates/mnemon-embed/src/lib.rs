@@ -1,14 +1,19 @@
-//! [`Embedder`] implementations for Mnemon.
+//! [`Embedder`] implementations for Mnemon, and the `cl100k_base` [`Tokenizer`].
 //!
 //! * [`HashingEmbedder`]: offline and deterministic. It hashes lowercase word unigrams and
 //!   bigrams into a fixed number of dimensions and L2-normalises the result. Its vectors are
 //!   **lexical, not semantic**: texts that share words score high, paraphrases with different
 //!   words do not. It needs no network, no model file and no API key, so it suits tests, demos,
 //!   the sample library shipped in `examples/`, and small keyword-style collections.
-//! * [`OpenAiEmbedder`]: a client for any server speaking OpenAI's `POST /embeddings` API
-//!   (key from `OPENAI_API_KEY`, API root from `OPENAI_BASE_URL`, model from
-//!   `OPENAI_EMBEDDING_MODEL`), with batching, timeouts and bounded retries on 429 and 5xx.
+//! * [`OpenAiEmbedder`] (feature `openai`): a client for any server speaking OpenAI's
+//!   `POST /embeddings` API (key from `OPENAI_API_KEY`, API root from `OPENAI_BASE_URL`, model
+//!   from `OPENAI_EMBEDDING_MODEL`), with batching, timeouts and bounded retries on 429 and 5xx.
 //! * [`embedder_for_model`]: the embedder a library's `embedding_model` names, for queries.
+//! * [`Cl100kTokenizer`] (feature `tiktoken`): OpenAI's `cl100k_base` token counts, offline.
+//!
+//! Features (both on by default): `openai` brings the HTTP client (reqwest, rustls);
+//! `tiktoken` brings the compiled-in `cl100k_base` vocabulary. A crate that only counts tokens
+//! depends on this one with `default-features = false, features = ["tiktoken"]`.
 //!
 //! ```
 //! use mnemon_embed::HashingEmbedder;
@@ -22,14 +27,19 @@
 //! # Ok::<(), mnemon_types::EmbedError>(())
 //! ```
 
+#[cfg(feature = "tiktoken")]
+mod cl100k;
 mod for_model;
 mod hashing;
+#[cfg(feature = "openai")]
 mod openai;
 
+#[cfg(feature = "tiktoken")]
+pub use cl100k::Cl100kTokenizer;
 pub use for_model::embedder_for_model;
 pub use hashing::HashingEmbedder;
-pub use mnemon_types::{EmbedError, Embedder};
-pub use openai::{
-    DEFAULT_BASE_URL, DEFAULT_MODEL, MODEL_NAME_PREFIX, OpenAiEmbedder, OpenAiEmbedderBuilder,
-    known_dimension,
+pub use mnemon_types::{
+    ContractError, EmbedError, Embedder, Tokenizer, WhitespaceTokenizer, check_embeddings,
 };
+#[cfg(feature = "openai")]
+pub use openai::{OpenAiEmbedder, OpenAiEmbedderBuilder};

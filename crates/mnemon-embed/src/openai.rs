@@ -9,35 +9,14 @@ use reqwest::StatusCode;
 use reqwest::blocking::{Client, Response};
 use serde::{Deserialize, Serialize};
 
-/// Where requests go unless configured otherwise (`OPENAI_BASE_URL`).
-pub const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
-
-/// The model used unless configured otherwise.
-///
-/// `text-embedding-3-small` is OpenAI's current general-purpose model: it has the same 1536
-/// dimensions as `text-embedding-ada-002` (the library format's historical default) at a fraction
-/// of its price and with better retrieval quality. Libraries record it as
-/// `openai.com:text-embedding-3-small`; a library built with ada-002 must keep being queried with
-/// ada-002, so pass that model explicitly for such libraries.
-pub const DEFAULT_MODEL: &str = "text-embedding-3-small";
-
-/// The prefix of the model names recorded in libraries (`openai.com:<model>`).
-pub const MODEL_NAME_PREFIX: &str = "openai.com:";
-
-/// Models whose native vector length is known, so no dimension needs configuring.
+/// Models whose native vector length is known, so no dimension needs configuring. This is
+/// the only table of OpenAI model dimensions in the workspace; the library format's own rule
+/// (which model names a library file must match in dimension) is `mnemon-library`'s.
 const KNOWN_MODELS: &[(&str, usize)] = &[
     ("text-embedding-ada-002", 1536),
     ("text-embedding-3-small", 1536),
     ("text-embedding-3-large", 3072),
 ];
-
-/// The native dimension of a known OpenAI embedding model.
-pub fn known_dimension(model: &str) -> Option<usize> {
-    KNOWN_MODELS
-        .iter()
-        .find(|(name, _)| *name == model)
-        .map(|&(_, d)| d)
-}
 
 /// Configures an [`OpenAiEmbedder`]; start from [`OpenAiEmbedder::builder`] or
 /// [`OpenAiEmbedder::from_env`].
@@ -71,9 +50,9 @@ impl std::fmt::Debug for OpenAiEmbedderBuilder {
 impl Default for OpenAiEmbedderBuilder {
     fn default() -> Self {
         OpenAiEmbedderBuilder {
-            base_url: DEFAULT_BASE_URL.to_owned(),
+            base_url: OpenAiEmbedder::DEFAULT_BASE_URL.to_owned(),
             api_key: None,
-            model: DEFAULT_MODEL.to_owned(),
+            model: OpenAiEmbedder::DEFAULT_MODEL.to_owned(),
             model_name: None,
             dimension: None,
             batch_size: OpenAiEmbedder::DEFAULT_BATCH_SIZE,
@@ -106,7 +85,7 @@ impl OpenAiEmbedderBuilder {
     pub fn model(mut self, model: impl Into<String>) -> Self {
         let model = model.into();
         self.model = model
-            .strip_prefix(MODEL_NAME_PREFIX)
+            .strip_prefix(OpenAiEmbedder::MODEL_PREFIX)
             .map_or(model.clone(), str::to_owned);
         self
     }
@@ -164,7 +143,7 @@ impl OpenAiEmbedderBuilder {
         let model_name = self
             .model_name
             .clone()
-            .unwrap_or_else(|| format!("{MODEL_NAME_PREFIX}{}", self.model));
+            .unwrap_or_else(|| format!("{}{}", OpenAiEmbedder::MODEL_PREFIX, self.model));
         let fail = |message: String| EmbedError::new(model_name.clone(), message);
         if self.model.is_empty() {
             return Err(fail("the model name is empty".into()));
@@ -198,7 +177,7 @@ impl OpenAiEmbedderBuilder {
                     .into(),
             ));
         }
-        let native = known_dimension(&self.model);
+        let native = OpenAiEmbedder::native_dimension(&self.model);
         let (dimension, send_dimensions) = match (self.dimension, native) {
             (Some(0), _) => return Err(fail("the dimension must be at least 1".into())),
             (Some(d), Some(n)) => (d, d != n),
@@ -333,14 +312,45 @@ impl OpenAiEmbedder {
     /// The default number of texts per request.
     pub const DEFAULT_BATCH_SIZE: usize = 128;
 
-    /// A builder with the defaults: OpenAI's API, [`DEFAULT_MODEL`], no key.
+    /// Where requests go unless configured otherwise (`OPENAI_BASE_URL`).
+    pub const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
+
+    /// The API model used unless configured otherwise (`OPENAI_EMBEDDING_MODEL`).
+    ///
+    /// `text-embedding-3-small` is OpenAI's current general-purpose model: it has the same 1536
+    /// dimensions as `text-embedding-ada-002` (the library format's historical default) at a
+    /// fraction of its price and with better retrieval quality. Libraries record it as
+    /// `openai.com:text-embedding-3-small`; a library built with ada-002 must keep being queried
+    /// with ada-002, so pass that model explicitly for such libraries.
+    pub const DEFAULT_MODEL: &str = "text-embedding-3-small";
+
+    /// The prefix of the model names recorded in libraries (`openai.com:<model>`).
+    pub const MODEL_PREFIX: &str = "openai.com:";
+
+    /// The native vector length of a known OpenAI embedding model, named as the API names it
+    /// (`text-embedding-3-small`, without the `openai.com:` prefix).
+    ///
+    /// ```
+    /// use mnemon_embed::OpenAiEmbedder;
+    ///
+    /// assert_eq!(OpenAiEmbedder::native_dimension("text-embedding-3-large"), Some(3072));
+    /// assert_eq!(OpenAiEmbedder::native_dimension("my-local-model"), None);
+    /// ```
+    pub fn native_dimension(model: &str) -> Option<usize> {
+        KNOWN_MODELS
+            .iter()
+            .find(|(name, _)| *name == model)
+            .map(|&(_, d)| d)
+    }
+
+    /// A builder with the defaults: OpenAI's API, [`DEFAULT_MODEL`](Self::DEFAULT_MODEL), no key.
     pub fn builder() -> OpenAiEmbedderBuilder {
         OpenAiEmbedderBuilder::default()
     }
 
     /// A builder configured from the environment: `OPENAI_API_KEY` (the key),
-    /// `OPENAI_BASE_URL` (the API root, default [`DEFAULT_BASE_URL`]) and
-    /// `OPENAI_EMBEDDING_MODEL` (the API model, default [`DEFAULT_MODEL`]). Settings made on the
+    /// `OPENAI_BASE_URL` (the API root, default [`DEFAULT_BASE_URL`](Self::DEFAULT_BASE_URL)) and
+    /// `OPENAI_EMBEDDING_MODEL` (the API model, default [`DEFAULT_MODEL`](Self::DEFAULT_MODEL)). Settings made on the
     /// builder afterwards win over the environment.
     pub fn from_env() -> Result<OpenAiEmbedderBuilder, EmbedError> {
         let mut builder = Self::builder();
@@ -350,7 +360,7 @@ impl OpenAiEmbedder {
                 Ok(v) => Ok(Some(v.trim().to_owned())),
                 Err(std::env::VarError::NotPresent) => Ok(None),
                 Err(std::env::VarError::NotUnicode(_)) => Err(EmbedError::new(
-                    format!("{MODEL_NAME_PREFIX}{DEFAULT_MODEL}"),
+                    format!("{}{}", Self::MODEL_PREFIX, Self::DEFAULT_MODEL),
                     format!("the environment variable {name} is not valid UTF-8"),
                 )),
             }
