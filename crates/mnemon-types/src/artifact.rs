@@ -325,6 +325,112 @@ impl FromStr for Timestamp {
     }
 }
 
+/// [`Timestamp`]'s text form, by chrono.
+fn format_with_chrono(micros: i64) -> String {
+    match chrono::DateTime::from_timestamp_micros(micros) {
+        Some(at) => at.format("%Y-%m-%dT%H:%M:%S%.6fZ").to_string(),
+        None => String::new(),
+    }
+}
+
+/// Parsing, by chrono for the calendar.
+fn parse_with_chrono(s: &str) -> Result<Timestamp, TimestampError> {
+    let fail = |reason| TimestampError {
+        input: s.chars().take(64).collect(),
+        reason,
+    };
+    let b = s.as_bytes();
+    let digits = |range: std::ops::Range<usize>| -> Option<i64> {
+        let part = b.get(range)?;
+        if part.is_empty() || !part.iter().all(u8::is_ascii_digit) {
+            return None;
+        }
+        part.iter().try_fold(0i64, |acc, d| {
+            acc.checked_mul(10)?.checked_add(i64::from(d - b'0'))
+        })
+    };
+    let punct = |at: usize, allowed: &[u8]| b.get(at).is_some_and(|c| allowed.contains(c));
+    if !(punct(4, b"-")
+        && punct(7, b"-")
+        && punct(10, b"Tt ")
+        && punct(13, b":")
+        && punct(16, b":"))
+    {
+        return Err(fail(
+            "the date and time are not laid out as YYYY-MM-DDTHH:MM:SS",
+        ));
+    }
+    let (Some(year), Some(month), Some(day), Some(hour), Some(minute), Some(second)) = (
+        digits(0..4),
+        digits(5..7),
+        digits(8..10),
+        digits(11..13),
+        digits(14..16),
+        digits(17..19),
+    ) else {
+        return Err(fail("a date or time field is not made of digits"));
+    };
+    if year < 1 {
+        return Err(fail("the year must be between 0001 and 9999"));
+    }
+    if !(1..=12).contains(&month) {
+        return Err(fail("the month must be between 01 and 12"));
+    }
+    // Four digits and two digits: the conversions cannot fail, but never panic on input.
+    let date = match (
+        i32::try_from(year),
+        u32::try_from(month),
+        u32::try_from(day),
+    ) {
+        (Ok(year), Ok(month), Ok(day)) => chrono::NaiveDate::from_ymd_opt(year, month, day),
+        _ => None,
+    };
+    let Some(date) = date else {
+        return Err(fail("the day does not exist in that month"));
+    };
+    if hour > 23 || minute > 59 || second > 59 {
+        return Err(fail(
+            "the time of day is out of range (leap seconds are not accepted)",
+        ));
+    }
+    let mut at = 19;
+    let mut micros = 0i64;
+    if b.get(at) == Some(&b'.') {
+        at += 1;
+        let start = at;
+        while let Some(d) = b.get(at).filter(|c| c.is_ascii_digit()) {
+            if at - start < 6 {
+                micros = micros * 10 + i64::from(d - b'0');
+            }
+            at += 1;
+        }
+        if at == start {
+            return Err(fail("the fraction of a second after '.' has no digits"));
+        }
+        for _ in (at - start)..6 {
+            micros *= 10;
+        }
+    }
+    let offset_seconds = match b.get(at) {
+        Some(b'Z' | b'z') if at + 1 == b.len() => 0,
+        Some(sign @ (b'+' | b'-')) if at + 6 == b.len() && punct(at + 3, b":") => {
+            let (Some(oh), Some(om)) = (digits(at + 1..at + 3), digits(at + 4..at + 6)) else {
+                return Err(fail("the UTC offset is not made of digits"));
+            };
+            if oh > 23 || om > 59 {
+                return Err(fail("the UTC offset is out of range"));
+            }
+            let magnitude = oh * 3600 + om * 60;
+            if *sign == b'-' { -magnitude } else { magnitude }
+        }
+        _ => return Err(fail("it must end with Z or a UTC offset such as +02:00")),
+    };
+    let midnight = date.and_time(chrono::NaiveTime::MIN).and_utc().timestamp();
+    let seconds = midnight + hour * 3600 + minute * 60 + second - offset_seconds;
+    Timestamp::from_unix_micros(seconds * MICROS_PER_SECOND + micros)
+        .ok_or_else(|| fail("in UTC it falls outside years 0001 to 9999"))
+}
+
 impl Serialize for Timestamp {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         serializer.collect_str(self)
@@ -492,6 +598,26 @@ mod tests {
     }
 
     proptest! {
+        /// chrono formats every instant as the hand-written calendar did.
+        #[test]
+        fn chrono_formatting_equals_the_calendar(micros in MIN_MICROS..=MAX_MICROS) {
+            let t = Timestamp::from_unix_micros(micros).unwrap();
+            prop_assert_eq!(format_with_chrono(micros), t.to_string());
+        }
+
+        /// chrono parses (and refuses, with the same reason) as the hand-written calendar did.
+        #[test]
+        fn chrono_parsing_equals_the_calendar(s in "[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt ][0-9]{2}:[0-9]{2}:[0-9]{2}(\\.[0-9]{0,12})?([Zz]|[+-][0-9]{2}:[0-9]{2})?") {
+            prop_assert_eq!(parse_with_chrono(&s), s.parse::<Timestamp>());
+        }
+
+        /// Every date of years 0001 to 9999 (and every impossible day) as the calendar did.
+        #[test]
+        fn chrono_dates_equal_the_calendar(year in 0i64..=9999, month in 1i64..=12, day in 0i64..=31, rest in "[0-9]{2}:[0-9]{2}:[0-9]{2}(\\.[0-9]{1,7})?([Zz]|[+-][0-9]{2}:[0-9]{2})") {
+            let s = format!("{year:04}-{month:02}-{day:02}T{rest}");
+            prop_assert_eq!(parse_with_chrono(&s), s.parse::<Timestamp>());
+        }
+
         #[test]
         fn timestamp_text_round_trips(micros in MIN_MICROS..=MAX_MICROS) {
             let t = Timestamp::from_unix_micros(micros).unwrap();
