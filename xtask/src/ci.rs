@@ -1,48 +1,23 @@
-//! `cargo xtask ci`: the CI gate. Keep it in step with `.ci/run`.
+//! `cargo xtask ci`: the CI gate, which is `.ci/run` itself, so that the two can never drift
+//! apart (formatting, lints, the schema check, the docs build, every test, the examples, the
+//! original clients in `tests/clients/` and a release rehearsal).
 
-use anyhow::Result;
+use std::process::Command;
 
-use crate::cargo::{run_in, run_in_with_env, workspace_root};
+use anyhow::{Context, Result, bail};
 
-/// The facade's runnable examples (`crates/mnemon/examples/`), each run to completion by CI.
-const EXAMPLES: [&str; 3] = ["agent_turn", "library_search", "memory_recall"];
+use crate::cargo::workspace_root;
 
-/// Runs formatting, lints, the schema check, the docs build, every test, the examples and a
-/// release rehearsal, stopping at the first failure.
+/// Runs `.ci/run` from the workspace root, stopping at its first failure.
 pub(crate) fn run() -> Result<()> {
     let root = workspace_root();
-    run_in(&root, &["fmt", "--all", "--check"])?;
-    run_in(
-        &root,
-        &[
-            "clippy",
-            "--workspace",
-            "--all-targets",
-            "--",
-            "-D",
-            "warnings",
-        ],
-    )?;
-    run_in(&root, &["xtask", "codegen", "--check"])?;
-    run_in_with_env(
-        &root,
-        &["doc", "--workspace", "--no-deps"],
-        &[("RUSTDOCFLAGS", "-D warnings")],
-    )?;
-    run_in(&root, &["test", "--workspace"])?;
-    for example in EXAMPLES {
-        run_in(
-            &root,
-            &[
-                "run",
-                "--quiet",
-                "--package",
-                "mnemon",
-                "--example",
-                example,
-            ],
-        )?;
+    let status = Command::new("bash")
+        .arg(root.join(".ci/run"))
+        .current_dir(&root)
+        .status()
+        .context("could not start bash to run .ci/run")?;
+    if !status.success() {
+        bail!(".ci/run failed ({status})");
     }
-    run_in(&root, &["xtask", "release", "0.2.0", "--dry-run"])?;
     Ok(())
 }

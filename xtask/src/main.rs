@@ -20,7 +20,7 @@ mod release;
 const USAGE: &str = "usage: cargo xtask <task>
 
 tasks:
-  ci                              fmt --check, clippy -D warnings, all tests (what .ci/run runs)
+  ci                              run .ci/run: fmt, clippy, docs, all tests, client checks
   codegen [--check]               write JSON Schemas to docs/schemas (--check: fail if stale)
   release <VERSION> [--dry-run]   bump all crate versions, check the CHANGELOG, cargo package
   bench <library|host|memory-stream>
