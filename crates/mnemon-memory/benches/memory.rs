@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
 use mnemon_memory::{
-    InMemoryMemory, Memory, MsgInput, RetrievalQuery, RetrieveOptions, Scope, SqliteOptions,
-    SqliteStore,
+    InMemoryMemory, Memory, MsgInput, RetrievalQuery, RetrieveOptions, Scope, SqliteMemoryOptions,
+    SqliteMemoryStore,
 };
 use mnemon_types::msg::{FixedClock, SequentialIds};
 use mnemon_types::{Msg, MsgFactory};
@@ -78,9 +78,11 @@ fn sqlite_add(c: &mut Criterion) {
             let mut total = Duration::ZERO;
             for _ in 0..iters {
                 let dir = tempfile::tempdir().unwrap();
-                let store =
-                    SqliteStore::open(dir.path().join("bench.sqlite3"), SqliteOptions::default())
-                        .unwrap();
+                let store = SqliteMemoryStore::open(
+                    dir.path().join("bench.sqlite3"),
+                    SqliteMemoryOptions::default(),
+                )
+                .unwrap();
                 let memory = store.memory(Scope::session("bench")).unwrap();
                 let prepared: Vec<Vec<MsgInput>> = batches.iter().map(|b| inputs(b)).collect();
                 let start = Instant::now();

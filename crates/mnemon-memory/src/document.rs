@@ -8,8 +8,9 @@ use std::cell::Cell;
 use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
 
+use mnemon_db::atomic_file::write_atomic;
 use mnemon_types::msg::{EMBEDDING_KEY, MsgUrl, pyjson, pyjson_pretty};
-use mnemon_types::{Msg, MsgFactory, MsgKind};
+use mnemon_types::{Msg, MsgFactory};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
@@ -615,52 +616,17 @@ fn unescape_non_ascii(text: &str) -> String {
     out
 }
 
-/// Writes an export atomically: a temporary file in the same directory receives the document
-/// from `write`, is fsynced, then renamed over the target, and the directory fsynced so that
-/// the rename itself is durable. When `write` fails, the temporary file is removed and the
-/// target is untouched.
-///
-/// The temporary file has a random name and is created with `O_EXCL` (tempfile), so concurrent
-/// exports to the same path never share a temporary file, and a file or symlink planted under a
-/// predictable name is never opened or followed. The rename replaces a symlink at `path` itself
-/// rather than writing through it.
+/// Writes an export file atomically and durably through `mnemon_db`'s one helper for replacing
+/// a whole file ([`mnemon_db::atomic_file::write_atomic`]): the document streams from `write`
+/// into a temporary file beside the target, which is synced and renamed over it. When `write`
+/// or any step fails, the target is untouched and no temporary file is left.
 pub(crate) fn write_atomically_with<T>(
     path: &Path,
     write: impl FnOnce(&mut dyn Write) -> Result<T, MemoryError>,
 ) -> Result<T, MemoryError> {
-    let dir = match path.parent() {
-        Some(dir) if !dir.as_os_str().is_empty() => dir.to_path_buf(),
-        _ => std::path::PathBuf::from("."),
-    };
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "export".into());
-    let prefix = format!(".{name}.");
-    let mut builder = tempfile::Builder::new();
-    builder.prefix(&prefix).suffix(".tmp");
-    // tempfile creates files 0600; an export is an ordinary document, so ask for 0666 and let
-    // the umask narrow it, as `File::create` would.
-    #[cfg(unix)]
-    builder.permissions(std::os::unix::fs::PermissionsExt::from_mode(0o666));
-    let file = builder.tempfile_in(&dir).map_err(|e| io_error(path, &e))?;
-    let mut out = std::io::BufWriter::with_capacity(WRITE_BUFFER, file);
-    // On any failure below, dropping the temporary file removes it.
-    let result = write(&mut out)?;
-    let file = out.into_inner().map_err(|e| io_error(path, e.error()))?;
-    let persisted = (|| {
-        file.as_file().sync_all()?;
-        // On failure `persist` hands the file back; dropping it removes the temporary file.
-        file.persist(path).map_err(|e| e.error)?;
-        Ok(())
-    })();
-    persisted.map_err(|e: std::io::Error| io_error(path, &e))?;
-    sync_dir(&dir).map_err(|e| io_error(&dir, &e))?;
-    Ok(result)
+    write_atomic(path, |out| write(out))
+        .map_err(|e| e.unify(|file| io_error(file.path(), file.io_error())))
 }
-
-/// The buffer between an export and its file.
-const WRITE_BUFFER: usize = 256 * 1024;
 
 /// [`write_atomically_with`] of a whole text.
 #[cfg(test)]
@@ -669,26 +635,6 @@ pub(crate) fn write_atomically(path: &Path, text: &str) -> Result<(), MemoryErro
         out.write_all(text.as_bytes())
             .map_err(|e| io_error(path, &e))
     })
-}
-
-/// Fsyncs a directory, making a rename inside it durable. Only Unix can open a directory as a
-/// file; elsewhere the rename's durability is the file system's business.
-fn sync_dir(dir: &Path) -> std::io::Result<()> {
-    #[cfg(unix)]
-    match std::fs::File::open(dir)?.sync_all() {
-        // Some file systems (e.g. some network mounts) cannot fsync a directory at all; the
-        // file's data is already synced, so that is no reason to fail the export.
-        Err(e) if e.kind() == std::io::ErrorKind::InvalidInput => {}
-        other => other?,
-    }
-    #[cfg(not(unix))]
-    let _ = dir;
-    Ok(())
-}
-
-/// The kind recorded for entries read back from storage.
-pub(crate) fn kind_from_str(kind: &str) -> MsgKind {
-    MsgKind::from_marker(kind).unwrap_or_default()
 }
 
 #[cfg(test)]

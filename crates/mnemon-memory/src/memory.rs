@@ -7,13 +7,13 @@
 
 use std::fmt;
 
-use mnemon_types::{Embedder, Msg};
+use mnemon_types::{Embedder, Msg, Tokenizer};
 
 use crate::document::{ExportOptions, ExportTarget, Exported, LoadSource, MsgInput};
 use crate::error::MemoryError;
 use crate::report::{AddReport, DeleteByIdReport, DeleteReport};
 use crate::retrieval::{RetrievalQuery, RetrieveOptions, Retrieved};
-use crate::tokens::{BudgetOptions, BudgetRecall, Tokenizer, recall_tail};
+use crate::tokens::{BudgetOptions, BudgetRecall, recall_tail};
 
 /// A `get_memory` filter: `(position within the recent_n slice, message) -> keep?`.
 pub type MsgFilter<'a> = dyn Fn(usize, &Msg) -> bool + 'a;

@@ -12,7 +12,7 @@ use std::cmp::Ordering;
 use std::fmt;
 use std::sync::Arc;
 
-use mnemon_types::{Embedder, Msg};
+use mnemon_types::{Embedder, Msg, check_embeddings};
 use rayon::prelude::*;
 use serde::Serialize;
 
@@ -134,30 +134,13 @@ pub(crate) fn embed_texts(
             model: model(),
             detail: e.message.clone(),
         })?;
-        if vectors.len() != batch.len() {
-            return Err(MemoryError::EmbedderContract {
+        // The contract every embedder's caller checks (count, dimension, finite numbers).
+        check_embeddings(embedder.dimension(), batch.len(), &vectors).map_err(|e| {
+            MemoryError::EmbedderContract {
                 model: model(),
-                detail: format!("{} vectors for {} texts", vectors.len(), batch.len()),
-            });
-        }
-        for v in &vectors {
-            if v.len() != embedder.dimension() || v.is_empty() {
-                return Err(MemoryError::EmbedderContract {
-                    model: model(),
-                    detail: format!(
-                        "a vector of length {} where dimension() is {}",
-                        v.len(),
-                        embedder.dimension()
-                    ),
-                });
+                detail: e.to_string(),
             }
-            if v.iter().any(|x| !x.is_finite()) {
-                return Err(MemoryError::EmbedderContract {
-                    model: model(),
-                    detail: "a vector with a NaN or infinite number".into(),
-                });
-            }
-        }
+        })?;
         out.extend(vectors);
     }
     Ok(out)

@@ -11,7 +11,7 @@
 //! only at checkpoints: a returned write survives the process being killed (`kill -9`) and is
 //! lost only if the OS itself crashes or the power fails before the next sync.
 //!
-//! **Readers.** [`SqliteStore::open_read_only`] never takes the write lock and works on a
+//! **Readers.** [`SqliteMemoryStore::open_read_only`] never takes the write lock and works on a
 //! read-only directory or mount; a file without memory tables reads as empty.
 //!
 //! **Caching.** Each [`SqliteMemory`] mirrors its thread in memory (messages, marks, the
@@ -31,7 +31,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::clock::default_factory;
-use crate::document::{LoadSource, decode_stream, kind_from_str};
+use crate::document::{LoadSource, decode_stream};
 use crate::entry::Entry;
 use crate::error::MemoryError;
 use crate::ops::Backend;
@@ -71,16 +71,16 @@ CREATE TABLE memory_marks (
 /// How hard a commit is pushed to disk: one type and one default for every store.
 pub use mnemon_db::Durability;
 
-/// Options of [`SqliteStore::open`].
+/// Options of [`SqliteMemoryStore::open`].
 #[derive(Debug, Clone, Copy)]
-pub struct SqliteOptions {
+pub struct SqliteMemoryOptions {
     /// See [`Durability`].
     pub durability: Durability,
     /// How long to wait for another process's write lock before failing with `Storage`.
     pub busy_timeout: Duration,
 }
 
-impl SqliteOptions {
+impl SqliteMemoryOptions {
     fn settings(&self) -> Settings {
         Settings {
             durability: self.durability,
@@ -90,11 +90,13 @@ impl SqliteOptions {
     }
 }
 
-impl Default for SqliteOptions {
+impl Default for SqliteMemoryOptions {
+    /// The defaults every Mnemon store shares (`mnemon_db::sqlite::Settings`).
     fn default() -> Self {
-        SqliteOptions {
-            durability: Durability::default(),
-            busy_timeout: Duration::from_secs(5),
+        let shared = Settings::default();
+        SqliteMemoryOptions {
+            durability: shared.durability,
+            busy_timeout: shared.busy_timeout,
         }
     }
 }
@@ -149,38 +151,38 @@ impl Scope {
 }
 
 /// An open SQLite file of memory threads. One connection, behind a mutex; share it with `Arc`.
-pub struct SqliteStore {
+pub struct SqliteMemoryStore {
     conn: Mutex<Connection>,
     path: PathBuf,
     factory: MsgFactory,
 }
 
-impl std::fmt::Debug for SqliteStore {
+impl std::fmt::Debug for SqliteMemoryStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SqliteStore")
+        f.debug_struct("SqliteMemoryStore")
             .field("path", &self.path)
             .finish_non_exhaustive()
     }
 }
 
-impl SqliteStore {
+impl SqliteMemoryStore {
     /// Opens (creating if needed) the database at `path`.
     pub fn open(
         path: impl AsRef<Path>,
-        options: SqliteOptions,
-    ) -> Result<Arc<SqliteStore>, MemoryError> {
-        SqliteStore::open_with_factory(path, options, default_factory())
+        options: SqliteMemoryOptions,
+    ) -> Result<Arc<SqliteMemoryStore>, MemoryError> {
+        SqliteMemoryStore::open_with_factory(path, options, default_factory())
     }
 
     /// As [`open`](Self::open), with the factory that fills in missing ids and timestamps.
     pub fn open_with_factory(
         path: impl AsRef<Path>,
-        options: SqliteOptions,
+        options: SqliteMemoryOptions,
         factory: MsgFactory,
-    ) -> Result<Arc<SqliteStore>, MemoryError> {
+    ) -> Result<Arc<SqliteMemoryStore>, MemoryError> {
         let path = path.as_ref().to_path_buf();
         let conn = sqlite::open(&path, &options.settings(), &SCHEMA).map_err(db_error)?;
-        Ok(Arc::new(SqliteStore {
+        Ok(Arc::new(SqliteMemoryStore {
             conn: Mutex::new(conn),
             path,
             factory,
@@ -193,11 +195,11 @@ impl SqliteStore {
     /// through the store fail.
     pub fn open_read_only(
         path: impl AsRef<Path>,
-        options: SqliteOptions,
-    ) -> Result<Arc<SqliteStore>, MemoryError> {
+        options: SqliteMemoryOptions,
+    ) -> Result<Arc<SqliteMemoryStore>, MemoryError> {
         let path = path.as_ref().to_path_buf();
         let read = sqlite::open_read_only(&path, &options.settings(), &SCHEMA).map_err(db_error)?;
-        Ok(Arc::new(SqliteStore {
+        Ok(Arc::new(SqliteMemoryStore {
             conn: Mutex::new(read.conn),
             path,
             factory: default_factory(),
@@ -292,7 +294,7 @@ impl SqliteStore {
     }
 }
 
-impl Drop for SqliteStore {
+impl Drop for SqliteMemoryStore {
     fn drop(&mut self) {
         // Folds the WAL back into the main file so that a single file is left at rest; never
         // waits for another process (see `mnemon_db::sqlite::checkpoint_on_close`).
@@ -514,6 +516,11 @@ fn embedding_blob(embedding: Option<Vec<f32>>) -> Option<Vec<u8>> {
     embedding.map(|v| v.iter().flat_map(|x| x.to_le_bytes()).collect())
 }
 
+/// The kind recorded for entries read back from storage.
+fn kind_from_str(kind: &str) -> MsgKind {
+    MsgKind::from_marker(kind).unwrap_or_default()
+}
+
 fn kind_str(kind: MsgKind) -> &'static str {
     kind.as_str()
 }
@@ -624,10 +631,10 @@ fn persist(
     Ok(())
 }
 
-/// One thread of a [`SqliteStore`]; implements [`Memory`](crate::Memory) with the same
+/// One thread of a [`SqliteMemoryStore`]; implements [`Memory`](crate::Memory) with the same
 /// semantics as [`InMemoryMemory`](crate::InMemoryMemory).
 pub struct SqliteMemory {
-    store: Arc<SqliteStore>,
+    store: Arc<SqliteMemoryStore>,
     scope: Scope,
     mirror: Mutex<Mirror>,
 }
@@ -648,7 +655,7 @@ impl SqliteMemory {
     }
 
     /// The store holding the thread.
-    pub fn store(&self) -> &Arc<SqliteStore> {
+    pub fn store(&self) -> &Arc<SqliteMemoryStore> {
         &self.store
     }
 
@@ -815,10 +822,10 @@ mod open_tests {
     use super::*;
     use std::sync::Barrier;
 
-    fn quick() -> SqliteOptions {
-        SqliteOptions {
+    fn quick() -> SqliteMemoryOptions {
+        SqliteMemoryOptions {
             busy_timeout: Duration::from_millis(300),
-            ..SqliteOptions::default()
+            ..SqliteMemoryOptions::default()
         }
     }
 
@@ -833,7 +840,7 @@ mod open_tests {
                     let (path, barrier) = (path.clone(), Arc::clone(&barrier));
                     std::thread::spawn(move || {
                         barrier.wait();
-                        SqliteStore::open(&path, SqliteOptions::default()).map(drop)
+                        SqliteMemoryStore::open(&path, SqliteMemoryOptions::default()).map(drop)
                     })
                 })
                 .collect();
@@ -848,16 +855,16 @@ mod open_tests {
     fn opening_a_current_schema_does_not_wait_for_a_writer() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("db.sqlite3");
-        let store = SqliteStore::open(&path, quick()).unwrap();
+        let store = SqliteMemoryStore::open(&path, quick()).unwrap();
         store.memory(Scope::session("s")).unwrap();
         drop(store);
         let writer = Connection::open(&path).unwrap();
         writer
             .execute_batch("BEGIN IMMEDIATE; UPDATE memory_threads SET rev = rev + 1;")
             .unwrap();
-        let store = SqliteStore::open(&path, quick()).unwrap();
+        let store = SqliteMemoryStore::open(&path, quick()).unwrap();
         assert_eq!(store.threads().unwrap(), [Scope::session("s")]);
-        let reader = SqliteStore::open_read_only(&path, quick()).unwrap();
+        let reader = SqliteMemoryStore::open_read_only(&path, quick()).unwrap();
         assert_eq!(reader.threads().unwrap(), [Scope::session("s")]);
         assert!(
             reader
@@ -872,7 +879,7 @@ mod open_tests {
     fn read_only_open_of_a_missing_file_is_empty_and_creates_nothing() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("db.sqlite3");
-        let reader = SqliteStore::open_read_only(&path, quick()).unwrap();
+        let reader = SqliteMemoryStore::open_read_only(&path, quick()).unwrap();
         assert!(reader.threads().unwrap().is_empty());
         assert!(
             reader
@@ -897,10 +904,10 @@ mod stream_tests {
     };
     use serde_json::json;
 
-    fn store(dir: &tempfile::TempDir) -> Arc<SqliteStore> {
-        SqliteStore::open_with_factory(
+    fn store(dir: &tempfile::TempDir) -> Arc<SqliteMemoryStore> {
+        SqliteMemoryStore::open_with_factory(
             dir.path().join("m.sqlite3"),
-            SqliteOptions::default(),
+            SqliteMemoryOptions::default(),
             test_factory(),
         )
         .unwrap()

@@ -38,6 +38,7 @@ pub(crate) struct ThreadState {
 
 impl ThreadState {
     /// A state holding these entries (ids must be unique).
+    #[cfg(any(feature = "sqlite", test))]
     pub(crate) fn from_entries(entries: Vec<Entry>) -> Self {
         let mut state = ThreadState {
             entries,

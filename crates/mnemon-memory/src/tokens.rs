@@ -1,30 +1,8 @@
-//! Token counting and token-budgeted recall (spec/memory.md §8).
+//! Token-budgeted recall (spec/memory.md §8). Tokens are counted by any
+//! [`Tokenizer`](mnemon_types::Tokenizer), the trait `mnemon-types` keeps beside `Embedder`.
 
-use mnemon_types::Msg;
+use mnemon_types::{Msg, Tokenizer};
 use serde::Serialize;
-
-/// Counts the tokens of a text.
-pub trait Tokenizer: Send + Sync {
-    /// The tokenizer's name, e.g. `cl100k_base`.
-    fn name(&self) -> &str;
-
-    /// The number of tokens in `text`.
-    fn count(&self, text: &str) -> usize;
-}
-
-/// Counts `split_whitespace` pieces: a rough fallback that needs no vocabulary.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct WhitespaceTokenizer;
-
-impl Tokenizer for WhitespaceTokenizer {
-    fn name(&self) -> &str {
-        "whitespace"
-    }
-
-    fn count(&self, text: &str) -> usize {
-        text.split_whitespace().count()
-    }
-}
 
 /// OpenAI's `cl100k_base` encoding, compiled in, so it works offline. Special-token strings
 /// count as ordinary text.
@@ -101,12 +79,7 @@ pub(crate) fn recall_tail(
 mod tests {
     use super::*;
     use crate::clock::test_factory;
-
-    #[test]
-    fn whitespace_counts() {
-        assert_eq!(WhitespaceTokenizer.count("  a b\tc\n"), 3);
-        assert_eq!(WhitespaceTokenizer.count(""), 0);
-    }
+    use mnemon_types::WhitespaceTokenizer;
 
     #[cfg(feature = "tiktoken")]
     #[test]

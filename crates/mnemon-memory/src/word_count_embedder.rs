@@ -1,30 +1,32 @@
-//! `HashEmbedder`: a deterministic, offline embedder for tests and demos only.
+//! `WordCountEmbedder`: a deterministic, offline embedder for tests and demos only.
 //!
 //! It exists so that this crate's tests, doctests and examples can exercise the embedder paths
-//! of retrieval (§6.1) without a model or a network. It is not the project's hashing embedder:
-//! that one is the `mnemon-embed` crate, whose vectors differ from these. Do not store this
-//! embedder's vectors in a memory meant for real recall.
+//! of retrieval (§6.1) without a model or a network. It is not the project's hashing embedder,
+//! `mnemon_embed::HashingEmbedder` (model `mnemon:hashing-v1-<d>`, a versioned algorithm that
+//! libraries store vectors of): that one hashes words and word pairs with a sign per feature,
+//! this one only counts whitespace-separated words per bucket (model `mnemon:hash-<d>`), so
+//! their vectors differ. Do not store this embedder's vectors in a memory meant for real recall.
 
 use mnemon_types::{EmbedError, Embedder};
 
-/// A test and demo embedder: hashes lowercase whitespace tokens into `dimension` buckets and
-/// L2-normalises the counts.
+/// A test and demo embedder: counts lowercase whitespace-separated words into `dimension`
+/// buckets picked by their FNV-1a hash, and L2-normalises the counts.
 ///
 /// Texts sharing words get similar vectors, which is enough to exercise recall in tests without
 /// a model; it is lexical, not semantic. A text without tokens gives the zero vector. For real
-/// use, supply a model-backed [`Embedder`] (or the project's offline hashing embedder in the
-/// `mnemon-embed` crate, which produces different vectors).
+/// use, supply a model-backed [`Embedder`] (or the project's offline hashing embedder,
+/// `mnemon_embed::HashingEmbedder`, which produces different vectors).
 #[derive(Debug, Clone)]
-pub struct HashEmbedder {
+pub struct WordCountEmbedder {
     dimension: usize,
     model: String,
 }
 
-impl HashEmbedder {
+impl WordCountEmbedder {
     /// An embedder of this dimension (at least 1).
     pub fn new(dimension: usize) -> Self {
         let dimension = dimension.max(1);
-        HashEmbedder {
+        WordCountEmbedder {
             dimension,
             model: format!("mnemon:hash-{dimension}"),
         }
@@ -38,7 +40,7 @@ fn fnv1a(text: &str) -> u64 {
     })
 }
 
-impl Embedder for HashEmbedder {
+impl Embedder for WordCountEmbedder {
     fn model(&self) -> &str {
         &self.model
     }
@@ -75,7 +77,7 @@ mod tests {
 
     #[test]
     fn deterministic_and_normalised() {
-        let e = HashEmbedder::new(16);
+        let e = WordCountEmbedder::new(16);
         let a = e.embed(&["The ferry", "the FERRY", ""]).unwrap();
         assert_eq!(a[0], a[1]);
         let n: f32 = a[0].iter().map(|x| x * x).sum();

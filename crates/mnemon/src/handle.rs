@@ -93,7 +93,7 @@ pub struct Mnemon {
     assets: Arc<SqliteStore>,
     artifacts: Arc<SqliteArtifactStore>,
     backends: BackendRegistry,
-    memory: Arc<mnemon_memory::SqliteStore>,
+    memory: Arc<mnemon_memory::SqliteMemoryStore>,
 }
 
 impl std::fmt::Debug for Mnemon {
@@ -116,7 +116,7 @@ impl Mnemon {
         let assets = Arc::new(SqliteStore::open(&database).map_err(OpenError::Assets)?);
         let artifacts =
             Arc::new(SqliteArtifactStore::open(&database).map_err(OpenError::Artifacts)?);
-        let memory = mnemon_memory::SqliteStore::open(&database, Default::default())
+        let memory = mnemon_memory::SqliteMemoryStore::open(&database, Default::default())
             .map_err(OpenError::Memory)?;
         let backends = BackendRegistry::with_defaults(dir.join(ARTIFACTS_DIR));
         Ok(Mnemon {
@@ -138,8 +138,9 @@ impl Mnemon {
             .map_err(OpenError::Assets)?;
         let artifacts =
             SqliteArtifactStore::open_read_only(&database).map_err(OpenError::Artifacts)?;
-        let memory = mnemon_memory::SqliteStore::open_read_only(&database, Default::default())
-            .map_err(OpenError::Memory)?;
+        let memory =
+            mnemon_memory::SqliteMemoryStore::open_read_only(&database, Default::default())
+                .map_err(OpenError::Memory)?;
         let backends = BackendRegistry::with_defaults(dir.join(ARTIFACTS_DIR));
         Ok(Mnemon {
             dir,

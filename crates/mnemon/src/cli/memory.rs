@@ -6,7 +6,7 @@ use clap::{Args, Subcommand, ValueEnum};
 use mnemon_memory::{
     BudgetOptions, Cl100kTokenizer, ExportFormat, ExportOptions, ExportTarget, Exported,
     InMemoryMemory, LoadSource, Memory, MemoryError, MemoryQuery, Metric, RetrievalQuery,
-    RetrieveOptions, Scope, SqliteOptions, SqliteStore,
+    RetrieveOptions, Scope, SqliteMemoryOptions, SqliteMemoryStore,
 };
 use serde::Serialize;
 
@@ -137,7 +137,7 @@ fn session_memory(data_dir: &Path, scope: Scope) -> Result<Box<dyn Memory>, CliE
     std::fs::create_dir_all(data_dir).map_err(|e| {
         CliError::failure(anyhow::anyhow!("cannot create {}: {e}", data_dir.display()))
     })?;
-    let store = SqliteStore::open(data_dir.join(DATABASE), SqliteOptions::default())
+    let store = SqliteMemoryStore::open(data_dir.join(DATABASE), SqliteMemoryOptions::default())
         .map_err(memory_error)?;
     Ok(Box::new(
         store.memory_created_on_write(scope).map_err(memory_error)?,
@@ -165,8 +165,8 @@ fn existing_session_memory(data_dir: &Path, scope: Scope) -> Result<Box<dyn Memo
     }
     // Read-only: no write lock (a writer in another process does not block the read), and a
     // read-only data directory or mount works. The CLI's readers never embed, so never write.
-    let store =
-        SqliteStore::open_read_only(&path, SqliteOptions::default()).map_err(memory_error)?;
+    let store = SqliteMemoryStore::open_read_only(&path, SqliteMemoryOptions::default())
+        .map_err(memory_error)?;
     if let Some(memory) = store.existing_memory(scope).map_err(memory_error)? {
         return Ok(Box::new(memory));
     }
