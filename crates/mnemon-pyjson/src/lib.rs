@@ -135,6 +135,24 @@ pub fn to_string<T: ?Sized + Serialize>(
     Ok(String::from_utf8_lossy(&out).into_owned())
 }
 
+/// `json.dumps(value)` of a JSON value: one line, separators `", "` and `": "`, ASCII only.
+///
+/// Unlike [`to_string`] this cannot fail: a [`serde_json::Value`] always has string keys.
+pub fn dumps(value: &serde_json::Value) -> String {
+    value_to_string(value, PythonFormatter::compact())
+}
+
+/// `json.dumps(value, indent=spaces)` of a JSON value (exports use 4).
+pub fn dumps_indent(value: &serde_json::Value, spaces: usize) -> String {
+    value_to_string(value, PythonFormatter::spaces(spaces))
+}
+
+fn value_to_string(value: &serde_json::Value, formatter: PythonFormatter) -> String {
+    // Serializing a `Value` into a Vec cannot fail (string keys, infallible writer); the
+    // fallback only keeps this total without a panic.
+    to_string(value, formatter).unwrap_or_else(|_| value.to_string())
+}
+
 /// Serializes `value` with `formatter` into `writer`.
 pub fn to_writer<W: Write, T: ?Sized + Serialize>(
     writer: W,
@@ -372,6 +390,41 @@ mod tests {
     }
 
     #[test]
+    fn python_reprs_of_message_numbers() {
+        for (x, s) in [
+            (0.12, "0.12"),
+            (-0.5, "-0.5"),
+            (1.0, "1.0"),
+            (100.0, "100.0"),
+            (1e-5, "1e-05"),
+            (0.0001, "0.0001"),
+            (1e16, "1e+16"),
+            (1.5e16, "1.5e+16"),
+            (1e15, "1000000000000000.0"),
+            (123.456, "123.456"),
+            (0.0, "0.0"),
+            (-0.0, "-0.0"),
+            (1e-100, "1e-100"),
+            (0.1f32 as f64, "0.10000000149011612"),
+        ] {
+            assert_eq!(python_float_repr(x), s);
+        }
+    }
+
+    #[test]
+    fn dumps_layouts() {
+        let v = json!({"a": [1, {"b": "é😀\u{7f}"}], "c": [], "d": {}});
+        assert_eq!(
+            dumps(&v),
+            r#"{"a": [1, {"b": "\u00e9\ud83d\ude00\u007f"}], "c": [], "d": {}}"#
+        );
+        assert_eq!(
+            dumps_indent(&v, 2),
+            "{\n  \"a\": [\n    1,\n    {\n      \"b\": \"\\u00e9\\ud83d\\ude00\\u007f\"\n    }\n  ],\n  \"c\": [],\n  \"d\": {}\n}"
+        );
+    }
+
+    #[test]
     fn f32_widens_like_python() {
         assert_eq!(
             to_string(&[0.1f32], PythonFormatter::compact()).unwrap(),
@@ -494,6 +547,14 @@ mod tests {
                     prop_assert!(significant.len() <= want.max(1));
                 }
             }
+        }
+
+        #[test]
+        fn dumps_is_json(value in arb_json()) {
+            let back: Value = serde_json::from_str(&dumps(&value)).unwrap();
+            prop_assert_eq!(&back, &value);
+            let back: Value = serde_json::from_str(&dumps_indent(&value, 4)).unwrap();
+            prop_assert_eq!(back, value);
         }
 
         #[test]
