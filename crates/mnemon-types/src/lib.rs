@@ -52,6 +52,3 @@ pub use tokenizer::{Tokenizer, WhitespaceTokenizer};
 pub use value::{
     AssetObject, BYTES_TYPE, Bytes, DICT_TYPE, LIST_TYPE, Map, Object, Value, object_type_string,
 };
-
-/// The ordered map type used for objects in the value tree (re-exported for convenience).
-pub use indexmap;
