@@ -10,7 +10,8 @@ use std::hint::black_box;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use mnemon_store::{AssetStore, Durability, InMemoryStore, SqliteOptions, SqliteStore};
+use mnemon_db::Durability;
+use mnemon_store::{AssetStore, InMemoryStore, SqliteAssetOptions, SqliteAssetStore};
 use mnemon_types::{Asset, AssetRef, Bytes, Map, Value};
 use serde_json::json;
 
@@ -51,12 +52,12 @@ fn in_memory_resolve(c: &mut Criterion) {
     group.finish();
 }
 
-fn open(dir: &tempfile::TempDir, name: &str, durability: Durability) -> SqliteStore {
-    SqliteStore::open_with(
+fn open(dir: &tempfile::TempDir, name: &str, durability: Durability) -> SqliteAssetStore {
+    SqliteAssetStore::open_with(
         dir.path().join(name),
-        SqliteOptions {
+        SqliteAssetOptions {
             durability,
-            ..SqliteOptions::default()
+            ..SqliteAssetOptions::default()
         },
     )
     .unwrap()

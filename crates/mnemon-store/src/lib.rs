@@ -1,7 +1,7 @@
 //! Where assets live: the [`AssetStore`] trait and its implementations (spec/assets.md §7).
 //!
 //! - [`InMemoryStore`]: holds everything, in-process objects included.
-//! - [`SqliteStore`]: the embedded default; one database file in WAL mode, durable when a put
+//! - [`SqliteAssetStore`]: the embedded default; one database file in WAL mode, durable when a put
 //!   returns, byte buffers stored as BLOBs, objects only through a registered [`ObjectCodec`].
 //!
 //! Resolution of references ([`resolve_in`], [`resolve_asset`], [`ResolveError`]) lives here
@@ -37,5 +37,12 @@ pub use codec::{CodecError, CodecRegistry, ObjectCodec};
 pub use error::StoreError;
 pub use memory::InMemoryStore;
 pub use resolve::{MAX_LISTED_KEYS, ResolveError, resolve_asset, resolve_in};
-pub use sqlite::{Durability, MIGRATIONS, SCHEMA_VERSION, SqliteOptions, SqliteStore};
+pub use sqlite::{MIGRATIONS, SCHEMA_VERSION, SqliteAssetOptions, SqliteAssetStore};
+
+// Transitional names, hidden: the integration tests move to the new names (and to
+// `mnemon_db::Durability`, the one durability type) after they are merged (issue 12 item 6).
+#[doc(hidden)]
+pub use mnemon_db::Durability;
+#[doc(hidden)]
+pub use sqlite::{SqliteAssetOptions as SqliteOptions, SqliteAssetStore as SqliteStore};
 pub use store::{AssetMeta, AssetStore, MAX_NESTING};

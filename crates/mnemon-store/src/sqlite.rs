@@ -23,15 +23,15 @@
 //!
 //! **Concurrency.** One connection writes and another reads, each behind a mutex; in WAL mode
 //! reads do not wait for a write's fsync. Several processes may open the same file; a writer
-//! waits up to the busy timeout for another. [`SqliteStore::open_read_only`] serves readers: no
+//! waits up to the busy timeout for another. [`SqliteAssetStore::open_read_only`] serves readers: no
 //! write lock, nothing created, and it works on a read-only directory or mount.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use mnemon_db::DbError;
 use mnemon_db::sqlite::{self, Migration, Schema, Settings};
+use mnemon_db::{DbError, Durability};
 use mnemon_types::Asset;
 use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior, params};
 
@@ -76,12 +76,9 @@ static SCHEMA: Schema = Schema {
     migrations: MIGRATIONS,
 };
 
-/// How hard a commit works to survive crashes: one type and one default for every store.
-pub use mnemon_db::Durability;
-
-/// Options for [`SqliteStore::open_with`].
+/// Options for [`SqliteAssetStore::open_with`].
 #[derive(Debug, Clone)]
-pub struct SqliteOptions {
+pub struct SqliteAssetOptions {
     /// How hard a commit works to survive crashes. Default: [`Durability::Full`].
     pub durability: Durability,
     /// The codecs for in-process objects. Default: none, so objects are rejected.
@@ -90,7 +87,7 @@ pub struct SqliteOptions {
     pub busy_timeout: Duration,
 }
 
-impl SqliteOptions {
+impl SqliteAssetOptions {
     fn settings(&self) -> Settings {
         Settings {
             durability: self.durability,
@@ -100,12 +97,14 @@ impl SqliteOptions {
     }
 }
 
-impl Default for SqliteOptions {
+impl Default for SqliteAssetOptions {
     fn default() -> Self {
-        SqliteOptions {
-            durability: Durability::default(),
+        // The durability and busy timeout are every store's, decided once in `mnemon_db`.
+        let shared = Settings::default();
+        SqliteAssetOptions {
+            durability: shared.durability,
             codecs: CodecRegistry::new(),
-            busy_timeout: Duration::from_secs(5),
+            busy_timeout: shared.busy_timeout,
         }
     }
 }
@@ -113,11 +112,11 @@ impl Default for SqliteOptions {
 /// An [`AssetStore`] in one SQLite database file; see the module docs for the guarantees.
 ///
 /// ```
-/// use mnemon_store::{AssetStore, SqliteStore};
+/// use mnemon_store::{AssetStore, SqliteAssetStore};
 /// use mnemon_types::{Asset, Bytes, Map, Value};
 ///
 /// let dir = tempfile::tempdir()?;
-/// let store = SqliteStore::open(dir.path().join("mnemon.sqlite3"))?;
+/// let store = SqliteAssetStore::open(dir.path().join("mnemon.sqlite3"))?;
 /// let mut content = Map::new();
 /// content.insert("png".into(), Bytes::with_media_type(vec![0x89, b'P'], "image/png").into());
 /// store.put(&Asset::new(Value::Map(content)).with_id("img"))?;
@@ -126,27 +125,30 @@ impl Default for SqliteOptions {
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Debug)]
-pub struct SqliteStore {
+pub struct SqliteAssetStore {
     writer: Mutex<Connection>,
     reader: Mutex<Connection>,
     path: PathBuf,
     codecs: CodecRegistry,
 }
 
-impl SqliteStore {
+impl SqliteAssetStore {
     /// Opens (creating if needed) the database at `path` with default options. The parent
     /// directory must exist.
     pub fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
-        Self::open_with(path, SqliteOptions::default())
+        Self::open_with(path, SqliteAssetOptions::default())
     }
 
     /// Opens (creating if needed) the database at `path`.
-    pub fn open_with(path: impl AsRef<Path>, options: SqliteOptions) -> Result<Self, StoreError> {
+    pub fn open_with(
+        path: impl AsRef<Path>,
+        options: SqliteAssetOptions,
+    ) -> Result<Self, StoreError> {
         let path = path.as_ref().to_path_buf();
         let settings = options.settings();
         let writer = sqlite::open(&path, &settings, &SCHEMA).map_err(db_error)?;
         let reader = sqlite::connect(&path, &settings).map_err(db_error)?;
-        Ok(SqliteStore {
+        Ok(SqliteAssetStore {
             writer: Mutex::new(writer),
             reader: Mutex::new(reader),
             path,
@@ -160,13 +162,13 @@ impl SqliteStore {
     /// Writes through the store fail.
     pub fn open_read_only(
         path: impl AsRef<Path>,
-        options: SqliteOptions,
+        options: SqliteAssetOptions,
     ) -> Result<Self, StoreError> {
         let path = path.as_ref().to_path_buf();
         let settings = options.settings();
         let writer = sqlite::open_read_only(&path, &settings, &SCHEMA).map_err(db_error)?;
         let reader = sqlite::open_read_only(&path, &settings, &SCHEMA).map_err(db_error)?;
-        Ok(SqliteStore {
+        Ok(SqliteAssetStore {
             writer: Mutex::new(writer.conn),
             reader: Mutex::new(reader.conn),
             path,
@@ -273,7 +275,7 @@ fn write_one(tx: &Transaction<'_>, asset: &Asset, encoded: &Encoded) -> rusqlite
     Ok(())
 }
 
-impl AssetStore for SqliteStore {
+impl AssetStore for SqliteAssetStore {
     fn put(&self, asset: &Asset) -> Result<(), StoreError> {
         let encoded = self.encode(asset)?;
         self.write_all(&[(asset, encoded)])
@@ -378,7 +380,7 @@ impl AssetStore for SqliteStore {
     }
 }
 
-impl Drop for SqliteStore {
+impl Drop for SqliteAssetStore {
     fn drop(&mut self) {
         // Folds the WAL back into the main file so that one file is left at rest; never waits.
         let conn = self
@@ -399,7 +401,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("db.sqlite3");
         {
-            let store = SqliteStore::open(&path).unwrap();
+            let store = SqliteAssetStore::open(&path).unwrap();
             store
                 .put(&Asset::from_json(json!({"asset_id": "a", "content": 1})).unwrap())
                 .unwrap();
@@ -414,7 +416,7 @@ mod tests {
             .unwrap();
         assert_eq!(mode, "wal");
         drop(conn);
-        let store = SqliteStore::open(&path).unwrap();
+        let store = SqliteAssetStore::open(&path).unwrap();
         assert_eq!(store.list_ids(None).unwrap(), ["a"]);
     }
 
@@ -422,12 +424,12 @@ mod tests {
     fn a_newer_schema_is_refused_and_left_alone() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("db.sqlite3");
-        drop(SqliteStore::open(&path).unwrap());
+        drop(SqliteAssetStore::open(&path).unwrap());
         let conn = Connection::open(&path).unwrap();
         conn.execute("UPDATE asset_schema SET version = 99", [])
             .unwrap();
         drop(conn);
-        let err = SqliteStore::open(&path).unwrap_err();
+        let err = SqliteAssetStore::open(&path).unwrap_err();
         assert!(
             matches!(err, StoreError::SchemaTooNew { found: 99, .. }),
             "{err}"
@@ -443,7 +445,7 @@ mod tests {
         conn.execute_batch("PRAGMA user_version = 7; CREATE TABLE other_x (a INTEGER);")
             .unwrap();
         drop(conn);
-        let store = SqliteStore::open(&path).unwrap();
+        let store = SqliteAssetStore::open(&path).unwrap();
         store
             .put(&Asset::from_json(json!({"asset_id": "a"})).unwrap())
             .unwrap();
@@ -460,11 +462,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("db.sqlite3");
         for (durability, expected) in [(Durability::Full, 2), (Durability::Normal, 1)] {
-            let store = SqliteStore::open_with(
+            let store = SqliteAssetStore::open_with(
                 &path,
-                SqliteOptions {
+                SqliteAssetOptions {
                     durability,
-                    ..SqliteOptions::default()
+                    ..SqliteAssetOptions::default()
                 },
             )
             .unwrap();
@@ -476,10 +478,10 @@ mod tests {
         }
     }
 
-    fn quick() -> SqliteOptions {
-        SqliteOptions {
+    fn quick() -> SqliteAssetOptions {
+        SqliteAssetOptions {
             busy_timeout: Duration::from_millis(300),
-            ..SqliteOptions::default()
+            ..SqliteAssetOptions::default()
         }
     }
 
@@ -494,7 +496,7 @@ mod tests {
                     let (path, barrier) = (path.clone(), barrier.clone());
                     std::thread::spawn(move || {
                         barrier.wait();
-                        SqliteStore::open(&path).map(drop)
+                        SqliteAssetStore::open(&path).map(drop)
                     })
                 })
                 .collect();
@@ -509,7 +511,7 @@ mod tests {
     fn readers_open_while_another_connection_holds_a_write_transaction() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("db.sqlite3");
-        let store = SqliteStore::open(&path).unwrap();
+        let store = SqliteAssetStore::open(&path).unwrap();
         store
             .put(&Asset::from_json(json!({"asset_id": "a", "content": 1})).unwrap())
             .unwrap();
@@ -518,9 +520,9 @@ mod tests {
         writer
             .execute_batch("BEGIN IMMEDIATE; DELETE FROM asset_leaves WHERE 0;")
             .unwrap();
-        let store = SqliteStore::open_with(&path, quick()).unwrap();
+        let store = SqliteAssetStore::open_with(&path, quick()).unwrap();
         assert_eq!(store.list_ids(None).unwrap(), ["a"]);
-        let reader = SqliteStore::open_read_only(&path, quick()).unwrap();
+        let reader = SqliteAssetStore::open_read_only(&path, quick()).unwrap();
         assert_eq!(reader.list_ids(None).unwrap(), ["a"]);
         assert!(reader.get("a").unwrap().is_some());
         writer.execute_batch("COMMIT").unwrap();
@@ -530,7 +532,7 @@ mod tests {
     fn read_only_open_of_a_missing_file_is_empty_creates_nothing_and_refuses_writes() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("db.sqlite3");
-        let reader = SqliteStore::open_read_only(&path, quick()).unwrap();
+        let reader = SqliteAssetStore::open_read_only(&path, quick()).unwrap();
         assert!(reader.list_ids(None).unwrap().is_empty());
         assert!(reader.get("a").unwrap().is_none());
         assert!(reader.meta("a").unwrap().is_none());
@@ -544,12 +546,12 @@ mod tests {
     fn read_only_open_refuses_a_newer_schema() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("db.sqlite3");
-        drop(SqliteStore::open(&path).unwrap());
+        drop(SqliteAssetStore::open(&path).unwrap());
         let conn = Connection::open(&path).unwrap();
         conn.execute("UPDATE asset_schema SET version = 99", [])
             .unwrap();
         drop(conn);
-        let err = SqliteStore::open_read_only(&path, quick()).unwrap_err();
+        let err = SqliteAssetStore::open_read_only(&path, quick()).unwrap_err();
         assert!(
             matches!(err, StoreError::SchemaTooNew { found: 99, .. }),
             "{err}"
@@ -560,7 +562,7 @@ mod tests {
     fn bytes_are_blobs_not_text() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("db.sqlite3");
-        let store = SqliteStore::open(&path).unwrap();
+        let store = SqliteAssetStore::open(&path).unwrap();
         let mut content = mnemon_types::Map::new();
         content.insert(
             "b".into(),

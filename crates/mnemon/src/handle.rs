@@ -17,7 +17,7 @@ use std::sync::Arc;
 use mnemon_artifacts::{ArtifactError, ArtifactStore, BackendRegistry, SqliteArtifactStore};
 use mnemon_library::{Library, LibraryError};
 use mnemon_memory::{MemoryError, Scope, SqliteMemory};
-use mnemon_store::{AssetStore, SqliteStore, StoreError};
+use mnemon_store::{AssetStore, SqliteAssetStore, StoreError};
 
 /// The database file inside a data directory.
 pub const DATABASE_FILE: &str = "mnemon.sqlite3";
@@ -90,7 +90,7 @@ pub enum OpenError {
 #[derive(Clone)]
 pub struct Mnemon {
     dir: PathBuf,
-    assets: Arc<SqliteStore>,
+    assets: Arc<SqliteAssetStore>,
     artifacts: Arc<SqliteArtifactStore>,
     backends: BackendRegistry,
     memory: Arc<mnemon_memory::SqliteMemoryStore>,
@@ -113,7 +113,7 @@ impl Mnemon {
             error,
         })?;
         let database = dir.join(DATABASE_FILE);
-        let assets = Arc::new(SqliteStore::open(&database).map_err(OpenError::Assets)?);
+        let assets = Arc::new(SqliteAssetStore::open(&database).map_err(OpenError::Assets)?);
         let artifacts =
             Arc::new(SqliteArtifactStore::open(&database).map_err(OpenError::Artifacts)?);
         let memory = mnemon_memory::SqliteMemoryStore::open(&database, Default::default())
@@ -134,7 +134,7 @@ impl Mnemon {
     pub fn open_read_only(dir: impl AsRef<Path>) -> Result<Mnemon, OpenError> {
         let dir = dir.as_ref().to_path_buf();
         let database = dir.join(DATABASE_FILE);
-        let assets = SqliteStore::open_read_only(&database, Default::default())
+        let assets = SqliteAssetStore::open_read_only(&database, Default::default())
             .map_err(OpenError::Assets)?;
         let artifacts =
             SqliteArtifactStore::open_read_only(&database).map_err(OpenError::Artifacts)?;
@@ -162,7 +162,7 @@ impl Mnemon {
     }
 
     /// The asset store.
-    pub fn assets(&self) -> &SqliteStore {
+    pub fn assets(&self) -> &SqliteAssetStore {
         &self.assets
     }
 

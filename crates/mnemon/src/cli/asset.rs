@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
 use clap::Subcommand;
-use mnemon_store::{AssetStore, InMemoryStore, SqliteOptions, SqliteStore, StoreError};
+use mnemon_store::{AssetStore, InMemoryStore, SqliteAssetOptions, SqliteAssetStore, StoreError};
 use mnemon_types::{Asset, AssetRef, MetaOptions, flatten, meta_with};
 
 use super::{CliError, CliResult, print_json};
@@ -65,11 +65,11 @@ pub(crate) enum AssetCommand {
 }
 
 /// Opens the SQLite asset store in `data_dir`, creating the directory if needed.
-pub(crate) fn open_store(data_dir: &Path) -> Result<SqliteStore, CliError> {
+pub(crate) fn open_store(data_dir: &Path) -> Result<SqliteAssetStore, CliError> {
     std::fs::create_dir_all(data_dir)
         .with_context(|| format!("cannot create the data directory {}", data_dir.display()))
         .map_err(CliError::failure)?;
-    SqliteStore::open(data_dir.join(DATABASE)).map_err(store_error)
+    SqliteAssetStore::open(data_dir.join(DATABASE)).map_err(store_error)
 }
 
 /// The store for a command that only reads: the SQLite store opened read-only when the database
@@ -80,8 +80,8 @@ pub(crate) fn open_store(data_dir: &Path) -> Result<SqliteStore, CliError> {
 pub(crate) fn open_store_for_reading(data_dir: &Path) -> Result<Box<dyn AssetStore>, CliError> {
     let database = data_dir.join(DATABASE);
     if database.exists() {
-        let store =
-            SqliteStore::open_read_only(database, SqliteOptions::default()).map_err(store_error)?;
+        let store = SqliteAssetStore::open_read_only(database, SqliteAssetOptions::default())
+            .map_err(store_error)?;
         Ok(Box::new(store))
     } else {
         Ok(Box::new(InMemoryStore::new()))
