@@ -9,7 +9,8 @@ use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
 
 use mnemon_db::atomic_file::write_atomic;
-use mnemon_types::msg::{EMBEDDING_KEY, MsgUrl, pyjson, pyjson_pretty};
+use mnemon_pyjson::{dumps, dumps_indent};
+use mnemon_types::msg::{EMBEDDING_KEY, MsgUrl};
 use mnemon_types::{Msg, MsgFactory};
 use serde::Deserialize;
 use serde_json::{Map, Value};
@@ -464,7 +465,7 @@ impl<W: Write> ExportWriter<W> {
         self.out.write_all(opening)?;
         match self.format {
             ExportFormat::AgentScope00 => {
-                let text = pyjson_pretty(&v00_object(&entry.full(), marks), 4);
+                let text = dumps_indent(&v00_object(&entry.full(), marks), 4);
                 let mut lines = text.split('\n');
                 if let Some(first) = lines.next() {
                     self.out.write_all(first.as_bytes())?;
@@ -475,7 +476,7 @@ impl<W: Write> ExportWriter<W> {
                 }
             }
             ExportFormat::AgentScope01 => {
-                let text = pyjson(&v01_object(&entry.full(), marks));
+                let text = dumps(&v01_object(&entry.full(), marks));
                 self.out.write_all(unescape_non_ascii(&text).as_bytes())?;
             }
         }
@@ -951,7 +952,7 @@ mod tests {
                 .collect();
             prop_assert_eq!(
                 render_export(&entries, include_marks),
-                pyjson_pretty(&Value::Array(items), 4)
+                dumps_indent(&Value::Array(items), 4)
             );
         }
 
@@ -961,7 +962,7 @@ mod tests {
         fn unescaping_gives_pythons_non_ascii_form(text in any::<String>()) {
             let value = Value::String(text.clone());
             prop_assert_eq!(
-                unescape_non_ascii(&pyjson(&value)),
+                unescape_non_ascii(&dumps(&value)),
                 serde_json::to_string(&text).unwrap()
             );
         }

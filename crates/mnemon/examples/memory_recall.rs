@@ -3,10 +3,10 @@
 //!
 //! Run it with `cargo run --example memory_recall`.
 
-use mnemon::embed::{Embedder, HashingEmbedder};
+use mnemon::embed::{Cl100kTokenizer, Embedder, HashingEmbedder};
 use mnemon::memory::{
-    BudgetOptions, Cl100kTokenizer, ExportOptions, ExportTarget, Exported, InMemoryMemory, Memory,
-    MemoryQuery, RetrievalQuery, RetrieveOptions,
+    BudgetOptions, ExportOptions, ExportTarget, Exported, InMemoryMemory, Memory, MemoryQuery,
+    RetrievalQuery, RetrieveOptions,
 };
 use serde_json::json;
 

@@ -3,10 +3,11 @@
 use std::path::{Path, PathBuf};
 
 use clap::{Args, Subcommand, ValueEnum};
+use mnemon_embed::Cl100kTokenizer;
 use mnemon_memory::{
-    BudgetOptions, Cl100kTokenizer, ExportFormat, ExportOptions, ExportTarget, Exported,
-    InMemoryMemory, LoadSource, Memory, MemoryError, MemoryQuery, Metric, RetrievalQuery,
-    RetrieveOptions, Scope, SqliteMemoryOptions, SqliteMemoryStore,
+    BudgetOptions, ExportFormat, ExportOptions, ExportTarget, Exported, InMemoryMemory, LoadSource,
+    Memory, MemoryError, MemoryQuery, Metric, RetrievalQuery, RetrieveOptions, Scope,
+    SqliteMemoryOptions, SqliteMemoryStore,
 };
 use serde::Serialize;
 
