@@ -10,7 +10,7 @@ use host_support::{
     read_json, send, tie_texts,
 };
 use mnemon_host::HostOptions;
-use mnemon_library::{AccessPolicy, Library, QueryOptions};
+use mnemon_library::{AccessPolicy, Library, QueryOptions, wire};
 use mnemon_tests::fixture;
 use serde_json::Value;
 
@@ -141,13 +141,13 @@ fn recorded_host_exchanges_replay() {
             );
         } else {
             assert_eq!(reply.status, 200, "{name}: {body}");
-            let in_process = library
-                .query_with(
-                    case["args_seen_by_library_query"].as_object().unwrap(),
-                    &policy,
-                    &QueryOptions::default(),
-                )
-                .unwrap();
+            let in_process = wire::query(
+                &library,
+                case["args_seen_by_library_query"].as_object().unwrap(),
+                &policy,
+                &QueryOptions::default(),
+            )
+            .unwrap();
             let in_process = Value::Object(in_process);
             // Our body keeps the library's key order, so it must equal the in-process result
             // under the full rules, and the recorded (sorted-key) body up to key order.

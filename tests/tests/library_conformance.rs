@@ -6,7 +6,7 @@ use crate::host_support;
 
 use std::fs;
 
-use mnemon_library::{AccessPolicy, BitId, Library, QueryOptions};
+use mnemon_library::{AccessPolicy, BitId, Library, QueryOptions, wire};
 use mnemon_tests::fixture;
 use serde_json::{Map, Value};
 
@@ -41,7 +41,7 @@ fn load_ids_and_tags() {
     assert_eq!(count(Some("team")), 3);
     assert_eq!(count(None), 47);
     let id = BitId::from_hex(want[5]).unwrap();
-    assert!(lib.get(&id).is_some());
+    assert!(lib.get(&id).unwrap().is_some());
 }
 
 #[test]
@@ -205,15 +205,16 @@ fn run_case(
         ..QueryOptions::default()
     };
     if mode != Mode::Planned {
-        return lib.query_with(args, policy, &options);
+        return wire::query(lib, args, policy, &options);
     }
-    let plan = lib.plan(args, &options)?;
+    let parsed = wire::parse_query(lib, args, &options)?;
+    let plan = lib.plan(&parsed.request, parsed.grant(policy))?;
     let scores = plan.scan_vector().map(|v| {
         // Scored beside an unrelated vector, as in a batch of several requests.
         let other = vec![0.5f32; v.len()];
         lib.scores_many(&[other.as_slice(), v]).pop().unwrap()
     });
-    lib.run_planned(args, plan, policy, scores.as_deref())
+    wire::render(&lib.run_planned(plan, scores.as_deref())?)
 }
 
 fn run_all_cases(mode: Mode) -> usize {
@@ -294,9 +295,8 @@ fn multi_key_omit_works() {
                 fast,
                 ..QueryOptions::default()
             };
-            let got = lib
-                .query_with(b["args"].as_object().unwrap(), &policy(), &options)
-                .unwrap();
+            let got =
+                wire::query(&lib, b["args"].as_object().unwrap(), &policy(), &options).unwrap();
             let bits = got["bits"].as_array().unwrap();
             assert_eq!(bits.len(), 3, "{name}");
             for (g, w) in bits
@@ -335,9 +335,7 @@ fn a_file_that_says_sort_similarity_is_resorted() {
             fast,
             ..QueryOptions::default()
         };
-        let got = lib
-            .query_with(b["args"].as_object().unwrap(), &policy(), &options)
-            .unwrap();
+        let got = wire::query(&lib, b["args"].as_object().unwrap(), &policy(), &options).unwrap();
         let keys: Vec<&String> = got.keys().collect();
         assert_eq!(
             keys,

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use mnemon_library::synthetic::{unit_vector, write_synthetic};
-use mnemon_library::{AccessPolicy, DEFAULT_MODEL, Library, QueryOptions, encode_embedding};
+use mnemon_library::{AccessPolicy, DEFAULT_MODEL, Library, QueryOptions, encode_embedding, wire};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use serde_json::{Map, Value, json};
@@ -141,13 +141,13 @@ fn time_queries(
 ) -> Result<(Duration, Vec<Value>)> {
     let policy = AccessPolicy::default();
     for q in queries.iter().take(WARMUPS) {
-        lib.query_with(q, &policy, options)?;
+        wire::query(lib, q, &policy, options)?;
     }
     let mut times = Vec::with_capacity(queries.len());
     let mut results = Vec::with_capacity(queries.len());
     for q in queries {
         let start = Instant::now();
-        let mut r = lib.query_with(q, &policy, options)?;
+        let mut r = wire::query(lib, q, &policy, options)?;
         times.push(start.elapsed());
         results.push(r.shift_remove("bits").unwrap_or(Value::Null));
     }
@@ -236,7 +236,10 @@ fn measure(p: &Params) -> Result<()> {
             .map(|b| b.iter().map(|x| &x["text"]).collect())
             .unwrap_or_default();
         let bits = lib.bits().collect::<Vec<_>>();
-        let scalar_texts: Vec<Value> = top.iter().map(|&i| Value::from(bits[i].text())).collect();
+        let scalar_texts: Vec<Value> = top
+            .iter()
+            .map(|&i| Value::from(bits[i].text().unwrap_or_default()))
+            .collect();
         if texts.iter().copied().eq(scalar_texts.iter()) {
             scalar_agrees += 1;
         }
@@ -253,7 +256,7 @@ fn measure(p: &Params) -> Result<()> {
     let sidecar_open = start.elapsed();
     let policy = AccessPolicy::default();
     let sidecar_matches =
-        packed.query_with(&bit10[0], &policy, &exact)?["bits"] == exact_bit_results[0];
+        wire::query(&packed, &bit10[0], &policy, &exact)?["bits"] == exact_bit_results[0];
     let (sidecar_bit, _) = time_queries(&packed, &bit10, &exact)?;
 
     println!();

@@ -17,8 +17,8 @@ fn schema<T: JsonSchema>(file: &str) -> Result<(String, String)> {
 }
 
 fn generate() -> Result<Vec<(String, String)>> {
-    use mnemon_library::schema::{HostConfig, QueryResult};
-    use mnemon_library::{Library, QueryArgs};
+    use mnemon_library::Library;
+    use mnemon_library::schema::{HostConfig, QueryArgs, QueryResult};
     use mnemon_types::artifact::Artifact;
     use mnemon_types::msg::Msg;
     use mnemon_types::{Asset, AssetRef};

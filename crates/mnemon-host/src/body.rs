@@ -132,13 +132,7 @@ fn json_args(bytes: &[u8]) -> Result<Map<String, Value>, ApiError> {
 /// Form fields as strings; the first value of a repeated key wins. Invalid UTF-8 after
 /// percent-decoding is replaced by U+FFFD.
 fn form_args(bytes: &[u8]) -> Map<String, Value> {
-    let mut args = Map::new();
-    for (key, value) in form_urlencoded::parse(bytes) {
-        if !args.contains_key(key.as_ref()) {
-            args.insert(key.into_owned(), Value::String(value.into_owned()));
-        }
-    }
-    args
+    mnemon_library::wire::arguments_from_pairs(form_urlencoded::parse(bytes))
 }
 
 /// Multipart fields as strings; parts with a filename (uploads) are ignored, and the first value

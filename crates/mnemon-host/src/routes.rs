@@ -10,8 +10,8 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use mnemon_library::QueryOptions;
-use serde_json::{Map, Value, json};
+use mnemon_library::{QueryOptions, QueryResult, wire};
+use serde_json::json;
 use tower_http::compression::CompressionLayer;
 use tower_http::compression::predicate::SizeAbove;
 
@@ -98,16 +98,20 @@ async fn run_query(state: &HostState, req: Request) -> Result<(Vec<u8>, usize), 
     let _slot = limits.query_slot().await?;
     let max_result = state.options.max_result_bytes;
     let snapshot = state.snapshot();
-    let seed = if wants_random_vector(&args) {
-        state.next_seed()
-    } else {
-        None
-    };
     let options = QueryOptions {
-        seed,
+        seed: None,
         default_count: Some(DEFAULT_COUNT),
         fast: state.options.fast,
     };
+    // The arguments are parsed once, into a typed request: a random query vector (no
+    // embedding given) takes its seed from the host's seeded stream.
+    let parsed = wire::parse_query(&snapshot.library, &args, &options).map_err(library_error)?;
+    drop(args);
+    let grant = parsed.grant(&snapshot.policy);
+    let mut request = parsed.request;
+    if request.embedding.is_none() {
+        request.seed = state.next_seed();
+    }
     let library = &snapshot.library;
     let floats = library
         .len()
@@ -115,36 +119,29 @@ async fn run_query(state: &HostState, req: Request) -> Result<(Vec<u8>, usize), 
     let batcher = state
         .batcher
         .as_ref()
-        .filter(|_| !options.fast && floats >= state.options.batch_scans_from);
+        .filter(|_| !request.fast && floats >= state.options.batch_scans_from);
     let outcome = match batcher {
         None => {
             tokio::task::spawn_blocking(move || {
-                let result = snapshot
-                    .library
-                    .query_with(&args, &snapshot.policy, &options)?;
-                Ok(serialise(&result, max_result))
+                let result = snapshot.library.query(&request, &grant)?;
+                serialise(&result, max_result)
             })
             .await
         }
         Some(batcher) => {
-            // Planning checks the arguments and decodes the query vector: cheap, and bounded by
-            // the body limit, so it runs here.
+            // Planning checks the request and draws a random vector: cheap, and bounded by the
+            // body limit, so it runs here.
             let plan = snapshot
                 .library
-                .plan(&args, &options)
+                .plan(&request, grant)
                 .map_err(library_error)?;
             let scores = match plan.scan_vector() {
                 Some(vector) => batcher.scores(Arc::clone(&snapshot), vector.to_vec()).await,
                 None => None,
             };
             tokio::task::spawn_blocking(move || {
-                let result = snapshot.library.run_planned(
-                    &args,
-                    plan,
-                    &snapshot.policy,
-                    scores.as_deref(),
-                )?;
-                Ok(serialise(&result, max_result))
+                let result = snapshot.library.run_planned(plan, scores.as_deref())?;
+                serialise(&result, max_result)
             })
             .await
         }
@@ -167,22 +164,22 @@ async fn run_query(state: &HostState, req: Request) -> Result<(Vec<u8>, usize), 
     }
 }
 
-/// The result as JSON bytes, with its bit count for the access log; a 400 as soon as it grows
-/// past `max_bytes`.
-fn serialise(result: &Map<String, Value>, max_bytes: usize) -> Result<(Vec<u8>, usize), ApiError> {
-    let bits = result
-        .get("bits")
-        .and_then(Value::as_array)
-        .map_or(0, Vec::len);
+/// The result as JSON bytes, with the number of bits it lists for the access log; a 400 as
+/// soon as it grows past `max_bytes`.
+fn serialise(
+    result: &QueryResult<'_>,
+    max_bytes: usize,
+) -> Result<Result<(Vec<u8>, usize), ApiError>, mnemon_library::LibraryError> {
+    let json = wire::render(result)?;
     let mut out = CappedWriter::new(max_bytes);
-    match serde_json::to_writer(&mut out, result) {
-        Ok(()) => Ok((out.buf, bits)),
+    Ok(match serde_json::to_writer(&mut out, &json) {
+        Ok(()) => Ok((out.buf, result.returned_bits())),
         Err(_) if out.overflowed => Err(result_too_large(max_bytes)),
         Err(error) => {
             tracing::error!(%error, "serialising a query result failed");
             Err(ApiError::internal())
         }
-    }
+    })
 }
 
 /// The client a request came from, when the connection's address is known.
@@ -210,16 +207,6 @@ fn library_error(error: mnemon_library::LibraryError) -> ApiError {
     } else {
         tracing::error!(%error, "query failed");
         ApiError::internal()
-    }
-}
-
-/// Whether the library will draw a random query vector (spec §7.1): no embedding, `""` or `[]`.
-fn wants_random_vector(args: &Map<String, Value>) -> bool {
-    match args.get("query_embedding") {
-        None | Some(Value::Null) => true,
-        Some(Value::String(s)) => s.is_empty(),
-        Some(Value::Array(a)) => a.is_empty(),
-        Some(_) => false,
     }
 }
 
@@ -345,21 +332,5 @@ mod tests {
         assert!(is_loopback("::ffff:127.0.0.1".parse().unwrap()));
         assert!(!is_loopback("::ffff:10.0.0.1".parse().unwrap()));
         assert!(!is_loopback("2001:db8::1".parse().unwrap()));
-    }
-
-    #[test]
-    fn random_vector_detection_follows_the_library() {
-        let args = |v: Value| -> Map<String, Value> {
-            let mut m = Map::new();
-            m.insert("query_embedding".into(), v);
-            m
-        };
-        assert!(wants_random_vector(&Map::new()));
-        assert!(wants_random_vector(&args(Value::Null)));
-        assert!(wants_random_vector(&args(json!(""))));
-        assert!(wants_random_vector(&args(json!([]))));
-        assert!(!wants_random_vector(&args(json!("AAAA"))));
-        assert!(!wants_random_vector(&args(json!([1]))));
-        assert!(!wants_random_vector(&args(json!(5))));
     }
 }

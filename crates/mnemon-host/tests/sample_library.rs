@@ -122,9 +122,13 @@ fn sample_library_answers_topic_queries() {
             "count": 1,
             "count_type": "bit",
         });
-        let result = library
-            .query(args.as_object().unwrap(), &AccessPolicy::default())
-            .unwrap();
+        let result = mnemon_library::wire::query(
+            &library,
+            args.as_object().unwrap(),
+            &AccessPolicy::default(),
+            &mnemon_library::QueryOptions::default(),
+        )
+        .unwrap();
         result["bits"][0]["info"]["url"]
             .as_str()
             .unwrap()

@@ -4,7 +4,7 @@
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use mnemon_library::synthetic::{unit_vector, write_synthetic};
-use mnemon_library::{AccessPolicy, Library, QueryOptions, encode_embedding};
+use mnemon_library::{AccessPolicy, Library, QueryOptions, encode_embedding, wire};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use serde_json::{Map, Value, json};
@@ -47,22 +47,22 @@ fn bench(c: &mut Criterion) {
     let tok1000 = args(&q, 1000, "token");
     // Fast and exact must agree before timing means anything.
     assert_eq!(
-        lib.query_with(&bit10, &policy, &exact).unwrap()["bits"],
-        lib.query_with(&bit10, &policy, &fast).unwrap()["bits"]
+        wire::query(&lib, &bit10, &policy, &exact).unwrap()["bits"],
+        wire::query(&lib, &bit10, &policy, &fast).unwrap()["bits"]
     );
     let mut g = c.benchmark_group(format!("library_{BITS}x{DIM}"));
     g.sample_size(20);
     g.bench_function("exact_bit_10", |b| {
-        b.iter(|| lib.query_with(&bit10, &policy, &exact).unwrap())
+        b.iter(|| wire::query(&lib, &bit10, &policy, &exact).unwrap())
     });
     g.bench_function("fast_bit_10", |b| {
-        b.iter(|| lib.query_with(&bit10, &policy, &fast).unwrap())
+        b.iter(|| wire::query(&lib, &bit10, &policy, &fast).unwrap())
     });
     g.bench_function("exact_token_1000", |b| {
-        b.iter(|| lib.query_with(&tok1000, &policy, &exact).unwrap())
+        b.iter(|| wire::query(&lib, &tok1000, &policy, &exact).unwrap())
     });
     g.bench_function("fast_token_1000", |b| {
-        b.iter(|| lib.query_with(&tok1000, &policy, &fast).unwrap())
+        b.iter(|| wire::query(&lib, &tok1000, &policy, &fast).unwrap())
     });
     g.bench_function("scalar_baseline_top_10", |b| {
         b.iter(|| scalar_top10(&lib, &q))

@@ -40,6 +40,27 @@ impl std::fmt::Debug for AccessPolicy {
     }
 }
 
+/// The access a query runs under: the tags it may see and how the hidden bits are reported.
+/// Made by [`AccessPolicy::grant`] from the caller's token; [`AccessGrant::default`] sees only
+/// untagged bits and reports nothing about the others.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AccessGrant {
+    /// Tags whose bits are visible besides the untagged ones.
+    pub tags: Vec<String>,
+    /// Write `details.counts.restricted` into the result (the policy's `restricted_count`).
+    pub report_restricted: bool,
+    /// Appended to `details.message` when restricted bits were left out; empty writes no
+    /// message.
+    pub restricted_message: String,
+}
+
+impl AccessGrant {
+    /// Whether bits tagged `tag` are visible.
+    pub fn opens(&self, tag: &str) -> bool {
+        self.tags.iter().any(|t| t == tag)
+    }
+}
+
 fn sha256(s: &str) -> [u8; 32] {
     Sha256::digest(s.as_bytes()).into()
 }
@@ -96,6 +117,17 @@ impl AccessPolicy {
                 g.tags.clone()
             }
         })
+    }
+
+    /// What a caller presenting `token` (or none) may see, with how this policy reports what
+    /// it may not: the grant a query runs under ([`Library::query`](crate::Library::query)).
+    /// An empty or unknown token grants no tags; untagged bits are visible to everyone.
+    pub fn grant(&self, token: Option<&str>) -> AccessGrant {
+        AccessGrant {
+            tags: token.and_then(|t| self.grants(t)).unwrap_or_default(),
+            report_restricted: self.restricted_count,
+            restricted_message: self.restricted_message.clone(),
+        }
     }
 
     /// Reads a host configuration (the `host.SECRET.json` format) already parsed as JSON.

@@ -223,6 +223,17 @@ pub enum LibraryError {
         /// What happened to it.
         detail: &'static str,
     },
+    /// A bit's stored data no longer parses: the bytes changed under the library (a sidecar
+    /// damaged after it was opened). Not the caller's fault.
+    #[error(
+        "bit {index}'s stored data is corrupt ({reason}); reopen the library from its JSON file (and re-run `mnemon library pack` if a sidecar was in use)"
+    )]
+    CorruptBit {
+        /// The bit's position in file order.
+        index: usize,
+        /// What the parser found.
+        reason: String,
+    },
     /// Reading or writing a file failed.
     #[error("{path}: {source}")]
     Io {
@@ -239,7 +250,9 @@ impl LibraryError {
     pub fn is_client_error(&self) -> bool {
         !matches!(
             self.kind(),
-            LibraryError::Io { .. } | LibraryError::FileChanged { .. }
+            LibraryError::Io { .. }
+                | LibraryError::FileChanged { .. }
+                | LibraryError::CorruptBit { .. }
         )
     }
 

@@ -3,29 +3,29 @@
 //!
 //! * [`Library`] loads (file, reader, bytes or `serde_json::Value`; version-0 files are
 //!   upgraded), validates, edits and saves libraries byte-compatibly with the reference.
-//! * [`Library::query`] runs the reference's query pipeline on `&self` from a JSON object of
-//!   arguments (as an HTTP host receives them), form fields, or typed [`QueryArgs`], under an
-//!   [`AccessPolicy`].
+//! * [`Library::query`] runs the reference's query pipeline on `&self` from a typed
+//!   [`QueryRequest`] under an [`AccessGrant`], and returns a typed [`QueryResult`]. The
+//!   Polymath JSON arguments and result are parsed and written only at the edge, by [`wire`]
+//!   (what a host, the CLI and the conformance tests use).
 //! * Embeddings live in one 64-byte-aligned matrix scanned by [`mnemon_vector`]; the optional
-//!   fast mode ([`QueryOptions::fast`]) pre-scans an int8 copy and scores exactly only the rows
+//!   fast mode ([`QueryRequest::fast`]) pre-scans an int8 copy and scores exactly only the rows
 //!   whose proven score bound could reach the result, so it returns the exact scan's result.
 //! * [`Library::pack`] writes a memory-mappable sidecar that [`Library::open`] picks up.
 //!
 //! ```
-//! use mnemon_library::{AccessPolicy, Library};
-//! use serde_json::json;
+//! use mnemon_library::{AccessGrant, Library, NewBit, QueryRequest};
 //!
 //! let mut lib = Library::blank("test-model");
-//! // Two bits with 3-dimensional embeddings: [1, 0, 0] and [0, 1, 0].
-//! for (text, emb) in [("alpha", "AACAPwAAAAAAAAAA"), ("beta", "AAAAAAAAgD8AAAAA")] {
-//!     lib.insert(&json!({"text": text, "embedding": emb, "token_count": 1,
-//!                        "info": {"url": format!("https://example.com/{text}")}}))?;
+//! for (text, embedding) in [("alpha", [1.0, 0.0, 0.0]), ("beta", [0.0, 1.0, 0.0])] {
+//!     let url = format!("https://example.com/{text}");
+//!     lib.insert_bit(&NewBit { text, embedding: &embedding, token_count: 1, url: &url,
+//!                              title: None, access_tag: None })?;
 //! }
-//! let args = json!({"version": 1, "query_embedding_model": "test-model",
-//!                   "query_embedding": "AAAAAAAAgD8AAAAA", "count": 1, "count_type": "bit"});
-//! let result = lib.query(args.as_object().unwrap(), &AccessPolicy::default())?;
-//! assert_eq!(result["bits"][0]["text"], "beta");
-//! assert_eq!(result["bits"][0]["similarity"], 1.0);
+//! let request = QueryRequest::new("test-model", vec![0.0, 1.0, 0.0], 1);
+//! let result = lib.query(&request, &AccessGrant::default())?;
+//! let (best, hit) = result.bits().next().expect("one bit");
+//! assert_eq!(best.text()?, "beta");
+//! assert_eq!(hit.similarity, 1.0);
 //! # Ok::<(), mnemon_library::LibraryError>(())
 //! ```
 
@@ -33,6 +33,7 @@ mod access;
 mod builder;
 mod chunk;
 mod codec;
+mod cut;
 mod dir;
 mod error;
 mod fast;
@@ -45,24 +46,31 @@ mod omit;
 mod problems;
 mod python;
 mod query;
+mod request;
+mod result;
 #[cfg(feature = "schema")]
 pub mod schema;
 mod sidecar;
 mod storage;
 pub mod synthetic;
+pub mod wire;
 
-pub use access::{AccessPolicy, DEFAULT_PRIVATE_TAG};
+pub use access::{AccessGrant, AccessPolicy, DEFAULT_PRIVATE_TAG};
 pub use chunk::{ChunkBounds, chunk_ranges, chunk_text};
+pub use cut::CountType;
 pub use error::{LibraryError, Located, Result};
 pub use id::BitId;
 pub use library::{
-    BitRef, CountType, DEFAULT_MODEL, InsertOutcome, Library, OpenOptions, Progress, tag_from_path,
+    BitRef, DEFAULT_MODEL, InsertOutcome, Library, NewBit, OpenOptions, Progress, tag_from_path,
     tag_from_relative_path,
 };
 pub use omit::{Omit, OmitKey};
 pub use problems::{Problem, ProblemKind};
-pub use query::{PlannedQuery, QueryArgs, QueryOptions};
+pub use query::PlannedQuery;
+pub use request::QueryRequest;
+pub use result::{Hit, QueryResult};
 pub use sidecar::sidecar_path;
+pub use wire::QueryOptions;
 
 /// Encodes a vector as the format's base64 text (little-endian float32, padded).
 pub fn encode_embedding(v: &[f32]) -> String {

@@ -1,7 +1,7 @@
 //! The [`Library`] type and its operations (spec §6).
 
 use std::io::{Read, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use mnemon_vector::MatrixView;
@@ -14,6 +14,7 @@ use serde_json::{Map, Value};
 
 use crate::builder::{Builder, Pushed, RawBit};
 use crate::codec::encode_vector;
+use crate::cut::CountType;
 use crate::error::{LibraryError, Result};
 use crate::fast::Prescan;
 use crate::id::BitId;
@@ -24,16 +25,6 @@ use mnemon_pyjson::PythonFormatter;
 
 /// The model a blank library uses by default.
 pub const DEFAULT_MODEL: &str = "openai.com:text-embedding-ada-002";
-
-/// How to cut a result or a slice: by number of bits or by total tokens.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum CountType {
-    /// Sum `token_count` up to the budget.
-    #[default]
-    Token,
-    /// Take a number of bits.
-    Bit,
-}
 
 /// A load progress callback: called with the number of bytes of the file parsed so far.
 pub type Progress = std::sync::Arc<dyn Fn(u64) + Send + Sync>;
@@ -108,7 +99,24 @@ pub fn tag_from_path(path: &Path) -> Option<String> {
     tag_from_relative_path(&absolute)
 }
 
-/// The result of [`Library::insert`].
+/// A bit as typed values, for [`Library::insert_bit`]: what an importer has in hand.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct NewBit<'a> {
+    /// The bit's text.
+    pub text: &'a str,
+    /// Its embedding, of the library's dimension.
+    pub embedding: &'a [f32],
+    /// Its `token_count` (cl100k_base tokens of `text`).
+    pub token_count: i64,
+    /// `info.url`: the source document; with `text`, it makes the bit's id.
+    pub url: &'a str,
+    /// `info.title`, if any.
+    pub title: Option<&'a str>,
+    /// Its `access_tag`, if it is restricted.
+    pub access_tag: Option<&'a str>,
+}
+
+/// The result of [`Library::insert`] and [`Library::insert_bit`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum InsertOutcome {
     /// The bit was appended.
@@ -267,10 +275,12 @@ impl Library {
             }
             _ => options,
         };
+        // A sidecar holds the tags as packed; a forced tag needs the JSON.
         if !options.ignore_sidecar
-            && let Some(lib) = crate::sidecar::open_if_fresh(path, options)?
+            && options.force_tag.is_none()
+            && let Some(loaded) = crate::sidecar::open_if_fresh(path)?
         {
-            return Ok(lib);
+            return Ok(Self::from_loaded(loaded));
         }
         let progress = options.progress.as_deref();
         crate::mapped::load_file(path, options.force_tag.as_deref(), progress)
@@ -364,8 +374,13 @@ impl Library {
 
     /// Bit `i` as JSON: stored keys in order, the embedding re-encoded in place (when `embed`),
     /// `access_tag` kept only when `include_tag`.
-    pub(crate) fn bit_json(&self, i: usize, include_tag: bool, embed: bool) -> Map<String, Value> {
-        let mut map = self.store.json(i);
+    pub(crate) fn bit_json(
+        &self,
+        i: usize,
+        include_tag: bool,
+        embed: bool,
+    ) -> Result<Map<String, Value>> {
+        let mut map = self.store.json(i)?;
         if map.contains_key("embedding") {
             if embed {
                 let row = self.store.embeddings.view().row(i).unwrap_or(&[]);
@@ -377,33 +392,69 @@ impl Library {
         if !include_tag {
             map.shift_remove("access_tag");
         }
-        map
+        Ok(map)
     }
 
     /// Iterates the bits in file order.
     pub fn bits(&self) -> impl ExactSizeIterator<Item = BitRef<'_>> + '_ {
-        (0..self.len()).map(move |index| BitRef { lib: self, index })
+        (0..self.len()).map(move |index| self.bit_at(index))
+    }
+
+    /// Bit `index` (in file order), which the caller knows exists.
+    pub(crate) fn bit_at(&self, index: usize) -> BitRef<'_> {
+        BitRef {
+            lib: self,
+            index,
+            json: std::cell::OnceCell::new(),
+        }
     }
 
     /// Iterates the bits' texts in file order.
-    pub fn texts(&self) -> impl Iterator<Item = String> + '_ {
-        self.bits().map(|b| b.text())
+    pub fn texts(&self) -> impl Iterator<Item = Result<String>> + '_ {
+        self.bits().map(|b| b.text().map(str::to_owned))
     }
 
     /// The bit with this id, as JSON (with its embedding and access tag).
-    pub fn get(&self, id: &BitId) -> Option<Map<String, Value>> {
-        let &i = self.store.index.get(id)?;
-        Some(self.bit_json(i, true, true))
+    pub fn get(&self, id: &BitId) -> Result<Option<Map<String, Value>>> {
+        match self.store.index.get(id) {
+            Some(&i) => self.bit_json(i, true, true).map(Some),
+            None => Ok(None),
+        }
     }
 
     /// Removes the bit with this id and returns it; the other bits keep their order.
-    pub fn remove(&mut self, id: &BitId) -> Option<Map<String, Value>> {
-        let &i = self.store.index.get(id)?;
-        let bit = self.bit_json(i, true, true);
+    pub fn remove(&mut self, id: &BitId) -> Result<Option<Map<String, Value>>> {
+        let Some(&i) = self.store.index.get(id) else {
+            return Ok(None);
+        };
+        let bit = self.bit_json(i, true, true)?;
         self.store.remove(i);
         self.prescan = OnceLock::new();
         self.max_norm = OnceLock::new();
-        Some(bit)
+        Ok(Some(bit))
+    }
+
+    /// Appends a bit given as typed values (an importer's chunk and its embedding), validated
+    /// as [`Library::insert`] validates a JSON bit, with the same outcomes and errors.
+    pub fn insert_bit(&mut self, bit: &NewBit<'_>) -> Result<InsertOutcome> {
+        let mut info = Map::new();
+        info.insert("url".into(), Value::from(bit.url));
+        if let Some(title) = bit.title {
+            info.insert("title".into(), Value::from(title));
+        }
+        let mut json = Map::new();
+        json.insert("text".into(), Value::from(bit.text));
+        // The stored form of an embedding is its file encoding (spec §3.3); callers never see it.
+        json.insert(
+            "embedding".into(),
+            Value::from(encode_vector(bit.embedding)),
+        );
+        json.insert("token_count".into(), Value::from(bit.token_count));
+        json.insert("info".into(), Value::Object(info));
+        if let Some(tag) = bit.access_tag {
+            json.insert("access_tag".into(), Value::from(tag));
+        }
+        self.insert(&Value::Object(json))
     }
 
     /// Validates a bit against this library (dimension, stored omit) and appends it.
@@ -469,8 +520,8 @@ impl Library {
         }
         let store = std::mem::replace(&mut next.store, Store::new(None));
         let bits: Vec<Value> = (0..other.len())
-            .map(|i| Value::Object(other.bit_json(i, true, true)))
-            .collect();
+            .map(|i| other.bit_json(i, true, true).map(Value::Object))
+            .collect::<Result<_>>()?;
         let mut builder = Builder::eager(store, next.omit.clone());
         // Errors name the bit by its index in `other`, where the caller can find it.
         for (index, bit) in bits.iter().enumerate() {
@@ -482,11 +533,11 @@ impl Library {
     }
 
     /// Infos deduplicated on `url`, `image_url`, `title` and `description`, first kept.
-    pub fn unique_infos(&self) -> Vec<Map<String, Value>> {
+    pub fn unique_infos(&self) -> Result<Vec<Map<String, Value>>> {
         let mut seen = std::collections::HashSet::new();
         let mut out = Vec::new();
         for i in 0..self.len() {
-            let bit = self.store.json(i);
+            let bit = self.store.json(i)?;
             let Some(Value::Object(info)) = bit.get("info") else {
                 continue;
             };
@@ -502,28 +553,31 @@ impl Library {
                 out.push(info.clone());
             }
         }
-        out
+        Ok(out)
     }
 
     /// Re-runs the load checks (spec §3.7) on the current content.
     pub fn validate(&self) -> Result<()> {
-        Library::from_value(Value::Object(self.to_value(true))).map(|_| ())
+        Library::from_value(Value::Object(self.to_value(true)?)).map(|_| ())
     }
 
     /// The library as a JSON object (the embedding of every bit encoded).
-    pub fn to_value(&self, include_access_tag: bool) -> Map<String, Value> {
+    pub fn to_value(&self, include_access_tag: bool) -> Result<Map<String, Value>> {
         let mut out = Map::new();
         for (k, v) in &self.top {
             if k == "bits" {
                 let bits = (0..self.len())
-                    .map(|i| Value::Object(self.bit_json(i, include_access_tag, true)))
-                    .collect();
+                    .map(|i| {
+                        self.bit_json(i, include_access_tag, true)
+                            .map(Value::Object)
+                    })
+                    .collect::<Result<_>>()?;
                 out.insert(k.clone(), Value::Array(bits));
             } else {
                 out.insert(k.clone(), v.clone());
             }
         }
-        out
+        Ok(out)
     }
 
     /// Writes the library as Python's `json.dump(data, f, indent='\t')` would (spec §5).
@@ -556,11 +610,23 @@ impl Library {
         self.max_norm = OnceLock::new();
     }
 
+    /// Writes the sidecar for this library, loaded from `source`, next to it as
+    /// `<source>.mnx`, and returns its path. [`Library::open`] uses it while `source` keeps the
+    /// size and modification time it has now.
+    pub fn pack(&self, source: impl AsRef<Path>) -> Result<PathBuf> {
+        crate::sidecar::write(source.as_ref(), &self.top, &self.store)
+    }
+
     /// Sorts bits by stored similarity, descending (stable), and sets `sort` to `similarity`.
     pub fn sort_by_similarity(&mut self) -> Result<()> {
         let mut sims = Vec::with_capacity(self.len());
         for i in 0..self.len() {
-            match self.store.json(i).get("similarity").and_then(Value::as_f64) {
+            match self
+                .store
+                .json(i)?
+                .get("similarity")
+                .and_then(Value::as_f64)
+            {
                 Some(s) => sims.push(s),
                 None => return Err(LibraryError::NoSimilarity(self.store.ids[i].to_string())),
             }
@@ -603,28 +669,37 @@ impl Library {
 
     /// A new library holding the first bits of the current order, cut as a query cuts (spec §8
     /// step 5). A negative `count` keeps everything.
-    pub fn slice(&self, count: i64, count_type: CountType) -> Library {
-        let (keep, truncate) = crate::query::cut(
+    pub fn slice(&self, count: i64, count_type: CountType) -> Result<Library> {
+        let (keep, truncate) = crate::cut::cut(
             &mut (0..self.len()),
             count,
             count_type,
             &self.store.token_counts,
         );
+        // The first bit's text, cut, when it alone is over a token budget.
+        let first = match (truncate, keep.first()) {
+            (Some(n), Some(&i)) => {
+                let mut bit = self.store.json(i)?;
+                let text = bit.get("text").and_then(Value::as_str).unwrap_or("");
+                let cut: String = text.chars().take(n).collect();
+                bit.insert("text".into(), Value::String(cut));
+                serde_json::to_vec(&bit).ok().map(|bytes| (i, bytes))
+            }
+            _ => None,
+        };
         let replace = |i: usize| -> Option<Vec<u8>> {
-            let n = truncate.filter(|_| keep.first() == Some(&i))?;
-            let mut bit = self.store.json(i);
-            let text = bit.get("text").and_then(Value::as_str).unwrap_or("");
-            let cut: String = text.chars().take(n).collect();
-            bit.insert("text".into(), Value::String(cut));
-            serde_json::to_vec(&bit).ok()
+            first
+                .as_ref()
+                .filter(|(at, _)| *at == i)
+                .map(|(_, bytes)| bytes.clone())
         };
         let store = self.store.reordered(&keep, &replace);
-        Library::from_parts(
+        Ok(Library::from_parts(
             self.top.clone(),
             self.model.clone(),
             self.omit.clone(),
             store,
-        )
+        ))
     }
 
     /// The largest Euclidean length of a stored embedding, computed in f64 (so it is finite
@@ -654,11 +729,22 @@ pub(crate) fn norm_f64(v: &[f32]) -> f64 {
         .sqrt()
 }
 
-/// A borrowed bit.
-#[derive(Clone, Copy)]
+/// A borrowed bit. Its stored JSON (text, info, similarity, extra keys) is parsed at the first
+/// accessor that needs it and kept for the others; a bit whose stored data no longer parses (a
+/// sidecar damaged after it was opened) gives [`LibraryError::CorruptBit`].
+#[derive(Clone)]
 pub struct BitRef<'a> {
     lib: &'a Library,
     index: usize,
+    json: std::cell::OnceCell<Map<String, Value>>,
+}
+
+impl std::fmt::Debug for BitRef<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BitRef")
+            .field("index", &self.index)
+            .finish_non_exhaustive()
+    }
 }
 
 impl<'a> BitRef<'a> {
@@ -692,34 +778,39 @@ impl<'a> BitRef<'a> {
         self.lib.store.tag_name(self.index)
     }
 
+    /// Its stored JSON object (with the `embedding: null` placeholder), parsed once.
+    fn stored(&self) -> Result<&Map<String, Value>> {
+        if let Some(json) = self.json.get() {
+            return Ok(json);
+        }
+        let json = self.lib.store.json(self.index)?;
+        Ok(self.json.get_or_init(|| json))
+    }
+
     /// Its stored JSON without the embedding (text, info, similarity and any extra keys).
-    pub fn json(&self) -> Map<String, Value> {
-        self.lib.bit_json(self.index, true, false)
+    pub fn json(&self) -> Result<Map<String, Value>> {
+        let mut json = self.stored()?.clone();
+        json.shift_remove("embedding");
+        Ok(json)
     }
 
-    /// Its text.
-    pub fn text(&self) -> String {
-        match self.lib.store.json(self.index).get("text") {
-            Some(Value::String(s)) => s.clone(),
-            _ => String::new(),
-        }
+    /// Its text (empty when the bit has none).
+    pub fn text(&self) -> Result<&str> {
+        Ok(self
+            .stored()?
+            .get("text")
+            .and_then(Value::as_str)
+            .unwrap_or(""))
     }
 
-    /// Its `info` object.
-    pub fn info(&self) -> Map<String, Value> {
-        match self.lib.store.json(self.index).shift_remove("info") {
-            Some(Value::Object(m)) => m,
-            _ => Map::new(),
-        }
+    /// Its `info` object, if it has one.
+    pub fn info(&self) -> Result<Option<&Map<String, Value>>> {
+        Ok(self.stored()?.get("info").and_then(Value::as_object))
     }
 
     /// Its stored similarity, if any.
-    pub fn similarity(&self) -> Option<f64> {
-        self.lib
-            .store
-            .json(self.index)
-            .get("similarity")
-            .and_then(Value::as_f64)
+    pub fn similarity(&self) -> Result<Option<f64>> {
+        Ok(self.stored()?.get("similarity").and_then(Value::as_f64))
     }
 }
 
@@ -749,7 +840,10 @@ impl Serialize for BitsView<'_, '_> {
         let lib = self.0.lib;
         let mut seq = s.serialize_seq(Some(lib.len()))?;
         for i in 0..lib.len() {
-            seq.serialize_element(&lib.bit_json(i, self.0.include_access_tag, true))?;
+            let bit = lib
+                .bit_json(i, self.0.include_access_tag, true)
+                .map_err(serde::ser::Error::custom)?;
+            seq.serialize_element(&bit)?;
         }
         seq.end()
     }
@@ -964,7 +1058,7 @@ mod tests {
         let v0 = json!({"version": 0, "embedding_model": "m", "content": {"x": x, "y": y}, "sort": {"type": "manual", "ids": ["y", "x"]}});
         let lib = Library::from_value(v0).unwrap();
         assert!(lib.upgraded());
-        assert_eq!(lib.texts().collect::<Vec<_>>(), ["y", "x"]);
+        assert_eq!(lib.texts().collect::<Result<Vec<_>>>().unwrap(), ["y", "x"]);
         let keys: Vec<&String> = lib.top_level().keys().collect();
         assert_eq!(keys, ["version", "embedding_model", "bits", "sort"]);
         assert_eq!(lib.sort(), Some("manual"));
@@ -995,15 +1089,18 @@ mod tests {
         lib.insert(&bit("b", &[0.0, 1.0])).unwrap();
         lib.insert(&bit("c", &[0.5, 0.5])).unwrap();
         let id_b = BitId::of("https://x/b", "b");
-        assert!(lib.get(&id_b).is_some());
-        assert!(lib.remove(&id_b).is_some());
-        assert!(lib.remove(&id_b).is_none());
-        assert_eq!(lib.texts().collect::<Vec<_>>(), ["a", "c"]);
+        assert!(lib.get(&id_b).unwrap().is_some());
+        assert!(lib.remove(&id_b).unwrap().is_some());
+        assert!(lib.remove(&id_b).unwrap().is_none());
+        assert_eq!(lib.texts().collect::<Result<Vec<_>>>().unwrap(), ["a", "c"]);
         let mut other = Library::blank("m");
         other.insert(&bit("c", &[0.5, 0.5])).unwrap();
         other.insert(&bit("d", &[0.2, 0.5])).unwrap();
         lib.extend(&other).unwrap();
-        assert_eq!(lib.texts().collect::<Vec<_>>(), ["a", "c", "d"]);
+        assert_eq!(
+            lib.texts().collect::<Result<Vec<_>>>().unwrap(),
+            ["a", "c", "d"]
+        );
         assert!(lib.extend(&Library::blank("other")).is_err());
         lib.shuffle(3);
         assert_eq!(lib.sort(), Some("random"));
@@ -1012,11 +1109,11 @@ mod tests {
         assert!(lib.set_sort("sideways").is_err());
         lib.set_sort("any").unwrap();
         assert_eq!(lib.sort(), None);
-        let s = lib.slice(2, CountType::Bit);
+        let s = lib.slice(2, CountType::Bit).unwrap();
         assert_eq!(s.len(), 2);
-        let t = lib.slice(1, CountType::Token);
+        let t = lib.slice(1, CountType::Token).unwrap();
         assert_eq!(t.len(), 1);
-        assert_eq!(t.texts().next().unwrap().chars().count(), 1);
+        assert_eq!(t.texts().next().unwrap().unwrap().chars().count(), 1);
         lib.validate().unwrap();
     }
 
@@ -1057,7 +1154,7 @@ mod tests {
             let mut out2 = Vec::new();
             again.to_writer(&mut out2, true).unwrap();
             prop_assert!(out == out2);
-            prop_assert_eq!(again.to_value(true), lib.to_value(true));
+            prop_assert_eq!(again.to_value(true).unwrap(), lib.to_value(true).unwrap());
         }
     }
 }

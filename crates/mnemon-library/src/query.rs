@@ -1,102 +1,40 @@
-//! The query pipeline (spec §7–§9).
+//! The query engine (spec §7–§9) on typed requests: check, score, cut. The JSON arguments and
+//! result are parsed and written by [`crate::wire`].
 
 use mnemon_vector::{Scored, top_k_of_scores};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use serde_json::{Map, Value};
 
-use crate::access::AccessPolicy;
-use crate::codec::{VectorError, decode_vector_unchecked};
+use crate::access::AccessGrant;
+use crate::cut::CountType;
+use crate::cut::{cut, cut_ranked};
 use crate::error::{LibraryError, Result};
 use crate::fast::{self, Need};
-use crate::library::{CountType, Library};
+use crate::library::{Library, norm_f64};
 use crate::omit::{Omit, OmitKey};
-use crate::python::{display_value, int_like};
+use crate::request::QueryRequest;
+use crate::result::{Hit, QueryResult};
 use crate::storage::NO_TAG;
 
-/// How a query runs, beyond its arguments.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct QueryOptions {
-    /// Seeds the random query vector drawn when no embedding is given; `None` seeds from the OS.
-    /// A host that wants one seeded stream can draw each query's seed from its own RNG.
-    pub seed: Option<u64>,
-    /// The `count` used when the arguments have none: `None` (the library API) makes a missing
-    /// count an error; a host passes `Some(1000)`.
-    pub default_count: Option<i64>,
-    /// Use the int8 pre-scan (spec §11.5). Rows are scored exactly in order of a proven upper
-    /// bound of their score until no unscored row can enter the result, so the result equals
-    /// the exact scan's (same bits, order and similarities); only the time differs. Falls back
-    /// to the exact scan when the bounds would make it score a quarter of the rows.
-    pub fast: bool,
-}
-
-/// Typed query arguments, for Rust callers; the embedding may already be decoded.
-#[derive(Debug, Clone, PartialEq)]
-pub struct QueryArgs {
-    /// Protocol version; must be ≥ 1.
-    pub version: i64,
-    /// The query vector; `None` draws a random one.
-    pub query_embedding: Option<Vec<f32>>,
-    /// Must equal the library's model.
-    pub query_embedding_model: Option<String>,
-    /// Bits or tokens to return; negative means all; 0 is an error.
-    pub count: i64,
-    /// How `count` is measured.
-    pub count_type: CountType,
-    /// Fields to leave out, as in the JSON argument (`None` means `embedding`).
-    pub omit: Option<String>,
-    /// An access token.
-    pub access_token: Option<String>,
-}
-
-impl QueryArgs {
-    /// Arguments for `embedding` under `model`, returning up to `count` bits.
-    pub fn new(model: &str, embedding: Vec<f32>, count: i64) -> Self {
-        QueryArgs {
-            version: 1,
-            query_embedding: Some(embedding),
-            query_embedding_model: Some(model.to_owned()),
-            count,
-            count_type: CountType::Bit,
-            omit: None,
-            access_token: None,
-        }
-    }
-
-    fn to_map(&self) -> Map<String, Value> {
-        let mut m = Map::new();
-        m.insert("version".into(), Value::from(self.version));
-        if let Some(model) = &self.query_embedding_model {
-            m.insert("query_embedding_model".into(), Value::from(model.as_str()));
-        }
-        m.insert("count".into(), Value::from(self.count));
-        let ct = match self.count_type {
-            CountType::Bit => "bit",
-            CountType::Token => "token",
-        };
-        m.insert("count_type".into(), Value::from(ct));
-        if let Some(o) = &self.omit {
-            m.insert("omit".into(), Value::from(o.as_str()));
-        }
-        if let Some(t) = &self.access_token {
-            m.insert("access_token".into(), Value::from(t.as_str()));
-        }
-        m
-    }
-}
-
-/// A query whose arguments have been checked: the first half of [`Library::query_with`], made
-/// by [`Library::plan`] and finished by [`Library::run_planned`].
+/// A query whose request has been checked: the first half of [`Library::query`], made by
+/// [`Library::plan`] and finished by [`Library::run_planned`]. It carries its grant, so the
+/// query finishes under the access it was planned with.
 ///
 /// The split lets a host score many concurrent queries in one pass over the matrix
 /// ([`Library::scores_many`]): a scan of a large library is bound by memory bandwidth, so
 /// answering queries together multiplies throughput while each result stays exactly what
-/// [`Library::query_with`] returns.
+/// [`Library::query`] returns.
 #[derive(Debug, Clone)]
 pub struct PlannedQuery {
-    prepared: Prepared,
+    /// The vector scored against, random when the request had none (`None` on an empty
+    /// library).
+    query: Option<Vec<f32>>,
+    count: i64,
+    count_type: CountType,
+    omit: Omit,
     fast: bool,
     rows: usize,
+    grant: AccessGrant,
 }
 
 impl PlannedQuery {
@@ -107,7 +45,12 @@ impl PlannedQuery {
         if self.fast || self.rows == 0 {
             return None;
         }
-        self.prepared.query.as_deref()
+        self.query.as_deref()
+    }
+
+    /// The grant the query will run under.
+    pub fn grant(&self) -> &AccessGrant {
+        &self.grant
     }
 }
 
@@ -122,61 +65,59 @@ enum Scan<'a> {
     Scored(&'a [f32]),
 }
 
-/// Validated arguments.
-#[derive(Debug, Clone)]
-struct Prepared {
-    query: Option<Vec<f32>>,
-    count: i64,
-    count_type: CountType,
-    omit: Omit,
-}
-
 impl Library {
-    /// Runs a query whose arguments are a JSON object, exactly as a host receives it (spec §7).
-    /// Uses the library API's defaults: a missing `count` is an error, random vectors are seeded
-    /// from the OS. Never modifies the library; safe to call from many threads at once.
-    pub fn query(
-        &self,
-        args: &Map<String, Value>,
-        policy: &AccessPolicy,
-    ) -> Result<Map<String, Value>> {
-        self.query_with(args, policy, &QueryOptions::default())
+    /// Runs a query under `grant` (spec §7–§8). Never modifies the library; safe to call from
+    /// many threads at once.
+    pub fn query(&self, request: &QueryRequest, grant: &AccessGrant) -> Result<QueryResult<'_>> {
+        let plan = self.plan(request, grant.clone())?;
+        self.finish(plan, None)
     }
 
-    /// [`Library::query`] with options.
-    pub fn query_with(
-        &self,
-        args: &Map<String, Value>,
-        policy: &AccessPolicy,
-        options: &QueryOptions,
-    ) -> Result<Map<String, Value>> {
-        self.run(args, None, policy, options)
-    }
-
-    /// Checks `args` and prepares the query, as [`Library::query_with`] does before it scans:
-    /// argument errors surface here, with the same messages.
-    pub fn plan(&self, args: &Map<String, Value>, options: &QueryOptions) -> Result<PlannedQuery> {
+    /// Checks `request` against this library and prepares it, as [`Library::query`] does
+    /// before it scans: request errors surface here, with the same messages.
+    pub fn plan(&self, request: &QueryRequest, grant: AccessGrant) -> Result<PlannedQuery> {
+        if request.count == 0 {
+            return Err(LibraryError::CountZero);
+        }
+        if request.model != self.model {
+            return Err(LibraryError::WrongModel {
+                given: request.model.clone(),
+                expected: self.model.clone(),
+            });
+        }
+        self.check_query_vector(request.embedding.as_deref())?;
+        let query = match &request.embedding {
+            Some(q) => Some(q.clone()),
+            None if self.is_empty() => None,
+            None => {
+                let seed = request.seed.unwrap_or_else(rand::random);
+                let mut rng = ChaCha8Rng::seed_from_u64(seed);
+                let d = self.store.dim.unwrap_or(0);
+                Some((0..d).map(|_| rng.random::<f32>()).collect())
+            }
+        };
         Ok(PlannedQuery {
-            prepared: self.prepare(args, None, options)?,
-            fast: options.fast,
+            query,
+            count: request.count,
+            count_type: request.count_type,
+            omit: request.omit.clone(),
+            fast: request.fast,
             rows: self.len(),
+            grant,
         })
     }
 
     /// Runs a planned query. `scores`, when given, must be the row scores of its
     /// [`PlannedQuery::scan_vector`] as [`Library::scores_many`] computed them; scores of the
-    /// wrong length are ignored and the rows scored again. `args` must be those the query was
-    /// planned with (the options travel in the plan). The result equals
-    /// [`Library::query_with`]'s.
+    /// wrong length are ignored and the rows scored again. The result equals
+    /// [`Library::query`]'s.
     pub fn run_planned(
         &self,
-        args: &Map<String, Value>,
         plan: PlannedQuery,
-        policy: &AccessPolicy,
         scores: Option<&[f32]>,
-    ) -> Result<Map<String, Value>> {
+    ) -> Result<QueryResult<'_>> {
         let scores = scores.filter(|s| s.len() == self.len() && plan.scan_vector().is_some());
-        self.finish(args, plan.prepared, policy, plan.fast, scores)
+        self.finish(plan, scores)
     }
 
     /// The exact score of every row for each of `queries` (vectors of the library's
@@ -186,100 +127,17 @@ impl Library {
         self.store.embeddings.view().scores_many(queries)
     }
 
-    /// Runs a query whose arguments are form fields (all strings; the first value of a repeated
-    /// key wins).
-    pub fn query_form<K, V>(
-        &self,
-        fields: impl IntoIterator<Item = (K, V)>,
-        policy: &AccessPolicy,
-        options: &QueryOptions,
-    ) -> Result<Map<String, Value>>
-    where
-        K: Into<String>,
-        V: Into<String>,
-    {
-        let mut args = Map::new();
-        for (k, v) in fields {
-            let k = k.into();
-            if !args.contains_key(&k) {
-                args.insert(k, Value::String(v.into()));
-            }
-        }
-        self.run(&args, None, policy, options)
-    }
-
-    /// Runs a query from typed arguments.
-    pub fn query_args(
-        &self,
-        args: &QueryArgs,
-        policy: &AccessPolicy,
-        options: &QueryOptions,
-    ) -> Result<Map<String, Value>> {
-        let map = args.to_map();
-        let embedding = args.query_embedding.as_deref().filter(|e| !e.is_empty());
-        self.run(&map, embedding, policy, options)
-    }
-
-    fn prepare(
-        &self,
-        args: &Map<String, Value>,
-        embedding: Option<&[f32]>,
-        options: &QueryOptions,
-    ) -> Result<Prepared> {
-        let version = int_like("version", args.get("version"))?.unwrap_or(-1);
-        let count = match int_like("count", args.get("count"))? {
-            Some(c) => c,
-            None => options.default_count.unwrap_or(0),
-        };
-        if count == 0 {
-            return Err(LibraryError::CountZero);
-        }
-        if version < 1 {
-            return Err(LibraryError::VersionTooLow);
-        }
-        let model_ok = match args.get("query_embedding_model") {
-            Some(Value::String(m)) => m == &self.model,
-            _ => false,
-        };
-        if !model_ok {
-            let given = match args.get("query_embedding_model") {
-                None | Some(Value::Null) => "None".to_owned(),
-                Some(v) => display_value(v),
-            };
-            return Err(LibraryError::WrongModel {
-                given,
-                expected: self.model.clone(),
-            });
-        }
-        let mut query: Option<Vec<f32>> = match embedding {
-            Some(e) => Some(e.to_vec()),
-            None => match args.get("query_embedding") {
-                None | Some(Value::Null) => None,
-                Some(Value::String(s)) if s.is_empty() => None,
-                Some(Value::Array(a)) if a.is_empty() => None,
-                Some(Value::String(s)) => {
-                    Some(decode_vector_unchecked(s).map_err(|e| match e {
-                        VectorError::Base64(b) => LibraryError::QueryBase64(b.to_string()),
-                        VectorError::ByteCount(n) => LibraryError::QueryByteCount(n),
-                        VectorError::NonFinite => LibraryError::QueryNotFinite,
-                    })?)
-                }
-                Some(_) => return Err(LibraryError::EmbeddingNotString),
-            },
-        };
-        let count_type = match args.get("count_type") {
-            None | Some(Value::Null) => CountType::Token,
-            Some(Value::String(s)) if s == "token" => CountType::Token,
-            Some(Value::String(s)) if s == "bit" => CountType::Bit,
-            Some(v) => return Err(LibraryError::BadCountType(display_value(v))),
-        };
-        let has_embeddings = !self.is_empty()
-            && !self
-                .omit
-                .as_ref()
-                .is_some_and(|o| o.contains(OmitKey::Embedding));
+    /// The checks of a query vector against this library, in the reference's order (spec §9):
+    /// its dimension, finite values, a library that can be scored at all, and a score range
+    /// that fits f32. `None` (a random vector) passes all but the third.
+    pub(crate) fn check_query_vector(&self, query: Option<&[f32]>) -> Result<()> {
+        let embeddings_omitted = self
+            .omit
+            .as_ref()
+            .is_some_and(|o| o.contains(OmitKey::Embedding));
+        let has_embeddings = !self.is_empty() && !embeddings_omitted;
         if has_embeddings
-            && let (Some(q), Some(d)) = (&query, self.store.dim)
+            && let (Some(q), Some(d)) = (query, self.store.dim)
             && q.len() != d
         {
             return Err(LibraryError::QueryDimension {
@@ -287,51 +145,28 @@ impl Library {
                 expected: d,
             });
         }
-        if query
-            .as_ref()
-            .is_some_and(|q| q.iter().any(|x| !x.is_finite()))
-        {
+        if query.is_some_and(|q| q.iter().any(|x| !x.is_finite())) {
             return Err(LibraryError::QueryNotFinite);
         }
-        if !self.is_empty()
-            && self
-                .omit
-                .as_ref()
-                .is_some_and(|o| o.contains(OmitKey::Embedding))
-        {
+        if !self.is_empty() && embeddings_omitted {
             return Err(LibraryError::NoSimilarity(self.store.ids[0].to_string()));
         }
-        if let Some(q) = &query
+        if let Some(q) = query
             && has_embeddings
         {
             self.check_score_range(q)?;
         }
-        let omit = match args.get("omit") {
-            None | Some(Value::Null) => Omit::default(),
-            Some(v) => Omit::parse_value(v)?,
-        };
-        if query.is_none() && !self.is_empty() {
-            let seed = options.seed.unwrap_or_else(rand::random);
-            let mut rng = ChaCha8Rng::seed_from_u64(seed);
-            let d = self.store.dim.unwrap_or(0);
-            query = Some((0..d).map(|_| rng.random::<f32>()).collect());
-        }
-        Ok(Prepared {
-            query,
-            count,
-            count_type,
-            omit,
-        })
+        Ok(())
     }
 
     /// Refuses a query whose scores could overflow f32 (issue 11 item 4). Scores are dot
-    /// products computed in f32 by `mnemon_vector`; by Cauchy–Schwarz every partial sum of
+    /// products accumulated in f32 by `mnemon_vector`; by Cauchy–Schwarz every partial sum of
     /// `q·r` is at most `|q|·|r|` in magnitude, so when `|q|·max|r|` stays below half of
     /// `f32::MAX` (margin for rounding) every score is finite and ranks correctly, in the exact
     /// and the fast scan alike. Both lengths are computed in f64, where they cannot overflow.
     fn check_score_range(&self, query: &[f32]) -> Result<()> {
         let limit = f64::from(f32::MAX) / 2.0;
-        let query_norm = crate::library::norm_f64(query);
+        let query_norm = norm_f64(query);
         if query_norm == 0.0 {
             return Ok(());
         }
@@ -346,40 +181,17 @@ impl Library {
         Ok(())
     }
 
-    fn run(
-        &self,
-        args: &Map<String, Value>,
-        embedding: Option<&[f32]>,
-        policy: &AccessPolicy,
-        options: &QueryOptions,
-    ) -> Result<Map<String, Value>> {
-        let p = self.prepare(args, embedding, options)?;
-        self.finish(args, p, policy, options.fast, None)
-    }
-
-    /// Everything after the checks: access, scoring (unless `scores` holds it already), the
-    /// cut and the result.
-    fn finish(
-        &self,
-        args: &Map<String, Value>,
-        p: Prepared,
-        policy: &AccessPolicy,
-        fast: bool,
-        scores: Option<&[f32]>,
-    ) -> Result<Map<String, Value>> {
+    /// Everything after the checks: access, scoring (unless `scores` holds it already) and
+    /// the cut.
+    fn finish(&self, plan: PlannedQuery, scores: Option<&[f32]>) -> Result<QueryResult<'_>> {
         // A sidecar changed under the map: refuse rather than answer from zeros or new bytes.
         self.store.check_backing()?;
-        // Restrict: which tags the token opens.
-        let granted = args
-            .get("access_token")
-            .and_then(Value::as_str)
-            .and_then(|t| policy.grants(t))
-            .unwrap_or_default();
+        // Restrict: which tags the grant opens.
         let open_tag: Vec<bool> = self
             .store
             .tag_names
             .iter()
-            .map(|t| granted.iter().any(|g| g == t))
+            .map(|t| plan.grant.opens(t))
             .collect();
         let tags = &self.store.tags;
         let keep = |i: usize| {
@@ -389,111 +201,36 @@ impl Library {
         let restricted = (0..self.len()).filter(|&i| !keep(i)).count();
         let visible = self.len() - restricted;
 
-        let query = p.query.unwrap_or_default();
-        let (chosen, truncate) = if self.is_empty() {
-            (Vec::new(), None)
-        } else {
-            let scan = match (scores, fast) {
-                (Some(scores), _) => Scan::Scored(scores),
-                (None, true) => Scan::Fast,
-                (None, false) => Scan::Exact,
-            };
-            self.select(&query, p.count, p.count_type, &keep, visible, scan)
-        };
-
-        // Build the result bits.
-        let omit_all = p.omit.all();
-        let mut bits = Vec::with_capacity(if omit_all { 0 } else { chosen.len() });
-        if !omit_all {
-            for (n, s) in chosen.iter().enumerate() {
-                let mut bit = self.store.json(s.index);
-                if n == 0
-                    && let Some(limit) = truncate
-                    && let Some(Value::String(text)) = bit.get_mut("text")
-                {
-                    *text = text.chars().take(limit).collect();
-                }
-                if bit.contains_key("embedding") {
-                    if p.omit.contains(OmitKey::Embedding) {
-                        bit.shift_remove("embedding");
-                    } else {
-                        let row = self.store.embeddings.view().row(s.index).unwrap_or(&[]);
-                        bit.insert(
-                            "embedding".into(),
-                            Value::String(crate::codec::encode_vector(row)),
-                        );
-                    }
-                }
-                if p.omit.contains(OmitKey::Similarity) {
-                    bit.shift_remove("similarity");
-                } else {
-                    bit.insert("similarity".into(), Value::from(f64::from(s.score)));
-                }
-                for key in [OmitKey::TokenCount, OmitKey::Info] {
-                    if p.omit.contains(key) {
-                        bit.shift_remove(key.as_str());
-                    }
-                }
-                bit.shift_remove("access_tag");
-                bits.push(Value::Object(bit));
+        let (chosen, truncate) = match &plan.query {
+            Some(query) if !self.is_empty() => {
+                let scan = match (scores, plan.fast) {
+                    (Some(scores), _) => Scan::Scored(scores),
+                    (None, true) => Scan::Fast,
+                    (None, false) => Scan::Exact,
+                };
+                self.select(query, plan.count, plan.count_type, &keep, visible, scan)
             }
-        }
-
-        let mut counts = Map::new();
-        counts.insert("bits".into(), Value::from(chosen.len()));
-        if policy.restricted_count {
-            counts.insert("restricted".into(), Value::from(restricted));
-        }
-        let mut details = Map::new();
-        details.insert("counts".into(), Value::Object(counts));
-        if restricted > 0 && !policy.restricted_message.is_empty() {
-            details.insert(
-                "message".into(),
-                Value::from(format!(
-                    "Restricted results were omitted. {}",
-                    policy.restricted_message
-                )),
-            );
-        }
-
-        let mut out = Map::new();
-        let mut bits = Some(bits);
-        let mut details = Some(details);
-        let mut sort_done = false;
-        let mut omit_done = false;
-        for (k, v) in &self.top {
-            let value = match k.as_str() {
-                "version" => Value::from(1),
-                "embedding_model" => Value::from(self.model.as_str()),
-                "bits" => Value::Array(bits.take().unwrap_or_default()),
-                "sort" => {
-                    sort_done = true;
-                    Value::from("similarity")
-                }
-                "details" => Value::Object(details.take().unwrap_or_default()),
-                "omit" => {
-                    omit_done = true;
-                    p.omit.echo_value()
-                }
-                _ => v.clone(),
-            };
-            out.insert(k.clone(), value);
-        }
-        if let Some(b) = bits {
-            out.insert("bits".into(), Value::Array(b));
-        }
-        if !sort_done {
-            out.insert("sort".into(), Value::from("similarity"));
-        }
-        if let Some(d) = details {
-            out.insert("details".into(), Value::Object(d));
-        }
-        if !omit_done {
-            out.insert("omit".into(), p.omit.echo_value());
-        }
-        // Checked again after the scan: the file may have changed while it was read.
+            _ => (Vec::new(), None),
+        };
+        let hits = chosen
+            .iter()
+            .enumerate()
+            .map(|(n, s)| Hit {
+                index: s.index,
+                similarity: s.score,
+                text_limit: truncate.filter(|_| n == 0),
+            })
+            .collect();
+        // Checked again after the scan: the file may have changed while it was read. The
+        // result is rendered from the library later, so `wire::render` checks once more.
         self.store.check_backing()?;
-        Ok(out)
+        Ok(QueryResult {
+            library: self,
+            hits,
+            restricted,
+            grant: plan.grant,
+            omit: plan.omit,
+        })
     }
 
     /// Scores, sorts and cuts: the chosen bits in result order, and the character limit for the
@@ -664,62 +401,4 @@ impl Iterator for Ranked<'_> {
         self.pos += 1;
         Some(i)
     }
-}
-
-/// Walks ranked candidates and applies the cut (spec §8 step 5). Returns how many are kept, the
-/// text limit for a lone over-budget first bit, and whether the candidates ran out before the
-/// cut was decided.
-fn cut_ranked(
-    ranked: impl Iterator<Item = usize>,
-    count: i64,
-    count_type: CountType,
-    token_counts: &[i64],
-) -> (usize, Option<usize>, bool) {
-    let mut kept = 0usize;
-    let mut sum: i64 = 0;
-    for i in ranked {
-        if count >= 0 {
-            match count_type {
-                CountType::Bit => {
-                    if kept as i64 >= count {
-                        return (kept, None, false);
-                    }
-                }
-                CountType::Token => {
-                    let tc = token_counts.get(i).copied().unwrap_or(0);
-                    if sum.saturating_add(tc) > count {
-                        if kept == 0 {
-                            return (1, Some(count as usize), false);
-                        }
-                        return (kept, None, false);
-                    }
-                    sum = sum.saturating_add(tc);
-                }
-            }
-        }
-        kept += 1;
-    }
-    (kept, None, true)
-}
-
-/// Applies the cut to an order: the kept indices and the first bit's text limit, if any.
-pub(crate) fn cut(
-    order: &mut dyn Iterator<Item = usize>,
-    count: i64,
-    count_type: CountType,
-    token_counts: &[i64],
-) -> (Vec<usize>, Option<usize>) {
-    let mut taken = Vec::new();
-    let (n, truncate, _) = cut_ranked(
-        std::iter::from_fn(|| {
-            let i = order.next()?;
-            taken.push(i);
-            Some(i)
-        }),
-        count,
-        count_type,
-        token_counts,
-    );
-    taken.truncate(n);
-    (taken, truncate)
 }

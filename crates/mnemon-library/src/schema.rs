@@ -10,7 +10,12 @@ use std::borrow::Cow;
 
 use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 
-use crate::{Library, QueryArgs};
+use crate::Library;
+
+/// Names the JSON format of query arguments (spec §7) for schema generation. It has no values;
+/// [`wire::parse_query`](crate::wire::parse_query) reads the format.
+#[derive(Debug)]
+pub enum QueryArgs {}
 
 /// Names the JSON format of a query result (spec §8) for schema generation. It has no values.
 #[derive(Debug)]
@@ -392,10 +397,13 @@ mod tests {
         let file = fixture("library.json");
         assert_eq!(problems(&schema, &file), Vec::<String>::new());
         let lib = Library::from_value(file).unwrap();
-        let saved = Json::Object(lib.to_value(true));
+        let saved = Json::Object(lib.to_value(true).unwrap());
         assert_eq!(problems(&schema, &saved), Vec::<String>::new());
         assert_eq!(
-            problems(&schema, &Json::Object(Library::blank("m").to_value(false))),
+            problems(
+                &schema,
+                &Json::Object(Library::blank("m").to_value(false).unwrap())
+            ),
             Vec::<String>::new()
         );
         // It does reject what the loader rejects at the top level and in bits.
@@ -438,9 +446,8 @@ mod tests {
             seed: Some(7),
             ..Default::default()
         };
-        let result = lib
-            .query_with(args.as_object().unwrap(), &policy, &options)
-            .unwrap();
+        let result =
+            crate::wire::query(&lib, args.as_object().unwrap(), &policy, &options).unwrap();
         assert_eq!(
             problems(&result_schema, &Json::Object(result)),
             Vec::<String>::new()

@@ -8,16 +8,17 @@
 
 use std::collections::HashMap;
 use std::fs::File;
-use std::io::{BufWriter, Seek, SeekFrom, Write};
+use std::io::{Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use memmap2::Mmap;
+use mnemon_db::atomic_file::AtomicWriter;
 use serde_json::{Map, Value};
 
 use crate::error::{LibraryError, Result};
 use crate::id::BitId;
-use crate::library::{Library, OpenOptions};
+use crate::load::Loaded;
 use crate::omit::Omit;
 use crate::storage::{Arena, Backing, Embeddings, MappedBlock, Store};
 
@@ -46,123 +47,110 @@ fn source_stamp(path: &Path) -> Result<(u64, i64)> {
     Ok((meta.len(), mtime))
 }
 
-impl Library {
-    /// Writes the sidecar for this library, loaded from `source`, next to it as
-    /// `<source>.mnx`, and returns its path. [`Library::open`] uses it while `source` keeps the
-    /// size and modification time it has now.
-    pub fn pack(&self, source: impl AsRef<Path>) -> Result<PathBuf> {
-        let source = source.as_ref();
-        let (size, mtime) = source_stamp(source)?;
-        let target = sidecar_path(source);
-        let tmp = {
-            let mut s = target.as_os_str().to_owned();
-            s.push(".tmp");
-            PathBuf::from(s)
-        };
-        let io = |e| LibraryError::io(&tmp, e);
-        let file = File::create(&tmp).map_err(io)?;
-        let mut w = BufWriter::with_capacity(1 << 20, file);
-        let view = self.embeddings();
-        let rows = self.len();
-        let stride = view.stride();
-        w.write_all(&[0u8; ALIGN as usize]).map_err(io)?;
-        let mut pos = ALIGN;
-        let mut sections = [(0u64, 0u64); SECTIONS];
-        let mut section = |w: &mut BufWriter<File>,
-                           pos: &mut u64,
-                           n: usize,
-                           f: &mut dyn FnMut(&mut BufWriter<File>) -> std::io::Result<u64>|
-         -> std::io::Result<()> {
-            let len = f(w)?;
-            sections[n] = (*pos, len);
-            *pos += len;
-            let pad = (ALIGN - *pos % ALIGN) % ALIGN;
-            w.write_all(&vec![0u8; pad as usize])?;
-            *pos += pad;
-            Ok(())
-        };
-        section(&mut w, &mut pos, 0, &mut |w| {
-            let zeros = vec![0f32; stride - view.dim()];
-            for i in 0..rows {
-                for x in view.row(i).unwrap_or(&[]).iter().chain(&zeros) {
-                    w.write_all(&x.to_le_bytes())?;
-                }
-            }
-            Ok((rows * stride * 4) as u64)
-        })
-        .map_err(io)?;
-        section(&mut w, &mut pos, 1, &mut |w| {
-            for id in &self.store.ids {
-                w.write_all(&id.0)?;
-            }
-            Ok((rows * 32) as u64)
-        })
-        .map_err(io)?;
-        section(&mut w, &mut pos, 2, &mut |w| {
-            for t in &self.store.token_counts {
-                w.write_all(&t.to_le_bytes())?;
-            }
-            Ok((rows * 8) as u64)
-        })
-        .map_err(io)?;
-        section(&mut w, &mut pos, 3, &mut |w| {
-            for t in &self.store.tags {
-                w.write_all(&t.to_le_bytes())?;
-            }
-            Ok((rows * 4) as u64)
-        })
-        .map_err(io)?;
-        let tag_table = serde_json::to_vec(&self.store.tag_names).unwrap_or_default();
-        section(&mut w, &mut pos, 4, &mut |w| {
-            w.write_all(&tag_table)?;
-            Ok(tag_table.len() as u64)
-        })
-        .map_err(io)?;
-        section(&mut w, &mut pos, 5, &mut |w| {
-            for o in &self.store.offsets {
-                w.write_all(&o.to_le_bytes())?;
-            }
-            Ok((self.store.offsets.len() * 8) as u64)
-        })
-        .map_err(io)?;
-        let arena = self.store.arena.bytes();
-        section(&mut w, &mut pos, 6, &mut |w| {
-            w.write_all(arena)?;
-            Ok(arena.len() as u64)
-        })
-        .map_err(io)?;
-        let mut meta = Map::new();
-        meta.insert("top".into(), Value::Object(self.top.clone()));
-        meta.insert(
-            "dim".into(),
-            self.store.dim.map_or(Value::Null, Value::from),
-        );
-        let meta = serde_json::to_vec(&meta).unwrap_or_default();
-        section(&mut w, &mut pos, 7, &mut |w| {
-            w.write_all(&meta)?;
-            Ok(meta.len() as u64)
-        })
-        .map_err(io)?;
+/// Writes the sidecar of the library held in `top` and `store`, loaded from `source`, next to
+/// it as `<source>.mnx`, and returns its path ([`crate::Library::pack`]).
+pub(crate) fn write(source: &Path, top: &Map<String, Value>, store: &Store) -> Result<PathBuf> {
+    let stamp = source_stamp(source)?;
+    let target = sidecar_path(source);
+    // The one atomic-write helper of the workspace: readers (and a crash) see the old sidecar or
+    // the new one, never a partial file under the final name.
+    mnemon_db::atomic_file::write_atomic(&target, |w| write_sections(w, stamp, top, store))
+        .map_err(|e| LibraryError::io(&target, e.into()))?;
+    Ok(target)
+}
 
-        let mut header = Vec::with_capacity(HEADER_FIXED + SECTIONS * 16);
-        header.extend_from_slice(MAGIC);
-        header.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
-        header.extend_from_slice(&(view.dim() as u32).to_le_bytes());
-        header.extend_from_slice(&(rows as u64).to_le_bytes());
-        header.extend_from_slice(&(stride as u64).to_le_bytes());
-        header.extend_from_slice(&size.to_le_bytes());
-        header.extend_from_slice(&mtime.to_le_bytes());
-        for (o, l) in sections {
-            header.extend_from_slice(&o.to_le_bytes());
-            header.extend_from_slice(&l.to_le_bytes());
+/// The sidecar's bytes: a zeroed header, the sections, then the header written over it.
+fn write_sections(
+    w: &mut AtomicWriter,
+    (size, mtime): (u64, i64),
+    top: &Map<String, Value>,
+    store: &Store,
+) -> std::io::Result<()> {
+    let view = store.embeddings.view();
+    let rows = store.len();
+    let stride = view.stride();
+    w.write_all(&[0u8; ALIGN as usize])?;
+    let mut pos = ALIGN;
+    let mut sections = [(0u64, 0u64); SECTIONS];
+    let mut section = |w: &mut AtomicWriter,
+                       pos: &mut u64,
+                       n: usize,
+                       f: &mut dyn FnMut(&mut AtomicWriter) -> std::io::Result<u64>|
+     -> std::io::Result<()> {
+        let len = f(w)?;
+        sections[n] = (*pos, len);
+        *pos += len;
+        let pad = (ALIGN - *pos % ALIGN) % ALIGN;
+        w.write_all(&vec![0u8; pad as usize])?;
+        *pos += pad;
+        Ok(())
+    };
+    section(w, &mut pos, 0, &mut |w| {
+        let zeros = vec![0f32; stride - view.dim()];
+        for i in 0..rows {
+            for x in view.row(i).unwrap_or(&[]).iter().chain(&zeros) {
+                w.write_all(&x.to_le_bytes())?;
+            }
         }
-        w.seek(SeekFrom::Start(0)).map_err(io)?;
-        w.write_all(&header).map_err(io)?;
-        let file = w.into_inner().map_err(|e| io(e.into_error()))?;
-        file.sync_all().map_err(io)?;
-        std::fs::rename(&tmp, &target).map_err(|e| LibraryError::io(&target, e))?;
-        Ok(target)
+        Ok((rows * stride * 4) as u64)
+    })?;
+    section(w, &mut pos, 1, &mut |w| {
+        for id in &store.ids {
+            w.write_all(&id.0)?;
+        }
+        Ok((rows * 32) as u64)
+    })?;
+    section(w, &mut pos, 2, &mut |w| {
+        for t in &store.token_counts {
+            w.write_all(&t.to_le_bytes())?;
+        }
+        Ok((rows * 8) as u64)
+    })?;
+    section(w, &mut pos, 3, &mut |w| {
+        for t in &store.tags {
+            w.write_all(&t.to_le_bytes())?;
+        }
+        Ok((rows * 4) as u64)
+    })?;
+    let tag_table = serde_json::to_vec(&store.tag_names)?;
+    section(w, &mut pos, 4, &mut |w| {
+        w.write_all(&tag_table)?;
+        Ok(tag_table.len() as u64)
+    })?;
+    section(w, &mut pos, 5, &mut |w| {
+        for o in &store.offsets {
+            w.write_all(&o.to_le_bytes())?;
+        }
+        Ok((store.offsets.len() * 8) as u64)
+    })?;
+    let arena = store.arena.bytes();
+    section(w, &mut pos, 6, &mut |w| {
+        w.write_all(arena)?;
+        Ok(arena.len() as u64)
+    })?;
+    let mut meta = Map::new();
+    meta.insert("top".into(), Value::Object(top.clone()));
+    meta.insert("dim".into(), store.dim.map_or(Value::Null, Value::from));
+    let meta = serde_json::to_vec(&meta)?;
+    section(w, &mut pos, 7, &mut |w| {
+        w.write_all(&meta)?;
+        Ok(meta.len() as u64)
+    })?;
+
+    let mut header = Vec::with_capacity(HEADER_FIXED + SECTIONS * 16);
+    header.extend_from_slice(MAGIC);
+    header.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+    header.extend_from_slice(&(view.dim() as u32).to_le_bytes());
+    header.extend_from_slice(&(rows as u64).to_le_bytes());
+    header.extend_from_slice(&(stride as u64).to_le_bytes());
+    header.extend_from_slice(&size.to_le_bytes());
+    header.extend_from_slice(&mtime.to_le_bytes());
+    for (o, l) in sections {
+        header.extend_from_slice(&o.to_le_bytes());
+        header.extend_from_slice(&l.to_le_bytes());
     }
+    w.seek(SeekFrom::Start(0))?;
+    w.write_all(&header)
 }
 
 struct Reader<'a> {
@@ -214,8 +202,8 @@ pub(crate) enum SidecarError {
 
 /// Opens `<path>.mnx` if it exists and matches `path`'s size and mtime; otherwise `None`
 /// (with a warning when a stale or unreadable sidecar was found).
-pub(crate) fn open_if_fresh(path: &Path, options: &OpenOptions) -> Result<Option<Library>> {
-    if cfg!(target_endian = "big") || options.force_tag.is_some() {
+pub(crate) fn open_if_fresh(path: &Path) -> Result<Option<Loaded>> {
+    if cfg!(target_endian = "big") {
         return Ok(None);
     }
     let side = sidecar_path(path);
@@ -256,7 +244,7 @@ fn mul(a: usize, b: usize) -> std::result::Result<usize, SidecarError> {
 fn open_sidecar(
     side: &Path,
     (size, mtime): (u64, i64),
-) -> std::result::Result<Library, SidecarError> {
+) -> std::result::Result<Loaded, SidecarError> {
     use SidecarError::Corrupt;
     let file = File::open(side)?;
     let meta = file.metadata()?;
@@ -415,5 +403,11 @@ fn open_sidecar(
     if store.embeddings.view().rows() != rows {
         return Err(Corrupt("matrix"));
     }
-    Ok(Library::from_parts(top, model, omit, store))
+    Ok(Loaded {
+        top,
+        model,
+        omit,
+        store,
+        upgraded: false,
+    })
 }

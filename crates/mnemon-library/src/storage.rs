@@ -204,9 +204,16 @@ impl Store {
         self.arena.bytes().get(start..end).unwrap_or(&[])
     }
 
-    /// Bit `i`'s stored JSON object, placeholder included.
-    pub(crate) fn json(&self, i: usize) -> Map<String, Value> {
-        serde_json::from_slice(self.raw_json(i)).unwrap_or_default()
+    /// Bit `i`'s stored JSON object, placeholder included. Every bit was stored as an object,
+    /// so a failure means the bytes changed under the library (a damaged sidecar): an error,
+    /// never an empty bit.
+    pub(crate) fn json(&self, i: usize) -> crate::error::Result<Map<String, Value>> {
+        serde_json::from_slice(self.raw_json(i)).map_err(|e| {
+            crate::error::LibraryError::CorruptBit {
+                index: i,
+                reason: e.to_string(),
+            }
+        })
     }
 
     pub(crate) fn tag_name(&self, i: usize) -> Option<&str> {

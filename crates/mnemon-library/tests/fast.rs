@@ -5,7 +5,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use mnemon_library::synthetic::unit_vector;
-use mnemon_library::{AccessPolicy, Library, QueryOptions, encode_embedding};
+use mnemon_library::{AccessPolicy, Library, QueryOptions, encode_embedding, wire};
 use proptest::prelude::*;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -86,7 +86,7 @@ fn run(lib: &Library, args: &Map<String, Value>, fast: bool) -> Map<String, Valu
         fast,
         ..QueryOptions::default()
     };
-    lib.query_with(args, &policy(), &options).unwrap()
+    wire::query(lib, args, &policy(), &options).unwrap()
 }
 
 fn texts(result: &Map<String, Value>) -> Vec<String> {
@@ -101,13 +101,16 @@ fn texts(result: &Map<String, Value>) -> Vec<String> {
 /// The query planned, scored in one `scores_many` pass beside another vector (as a batching
 /// host does), then run.
 fn run_planned(lib: &Library, args: &Map<String, Value>) -> Map<String, Value> {
-    let plan = lib.plan(args, &QueryOptions::default()).unwrap();
+    let parsed = wire::parse_query(lib, args, &QueryOptions::default()).unwrap();
+    let plan = lib.plan(&parsed.request, parsed.grant(&policy())).unwrap();
     let vector = plan.scan_vector().unwrap().to_vec();
     let other: Vec<f32> = vector.iter().rev().copied().collect();
     let mut scores = lib.scores_many(&[&vector, &other]);
     scores.truncate(1);
-    lib.run_planned(args, plan, &policy(), scores.first().map(Vec::as_slice))
-        .unwrap()
+    let result = lib
+        .run_planned(plan, scores.first().map(Vec::as_slice))
+        .unwrap();
+    wire::render(&result).unwrap()
 }
 
 /// Fast, exact and planned agree on the whole result (bits, order, similarities, counts).
@@ -230,9 +233,13 @@ fn scores_that_would_overflow_are_refused() {
         };
         for (library, query) in [(&lib, &huge), (&big_lib, &vectors[0])] {
             for count_type in ["bit", "token"] {
-                let err = library
-                    .query_with(&args(query, 5, count_type, true), &policy(), &options)
-                    .unwrap_err();
+                let err = wire::query(
+                    library,
+                    &args(query, 5, count_type, true),
+                    &policy(),
+                    &options,
+                )
+                .unwrap_err();
                 assert!(err.is_client_error(), "{err}");
                 let message = err.to_string();
                 assert!(message.contains("too large"), "{message}");

@@ -6,7 +6,7 @@ use std::path::Path;
 use mnemon_library::synthetic::write_synthetic;
 use mnemon_library::{
     AccessPolicy, Library, OpenOptions, QueryOptions, sidecar_path, tag_from_path,
-    tag_from_relative_path,
+    tag_from_relative_path, wire,
 };
 use serde_json::json;
 
@@ -34,8 +34,8 @@ fn sidecar_opens_mapped_and_answers_like_the_json() {
     };
     let p = AccessPolicy::default();
     assert_eq!(
-        lib.query_with(args, &p, &opts).unwrap(),
-        packed.query_with(args, &p, &opts).unwrap()
+        wire::query(&lib, args, &p, &opts).unwrap(),
+        wire::query(&packed, args, &p, &opts).unwrap()
     );
     let mut a = Vec::new();
     let mut b = Vec::new();
@@ -162,32 +162,32 @@ fn concurrent_queries_on_a_shared_library() {
     write_lib(&file, 200, 7);
     let lib = std::sync::Arc::new(Library::open(&file).unwrap());
     let args = json!({"version": 1, "query_embedding_model": "m", "count": 50});
-    let want = lib
-        .query_with(
-            args.as_object().unwrap(),
-            &AccessPolicy::default(),
-            &QueryOptions {
-                seed: Some(1),
-                ..Default::default()
-            },
-        )
-        .unwrap();
+    let want = wire::query(
+        &lib,
+        args.as_object().unwrap(),
+        &AccessPolicy::default(),
+        &QueryOptions {
+            seed: Some(1),
+            ..Default::default()
+        },
+    )
+    .unwrap();
     std::thread::scope(|s| {
         for _ in 0..4 {
             let lib = lib.clone();
             let (args, want) = (&args, &want);
             s.spawn(move || {
                 for _ in 0..20 {
-                    let got = lib
-                        .query_with(
-                            args.as_object().unwrap(),
-                            &AccessPolicy::default(),
-                            &QueryOptions {
-                                seed: Some(1),
-                                ..Default::default()
-                            },
-                        )
-                        .unwrap();
+                    let got = wire::query(
+                        &lib,
+                        args.as_object().unwrap(),
+                        &AccessPolicy::default(),
+                        &QueryOptions {
+                            seed: Some(1),
+                            ..Default::default()
+                        },
+                    )
+                    .unwrap();
                     assert_eq!(&got, want);
                 }
             });
@@ -208,9 +208,13 @@ fn a_file_named_directly_gets_its_tag_from_the_path() {
     // Restricted: nothing reaches a caller without a token.
     let args = json!({"version": 1, "query_embedding_model": "m", "count": 10,
                       "count_type": "bit"});
-    let result = lib
-        .query(args.as_object().unwrap(), &AccessPolicy::default())
-        .unwrap();
+    let result = wire::query(
+        &lib,
+        args.as_object().unwrap(),
+        &AccessPolicy::default(),
+        &QueryOptions::default(),
+    )
+    .unwrap();
     assert_eq!(result["bits"].as_array().unwrap().len(), 0, "{result:?}");
     // A file directly in `access/` or outside it keeps its stored tags (none here).
     let direct = dir.path().join("access/direct.json");

@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use mnemon_library::synthetic::write_synthetic;
-use mnemon_library::{AccessPolicy, Library, QueryOptions, sidecar_path};
+use mnemon_library::{AccessPolicy, Library, QueryOptions, sidecar_path, wire};
 use proptest::prelude::*;
 use serde_json::{Map, Value, json};
 
@@ -61,7 +61,7 @@ fn exercise(json: &Path) {
             fast,
             ..QueryOptions::default()
         };
-        lib.query_with(&args(), &policy, &options).ok()
+        wire::query(&lib, &args(), &policy, &options).ok()
     };
     assert_eq!(run(false), run(true), "fast and exact disagree");
     let mut out = Vec::new();
@@ -165,7 +165,7 @@ fn the_intact_sidecar_is_used() {
     f.set_modified(mtime).unwrap();
     drop(f);
     let lib = Library::open(&p.json).unwrap();
-    let title = lib.bits().next().unwrap().info()["title"].clone();
+    let title = lib.bits().next().unwrap().info().unwrap().unwrap()["title"].clone();
     assert_eq!(title, "Document 0");
     exercise(&p.json);
 }
@@ -193,7 +193,7 @@ fn a_sidecar_changed_under_a_served_library_is_refused_not_fatal() {
             seed: Some(1),
             ..QueryOptions::default()
         };
-        lib.query_with(args, &AccessPolicy::default(), &options)
+        wire::query(lib, args, &AccessPolicy::default(), &options)
     };
 
     // Truncated: what `cp` does first.
@@ -209,11 +209,16 @@ fn a_sidecar_changed_under_a_served_library_is_refused_not_fatal() {
     assert!(err.to_string().contains("was truncated"), "{err}");
     assert!(!err.is_client_error());
     assert!(query(&lib).is_err(), "a damaged library stays refused");
-    // Reading the mapped rows and texts directly faults on the missing pages: they read as
-    // zeros (and empty texts) instead of ending the process.
+    // Reading the mapped rows and texts directly faults on the missing pages: rows read as
+    // zeros instead of ending the process, and texts fail as corrupt rather than reading as
+    // empty (issue 12 item 4: corruption is never hidden).
     let view = lib.embeddings();
     assert_eq!(view.row(view.rows() - 1).unwrap()[0], 0.0);
-    assert_eq!(lib.texts().filter(|t| t.is_empty()).count(), lib.len());
+    for text in lib.texts() {
+        let err = text.unwrap_err();
+        assert!(err.to_string().contains("is corrupt"), "{err}");
+        assert!(!err.is_client_error());
+    }
     drop(lib);
 
     // Rewritten in place with bytes of the same size: no fault at all, still refused.

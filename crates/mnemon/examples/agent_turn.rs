@@ -14,7 +14,7 @@ use mnemon::artifacts::{
 };
 use mnemon::assets::AssetStore;
 use mnemon::embed::{Embedder, HashingEmbedder};
-use mnemon::library::{AccessPolicy, encode_embedding};
+use mnemon::library::{AccessGrant, QueryRequest};
 use mnemon::memory::{Memory, RetrievalQuery, RetrieveOptions};
 use mnemon::refs::{CommandSpec, Mode, resolve_params};
 use mnemon::types::{Asset, Bytes, Map, Value, meta, render_meta_block};
@@ -153,23 +153,12 @@ fn turn(dir: &std::path::Path) -> Result<(), Box<dyn std::error::Error>> {
         .embed(&["why does a lighthouse lens have rings"])?
         .pop()
         .ok_or("the embedder returned no vector")?;
-    let args = json!({
-        "version": 1,
-        "query_embedding_model": library.model(),
-        "query_embedding": encode_embedding(&query),
-        "count": 2,
-        "count_type": "bit",
-    });
-    let args = args.as_object().ok_or("query arguments are an object")?;
-    let result = library.query(args, &AccessPolicy::default())?;
+    let request = QueryRequest::new(library.model(), query, 2);
+    let result = library.query(&request, &AccessGrant::default())?;
     println!("\n# the library answers \"why does a lighthouse lens have rings\"");
-    for bit in result["bits"].as_array().into_iter().flatten() {
-        let text = bit["text"].as_str().unwrap_or_default();
-        let first_line = text.lines().next().unwrap_or_default();
-        println!(
-            "{:.3}  {first_line}",
-            bit["similarity"].as_f64().unwrap_or(0.0)
-        );
+    for (bit, hit) in result.bits() {
+        let first_line = bit.text()?.lines().next().unwrap_or_default();
+        println!("{:.3}  {first_line}", hit.similarity);
     }
     Ok(())
 }

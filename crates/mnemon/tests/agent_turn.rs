@@ -189,9 +189,13 @@ fn one_agent_turn_through_every_component() {
         "count": 2,
         "count_type": "bit",
     });
-    let result = library
-        .query(args.as_object().unwrap(), &AccessPolicy::default())
-        .unwrap();
+    let result = mnemon::library::wire::query(
+        &library,
+        args.as_object().unwrap(),
+        &AccessPolicy::default(),
+        &mnemon::library::QueryOptions::default(),
+    )
+    .unwrap();
     let bits = result["bits"].as_array().unwrap();
     assert_eq!(bits.len(), 2);
     assert!(bits[0]["similarity"].as_f64().unwrap() >= bits[1]["similarity"].as_f64().unwrap());

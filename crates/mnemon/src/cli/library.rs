@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::{Context, anyhow};
 use clap::Subcommand;
-use mnemon_library::{AccessPolicy, Library, OpenOptions, Progress, QueryOptions};
+use mnemon_library::{AccessPolicy, Library, OpenOptions, Progress, QueryOptions, wire};
 use serde_json::{Map, Value, json};
 
 use super::{CliError, CliResult, print_json};
@@ -83,22 +83,27 @@ pub(crate) struct QuestionArgs {
 }
 
 impl QuestionArgs {
-    /// Adds the question's embedding and cut to `arguments`, leaving other keys as they are.
-    fn apply(&self, model: &str, arguments: &mut Map<String, Value>) -> Result<(), CliError> {
-        if let Some(text) = &self.text {
-            let embedder = mnemon_embed::embedder_for_model(model).map_err(CliError::input)?;
-            let vector = embedder
-                .embed(&[text.as_str()])
-                .map_err(CliError::failure)?
-                .into_iter()
-                .next()
-                .ok_or_else(|| CliError::failure(anyhow!("the embedder returned no vector")))?;
+    /// The question's embedding (`--text`), made with the embedder `model` names.
+    fn embedding(&self, model: &str) -> Result<Option<Vec<f32>>, CliError> {
+        let Some(text) = &self.text else {
+            return Ok(None);
+        };
+        let embedder = mnemon_embed::embedder_for_model(model).map_err(CliError::input)?;
+        let vector = embedder
+            .embed(&[text.as_str()])
+            .map_err(CliError::failure)?
+            .into_iter()
+            .next()
+            .ok_or_else(|| CliError::failure(anyhow!("the embedder returned no vector")))?;
+        Ok(Some(vector))
+    }
+
+    /// Adds the question's model and cut to `arguments` (the vector itself is added by the
+    /// caller: typed for a query, encoded for the wire), leaving other keys as they are.
+    fn apply(&self, model: &str, arguments: &mut Map<String, Value>) {
+        if self.text.is_some() {
             arguments.entry("version").or_insert_with(|| Value::from(1));
             arguments.insert("query_embedding_model".into(), Value::from(model));
-            arguments.insert(
-                "query_embedding".into(),
-                Value::from(mnemon_library::encode_embedding(&vector)),
-            );
         }
         if let Some(count) = self.count {
             arguments.insert("count".into(), Value::from(count));
@@ -106,7 +111,6 @@ impl QuestionArgs {
         if let Some(count_type) = &self.count_type {
             arguments.insert("count_type".into(), Value::from(count_type.as_str()));
         }
-        Ok(())
     }
 }
 
@@ -227,16 +231,25 @@ pub(crate) fn run(command: LibraryCommand, quiet: bool) -> CliResult {
                 None => AccessPolicy::default(),
             };
             let lib = open(&file, quiet)?;
-            question.apply(lib.model(), &mut arguments)?;
+            let vector = question.embedding(lib.model())?;
+            question.apply(lib.model(), &mut arguments);
+            if vector.is_some() {
+                // The question's vector replaces any the arguments hold; it is set typed below.
+                arguments.shift_remove("query_embedding");
+            }
             let options = QueryOptions {
                 seed,
                 default_count: Some(HOST_DEFAULT_COUNT),
                 fast,
             };
-            let result = lib
-                .query_with(&arguments, &policy, &options)
-                .map_err(CliError::input)?;
-            print_json(&result)
+            let parsed = wire::parse_query(&lib, &arguments, &options).map_err(CliError::input)?;
+            let grant = parsed.grant(&policy);
+            let mut request = parsed.request;
+            if vector.is_some() {
+                request.embedding = vector;
+            }
+            let result = lib.query(&request, &grant).map_err(CliError::input)?;
+            print_json(&wire::render(&result).map_err(CliError::input)?)
         }
         LibraryCommand::Args { model, question } => {
             if question.text.is_none() {
@@ -245,7 +258,16 @@ pub(crate) fn run(command: LibraryCommand, quiet: bool) -> CliResult {
                 )));
             }
             let mut arguments = Map::new();
-            question.apply(&model, &mut arguments)?;
+            arguments.insert("version".into(), Value::from(1));
+            arguments.insert("query_embedding_model".into(), Value::from(model.as_str()));
+            // Printed for a host: the vector in the wire's encoding.
+            if let Some(vector) = question.embedding(&model)? {
+                arguments.insert(
+                    "query_embedding".into(),
+                    Value::from(mnemon_library::encode_embedding(&vector)),
+                );
+            }
+            question.apply(&model, &mut arguments);
             let text = serde_json::to_string(&arguments).map_err(CliError::failure)?;
             println!("{text}");
             Ok(())
