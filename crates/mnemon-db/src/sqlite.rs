@@ -251,17 +251,6 @@ pub fn open_read_only(
     }
 }
 
-/// The version recorded in `schema`'s table, or `None` when the table or its row is missing.
-pub fn schema_version(conn: &Connection, schema: &Schema) -> Result<Option<i64>, DbError> {
-    schema.check()?;
-    read_version(conn, schema).map_err(|e| DbError::Migration {
-        component: schema.component,
-        path: conn.path().map(PathBuf::from).unwrap_or_default(),
-        version: schema.version(),
-        detail: format!("reading the schema version: {e}"),
-    })
-}
-
 /// Brings `schema` to its current version. Takes the write lock only when a step is pending.
 pub fn migrate(
     conn: &mut Connection,
