@@ -3,9 +3,8 @@
 
 use std::path::Path;
 
-use mnemon_library::{ChunkBounds, InsertOutcome, Library, chunk_text, encode_embedding};
+use mnemon_library::{ChunkBounds, InsertOutcome, Library, NewBit, chunk_text};
 use mnemon_types::{Embedder, Tokenizer, check_embeddings};
-use serde_json::json;
 
 use crate::document::Document;
 use crate::error::ImportError;
@@ -169,13 +168,16 @@ impl<'a> Importer<'a> {
             )?;
             for (chunk, vector) in batch.iter().zip(vectors) {
                 let tokens = self.tokenizer.count(&chunk.text);
-                let bit = json!({
-                    "text": chunk.text,
-                    "embedding": encode_embedding(&vector),
-                    "token_count": tokens,
-                    "info": {"url": chunk.url, "title": chunk.title},
-                });
-                match library.insert(&bit)? {
+                // The vector goes in as floats: the library owns its file encoding.
+                let bit = NewBit {
+                    text: &chunk.text,
+                    embedding: &vector,
+                    token_count: i64::try_from(tokens).unwrap_or(i64::MAX),
+                    url: &chunk.url,
+                    title: Some(&chunk.title),
+                    access_tag: None,
+                };
+                match library.insert_bit(&bit)? {
                     InsertOutcome::Duplicate(_) => duplicates += 1,
                     _ => {
                         bits += 1;
@@ -289,7 +291,10 @@ mod tests {
         imported.library.to_writer(&mut file, false).unwrap();
         let saved: serde_json::Value = serde_json::from_slice(&file).unwrap();
         let bits = saved["bits"].as_array().unwrap();
-        assert_eq!(bits[0]["info"], json!({"url": "a", "title": "title of a"}));
+        assert_eq!(
+            bits[0]["info"],
+            serde_json::json!({"url": "a", "title": "title of a"})
+        );
         let keys: Vec<&str> = bits[0]
             .as_object()
             .unwrap()

@@ -12,7 +12,8 @@
 //! | [`artifacts`] | `mnemon-artifacts` | artifact stores, backends, SaveArtifact, ArtifactMemory, templates |
 //! | [`memory`] | `mnemon-memory` | conversation memory and recall |
 //! | [`library`] | `mnemon-library` | embedding libraries and their query engine |
-//! | [`embed`] | `mnemon-embed` | `Embedder` implementations (hashing, OpenAI-compatible) |
+//! | [`embed`] | `mnemon-embed` | `Embedder` implementations (hashing, OpenAI-compatible), the `cl100k_base` tokenizer |
+//! | [`import`] | `mnemon-import` | building libraries from Markdown and text files |
 //! | [`host`] | `mnemon-host` | the HTTP library host (feature `host`) |
 //!
 //! Cargo features: `sqlite` (default) enables the durable memory store and the [`Mnemon`]
@@ -40,6 +41,7 @@ pub use mnemon_artifacts as artifacts;
 pub use mnemon_embed as embed;
 #[cfg(feature = "host")]
 pub use mnemon_host as host;
+pub use mnemon_import as import;
 pub use mnemon_library as library;
 pub use mnemon_memory as memory;
 pub use mnemon_refs as refs;
