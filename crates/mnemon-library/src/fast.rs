@@ -200,10 +200,11 @@ where
     loop {
         // Score the next batch of rows, highest bound first.
         let (next, next_bound) = take_highest(&mut bounds, batch);
-        scored.extend(next.into_iter().map(|index| Scored {
-            index,
-            score: dot(view.row(index).unwrap_or(&[]), query),
-        }));
+        // A row or query of another length cannot be scored here: the exact scan answers.
+        for index in next {
+            let score = dot(view.row(index)?, query).ok()?;
+            scored.push(Scored { index, score });
+        }
         scored.sort_unstable_by(Scored::rank_cmp);
         let done = match need(&scored) {
             Need::Prefix(p) => match next_bound {
@@ -333,7 +334,7 @@ mod tests {
                 return Ok(());
             };
             for (i, r) in rows.iter().enumerate() {
-                let exact = f64::from(dot(r, &query));
+                let exact = f64::from(dot(r, &query).unwrap());
                 let bound = bounds[i];
                 prop_assert!(exact <= bound, "row {i}: {exact} > {bound}");
             }

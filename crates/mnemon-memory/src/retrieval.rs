@@ -330,7 +330,7 @@ fn shortlist(
     if view.dim() != query.len() || !query.iter().all(|x| x.is_finite()) {
         return None;
     }
-    let kernel: fn(&[f32], &[f32]) -> f32 = match metric {
+    let kernel: fn(&[f32], &[f32]) -> Result<f32, mnemon_vector::VectorError> = match metric {
         Metric::Cosine | Metric::Dot => mnemon_vector::dot,
         Metric::NegEuclidean => mnemon_vector::neg_euclidean,
         Metric::Custom(_) => return None,
@@ -345,7 +345,9 @@ fn shortlist(
         let Some((r, row)) = cache.matrix_row(i).and_then(|r| Some((r, view.row(r)?))) else {
             return (f64::NAN, f64::NAN);
         };
-        let raw = f64::from(kernel(row, query));
+        let Ok(raw) = kernel(row, query).map(f64::from) else {
+            return (f64::NAN, f64::NAN);
+        };
         let norm = cache.row_norm(r);
         match metric {
             Metric::Dot => (raw, relative * query_norm * norm + underflow),

@@ -2,66 +2,79 @@
 
 use simsimd::SpatialSimilarity;
 
-/// The common prefix of two slices, so that mismatched lengths never panic.
-fn common<'a, T>(a: &'a [T], b: &'a [T]) -> (&'a [T], &'a [T]) {
-    let n = a.len().min(b.len());
-    (&a[..n], &b[..n])
+use crate::VectorError;
+
+/// Two vectors scored together must have one length: a score over a common prefix would rank
+/// silently wrong (issue 12 item 4).
+fn same_length<T>(a: &[T], b: &[T]) -> Result<(), VectorError> {
+    if a.len() == b.len() {
+        Ok(())
+    } else {
+        Err(VectorError::LengthMismatch {
+            left: a.len(),
+            right: b.len(),
+        })
+    }
 }
 
-/// The dot product of `a` and `b`, computed with the best SIMD kernel for this CPU.
-///
-/// Slices of different lengths are scored over their common prefix.
-pub fn dot(a: &[f32], b: &[f32]) -> f32 {
-    let (a, b) = common(a, b);
+/// The dot product of two slices the caller knows to have one length (the matrix scans check
+/// the query once, not once per row).
+pub(crate) fn dot_same_length(a: &[f32], b: &[f32]) -> f32 {
     if let Some(d) = crate::f32_dot::dot(a, b) {
         return d;
     }
-    // simsimd only returns None on a length mismatch, which `common` rules out.
+    // simsimd only returns None on a length mismatch; the scalar loop then stops at the
+    // shorter slice.
     f32::dot(a, b).map_or_else(|| scalar_dot(a, b), |d| d as f32)
 }
 
-/// The cosine similarity of `a` and `b` (1 for the same direction, −1 for opposite ones).
-///
-/// Returns 0 when either vector is all zeros. Slices of different lengths are scored over their
-/// common prefix.
-pub fn cosine(a: &[f32], b: &[f32]) -> f32 {
-    let (a, b) = common(a, b);
-    let ab = f64::from(dot(a, b));
-    let aa = f64::from(dot(a, a));
-    let bb = f64::from(dot(b, b));
-    if aa <= 0.0 || bb <= 0.0 {
-        return 0.0;
-    }
-    (ab / (aa.sqrt() * bb.sqrt())) as f32
+/// The dot product of `a` and `b`, computed with the best SIMD kernel for this CPU; an error
+/// when their lengths differ.
+pub fn dot(a: &[f32], b: &[f32]) -> Result<f32, VectorError> {
+    same_length(a, b)?;
+    Ok(dot_same_length(a, b))
 }
 
-/// The squared Euclidean distance between `a` and `b`.
+/// The cosine similarity of `a` and `b` (1 for the same direction, −1 for opposite ones); an
+/// error when their lengths differ.
 ///
-/// Slices of different lengths are compared over their common prefix.
-pub fn squared_l2(a: &[f32], b: &[f32]) -> f32 {
-    let (a, b) = common(a, b);
-    f32::l2sq(a, b).map_or_else(
+/// Returns 0 when either vector is all zeros.
+pub fn cosine(a: &[f32], b: &[f32]) -> Result<f32, VectorError> {
+    same_length(a, b)?;
+    let ab = f64::from(dot_same_length(a, b));
+    let aa = f64::from(dot_same_length(a, a));
+    let bb = f64::from(dot_same_length(b, b));
+    if aa <= 0.0 || bb <= 0.0 {
+        return Ok(0.0);
+    }
+    Ok((ab / (aa.sqrt() * bb.sqrt())) as f32)
+}
+
+/// The squared Euclidean distance between `a` and `b`; an error when their lengths differ.
+pub fn squared_l2(a: &[f32], b: &[f32]) -> Result<f32, VectorError> {
+    same_length(a, b)?;
+    Ok(f32::l2sq(a, b).map_or_else(
         || a.iter().zip(b).map(|(x, y)| (x - y) * (x - y)).sum(),
         |d| d as f32,
-    )
+    ))
 }
 
-/// The negated Euclidean distance, so that larger means closer, like [`dot`] and [`cosine`].
-pub fn neg_euclidean(a: &[f32], b: &[f32]) -> f32 {
-    -squared_l2(a, b).sqrt()
+/// The negated Euclidean distance, so that larger means closer, like [`dot`] and [`cosine`];
+/// an error when the lengths differ.
+pub fn neg_euclidean(a: &[f32], b: &[f32]) -> Result<f32, VectorError> {
+    Ok(-squared_l2(a, b)?.sqrt())
 }
 
 /// The Euclidean norm of `a`.
 pub fn norm(a: &[f32]) -> f32 {
-    dot(a, a).sqrt()
+    dot_same_length(a, a).sqrt()
 }
 
-/// The dot product of two int8 vectors, accumulated exactly.
-///
-/// Slices of different lengths are scored over their common prefix.
-pub fn dot_i8(a: &[i8], b: &[i8]) -> i64 {
-    let (a, b) = common(a, b);
-    i8::dot(a, b).map_or_else(
+/// The dot product of two int8 vectors, accumulated exactly; an error when their lengths
+/// differ.
+pub fn dot_i8(a: &[i8], b: &[i8]) -> Result<i64, VectorError> {
+    same_length(a, b)?;
+    Ok(i8::dot(a, b).map_or_else(
         || {
             a.iter()
                 .zip(b)
@@ -69,7 +82,7 @@ pub fn dot_i8(a: &[i8], b: &[i8]) -> i64 {
                 .sum()
         },
         |d| d as i64,
-    )
+    ))
 }
 
 /// A plain sequential loop with no explicit SIMD: the baseline benchmarks compare against.
@@ -114,23 +127,37 @@ mod tests {
 
     #[test]
     fn known_values() {
-        assert_eq!(dot(&[1.0, 2.0, 3.0], &[4.0, 5.0, 6.0]), 32.0);
-        assert_eq!(squared_l2(&[1.0, 2.0], &[4.0, 6.0]), 25.0);
-        assert_eq!(neg_euclidean(&[1.0, 2.0], &[4.0, 6.0]), -5.0);
-        assert!((cosine(&[1.0, 0.0], &[1.0, 1.0]) - std::f32::consts::FRAC_1_SQRT_2).abs() < 1e-6);
-        assert_eq!(cosine(&[0.0, 0.0], &[1.0, 1.0]), 0.0);
+        assert_eq!(dot(&[1.0, 2.0, 3.0], &[4.0, 5.0, 6.0]), Ok(32.0));
+        assert_eq!(squared_l2(&[1.0, 2.0], &[4.0, 6.0]), Ok(25.0));
+        assert_eq!(neg_euclidean(&[1.0, 2.0], &[4.0, 6.0]), Ok(-5.0));
+        assert!(
+            (cosine(&[1.0, 0.0], &[1.0, 1.0]).unwrap() - std::f32::consts::FRAC_1_SQRT_2).abs()
+                < 1e-6
+        );
+        assert_eq!(cosine(&[0.0, 0.0], &[1.0, 1.0]), Ok(0.0));
         assert_eq!(
             dot_i8(&[127, -128, 3], &[127, -128, -1]),
-            127 * 127 + 128 * 128 - 3
+            Ok(127 * 127 + 128 * 128 - 3)
         );
         assert_eq!(norm(&[3.0, 4.0]), 5.0);
         assert!(!kernel_name().is_empty());
     }
 
+    /// Issue 12 item 4: `dot(&[1, 2, 3], &[1, 1])` used to score the common prefix (3.0) as if
+    /// the vectors matched; every pairwise kernel now refuses mismatched lengths.
     #[test]
-    fn mismatched_lengths_use_the_common_prefix() {
-        assert_eq!(dot(&[1.0, 2.0, 3.0], &[1.0, 1.0]), 3.0);
-        assert_eq!(dot(&[], &[1.0]), 0.0);
+    fn mismatched_lengths_are_an_error() {
+        let mismatch = Err(VectorError::LengthMismatch { left: 3, right: 2 });
+        assert_eq!(dot(&[1.0, 2.0, 3.0], &[1.0, 1.0]), mismatch);
+        assert_eq!(cosine(&[1.0, 2.0, 3.0], &[1.0, 1.0]), mismatch);
+        assert_eq!(squared_l2(&[1.0, 2.0, 3.0], &[1.0, 1.0]), mismatch);
+        assert_eq!(neg_euclidean(&[1.0, 2.0, 3.0], &[1.0, 1.0]), mismatch);
+        assert_eq!(dot_i8(&[1, 2, 3], &[1, 1]), mismatch.map(|_: f32| 0));
+        assert_eq!(
+            dot(&[], &[1.0]),
+            Err(VectorError::LengthMismatch { left: 0, right: 1 })
+        );
+        assert_eq!(dot(&[], &[]), Ok(0.0));
     }
 
     proptest! {
@@ -138,7 +165,7 @@ mod tests {
         fn simd_matches_scalar(v in proptest::collection::vec((-1.0f32..1.0, -1.0f32..1.0), 0..2000)) {
             let (a, b): (Vec<f32>, Vec<f32>) = v.into_iter().unzip();
             let exact: f64 = a.iter().zip(&b).map(|(x, y)| f64::from(*x) * f64::from(*y)).sum();
-            prop_assert!((f64::from(dot(&a, &b)) - exact).abs() < 1e-3);
+            prop_assert!((f64::from(dot(&a, &b).unwrap()) - exact).abs() < 1e-3);
             prop_assert!((f64::from(scalar_dot(&a, &b)) - exact).abs() < 1e-3);
         }
     }

@@ -1,8 +1,9 @@
 //! SIMD vector kernels shared by the embedding library index and memory recall.
 //!
-//! * [`dot`], [`cosine`], [`squared_l2`] and [`neg_euclidean`] score two `f32` slices with the
-//!   best SIMD kernel the CPU offers (AVX-512, AVX2+FMA, NEON, SVE or a portable loop), picked once
-//!   at run time by [simsimd](https://crates.io/crates/simsimd).
+//! * [`dot`], [`cosine`], [`squared_l2`] and [`neg_euclidean`] score two `f32` slices of one
+//!   length (an error otherwise) with the best SIMD kernel the CPU offers (AVX-512, AVX2+FMA,
+//!   NEON, SVE or a portable loop), picked once at run time by
+//!   [simsimd](https://crates.io/crates/simsimd).
 //! * [`Matrix`] stores many vectors as one contiguous, 64-byte-aligned row-major `f32` block, and
 //!   [`MatrixView`] scans such a block (owned or memory-mapped) across rayon threads, with
 //!   [`MatrixView::top_k`] selecting the best rows without sorting them all.
@@ -15,7 +16,8 @@
 //! ```
 //! use mnemon_vector::{dot, Matrix};
 //!
-//! assert_eq!(dot(&[1.0, 2.0, 3.0], &[4.0, 5.0, 6.0]), 32.0);
+//! assert_eq!(dot(&[1.0, 2.0, 3.0], &[4.0, 5.0, 6.0]), Ok(32.0));
+//! assert!(dot(&[1.0, 2.0, 3.0], &[1.0, 1.0]).is_err());
 //!
 //! let mut m = Matrix::new(3);
 //! m.push_row(&[1.0, 0.0, 0.0]).unwrap();
@@ -46,6 +48,16 @@ pub enum VectorError {
         expected: usize,
         /// The length that was given.
         found: usize,
+    },
+    /// Two vectors scored together have different lengths.
+    #[error(
+        "cannot score vectors of different lengths ({left} and {right}); embed both with the same model"
+    )]
+    LengthMismatch {
+        /// The first vector's length.
+        left: usize,
+        /// The second vector's length.
+        right: usize,
     },
     /// A borrowed block is too short for the rows it should hold, or its stride is below the
     /// dimension.

@@ -3,7 +3,7 @@
 use rayon::prelude::*;
 
 use crate::VectorError;
-use crate::kernel::dot;
+use crate::kernel::dot_same_length as dot;
 use crate::select::{Scored, TopK};
 
 /// Rows are padded to a multiple of this many floats (64 bytes), so every row starts on a
@@ -313,7 +313,7 @@ impl<'a> MatrixView<'a> {
         self.row(index).unwrap_or(&[])
     }
 
-    /// Scores every row against `query` with [`dot`], in parallel. `query` should have
+    /// Scores every row against `query` with [`dot`](crate::dot), in parallel. `query` should have
     /// [`MatrixView::dim`] floats; a shorter or longer one is scored over the common prefix.
     pub fn scores(&self, query: &[f32]) -> Vec<f32> {
         let mut out = vec![0.0; self.rows];
