@@ -1,12 +1,13 @@
 //! Mnemon: a memory LLM agents can trust.
 //!
-//! This facade re-exports Mnemon's components under one roof, and [`Mnemon`] opens them all over
-//! one data directory. Depend on it to get everything, or on a single component crate
-//! (`mnemon-store`, `mnemon-library`, …) to get only that part.
+//! This facade re-exports Mnemon's components under one roof, and the `Mnemon` handle (feature
+//! `sqlite`) opens them all over one data directory. Depend on it to get everything, or on a
+//! single component crate (`mnemon-store`, `mnemon-library`, …) to get only that part.
 //!
 //! | module | crate | holds |
 //! |---|---|---|
 //! | [`types`] | `mnemon-types` | the value tree, `Asset`, meta, `AssetRef`, `Msg`, `Artifact`, `Embedder` |
+//! | [`db`] | `mnemon-db` | storage plumbing: `Durability`, atomic file writes, SQLite setup and migrations |
 //! | [`assets`] | `mnemon-store` | the `AssetStore` trait, in-memory and SQLite stores |
 //! | [`refs`] | `mnemon-refs` | references in tool parameters and message text |
 //! | [`artifacts`] | `mnemon-artifacts` | artifact stores, backends, SaveArtifact, ArtifactMemory, templates |
@@ -14,9 +15,18 @@
 //! | [`library`] | `mnemon-library` | embedding libraries and their query engine |
 //! | [`embed`] | `mnemon-embed` | `Embedder` implementations (hashing, OpenAI-compatible), the `cl100k_base` tokenizer |
 //! | [`import`] | `mnemon-import` | building libraries from Markdown and text files |
-//! | [`host`] | `mnemon-host` | the HTTP library host (feature `host`) |
+#![cfg_attr(
+    feature = "host",
+    doc = "| [`host`] | `mnemon-host` | the HTTP library host (feature `host`) |"
+)]
+#![cfg_attr(
+    not(feature = "host"),
+    doc = "| `host` | `mnemon-host` | the HTTP library host (feature `host`, off in this build) |"
+)]
 //!
-//! Cargo features: `sqlite` (default) enables the durable memory store and the [`Mnemon`]
+//! Cargo features: `sqlite` (default) enables the durable memory store and the
+#![cfg_attr(feature = "sqlite", doc = "[`Mnemon`]")]
+#![cfg_attr(not(feature = "sqlite"), doc = "`Mnemon`")]
 //! handle; `host` (default) the HTTP host; `cli` (default) the `mnemon` binary. A program that
 //! only embeds Mnemon can use `default-features = false, features = ["sqlite"]`.
 //!
@@ -38,6 +48,7 @@ mod handle;
 pub use handle::{ARTIFACTS_DIR, DATABASE_FILE, LIBRARIES_DIR, Mnemon, OpenError};
 
 pub use mnemon_artifacts as artifacts;
+pub use mnemon_db as db;
 pub use mnemon_embed as embed;
 #[cfg(feature = "host")]
 pub use mnemon_host as host;
