@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use mnemon_library::synthetic::{unit_vector, write_synthetic};
-use mnemon_library::{DEFAULT_MODEL, encode_embedding};
+use mnemon_library::{BLANK_LIBRARY_MODEL, encode_embedding};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
@@ -182,7 +182,7 @@ fn synthetic_library(target: &Path, params: &Params) -> Result<PathBuf> {
             .with_context(|| format!("creating {}", partial.display()))?;
         write_synthetic(
             std::io::BufWriter::new(file),
-            DEFAULT_MODEL,
+            BLANK_LIBRARY_MODEL,
             params.bits,
             params.dim,
             SEED,
@@ -337,7 +337,7 @@ fn query_bodies(dim: usize) -> Vec<String> {
             let embedding = encode_embedding(&unit_vector(&mut rng, dim));
             form_urlencoded::Serializer::new(String::new())
                 .append_pair("version", "1")
-                .append_pair("query_embedding_model", DEFAULT_MODEL)
+                .append_pair("query_embedding_model", BLANK_LIBRARY_MODEL)
                 .append_pair("query_embedding", &embedding)
                 .append_pair("count", "5")
                 .append_pair("count_type", "bit")
@@ -680,7 +680,7 @@ fn burst(addr: SocketAddr) -> Result<Vec<u16>> {
         .timeout(Duration::from_secs(300))
         .build()?;
     let url = format!("http://{addr}/");
-    let body = serde_json::json!({"version": 1, "query_embedding_model": DEFAULT_MODEL,
+    let body = serde_json::json!({"version": 1, "query_embedding_model": BLANK_LIBRARY_MODEL,
                                   "count": -1, "count_type": "bit"})
     .to_string();
     let statuses = std::thread::scope(|scope| {

@@ -14,7 +14,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use mnemon_library::synthetic::{unit_vector, write_synthetic};
-use mnemon_library::{AccessPolicy, DEFAULT_MODEL, Library, QueryOptions, encode_embedding, wire};
+use mnemon_library::{
+    AccessPolicy, BLANK_LIBRARY_MODEL, Library, QueryOptions, encode_embedding, wire,
+};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use serde_json::{Map, Value, json};
@@ -122,7 +124,7 @@ fn median(mut v: Vec<Duration>) -> Duration {
 fn args_for(q: &[f32], count: i64, count_type: &str) -> Map<String, Value> {
     let v = json!({
         "version": 1,
-        "query_embedding_model": DEFAULT_MODEL,
+        "query_embedding_model": BLANK_LIBRARY_MODEL,
         "query_embedding": encode_embedding(q),
         "count": count,
         "count_type": count_type,
@@ -175,7 +177,7 @@ fn measure(p: &Params) -> Result<()> {
         let _ = std::fs::remove_file(mnemon_library::sidecar_path(&file));
         let f = std::fs::File::create(&file)?;
         let mut w = std::io::BufWriter::with_capacity(1 << 22, f);
-        write_synthetic(&mut w, DEFAULT_MODEL, p.bits, p.dim, SEED)?;
+        write_synthetic(&mut w, BLANK_LIBRARY_MODEL, p.bits, p.dim, SEED)?;
         std::io::Write::flush(&mut w)?;
         std::fs::write(&done_marker, "")?;
         println!("  generated in {:.1} s", start.elapsed().as_secs_f64());

@@ -32,7 +32,7 @@ const U32: f64 = 1.0 / 16_777_216.0;
 const PAD: f64 = 1e-9;
 
 /// The int8 copy of a library's matrix, with what the bounds need per row.
-pub(crate) struct Prescan {
+pub(crate) struct Int8Matrix {
     dim: usize,
     codes: Vec<i8>,
     scales: Vec<f32>,
@@ -76,7 +76,7 @@ fn quantize(src: &[f32], dst: &mut [i8]) -> Option<(f32, f64, f64)> {
     Some((scale, qq.sqrt() * (1.0 + PAD), ee.sqrt() * (1.0 + PAD)))
 }
 
-impl Prescan {
+impl Int8Matrix {
     /// Quantises every row of `view`, in parallel.
     pub(crate) fn build(view: &MatrixView<'_>) -> Self {
         let dim = view.dim();
@@ -105,7 +105,7 @@ impl Prescan {
             .map(|(q, e)| q + e)
             .filter(|n| n.is_finite())
             .fold(0.0f64, f64::max);
-        Prescan {
+        Int8Matrix {
             dim,
             codes,
             scales,
@@ -184,7 +184,7 @@ pub(crate) enum Need {
 /// rows in order (at least that prefix), or `None` when the exact scan should be used instead
 /// (no trustworthy bound, or so many rows needed scoring that a full scan is cheaper).
 pub(crate) fn select<F>(
-    prescan: &Prescan,
+    int8: &Int8Matrix,
     view: &MatrixView<'_>,
     query: &[f32],
     keep: &F,
@@ -194,7 +194,7 @@ pub(crate) fn select<F>(
 where
     F: Fn(usize) -> bool + Sync,
 {
-    let (mut bounds, visible) = prescan.upper_bounds(query, keep)?;
+    let (mut bounds, visible) = int8.upper_bounds(query, keep)?;
     let mut scored: Vec<Scored> = Vec::new();
     let mut batch = first_batch.max(1);
     loop {
@@ -326,7 +326,7 @@ mod tests {
             rows.push(vec![0.0; dim]);
             let query = draw(q_exp);
             let m = matrix(&rows, dim);
-            let p = Prescan::build(&m.view());
+            let p = Int8Matrix::build(&m.view());
             let Some((bounds, _)) = p.upper_bounds(&query, &|_| true) else {
                 // Refused only when scores could come near f32's range.
                 let q_norm = query.iter().map(|&x| f64::from(x).powi(2)).sum::<f64>().sqrt();
@@ -352,7 +352,7 @@ mod tests {
             .collect();
         let m = matrix(&vectors, dim);
         let view = m.view();
-        let p = Prescan::build(&view);
+        let p = Int8Matrix::build(&view);
         for _ in 0..5 {
             let q = crate::synthetic::unit_vector(&mut rng, dim);
             let keep = |i: usize| i % 7 != 3;
@@ -372,7 +372,7 @@ mod tests {
     #[test]
     fn non_finite_rows_are_always_scored() {
         let m = matrix(&[vec![1.0, 0.0], vec![f32::INFINITY, 0.0]], 2);
-        let p = Prescan::build(&m.view());
+        let p = Int8Matrix::build(&m.view());
         let (b, visible) = p.upper_bounds(&[1.0, 0.0], &|_| true).unwrap();
         assert_eq!(b[1], f64::INFINITY);
         assert_eq!(visible, 2);

@@ -61,8 +61,8 @@ pub use cut::CountType;
 pub use error::{LibraryError, Located, Result};
 pub use id::BitId;
 pub use library::{
-    BitRef, DEFAULT_MODEL, InsertOutcome, Library, NewBit, OpenOptions, Progress, tag_from_path,
-    tag_from_relative_path,
+    BLANK_LIBRARY_MODEL, BitRef, InsertOutcome, Library, NewBit, OpenOptions, Progress,
+    tag_from_path, tag_from_relative_path,
 };
 pub use omit::{Omit, OmitKey};
 pub use problems::{Problem, ProblemKind};

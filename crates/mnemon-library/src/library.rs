@@ -16,15 +16,17 @@ use crate::builder::{Builder, Pushed, RawBit};
 use crate::codec::encode_vector;
 use crate::cut::CountType;
 use crate::error::{LibraryError, Result};
-use crate::fast::Prescan;
+use crate::fast::Int8Matrix;
 use crate::id::BitId;
 use crate::load::{Loaded, known_dimension, load_slice, load_value};
 use crate::omit::Omit;
 use crate::storage::{NO_TAG, Store};
 use mnemon_pyjson::PythonFormatter;
 
-/// The model a blank library uses by default.
-pub const DEFAULT_MODEL: &str = "openai.com:text-embedding-ada-002";
+/// The `embedding_model` of [`Library::default`]: the reference's default, OpenAI's
+/// `text-embedding-ada-002` (1536 dimensions). A name in a library file, not a model Mnemon
+/// embeds with (for that, see `mnemon_embed`).
+pub const BLANK_LIBRARY_MODEL: &str = "openai.com:text-embedding-ada-002";
 
 /// A load progress callback: called with the number of bytes of the file parsed so far.
 pub type Progress = std::sync::Arc<dyn Fn(u64) + Send + Sync>;
@@ -139,7 +141,7 @@ pub struct Library {
     pub(crate) store: Store,
     upgraded: bool,
     /// The int8 copy for fast mode, built by the first fast query.
-    pub(crate) prescan: OnceLock<Prescan>,
+    pub(crate) int8: OnceLock<Int8Matrix>,
     /// The largest Euclidean length of a stored embedding (in f64), computed by the first query
     /// that needs it; see [`Library::max_row_norm`].
     pub(crate) max_norm: OnceLock<f64>,
@@ -157,7 +159,7 @@ impl std::fmt::Debug for Library {
 
 impl Default for Library {
     fn default() -> Self {
-        Library::blank(DEFAULT_MODEL)
+        Library::blank(BLANK_LIBRARY_MODEL)
     }
 }
 
@@ -170,7 +172,7 @@ impl Clone for Library {
             omit: self.omit.clone(),
             store: self.store.reordered(&order, &|_| None),
             upgraded: self.upgraded,
-            prescan: OnceLock::new(),
+            int8: OnceLock::new(),
             max_norm: OnceLock::new(),
         }
     }
@@ -184,7 +186,7 @@ impl Library {
             omit: l.omit,
             store: l.store,
             upgraded: l.upgraded,
-            prescan: OnceLock::new(),
+            int8: OnceLock::new(),
             max_norm: OnceLock::new(),
         }
     }
@@ -201,7 +203,7 @@ impl Library {
             omit,
             store,
             upgraded: false,
-            prescan: OnceLock::new(),
+            int8: OnceLock::new(),
             max_norm: OnceLock::new(),
         }
     }
@@ -429,7 +431,7 @@ impl Library {
         };
         let bit = self.bit_json(i, true, true)?;
         self.store.remove(i);
-        self.prescan = OnceLock::new();
+        self.int8 = OnceLock::new();
         self.max_norm = OnceLock::new();
         Ok(Some(bit))
     }
@@ -466,7 +468,7 @@ impl Library {
         let mut builder = Builder::eager(store, self.omit.clone());
         let pushed = builder.push(builder.store.len(), RawBit::from_value(bit));
         self.store = builder.into_store();
-        self.prescan = OnceLock::new();
+        self.int8 = OnceLock::new();
         self.max_norm = OnceLock::new();
         Ok(match pushed? {
             Pushed::Added => {
@@ -606,7 +608,7 @@ impl Library {
 
     fn reorder(&mut self, order: &[usize]) {
         self.store = self.store.reordered(order, &|_| None);
-        self.prescan = OnceLock::new();
+        self.int8 = OnceLock::new();
         self.max_norm = OnceLock::new();
     }
 
@@ -715,9 +717,9 @@ impl Library {
         })
     }
 
-    pub(crate) fn prescan(&self) -> &Prescan {
-        self.prescan
-            .get_or_init(|| Prescan::build(&self.store.embeddings.view()))
+    pub(crate) fn int8_matrix(&self) -> &Int8Matrix {
+        self.int8
+            .get_or_init(|| Int8Matrix::build(&self.store.embeddings.view()))
     }
 }
 
@@ -983,7 +985,7 @@ mod tests {
         assert_eq!(load_err(lib(json!([b]))), "bit 0 text not str as expected");
         // The wrong model's dimension: ada-002 expects 1536.
         assert_eq!(
-            load_err(json!({"version": 1, "embedding_model": DEFAULT_MODEL, "bits": [ok]})),
+            load_err(json!({"version": 1, "embedding_model": BLANK_LIBRARY_MODEL, "bits": [ok]})),
             format!("{id} had the wrong length of embedding, expected 1536")
         );
         let mut b = bit("a", &[1.0, 2.0]);

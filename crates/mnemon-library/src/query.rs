@@ -306,12 +306,12 @@ impl Library {
     {
         let view = self.store.embeddings.view();
         let token_counts = &self.store.token_counts;
-        let prescan = self.prescan();
+        let int8 = self.int8_matrix();
         match count_type {
             CountType::Bit => {
                 let k = (count as u64).min(visible as u64) as usize;
                 let mut chosen = fast::select(
-                    prescan,
+                    int8,
                     &view,
                     query,
                     keep,
@@ -336,7 +336,7 @@ impl Library {
                         token_counts,
                     )
                 };
-                let mut chosen = fast::select(prescan, &view, query, keep, 64, &mut |scored| {
+                let mut chosen = fast::select(int8, &view, query, keep, 64, &mut |scored| {
                     match cut_of(scored) {
                         (_, _, true) => Need::More,
                         // A lone first bit over the budget: only it was looked at.
