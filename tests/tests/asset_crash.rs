@@ -10,7 +10,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use mnemon_store::{AssetStore, SqliteStore};
+use mnemon_store::{AssetStore, SqliteAssetStore};
 use mnemon_types::{Asset, Bytes, Map, Value};
 
 /// Set in the child: the database to write to.
@@ -39,7 +39,7 @@ fn crash_child() {
         return;
     };
     let start: u64 = std::env::var(CHILD_START).unwrap().parse().unwrap();
-    let store = SqliteStore::open(db).unwrap();
+    let store = SqliteAssetStore::open(db).unwrap();
     let mut out = std::io::stdout().lock();
     let mut n = start;
     loop {
@@ -112,7 +112,7 @@ fn acknowledged_puts_survive_sigkill() {
             .unwrap();
         assert_eq!(check, "ok", "round {round}");
         drop(conn);
-        let store = SqliteStore::open(&db).unwrap();
+        let store = SqliteAssetStore::open(&db).unwrap();
         for id in &reported {
             let n: u64 = id.trim_start_matches("crash-").parse().unwrap();
             let got = store
@@ -125,7 +125,7 @@ fn acknowledged_puts_survive_sigkill() {
     }
     // Later rounds never undo earlier ones.
     acknowledged.sort();
-    let store = SqliteStore::open(&db).unwrap();
+    let store = SqliteAssetStore::open(&db).unwrap();
     let mut stored = store.list_ids(Some("crash")).unwrap();
     stored.retain(|id| acknowledged.binary_search(id).is_ok());
     assert_eq!(stored.len(), acknowledged.len());

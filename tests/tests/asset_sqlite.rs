@@ -1,7 +1,7 @@
 //! Property tests of the SQLite asset store: anything stored comes back unchanged.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use mnemon_store::{AssetStore, SqliteStore};
+use mnemon_store::{AssetStore, SqliteAssetStore};
 use mnemon_types::{Asset, Bytes, Map, Value};
 use proptest::prelude::*;
 
@@ -72,7 +72,7 @@ proptest! {
     #[test]
     fn any_json_comes_back_unchanged(content in json(), extra in json(), id in "[^\u{0}]{1,12}") {
         let dir = tempfile::tempdir().unwrap();
-        let store = SqliteStore::open(dir.path().join("db.sqlite3")).unwrap();
+        let store = SqliteAssetStore::open(dir.path().join("db.sqlite3")).unwrap();
         let mut asset = Asset::new(Value::from_json(content)).with_id(id.clone());
         asset.extra.insert("extra".into(), Value::from_json(extra));
         store.put(&asset).unwrap();
@@ -85,7 +85,7 @@ proptest! {
     #[test]
     fn trees_with_bytes_come_back_unchanged(content in tree()) {
         let dir = tempfile::tempdir().unwrap();
-        let store = SqliteStore::open(dir.path().join("db.sqlite3")).unwrap();
+        let store = SqliteAssetStore::open(dir.path().join("db.sqlite3")).unwrap();
         let asset = Asset::new(content).with_id("t");
         store.put(&asset).unwrap();
         prop_assert_eq!(store.get("t").unwrap().unwrap(), asset);

@@ -3,13 +3,15 @@
 
 use std::sync::Arc;
 
-use mnemon_store::{AssetStore, CodecRegistry, InMemoryStore, SqliteOptions, SqliteStore};
+use mnemon_store::{
+    AssetStore, CodecRegistry, InMemoryStore, SqliteAssetOptions, SqliteAssetStore,
+};
 use mnemon_tests::asset_store_conformance::{self as suite, Capabilities};
 
-fn sqlite_options() -> SqliteOptions {
-    SqliteOptions {
+fn sqlite_options() -> SqliteAssetOptions {
+    SqliteAssetOptions {
         codecs: CodecRegistry::new().with(suite::point_codec()),
-        ..SqliteOptions::default()
+        ..SqliteAssetOptions::default()
     }
 }
 
@@ -31,7 +33,7 @@ fn sqlite_store_conforms() {
         &|| {
             counter.set(counter.get() + 1);
             let path = dir.path().join(format!("db{}.sqlite3", counter.get()));
-            Box::new(SqliteStore::open_with(path, sqlite_options()).unwrap())
+            Box::new(SqliteAssetStore::open_with(path, sqlite_options()).unwrap())
         },
         Capabilities {
             objects_without_codec: false,
@@ -47,11 +49,11 @@ fn in_memory_store_under_four_threads() {
 #[test]
 fn sqlite_store_under_four_threads() {
     let dir = tempfile::tempdir().unwrap();
-    let store = SqliteStore::open_with(
+    let store = SqliteAssetStore::open_with(
         dir.path().join("db.sqlite3"),
-        SqliteOptions {
+        SqliteAssetOptions {
             // The check is about isolation, not fsync speed.
-            durability: mnemon_store::Durability::Normal,
+            durability: mnemon_db::Durability::Normal,
             ..sqlite_options()
         },
     )
@@ -64,8 +66,10 @@ fn sqlite_store_is_shared_by_two_handles() {
     // Two handles on one file (as two processes would have) see each other's writes.
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("db.sqlite3");
-    let a: Arc<dyn AssetStore> = Arc::new(SqliteStore::open_with(&path, sqlite_options()).unwrap());
-    let b: Arc<dyn AssetStore> = Arc::new(SqliteStore::open_with(&path, sqlite_options()).unwrap());
+    let a: Arc<dyn AssetStore> =
+        Arc::new(SqliteAssetStore::open_with(&path, sqlite_options()).unwrap());
+    let b: Arc<dyn AssetStore> =
+        Arc::new(SqliteAssetStore::open_with(&path, sqlite_options()).unwrap());
     let asset =
         mnemon_types::Asset::from_json(serde_json::json!({"asset_id": "x", "content": 1})).unwrap();
     a.put(&asset).unwrap();

@@ -3,7 +3,9 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use mnemon_refs::{CommandSpec, Mode, RefsError, render_default, resolve_params};
-use mnemon_store::{AssetStore, CodecRegistry, InMemoryStore, SqliteOptions, SqliteStore};
+use mnemon_store::{
+    AssetStore, CodecRegistry, InMemoryStore, SqliteAssetOptions, SqliteAssetStore,
+};
 use mnemon_tests::asset_store_conformance::{Point, point_codec};
 use mnemon_types::{Asset, Bytes, Map, Object, Value};
 use serde_json::json;
@@ -23,11 +25,11 @@ fn fill(store: &dyn AssetStore) {
 
 fn stores() -> (tempfile::TempDir, Vec<Box<dyn AssetStore>>) {
     let dir = tempfile::tempdir().unwrap();
-    let sqlite = SqliteStore::open_with(
+    let sqlite = SqliteAssetStore::open_with(
         dir.path().join("db.sqlite3"),
-        SqliteOptions {
+        SqliteAssetOptions {
             codecs: CodecRegistry::new().with(point_codec()),
-            ..SqliteOptions::default()
+            ..SqliteAssetOptions::default()
         },
     )
     .unwrap();
