@@ -38,11 +38,4 @@ pub use error::StoreError;
 pub use memory::InMemoryStore;
 pub use resolve::{MAX_LISTED_KEYS, ResolveError, resolve_asset, resolve_in};
 pub use sqlite::{MIGRATIONS, SCHEMA_VERSION, SqliteAssetOptions, SqliteAssetStore};
-
-// Transitional names, hidden: the integration tests move to the new names (and to
-// `mnemon_db::Durability`, the one durability type) after they are merged (issue 12 item 6).
-#[doc(hidden)]
-pub use mnemon_db::Durability;
-#[doc(hidden)]
-pub use sqlite::{SqliteAssetOptions as SqliteOptions, SqliteAssetStore as SqliteStore};
 pub use store::{AssetMeta, AssetStore, MAX_NESTING};
