@@ -1,6 +1,6 @@
 //! The [`Library`] type and its operations (spec §6).
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
@@ -58,7 +58,7 @@ impl std::fmt::Debug for OpenOptions {
 impl OpenOptions {
     /// Options whose forced tag comes from a path relative to a served directory (spec §12.5):
     /// the component right after the first `access` component, if a file lies below it.
-    pub fn for_relative_path(relative: &Path) -> Self {
+    pub(crate) fn for_relative_path(relative: &Path) -> Self {
         OpenOptions {
             force_tag: tag_from_relative_path(relative),
             ..OpenOptions::default()
@@ -224,31 +224,12 @@ impl Library {
 
     /// Parses, upgrades and validates library JSON held in memory.
     pub fn from_bytes(bytes: &[u8]) -> Result<Self> {
-        Self::from_bytes_with(bytes, &OpenOptions::default())
-    }
-
-    /// Like [`Library::from_bytes`], with options.
-    pub fn from_bytes_with(bytes: &[u8], options: &OpenOptions) -> Result<Self> {
-        load_slice(bytes, options.force_tag.as_deref(), None).map(Self::from_loaded)
-    }
-
-    /// Reads library JSON from a reader.
-    pub fn from_reader(mut reader: impl Read) -> Result<Self> {
-        let mut bytes = Vec::new();
-        reader
-            .read_to_end(&mut bytes)
-            .map_err(|e| LibraryError::InvalidJson(e.to_string()))?;
-        Self::from_bytes(&bytes)
+        load_slice(bytes, None, None).map(Self::from_loaded)
     }
 
     /// Validates a parsed JSON value as a library.
     pub fn from_value(value: Value) -> Result<Self> {
-        Self::from_value_with(value, &OpenOptions::default())
-    }
-
-    /// Like [`Library::from_value`], with options.
-    pub fn from_value_with(value: Value, options: &OpenOptions) -> Result<Self> {
-        load_value(value, options.force_tag.as_deref()).map(Self::from_loaded)
+        load_value(value, None).map(Self::from_loaded)
     }
 
     /// Opens a library file. The file is memory-mapped and parsed in place; pages already parsed
@@ -319,31 +300,15 @@ impl Library {
         self.top.get("sort").and_then(Value::as_str)
     }
 
-    /// The stored omit, if any.
-    pub fn stored_omit(&self) -> Option<&Omit> {
-        self.omit.as_ref()
-    }
-
     /// The top-level JSON without `bits` (its position holds `null`).
-    pub fn top_level(&self) -> &Map<String, Value> {
+    #[cfg(test)]
+    pub(crate) fn top_level(&self) -> &Map<String, Value> {
         &self.top
     }
 
     /// The matrix of embeddings, one row per bit in file order.
     pub fn embeddings(&self) -> MatrixView<'_> {
         self.store.embeddings.view()
-    }
-
-    /// The stored `details.counts` as `(bits, restricted)`, 0 when missing.
-    pub fn counts(&self) -> (i64, i64) {
-        let counts = self.top.get("details").and_then(|d| d.get("counts"));
-        let get = |k: &str| {
-            counts
-                .and_then(|c| c.get(k))
-                .and_then(Value::as_i64)
-                .unwrap_or(0)
-        };
-        (get("bits"), get("restricted"))
     }
 
     /// The sum of every bit's `token_count`.
@@ -534,37 +499,13 @@ impl Library {
         Ok(())
     }
 
-    /// Infos deduplicated on `url`, `image_url`, `title` and `description`, first kept.
-    pub fn unique_infos(&self) -> Result<Vec<Map<String, Value>>> {
-        let mut seen = std::collections::HashSet::new();
-        let mut out = Vec::new();
-        for i in 0..self.len() {
-            let bit = self.store.json(i)?;
-            let Some(Value::Object(info)) = bit.get("info") else {
-                continue;
-            };
-            let part = |k: &str| info.get(k).and_then(Value::as_str).unwrap_or("").to_owned();
-            let key = [
-                part("url"),
-                part("image_url"),
-                part("title"),
-                part("description"),
-            ]
-            .join("\n");
-            if seen.insert(key) {
-                out.push(info.clone());
-            }
-        }
-        Ok(out)
-    }
-
     /// Re-runs the load checks (spec §3.7) on the current content.
     pub fn validate(&self) -> Result<()> {
         Library::from_value(Value::Object(self.to_value(true)?)).map(|_| ())
     }
 
     /// The library as a JSON object (the embedding of every bit encoded).
-    pub fn to_value(&self, include_access_tag: bool) -> Result<Map<String, Value>> {
+    pub(crate) fn to_value(&self, include_access_tag: bool) -> Result<Map<String, Value>> {
         let mut out = Map::new();
         for (k, v) in &self.top {
             if k == "bits" {
@@ -620,7 +561,7 @@ impl Library {
     }
 
     /// Sorts bits by stored similarity, descending (stable), and sets `sort` to `similarity`.
-    pub fn sort_by_similarity(&mut self) -> Result<()> {
+    fn sort_by_similarity(&mut self) -> Result<()> {
         let mut sims = Vec::with_capacity(self.len());
         for i in 0..self.len() {
             match self
@@ -641,7 +582,7 @@ impl Library {
     }
 
     /// Shuffles the bits with `ChaCha8Rng::seed_from_u64(seed)` and sets `sort` to `random`.
-    pub fn shuffle(&mut self, seed: u64) {
+    fn shuffle(&mut self, seed: u64) {
         let mut order: Vec<usize> = (0..self.len()).collect();
         order.shuffle(&mut ChaCha8Rng::seed_from_u64(seed));
         self.reorder(&order);
