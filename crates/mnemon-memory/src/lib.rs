@@ -73,7 +73,7 @@ pub use mnemon_types::{Tokenizer, WhitespaceTokenizer};
 pub use report::{AddReport, DeleteByIdReport, DeleteReport};
 pub use retrieval::{Metric, RetrievalQuery, RetrieveOptions, Retrieved, ScoreFn};
 #[cfg(feature = "sqlite")]
-pub use sqlite::{Durability, Scope, SqliteMemory, SqliteMemoryOptions, SqliteMemoryStore};
+pub use sqlite::{Scope, SqliteMemory, SqliteMemoryOptions, SqliteMemoryStore};
 #[cfg(feature = "tiktoken")]
 pub use tokens::Cl100kTokenizer;
 pub use tokens::{BudgetOptions, BudgetRecall};

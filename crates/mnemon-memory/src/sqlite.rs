@@ -23,8 +23,8 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use mnemon_db::DbError;
 use mnemon_db::sqlite::{self, Migration, Schema, Settings};
+use mnemon_db::{DbError, Durability};
 use mnemon_types::{Msg, MsgFactory, MsgKind};
 use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior, params};
 use serde::Serialize;
@@ -68,13 +68,11 @@ CREATE TABLE memory_marks (
     ON DELETE CASCADE);
 ";
 
-/// How hard a commit is pushed to disk: one type and one default for every store.
-pub use mnemon_db::Durability;
-
 /// Options of [`SqliteMemoryStore::open`].
 #[derive(Debug, Clone, Copy)]
 pub struct SqliteMemoryOptions {
-    /// See [`Durability`].
+    /// How hard a commit is pushed to disk: [`Durability`], `mnemon-db`'s one type and one
+    /// default for every store.
     pub durability: Durability,
     /// How long to wait for another process's write lock before failing with `Storage`.
     pub busy_timeout: Duration,
