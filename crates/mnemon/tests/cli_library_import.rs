@@ -360,3 +360,65 @@ fn import_with_an_openai_compatible_server() {
     let summary: Value = serde_json::from_slice(&run.stdout).unwrap();
     assert_eq!(summary["embedding_model"], "openai.com:env-embed");
 }
+
+/// A Markdown file's YAML front matter gives its bits' title (over its first heading) and is
+/// not part of any bit's text; a file without front matter keeps its heading as title.
+#[test]
+fn front_matter_gives_the_title_and_is_not_embedded() {
+    let dir = tempfile::tempdir().unwrap();
+    let docs = dir.path().join("docs");
+    std::fs::create_dir_all(&docs).unwrap();
+    let body = format!(
+        "# Reading a tide table\n\n{}\n",
+        paragraph("tide tables and harbour charts", 40)
+    );
+    std::fs::write(
+        docs.join("tides.md"),
+        format!("---\ntitle: \"Tide tables: a primer\"\nauthor: Harbour office\n---\n{body}"),
+    )
+    .unwrap();
+    std::fs::write(
+        docs.join("plain.md"),
+        "# Plain heading\n\nNo front matter here.\n",
+    )
+    .unwrap();
+    let out = dir.path().join("lib.json");
+    let run = mnemon(&[
+        "library",
+        "import",
+        docs.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--url-prefix",
+        "https://example.com/",
+    ]);
+    assert!(run.status.success(), "{}", text(&run.stderr));
+    let saved: Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+    let bits = saved["bits"].as_array().unwrap();
+    let tides: Vec<&Value> = bits
+        .iter()
+        .filter(|b| b["info"]["url"] == "https://example.com/tides.md")
+        .collect();
+    assert!(tides.len() >= 2, "{saved}");
+    for bit in &tides {
+        assert_eq!(bit["info"]["title"], "Tide tables: a primer");
+        let body = bit["text"].as_str().unwrap();
+        assert!(
+            !body.contains("author:") && !body.contains("---"),
+            "{body:?}"
+        );
+    }
+    assert!(
+        tides[0]["text"]
+            .as_str()
+            .unwrap()
+            .starts_with("# Reading a tide table"),
+        "{}",
+        tides[0]["text"]
+    );
+    let plain = bits
+        .iter()
+        .find(|b| b["info"]["url"] == "https://example.com/plain.md")
+        .unwrap();
+    assert_eq!(plain["info"]["title"], "Plain heading");
+}
