@@ -69,7 +69,7 @@ pub use file_backend::{MAX_NAME_BYTES, MAX_PATH_BYTES, WriteToFile};
 pub use in_memory::InMemoryArtifactStore;
 pub use mnemon_types::{Artifact, StorageLocation};
 pub use save::{SAVE_ARTIFACT_CLASS_PATH, SaveArtifact, SaveArtifactConfig};
-pub use sqlite::SqliteArtifactStore;
+pub use sqlite::{SqliteArtifactOptions, SqliteArtifactStore};
 pub use store::ArtifactStore;
 pub use template::PromptTemplate;
 /// The id type of artifact records, re-exported so callers need not depend on `uuid`.

@@ -5,10 +5,10 @@
 
 use std::path::Path;
 use std::sync::{Mutex, MutexGuard, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use mnemon_db::DbError;
 use mnemon_db::sqlite::{self, Migration, Schema, Settings};
+use mnemon_db::{DbError, Durability};
 use mnemon_types::{Artifact, StorageLocation, artifact::Timestamp};
 use rusqlite::{Connection, Row, params};
 use uuid::Uuid;
@@ -50,12 +50,13 @@ const COLUMNS: &str = "id, key, artifact_type, name, description, storage_backen
 
 /// An [`ArtifactStore`] in a SQLite database file.
 ///
-/// - WAL journal with the default [`mnemon_db::Durability`] (`synchronous = FULL`): when
+/// - WAL journal with the default [`Durability::Full`] (`synchronous = FULL`): when
 ///   [`save`](ArtifactStore::save) returns, the record is committed and synced, so it survives
-///   a crash of the process or the machine.
+///   a crash of the process or the machine. [`SqliteArtifactOptions`] chooses another.
 /// - The sequence is SQLite's `AUTOINCREMENT` rowid, which never reuses a value, even after
 ///   deletes.
-/// - Several processes may open the same file; writers wait up to five seconds for each other.
+/// - Several processes may open the same file; writers wait for each other up to the busy
+///   timeout (5 s by default).
 ///   [`save_with_content`](ArtifactStore::save_with_content) holds the write lock while the
 ///   content is written, so saves to one storage id from several processes are serialized.
 #[derive(Debug)]
@@ -64,11 +65,49 @@ pub struct SqliteArtifactStore {
     busy_timeout: Duration,
 }
 
+/// Options for [`SqliteArtifactStore::open_with`]; the defaults are every store's
+/// (`mnemon_db`).
+#[derive(Debug, Clone, Copy)]
+pub struct SqliteArtifactOptions {
+    /// How hard a commit works to survive crashes. Default: [`Durability::Full`].
+    pub durability: Durability,
+    /// How long a write waits for another process's write. Default: 5 s.
+    pub busy_timeout: Duration,
+}
+
+impl Default for SqliteArtifactOptions {
+    fn default() -> Self {
+        let shared = Settings::default();
+        SqliteArtifactOptions {
+            durability: shared.durability,
+            busy_timeout: shared.busy_timeout,
+        }
+    }
+}
+
+impl SqliteArtifactOptions {
+    fn settings(self) -> Settings {
+        Settings {
+            durability: self.durability,
+            busy_timeout: self.busy_timeout,
+            ..Settings::default()
+        }
+    }
+}
+
 impl SqliteArtifactStore {
-    /// Opens (creating if needed) the database at `path` and its `artifact_` tables. The
-    /// parent directory must exist.
+    /// Opens (creating if needed) the database at `path` and its `artifact_` tables, with the
+    /// default options. The parent directory must exist.
     pub fn open(path: impl AsRef<Path>) -> Result<Self, ArtifactError> {
-        let settings = Settings::default();
+        Self::open_with(path, SqliteArtifactOptions::default())
+    }
+
+    /// As [`open`](Self::open), with `options`.
+    pub fn open_with(
+        path: impl AsRef<Path>,
+        options: SqliteArtifactOptions,
+    ) -> Result<Self, ArtifactError> {
+        let settings = options.settings();
         let conn = sqlite::open(path.as_ref(), &settings, &SCHEMA).map_err(db_error)?;
         Ok(Self::with(conn, &settings))
     }
@@ -82,7 +121,7 @@ impl SqliteArtifactStore {
         Ok(Self::with(read.conn, &settings))
     }
 
-    /// A private database in memory (for tests); nothing is kept.
+    /// A private database in memory, for tests and short-lived programs; nothing is kept.
     pub fn open_in_memory() -> Result<Self, ArtifactError> {
         let settings = Settings::default();
         let conn = sqlite::open_in_memory(&settings, &SCHEMA).map_err(db_error)?;
@@ -180,23 +219,6 @@ fn db_error(error: DbError) -> ArtifactError {
     }
 }
 
-/// `BEGIN IMMEDIATE`, waiting up to `timeout` for another writer. SQLite's busy handler covers
-/// most waits; the loop covers the lock met while another connection switches journal modes.
-fn begin_immediate(conn: &Connection, timeout: Duration) -> rusqlite::Result<()> {
-    let deadline = Instant::now() + timeout;
-    loop {
-        match conn.execute_batch("BEGIN IMMEDIATE") {
-            Err(e)
-                if e.sqlite_error_code() == Some(rusqlite::ErrorCode::DatabaseBusy)
-                    && Instant::now() < deadline =>
-            {
-                std::thread::sleep(Duration::from_millis(5));
-            }
-            done => return done,
-        }
-    }
-}
-
 /// Inserts one record inside the caller's transaction and returns its sequence.
 fn insert(
     conn: &Connection,
@@ -261,7 +283,7 @@ impl ArtifactStore for SqliteArtifactStore {
         // The write lock is taken before the content is written and released after the record
         // is committed: another save (in this process or another) cannot write the same
         // storage id in between, so the newest record always points at its own content.
-        begin_immediate(&conn, self.busy_timeout)
+        sqlite::begin_immediate(&conn, self.busy_timeout)
             .map_err(|e| ArtifactError::database(ACTION, e))?;
         let result = write_content().and_then(|()| insert(&conn, artifact, data));
         let finish = if result.is_ok() { "COMMIT" } else { "ROLLBACK" };
@@ -368,6 +390,21 @@ mod tests {
     }
 
     #[test]
+    fn options_choose_the_durability() {
+        let dir = tempfile::tempdir().unwrap();
+        let options = SqliteArtifactOptions {
+            durability: Durability::Normal,
+            ..SqliteArtifactOptions::default()
+        };
+        let store = SqliteArtifactStore::open_with(dir.path().join("db.sqlite3"), options).unwrap();
+        let sync: i64 = store
+            .conn()
+            .query_row("PRAGMA synchronous", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(sync, 1, "synchronous must be NORMAL");
+    }
+
+    #[test]
     fn concurrent_first_opens_all_succeed() {
         for round in 0..5 {
             let dir = tempfile::tempdir().unwrap();
@@ -399,7 +436,7 @@ mod tests {
         writer
             .execute_batch("BEGIN IMMEDIATE; DELETE FROM artifact_records WHERE 0;")
             .unwrap();
-        let started = Instant::now();
+        let started = std::time::Instant::now();
         let store = SqliteArtifactStore::open(&path).unwrap();
         assert_eq!(store.latest("s", "k").unwrap().map(|r| r.id), Some(a.id));
         let reader = SqliteArtifactStore::open_read_only(&path).unwrap();

@@ -375,6 +375,17 @@ fn read_version(conn: &Connection, schema: &Schema) -> rusqlite::Result<Option<i
     .optional()
 }
 
+/// Starts a write transaction (`BEGIN IMMEDIATE`), waiting up to `timeout` for another
+/// writer. SQLite's busy handler covers most waits; the retry also covers the locks it does not
+/// wait for, such as the one met while another connection switches journal modes. Stores that
+/// must hold the write lock across work outside the database (the artifact store writes content
+/// files inside it) call this and finish with `COMMIT` or `ROLLBACK` themselves.
+pub fn begin_immediate(conn: &Connection, timeout: Duration) -> rusqlite::Result<()> {
+    retry_busy(Instant::now() + timeout, || {
+        conn.execute_batch("BEGIN IMMEDIATE")
+    })
+}
+
 /// Whether `error` is a lock held by another connection.
 fn is_busy(error: &rusqlite::Error) -> bool {
     matches!(
@@ -468,4 +479,62 @@ fn empty(settings: &Settings, schema: &Schema) -> Result<ReadOnly, DbError> {
         conn,
         source: ReadSource::Empty,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    static NOTES: Schema = Schema {
+        component: "note",
+        table: "note_schema",
+        key_column: "singleton",
+        migrations: &[Migration {
+            version: 1,
+            sql: "CREATE TABLE note_notes (id INTEGER PRIMARY KEY);",
+        }],
+    };
+
+    #[test]
+    fn begin_immediate_waits_for_another_writer_then_gives_up() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("db.sqlite3");
+        let settings = Settings {
+            busy_timeout: Duration::from_millis(50),
+            ..Settings::default()
+        };
+        let holder = open(&path, &settings, &NOTES).unwrap();
+        let waiter = open(&path, &settings, &NOTES).unwrap();
+        holder.execute_batch("BEGIN IMMEDIATE").unwrap();
+        let started = Instant::now();
+        let err = begin_immediate(&waiter, Duration::from_millis(200)).unwrap_err();
+        assert!(is_busy(&err), "{err}");
+        assert!(started.elapsed() >= Duration::from_millis(200));
+        holder.execute_batch("COMMIT").unwrap();
+        begin_immediate(&waiter, Duration::from_millis(200)).unwrap();
+        waiter
+            .execute_batch("INSERT INTO note_notes DEFAULT VALUES; COMMIT")
+            .unwrap();
+    }
+
+    #[test]
+    fn begin_immediate_succeeds_once_the_other_writer_commits() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("db.sqlite3");
+        let settings = Settings {
+            busy_timeout: Duration::from_millis(10),
+            ..Settings::default()
+        };
+        let holder = open(&path, &settings, &NOTES).unwrap();
+        let waiter = open(&path, &settings, &NOTES).unwrap();
+        holder.execute_batch("BEGIN IMMEDIATE").unwrap();
+        let release = thread::spawn(move || {
+            thread::sleep(Duration::from_millis(100));
+            holder.execute_batch("COMMIT").unwrap();
+        });
+        // The busy handler alone (10 ms) would give up; the retry waits for the commit.
+        begin_immediate(&waiter, Duration::from_secs(5)).unwrap();
+        waiter.execute_batch("COMMIT").unwrap();
+        release.join().unwrap();
+    }
 }
