@@ -3,10 +3,11 @@
 
 use std::sync::Arc;
 
+use mnemon_pyjson::dumps_indent;
 use mnemon_tests::fixture;
 use mnemon_types::msg::{
-    Deserialized, FixedClock, Msg, MsgFactory, MsgKind, SequentialIds, deserialize, pyjson_pretty,
-    serialize, serialize_list,
+    Deserialized, FixedClock, Msg, MsgFactory, MsgKind, SequentialIds, deserialize, serialize,
+    serialize_list,
 };
 use serde_json::Value;
 
@@ -49,7 +50,7 @@ fn export_layout_is_byte_identical() {
     let f = factory();
     let messages = stored_messages(&f);
     let doc = Value::Array(messages.iter().map(Msg::to_json).collect());
-    assert_eq!(pyjson_pretty(&doc, 4), export_v004_text());
+    assert_eq!(dumps_indent(&doc, 4), export_v004_text());
 }
 
 #[test]

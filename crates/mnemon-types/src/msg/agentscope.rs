@@ -15,7 +15,8 @@ pub fn render(messages: &[Msg]) -> String {
     lines.join("\n")
 }
 
-/// `serialize(msg)` of 0.0.4: a pyjson object whose first key is `"__type"`.
+/// `serialize(msg)` of 0.0.4: Python-layout JSON (`mnemon_pyjson::dumps`) whose first key is
+/// `"__type"`.
 pub fn serialize(msg: &Msg) -> String {
     mnemon_pyjson::dumps(&Value::Object(msg.to_object(Some(msg.kind))))
 }

@@ -287,13 +287,6 @@ fn embedding_to_json(vector: &[f32]) -> Option<Value> {
         .map(Value::Array)
 }
 
-/// `json.dumps(value)`: transitional name of [`mnemon_pyjson::dumps`], kept until its last
-/// caller (memory's export) moves to it.
-pub use mnemon_pyjson::dumps as pyjson;
-/// `json.dumps(value, indent=n)`: transitional name of [`mnemon_pyjson::dumps_indent`], kept
-/// until its last caller (memory's export) moves to it.
-pub use mnemon_pyjson::dumps_indent as pyjson_pretty;
-
 /// The factory the unit tests of this module share: sequential ids, a fixed clock.
 #[cfg(test)]
 pub(crate) fn test_factory() -> MsgFactory {
