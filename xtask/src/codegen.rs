@@ -17,8 +17,7 @@ fn schema<T: JsonSchema>(file: &str) -> Result<(String, String)> {
 }
 
 fn generate() -> Result<Vec<(String, String)>> {
-    use mnemon_library::Library;
-    use mnemon_library::schema::{HostConfig, QueryArgs, QueryResult};
+    use mnemon_library::schema::{HostConfig, LibraryFile, QueryArgs, QueryResultJson};
     use mnemon_types::artifact::Artifact;
     use mnemon_types::msg::Msg;
     use mnemon_types::{Asset, AssetRef};
@@ -27,9 +26,9 @@ fn generate() -> Result<Vec<(String, String)>> {
         schema::<AssetRef>("asset-reference.schema.json")?,
         schema::<Artifact>("artifact.schema.json")?,
         schema::<Msg>("message.schema.json")?,
-        schema::<Library>("library.schema.json")?,
+        schema::<LibraryFile>("library.schema.json")?,
         schema::<QueryArgs>("query-arguments.schema.json")?,
-        schema::<QueryResult>("query-result.schema.json")?,
+        schema::<QueryResultJson>("query-result.schema.json")?,
         schema::<HostConfig>("host-config.schema.json")?,
     ])
 }

@@ -1,8 +1,14 @@
-//! The cut of a ranked order (spec §8 step 5): by a number of bits or a token budget. Shared by
-//! query results and [`Library::slice`](crate::Library::slice).
+//! The cut of a ranked order (`docs/reference/library.md#query-pipeline`, step 5): by a number
+//! of bits or a token budget. Shared by query results and [`Library::slice`](crate::Library::slice).
 
-/// How to cut a result or a slice: by number of bits or by total tokens.
+/// How to cut a result or a slice: by number of bits or by total tokens. On the wire
+/// (`count_type`) it is written `token` or `bit`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[cfg_attr(
+    feature = "schema",
+    derive(schemars::JsonSchema),
+    schemars(rename_all = "lowercase")
+)]
 pub enum CountType {
     /// Sum `token_count` up to the budget.
     #[default]

@@ -1,4 +1,4 @@
-//! The query engine (spec §7–§9) on typed requests: check, score, cut. The JSON arguments and
+//! The query engine (`docs/reference/library.md#query-pipeline`) on typed requests: check, score, cut. The JSON arguments and
 //! result are parsed and written by [`crate::wire`].
 
 use mnemon_vector::{Scored, top_k_of_scores};
@@ -66,7 +66,7 @@ enum Scan<'a> {
 }
 
 impl Library {
-    /// Runs a query under `grant` (spec §7–§8). Never modifies the library; safe to call from
+    /// Runs a query under `grant` (`docs/reference/library.md#query-pipeline`). Never modifies the library; safe to call from
     /// many threads at once.
     pub fn query(&self, request: &QueryRequest, grant: &AccessGrant) -> Result<QueryResult<'_>> {
         let plan = self.plan(request, grant.clone())?;
@@ -127,7 +127,8 @@ impl Library {
         self.store.embeddings.view().scores_many(queries)
     }
 
-    /// The checks of a query vector against this library, in the reference's order (spec §9):
+    /// The checks of a query vector against this library, in the reference's order
+    /// (`docs/reference/library.md#query-errors`):
     /// its dimension, finite values, a library that can be scored at all, and a score range
     /// that fits f32. `None` (a random vector) passes all but the third.
     pub(crate) fn check_query_vector(&self, query: Option<&[f32]>) -> Result<()> {

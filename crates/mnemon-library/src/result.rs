@@ -13,7 +13,7 @@ pub struct Hit {
     /// Its similarity to the query (the dot product of the two embeddings).
     pub similarity: f32,
     /// For the first bit of a token-counted result that alone is over the budget: its text is
-    /// cut to this many characters (spec §8 step 5).
+    /// cut to this many characters (`docs/reference/library.md#query-pipeline`, step 5).
     pub text_limit: Option<usize>,
 }
 

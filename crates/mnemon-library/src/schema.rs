@@ -1,266 +1,234 @@
 //! JSON Schemas of the library formats (feature `schema`): the library file, query arguments,
-//! query results and the host config.
+//! query results and the host config, derived (`schemars`) from the types below, which spell
+//! each format out field by field; `cargo xtask codegen` writes them to `docs/schemas/`.
 //!
 //! The formats are read and written by hand (field order, unknown keys, Python-compatible
-//! numbers), so the schemas are written out here rather than derived; the tests check them
-//! against the reference fixtures so they cannot drift silently. `cargo xtask codegen` writes
-//! them to `docs/schemas/`.
+//! numbers: [`crate::wire`], the loader, [`crate::AccessPolicy::from_host_config`]), so these
+//! types only describe them; the engine's own types take part where they are the format
+//! ([`CountType`]). The tests check the schemas against the reference fixtures and the results
+//! computed here, so they cannot drift silently. The rules are in `docs/reference/library.md`.
 
-use std::borrow::Cow;
+use std::collections::BTreeMap;
 
-use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
+use schemars::JsonSchema;
 
-use crate::Library;
+// Every object keeps (files) or ignores (arguments, config) keys it does not name, so every
+// schema below says `additionalProperties: true`.
 
-/// Names the JSON format of query arguments (spec §7) for schema generation. It has no values;
-/// [`wire::parse_query`](crate::wire::parse_query) reads the format.
-#[derive(Debug)]
-pub enum QueryArgs {}
+use crate::CountType;
 
-/// Names the JSON format of a query result (spec §8) for schema generation. It has no values.
-#[derive(Debug)]
-pub enum QueryResult {}
-
-/// Names the JSON format of the host config, `host.SECRET.json` (spec §12.4), for schema
-/// generation. It has no values; [`AccessPolicy::from_host_config`](crate::AccessPolicy) reads
-/// the format.
-#[derive(Debug)]
-pub enum HostConfig {}
-
-/// One stored bit (spec §3.2).
-enum Bit {}
-
-/// A bit's `info` object.
-enum BitInfo {}
-
-/// The top-level `details` object.
-enum Details {}
-
-impl JsonSchema for BitInfo {
-    fn schema_name() -> Cow<'static, str> {
-        "BitInfo".into()
-    }
-
-    fn json_schema(_: &mut SchemaGenerator) -> Schema {
-        json_schema!({
-            "description": "Where a bit comes from. Extra keys are kept.",
-            "type": "object",
-            "properties": {
-                "url": {"type": "string", "description": "The source document; part of the bit's id."},
-                "image_url": {"type": "string"},
-                "title": {"type": "string"},
-                "description": {"type": "string"}
-            },
-            "required": ["url"],
-            "additionalProperties": true
-        })
-    }
+/// An embedding library file (Polymath format, version 1). Files with `version` 0 or absent
+/// (`content` keyed by id, `sort: {type, ids}`) are upgraded on load. Unknown keys are kept in
+/// order. Saved tab-indented with ASCII-only strings, as Python's json.dump(indent='\t').
+#[derive(JsonSchema)]
+#[schemars(title = "Library", rename = "Library", extend("additionalProperties" = true))]
+pub struct LibraryFile {
+    /// The format version: 1.
+    #[schemars(extend("const" = 1))]
+    pub version: i64,
+    /// e.g. openai.com:text-embedding-ada-002; queries must name the same model.
+    #[schemars(length(min = 1))]
+    pub embedding_model: String,
+    /// Fields absent from every bit: `*`, `""`, or a comma-separated list of similarity,
+    /// embedding, token_count, info, access_tag.
+    pub omit: Option<String>,
+    /// similarity, random or manual; absent means any.
+    pub sort: Option<String>,
+    /// Counts and a message, as a query result writes them.
+    pub details: Option<Details>,
+    /// The bits, in file order.
+    pub bits: Vec<Bit>,
 }
 
-impl JsonSchema for Bit {
-    fn schema_name() -> Cow<'static, str> {
-        "Bit".into()
-    }
-
-    fn json_schema(generator: &mut SchemaGenerator) -> Schema {
-        let info = generator.subschema_for::<BitInfo>();
-        json_schema!({
-            "description": "One piece of content with its embedding. `embedding`, `token_count` and `info` are required unless the library's `omit` names them (a field `omit` names must be absent). The id of a bit is the SHA-256 of `info.url` and `text`. Extra keys are kept in order.",
-            "type": "object",
-            "properties": {
-                "text": {"type": "string"},
-                "embedding": {
-                    "type": "string",
-                    "contentEncoding": "base64",
-                    "minLength": 1,
-                    "description": "D float32 values, little-endian, standard base64 with padding; ASCII whitespace is ignored."
-                },
-                "token_count": {"type": "integer", "description": "cl100k_base tokens of `text`; queries only sum it."},
-                "similarity": {"type": "number", "description": "The score from the last query."},
-                "access_tag": {
-                    "type": ["string", "null"],
-                    "description": "Only callers whose token grants this tag see the bit; absent or null means public."
-                },
-                "info": info
-            },
-            "required": ["text"],
-            "additionalProperties": true
-        })
-    }
+/// One piece of content with its embedding. `embedding`, `token_count` and `info` are required
+/// unless the library's `omit` names them (a field `omit` names must be absent). The id of a bit
+/// is the SHA-256 of `info.url` and `text`. Extra keys are kept in order.
+#[derive(JsonSchema)]
+#[schemars(extend("additionalProperties" = true))]
+pub struct Bit {
+    /// The content.
+    pub text: String,
+    /// D float32 values, little-endian, standard base64 with padding; ASCII whitespace is
+    /// ignored.
+    #[schemars(length(min = 1), extend("contentEncoding" = "base64"))]
+    pub embedding: Option<String>,
+    /// cl100k_base tokens of `text`; queries only sum it.
+    pub token_count: Option<i64>,
+    /// The score from the last query.
+    pub similarity: Option<f64>,
+    /// Only callers whose token grants this tag see the bit; absent or null means public.
+    pub access_tag: Option<String>,
+    /// Where the bit comes from.
+    pub info: Option<BitInfo>,
 }
 
-impl JsonSchema for Details {
-    fn schema_name() -> Cow<'static, str> {
-        "Details".into()
-    }
-
-    fn json_schema(_: &mut SchemaGenerator) -> Schema {
-        json_schema!({
-            "type": "object",
-            "properties": {
-                "message": {"type": "string"},
-                "counts": {
-                    "type": "object",
-                    "properties": {
-                        "bits": {"type": "integer", "minimum": 0},
-                        "restricted": {"type": "integer", "minimum": 0, "description": "Bits hidden by access tags, library-wide."}
-                    },
-                    "additionalProperties": true
-                }
-            },
-            "additionalProperties": true
-        })
-    }
+/// Where a bit comes from. Extra keys are kept.
+#[derive(JsonSchema)]
+#[schemars(extend("additionalProperties" = true))]
+pub struct BitInfo {
+    /// The source document; part of the bit's id.
+    pub url: String,
+    /// An image of the source.
+    pub image_url: Option<String>,
+    /// The source's title.
+    pub title: Option<String>,
+    /// A description of the source.
+    pub description: Option<String>,
 }
 
-impl JsonSchema for Library {
-    fn schema_name() -> Cow<'static, str> {
-        "Library".into()
-    }
-
-    fn json_schema(generator: &mut SchemaGenerator) -> Schema {
-        let bit = generator.subschema_for::<Bit>();
-        let details = generator.subschema_for::<Details>();
-        json_schema!({
-            "title": "Library",
-            "description": "An embedding library file (Polymath format, version 1). Files with `version` 0 or absent (`content` keyed by id, `sort: {type, ids}`) are upgraded on load. Unknown keys are kept in order. Saved tab-indented with ASCII-only strings, as Python's json.dump(indent='\\t').",
-            "type": "object",
-            "properties": {
-                "version": {"type": "integer", "const": 1},
-                "embedding_model": {"type": "string", "minLength": 1, "description": "e.g. openai.com:text-embedding-ada-002; queries must name the same model."},
-                "omit": {
-                    "type": "string",
-                    "description": "Fields absent from every bit: `*`, `\"\"`, or a comma-separated list of similarity, embedding, token_count, info, access_tag."
-                },
-                "sort": {"type": "string", "description": "similarity, random or manual; absent means any."},
-                "details": details,
-                "bits": {"type": "array", "items": bit}
-            },
-            "required": ["version", "embedding_model", "bits"],
-            "additionalProperties": true
-        })
-    }
+/// The top-level `details` object of a library file.
+#[derive(JsonSchema)]
+#[schemars(extend("additionalProperties" = true))]
+pub struct Details {
+    /// Why bits are missing, as a query result says it.
+    pub message: Option<String>,
+    /// Bit counts.
+    pub counts: Option<Counts>,
 }
 
-impl JsonSchema for QueryArgs {
-    fn schema_name() -> Cow<'static, str> {
-        "QueryArgs".into()
-    }
-
-    fn json_schema(_: &mut SchemaGenerator) -> Schema {
-        let int_like = json_schema!({
-            "description": "An integer, or a value Python's int() accepts: a float (truncated), a boolean, or a decimal string.",
-            "type": ["integer", "number", "boolean", "string"]
-        });
-        json_schema!({
-            "title": "QueryArgs",
-            "description": "The arguments of a library query (spec §7), as a JSON body (also sent as form fields, all strings). null counts as absent; unknown keys are ignored.",
-            "type": "object",
-            "properties": {
-                "version": {"allOf": [int_like], "description": "Protocol version; must be at least 1."},
-                "query_embedding": {
-                    "description": "The query vector in the library's embedding encoding; absent, \"\" or [] draws a random vector.",
-                    "anyOf": [
-                        {"type": "string", "contentEncoding": "base64"},
-                        {"type": "array", "maxItems": 0},
-                        {"type": "null"}
-                    ]
-                },
-                "query_embedding_model": {"type": ["string", "null"], "description": "Must equal the library's embedding_model."},
-                "count": {"anyOf": [int_like, {"type": "null"}], "description": "Bits or tokens to return; negative means all; 0 is an error. The host defaults to 1000."},
-                "count_type": {"anyOf": [{"enum": ["token", "bit"]}, {"type": "null"}], "default": "token"},
-                "omit": {
-                    "description": "Fields to leave out of each bit (default embedding): `*`, \"\", or similarity, embedding, token_count, info, access_tag; comma-separated or a list.",
-                    "anyOf": [
-                        {"type": "string"},
-                        {"type": "array", "items": {"type": "string"}},
-                        {"type": "null"}
-                    ]
-                },
-                "access_token": {"description": "A token from the host config; anything but a known token grants nothing."}
-            },
-            "required": ["version"],
-            "additionalProperties": true
-        })
-    }
+/// `details.counts`.
+#[derive(JsonSchema)]
+#[schemars(extend("additionalProperties" = true))]
+pub struct Counts {
+    /// The number of bits selected.
+    pub bits: Option<u64>,
+    /// Bits hidden by access tags, library-wide.
+    pub restricted: Option<u64>,
 }
 
-impl JsonSchema for QueryResult {
-    fn schema_name() -> Cow<'static, str> {
-        "QueryResult".into()
-    }
-
-    fn json_schema(generator: &mut SchemaGenerator) -> Schema {
-        let bit = generator.subschema_for::<Bit>();
-        let details = generator.subschema_for::<Details>();
-        json_schema!({
-            "title": "QueryResult",
-            "description": "What a library query returns (spec §8): the library's top level with the selected bits, best first, each with its `similarity` and without the omitted fields and `access_tag`. Unknown top-level keys of the library are kept.",
-            "type": "object",
-            "properties": {
-                "version": {"type": "integer", "const": 1},
-                "embedding_model": {"type": "string", "minLength": 1},
-                "bits": {"type": "array", "items": bit},
-                "sort": {"type": "string"},
-                "details": {
-                    "allOf": [details],
-                    "required": ["counts"],
-                    "description": "counts.bits is the number of bits selected; counts.restricted and message appear when the host config asks for them."
-                },
-                "omit": {"type": "string", "description": "The omit argument as applied, items joined by commas."}
-            },
-            "required": ["version", "embedding_model", "bits", "sort", "details", "omit"],
-            "additionalProperties": true
-        })
-    }
+/// The arguments of a library query, as a JSON body (also sent as form fields, all strings).
+/// null counts as absent; unknown keys are ignored. `wire::parse_query` reads them.
+#[derive(JsonSchema)]
+#[schemars(title = "QueryArgs", rename = "QueryArgs", extend("additionalProperties" = true))]
+pub struct QueryArgs {
+    /// Protocol version; must be at least 1.
+    pub version: IntLike,
+    /// The query vector in the library's embedding encoding; absent, "" or [] draws a random
+    /// vector.
+    pub query_embedding: Option<QueryEmbedding>,
+    /// Must equal the library's embedding_model.
+    pub query_embedding_model: Option<String>,
+    /// Bits or tokens to return; negative means all; 0 is an error. The host defaults to 1000.
+    pub count: Option<IntLike>,
+    /// How `count` is measured; absent means token.
+    pub count_type: Option<CountType>,
+    /// Fields to leave out of each bit (default embedding): `*`, "", or similarity, embedding,
+    /// token_count, info, access_tag; comma-separated or a list.
+    pub omit: Option<OmitList>,
+    /// A token from the host config; anything but a known token grants nothing.
+    pub access_token: Option<serde_json::Value>,
 }
 
-impl JsonSchema for HostConfig {
-    fn schema_name() -> Cow<'static, str> {
-        "HostConfig".into()
-    }
+/// An integer, or a value Python's int() accepts: a float (truncated), a boolean, or a decimal
+/// string.
+#[derive(JsonSchema)]
+#[schemars(untagged)]
+pub enum IntLike {
+    /// An integer.
+    Integer(i64),
+    /// A float, truncated toward zero.
+    Float(f64),
+    /// A boolean: 1 or 0.
+    Boolean(bool),
+    /// A decimal literal, as Python's int() reads it.
+    Text(String),
+}
 
-    fn json_schema(_: &mut SchemaGenerator) -> Schema {
-        json_schema!({
-            "title": "HostConfig",
-            "description": "The library host's config (host.SECRET.json, spec §12.4). Every key is optional; unknown keys are ignored. It holds secrets: keep it out of version control.",
-            "type": "object",
-            "properties": {
-                "tokens": {
-                    "type": "object",
-                    "description": "Access tokens by user.",
-                    "additionalProperties": {
-                        "type": "object",
-                        "properties": {
-                            "token": {"type": "string", "description": "The secret; an empty token never matches."},
-                            "description": {"type": "string"},
-                            "access_tags": {
-                                "type": "array",
-                                "items": {"type": "string"},
-                                "description": "Tags the token grants; empty or absent grants the default private tag."
-                            }
-                        },
-                        "additionalProperties": true
-                    }
-                },
-                "restricted": {
-                    "type": "object",
-                    "properties": {
-                        "count": {"type": "boolean", "default": false, "description": "Report details.counts.restricted."},
-                        "message": {"type": "string", "default": "", "description": "Appended to details.message when bits were hidden."}
-                    },
-                    "additionalProperties": true
-                },
-                "default_private_access_tag": {"type": "string", "default": "", "description": "Empty means `unpublished`."}
-            },
-            "additionalProperties": true
-        })
-    }
+/// A query vector on the wire.
+#[derive(JsonSchema)]
+#[schemars(untagged)]
+pub enum QueryEmbedding {
+    /// The vector in the library's embedding encoding ("" draws a random vector).
+    Encoded(#[schemars(extend("contentEncoding" = "base64"))] String),
+    /// An empty list: draws a random vector.
+    Empty(#[schemars(length(max = 0))] Vec<f32>),
+}
+
+/// An omit value: one string (comma-separated) or a list of items.
+#[derive(JsonSchema)]
+#[schemars(untagged)]
+pub enum OmitList {
+    /// Items separated by commas.
+    Text(String),
+    /// One item per entry.
+    List(Vec<String>),
+}
+
+/// What a library query returns: the library's top level with the selected bits, best first,
+/// each with its `similarity` and without the omitted fields and `access_tag`. Unknown
+/// top-level keys of the library are kept. `wire::render` writes it.
+#[derive(JsonSchema)]
+#[schemars(title = "QueryResult", rename = "QueryResult", extend("additionalProperties" = true))]
+pub struct QueryResultJson {
+    /// Always 1.
+    #[schemars(extend("const" = 1))]
+    pub version: i64,
+    /// The library's model.
+    #[schemars(length(min = 1))]
+    pub embedding_model: String,
+    /// The selected bits, best first.
+    pub bits: Vec<Bit>,
+    /// Always similarity.
+    pub sort: String,
+    /// counts.bits is the number of bits selected; counts.restricted and message appear when
+    /// the host config asks for them.
+    pub details: ResultDetails,
+    /// The omit argument as applied: one item as a string, several as a list.
+    pub omit: OmitList,
+}
+
+/// The `details` of a query result.
+#[derive(JsonSchema)]
+#[schemars(extend("additionalProperties" = true))]
+pub struct ResultDetails {
+    /// "Restricted results were omitted. " and the host config's message, when bits were
+    /// hidden and the config has one.
+    pub message: Option<String>,
+    /// Bit counts.
+    pub counts: Counts,
+}
+
+/// The library host's config (host.SECRET.json). Every key is optional; unknown keys are
+/// ignored. It holds secrets: keep it out of version control.
+/// [`AccessPolicy::from_host_config`](crate::AccessPolicy::from_host_config) reads it.
+#[derive(JsonSchema)]
+#[schemars(title = "HostConfig", rename = "HostConfig", extend("additionalProperties" = true))]
+pub struct HostConfig {
+    /// Access tokens by user.
+    pub tokens: Option<BTreeMap<String, TokenEntry>>,
+    /// How restricted results are reported.
+    pub restricted: Option<Restricted>,
+    /// Empty means `unpublished`.
+    #[schemars(default)]
+    pub default_private_access_tag: Option<String>,
+}
+
+/// One user's token.
+#[derive(JsonSchema)]
+#[schemars(extend("additionalProperties" = true))]
+pub struct TokenEntry {
+    /// The secret; an empty token never matches.
+    pub token: Option<String>,
+    /// Who or what the token is for.
+    pub description: Option<String>,
+    /// Tags the token grants; empty or absent grants the default private tag.
+    pub access_tags: Option<Vec<String>>,
+}
+
+/// The `restricted` section of the host config.
+#[derive(JsonSchema)]
+#[schemars(extend("additionalProperties" = true))]
+pub struct Restricted {
+    /// Report details.counts.restricted (default false).
+    pub count: Option<bool>,
+    /// Appended to details.message when bits were hidden (default empty).
+    pub message: Option<String>,
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Library;
     use serde_json::{Map, Value as Json, json};
 
     fn schema_of<T: JsonSchema>() -> Json {
@@ -290,7 +258,7 @@ mod tests {
 
     /// The problems of `value` under `schema`: the keywords these schemas use (type, const,
     /// enum, properties, required, additionalProperties, items, maxItems, minLength, minimum,
-    /// anyOf, allOf, $ref into $defs).
+    /// anyOf, allOf, oneOf, $ref into $defs).
     fn check(root: &Json, schema: &Json, value: &Json, at: &str, problems: &mut Vec<String>) {
         let Some(s) = schema.as_object() else { return };
         if let Some(r) = s.get("$ref").and_then(Json::as_str) {
@@ -345,6 +313,19 @@ mod tests {
                 problems.push(format!("{at}: matches no anyOf branch"));
             }
         }
+        if let Some(Json::Array(one)) = s.get("oneOf") {
+            let matching = one
+                .iter()
+                .filter(|sub| {
+                    let mut p = Vec::new();
+                    check(root, sub, value, at, &mut p);
+                    p.is_empty()
+                })
+                .count();
+            if matching != 1 {
+                problems.push(format!("{at}: matches {matching} oneOf branches"));
+            }
+        }
         if let Some(items) = value.as_array() {
             if let Some(max) = s.get("maxItems").and_then(Json::as_u64) {
                 if items.len() as u64 > max {
@@ -393,7 +374,7 @@ mod tests {
 
     #[test]
     fn library_schema_accepts_the_fixture_and_saved_libraries() {
-        let schema = schema_of::<Library>();
+        let schema = schema_of::<LibraryFile>();
         let file = fixture("library.json");
         assert_eq!(problems(&schema, &file), Vec::<String>::new());
         let lib = Library::from_value(file).unwrap();
@@ -421,7 +402,7 @@ mod tests {
     #[test]
     fn query_schemas_accept_every_fixture_case() {
         let args_schema = schema_of::<QueryArgs>();
-        let result_schema = schema_of::<QueryResult>();
+        let result_schema = schema_of::<QueryResultJson>();
         let queries = fixture("queries.json");
         let mut results = 0;
         for case in queries["cases"].as_array().unwrap() {

@@ -1,4 +1,5 @@
-//! The Polymath query protocol on the wire (spec §7–§8): the JSON arguments parsed once into a
+//! The Polymath query protocol on the wire (`docs/reference/library.md#query-arguments` and
+//! `#result-shape`): the JSON arguments parsed once into a
 //! typed [`QueryRequest`], and a [`QueryResult`] written back as the result JSON. This is the
 //! only place the engine meets JSON arguments; a host, the CLI and the conformance tests go
 //! through it, Rust callers build a [`QueryRequest`] and skip it.
@@ -154,7 +155,7 @@ fn wrong_model(library: &Library, given: String) -> LibraryError {
     }
 }
 
-/// The result JSON of a query (spec §8): the library's top-level keys in stored order, with
+/// The result JSON of a query (`docs/reference/library.md#result-shape`): the library's top-level keys in stored order, with
 /// `bits` (each bit's stored keys in order, its embedding re-encoded unless omitted, its
 /// `similarity`, without the omitted fields and `access_tag`), `sort: "similarity"`, `details`
 /// (`counts.bits`, and `counts.restricted` and `message` as the grant asks) and the `omit`
