@@ -13,9 +13,9 @@
 
 use std::collections::HashSet;
 
-use mnemon_artifacts::{ArtifactError, ArtifactStore, StorageLocation};
-use mnemon_types::Artifact;
+use mnemon_artifacts::{ArtifactError, ArtifactStore};
 use mnemon_types::artifact::Timestamp;
+use mnemon_types::{Artifact, StorageLocation};
 use serde_json::json;
 use uuid::Uuid;
 

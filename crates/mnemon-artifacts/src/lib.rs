@@ -1,7 +1,7 @@
 //! Artifacts: named results of earlier agent steps, saved by key and loaded into prompts
 //! (spec/artifacts.md).
 //!
-//! - [`ArtifactStore`] keeps [`Artifact`] records: [`InMemoryArtifactStore`] and
+//! - [`ArtifactStore`] keeps [`Artifact`](mnemon_types::Artifact) records: [`InMemoryArtifactStore`] and
 //!   [`SqliteArtifactStore`] (the embedded default). Within a scope, the most recently saved
 //!   artifact with a key wins, decided by a per-store sequence.
 //! - [`StorageBackend`]s keep content outside the record, registered by name in a
@@ -19,7 +19,7 @@
 //!   alone, since several records may share a storage id.
 //! - **`list`** returns a scope's records in save order. Required attributes that are only
 //!   white space count as missing.
-//! - **The dictionary form** ([`Artifact::to_dict`]) has exactly the spec's eight keys, with
+//! - **The dictionary form** ([`Artifact::to_dict`](mnemon_types::Artifact::to_dict)) has exactly the spec's eight keys, with
 //!   `storage`/`storage_id` `null` for inline content and `data` `null` for content kept in a
 //!   backend (it is not copied into the record).
 //! - **SaveArtifact content**: `content_path` if set; else `inputs[content_key]`; else, when the
@@ -65,9 +65,8 @@ pub use artifact_memory::{
 };
 pub use backend::{BackendRegistry, INLINE, Storage, StorageBackend, WRITE_TO_FILE};
 pub use error::{ArtifactError, BoxedSource};
-pub use file_backend::{MAX_NAME_BYTES, MAX_PATH_BYTES, WriteToFile};
+pub use file_backend::{MAX_NAME_BYTES, MAX_PATH_BYTES, STALE_TEMP_AGE, WriteToFile};
 pub use in_memory::InMemoryArtifactStore;
-pub use mnemon_types::{Artifact, StorageLocation};
 pub use save::{SAVE_ARTIFACT_CLASS_PATH, SaveArtifact, SaveArtifactConfig};
 pub use sqlite::{SqliteArtifactOptions, SqliteArtifactStore};
 pub use store::ArtifactStore;

@@ -1,8 +1,8 @@
 //! Turning asset references back into objects (spec/assets.md §4–6).
 //!
 //! - Resolution of one reference: [`AssetStore::resolve`](mnemon_store::AssetStore::resolve),
-//!   with the typed, model-friendly [`ResolveError`]s (re-exported from `mnemon-store`, where
-//!   the trait needs them).
+//!   with the typed, model-friendly [`ResolveError`](mnemon_store::ResolveError)s (they live in
+//!   `mnemon-store`, where the trait needs them).
 //! - Tool-call parameters: [`resolve_params`] replaces references in the parameters a
 //!   [`CommandSpec`] (YAML or JSON) declares `asset_ref_acceptable`, in [`Mode::Lenient`] or
 //!   [`Mode::Strict`], all or nothing.
@@ -34,7 +34,6 @@ mod scan_oracle;
 
 pub use detect::{Detected, detect_reference};
 pub use error::RefsError;
-pub use mnemon_store::{MAX_LISTED_KEYS, ResolveError, resolve_asset, resolve_in};
 pub use params::{CommandSpec, Mode, ParameterSpec, resolve_params};
 pub use render::{Rendered, Unresolved, default_renderer, render, render_default};
 pub use scan::{Marker, MarkerForm, scan};

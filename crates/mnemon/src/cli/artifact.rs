@@ -11,9 +11,10 @@ use std::sync::Arc;
 use anyhow::{Context as _, anyhow};
 use clap::Subcommand;
 use mnemon_artifacts::{
-    Artifact, ArtifactError, ArtifactMemory, ArtifactMemoryConfig, ArtifactStore, BackendRegistry,
+    ArtifactError, ArtifactMemory, ArtifactMemoryConfig, ArtifactStore, BackendRegistry,
     SaveArtifact, SaveArtifactConfig, SqliteArtifactStore, Uuid,
 };
+use mnemon_types::Artifact;
 use serde_json::{Map, Value};
 
 use super::{CliError, CliResult, print_json};
