@@ -37,5 +37,5 @@ pub use codec::{CodecError, CodecRegistry, ObjectCodec};
 pub use error::StoreError;
 pub use memory::InMemoryStore;
 pub use resolve::{MAX_LISTED_KEYS, ResolveError, resolve_asset, resolve_in};
-pub use sqlite::{MIGRATIONS, SCHEMA_VERSION, SqliteAssetOptions, SqliteAssetStore};
+pub use sqlite::{SqliteAssetOptions, SqliteAssetStore};
 pub use store::{AssetMeta, AssetStore, MAX_NESTING};

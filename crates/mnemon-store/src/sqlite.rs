@@ -6,7 +6,7 @@
 //! (indexed, for listing by type), its JSON skeleton and its precomputed meta. `asset_leaves`
 //! holds each bytes or object leaf as a BLOB with its path (see the `encoding` module).
 //!
-//! **Migrations.** [`MIGRATIONS`] is an ordered list of numbered steps; opening a database
+//! **Migrations.** `MIGRATIONS` is an ordered list of numbered steps; opening a database
 //! applies the ones it has not seen, in one transaction, and refuses a database written by a
 //! newer build. Setup, durability and migrations are `mnemon-db`'s, shared by every store; a
 //! database whose schema is current opens without taking the write lock.
@@ -41,7 +41,7 @@ use crate::error::StoreError;
 use crate::store::{AssetMeta, AssetStore, check_storable};
 
 /// The schema migrations, in order; the step numbered `v` takes the schema from `v - 1` to `v`.
-pub const MIGRATIONS: &[Migration] = &[
+const MIGRATIONS: &[Migration] = &[
     // 1: assets with their skeleton and meta; bytes and object leaves as BLOBs.
     Migration {
         version: 1,
@@ -64,9 +64,6 @@ pub const MIGRATIONS: &[Migration] = &[
     );",
     },
 ];
-
-/// The schema version this build writes.
-pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
 
 /// The asset tables' schema; the version lives in `asset_schema`.
 static SCHEMA: Schema = Schema {
@@ -410,7 +407,7 @@ mod tests {
         let version: i64 = conn
             .query_row("SELECT version FROM asset_schema", [], |r| r.get(0))
             .unwrap();
-        assert_eq!(version, SCHEMA_VERSION);
+        assert_eq!(version, SCHEMA.version());
         let mode: String = conn
             .query_row("PRAGMA journal_mode", [], |r| r.get(0))
             .unwrap();
