@@ -824,6 +824,44 @@ mod tests {
         assert!(!text.contains('\u{7f}'), "{text}");
     }
 
+    /// Issue 12 item 4: `BitRef`'s accessors parsed the bit's stored JSON again on every call,
+    /// and a bit whose JSON no longer parsed read as empty (`unwrap_or_default`). Now one parse
+    /// serves every accessor, and a corrupt bit is an error from each of them.
+    #[test]
+    fn bit_refs_parse_once_and_surface_corruption() {
+        let mut lib = Library::blank("m");
+        lib.insert(&bit("a", &[1.0])).unwrap();
+        let first = lib.bits().next().unwrap();
+        assert!(first.json.get().is_none());
+        assert_eq!(first.text().unwrap(), "a");
+        assert!(first.json.get().is_some(), "the parse is kept");
+        assert_eq!(first.info().unwrap().unwrap()["url"], "https://x/a");
+        assert_eq!(first.similarity().unwrap(), None);
+        assert!(!first.json().unwrap().contains_key("embedding"));
+
+        lib.store.arena.make_owned().fill(b'#');
+        let corrupt = lib.bits().next().unwrap();
+        for err in [
+            corrupt.text().map(|_| ()).unwrap_err(),
+            corrupt.info().map(|_| ()).unwrap_err(),
+            corrupt.similarity().map(|_| ()).unwrap_err(),
+            corrupt.json().map(|_| ()).unwrap_err(),
+            lib.texts().next().unwrap().map(|_| ()).unwrap_err(),
+            lib.to_value(true).map(|_| ()).unwrap_err(),
+            lib.get(&first_id(&lib)).map(|_| ()).unwrap_err(),
+            lib.to_writer(Vec::new(), false).unwrap_err(),
+        ] {
+            assert!(
+                err.to_string().contains("bit 0's stored data is corrupt"),
+                "{err}"
+            );
+        }
+    }
+
+    fn first_id(lib: &Library) -> BitId {
+        lib.store.ids[0]
+    }
+
     #[test]
     fn load_errors_name_the_bit_and_field() {
         let ok = bit("a", &[1.0, 2.0]);

@@ -259,3 +259,199 @@ pub fn query(
     let result = library.query(&parsed.request, &parsed.grant(policy))?;
     render(&result)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::codec::encode_vector;
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    fn library() -> Library {
+        let mut lib = Library::blank("m");
+        for (text, v, tag) in [
+            ("a", [1.0, 0.0], None),
+            ("b", [0.0, 1.0], Some("team")),
+            ("c", [0.6, 0.8], None),
+        ] {
+            let mut bit = json!({"text": text, "info": {"url": format!("u/{text}")},
+                                 "embedding": encode_vector(&v), "token_count": 2});
+            if let Some(tag) = tag {
+                bit["access_tag"] = json!(tag);
+            }
+            lib.insert(&bit).unwrap();
+        }
+        lib
+    }
+
+    fn args(v: serde_json::Value) -> Map<String, Value> {
+        v.as_object().unwrap().clone()
+    }
+
+    #[test]
+    fn parses_into_a_typed_request() {
+        let lib = library();
+        let parsed = parse_query(
+            &lib,
+            &args(
+                json!({"version": "1", "query_embedding_model": "m", "count": 2.9,
+                         "count_type": "bit", "query_embedding": encode_vector(&[0.0, 1.0]),
+                         "omit": ["info", "similarity"], "access_token": "t"}),
+            ),
+            &QueryOptions {
+                seed: Some(4),
+                default_count: None,
+                fast: true,
+            },
+        )
+        .unwrap();
+        let request = parsed.request;
+        assert_eq!(request.embedding, Some(vec![0.0, 1.0]));
+        assert_eq!((request.count, request.count_type), (2, CountType::Bit));
+        assert_eq!(request.omit.echo(), "info,similarity");
+        assert_eq!((request.seed, request.fast), (Some(4), true));
+        assert_eq!(parsed.access_token.as_deref(), Some("t"));
+        // Absent, "" and [] all ask for a random vector; a non-string token grants nothing.
+        for embedding in [json!(null), json!(""), json!([])] {
+            let parsed = parse_query(
+                &lib,
+                &args(
+                    json!({"version": 1, "query_embedding_model": "m", "count": 1,
+                             "query_embedding": embedding, "access_token": 5}),
+                ),
+                &QueryOptions::default(),
+            )
+            .unwrap();
+            assert_eq!(parsed.request.embedding, None);
+            assert_eq!(parsed.access_token, None);
+            assert_eq!(parsed.request.count_type, CountType::Token);
+        }
+    }
+
+    /// Errors keep the reference's order: a query wrong in several ways fails on the first.
+    #[test]
+    fn errors_come_in_the_reference_order() {
+        let lib = library();
+        let err = |v: serde_json::Value, default_count: Option<i64>| {
+            let options = QueryOptions {
+                default_count,
+                ..QueryOptions::default()
+            };
+            parse_query(&lib, &args(v), &options)
+                .unwrap_err()
+                .to_string()
+        };
+        assert_eq!(
+            err(json!({"count": 0, "version": 0}), None),
+            "count must be greater than 0"
+        );
+        assert_eq!(err(json!({}), None), "count must be greater than 0");
+        assert_eq!(err(json!({}), Some(5)), "version must be at least 1");
+        assert_eq!(
+            err(
+                json!({"version": 1, "count": 1, "query_embedding": 3, "count_type": "x"}),
+                None
+            ),
+            "Embedding model was None but expected m"
+        );
+        assert_eq!(
+            err(
+                json!({"version": 1, "count": 1, "query_embedding_model": "m",
+                       "query_embedding": 3, "count_type": "x"}),
+                None
+            ),
+            "query_embedding must be str"
+        );
+        assert_eq!(
+            err(
+                json!({"version": 1, "count": 1, "query_embedding_model": "m",
+                       "query_embedding": encode_vector(&[1.0]), "count_type": "x"}),
+                None
+            ),
+            "count_type x is not one of the legal options: {'bit', 'token'}"
+        );
+        assert_eq!(
+            err(
+                json!({"version": 1, "count": 1, "query_embedding_model": "m",
+                       "query_embedding": encode_vector(&[1.0]), "omit": "bogus"}),
+                None
+            ),
+            "query_embedding has 1 dimensions but the library's embeddings have 2"
+        );
+    }
+
+    /// Issue 12 item 1: `run_planned` took the arguments again to read `access_token`, so other
+    /// arguments silently applied another token. The plan now carries the grant it was made
+    /// with, and nothing else can change it.
+    #[test]
+    fn a_plan_runs_under_its_own_grant() {
+        let lib = library();
+        let policy = {
+            let mut p = AccessPolicy::new();
+            p.add_token("team-secret", vec!["team".into()]);
+            p
+        };
+        let request = QueryRequest::new("m", vec![0.0, 1.0], 3);
+        let texts = |grant: AccessGrant| {
+            let plan = lib.plan(&request, grant).unwrap();
+            let result = lib.run_planned(plan, None).unwrap();
+            let json = render(&result).unwrap();
+            json["bits"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|b| b["text"].as_str().unwrap().to_owned())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(texts(policy.grant(Some("team-secret"))), ["b", "c", "a"]);
+        assert_eq!(texts(policy.grant(None)), ["c", "a"]);
+        assert_eq!(texts(policy.grant(Some("wrong"))), ["c", "a"]);
+    }
+
+    #[test]
+    fn form_fields_keep_the_first_value() {
+        let args = arguments_from_pairs([("count", "2"), ("count", "3"), ("omit", "")]);
+        assert_eq!(args["count"], "2");
+        assert_eq!(args["omit"], "");
+        let keys: Vec<&String> = args.keys().collect();
+        assert_eq!(keys, ["count", "omit"]);
+    }
+
+    /// A corrupt stored bit fails the render instead of answering with an empty bit.
+    #[test]
+    fn a_corrupt_bit_fails_the_render() {
+        let mut lib = library();
+        let request = QueryRequest::new("m", vec![1.0, 0.0], 1);
+        let arena = lib.store.arena.make_owned();
+        arena.fill(b'#');
+        let result = lib.query(&request, &AccessGrant::default()).unwrap();
+        let err = render(&result).unwrap_err();
+        assert!(matches!(err, LibraryError::CorruptBit { .. }), "{err}");
+        assert!(!err.is_client_error());
+    }
+
+    proptest! {
+        /// Whatever the arguments, parsing answers (a request or an error) and never panics,
+        /// and a parsed request runs.
+        #[test]
+        fn parsing_never_panics(
+            version in prop_oneof![Just(json!(1)), Just(json!("2")), any::<i64>().prop_map(|v| json!(v)), Just(json!(null)), Just(json!([1]))],
+            count in prop_oneof![Just(json!(null)), any::<i64>().prop_map(|v| json!(v)), any::<f64>().prop_map(|v| json!(v)), "[ -~]{0,6}".prop_map(|v| json!(v))],
+            model in prop_oneof![Just(json!("m")), Just(json!(null)), Just(json!(3))],
+            embedding in prop_oneof![Just(json!(null)), "[A-Za-z0-9+/=]{0,16}".prop_map(|v| json!(v)), Just(json!([])), Just(json!({}))],
+            count_type in prop_oneof![Just(json!(null)), Just(json!("bit")), Just(json!("token")), "[a-z]{0,5}".prop_map(|v| json!(v))],
+            omit in prop_oneof![Just(json!(null)), "[a-z_,*]{0,20}".prop_map(|v| json!(v)), Just(json!(["info", "similarity"])), Just(json!(7))],
+            token in prop_oneof![Just(json!(null)), Just(json!("team-secret")), Just(json!(1))],
+        ) {
+            let lib = library();
+            let a = args(json!({"version": version, "count": count, "query_embedding_model": model,
+                                "query_embedding": embedding, "count_type": count_type,
+                                "omit": omit, "access_token": token}));
+            let policy = AccessPolicy::new();
+            if let Ok(parsed) = parse_query(&lib, &a, &QueryOptions::default()) {
+                let result = lib.query(&parsed.request, &parsed.grant(&policy)).unwrap();
+                prop_assert!(render(&result).is_ok());
+            }
+        }
+    }
+}
