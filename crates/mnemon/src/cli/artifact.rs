@@ -18,12 +18,8 @@ use mnemon_types::Artifact;
 use serde_json::{Map, Value};
 
 use super::{CliError, CliResult, print_json};
-
-/// The database file in the data directory, shared with other components.
-const DATABASE_FILE: &str = "mnemon.sqlite3";
-
-/// The `write_to_file` root in the data directory.
-const FILES_DIR: &str = "artifacts";
+// The data directory's layout is the `Mnemon` handle's (src/handle.rs).
+use mnemon::{ARTIFACTS_DIR, DATABASE_FILE};
 
 /// Commands on artifacts.
 #[derive(Debug, Subcommand)]
@@ -193,7 +189,7 @@ fn existing_store(data_dir: &Path) -> Result<Option<Arc<dyn ArtifactStore>>, Cli
 }
 
 fn backends(data_dir: &Path) -> BackendRegistry {
-    BackendRegistry::with_defaults(data_dir.join(FILES_DIR))
+    BackendRegistry::with_defaults(data_dir.join(ARTIFACTS_DIR))
 }
 
 /// Maps a library error to the exit code its cause calls for.

@@ -9,9 +9,8 @@ use mnemon_store::{AssetStore, InMemoryStore, SqliteAssetOptions, SqliteAssetSto
 use mnemon_types::{Asset, AssetRef, MetaOptions, flatten, meta_with};
 
 use super::{CliError, CliResult, print_json};
-
-/// The asset database's file name inside the data directory (shared with other components).
-const DATABASE: &str = "mnemon.sqlite3";
+// The data directory's layout is the `Mnemon` handle's (src/handle.rs).
+use mnemon::DATABASE_FILE;
 
 /// Commands on assets.
 #[derive(Debug, Subcommand)]
@@ -69,7 +68,7 @@ pub(crate) fn open_store(data_dir: &Path) -> Result<SqliteAssetStore, CliError> 
     std::fs::create_dir_all(data_dir)
         .with_context(|| format!("cannot create the data directory {}", data_dir.display()))
         .map_err(CliError::failure)?;
-    SqliteAssetStore::open(data_dir.join(DATABASE)).map_err(store_error)
+    SqliteAssetStore::open(data_dir.join(DATABASE_FILE)).map_err(store_error)
 }
 
 /// The store for a command that only reads: the SQLite store opened read-only when the database
@@ -78,7 +77,7 @@ pub(crate) fn open_store(data_dir: &Path) -> Result<SqliteAssetStore, CliError> 
 /// file behind). Read-only, it never waits for another process's write and works on a
 /// read-only data directory or mount.
 pub(crate) fn open_store_for_reading(data_dir: &Path) -> Result<Box<dyn AssetStore>, CliError> {
-    let database = data_dir.join(DATABASE);
+    let database = data_dir.join(DATABASE_FILE);
     if database.exists() {
         let store = SqliteAssetStore::open_read_only(database, SqliteAssetOptions::default())
             .map_err(store_error)?;
