@@ -19,6 +19,8 @@ const BATCH_ROWS: usize = 4096;
 /// A bit's `embedding` value as read, before decoding.
 pub(crate) enum EmbeddingField<'s> {
     Str(Cow<'s, str>),
+    /// Already a vector ([`crate::Library::insert_bit`]): checked like a decoded string.
+    Floats(&'s [f32]),
     Null,
     /// Not a string; the JSON type name.
     Other(&'static str),
@@ -222,6 +224,9 @@ impl<'s> Builder<'s> {
         field: Option<&FieldValue<'s>>,
         id: &BitId,
     ) -> Result<Resolved<'s>> {
+        if let Some(FieldValue::Embedding(EmbeddingField::Floats(v))) = field {
+            return check_floats(v, id, self.store.dim).map(Resolved::Decoded);
+        }
         let s = embedding_text(field, id)?;
         if let (Cow::Borrowed(b), Some(d), true) = (&s, self.store.dim, self.defer)
             && d > 0
@@ -333,6 +338,8 @@ fn embedding_text<'s>(field: Option<&FieldValue<'s>>, id: &BitId) -> Result<Cow<
     let s = match field {
         None | Some(FieldValue::Embedding(EmbeddingField::Null)) => return Err(missing()),
         Some(FieldValue::Embedding(EmbeddingField::Str(s))) => s.clone(),
+        // Resolved before the text is asked for (`Builder::resolve_embedding`).
+        Some(FieldValue::Embedding(EmbeddingField::Floats(_))) => return Err(missing()),
         Some(FieldValue::Embedding(EmbeddingField::Other(kind))) => {
             return Err(LibraryError::InvalidEmbedding {
                 id: id.to_string(),
@@ -354,6 +361,23 @@ fn decode_checked(s: &str, id: &BitId, dim: Option<usize>) -> Result<Vec<f32>> {
         id: id.to_string(),
         detail: e.to_string(),
     })?;
+    check_length(v, id, dim)
+}
+
+/// Checks a vector given as floats as a decoded embedding is checked: finite values, then
+/// length, with the same messages.
+fn check_floats(v: &[f32], id: &BitId, dim: Option<usize>) -> Result<Vec<f32>> {
+    if v.iter().any(|x| !x.is_finite()) {
+        return Err(LibraryError::InvalidEmbedding {
+            id: id.to_string(),
+            detail: crate::codec::VectorError::NonFinite.to_string(),
+        });
+    }
+    check_length(v.to_vec(), id, dim)
+}
+
+/// A decoded embedding must be non-empty and, once the library's dimension is known, of it.
+fn check_length(v: Vec<f32>, id: &BitId, dim: Option<usize>) -> Result<Vec<f32>> {
     if v.is_empty() {
         return Err(LibraryError::MissingEmbedding(id.to_string()));
     }

@@ -1,5 +1,6 @@
 //! The [`Library`] type and its operations (spec §6).
 
+use std::borrow::Cow;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -12,7 +13,7 @@ use serde::Serialize;
 use serde::ser::{SerializeMap, SerializeSeq, Serializer};
 use serde_json::{Map, Value};
 
-use crate::builder::{Builder, Pushed, RawBit};
+use crate::builder::{Builder, EmbeddingField, FieldValue, Pushed, RawBit};
 use crate::codec::encode_vector;
 use crate::cut::CountType;
 use crate::error::{LibraryError, Result};
@@ -409,29 +410,39 @@ impl Library {
         if let Some(title) = bit.title {
             info.insert("title".into(), Value::from(title));
         }
-        let mut json = Map::new();
-        json.insert("text".into(), Value::from(bit.text));
-        // The stored form of an embedding is its file encoding (spec §3.3); callers never see it.
-        json.insert(
-            "embedding".into(),
-            Value::from(encode_vector(bit.embedding)),
-        );
-        json.insert("token_count".into(), Value::from(bit.token_count));
-        json.insert("info".into(), Value::Object(info));
+        let json = |v: Value| FieldValue::Json(Cow::Owned(v));
+        // The fields in the order a JSON bit has them; the vector goes into the matrix as it is.
+        let mut fields = vec![
+            (Cow::Borrowed("text"), json(Value::from(bit.text))),
+            (
+                Cow::Borrowed("embedding"),
+                FieldValue::Embedding(EmbeddingField::Floats(bit.embedding)),
+            ),
+            (
+                Cow::Borrowed("token_count"),
+                json(Value::from(bit.token_count)),
+            ),
+            (Cow::Borrowed("info"), json(Value::Object(info))),
+        ];
         if let Some(tag) = bit.access_tag {
-            json.insert("access_tag".into(), Value::from(tag));
+            fields.push((Cow::Borrowed("access_tag"), json(Value::from(tag))));
         }
-        self.insert(&Value::Object(json))
+        self.push_eager(RawBit::Object(fields))
     }
 
     /// Validates a bit against this library (dimension, stored omit) and appends it.
     pub fn insert(&mut self, bit: &Value) -> Result<InsertOutcome> {
+        self.push_eager(RawBit::from_value(bit))
+    }
+
+    /// Validates one bit and appends it, all or nothing.
+    fn push_eager(&mut self, bit: RawBit<'_>) -> Result<InsertOutcome> {
         if self.omit.as_ref().is_some_and(Omit::all) {
             return Ok(InsertOutcome::Ignored);
         }
         let store = std::mem::replace(&mut self.store, Store::new(None));
         let mut builder = Builder::eager(store, self.omit.clone());
-        let pushed = builder.push(builder.store.len(), RawBit::from_value(bit));
+        let pushed = builder.push(builder.store.len(), bit);
         self.store = builder.into_store();
         self.int8 = OnceLock::new();
         self.max_norm = OnceLock::new();
@@ -856,6 +867,61 @@ mod tests {
                 "{err}"
             );
         }
+    }
+
+    /// A typed bit is stored exactly as the same bit given as JSON, and refused with the same
+    /// messages, without the caller (or the library) encoding the vector.
+    #[test]
+    fn insert_bit_matches_insert() {
+        let (mut typed, mut json) = (Library::blank("m"), Library::blank("m"));
+        for (text, v, title, tag) in [
+            ("a", [0.5f32, -1.25], Some("T"), None),
+            ("b", [3.0, 1e-3], None, Some("team")),
+        ] {
+            let new = NewBit {
+                text,
+                embedding: &v,
+                token_count: 7,
+                url: "https://x",
+                title,
+                access_tag: tag,
+            };
+            let mut info = json!({"url": "https://x"});
+            if let Some(t) = title {
+                info["title"] = json!(t);
+            }
+            let mut bit = json!({"text": text, "embedding": encode_vector(&v),
+                                 "token_count": 7, "info": info});
+            if let Some(t) = tag {
+                bit["access_tag"] = json!(t);
+            }
+            assert_eq!(typed.insert_bit(&new).unwrap(), json.insert(&bit).unwrap());
+        }
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        typed.to_writer(&mut a, true).unwrap();
+        json.to_writer(&mut b, true).unwrap();
+        assert_eq!(String::from_utf8(a).unwrap(), String::from_utf8(b).unwrap());
+        let refuse = |v: &[f32]| {
+            let mut lib = typed.clone();
+            let new = NewBit {
+                text: "z",
+                embedding: v,
+                token_count: 1,
+                url: "u",
+                title: None,
+                access_tag: None,
+            };
+            let typed_err = lib.insert_bit(&new).unwrap_err().to_string();
+            let bit = json!({"text": "z", "embedding": encode_vector(v), "token_count": 1,
+                             "info": {"url": "u"}});
+            let json_err = lib.insert(&bit).unwrap_err().to_string();
+            assert_eq!(typed_err, json_err);
+            assert_eq!(lib.len(), 2, "nothing was added");
+            typed_err
+        };
+        assert!(refuse(&[1.0]).contains("wrong length of embedding, expected 2"));
+        assert!(refuse(&[f32::NAN, 1.0]).contains("contains a non-finite value"));
+        assert!(refuse(&[]).contains("is missing embedding"));
     }
 
     fn first_id(lib: &Library) -> BitId {
