@@ -5,9 +5,13 @@
 
 use serde_json::{Map, Value};
 
+use super::check_extra;
 use super::error::empty_id;
 use super::{CORE_KEYS, EMBEDDING_KEY, MARKER_KEYS, Msg, MsgError, MsgFactory, MsgKind, MsgUrl};
-use super::{V01_MODULE, V01_NAME, check_extra};
+
+/// The module and class names of AgentScope 0.1.x serialized messages.
+const V01_MODULE: &str = "agentscope.message.msg";
+const V01_NAME: &str = "Msg";
 
 /// Joins the messages' [`Msg::to_str`] lines with `\n`, without a trailing newline.
 pub fn render(messages: &[Msg]) -> String {

@@ -39,10 +39,6 @@ pub const MARKER_KEYS: [&str; 4] = ["__type", "__module__", "__name__", "__marks
 /// The extra that holds a message's embedding vector.
 pub const EMBEDDING_KEY: &str = "embedding";
 
-/// The module and class names of AgentScope 0.1.x serialized messages.
-const V01_MODULE: &str = "agentscope.message.msg";
-const V01_NAME: &str = "Msg";
-
 /// The kind of a message: a plain message or a thought. It is not a JSON key; the `__type`
 /// marker of [`serialize`] carries it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
