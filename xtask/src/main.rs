@@ -6,6 +6,8 @@
 //!   order.
 //! - `bench <library|host|memory-stream>`: the benchmarks that check the issues' performance
 //!   targets.
+//! - `postgres install`: the PostgreSQL 16 + pgvector binaries the tests start themselves
+//!   (docs/postgres.md).
 
 use anyhow::{Result, bail};
 
@@ -15,6 +17,7 @@ mod bench_memory;
 mod cargo;
 mod ci;
 mod codegen;
+mod postgres;
 mod release;
 
 const USAGE: &str = "usage: cargo xtask <task>
@@ -24,7 +27,8 @@ tasks:
   codegen [--check]               write JSON Schemas to docs/schemas (--check: fail if stale)
   release <VERSION> [--dry-run]   bump all crate versions, check the CHANGELOG, cargo package
   bench <library|host|memory-stream>
-                                  run a benchmark and print its report";
+                                  run a benchmark and print its report
+  postgres install                download PostgreSQL 16 + pgvector into target/postgres (tests)";
 
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -34,6 +38,7 @@ fn main() -> Result<()> {
         Some("codegen") => codegen::run(rest),
         Some("release") => release::run(rest),
         Some("bench") => bench(rest),
+        Some("postgres") => postgres::run(rest),
         Some("-h" | "--help" | "help") => {
             println!("{USAGE}");
             Ok(())
