@@ -212,7 +212,10 @@ fn run_case(
     let scores = plan.scan_vector().map(|v| {
         // Scored beside an unrelated vector, as in a batch of several requests.
         let other = vec![0.5f32; v.len()];
-        lib.scores_many(&[other.as_slice(), v]).pop().unwrap()
+        lib.scores_many(&[other.as_slice(), v])
+            .unwrap()
+            .pop()
+            .unwrap()
     });
     wire::render(&lib.run_planned(plan, scores.as_deref())?)
 }

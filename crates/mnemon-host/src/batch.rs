@@ -77,7 +77,11 @@ fn run(queue: &mpsc::Receiver<Job>) {
                 .partition(|job| Arc::ptr_eq(&job.snapshot, &snapshot));
             jobs = rest;
             let vectors: Vec<&[f32]> = same.iter().map(|job| job.vector.as_slice()).collect();
-            let scores = snapshot.library.scores_many(&vectors);
+            // Planned vectors have the library's dimension; if one did not, the whole batch is
+            // refused and each requester scores on its own, where the error is its own.
+            let Ok(scores) = snapshot.library.scores_many(&vectors) else {
+                continue;
+            };
             tracing::trace!(queries = same.len(), "scanned together");
             for (job, scores) in same.into_iter().zip(scores) {
                 // A requester that went away no longer needs its scores.

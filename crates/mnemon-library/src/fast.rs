@@ -365,7 +365,7 @@ mod tests {
             })
             .unwrap();
             assert!(scored.len() < rows / 8, "scored {} rows", scored.len());
-            assert_eq!(scored[..10], view.top_k(&q, 10, keep)[..]);
+            assert_eq!(scored[..10], view.top_k(&q, 10, keep).unwrap()[..]);
         }
     }
 

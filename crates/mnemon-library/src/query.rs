@@ -122,9 +122,21 @@ impl Library {
 
     /// The exact score of every row for each of `queries` (vectors of the library's
     /// dimension), in one pass over the matrix: `result[q][row]` is what a query with
-    /// `queries[q]` scores row `row`.
-    pub fn scores_many(&self, queries: &[&[f32]]) -> Vec<Vec<f32>> {
-        self.store.embeddings.view().scores_many(queries)
+    /// `queries[q]` scores row `row`. A query of another dimension fails with
+    /// [`LibraryError::QueryDimension`].
+    pub fn scores_many(&self, queries: &[&[f32]]) -> Result<Vec<Vec<f32>>> {
+        let view = self.store.embeddings.view();
+        view.scores_many(queries).map_err(|_| {
+            let found = queries
+                .iter()
+                .map(|q| q.len())
+                .find(|&n| n != view.dim())
+                .unwrap_or(0);
+            LibraryError::QueryDimension {
+                found,
+                expected: view.dim(),
+            }
+        })
     }
 
     /// The checks of a query vector against this library, in the reference's order
@@ -209,7 +221,7 @@ impl Library {
                     (None, true) => Scan::Fast,
                     (None, false) => Scan::Exact,
                 };
-                self.select(query, plan.count, plan.count_type, &keep, visible, scan)
+                self.select(query, plan.count, plan.count_type, &keep, visible, scan)?
             }
             _ => (Vec::new(), None),
         };
@@ -244,7 +256,7 @@ impl Library {
         keep: &F,
         visible: usize,
         scan: Scan<'_>,
-    ) -> (Vec<Scored>, Option<usize>)
+    ) -> Result<(Vec<Scored>, Option<usize>)>
     where
         F: Fn(usize) -> bool + Sync,
     {
@@ -253,24 +265,30 @@ impl Library {
             && count > 0
             && let Some(chosen) = self.select_fast(query, count, count_type, keep, visible)
         {
-            return chosen;
+            return Ok(chosen);
         }
+        // The plan checked the query's dimension; a mismatch here is still refused, never
+        // scored over a common prefix.
+        let dimension = |_: mnemon_vector::VectorError| LibraryError::QueryDimension {
+            found: query.len(),
+            expected: view.dim(),
+        };
         let scored = match scan {
             Scan::Scored(scores) => Some(scores),
             Scan::Fast | Scan::Exact => None,
         };
         if count > 0 && count_type == CountType::Bit {
             let k = (count as u64).min(visible as u64) as usize;
-            return match scored {
+            return Ok(match scored {
                 Some(scores) => (top_k_of_scores(scores, k, keep), None),
-                None => (view.top_k(query, k, keep), None),
-            };
+                None => (view.top_k(query, k, keep).map_err(dimension)?, None),
+            });
         }
         let computed;
         let scores = match scored {
             Some(scores) => scores,
             None => {
-                computed = view.scores(query);
+                computed = view.scores(query).map_err(dimension)?;
                 &computed
             }
         };
@@ -287,7 +305,7 @@ impl Library {
                 score: scores[index],
             })
             .collect();
-        (chosen, truncate)
+        Ok((chosen, truncate))
     }
 }
 

@@ -105,7 +105,7 @@ fn run_planned(lib: &Library, args: &Map<String, Value>) -> Map<String, Value> {
     let plan = lib.plan(&parsed.request, parsed.grant(&policy())).unwrap();
     let vector = plan.scan_vector().unwrap().to_vec();
     let other: Vec<f32> = vector.iter().rev().copied().collect();
-    let mut scores = lib.scores_many(&[&vector, &other]);
+    let mut scores = lib.scores_many(&[&vector, &other]).unwrap();
     scores.truncate(1);
     let result = lib
         .run_planned(plan, scores.first().map(Vec::as_slice))

@@ -23,8 +23,9 @@
 //! m.push_row(&[1.0, 0.0, 0.0]).unwrap();
 //! m.push_row(&[0.0, 1.0, 0.0]).unwrap();
 //! m.push_row(&[0.6, 0.8, 0.0]).unwrap();
-//! let best = m.view().top_k(&[0.0, 1.0, 0.0], 2, |_| true);
+//! let best = m.view().top_k(&[0.0, 1.0, 0.0], 2, |_| true)?;
 //! assert_eq!(best.iter().map(|s| s.index).collect::<Vec<_>>(), vec![1, 2]);
+//! # Ok::<(), mnemon_vector::VectorError>(())
 //! ```
 
 mod f32_dot;

@@ -313,16 +313,30 @@ impl<'a> MatrixView<'a> {
         self.row(index).unwrap_or(&[])
     }
 
-    /// Scores every row against `query` with [`dot`](crate::dot), in parallel. `query` should have
-    /// [`MatrixView::dim`] floats; a shorter or longer one is scored over the common prefix.
-    pub fn scores(&self, query: &[f32]) -> Vec<f32> {
+    /// A query must have the matrix's dimension: scoring a shorter or longer one over the
+    /// common prefix would rank silently wrong (issue 12 item 4).
+    fn check_query(&self, query: &[f32]) -> Result<(), VectorError> {
+        if query.len() == self.dim {
+            Ok(())
+        } else {
+            Err(VectorError::DimensionMismatch {
+                expected: self.dim,
+                found: query.len(),
+            })
+        }
+    }
+
+    /// Scores every row against `query` with [`dot`](crate::dot), in parallel; an error when
+    /// `query` does not have [`MatrixView::dim`] floats.
+    pub fn scores(&self, query: &[f32]) -> Result<Vec<f32>, VectorError> {
         let mut out = vec![0.0; self.rows];
-        self.scores_into(query, &mut out);
-        out
+        self.scores_into(query, &mut out)?;
+        Ok(out)
     }
 
     /// Like [`MatrixView::scores`], into `out` (only `min(out.len(), rows)` entries are written).
-    pub fn scores_into(&self, query: &[f32], out: &mut [f32]) {
+    pub fn scores_into(&self, query: &[f32], out: &mut [f32]) -> Result<(), VectorError> {
+        self.check_query(query)?;
         let n = out.len().min(self.rows);
         out[..n]
             .par_chunks_mut(ROWS_PER_TASK)
@@ -333,17 +347,22 @@ impl<'a> MatrixView<'a> {
                     *score = dot(self.row_unchecked_len(base + offset), query);
                 }
             });
+        Ok(())
     }
 
     /// The dot product of every row with each of `queries`, in one pass over the matrix:
-    /// `result[q][row]` equals `scores(queries[q])[row]` bit for bit.
+    /// `result[q][row]` equals `scores(queries[q])[row]` bit for bit. An error when a query
+    /// does not have [`MatrixView::dim`] floats.
     ///
     /// A scan of a large matrix is bound by memory bandwidth, not arithmetic. Here each small
     /// block of rows is read from memory once and scored against every query while it sits in
     /// cache, so `n` queries cost little more than one.
-    pub fn scores_many(&self, queries: &[&[f32]]) -> Vec<Vec<f32>> {
+    pub fn scores_many(&self, queries: &[&[f32]]) -> Result<Vec<Vec<f32>>, VectorError> {
         /// Rows scored against every query before moving on: small enough to stay in L2.
         const BLOCK_ROWS: usize = 16;
+        for query in queries {
+            self.check_query(query)?;
+        }
         let mut out: Vec<Vec<f32>> = queries.iter().map(|_| vec![0.0; self.rows]).collect();
         // Chunk `c` of every query's output, gathered per chunk so tasks own disjoint slices.
         let mut per_chunk: Vec<Vec<&mut [f32]>> = Vec::new();
@@ -374,7 +393,7 @@ impl<'a> MatrixView<'a> {
                     }
                 }
             });
-        out
+        Ok(out)
     }
 
     /// Scores every row with a caller-supplied kernel, in parallel (for example cosine or
@@ -398,16 +417,17 @@ impl<'a> MatrixView<'a> {
     /// The `k` best rows by dot product with `query` among those for which `keep(index)` is
     /// true, best first; ties go to the lower index. Each rayon task keeps a bounded heap and the
     /// heaps are merged, so nothing is fully sorted. The result equals a stable full sort cut to
-    /// `k`.
-    pub fn top_k<F>(&self, query: &[f32], k: usize, keep: F) -> Vec<Scored>
+    /// `k`. An error when `query` does not have [`MatrixView::dim`] floats.
+    pub fn top_k<F>(&self, query: &[f32], k: usize, keep: F) -> Result<Vec<Scored>, VectorError>
     where
         F: Fn(usize) -> bool + Sync,
     {
+        self.check_query(query)?;
         if k == 0 || self.rows == 0 {
-            return Vec::new();
+            return Ok(Vec::new());
         }
         let chunks = self.rows.div_ceil(ROWS_PER_TASK);
-        (0..chunks)
+        Ok((0..chunks)
             .into_par_iter()
             .map(|chunk| {
                 let mut heap = TopK::new(k);
@@ -424,7 +444,7 @@ impl<'a> MatrixView<'a> {
                 heap
             })
             .reduce(|| TopK::new(k), TopK::merge)
-            .into_sorted()
+            .into_sorted())
     }
 }
 
@@ -452,20 +472,44 @@ mod tests {
             .collect();
         let refs: Vec<&[f32]> = queries.iter().map(Vec::as_slice).collect();
         let view = m.view();
-        let many = view.scores_many(&refs);
+        let many = view.scores_many(&refs).unwrap();
         assert_eq!(many.len(), 5);
         for (q, scores) in queries.iter().zip(&many) {
-            let one = view.scores(q);
+            let one = view.scores(q).unwrap();
             assert_eq!(
                 scores.iter().map(|s| s.to_bits()).collect::<Vec<_>>(),
                 one.iter().map(|s| s.to_bits()).collect::<Vec<_>>()
             );
         }
-        assert!(view.scores_many(&[]).is_empty());
+        assert!(view.scores_many(&[]).unwrap().is_empty());
         assert_eq!(
-            Matrix::new(3).view().scores_many(&refs),
+            Matrix::new(dim).view().scores_many(&refs).unwrap(),
             vec![Vec::<f32>::new(); 5]
         );
+    }
+
+    /// Issue 12 item 4: a query of another length was scored over the common prefix of each
+    /// row; every scan now refuses it.
+    #[test]
+    fn scans_refuse_a_query_of_another_length() {
+        let mut m = Matrix::new(3);
+        m.push_row(&[1.0, 2.0, 3.0]).unwrap();
+        let view = m.view();
+        let mismatch = VectorError::DimensionMismatch {
+            expected: 3,
+            found: 2,
+        };
+        assert_eq!(view.scores(&[1.0, 1.0]), Err(mismatch.clone()));
+        assert_eq!(
+            view.scores_into(&[1.0, 1.0], &mut [0.0]),
+            Err(mismatch.clone())
+        );
+        assert_eq!(
+            view.scores_many(&[&[1.0, 1.0, 1.0], &[1.0, 1.0]]),
+            Err(mismatch.clone())
+        );
+        assert_eq!(view.top_k(&[1.0, 1.0], 1, |_| true), Err(mismatch));
+        assert_eq!(view.scores(&[1.0, 1.0, 1.0]), Ok(vec![6.0]));
     }
 
     #[test]
@@ -521,11 +565,11 @@ mod tests {
             m.push_row(&v).unwrap();
         }
         let q: Vec<f32> = (0..dim).map(|d| (d as f32).cos()).collect();
-        let scores = m.view().scores(&q);
+        let scores = m.view().scores(&q).unwrap();
         let mut all: Vec<usize> = (0..m.rows()).filter(|i| i % 3 != 0).collect();
         all.sort_by(|&a, &b| scores[b].total_cmp(&scores[a]));
         for k in [1, 10, 100, 4000] {
-            let got = m.view().top_k(&q, k, |i| i % 3 != 0);
+            let got = m.view().top_k(&q, k, |i| i % 3 != 0).unwrap();
             let want: Vec<usize> = all.iter().copied().take(k).collect();
             assert_eq!(got.iter().map(|s| s.index).collect::<Vec<_>>(), want);
         }
