@@ -270,3 +270,63 @@ fn a_json_truncated_while_it_loads_fails_the_load() {
     assert!(truncated.load(std::sync::atomic::Ordering::SeqCst));
     assert!(err.to_string().contains("lib.json was truncated"), "{err}");
 }
+
+/// Issue 12 item 2: `pack` replaces the sidecar through the workspace's one atomic-write helper:
+/// packing again over an open, mapped sidecar leaves the old map valid, no temporary file stays
+/// behind, and a directory that cannot be written fails with the path and no partial sidecar.
+#[test]
+fn pack_replaces_the_sidecar_atomically() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("lib.json");
+    write_synthetic(std::fs::File::create(&json).unwrap(), "m", 50, 8, 5).unwrap();
+    let lib = Library::open(&json).unwrap();
+    let side = lib.pack(&json).unwrap();
+    let mapped = Library::open(&json).unwrap();
+    let args = json!({"version": 1, "query_embedding_model": "m", "count": 3,
+                      "count_type": "bit"});
+    let options = QueryOptions {
+        seed: Some(2),
+        ..QueryOptions::default()
+    };
+    let query = |lib: &Library| {
+        wire::query(
+            lib,
+            args.as_object().unwrap(),
+            &AccessPolicy::default(),
+            &options,
+        )
+        .unwrap()
+    };
+    let before = query(&mapped);
+    assert_eq!(lib.pack(&json).unwrap(), side);
+    assert_eq!(
+        query(&mapped),
+        before,
+        "the replaced sidecar's map stays valid"
+    );
+    let mut names: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["lib.json", "lib.json.mnx"]);
+
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let locked = dir.path().join("locked");
+        std::fs::create_dir(&locked).unwrap();
+        let inner = locked.join("lib.json");
+        std::fs::copy(&json, &inner).unwrap();
+        std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o555)).unwrap();
+        // Root may write anyway; then there is nothing to check.
+        if std::fs::File::create(locked.join("probe")).is_err() {
+            let err = lib.pack(&inner).unwrap_err();
+            assert!(err.to_string().contains("lib.json.mnx"), "{err}");
+            assert!(!err.is_client_error());
+            let left: Vec<_> = std::fs::read_dir(&locked).unwrap().collect();
+            assert_eq!(left.len(), 1, "only the library file");
+        }
+        std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+}
