@@ -6,6 +6,7 @@
 pub mod artifact_store_conformance;
 pub mod asset_store_conformance;
 pub mod memory_conformance;
+pub mod postgres;
 
 use std::path::PathBuf;
 

@@ -18,6 +18,7 @@ mod library_conformance;
 mod memory_conformance;
 mod memory_msg_fixtures;
 mod memory_sqlite;
+mod postgres_server;
 mod refs_store;
 
 /// The name the test harness gives the test `name` of the module at `module_path`
