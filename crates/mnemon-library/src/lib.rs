@@ -1,8 +1,8 @@
 //! Portable embedding libraries: the Polymath library file format, its query engine, and a
 //! SIMD + rayon index that scans at memory speed.
 //!
-//! * [`Library`] loads (file, reader, bytes or `serde_json::Value`; version-0 files are
-//!   upgraded), validates, edits and saves libraries byte-compatibly with the reference.
+//! * [`Library`] loads (a file, a directory, bytes or a `serde_json::Value`; version-0 files
+//!   are upgraded), validates, edits and saves libraries byte-compatibly with the reference.
 //! * [`Library::query`] runs the reference's query pipeline on `&self` from a typed
 //!   [`QueryRequest`] under an [`AccessGrant`], and returns a typed [`QueryResult`]. The
 //!   Polymath JSON arguments and result are parsed and written only at the edge, by [`wire`]
@@ -72,7 +72,9 @@ pub use result::{Hit, QueryResult};
 pub use sidecar::sidecar_path;
 pub use wire::QueryOptions;
 
-/// Encodes a vector as the format's base64 text (little-endian float32, padded).
+/// Encodes a vector as the format's base64 text (little-endian float32, padded): for JSON sent
+/// on the wire, such as query arguments for a host. Rust callers pass vectors as they are
+/// ([`QueryRequest`], [`NewBit`]).
 pub fn encode_embedding(v: &[f32]) -> String {
     codec::encode_vector(v)
 }
