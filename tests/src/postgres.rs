@@ -145,6 +145,11 @@ impl Binaries {
                     return Err(PgServerError::BadBinDir { dir: bin, missing });
                 }
             }
+            // Absolute: the binaries run with the server's directory as their working directory.
+            let bin = fs::canonicalize(&bin).map_err(io_error(format!(
+                "resolving {PG_BIN_ENV}={}",
+                bin.display()
+            )))?;
             return Ok(Some(Binaries::at(bin)));
         }
         let root = Path::new(env!("CARGO_MANIFEST_DIR"))
