@@ -74,6 +74,16 @@ pub enum PgServerError {
         /// The first directory on the way that `nobody` cannot enter.
         blocker: PathBuf,
     },
+    /// Running as root, and `nobody` cannot reach the temporary directory.
+    #[error(
+        "the server's temporary directory is not reachable by the user `nobody` the server runs \
+         as under root ({blocker} lacks search permission for others): set TMPDIR to a \
+         world-searchable directory such as /tmp, or run the tests as an ordinary user"
+    )]
+    TempUnreachable {
+        /// The first directory on the way that `nobody` cannot enter.
+        blocker: PathBuf,
+    },
     /// A file-system or process operation failed.
     #[error("{what}: {source}")]
     Io {
@@ -210,19 +220,23 @@ impl User {
             return Ok(None);
         }
         let passwd = fs::read_to_string("/etc/passwd").map_err(io_error("reading /etc/passwd"))?;
-        passwd
-            .lines()
-            .find_map(|line| {
-                let mut fields = line.split(':');
-                if fields.next() != Some("nobody") {
-                    return None;
-                }
-                let _password = fields.next();
-                let uid = fields.next()?.parse().ok()?;
-                let gid = fields.next()?.parse().ok()?;
-                Some(Some(User { uid, gid }))
-            })
+        User::from_passwd(&passwd, "nobody")
+            .map(Some)
             .ok_or(PgServerError::NoUnprivilegedUser)
+    }
+
+    /// The uid and gid of `name` in the text of an `/etc/passwd` (`name:password:uid:gid:…`).
+    fn from_passwd(passwd: &str, name: &str) -> Option<User> {
+        passwd.lines().find_map(|line| {
+            let mut fields = line.split(':');
+            if fields.next() != Some(name) {
+                return None;
+            }
+            let _password = fields.next();
+            let uid = fields.next()?.parse().ok()?;
+            let gid = fields.next()?.parse().ok()?;
+            Some(User { uid, gid })
+        })
     }
 
     /// Whether this user may enter `dir` (checks the permission bits only: enough for the
@@ -291,6 +305,11 @@ impl PgServer {
         if let Some(user) = user {
             std::os::unix::fs::chown(&dir, Some(user.uid), Some(user.gid))
                 .map_err(io_error(format!("giving {} to `nobody`", dir.display())))?;
+            if let Some(blocker) = dir.ancestors().find(|dir| !user.can_search(dir)) {
+                return Err(PgServerError::TempUnreachable {
+                    blocker: blocker.to_path_buf(),
+                });
+            }
         }
         initdb(&binaries, user, &dir)?;
         let port = free_port()?;
@@ -342,22 +361,7 @@ impl PgServer {
     /// (letters, digits and `_` are kept), and the numeric suffix keeps every call's database
     /// apart.
     pub fn fresh_database(&self, name: &str) -> Result<String, PgServerError> {
-        let mut database: String = name
-            .chars()
-            .map(|c| {
-                if c.is_ascii_alphanumeric() {
-                    c.to_ascii_lowercase()
-                } else {
-                    '_'
-                }
-            })
-            .take(40)
-            .collect();
-        if database.is_empty() || database.starts_with(|c: char| c.is_ascii_digit()) {
-            database.insert_str(0, "db_");
-        }
-        let n = self.next_database.fetch_add(1, Ordering::Relaxed);
-        database.push_str(&format!("_{n}"));
+        let database = database_name(name, self.next_database.fetch_add(1, Ordering::Relaxed));
         let mut admin = self.connect("postgres")?;
         admin
             .batch_execute(&format!("CREATE DATABASE \"{database}\""))
@@ -620,6 +624,29 @@ fn missing_binaries_message() -> String {
     )
 }
 
+/// The database name for [`PgServer::fresh_database`]`(name)`'s `n`th call: lower-case ASCII
+/// letters, digits and `_` only (so it needs no quoting rules beyond the double quotes), at
+/// most 32 characters of `name`, never starting with a digit, and `_n` at the end so that no two
+/// calls collide.
+fn database_name(name: &str, n: u64) -> String {
+    let mut database: String = name
+        .chars()
+        .take(32)
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_lowercase()
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    if database.is_empty() || database.starts_with(|c: char| c.is_ascii_digit()) {
+        database.insert_str(0, "db_");
+    }
+    database.push_str(&format!("_{n}"));
+    database
+}
+
 /// Runs `initdb` into `dir/data` (UTF-8, C locale, trusted local superuser `postgres`).
 fn initdb(binaries: &Binaries, user: Option<User>, dir: &Path) -> Result<(), PgServerError> {
     let output_path = dir.join("initdb.log");
@@ -721,4 +748,81 @@ fn spawn_outliving_test_threads(mut command: Command) -> io::Result<Child> {
     response
         .recv()
         .unwrap_or_else(|_| Err(io::Error::other("the server spawner thread is gone")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn from_passwd_finds_the_named_user_only() {
+        let passwd = "root:x:0:0:root:/root:/bin/bash\n\
+                      nobodyelse:x:1:1::/:/bin/false\n\
+                      nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n";
+        let user = User::from_passwd(passwd, "nobody");
+        assert_eq!(user.map(|u| (u.uid, u.gid)), Some((65534, 65534)));
+        assert!(User::from_passwd(passwd, "postgres").is_none());
+        assert!(User::from_passwd("nobody:x:notanumber:1::/:\n", "nobody").is_none());
+        assert!(User::from_passwd("nobody\n", "nobody").is_none());
+    }
+
+    #[test]
+    fn can_search_follows_the_permission_bits() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap_or_else(|error| panic!("{error}"));
+        let meta = fs::metadata(dir.path()).unwrap_or_else(|error| panic!("{error}"));
+        // A user that neither owns the directory nor is in its group.
+        let stranger = User {
+            uid: meta.uid().wrapping_add(12_345),
+            gid: meta.gid().wrapping_add(12_345),
+        };
+        let owner = User {
+            uid: meta.uid(),
+            gid: meta.gid().wrapping_add(12_345),
+        };
+        let set = |mode| {
+            fs::set_permissions(dir.path(), fs::Permissions::from_mode(mode))
+                .unwrap_or_else(|error| panic!("{error}"));
+        };
+        set(0o700);
+        assert!(!stranger.can_search(dir.path()));
+        assert!(owner.can_search(dir.path()));
+        set(0o711);
+        assert!(stranger.can_search(dir.path()));
+        set(0o600);
+        assert!(!owner.can_search(dir.path()));
+        assert!(!stranger.can_search(&dir.path().join("missing")));
+    }
+
+    #[test]
+    fn database_names_are_plain_and_distinct() {
+        assert_eq!(
+            database_name("accepts connections", 0),
+            "accepts_connections_0"
+        );
+        assert_eq!(database_name("Memory-Recall", 7), "memory_recall_7");
+        assert_eq!(database_name("", 1), "db__1");
+        assert_eq!(database_name("9lives", 2), "db_9lives_2");
+        assert_eq!(database_name("é\"; DROP", 3), "____drop_3");
+    }
+
+    proptest! {
+        #[test]
+        fn database_names_need_no_escaping(name in any::<String>(), n in any::<u64>()) {
+            let database = database_name(&name, n);
+            prop_assert!(database.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_'));
+            prop_assert!(!database.starts_with(|c: char| c.is_ascii_digit()));
+            // Within PostgreSQL's 63-byte identifier limit, so it is never truncated into
+            // another test's name.
+            prop_assert!(database.len() <= 63);
+            let suffix = format!("_{n}");
+            prop_assert!(database.ends_with(&suffix));
+        }
+
+        #[test]
+        fn from_passwd_never_panics(text in ".*", name in "[a-z]{1,8}") {
+            let _ = User::from_passwd(&text, &name);
+        }
+    }
 }

@@ -57,7 +57,7 @@ fn install(root: &Path) -> Result<PathBuf> {
     let base = root.join("target/postgres");
     let dest = base.join(format!("pgserver-{PGSERVER_VERSION}"));
     let bin = dest.join("bin");
-    if bin.join("postgres").is_file() && bin.join("initdb").is_file() {
+    if installed(&dest) {
         eprintln!(
             "PostgreSQL (pgserver {PGSERVER_VERSION}) is already installed in {}",
             dest.display()
@@ -78,6 +78,10 @@ fn install(root: &Path) -> Result<PathBuf> {
         .with_context(|| format!("could not create {}", scratch.display()))?;
     let result = download_and_extract(&scratch).and_then(|prefix| {
         check_installation(&prefix)?;
+        if installed(&dest) {
+            // Another install finished meanwhile, and tests may be using it: keep it.
+            return Ok(());
+        }
         if dest.exists() {
             fs::remove_dir_all(&dest)
                 .with_context(|| format!("could not remove the partial {}", dest.display()))?;
@@ -93,6 +97,13 @@ fn install(root: &Path) -> Result<PathBuf> {
         dest.display()
     );
     Ok(bin)
+}
+
+/// Whether `dest` holds a complete installation (it only ever appears complete: see
+/// [`install`]).
+fn installed(dest: &Path) -> bool {
+    let bin = dest.join("bin");
+    bin.join("postgres").is_file() && bin.join("initdb").is_file()
 }
 
 /// The wheel's binaries are built for Linux x86_64 with glibc ≥ 2.17: anything else gets told
