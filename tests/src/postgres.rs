@@ -805,6 +805,9 @@ mod tests {
         assert_eq!(database_name("", 1), "db__1");
         assert_eq!(database_name("9lives", 2), "db_9lives_2");
         assert_eq!(database_name("é\"; DROP", 3), "____drop_3");
+        // The longest name: a prefix, the whole cut and the widest suffix, within PostgreSQL's
+        // 63-byte identifier limit.
+        assert!(database_name(&"9".repeat(100), u64::MAX).len() <= 63);
     }
 
     proptest! {
