@@ -38,6 +38,10 @@ const READY_TIMEOUT: Duration = Duration::from_secs(30);
 const INITDB_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long a fast shutdown may take before the server is killed.
 const STOP_TIMEOUT: Duration = Duration::from_secs(10);
+/// The name prefix of the servers' temporary directories.
+const DIR_PREFIX: &str = "mnemon-pg-";
+/// How old a temporary directory without a running server must be to count as left behind.
+const STALE_AGE: Duration = Duration::from_secs(600);
 /// The tail of the server log quoted in errors.
 const LOG_TAIL: u64 = 4096;
 
@@ -295,8 +299,9 @@ impl PgServer {
                 });
             }
         }
+        remove_stale_directories(&std::env::temp_dir());
         let temp = tempfile::Builder::new()
-            .prefix("mnemon-pg-")
+            .prefix(DIR_PREFIX)
             .tempdir()
             .map_err(io_error("creating the server's temporary directory"))?;
         // From here on the directory is removed by PgServer's Drop or by this guard.
@@ -685,6 +690,37 @@ fn initdb(binaries: &Binaries, user: Option<User>, dir: &Path) -> Result<(), PgS
     })
 }
 
+/// Removes the directories of servers whose test binary was killed before it could (their server
+/// stopped on its parent-death signal and removed `postmaster.pid`, but the directory stays).
+/// Only directories older than [`STALE_AGE`] count, so that one still being set up by another
+/// test binary (no `postmaster.pid` yet) is left alone. Best effort: errors are ignored.
+fn remove_stale_directories(temp: &Path) {
+    let Ok(entries) = fs::read_dir(temp) else {
+        return;
+    };
+    for entry in entries.filter_map(Result::ok) {
+        let path = entry.path();
+        let is_ours = entry
+            .file_name()
+            .to_str()
+            .is_some_and(|name| name.starts_with(DIR_PREFIX));
+        // The server log is written at every start and stop, so a restart in progress (no
+        // `postmaster.pid` for a moment) is young too.
+        let young = |path: &Path| {
+            fs::metadata(path)
+                .and_then(|meta| meta.modified())
+                .ok()
+                .and_then(|modified| modified.elapsed().ok())
+                .is_none_or(|age| age <= STALE_AGE)
+        };
+        let old = !young(&path)
+            && (!path.join("postgres.log").exists() || !young(&path.join("postgres.log")));
+        if is_ours && old && path.is_dir() && !path.join("data/postmaster.pid").exists() {
+            let _ = fs::remove_dir_all(&path);
+        }
+    }
+}
+
 /// A loopback port nothing listens on right now.
 fn free_port() -> Result<u16, PgServerError> {
     let listener =
@@ -808,6 +844,32 @@ mod tests {
         // The longest name: a prefix, the whole cut and the widest suffix, within PostgreSQL's
         // 63-byte identifier limit.
         assert!(database_name(&"9".repeat(100), u64::MAX).len() <= 63);
+    }
+
+    #[test]
+    fn stale_directories_are_removed_and_live_or_young_ones_kept() {
+        let temp = tempfile::tempdir().unwrap_or_else(|error| panic!("{error}"));
+        let make = |name: &str, running: bool, age: Duration| -> PathBuf {
+            let dir = temp.path().join(name);
+            fs::create_dir_all(dir.join("data")).unwrap_or_else(|error| panic!("{error}"));
+            if running {
+                fs::write(dir.join("data/postmaster.pid"), "1\n")
+                    .unwrap_or_else(|error| panic!("{error}"));
+            }
+            let when = std::time::SystemTime::now() - age;
+            fs::File::open(&dir)
+                .and_then(|file| file.set_modified(when))
+                .unwrap_or_else(|error| panic!("{error}"));
+            dir
+        };
+        let old = STALE_AGE * 2;
+        let stale = make("mnemon-pg-stale", false, old);
+        let running = make("mnemon-pg-running", true, old);
+        let young = make("mnemon-pg-young", false, Duration::ZERO);
+        let other = make("someone-else", false, old);
+        remove_stale_directories(temp.path());
+        assert!(!stale.exists());
+        assert!(running.exists() && young.exists() && other.exists());
     }
 
     proptest! {
