@@ -1,5 +1,6 @@
 //! The memory ceilings of the host (`docs/limits.md`): a byte budget shared by every request
-//! body being read, a cap on queries running at once, a cap on the size of a serialised result,
+//! body being read, a cap on queries running at once, the message of the cap on the size of a
+//! serialised result (`mnemon_library::wire::render_capped` applies it),
 //! and returning freed memory to the operating system after a burst.
 
 use std::sync::Arc;
@@ -162,41 +163,6 @@ impl BodyReservation<'_> {
     }
 }
 
-/// A `Write` into memory that refuses to grow past `max` bytes, so an oversized result is
-/// stopped while it is serialised rather than after.
-pub(crate) struct CappedWriter {
-    pub(crate) buf: Vec<u8>,
-    max: usize,
-    pub(crate) overflowed: bool,
-}
-
-impl CappedWriter {
-    pub(crate) fn new(max: usize) -> CappedWriter {
-        CappedWriter {
-            buf: Vec::new(),
-            max,
-            overflowed: false,
-        }
-    }
-}
-
-impl std::io::Write for CappedWriter {
-    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
-        if self.buf.len().saturating_add(data.len()) > self.max {
-            self.overflowed = true;
-            return Err(std::io::Error::other(
-                "the result is over --max-result-bytes",
-            ));
-        }
-        self.buf.extend_from_slice(data);
-        Ok(data.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 /// The error of a result over `max` bytes.
 pub(crate) fn result_too_large(max: usize) -> ApiError {
     ApiError::new(
@@ -229,7 +195,6 @@ fn release_free_memory() {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::io::Write;
 
     fn options(budget: usize, queries: usize) -> HostOptions {
         HostOptions {
@@ -270,14 +235,5 @@ mod tests {
         drop(slot);
         assert!(limits.queries_idle());
         drop(limits.query_slot().await.unwrap());
-    }
-
-    #[test]
-    fn the_capped_writer_stops_at_its_limit() {
-        let mut w = CappedWriter::new(5);
-        w.write_all(b"abc").unwrap();
-        assert!(w.write_all(b"def").is_err());
-        assert!(w.overflowed);
-        assert_eq!(w.buf, b"abc");
     }
 }

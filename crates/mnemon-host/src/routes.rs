@@ -10,7 +10,8 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use mnemon_library::{QueryOptions, QueryResult, wire};
+use mnemon_library::wire::{self, RenderError};
+use mnemon_library::{QueryOptions, QueryResult};
 use serde_json::json;
 use tower_http::compression::CompressionLayer;
 use tower_http::compression::predicate::SizeAbove;
@@ -18,7 +19,7 @@ use tower_http::compression::predicate::SizeAbove;
 use crate::access_log;
 use crate::body;
 use crate::cors;
-use crate::limits::{CappedWriter, result_too_large};
+use crate::limits::result_too_large;
 use crate::options::DEFAULT_COUNT;
 use crate::page::{self, ClientKey};
 use crate::response::{ApiError, BitCount, json_response};
@@ -153,7 +154,7 @@ async fn run_query(state: &HostState, req: Request) -> Result<(Vec<u8>, usize), 
         }
         Ok(Err(error)) => Err(library_error(error)),
         Ok(Ok(Err(error))) => {
-            // A refused result was built in memory first: give that back too.
+            // A refused result held up to the cap in memory: give that back too.
             limits.note_large(max_result);
             Err(error)
         }
@@ -165,16 +166,17 @@ async fn run_query(state: &HostState, req: Request) -> Result<(Vec<u8>, usize), 
 }
 
 /// The result as JSON bytes, with the number of bits it lists for the access log; a 400 as
-/// soon as it grows past `max_bytes`.
+/// soon as it grows past `max_bytes`. The bytes are written one bit at a time from the
+/// library's data, so a query never holds more than `max_bytes` of output beside its typed
+/// result (`docs/limits.md`).
 fn serialise(
     result: &QueryResult<'_>,
     max_bytes: usize,
 ) -> Result<Result<(Vec<u8>, usize), ApiError>, mnemon_library::LibraryError> {
-    let json = wire::render(result)?;
-    let mut out = CappedWriter::new(max_bytes);
-    Ok(match serde_json::to_writer(&mut out, &json) {
-        Ok(()) => Ok((out.buf, result.returned_bits())),
-        Err(_) if out.overflowed => Err(result_too_large(max_bytes)),
+    Ok(match wire::render_capped(result, max_bytes) {
+        Ok(body) => Ok((body, result.returned_bits())),
+        Err(RenderError::TooLarge { .. }) => Err(result_too_large(max_bytes)),
+        Err(RenderError::Library(error)) => return Err(error),
         Err(error) => {
             tracing::error!(%error, "serialising a query result failed");
             Err(ApiError::internal())

@@ -1,5 +1,6 @@
 //! What the engine returns: the chosen bits, best first, with what the caller was not shown.
-//! [`wire::render`](crate::wire::render) turns it into the Polymath result JSON.
+//! [`wire::render_to`](crate::wire::render_to) writes it as the Polymath result JSON; it holds
+//! only the hits (index, score, text cut) and borrows everything else from the library.
 
 use crate::access::AccessGrant;
 use crate::library::{BitRef, Library};

@@ -4,6 +4,10 @@
 //! only place the engine meets JSON arguments; a host, the CLI and the conformance tests go
 //! through it, Rust callers build a [`QueryRequest`] and skip it.
 //!
+//! A result is written as bytes by [`render_to`] (or [`render_capped`], with a size limit), one
+//! bit at a time from the library's stored data, so that a large result never exists as a JSON
+//! value; [`render`] gives the same JSON as a value, for callers that edit or pretty-print it.
+//!
 //! ```
 //! use mnemon_library::{AccessPolicy, Library, QueryOptions, wire};
 //! use serde_json::json;
@@ -30,7 +34,7 @@ use crate::library::Library;
 use crate::omit::{Omit, OmitKey};
 use crate::python::{display_value, int_like};
 use crate::request::QueryRequest;
-use crate::result::QueryResult;
+use crate::result::{Hit, QueryResult};
 
 /// How JSON arguments become a request, beyond the arguments themselves.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -160,42 +164,114 @@ fn wrong_model(library: &Library, given: String) -> LibraryError {
 /// `similarity`, without the omitted fields and `access_tag`), `sort: "similarity"`, `details`
 /// (`counts.bits`, and `counts.restricted` and `message` as the grant asks) and the `omit`
 /// echo; keys the library lacks are appended in that order.
+///
+/// This builds the whole result as a JSON value, several times the size of its text for large
+/// results: to send a result, write it with [`render_to`] or [`render_capped`], which hold one
+/// bit at a time and give the same bytes as `serde_json::to_writer` of this value.
 pub fn render(result: &QueryResult<'_>) -> Result<Map<String, Value>> {
-    let library = result.library;
-    let store = &library.store;
-    let omit = &result.omit;
-    let mut bits = Vec::with_capacity(result.returned_bits());
-    if !omit.all() {
-        for hit in &result.hits {
-            let mut bit = store.json(hit.index)?;
-            if let Some(limit) = hit.text_limit
-                && let Some(Value::String(text)) = bit.get_mut("text")
-            {
-                *text = text.chars().take(limit).collect();
-            }
-            if bit.contains_key("embedding") {
-                if omit.contains(OmitKey::Embedding) {
-                    bit.shift_remove("embedding");
-                } else {
-                    let row = store.embeddings.view().row(hit.index).unwrap_or(&[]);
-                    bit.insert("embedding".into(), Value::String(encode_vector(row)));
+    let mut out = Map::new();
+    for (key, value) in top_level(result) {
+        let value = match value {
+            TopValue::Bits => Value::Array(
+                rendered_hits(result)
+                    .map(|hit| render_bit(result, hit).map(Value::Object))
+                    .collect::<Result<_>>()?,
+            ),
+            TopValue::Owned(v) => v,
+            TopValue::Stored(v) => v.clone(),
+        };
+        out.insert(key.to_owned(), value);
+    }
+    // The bits were read from the library after the scan: refuse if it changed meanwhile.
+    result.library.store.check_backing()?;
+    Ok(out)
+}
+
+/// Why a result could not be written by [`render_to`] or [`render_capped`].
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RenderError {
+    /// The library could not give the result's bits (its stored data changed or is corrupt).
+    #[error(transparent)]
+    Library(#[from] LibraryError),
+    /// The result is larger than the limit [`render_capped`] was given; nothing past the limit
+    /// was written or kept.
+    #[error(
+        "the result is larger than the limit of {max} bytes; ask for fewer bits with a lower count, or leave fields out with omit (for example omit=embedding)"
+    )]
+    TooLarge {
+        /// The limit, in bytes of JSON.
+        max: usize,
+    },
+    /// The writer failed.
+    #[error("writing the query result failed: {0}")]
+    Write(std::io::Error),
+}
+
+/// Writes the result JSON of [`render`] (the same bytes as `serde_json::to_writer` of it, compact)
+/// to `writer` one bit at a time, so that beside the typed result only one bit's JSON value is
+/// held, whatever the number of bits.
+///
+/// On an error, `writer` holds part of the result: discard it.
+pub fn render_to<W: std::io::Write>(
+    result: &QueryResult<'_>,
+    mut writer: W,
+) -> std::result::Result<(), RenderError> {
+    let w = &mut writer;
+    w.write_all(b"{").map_err(write_error)?;
+    for (i, (key, value)) in top_level(result).into_iter().enumerate() {
+        if i > 0 {
+            w.write_all(b",").map_err(write_error)?;
+        }
+        json_to(w, key)?;
+        w.write_all(b":").map_err(write_error)?;
+        match value {
+            TopValue::Bits => {
+                w.write_all(b"[").map_err(write_error)?;
+                for (j, hit) in rendered_hits(result).enumerate() {
+                    if j > 0 {
+                        w.write_all(b",").map_err(write_error)?;
+                    }
+                    json_to(w, &render_bit(result, hit)?)?;
                 }
+                w.write_all(b"]").map_err(write_error)?;
             }
-            if omit.contains(OmitKey::Similarity) {
-                bit.shift_remove("similarity");
-            } else {
-                bit.insert("similarity".into(), Value::from(f64::from(hit.similarity)));
-            }
-            for key in [OmitKey::TokenCount, OmitKey::Info] {
-                if omit.contains(key) {
-                    bit.shift_remove(key.as_str());
-                }
-            }
-            bit.shift_remove("access_tag");
-            bits.push(Value::Object(bit));
+            TopValue::Owned(v) => json_to(w, &v)?,
+            TopValue::Stored(v) => json_to(w, v)?,
         }
     }
+    w.write_all(b"}").map_err(write_error)?;
+    // The bits were read from the library after the scan: refuse if it changed meanwhile.
+    result.library.store.check_backing()?;
+    Ok(())
+}
 
+/// The result JSON of [`render`] as bytes, refused with [`RenderError::TooLarge`] as soon as it
+/// grows past `max_bytes`: what a host sends. A result over the limit never holds more than
+/// `max_bytes` of output (and one bit), however large it would have been.
+pub fn render_capped(
+    result: &QueryResult<'_>,
+    max_bytes: usize,
+) -> std::result::Result<Vec<u8>, RenderError> {
+    let mut out = CappedBuf::new(max_bytes);
+    render_to(result, &mut out)?;
+    Ok(out.buf)
+}
+
+/// A top-level value of the result: the bits are rendered one at a time, the others are small
+/// (or borrowed from the library).
+enum TopValue<'r> {
+    Bits,
+    Owned(Value),
+    Stored(&'r Value),
+}
+
+/// The result's top-level keys in order, with their values: the library's keys in stored order
+/// (`version`, `embedding_model`, `bits`, `sort`, `details` and `omit` replaced by the result's),
+/// then those of `bits`, `sort`, `details` and `omit` the library lacks.
+fn top_level<'r>(result: &'r QueryResult<'_>) -> Vec<(&'r str, TopValue<'r>)> {
+    let library = result.library;
+    let omit = &result.omit;
     let mut counts = Map::new();
     counts.insert("bits".into(), Value::from(result.hits.len()));
     if result.grant.report_restricted {
@@ -207,44 +283,152 @@ pub fn render(result: &QueryResult<'_>) -> Result<Map<String, Value>> {
         details.insert("message".into(), Value::from(message));
     }
 
-    let mut out = Map::new();
-    let mut bits = Some(bits);
+    let mut out = Vec::with_capacity(library.top.len() + 4);
     let mut details = Some(details);
-    let mut sort_done = false;
-    let mut omit_done = false;
+    let (mut bits_done, mut sort_done, mut omit_done) = (false, false, false);
     for (k, v) in &library.top {
         let value = match k.as_str() {
-            "version" => Value::from(1),
-            "embedding_model" => Value::from(library.model()),
-            "bits" => Value::Array(bits.take().unwrap_or_default()),
+            "version" => TopValue::Owned(Value::from(1)),
+            "embedding_model" => TopValue::Owned(Value::from(library.model())),
+            "bits" => {
+                bits_done = true;
+                TopValue::Bits
+            }
             "sort" => {
                 sort_done = true;
-                Value::from("similarity")
+                TopValue::Owned(Value::from("similarity"))
             }
-            "details" => Value::Object(details.take().unwrap_or_default()),
+            "details" => TopValue::Owned(Value::Object(details.take().unwrap_or_default())),
             "omit" => {
                 omit_done = true;
-                omit.echo_value()
+                TopValue::Owned(omit.echo_value())
             }
-            _ => v.clone(),
+            _ => TopValue::Stored(v),
         };
-        out.insert(k.clone(), value);
+        out.push((k.as_str(), value));
     }
-    if let Some(b) = bits {
-        out.insert("bits".into(), Value::Array(b));
+    if !bits_done {
+        out.push(("bits", TopValue::Bits));
     }
     if !sort_done {
-        out.insert("sort".into(), Value::from("similarity"));
+        out.push(("sort", TopValue::Owned(Value::from("similarity"))));
     }
     if let Some(d) = details {
-        out.insert("details".into(), Value::Object(d));
+        out.push(("details", TopValue::Owned(Value::Object(d))));
     }
     if !omit_done {
-        out.insert("omit".into(), omit.echo_value());
+        out.push(("omit", TopValue::Owned(omit.echo_value())));
     }
-    // The bits were read from the library after the scan: refuse if it changed meanwhile.
-    store.check_backing()?;
-    Ok(out)
+    out
+}
+
+/// The hits the result JSON lists: all of them, or none under omit `*`.
+fn rendered_hits<'r>(result: &'r QueryResult<'_>) -> impl Iterator<Item = &'r Hit> + 'r {
+    let shown = if result.omit.all() {
+        0
+    } else {
+        result.hits.len()
+    };
+    result.hits.iter().take(shown)
+}
+
+/// One bit of the result: its stored keys in order, its embedding re-encoded unless omitted, its
+/// `similarity`, without the omitted fields and `access_tag`.
+fn render_bit(result: &QueryResult<'_>, hit: &Hit) -> Result<Map<String, Value>> {
+    let store = &result.library.store;
+    let omit = &result.omit;
+    let mut bit = store.json(hit.index)?;
+    if let Some(limit) = hit.text_limit
+        && let Some(Value::String(text)) = bit.get_mut("text")
+    {
+        *text = text.chars().take(limit).collect();
+    }
+    if bit.contains_key("embedding") {
+        if omit.contains(OmitKey::Embedding) {
+            bit.shift_remove("embedding");
+        } else {
+            let row = store.embeddings.view().row(hit.index).unwrap_or(&[]);
+            bit.insert("embedding".into(), Value::String(encode_vector(row)));
+        }
+    }
+    if omit.contains(OmitKey::Similarity) {
+        bit.shift_remove("similarity");
+    } else {
+        bit.insert("similarity".into(), Value::from(f64::from(hit.similarity)));
+    }
+    for key in [OmitKey::TokenCount, OmitKey::Info] {
+        if omit.contains(key) {
+            bit.shift_remove(key.as_str());
+        }
+    }
+    bit.shift_remove("access_tag");
+    Ok(bit)
+}
+
+/// Writes `value` as compact JSON.
+fn json_to<W: std::io::Write, T: serde::Serialize + ?Sized>(
+    writer: &mut W,
+    value: &T,
+) -> std::result::Result<(), RenderError> {
+    // An I/O failure comes back out of serde_json as the writer's own error.
+    serde_json::to_writer(writer, value).map_err(|e| write_error(e.into()))
+}
+
+/// A writer's error, told apart from the cap of a [`CappedBuf`].
+fn write_error(error: std::io::Error) -> RenderError {
+    match error
+        .get_ref()
+        .and_then(|inner| inner.downcast_ref::<OverCap>())
+    {
+        Some(over) => RenderError::TooLarge { max: over.max },
+        None => RenderError::Write(error),
+    }
+}
+
+/// The error a [`CappedBuf`] gives when a write would take it past its limit.
+#[derive(Debug, thiserror::Error)]
+#[error("the result is over the limit of {max} bytes")]
+struct OverCap {
+    max: usize,
+}
+
+/// A `Write` into memory that refuses to grow past `max` bytes, so an oversized result is
+/// stopped while it is written. Its capacity never goes past `max` either (a `Vec` doubles).
+struct CappedBuf {
+    buf: Vec<u8>,
+    max: usize,
+}
+
+impl CappedBuf {
+    fn new(max: usize) -> CappedBuf {
+        CappedBuf {
+            buf: Vec::new(),
+            max,
+        }
+    }
+}
+
+impl std::io::Write for CappedBuf {
+    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        let needed = self.buf.len().saturating_add(data.len());
+        if needed > self.max {
+            return Err(std::io::Error::other(OverCap { max: self.max }));
+        }
+        if needed > self.buf.capacity() {
+            // Grow as a Vec would (doubling, from 8 KiB), but never past the cap.
+            let target = needed
+                .max(self.buf.capacity().saturating_mul(2))
+                .max(8 * 1024)
+                .min(self.max);
+            self.buf.reserve_exact(target - self.buf.len());
+        }
+        self.buf.extend_from_slice(data);
+        Ok(data.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 /// Parses `args`, runs the query under the grant `policy` gives its token, and renders the
@@ -430,6 +614,112 @@ mod tests {
         assert!(!err.is_client_error());
     }
 
+    /// A library of `n` bits with `text_len`-character texts and 64-dimension embeddings, one
+    /// in three tagged, with extra top-level keys around `bits`.
+    fn big_library(n: usize, text_len: usize) -> Library {
+        let mut lib = Library::from_value(json!({
+            "version": 1, "embedding_model": "m", "extra": {"k": [1, "x\u{e9}\t"]},
+            "bits": [], "omit": "", "tail": "t"}))
+        .unwrap();
+        for i in 0..n {
+            let v: Vec<f32> = (0..64).map(|d| ((i * 7 + d) % 13) as f32 - 6.0).collect();
+            let mut bit = json!({"text": format!("{i:06} {}", "\"é\n".repeat(text_len / 3)),
+                                 "embedding": encode_vector(&v), "token_count": 3,
+                                 "info": {"url": format!("u/{i}"), "title": "t"}});
+            if i % 3 == 0 {
+                bit["access_tag"] = json!("team");
+            }
+            lib.insert(&bit).unwrap();
+        }
+        lib
+    }
+
+    /// `render_to` writes exactly the bytes of `serde_json::to_writer(render(..))`, for every
+    /// omit, grant and count type (the host and the conformance tests pin those bytes).
+    #[test]
+    fn render_to_writes_the_bytes_of_render() {
+        let lib = big_library(40, 30);
+        let mut policy = AccessPolicy::new();
+        policy.add_token("team-secret", vec!["team".into()]);
+        for omit in [
+            json!(null),
+            json!(""),
+            json!("*"),
+            json!("similarity"),
+            json!(["embedding", "info", "token_count"]),
+        ] {
+            for (count, count_type) in [(-1, "bit"), (3, "bit"), (5, "token")] {
+                for token in [json!(null), json!("team-secret")] {
+                    let a = args(json!({"version": 1, "query_embedding_model": "m",
+                                        "count": count, "count_type": count_type, "omit": omit,
+                                        "access_token": token}));
+                    let options = QueryOptions {
+                        seed: Some(9),
+                        ..QueryOptions::default()
+                    };
+                    let parsed = parse_query(&lib, &a, &options).unwrap();
+                    let result = lib.query(&parsed.request, &parsed.grant(&policy)).unwrap();
+                    let want = serde_json::to_vec(&render(&result).unwrap()).unwrap();
+                    let mut got = Vec::new();
+                    render_to(&result, &mut got).unwrap();
+                    assert_eq!(
+                        String::from_utf8(got).unwrap(),
+                        String::from_utf8_lossy(&want)
+                    );
+                    let capped = render_capped(&result, want.len()).unwrap();
+                    assert_eq!(capped, want);
+                    let refused = render_capped(&result, want.len() - 1).unwrap_err();
+                    assert!(
+                        matches!(refused, RenderError::TooLarge { max } if max == want.len() - 1),
+                        "{refused}"
+                    );
+                }
+            }
+        }
+    }
+
+    /// Issue 11 item 6: the result cap was checked only while serialising a result already
+    /// built whole as a JSON value (several times its size), so 16 concurrent `count: -1`
+    /// queries peaked at 4.6 GB though each was refused. A result over the cap must be refused
+    /// holding about the cap, never the whole result.
+    #[test]
+    fn an_oversized_result_is_refused_without_building_it() {
+        let lib = big_library(3000, 600);
+        let request = QueryRequest {
+            count_type: CountType::Bit,
+            ..QueryRequest::new("m", vec![1.0; 64], -1)
+        };
+        let result = lib.query(&request, &AccessGrant::default()).unwrap();
+        let whole = render(&result).unwrap();
+        let whole_bytes = serde_json::to_vec(&whole).unwrap().len();
+        drop(whole);
+        assert!(whole_bytes > 2_000_000, "{whole_bytes}");
+        let cap = 64 * 1024;
+        let (refused, peak) = counting_alloc::peak_during(|| render_capped(&result, cap));
+        assert!(matches!(refused, Err(RenderError::TooLarge { .. })));
+        // The cap, and one bit's JSON value with room to spare; the whole result as a value
+        // is many times its 2 MB of text.
+        assert!(
+            peak < 2 * cap,
+            "peak {peak} bytes while refusing a {whole_bytes}-byte result over a {cap}-byte cap"
+        );
+        // A result that fits is held once, as its bytes.
+        let (fits, peak) = counting_alloc::peak_during(|| render_capped(&result, 2 * whole_bytes));
+        assert_eq!(fits.unwrap().len(), whole_bytes);
+        assert!(peak < 2 * whole_bytes, "{peak} for {whole_bytes}");
+    }
+
+    #[test]
+    fn the_capped_buffer_stops_at_its_limit() {
+        use std::io::Write;
+        let mut w = CappedBuf::new(5);
+        w.write_all(b"abc").unwrap();
+        let err = w.write_all(b"def").unwrap_err();
+        assert!(matches!(write_error(err), RenderError::TooLarge { max: 5 }));
+        assert_eq!(w.buf, b"abc");
+        assert!(w.buf.capacity() <= 5);
+    }
+
     proptest! {
         /// Whatever the arguments, parsing answers (a request or an error) and never panics,
         /// and a parsed request runs.
@@ -453,5 +743,67 @@ mod tests {
                 prop_assert!(render(&result).is_ok());
             }
         }
+    }
+}
+
+/// A global allocator for this crate's unit tests that counts the bytes each thread holds, so a
+/// test can measure the peak of one call (other tests run on other threads meanwhile).
+#[cfg(test)]
+mod counting_alloc {
+    use std::alloc::{GlobalAlloc, Layout, System};
+    use std::cell::Cell;
+
+    struct Counting;
+
+    thread_local! {
+        /// Bytes this thread allocated minus those it freed, and the most since the last reset.
+        static HELD: Cell<(isize, isize)> = const { Cell::new((0, 0)) };
+    }
+
+    fn add(bytes: isize) {
+        // `try_with`: allocations during thread teardown are not counted.
+        let _ = HELD.try_with(|held| {
+            let (now, peak) = held.get();
+            let now = now + bytes;
+            held.set((now, peak.max(now)));
+        });
+    }
+
+    // SAFETY: every call is forwarded to the system allocator unchanged; the counting only
+    // touches a thread-local `Cell` initialised without allocating.
+    unsafe impl GlobalAlloc for Counting {
+        unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+            add(layout.size() as isize);
+            // SAFETY: the caller's contract for `layout` is the system allocator's.
+            unsafe { System.alloc(layout) }
+        }
+
+        unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+            add(-(layout.size() as isize));
+            // SAFETY: `ptr` was allocated by `System` with `layout`.
+            unsafe { System.dealloc(ptr, layout) }
+        }
+
+        unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+            add(new_size as isize - layout.size() as isize);
+            // SAFETY: as for `alloc` and `dealloc`.
+            unsafe { System.realloc(ptr, layout, new_size) }
+        }
+    }
+
+    #[global_allocator]
+    static ALLOCATOR: Counting = Counting;
+
+    /// Runs `f` and returns its result with the most bytes this thread held meanwhile beyond
+    /// what it held before (the result's own allocations included while they are alive).
+    pub(super) fn peak_during<T>(f: impl FnOnce() -> T) -> (T, usize) {
+        let start = HELD.with(|held| {
+            let (now, _) = held.get();
+            held.set((now, now));
+            now
+        });
+        let out = f();
+        let peak = HELD.with(|held| held.get().1);
+        (out, (peak - start).max(0) as usize)
     }
 }
