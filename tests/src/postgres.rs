@@ -19,7 +19,7 @@ use std::os::unix::fs::MetadataExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU16, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, Once, OnceLock, mpsc};
 use std::time::{Duration, Instant};
 
@@ -59,6 +59,9 @@ pub enum PgServerError {
         /// The binary it lacks.
         missing: &'static str,
     },
+    /// Neither `MNEMON_PG_BIN` nor `target/postgres/` has the binaries.
+    #[error("{}", missing_binaries_message())]
+    NotInstalled,
     /// Running as root, and no unprivileged user to run the server as.
     #[error(
         "PostgreSQL refuses to run as root and there is no user `nobody` in /etc/passwd to run \
@@ -265,7 +268,8 @@ pub struct PgServer {
     user: Option<User>,
     /// The temporary directory: `data/` and `postgres.log`.
     dir: PathBuf,
-    port: u16,
+    /// Chosen before the first start, kept across restarts.
+    port: AtomicU16,
     /// The postmaster; `None` once stopped.
     child: Mutex<Option<Child>>,
     /// Suffix making every [`PgServer::fresh_database`] name unique.
@@ -280,10 +284,7 @@ impl PgServer {
     pub fn start() -> Result<PgServer, PgServerError> {
         match Binaries::find()? {
             Some(binaries) => PgServer::start_with(binaries),
-            None => Err(PgServerError::Io {
-                what: "finding the PostgreSQL binaries".to_owned(),
-                source: io::Error::new(io::ErrorKind::NotFound, missing_binaries_message()),
-            }),
+            None => Err(PgServerError::NotInstalled),
         }
     }
 
@@ -317,19 +318,31 @@ impl PgServer {
             }
         }
         initdb(&binaries, user, &dir)?;
-        let port = free_port()?;
         let server = PgServer {
             binaries,
             user,
             dir,
-            port,
+            port: AtomicU16::new(free_port()?),
             child: Mutex::new(None),
             next_database: AtomicU64::new(0),
         };
         std::mem::forget(guard);
         // On failure, Drop stops whatever started and removes the directory.
-        server.launch()?;
-        Ok(server)
+        let mut attempts = 1;
+        loop {
+            match server.launch() {
+                Ok(()) => return Ok(server),
+                // The free port was taken between finding it and the server binding it (another
+                // test binary starting its server at the same moment): take another.
+                Err(PgServerError::Exited { log, .. })
+                    if attempts < 3 && log.contains("could not bind") =>
+                {
+                    attempts += 1;
+                    server.port.store(free_port()?, Ordering::Relaxed);
+                }
+                Err(error) => return Err(error),
+            }
+        }
     }
 
     /// The server for this test binary, started on first use; `None` when the binaries are
@@ -379,14 +392,17 @@ impl PgServer {
 
     /// The URL of database `database` on this server.
     pub fn url(&self, database: &str) -> String {
-        format!("postgres://{SUPERUSER}@127.0.0.1:{}/{database}", self.port)
+        format!(
+            "postgres://{SUPERUSER}@127.0.0.1:{}/{database}",
+            self.port()
+        )
     }
 
     /// A new connection to database `database`.
     pub fn connect(&self, database: &str) -> Result<postgres::Client, PgServerError> {
         postgres::Config::new()
             .host("127.0.0.1")
-            .port(self.port)
+            .port(self.port())
             .user(SUPERUSER)
             .dbname(database)
             .connect_timeout(Duration::from_secs(5))
@@ -399,7 +415,7 @@ impl PgServer {
 
     /// The loopback port the server listens on (the same across [`PgServer::restart`]).
     pub fn port(&self) -> u16 {
-        self.port
+        self.port.load(Ordering::Relaxed)
     }
 
     /// The temporary directory holding the data directory (`data/`) and the server log
@@ -436,7 +452,7 @@ impl PgServer {
         command
             .arg("-D")
             .arg(self.dir.join("data"))
-            .args(["-p", &self.port.to_string()])
+            .args(["-p", &self.port().to_string()])
             .args(["-c", "listen_addresses=127.0.0.1"])
             // No Unix socket: its default directory may not exist or be writable here.
             .args(["-c", "unix_socket_directories="])
@@ -466,7 +482,7 @@ impl PgServer {
             }
             if postgres::Config::new()
                 .host("127.0.0.1")
-                .port(self.port)
+                .port(self.port())
                 .user(SUPERUSER)
                 .dbname("postgres")
                 .connect_timeout(Duration::from_secs(1))
