@@ -1145,6 +1145,45 @@ fn results_over_the_size_cap_are_refused_with_advice() {
     assert_eq!(post_json(&server, &Value::Object(args)).status, 200);
 }
 
+/// The cap is on the bytes sent, checked as they are written: a result of N bytes fits a cap
+/// of N (with the same bytes as without a cap), not one of N - 1, which gets the documented
+/// message (`docs/limits.md`).
+#[test]
+fn the_result_cap_counts_the_exact_bytes_sent() {
+    let mut args = case_args("bits_5_near_cycle");
+    args.insert("omit".into(), json!(""));
+    let args = Value::Object(args);
+    let capped = |max_result_bytes| {
+        let server = Server::start(
+            fixture_sources(),
+            HostOptions {
+                max_result_bytes,
+                random_seed: Some(3),
+                ..HostOptions::default()
+            },
+        );
+        post_json(&server, &args)
+    };
+    let open = capped(usize::MAX);
+    assert_eq!(open.status, 200);
+    let len = open.body.len();
+    assert!(len > 1000, "{len}");
+    let at = capped(len);
+    assert_eq!(at.status, 200, "{:?}", at.json());
+    assert_eq!(at.body, open.body);
+    let below = capped(len - 1);
+    assert_eq!(below.status, 400);
+    assert_eq!(
+        below.error(),
+        format!(
+            "the result is larger than the host's limit of {} bytes (--max-result-bytes); ask \
+             for fewer bits with a lower count, or leave fields out with omit (for example \
+             omit=embedding)",
+            len - 1
+        )
+    );
+}
+
 #[test]
 fn idle_sockets_beyond_the_connection_limit_do_not_lock_out_healthz() {
     let server = Server::start(
