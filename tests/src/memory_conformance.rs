@@ -11,8 +11,8 @@ use std::sync::Arc;
 
 use mnemon_memory::{
     AddOptions, BudgetOptions, DeleteByIdReport, ExportFormat, ExportOptions, ExportTarget,
-    Exported, HashEmbedder, LoadSource, Memory, MemoryError, MemoryQuery, Metric, MsgInput,
-    RetrievalQuery, RetrieveOptions, WhitespaceTokenizer,
+    Exported, LoadSource, Memory, MemoryError, MemoryQuery, Metric, MsgInput, RetrievalQuery,
+    RetrieveOptions, WhitespaceTokenizer, WordCountEmbedder,
 };
 use mnemon_types::msg::{FixedClock, SequentialIds, serialize, serialize_list};
 use mnemon_types::{Msg, MsgFactory};
@@ -452,7 +452,7 @@ pub fn token_budgets(make: Maker<'_>) {
     assert_eq!(all_ws.total, whitespace.iter().sum::<usize>());
     assert_eq!(all_ws.messages.len(), suffixes.len());
     {
-        let cl100k = mnemon_memory::Cl100kTokenizer;
+        let cl100k = mnemon_embed::Cl100kTokenizer;
         let counts = [17, 19, 14, 29, 34, 23, 22];
         let full = memory
             .recall_within_budget(158, &cl100k, &BudgetOptions::default())
@@ -1033,7 +1033,7 @@ pub fn embedder_fills_missing(make: Maker<'_>) {
         memory.get_embeddings(None),
         Err(MemoryError::MissingEmbedding { missing: 3, .. })
     ));
-    let embedder = HashEmbedder::new(32);
+    let embedder = WordCountEmbedder::new(32);
     let got = memory
         .retrieve_by_embedding(
             RetrievalQuery::Text("Island boat".into()),
@@ -1251,7 +1251,7 @@ pub fn embedder_errors_store_nothing(make: Maker<'_>) {
         .retrieve_by_embedding(
             query(),
             &RetrieveOptions::default(),
-            Some(&HashEmbedder::new(8)),
+            Some(&WordCountEmbedder::new(8)),
         )
         .unwrap_err();
     assert_eq!(

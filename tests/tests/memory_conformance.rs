@@ -20,15 +20,15 @@ mod sqlite {
     use std::sync::Arc;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
-    use mnemon_memory::{Scope, SqliteOptions, SqliteStore};
+    use mnemon_memory::{Scope, SqliteMemoryOptions, SqliteMemoryStore};
     use mnemon_tests::memory_conformance::test_factory;
 
     /// Every memory is a new thread of one store in a temporary directory the maker owns.
     fn maker() -> impl Fn() -> Box<dyn Memory> {
         let dir = tempfile::tempdir().unwrap();
-        let store: Arc<SqliteStore> = SqliteStore::open_with_factory(
+        let store: Arc<SqliteMemoryStore> = SqliteMemoryStore::open_with_factory(
             dir.path().join("mnemon.sqlite3"),
-            SqliteOptions::default(),
+            SqliteMemoryOptions::default(),
             test_factory(),
         )
         .unwrap();
@@ -43,7 +43,7 @@ mod sqlite {
     mnemon_tests::memory_conformance_tests!(maker());
 }
 
-/// The suite again, with every read served by a second handle: another `SqliteStore` (its own
+/// The suite again, with every read served by a second handle: another `SqliteMemoryStore` (its own
 /// connection and mirror) opened on the same file. Writes go through the first handle, so each
 /// read after a write reloads the thread from the database rather than from the writer's
 /// in-memory mirror; exports and `get_memory` are also checked against the first handle.
@@ -55,7 +55,7 @@ mod sqlite_second_handle {
     use mnemon_memory::{
         AddOptions, AddReport, DeleteByIdReport, DeleteReport, ExportOptions, ExportTarget,
         Exported, LoadSource, MemoryError, MemoryQuery, RetrievalQuery, RetrieveOptions, Retrieved,
-        Scope, SqliteMemory, SqliteOptions, SqliteStore,
+        Scope, SqliteMemory, SqliteMemoryOptions, SqliteMemoryStore,
     };
     use mnemon_tests::memory_conformance::test_factory;
     use mnemon_types::{Embedder, Msg};
@@ -162,8 +162,13 @@ mod sqlite_second_handle {
     fn maker() -> impl Fn() -> Box<dyn Memory> {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("mnemon.sqlite3");
-        let open = || -> Arc<SqliteStore> {
-            SqliteStore::open_with_factory(&path, SqliteOptions::default(), test_factory()).unwrap()
+        let open = || -> Arc<SqliteMemoryStore> {
+            SqliteMemoryStore::open_with_factory(
+                &path,
+                SqliteMemoryOptions::default(),
+                test_factory(),
+            )
+            .unwrap()
         };
         let (first, second) = (open(), open());
         let next = AtomicUsize::new(0);

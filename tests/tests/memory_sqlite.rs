@@ -9,14 +9,15 @@ use std::time::Duration;
 
 use mnemon_memory::{
     ExportOptions, ExportTarget, Exported, LoadSource, Memory, MemoryError, MemoryQuery, Scope,
-    SqliteOptions, SqliteStore,
+    SqliteMemoryOptions, SqliteMemoryStore,
 };
 use mnemon_tests::fixture;
 use mnemon_tests::memory_conformance::test_factory;
 use serde_json::json;
 
-fn open(path: &std::path::Path) -> Arc<SqliteStore> {
-    SqliteStore::open_with_factory(path, SqliteOptions::default(), test_factory()).unwrap()
+fn open(path: &std::path::Path) -> Arc<SqliteMemoryStore> {
+    SqliteMemoryStore::open_with_factory(path, SqliteMemoryOptions::default(), test_factory())
+        .unwrap()
 }
 
 fn export_text(memory: &dyn Memory) -> String {
@@ -156,7 +157,7 @@ fn newer_schema_is_refused() {
     conn.execute("UPDATE memory_schema SET version = 99", [])
         .unwrap();
     drop(conn);
-    let err = SqliteStore::open(&path, SqliteOptions::default()).unwrap_err();
+    let err = SqliteMemoryStore::open(&path, SqliteMemoryOptions::default()).unwrap_err();
     assert_eq!(
         err,
         MemoryError::SchemaVersion {
@@ -183,7 +184,7 @@ fn crash_child() {
         return;
     };
     let run: usize = run.parse().unwrap();
-    let store = SqliteStore::open(&path, SqliteOptions::default()).unwrap();
+    let store = SqliteMemoryStore::open(&path, SqliteMemoryOptions::default()).unwrap();
     let memory = store.memory(Scope::session("crash")).unwrap();
     let mut out = std::io::stdout().lock();
     for batch in 0.. {
@@ -247,7 +248,7 @@ fn acknowledged_adds_survive_sigkill() {
     assert_eq!(check, "ok");
     drop(conn);
 
-    let store = SqliteStore::open(&path, SqliteOptions::default()).unwrap();
+    let store = SqliteMemoryStore::open(&path, SqliteMemoryOptions::default()).unwrap();
     let memory = store.memory(Scope::session("crash")).unwrap();
     let stored: Vec<String> = memory
         .get_memory(&MemoryQuery::default())

@@ -13,8 +13,9 @@
 //!   exact `f64` scores (results equal scoring every message in `f64`); any
 //!   [`Embedder`](mnemon_types::Embedder) fills in missing embeddings ([`WordCountEmbedder`] is
 //!   a deterministic offline one for tests and demos only).
-//! - [`Tokenizer`]s ([`Cl100kTokenizer`] offline, [`WhitespaceTokenizer`]) drive
-//!   [`Memory::recall_within_budget`].
+//! - [`Tokenizer`]s drive [`Memory::recall_within_budget`]: [`WhitespaceTokenizer`] needs no
+//!   vocabulary; OpenAI's `cl100k_base` counts are `mnemon_embed::Cl100kTokenizer` (feature
+//!   `tiktoken` of `mnemon-embed`, which needs no network client).
 //!
 //! Messages are [`mnemon_types::Msg`]; see [`mnemon_types::msg`] for their text forms.
 //!
@@ -74,15 +75,5 @@ pub use report::{AddReport, DeleteByIdReport, DeleteReport};
 pub use retrieval::{Metric, RetrievalQuery, RetrieveOptions, Retrieved, ScoreFn};
 #[cfg(feature = "sqlite")]
 pub use sqlite::{Scope, SqliteMemory, SqliteMemoryOptions, SqliteMemoryStore};
-#[cfg(feature = "tiktoken")]
-pub use tokens::Cl100kTokenizer;
 pub use tokens::{BudgetOptions, BudgetRecall};
 pub use word_count_embedder::WordCountEmbedder;
-
-// The names before issue 12, until the integration tests under `tests/` follow the renames
-// (they are being merged into fewer binaries meanwhile); removed right after.
-#[doc(hidden)]
-#[cfg(feature = "sqlite")]
-pub use sqlite::{SqliteMemoryOptions as SqliteOptions, SqliteMemoryStore as SqliteStore};
-#[doc(hidden)]
-pub use word_count_embedder::WordCountEmbedder as HashEmbedder;

@@ -4,25 +4,6 @@
 use mnemon_types::{Msg, Tokenizer};
 use serde::Serialize;
 
-/// OpenAI's `cl100k_base` encoding, compiled in, so it works offline. Special-token strings
-/// count as ordinary text.
-#[cfg(feature = "tiktoken")]
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Cl100kTokenizer;
-
-#[cfg(feature = "tiktoken")]
-impl Tokenizer for Cl100kTokenizer {
-    fn name(&self) -> &str {
-        "cl100k_base"
-    }
-
-    fn count(&self, text: &str) -> usize {
-        tiktoken_rs::cl100k_base_singleton()
-            .encode_ordinary(text)
-            .len()
-    }
-}
-
 /// Options of [`Memory::recall_within_budget`](crate::Memory::recall_within_budget).
 #[derive(Debug, Clone, Default)]
 pub struct BudgetOptions {
@@ -80,13 +61,6 @@ mod tests {
     use super::*;
     use crate::clock::test_factory;
     use mnemon_types::WhitespaceTokenizer;
-
-    #[cfg(feature = "tiktoken")]
-    #[test]
-    fn cl100k_counts_special_tokens_as_text() {
-        assert_eq!(Cl100kTokenizer.count("hello world"), 2);
-        assert!(Cl100kTokenizer.count("<|endoftext|>") > 1);
-    }
 
     #[test]
     fn tail_stops_at_first_misfit() {

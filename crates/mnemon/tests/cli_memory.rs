@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use mnemon::memory::{Scope, SqliteOptions, SqliteStore};
+use mnemon::memory::{Scope, SqliteMemoryOptions, SqliteMemoryStore};
 use serde_json::{Value, json};
 
 /// The byte-exact AgentScope 0.0.4 export (spec/memory.md §11.1 check 2).
@@ -99,8 +99,11 @@ fn snapshot(data_dir: &Path, session: &str) -> Vec<u8> {
 }
 
 fn threads(data_dir: &Path) -> Vec<Scope> {
-    let store =
-        SqliteStore::open(data_dir.join("mnemon.sqlite3"), SqliteOptions::default()).unwrap();
+    let store = SqliteMemoryStore::open(
+        data_dir.join("mnemon.sqlite3"),
+        SqliteMemoryOptions::default(),
+    )
+    .unwrap();
     store.threads().unwrap()
 }
 
