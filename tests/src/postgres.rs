@@ -124,9 +124,6 @@ pub enum PgServerError {
         /// The end of the server log.
         log: String,
     },
-    /// The server is stopped (a failed [`PgServer::restart`]).
-    #[error("the test server is stopped (a restart failed earlier)")]
-    Stopped,
     /// A statement on the server failed.
     #[error("{what}: {source}")]
     Sql {
