@@ -9,10 +9,11 @@
 
 use std::sync::Arc;
 
+use mnemon_embed::HashingEmbedder;
 use mnemon_memory::{
     AddOptions, BudgetOptions, DeleteByIdReport, ExportFormat, ExportOptions, ExportTarget,
     Exported, LoadSource, Memory, MemoryError, MemoryQuery, Metric, MsgInput, RetrievalQuery,
-    RetrieveOptions, WhitespaceTokenizer, WordCountEmbedder,
+    RetrieveOptions, WhitespaceTokenizer,
 };
 use mnemon_types::msg::{FixedClock, SequentialIds, serialize, serialize_list};
 use mnemon_types::{Msg, MsgFactory};
@@ -1033,7 +1034,7 @@ pub fn embedder_fills_missing(make: Maker<'_>) {
         memory.get_embeddings(None),
         Err(MemoryError::MissingEmbedding { missing: 3, .. })
     ));
-    let embedder = WordCountEmbedder::new(32);
+    let embedder = HashingEmbedder::new(32).unwrap();
     let got = memory
         .retrieve_by_embedding(
             RetrievalQuery::Text("Island boat".into()),
@@ -1251,7 +1252,7 @@ pub fn embedder_errors_store_nothing(make: Maker<'_>) {
         .retrieve_by_embedding(
             query(),
             &RetrieveOptions::default(),
-            Some(&WordCountEmbedder::new(8)),
+            Some(&HashingEmbedder::new(8).unwrap()),
         )
         .unwrap_err();
     assert_eq!(

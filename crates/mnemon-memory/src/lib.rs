@@ -11,8 +11,8 @@
 //! - Retrieval ([`RetrievalQuery`], [`RetrieveOptions`], [`Metric`]) shortlists with the SIMD
 //!   scan of `mnemon-vector` over a cached, aligned embedding matrix, and returns the spec's
 //!   exact `f64` scores (results equal scoring every message in `f64`); any
-//!   [`Embedder`](mnemon_types::Embedder) fills in missing embeddings ([`WordCountEmbedder`] is
-//!   a deterministic offline one for tests and demos only).
+//!   [`Embedder`](mnemon_types::Embedder) fills in missing embeddings (offline, without a
+//!   model: `mnemon_embed::HashingEmbedder`, which the conformance suite uses).
 //! - [`Tokenizer`]s drive [`Memory::recall_within_budget`]: [`WhitespaceTokenizer`] needs no
 //!   vocabulary; OpenAI's `cl100k_base` counts are `mnemon_embed::Cl100kTokenizer` (feature
 //!   `tiktoken` of `mnemon-embed`, which needs no network client).
@@ -60,7 +60,6 @@ mod retrieval;
 mod sqlite;
 mod thread;
 mod tokens;
-mod word_count_embedder;
 
 pub use clock::{SystemClock, default_factory};
 pub use document::{ExportFormat, ExportOptions, ExportTarget, Exported, LoadSource, MsgInput};
@@ -76,4 +75,3 @@ pub use retrieval::{Metric, RetrievalQuery, RetrieveOptions, Retrieved, ScoreFn}
 #[cfg(feature = "sqlite")]
 pub use sqlite::{Scope, SqliteMemory, SqliteMemoryOptions, SqliteMemoryStore};
 pub use tokens::{BudgetOptions, BudgetRecall};
-pub use word_count_embedder::WordCountEmbedder;
