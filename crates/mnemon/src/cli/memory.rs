@@ -3,6 +3,7 @@
 use std::path::{Path, PathBuf};
 
 use clap::{Args, Subcommand, ValueEnum};
+use mnemon::DATABASE_FILE;
 use mnemon_embed::Cl100kTokenizer;
 use mnemon_memory::{
     BudgetOptions, ExportFormat, ExportOptions, ExportTarget, Exported, InMemoryMemory, LoadSource,
@@ -12,9 +13,6 @@ use mnemon_memory::{
 use serde::Serialize;
 
 use super::{CliError, CliResult, print_json};
-
-/// The database file under the data directory, shared with other components.
-const DATABASE: &str = "mnemon.sqlite3";
 
 /// Commands on conversation memory.
 #[derive(Debug, Subcommand)]
@@ -138,8 +136,9 @@ fn session_memory(data_dir: &Path, scope: Scope) -> Result<Box<dyn Memory>, CliE
     std::fs::create_dir_all(data_dir).map_err(|e| {
         CliError::failure(anyhow::anyhow!("cannot create {}: {e}", data_dir.display()))
     })?;
-    let store = SqliteMemoryStore::open(data_dir.join(DATABASE), SqliteMemoryOptions::default())
-        .map_err(memory_error)?;
+    let store =
+        SqliteMemoryStore::open(data_dir.join(DATABASE_FILE), SqliteMemoryOptions::default())
+            .map_err(memory_error)?;
     Ok(Box::new(
         store.memory_created_on_write(scope).map_err(memory_error)?,
     ))
@@ -152,7 +151,7 @@ const LISTED_SESSIONS: usize = 20;
 /// mistyped `--session` is an input error naming the known sessions, rather than an empty
 /// session silently created (and, for `export`, an empty `[]` file written).
 fn existing_session_memory(data_dir: &Path, scope: Scope) -> Result<Box<dyn Memory>, CliError> {
-    let path = data_dir.join(DATABASE);
+    let path = data_dir.join(DATABASE_FILE);
     let wanted = match &scope.session_id {
         Some(session) => format!("no memory session {session:?}"),
         None => "no default memory session (the one used without --session)".to_owned(),
