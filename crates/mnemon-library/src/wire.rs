@@ -722,7 +722,7 @@ mod tests {
 
     proptest! {
         /// Whatever the arguments, parsing answers (a request or an error) and never panics,
-        /// and a parsed request runs.
+        /// and a parsed request runs and is written as the bytes of its rendered value.
         #[test]
         fn parsing_never_panics(
             version in prop_oneof![Just(json!(1)), Just(json!("2")), any::<i64>().prop_map(|v| json!(v)), Just(json!(null)), Just(json!([1]))],
@@ -740,7 +740,12 @@ mod tests {
             let policy = AccessPolicy::new();
             if let Ok(parsed) = parse_query(&lib, &a, &QueryOptions::default()) {
                 let result = lib.query(&parsed.request, &parsed.grant(&policy)).unwrap();
-                prop_assert!(render(&result).is_ok());
+                let rendered = render(&result);
+                prop_assert!(rendered.is_ok());
+                // The bytes written are those of the value, whatever the arguments.
+                let mut written = Vec::new();
+                prop_assert!(render_to(&result, &mut written).is_ok());
+                prop_assert_eq!(written, serde_json::to_vec(&rendered.unwrap()).unwrap());
             }
         }
     }
