@@ -5,12 +5,11 @@
 
 use mnemon_types::{Embedder, Msg, MsgFactory};
 
-use crate::document::{
-    ExportOptions, ExportTarget, ExportWriter, Exported, LoadSource, MsgInput, convert_inputs,
-    decode_source, io_error, write_atomically_with,
-};
+use crate::document::{ExportOptions, ExportTarget, Exported, LoadSource, MsgInput, io_error};
 use crate::entry::Entry;
 use crate::error::MemoryError;
+use crate::export::{ExportWriter, write_atomically_with};
+use crate::load::{convert_inputs, decode_source};
 use crate::marks::{validate_mark, validate_marks};
 use crate::memory::{AddOptions, Memory, MemoryQuery};
 use crate::report::{AddReport, DeleteByIdReport, DeleteReport};
@@ -62,7 +61,7 @@ pub(crate) trait Backend: Send + Sync {
         self.read(|s| s.select(mark, exclude_mark, Some(n)))
     }
 
-    /// [`Memory::load`](crate::Memory::load): decodes the whole source, then adds it in one
+    /// [`Memory::load`]: decodes the whole source, then adds it in one
     /// write. A durable backend instead streams the source into one transaction.
     fn load_document(&self, source: LoadSource, overwrite: bool) -> Result<AddReport, MemoryError> {
         let entries = decode_source(self.factory(), source)?;

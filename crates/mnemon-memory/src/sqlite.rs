@@ -31,9 +31,10 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::clock::default_factory;
-use crate::document::{LoadSource, decode_stream};
+use crate::document::LoadSource;
 use crate::entry::Entry;
 use crate::error::MemoryError;
+use crate::load::decode_stream;
 use crate::ops::Backend;
 use crate::report::AddReport;
 use crate::thread::{Change, ThreadState};

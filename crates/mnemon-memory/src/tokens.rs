@@ -1,5 +1,5 @@
 //! Token-budgeted recall (spec/memory.md §8). Tokens are counted by any
-//! [`Tokenizer`](mnemon_types::Tokenizer), the trait `mnemon-types` keeps beside `Embedder`.
+//! [`Tokenizer`], the trait `mnemon-types` keeps beside `Embedder`.
 
 use mnemon_types::{Msg, Tokenizer};
 use serde::Serialize;
