@@ -280,12 +280,14 @@ impl PgServer {
     /// run) or the server does not come up (with its log).
     pub fn start() -> Result<PgServer, PgServerError> {
         match Binaries::find()? {
-            Some(binaries) => PgServer::start_with(binaries),
+            Some(binaries) => PgServer::start_with(binaries, None),
             None => Err(PgServerError::NotInstalled),
         }
     }
 
-    fn start_with(binaries: Binaries) -> Result<PgServer, PgServerError> {
+    /// [`PgServer::start`] with these binaries, trying `port` first when given (a free one
+    /// otherwise).
+    fn start_with(binaries: Binaries, port: Option<u16>) -> Result<PgServer, PgServerError> {
         let user = User::for_server()?;
         if let Some(user) = user {
             let bin = fs::canonicalize(&binaries.bin)
@@ -319,7 +321,10 @@ impl PgServer {
             binaries,
             user,
             dir,
-            port: AtomicU16::new(free_port()?),
+            port: AtomicU16::new(match port {
+                Some(port) => port,
+                None => free_port()?,
+            }),
             child: Mutex::new(None),
             next_database: AtomicU64::new(0),
         };
@@ -357,7 +362,7 @@ impl PgServer {
                     Ok(found) => found?,
                     Err(error) => panic!("the PostgreSQL test server cannot start: {error}"),
                 };
-                match PgServer::start_with(binaries) {
+                match PgServer::start_with(binaries, None) {
                     Ok(server) => Some(server),
                     Err(error) => panic!("the PostgreSQL test server did not start: {error}"),
                 }
@@ -445,10 +450,11 @@ impl PgServer {
         let log_err = log
             .try_clone()
             .map_err(io_error("opening the server log"))?;
+        let data = self.dir.join("data");
         let mut command = self.binaries.command("postgres", self.user, &self.dir);
         command
             .arg("-D")
-            .arg(self.dir.join("data"))
+            .arg(&data)
             .args(["-p", &self.port().to_string()])
             .args(["-c", "listen_addresses=127.0.0.1"])
             // No Unix socket: its default directory may not exist or be writable here.
@@ -477,15 +483,7 @@ impl PgServer {
                     log: self.log_tail(),
                 });
             }
-            if postgres::Config::new()
-                .host("127.0.0.1")
-                .port(self.port())
-                .user(SUPERUSER)
-                .dbname("postgres")
-                .connect_timeout(Duration::from_secs(1))
-                .connect(postgres::NoTls)
-                .is_ok()
-            {
+            if self.answers_from(&data) {
                 return Ok(());
             }
             if Instant::now() >= deadline {
@@ -497,6 +495,28 @@ impl PgServer {
             }
             std::thread::sleep(Duration::from_millis(50));
         }
+    }
+
+    /// Whether the server on our port accepts a connection and is ours: another test binary's
+    /// server may have taken the port before ours bound it (ours then exits, and
+    /// [`PgServer::start`] tries another port), and must not be mistaken for it.
+    fn answers_from(&self, data: &Path) -> bool {
+        let client = postgres::Config::new()
+            .host("127.0.0.1")
+            .port(self.port())
+            .user(SUPERUSER)
+            .dbname("postgres")
+            .connect_timeout(Duration::from_secs(1))
+            .connect(postgres::NoTls);
+        let Ok(mut client) = client else {
+            return false;
+        };
+        client
+            .query_one("SELECT current_setting('data_directory')", &[])
+            .is_ok_and(|row| {
+                row.try_get::<_, String>(0)
+                    .is_ok_and(|dir| Path::new(&dir) == data)
+            })
     }
 
     /// Stops the postmaster with `signal` (SIGINT: fast shutdown, which checkpoints; SIGQUIT:
@@ -824,6 +844,44 @@ fn spawn_outliving_test_threads(mut command: Command) -> io::Result<Child> {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn a_port_taken_by_another_server_is_not_mistaken_for_ours() {
+        if !require_binaries() {
+            return;
+        }
+        let binaries = match Binaries::find() {
+            Ok(Some(binaries)) => binaries,
+            other => panic!("require_binaries found them, find gives {other:?}"),
+        };
+        let first =
+            PgServer::start_with(binaries.clone(), None).unwrap_or_else(|error| panic!("{error}"));
+        // The second server is told to take the first one's port: its postgres cannot bind it,
+        // and answering connections there must not count as its own start.
+        let second = PgServer::start_with(binaries, Some(first.port()))
+            .unwrap_or_else(|error| panic!("{error}"));
+        assert_ne!(second.port(), first.port());
+        for server in [&first, &second] {
+            let dir: String = server
+                .connect("postgres")
+                .and_then(|mut client| {
+                    client
+                        .query_one("SELECT current_setting('data_directory')", &[])
+                        .map_err(|source| PgServerError::Sql {
+                            what: "reading data_directory".to_owned(),
+                            source,
+                        })
+                })
+                .unwrap_or_else(|error| panic!("{error}"))
+                .get(0);
+            assert_eq!(Path::new(&dir), server.dir().join("data"));
+        }
+        assert!(
+            second.log_tail().contains("could not bind"),
+            "{}",
+            second.log_tail()
+        );
+    }
 
     #[test]
     fn from_passwd_finds_the_named_user_only() {
