@@ -123,14 +123,7 @@ fn check_platform() -> Result<()> {
         .output()
         .context("could not run `getconf GNU_LIBC_VERSION` to check the C library")?;
     let text = String::from_utf8_lossy(&output.stdout);
-    let version = text.trim().strip_prefix("glibc ").and_then(|v| {
-        let mut parts = v.split('.').map(str::parse::<u32>);
-        match (parts.next(), parts.next()) {
-            (Some(Ok(major)), Some(Ok(minor))) => Some((major, minor)),
-            _ => None,
-        }
-    });
-    match version {
+    match parse_glibc_version(&text) {
         Some(found) if found >= MIN_GLIBC => Ok(()),
         Some((major, minor)) => bail!(
             "the pgserver wheel needs glibc ≥ {}.{}, this machine has {major}.{minor}: {OWN}",
@@ -144,6 +137,17 @@ fn check_platform() -> Result<()> {
             MIN_GLIBC.0,
             MIN_GLIBC.1
         ),
+    }
+}
+
+/// `(major, minor)` from `getconf GNU_LIBC_VERSION`'s output (`glibc 2.36`); `None` for any
+/// other C library.
+fn parse_glibc_version(text: &str) -> Option<(u32, u32)> {
+    let version = text.trim().strip_prefix("glibc ")?;
+    let mut parts = version.split('.').map(str::parse::<u32>);
+    match (parts.next(), parts.next()) {
+        (Some(Ok(major)), Some(Ok(minor))) => Some((major, minor)),
+        _ => None,
     }
 }
 
@@ -353,4 +357,52 @@ fn check_installation(prefix: &Path) -> Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn glibc_versions_parse_and_compare() {
+        assert_eq!(parse_glibc_version("glibc 2.36\n"), Some((2, 36)));
+        assert_eq!(parse_glibc_version("glibc 2.17"), Some((2, 17)));
+        assert_eq!(parse_glibc_version("glibc 2.5.1"), Some((2, 5)));
+        assert!(parse_glibc_version("glibc 2.5").is_some_and(|v| v < MIN_GLIBC));
+        assert!(parse_glibc_version("glibc 2.36").is_some_and(|v| v >= MIN_GLIBC));
+        // 2.100 is newer than 2.17, which a string comparison would get wrong.
+        assert!(parse_glibc_version("glibc 2.100").is_some_and(|v| v >= MIN_GLIBC));
+        assert_eq!(parse_glibc_version(""), None);
+        assert_eq!(parse_glibc_version("musl 1.2"), None);
+        assert_eq!(parse_glibc_version("glibc two"), None);
+    }
+
+    #[test]
+    fn sha256_file_is_the_standard_digest() {
+        let dir = std::env::temp_dir().join(format!("xtask-sha-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap_or_else(|error| panic!("{error}"));
+        let file = dir.join("abc");
+        fs::write(&file, b"abc").unwrap_or_else(|error| panic!("{error}"));
+        let digest = sha256_file(&file).unwrap_or_else(|error| panic!("{error}"));
+        let _ = fs::remove_dir_all(&dir);
+        // FIPS 180-2's test vector for "abc".
+        assert_eq!(
+            digest,
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+    }
+
+    proptest! {
+        #[test]
+        fn glibc_parsing_never_panics_and_reads_what_it_prints(
+            major in 0u32..1000, minor in 0u32..1000, junk in ".*",
+        ) {
+            prop_assert_eq!(
+                parse_glibc_version(&format!("glibc {major}.{minor}")),
+                Some((major, minor))
+            );
+            let _ = parse_glibc_version(&junk);
+        }
+    }
 }
