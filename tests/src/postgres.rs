@@ -149,8 +149,8 @@ struct Binaries {
 }
 
 impl Binaries {
-    /// `MNEMON_PG_BIN`, else the newest `target/postgres/*/bin` with both binaries; `Ok(None)`
-    /// when neither is there.
+    /// `MNEMON_PG_BIN`, else the most recently installed `target/postgres/*/bin` with both
+    /// binaries (an older pin's installation may still be there); `Ok(None)` when neither is.
     fn find() -> Result<Option<Binaries>, PgServerError> {
         if let Some(dir) = std::env::var_os(PG_BIN_ENV).filter(|dir| !dir.is_empty()) {
             let bin = PathBuf::from(dir);
@@ -172,13 +172,16 @@ impl Binaries {
         let Some(Ok(entries)) = root.map(fs::read_dir) else {
             return Ok(None);
         };
-        let mut found: Vec<PathBuf> = entries
+        let newest = entries
             .filter_map(|entry| entry.ok())
             .map(|entry| entry.path().join("bin"))
             .filter(|bin| bin.join("initdb").is_file() && bin.join("postgres").is_file())
-            .collect();
-        found.sort();
-        Ok(found.pop().map(Binaries::at))
+            .max_by_key(|bin| {
+                fs::metadata(bin)
+                    .and_then(|meta| meta.modified())
+                    .unwrap_or(std::time::SystemTime::UNIX_EPOCH)
+            });
+        Ok(newest.map(Binaries::at))
     }
 
     fn at(bin: PathBuf) -> Binaries {
@@ -198,8 +201,9 @@ impl Binaries {
         }
         command
             .env("LD_LIBRARY_PATH", library_path)
-            // The server's messages in English whatever the machine's locale.
-            .env("LC_MESSAGES", "C")
+            // The server's messages in English whatever the machine's locale (LC_ALL overrides
+            // every other locale variable): errors quote them, and a start looks for one.
+            .env("LC_ALL", "C")
             .current_dir(cwd)
             .stdin(Stdio::null());
         if let Some(user) = user {
