@@ -1,4 +1,5 @@
-//! The shared conformance suite for [`ArtifactStore`] implementations (spec/artifacts.md §3).
+//! The shared conformance suite for [`ArtifactStore`] implementations
+//! (docs/reference/artifacts.md#artifact-store).
 //!
 //! Every check is a public function taking a fresh, empty store. To run the whole suite against
 //! an implementation, invoke [`artifact_store_conformance!`](macro@crate::artifact_store_conformance)

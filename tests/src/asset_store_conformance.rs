@@ -1,4 +1,4 @@
-//! The conformance suite every [`AssetStore`] runs (spec/assets.md §7).
+//! The conformance suite every [`AssetStore`] runs (docs/reference/assets.md#asset-store).
 //!
 //! Call [`run`] with a factory that makes a fresh, empty store, and [`concurrent_mixed`] with a
 //! shared one. A durable store must be opened with [`point_codec`] registered, so that the
@@ -354,8 +354,8 @@ fn resolve_errors_are_typed(store: &dyn AssetStore) {
         ResolveError::BadIndex { ref segment, len: 2, .. } if segment.is_empty()
     ));
 
-    // Every kind of leaf ends a path (spec §4.3, NotAContainer), whether the next segment is a
-    // key or an index. The object has a codec, so durable stores hold it too.
+    // Every kind of leaf ends a path (docs/reference/assets.md#resolution, NotAContainer), whether
+    // the next segment is a key or an index. The object has a codec, so durable stores hold it too.
     let mut content = Map::new();
     content.insert("float".into(), Value::from_json(json!(1.5)));
     content.insert("int".into(), Value::from_json(json!(7)));

@@ -1,5 +1,5 @@
-//! The conformance suite of the [`Memory`] trait (spec/memory.md §11), run against every
-//! implementation.
+//! The conformance suite of the [`Memory`] trait (docs/reference/memory.md#conformance), run
+//! against every implementation.
 //!
 //! Each check is a function taking a *maker* that returns a fresh, empty memory whose factory
 //! uses [`SequentialIds`] and a fixed clock (see [`test_factory`]). Use
@@ -440,7 +440,7 @@ pub fn export_v016_round_trip(make: Maker<'_>) {
     }
 }
 
-/// Check 10: token counts and budgets (§8).
+/// Check 10: token counts and budgets (docs/reference/memory.md#recall-by-token-budget).
 pub fn token_budgets(make: Maker<'_>) {
     let memory = make();
     build(memory.as_ref());
@@ -1148,8 +1148,9 @@ impl mnemon_types::Embedder for BrokenEmbedder {
     }
 }
 
-/// An embedder that fails or breaks its contract gives `Embedder` or `EmbedderContract`, and
-/// stores nothing: not even the batches it embedded before failing (§6.2 step 2).
+/// An embedder that fails or breaks its contract gives `Embedder` or `EmbedderContract`, and stores
+/// nothing: not even the batches it embedded before failing
+/// (docs/reference/memory.md#retrieval-steps step 2).
 pub fn embedder_errors_store_nothing(make: Maker<'_>) {
     let memory = make();
     build_marked(memory.as_ref());

@@ -1,5 +1,5 @@
-//! Storage backends (spec/artifacts.md §4): `write_to_file` confinement and atomicity, and
-//! registration by name.
+//! Storage backends (docs/reference/artifacts.md#storage-backends): `write_to_file` confinement and
+//! atomicity, and registration by name.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 

@@ -1,4 +1,5 @@
-//! ArtifactMemory (spec/artifacts.md §6) and prompt templates (§7).
+//! ArtifactMemory (docs/reference/artifacts.md#artifactmemory) and prompt templates
+//! (docs/reference/memory.md#marks).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 

@@ -1,4 +1,5 @@
-//! SaveArtifact (spec/artifacts.md §5) and its JSONPath dialect (RFC 9535 via serde_json_path).
+//! SaveArtifact (docs/reference/artifacts.md#saveartifact) and its JSONPath dialect (RFC 9535 via
+//! serde_json_path).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 

@@ -1,6 +1,6 @@
-//! The host's access log (spec library.md §12.6): one line per request with method, path,
-//! status, latency and bit count, and never a token, an embedding or a query string. Runs in a
-//! process of its own because it installs the global tracing subscriber.
+//! The host's access log (docs/reference/host.md#operation): one line per request with method,
+//! path, status, latency and bit count, and never a token, an embedding or a query string. Runs in
+//! a process of its own because it installs the global tracing subscriber.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod host_support;

@@ -1,6 +1,7 @@
-//! The host's HTTP behaviour (spec library.md §12), over real HTTP on 127.0.0.1: body types,
-//! malformed and oversized requests, tokens, CORS, gzip, the small endpoints, seeded random
-//! queries, reloads under load, draining on shutdown, and slow queries not stalling others.
+//! The host's HTTP behaviour (docs/reference/host.md#library-host-protocol), over real HTTP on
+//! 127.0.0.1: body types, malformed and oversized requests, tokens, CORS, gzip, the small
+//! endpoints, seeded random queries, reloads under load, draining on shutdown, and slow queries not
+//! stalling others.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::host_support;

@@ -1,6 +1,6 @@
-//! The host against the reference's fixtures (spec library.md §13.3 and §13.5), over real HTTP
-//! on 127.0.0.1: every `queries.json` case through form and JSON bodies, and a replay of every
-//! recorded `host_responses.json` exchange.
+//! The host against the reference's fixtures (docs/reference/library.md#query-conformance and
+//! docs/reference/host.md#conformance), over real HTTP on 127.0.0.1: every `queries.json` case
+//! through form and JSON bodies, and a replay of every recorded `host_responses.json` exchange.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::host_support;

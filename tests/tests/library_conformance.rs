@@ -1,5 +1,5 @@
-//! Conformance of `mnemon-library` with the reference Polymath library (spec/library.md §13),
-//! over the fixtures in `tests/fixtures/polymath/`.
+//! Conformance of `mnemon-library` with the reference Polymath library
+//! (docs/reference/library.md#conformance), over the fixtures in `tests/fixtures/polymath/`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::host_support;

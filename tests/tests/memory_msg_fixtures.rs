@@ -1,4 +1,5 @@
-//! `Msg` text forms against the AgentScope 0.0.4 fixtures (spec/memory.md §11.1 checks 6–9).
+//! `Msg` text forms against the AgentScope 0.0.4 fixtures (docs/reference/memory.md#conformance
+//! checks 6–9).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::sync::Arc;

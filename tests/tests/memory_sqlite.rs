@@ -1,5 +1,6 @@
-//! SqliteMemory beyond the shared suite: reopening, scopes, other handles' writes, schema
-//! versions, and the kill -9 crash test (spec/memory.md §9, §11.1 check 11).
+//! SqliteMemory beyond the shared suite: reopening, scopes, other handles' writes, schema versions,
+//! and the kill -9 crash test (docs/reference/memory.md#sqlite-memory,
+//! docs/reference/memory.md#conformance check 11).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::io::{BufRead, BufReader, Write};

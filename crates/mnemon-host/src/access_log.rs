@@ -1,6 +1,6 @@
-//! One structured log line per request (spec §12.6): method, path, status, latency and the
-//! number of bits returned. Never the body, the query string or any header, so tokens and
-//! embeddings cannot reach the log.
+//! One structured log line per request (docs/reference/host.md#operation): method, path, status,
+//! latency and the number of bits returned. Never the body, the query string or any header, so
+//! tokens and embeddings cannot reach the log.
 
 use std::time::Instant;
 

@@ -1,6 +1,7 @@
-//! Exact scans of concurrent queries, answered together: one pass over the matrix scores every
-//! row for all the queries waiting (spec §11: the scan is bound by memory bandwidth, so a large
-//! library answers several queries a pass for little more than the cost of one).
+//! Exact scans of concurrent queries, answered together: one pass over the matrix scores every row
+//! for all the queries waiting (docs/reference/library.md#index-and-performance: the scan is bound
+//! by memory bandwidth, so a large library answers several queries a pass for little more than the
+//! cost of one).
 //!
 //! Only the scoring is shared. Each request plans its query before and builds and serialises
 //! its result after, on its own blocking task, so a query with a huge result never holds up

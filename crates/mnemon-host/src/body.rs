@@ -1,4 +1,4 @@
-//! Turning a request body into query arguments (spec §12.2).
+//! Turning a request body into query arguments (docs/reference/host.md#requests).
 
 use std::future::poll_fn;
 use std::pin::Pin;

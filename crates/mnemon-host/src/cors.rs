@@ -1,6 +1,6 @@
-//! CORS for any origin on the query endpoints (spec §12.3): their responses allow `*`, and
-//! `OPTIONS /` answers the preflight with 204. Admin routes get no CORS at all and refuse
-//! requests from another origin, so no web page can trigger a reload or read its answer.
+//! CORS for any origin on the query endpoints (docs/reference/host.md#responses): their responses
+//! allow `*`, and `OPTIONS /` answers the preflight with 204. Admin routes get no CORS at all and
+//! refuse requests from another origin, so no web page can trigger a reload or read its answer.
 
 use axum::extract::Request;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};

@@ -1,5 +1,5 @@
 //! An HTTP host serving Mnemon embedding libraries, compatible with clients of the Polymath host
-//! (spec `library.md` §12).
+//! (docs/reference/host.md#library-host-protocol).
 //!
 //! * `POST /` runs a query. Arguments come from a form-urlencoded, multipart or JSON body; the
 //!   media type is matched case-insensitively and its parameters are ignored. `count` defaults

@@ -1,5 +1,5 @@
-//! Tunables of the host (spec §12.2 and §12.6). Every limit is listed with its default, flag and
-//! effect in `docs/limits.md`.
+//! Tunables of the host (docs/reference/host.md#requests and docs/reference/host.md#operation).
+//! Every limit is listed with its default, flag and effect in `docs/limits.md`.
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::time::Duration;
@@ -57,9 +57,9 @@ pub struct HostOptions {
     /// Disable it when a reverse proxy on the same machine forwards outside traffic, because
     /// such traffic then arrives from loopback.
     pub admin_reload: bool,
-    /// Use the library's int8 pre-scan (spec §11.5): the same results as the exact scan (rows
-    /// are scored exactly in order of a proven bound), several times faster on large libraries,
-    /// for a quarter more memory.
+    /// Use the library's int8 pre-scan (docs/reference/library.md#fast-mode): the same results as
+    /// the exact scan (rows are scored exactly in order of a proven bound), several times faster on
+    /// large libraries, for a quarter more memory.
     pub fast: bool,
     /// Exact scans of libraries holding at least this many floats (bits × dimension) are
     /// batched: concurrent queries share one pass over the matrix, which multiplies throughput

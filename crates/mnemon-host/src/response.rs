@@ -1,4 +1,5 @@
-//! JSON responses and the `{"error": …}` shape every failure uses (spec §12.3).
+//! JSON responses and the `{"error": …}` shape every failure uses
+//! (docs/reference/host.md#responses).
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};

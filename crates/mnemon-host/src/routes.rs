@@ -1,4 +1,4 @@
-//! The endpoints (spec §12.1) and the middleware stack around them.
+//! The endpoints (docs/reference/host.md#endpoints) and the middleware stack around them.
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;

@@ -9,7 +9,8 @@ use serde_json::Value;
 
 use crate::error::HostError;
 
-/// The library a host serves (spec §12.5). Kept by the host so that a reload reads it again.
+/// The library a host serves (docs/reference/host.md#serving-libraries). Kept by the host so that a
+/// reload reads it again.
 #[derive(Clone)]
 pub enum LibrarySource {
     /// A library file, or a directory whose `*.json` files are merged in path order, with
@@ -71,7 +72,8 @@ impl fmt::Debug for LibrarySource {
     }
 }
 
-/// The host config (tokens and restriction details, the `host.SECRET.json` format, spec §12.4).
+/// The host config (tokens and restriction details, the `host.SECRET.json` format,
+/// docs/reference/host.md#host-config).
 #[derive(Clone, Default)]
 pub enum ConfigSource {
     /// No config: no tokens, restricted counts not reported, no message.
@@ -84,8 +86,8 @@ pub enum ConfigSource {
 }
 
 impl ConfigSource {
-    /// The config named on the command line, else `./host.SECRET.json` when it exists, else
-    /// the defaults (spec §12.4).
+    /// The config named on the command line, else `./host.SECRET.json` when it exists, else the
+    /// defaults (docs/reference/host.md#host-config).
     pub fn discover(explicit: Option<PathBuf>) -> Self {
         match explicit {
             Some(path) => ConfigSource::File(path),

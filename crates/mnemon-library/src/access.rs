@@ -1,4 +1,5 @@
-//! Who may see restricted bits (spec §8 step 3 and §12.4).
+//! Who may see restricted bits (docs/reference/library.md#query-pipeline step 3 and
+//! docs/reference/host.md#host-config).
 
 use std::path::Path;
 

@@ -1,5 +1,5 @@
-//! Validating bits (spec §3.7) and appending them to a [`Store`], decoding embeddings straight
-//! into the matrix, in parallel batches.
+//! Validating bits (docs/reference/library.md#load-errors) and appending them to a [`Store`],
+//! decoding embeddings straight into the matrix, in parallel batches.
 
 use std::borrow::Cow;
 

@@ -1,4 +1,5 @@
-//! The embedding encoding (spec §3.3): little-endian float32 values in strict, padded base64.
+//! The embedding encoding (docs/reference/library.md#embedding-encoding): little-endian float32
+//! values in strict, padded base64.
 
 use base64::Engine as _;
 use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};

@@ -1,5 +1,5 @@
-//! The cut of a ranked order (`docs/reference/library.md#query-pipeline`, step 5): by a number
-//! of bits or a token budget. Shared by query results and [`Library::slice`](crate::Library::slice).
+//! The cut of a ranked order (`docs/reference/library.md#query-pipeline`, step 5): by a number of
+//! bits or a token budget. Shared by query results and [`Library::slice`](crate::Library::slice).
 
 /// How to cut a result or a slice: by number of bits or by total tokens. On the wire
 /// (`count_type`) it is written `token` or `bit`.
@@ -17,9 +17,9 @@ pub enum CountType {
     Bit,
 }
 
-/// Walks ranked candidates and applies the cut (spec §8 step 5). Returns how many are kept, the
-/// text limit for a lone over-budget first bit, and whether the candidates ran out before the
-/// cut was decided.
+/// Walks ranked candidates and applies the cut (docs/reference/library.md#query-pipeline step 5).
+/// Returns how many are kept, the text limit for a lone over-budget first bit, and whether the
+/// candidates ran out before the cut was decided.
 pub(crate) fn cut_ranked(
     ranked: impl Iterator<Item = usize>,
     count: i64,

@@ -1,4 +1,4 @@
-//! Serving a directory of library files as one library (spec §12.5).
+//! Serving a directory of library files as one library (docs/reference/host.md#serving-libraries).
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};

@@ -5,7 +5,7 @@
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum LibraryError {
-    // ---- Loading (spec §3.7) ----
+    // ---- Loading (docs/reference/library.md#load-errors) ----
     /// The input is not JSON, or not a JSON object.
     #[error("invalid JSON: {0}")]
     InvalidJson(String),
@@ -83,7 +83,7 @@ pub enum LibraryError {
     #[error("{0} access_tag not str as expected")]
     AccessTagNotString(String),
 
-    // ---- Library operations (spec §6) ----
+    // ---- Library operations (docs/reference/library.md#library-api) ----
     /// `extend` with a library of another model.
     #[error("The other library had a different embedding model")]
     DifferentModel,
@@ -104,7 +104,8 @@ pub enum LibraryError {
     #[error("No libraries were in the default library directory.")]
     NoLibraries,
 
-    // ---- Query arguments (spec §7 and §9) ----
+    // ---- Query arguments (docs/reference/library.md#query-arguments and
+    // docs/reference/library.md#query-errors) ----
     /// A string argument is not an integer literal.
     #[error("invalid literal for int() with base 10: '{0}'")]
     InvalidIntLiteral(String),

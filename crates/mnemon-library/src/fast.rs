@@ -1,4 +1,5 @@
-//! Fast mode (spec §11.5): an int8 pre-scan that returns exactly what the exact scan returns.
+//! Fast mode (docs/reference/library.md#fast-mode): an int8 pre-scan that returns exactly what the
+//! exact scan returns.
 //!
 //! A plain pre-scan keeps the best `C` rows by approximate score and re-ranks them, which can
 //! miss a row whose approximate score was too low by a rounding step: near-ties at the cut, or

@@ -1,4 +1,4 @@
-//! Bit identity (spec §4): SHA-256 of the stripped url and text.
+//! Bit identity (docs/reference/library.md#bit-identity): SHA-256 of the stripped url and text.
 
 use sha2::{Digest, Sha256};
 

@@ -79,7 +79,8 @@ pub fn encode_embedding(v: &[f32]) -> String {
     codec::encode_vector(v)
 }
 
-/// Decodes the format's base64 text into a vector, strictly (spec §3.3).
+/// Decodes the format's base64 text into a vector, strictly
+/// (docs/reference/library.md#embedding-encoding).
 pub fn decode_embedding(s: &str) -> std::result::Result<Vec<f32>, String> {
     codec::decode_vector(s).map_err(|e| e.to_string())
 }

@@ -1,4 +1,4 @@
-//! The [`Library`] type and its operations (spec §6).
+//! The [`Library`] type and its operations (docs/reference/library.md#library-api).
 
 use std::borrow::Cow;
 use std::io::Write;
@@ -57,8 +57,9 @@ impl std::fmt::Debug for OpenOptions {
 }
 
 impl OpenOptions {
-    /// Options whose forced tag comes from a path relative to a served directory (spec §12.5):
-    /// the component right after the first `access` component, if a file lies below it.
+    /// Options whose forced tag comes from a path relative to a served directory
+    /// (docs/reference/host.md#serving-libraries): the component right after the first `access`
+    /// component, if a file lies below it.
     pub(crate) fn for_relative_path(relative: &Path) -> Self {
         OpenOptions {
             force_tag: tag_from_relative_path(relative),
@@ -510,7 +511,7 @@ impl Library {
         Ok(())
     }
 
-    /// Re-runs the load checks (spec §3.7) on the current content.
+    /// Re-runs the load checks (docs/reference/library.md#load-errors) on the current content.
     pub fn validate(&self) -> Result<()> {
         Library::from_value(Value::Object(self.to_value(true)?)).map(|_| ())
     }
@@ -534,7 +535,8 @@ impl Library {
         Ok(out)
     }
 
-    /// Writes the library as Python's `json.dump(data, f, indent='\t')` would (spec §5).
+    /// Writes the library as Python's `json.dump(data, f, indent='\t')` would
+    /// (docs/reference/library.md#saving).
     pub fn to_writer(&self, writer: impl Write, include_access_tag: bool) -> Result<()> {
         let mut ser =
             serde_json::Serializer::with_formatter(writer, PythonFormatter::indented("\t"));
@@ -549,7 +551,7 @@ impl Library {
         })
     }
 
-    /// Saves the library to a file (spec §5).
+    /// Saves the library to a file (docs/reference/library.md#saving).
     pub fn save(&self, path: impl AsRef<Path>, include_access_tag: bool) -> Result<()> {
         let path = path.as_ref();
         let file = std::fs::File::create(path).map_err(|e| LibraryError::io(path, e))?;
@@ -621,8 +623,8 @@ impl Library {
         }
     }
 
-    /// A new library holding the first bits of the current order, cut as a query cuts (spec §8
-    /// step 5). A negative `count` keeps everything.
+    /// A new library holding the first bits of the current order, cut as a query cuts
+    /// (docs/reference/library.md#query-pipeline step 5). A negative `count` keeps everything.
     pub fn slice(&self, count: i64, count_type: CountType) -> Result<Library> {
         let (keep, truncate) = crate::cut::cut(
             &mut (0..self.len()),

@@ -1,5 +1,6 @@
-//! Loading (spec §3): a streaming path that decodes `bits` straight into the matrix, and a
-//! general path over a `serde_json::Value` for version-0 files and unusual key orders.
+//! Loading (docs/reference/library.md#file-format): a streaming path that decodes `bits` straight
+//! into the matrix, and a general path over a `serde_json::Value` for version-0 files and unusual
+//! key orders.
 
 use std::borrow::Cow;
 use std::fmt;
@@ -12,7 +13,7 @@ use crate::error::{LibraryError, Result};
 use crate::omit::Omit;
 use crate::storage::Store;
 
-/// The known models and their dimensions (spec §3.4).
+/// The known models and their dimensions (docs/reference/library.md#model-and-dimension).
 pub(crate) fn known_dimension(model: &str) -> Option<usize> {
     match model {
         "openai.com:text-embedding-ada-002" => Some(1536),
@@ -394,7 +395,8 @@ impl<'de> Visitor<'de> for EmbeddingVisitor {
     }
 }
 
-/// Upgrades a version-0 object in place (spec §3.6). Returns whether it was version 0.
+/// Upgrades a version-0 object in place (docs/reference/library.md#version-0-files). Returns
+/// whether it was version 0.
 fn upgrade(map: &mut Map<String, Value>) -> Result<bool> {
     match map.get("version") {
         None => {}

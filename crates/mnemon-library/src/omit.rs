@@ -1,4 +1,5 @@
-//! The omit grammar (spec §7.3), shared by stored `omit` and the query argument.
+//! The omit grammar (docs/reference/library.md#omit-grammar), shared by stored `omit` and the query
+//! argument.
 
 use serde_json::Value;
 

@@ -211,8 +211,8 @@ impl Library {
     }
 }
 
-/// The bits of a version-0 file in upgrade order (spec §3.6), reporting a missing `content` and
-/// every unknown `sort.ids` entry.
+/// The bits of a version-0 file in upgrade order (docs/reference/library.md#version-0-files),
+/// reporting a missing `content` and every unknown `sort.ids` entry.
 fn version_zero_bits(top: &Map<String, Value>, out: &mut Vec<Problem>) -> BitsSource {
     let Some(Value::Object(content)) = top.get("content") else {
         out.push(Problem::top(LibraryError::MissingContent));

@@ -47,7 +47,8 @@ fn parse_int_literal(raw: &str) -> Option<i64> {
     Some(value.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64)
 }
 
-/// Python `int(value)` for a JSON argument named `name` (spec §7.2). `Ok(None)` for null.
+/// Python `int(value)` for a JSON argument named `name`
+/// (docs/reference/library.md#integer-like-values). `Ok(None)` for null.
 pub(crate) fn int_like(name: &'static str, value: Option<&Value>) -> Result<Option<i64>> {
     match value {
         None | Some(Value::Null) => Ok(None),

@@ -1,5 +1,5 @@
-//! The query engine (`docs/reference/library.md#query-pipeline`) on typed requests: check, score, cut. The JSON arguments and
-//! result are parsed and written by [`crate::wire`].
+//! The query engine (`docs/reference/library.md#query-pipeline`) on typed requests: check, score,
+//! cut. The JSON arguments and result are parsed and written by [`crate::wire`].
 
 use mnemon_vector::{Scored, top_k_of_scores};
 use rand::{Rng, SeedableRng};
@@ -66,8 +66,8 @@ enum Scan<'a> {
 }
 
 impl Library {
-    /// Runs a query under `grant` (`docs/reference/library.md#query-pipeline`). Never modifies the library; safe to call from
-    /// many threads at once.
+    /// Runs a query under `grant` (`docs/reference/library.md#query-pipeline`). Never modifies the
+    /// library; safe to call from many threads at once.
     pub fn query(&self, request: &QueryRequest, grant: &AccessGrant) -> Result<QueryResult<'_>> {
         let plan = self.plan(request, grant.clone())?;
         self.finish(plan, None)
@@ -140,9 +140,9 @@ impl Library {
     }
 
     /// The checks of a query vector against this library, in the reference's order
-    /// (`docs/reference/library.md#query-errors`):
-    /// its dimension, finite values, a library that can be scored at all, and a score range
-    /// that fits f32. `None` (a random vector) passes all but the third.
+    /// (`docs/reference/library.md#query-errors`): its dimension, finite values, a library that can
+    /// be scored at all, and a score range that fits f32. `None` (a random vector) passes all but
+    /// the third.
     pub(crate) fn check_query_vector(&self, query: Option<&[f32]>) -> Result<()> {
         let embeddings_omitted = self
             .omit
@@ -310,7 +310,8 @@ impl Library {
 }
 
 impl Library {
-    /// Fast mode (spec §11.5): the int8 pre-scan with proven bounds, see [`crate::fast`]. The
+    /// Fast mode (docs/reference/library.md#fast-mode): the int8 pre-scan with proven bounds, see
+    /// [`crate::fast`]. The
     /// result equals the exact scan's; `None` when the exact scan should run instead.
     fn select_fast<F>(
         &self,
@@ -372,8 +373,9 @@ impl Library {
     }
 }
 
-/// Visible rows in rank order, sorted lazily: a batch of the best C is selected and sorted, and
-/// the next batch (C doubled) only when the walk gets there (spec §11.2).
+/// Visible rows in rank order, sorted lazily: a batch of the best C is selected and sorted, and the
+/// next batch (C doubled) only when the walk gets there
+/// (docs/reference/library.md#scan-and-selection).
 struct Ranked<'a> {
     scores: &'a [f32],
     rest: Vec<u32>,

@@ -26,10 +26,11 @@ pub struct QueryRequest {
     /// Seeds the random query vector drawn when `embedding` is `None`; `None` seeds from the OS.
     /// A host that wants one seeded stream draws each query's seed from its own RNG.
     pub seed: Option<u64>,
-    /// Use the int8 pre-scan (spec §11.5). Rows are scored exactly in order of a proven upper
-    /// bound of their score until no unscored row can enter the result, so the result equals
-    /// the exact scan's (same bits, order and similarities); only the time differs. Falls back
-    /// to the exact scan when the bounds would make it score a quarter of the rows.
+    /// Use the int8 pre-scan (docs/reference/library.md#fast-mode). Rows are scored exactly in
+    /// order of a proven upper bound of their score until no unscored row can enter the result, so
+    /// the result equals the exact scan's (same bits, order and similarities); only the time
+    /// differs. Falls back to the exact scan when the bounds would make it score a quarter of the
+    /// rows.
     pub fast: bool,
 }
 

@@ -1,5 +1,5 @@
-//! The binary sidecar `<library>.mnx` (spec §11.4): the matrix and per-bit arrays laid out for
-//! memory mapping, so a packed library opens in milliseconds.
+//! The binary sidecar `<library>.mnx` (docs/reference/library.md#sidecar): the matrix and per-bit
+//! arrays laid out for memory mapping, so a packed library opens in milliseconds.
 //!
 //! Layout (little-endian): a 4096-byte header — magic `MNEMONX1`, u32 format version, u32
 //! dimension, u64 rows, u64 stride, u64 source size, i64 source mtime (ns), then for each of

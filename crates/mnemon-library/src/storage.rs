@@ -1,4 +1,5 @@
-//! Where a library's bits live: the embedding matrix and parallel per-bit arrays (spec §11.1).
+//! Where a library's bits live: the embedding matrix and parallel per-bit arrays
+//! (docs/reference/library.md#storage-and-loading).
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -1,5 +1,5 @@
-//! Seeded synthetic libraries for benchmarks and tests: unit-norm vectors, texts of about 450
-//! ASCII characters, unique URLs, written in the saved-file layout (spec §5).
+//! Seeded synthetic libraries for benchmarks and tests: unit-norm vectors, texts of about 450 ASCII
+//! characters, unique URLs, written in the saved-file layout (docs/reference/library.md#saving).
 
 use std::io::{self, Write};
 

@@ -1,7 +1,7 @@
-//! Memory benchmarks (spec/memory.md §10). Targets on the project machine (2 cores):
-//! in-memory add of 100k messages ≤ 100 ms; SQLite ≥ 50,000 messages/s in batches of 1,000;
-//! cosine retrieval over 10k × 1536 (top 10, warm cache) ≤ 5 ms median. The retrieval group also
-//! times the bare `mnemon_vector::Matrix` top-k over the same rows, the floor that retrieval
+//! Memory benchmarks (docs/reference/memory.md#performance-targets). Targets on the project machine
+//! (2 cores): in-memory add of 100k messages ≤ 100 ms; SQLite ≥ 50,000 messages/s in batches of
+//! 1,000; cosine retrieval over 10k × 1536 (top 10, warm cache) ≤ 5 ms median. The retrieval group
+//! also times the bare `mnemon_vector::Matrix` top-k over the same rows, the floor that retrieval
 //! (checks, shortlist, exact `f64` rescoring, building the messages) should stay close to.
 //!
 //! Run: `cargo bench -p mnemon-memory --bench memory -- --warm-up-time 1 --measurement-time 3`.

@@ -1,5 +1,5 @@
-//! The retrieval cache of one thread (spec/memory.md §6.3): every embedding as an `f32` row of
-//! one contiguous, 64-byte-aligned [`Matrix`], with exact row norms.
+//! The retrieval cache of one thread (docs/reference/memory.md#numbers-and-the-cache): every
+//! embedding as an `f32` row of one contiguous, 64-byte-aligned [`Matrix`], with exact row norms.
 //!
 //! The cache follows the thread incrementally: appended messages append rows, and embeddings
 //! stored later for messages that had none append rows too (rows need not be in message order;

@@ -1,4 +1,4 @@
-//! The crate's error type (spec/memory.md §12).
+//! The crate's error type (docs/reference/memory.md#errors).
 
 use mnemon_types::MsgError;
 

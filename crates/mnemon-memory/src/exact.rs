@@ -1,5 +1,6 @@
-//! The reference arithmetic of the built-in metrics (spec/memory.md §6.1): `f32` inputs widened
-//! to `f64` and accumulated in `f64`, always in the same order.
+//! The reference arithmetic of the built-in metrics
+//! (docs/reference/memory.md#embedders-and-metrics): `f32` inputs widened to `f64` and accumulated
+//! in `f64`, always in the same order.
 //!
 //! The order is fixed (eight interleaved partial sums, combined pairwise, then the tail), so a
 //! score never depends on the CPU, the thread or the message's position, and the compiler can

@@ -1,5 +1,5 @@
-//! Marks: short tags kept beside messages (spec/memory.md §7), never inside them, so text forms
-//! and default exports are unchanged.
+//! Marks: short tags kept beside messages (docs/reference/memory.md#marks), never inside them, so
+//! text forms and default exports are unchanged.
 
 use crate::error::MemoryError;
 

@@ -1,4 +1,5 @@
-//! The `Memory` trait, with the selection query and add options only it takes (spec/memory.md §5).
+//! The `Memory` trait, with the selection query and add options only it takes
+//! (docs/reference/memory.md#the-memory-trait).
 //!
 //! The values its other methods take and return belong to the concern they describe: documents
 //! ([`crate::document`]: inputs, load sources, export targets), reports ([`crate::report`]),
@@ -62,7 +63,7 @@ pub struct AddOptions {
 /// a message's 0-based position in insertion order at the time of the call. Every message
 /// returned is a clone. A method that fails leaves the memory as it was.
 pub trait Memory: Send + Sync {
-    /// The messages selected by `query` (§5.1).
+    /// The messages selected by `query` (docs/reference/memory.md#reading-messages).
     fn get_memory(&self, query: &MemoryQuery<'_>) -> Result<Vec<Msg>, MemoryError>;
 
     /// The [`Msg::to_str`] lines of [`get_memory`](Self::get_memory), joined by `\n`.
@@ -70,7 +71,7 @@ pub trait Memory: Send + Sync {
         Ok(mnemon_types::msg::render(&self.get_memory(query)?))
     }
 
-    /// Adds messages atomically, skipping duplicate ids (§5.2).
+    /// Adds messages atomically, skipping duplicate ids (docs/reference/memory.md#adding-messages).
     fn add(&self, items: Vec<MsgInput>) -> Result<AddReport, MemoryError> {
         self.add_with(items, &AddOptions::default())
     }
@@ -108,7 +109,8 @@ pub trait Memory: Send + Sync {
     /// The number of messages.
     fn size(&self) -> Result<usize, MemoryError>;
 
-    /// Scores messages against `query` by embedding and returns the best (§6.2).
+    /// Scores messages against `query` by embedding and returns the best
+    /// (docs/reference/memory.md#retrieval-steps).
     fn retrieve_by_embedding(
         &self,
         query: RetrievalQuery,
@@ -133,7 +135,8 @@ pub trait Memory: Send + Sync {
     /// Deletes every message carrying `mark`.
     fn delete_by_mark(&self, mark: &str) -> Result<DeleteByIdReport, MemoryError>;
 
-    /// The most recent messages whose [`Msg::to_str`] fits in `budget` tokens (§8).
+    /// The most recent messages whose [`Msg::to_str`] fits in `budget` tokens
+    /// (docs/reference/memory.md#recall-by-token-budget).
     fn recall_within_budget(
         &self,
         budget: usize,

@@ -1,4 +1,5 @@
-//! Embedding retrieval (spec/memory.md §6): metrics, queries and scoring.
+//! Embedding retrieval (docs/reference/memory.md#recall-by-embedding): metrics, queries and
+//! scoring.
 //!
 //! Returned scores are the spec's: the built-in metrics accumulate in `f64`, always in the same
 //! order ([`crate::exact`]). Reading 10k × 1536 floats that way on every query would miss the
@@ -181,7 +182,8 @@ const PARALLEL_WORK: usize = 1 << 18;
 /// From this many multiply-adds on, a cut to `top_k` selects with the SIMD `f32` scan first.
 const TWO_PHASE_WORK: usize = 1 << 16;
 
-/// Scores the candidates (every one must have an embedding) and ranks them (§6.2 steps 3–6).
+/// Scores the candidates (every one must have an embedding) and ranks them
+/// (docs/reference/memory.md#retrieval-steps steps 3–6).
 pub(crate) fn score(
     state: &ThreadState,
     query: &[f32],

@@ -1,4 +1,4 @@
-//! The durable SQLite memory (spec/memory.md §9).
+//! The durable SQLite memory (docs/reference/memory.md#sqlite-memory).
 //!
 //! One file holds many threads, each scoped by optional user, agent and session ids. The file
 //! may be shared with other Mnemon components, so every table is prefixed `memory_` and the

@@ -1,4 +1,5 @@
-//! Token-budgeted recall (spec/memory.md §8). Tokens are counted by any
+//! Token-budgeted recall (docs/reference/memory.md#recall-by-token-budget). Tokens are counted by
+//! any
 //! [`Tokenizer`], the trait `mnemon-types` keeps beside `Embedder`.
 
 use mnemon_types::{Msg, Tokenizer};

@@ -9,7 +9,7 @@ use std::process::{Command, Output};
 use mnemon::memory::{Scope, SqliteMemoryOptions, SqliteMemoryStore};
 use serde_json::{Value, json};
 
-/// The byte-exact AgentScope 0.0.4 export (spec/memory.md §11.1 check 2).
+/// The byte-exact AgentScope 0.0.4 export (docs/reference/memory.md#conformance check 2).
 const V004: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/../../tests/fixtures/agentscope/export_v004.json"
@@ -265,7 +265,8 @@ fn show_selects_by_recency_mark_and_tokens_from_a_session_or_a_file() {
         assert_eq!(ids(&show(&["--mark", "pin"])), [id("04"), id("07")]);
         assert_eq!(ids(&show(&["--mark", "later"])), [id("07")]);
         assert!(ids(&show(&["--mark", "nobody"])).is_empty());
-        // cl100k_base budgets of spec §8: an exact fit of 79 keeps …05, …07, …08.
+        // cl100k_base budgets of docs/reference/memory.md#recall-by-token-budget: an exact fit of
+        // 79 keeps …05, …07, …08.
         assert_eq!(
             ids(&show(&["--tokens", "79"])),
             [id("05"), id("07"), id("08")]

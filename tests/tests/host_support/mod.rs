@@ -1,5 +1,6 @@
 //! Shared helpers of the host tests: a real `mnemon-host` server on `127.0.0.1:0` in a thread of
-//! its own, a blocking HTTP client, and the fixture comparisons of spec library.md §13.
+//! its own, a blocking HTTP client, and the fixture comparisons of
+//! docs/reference/library.md#conformance.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 use std::net::SocketAddr;
@@ -104,7 +105,7 @@ impl Server {
         }
     }
 
-    /// The fixture library with the fixture host config (spec §13.5).
+    /// The fixture library with the fixture host config (docs/reference/host.md#conformance).
     pub fn fixture() -> Server {
         Self::start(fixture_sources(), HostOptions::default())
     }
@@ -324,8 +325,9 @@ fn assert_same_bit(case: &str, pos: usize, got: &Value, want: &Value) {
     }
 }
 
-/// Compares a result with the reference's (spec §13.3): top-level keys in order and values,
-/// bits per position with similarity within 1e-5, tied bits as a set with 37 before 41.
+/// Compares a result with the reference's (docs/reference/library.md#query-conformance): top-level
+/// keys in order and values, bits per position with similarity within 1e-5, tied bits as a set with
+/// 37 before 41.
 pub fn assert_result(case: &str, got: &Value, want: &Value, ties: Option<&[String]>) {
     let got = got.as_object().unwrap();
     let want = want.as_object().unwrap();
@@ -365,7 +367,7 @@ pub fn assert_result(case: &str, got: &Value, want: &Value, ties: Option<&[Strin
     }
 }
 
-/// The messages an error case may give (spec §13.3).
+/// The messages an error case may give (docs/reference/library.md#query-conformance).
 pub fn expected_errors(case: &Value) -> Vec<String> {
     match case["name"].as_str().unwrap() {
         "err_short_embedding" => {

@@ -1,4 +1,4 @@
-//! `mnemon serve`: the library host (spec library.md §12).
+//! `mnemon serve`: the library host (docs/reference/host.md#library-host-protocol).
 
 use std::ffi::OsString;
 use std::net::SocketAddr;
@@ -51,8 +51,8 @@ pub(crate) struct ServeArgs {
     #[arg(long, value_name = "N")]
     random_seed: Option<u64>,
 
-    /// Rank with the int8 pre-scan (spec §11.5): the same results as the exact scan, several
-    /// times faster on large libraries, for a quarter more memory.
+    /// Rank with the int8 pre-scan (docs/reference/library.md#fast-mode): the same results as the
+    /// exact scan, several times faster on large libraries, for a quarter more memory.
     #[arg(long)]
     fast: bool,
 
@@ -155,9 +155,9 @@ pub(crate) fn run(args: ServeArgs, data_dir: &Path, quiet: bool) -> CliResult {
     })
 }
 
-/// The library to serve (spec §12.5): `--library`, then `$LIBRARY_FILENAME`, then the first of
-/// `local_dirs` (`./libraries`, `<data-dir>/libraries`) that is a directory, else the sample
-/// library.
+/// The library to serve (docs/reference/host.md#serving-libraries): `--library`, then
+/// `$LIBRARY_FILENAME`, then the first of `local_dirs` (`./libraries`, `<data-dir>/libraries`) that
+/// is a directory, else the sample library.
 fn library_source(
     explicit: Option<PathBuf>,
     env: Option<OsString>,
