@@ -65,8 +65,14 @@
 pub mod atomic_file;
 mod durability;
 mod error;
+pub mod namespace;
+#[cfg(feature = "postgres")]
+pub mod postgres;
+pub mod schema;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
 
 pub use durability::Durability;
 pub use error::DbError;
+pub use namespace::{Namespace, NamespaceError};
+pub use schema::{Migration, Schema};

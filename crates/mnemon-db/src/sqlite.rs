@@ -25,70 +25,8 @@ use std::time::{Duration, Instant};
 
 use rusqlite::{Connection, ErrorCode, OpenFlags, OptionalExtension};
 
+pub use crate::schema::{Migration, Schema};
 use crate::{DbError, Durability};
-
-/// One step of a component's schema: `sql` takes the schema from `version - 1` to `version`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Migration {
-    /// The version this step produces; the steps of a [`Schema`] are numbered 1, 2, 3, ...
-    pub version: i64,
-    /// The statements, run in the migration's transaction.
-    pub sql: &'static str,
-}
-
-/// A component's versioned schema inside a shared database file.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Schema {
-    /// The component's name for messages: `asset`, `artifact`, `memory`.
-    pub component: &'static str,
-    /// The one-row table holding the version, e.g. `asset_schema`.
-    pub table: &'static str,
-    /// The name of that table's primary-key column, always 1 (`singleton`, or `id` for memory's
-    /// table, whose files predate this crate).
-    pub key_column: &'static str,
-    /// The steps, in order.
-    pub migrations: &'static [Migration],
-}
-
-impl Schema {
-    /// The version this build writes: the last step's.
-    pub fn version(&self) -> i64 {
-        self.migrations.last().map_or(0, |m| m.version)
-    }
-
-    /// Refuses names that are not plain identifiers and steps that are not numbered 1, 2, 3, ...
-    fn check(&self) -> Result<(), DbError> {
-        let bad = |detail: String| {
-            Err(DbError::BadSchema {
-                component: self.component,
-                detail,
-            })
-        };
-        let plain = |name: &str| {
-            !name.is_empty()
-                && name
-                    .bytes()
-                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
-        };
-        for name in [self.table, self.key_column] {
-            if !plain(name) {
-                return bad(format!(
-                    "{name:?} is not a plain identifier (lowercase letters, digits, '_')"
-                ));
-            }
-        }
-        for (i, step) in self.migrations.iter().enumerate() {
-            let expected = i as i64 + 1;
-            if step.version != expected {
-                return bad(format!(
-                    "step {i} has version {}, expected {expected}",
-                    step.version
-                ));
-            }
-        }
-        Ok(())
-    }
-}
 
 /// How connections are set up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
