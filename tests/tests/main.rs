@@ -10,6 +10,7 @@ mod artifacts_store;
 mod asset_crash;
 mod asset_sqlite;
 mod asset_store;
+mod db_postgres;
 mod host_protocol;
 mod host_queries;
 mod host_signals;

@@ -1,0 +1,515 @@
+//! The PostgreSQL half of `mnemon-db` (`mnemon_db::postgres`) against the real test server
+//! (docs/postgres.md): the pool's bounds, timeout and replacement of broken connections,
+//! migrations under concurrent openers, refusal of a newer schema, the errors for a bad URL, a
+//! wrong password, a closed port and a missing database, and pgvector detection.
+
+use std::net::TcpListener;
+use std::sync::{Arc, Barrier};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use mnemon_db::postgres::{self, Migrated, Pool, Settings, VectorSupport};
+use mnemon_db::{DbError, Durability, Migration, Schema};
+use mnemon_tests::postgres::PgServer;
+use mnemon_tests::require_postgres;
+
+/// Three steps; step 2 records that it ran in `note_log`, so a step applied twice shows.
+static NOTES_V3: Schema = Schema {
+    component: "note",
+    table: "note_schema",
+    key_column: "singleton",
+    migrations: &[
+        Migration {
+            version: 1,
+            sql: "CREATE TABLE note_notes (id BIGSERIAL PRIMARY KEY, body TEXT NOT NULL);
+                  CREATE TABLE note_log (step BIGINT NOT NULL, at TIMESTAMPTZ DEFAULT now());",
+        },
+        Migration {
+            version: 2,
+            sql: "INSERT INTO note_log (step) VALUES (2);
+                  ALTER TABLE note_notes ADD COLUMN namespace TEXT NOT NULL DEFAULT 'default';",
+        },
+        Migration {
+            version: 3,
+            sql: "CREATE INDEX note_notes_namespace ON note_notes (namespace, id);",
+        },
+    ],
+};
+
+fn prefix(migrations: usize) -> Schema {
+    Schema {
+        migrations: NOTES_V3.migrations.get(..migrations).unwrap_or_default(),
+        ..NOTES_V3
+    }
+}
+
+fn fresh(server: &PgServer, name: &str) -> String {
+    server
+        .fresh_database(name)
+        .unwrap_or_else(|error| panic!("fresh database {name}: {error}"))
+}
+
+fn pool(url: &str, settings: Settings) -> Pool {
+    Pool::connect(url, settings).unwrap_or_else(|error| panic!("{error}"))
+}
+
+fn refused(url: &str) -> DbError {
+    let settings = Settings {
+        connect_timeout: Duration::from_secs(3),
+        ..Settings::default()
+    };
+    match Pool::connect(url, settings) {
+        Ok(pool) => panic!("{url} connected: {pool:?}"),
+        Err(error) => error,
+    }
+}
+
+fn backend_pid(client: &mut ::postgres::Client) -> i32 {
+    client
+        .query_one("SELECT pg_backend_pid()", &[])
+        .unwrap_or_else(|error| panic!("{error}"))
+        .get(0)
+}
+
+#[test]
+fn the_pool_is_bounded_and_a_checkout_times_out_with_a_clear_error() {
+    let server = require_postgres!();
+    let url = fresh(server, "pool bounded");
+    let settings = Settings {
+        pool_size: 2,
+        checkout_timeout: Duration::from_millis(300),
+        ..Settings::default()
+    };
+    let pool = pool(&url, settings);
+    assert_eq!((pool.size(), pool.open_connections()), (2, 1));
+    let mut a = pool.get().unwrap();
+    let mut b = pool.get().unwrap();
+    assert_ne!(backend_pid(&mut a), backend_pid(&mut b));
+    assert_eq!(pool.open_connections(), 2);
+
+    let started = Instant::now();
+    let error = pool.get().unwrap_err();
+    let waited = started.elapsed();
+    assert!(
+        matches!(error, DbError::PoolTimeout { size: 2, .. }),
+        "{error}"
+    );
+    assert!(waited >= Duration::from_millis(300), "{waited:?}");
+    assert!(waited < Duration::from_secs(3), "{waited:?}");
+    let message = error.to_string();
+    assert!(message.contains("all 2 connections"), "{message}");
+    assert!(message.contains("raise the pool size"), "{message}");
+
+    // A returned connection is reused, not a new one opened.
+    let pid_a = backend_pid(&mut a);
+    drop(a);
+    assert_eq!(pool.idle_connections(), 1);
+    let mut c = pool.get().unwrap();
+    assert_eq!(backend_pid(&mut c), pid_a);
+    assert_eq!(pool.open_connections(), 2);
+    drop((b, c));
+    assert_eq!((pool.open_connections(), pool.idle_connections()), (2, 2));
+
+    // The server sees no more than the pool's size of our connections.
+    let mut admin = server.connect("postgres").unwrap();
+    let database = url.rsplit('/').next().unwrap_or_default().to_owned();
+    let count: i64 = admin
+        .query_one(
+            "SELECT count(*) FROM pg_stat_activity \
+             WHERE datname = $1 AND application_name = 'mnemon'",
+            &[&database],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(count, 2);
+}
+
+#[test]
+fn a_waiting_checkout_gets_the_connection_returned_meanwhile() {
+    let server = require_postgres!();
+    let url = fresh(server, "pool waiting");
+    let settings = Settings {
+        pool_size: 1,
+        checkout_timeout: Duration::from_secs(10),
+        ..Settings::default()
+    };
+    let pool = pool(&url, settings);
+    let held = pool.get().unwrap();
+    let releaser = thread::spawn(move || {
+        thread::sleep(Duration::from_millis(200));
+        drop(held);
+    });
+    let started = Instant::now();
+    let mut client = pool.get().unwrap();
+    let waited = started.elapsed();
+    assert!(waited >= Duration::from_millis(150), "{waited:?}");
+    assert!(waited < Duration::from_secs(5), "{waited:?}");
+    backend_pid(&mut client);
+    releaser.join().unwrap();
+    assert_eq!(pool.open_connections(), 1);
+}
+
+#[test]
+fn broken_connections_are_replaced() {
+    let server = require_postgres!();
+    let url = fresh(server, "pool broken");
+    let settings = Settings {
+        pool_size: 1,
+        checkout_timeout: Duration::from_secs(2),
+        validate_after: Duration::ZERO,
+        ..Settings::default()
+    };
+    let pool = pool(&url, settings);
+    let mut admin = server.connect("postgres").unwrap();
+    let terminate = |admin: &mut ::postgres::Client, pid: i32| {
+        let done: bool = admin
+            .query_one("SELECT pg_terminate_backend($1)", &[&pid])
+            .unwrap()
+            .get(0);
+        assert!(done);
+    };
+
+    // Killed while checked out: the next statement fails as ServerGone, and the connection is
+    // discarded when returned.
+    let mut client = pool.get().unwrap();
+    let first = backend_pid(&mut client);
+    terminate(&mut admin, first);
+    let failure = loop {
+        match client.query_one("SELECT 1", &[]) {
+            Ok(_) => thread::sleep(Duration::from_millis(20)),
+            Err(error) => break error,
+        }
+    };
+    let error = postgres::error(&failure, pool.target(), "selecting 1");
+    assert!(matches!(error, DbError::ServerGone { .. }), "{error}");
+    assert!(error.to_string().contains("retry"), "{error}");
+    drop(client);
+    assert_eq!(pool.open_connections(), 0);
+    let mut client = pool.get().unwrap();
+    let second = backend_pid(&mut client);
+    assert_ne!(first, second);
+    drop(client);
+
+    // Killed while idle in the pool: the checkout notices and opens a new one.
+    terminate(&mut admin, second);
+    thread::sleep(Duration::from_millis(100));
+    let mut client = pool.get().unwrap();
+    let third = backend_pid(&mut client);
+    assert_ne!(third, second);
+    assert_eq!(pool.open_connections(), 1);
+}
+
+#[test]
+fn durability_sets_synchronous_commit() {
+    let server = require_postgres!();
+    let url = fresh(server, "pool durability");
+    for (durability, expected) in [(Durability::Full, "on"), (Durability::Normal, "off")] {
+        let settings = Settings {
+            durability,
+            ..Settings::default()
+        };
+        let pool = pool(&url, settings);
+        let mut client = pool.get().unwrap();
+        let value: String = client
+            .query_one("SHOW synchronous_commit", &[])
+            .unwrap()
+            .get(0);
+        assert_eq!(value, expected, "{durability:?}");
+    }
+}
+
+#[test]
+fn eight_concurrent_openers_migrate_a_fresh_database_once() {
+    let server = require_postgres!();
+    for round in 0..3 {
+        let url = fresh(server, "migrate concurrently");
+        let openers = 8;
+        let start = Arc::new(Barrier::new(openers));
+        let handles: Vec<_> = (0..openers)
+            .map(|_| {
+                let url = url.clone();
+                let start = Arc::clone(&start);
+                thread::spawn(move || {
+                    // Each opener is a pool of its own, as a separate process would be.
+                    let pool = Pool::connect(&url, Settings::default())?;
+                    start.wait();
+                    let started = Instant::now();
+                    let migrated = pool.migrate(&NOTES_V3)?;
+                    Ok::<_, DbError>((migrated, started.elapsed()))
+                })
+            })
+            .collect();
+        let results: Vec<(Migrated, Duration)> = handles
+            .into_iter()
+            .map(|h| h.join().unwrap().unwrap_or_else(|e| panic!("{e}")))
+            .collect();
+        let applied = results
+            .iter()
+            .filter(|(m, _)| *m == Migrated::Applied { from: 0, to: 3 })
+            .count();
+        assert_eq!(applied, 1, "{results:?}");
+        assert!(
+            results
+                .iter()
+                .all(|(m, _)| matches!(m, Migrated::Applied { .. } | Migrated::Current)),
+            "{results:?}"
+        );
+        let slowest = results.iter().map(|(_, d)| *d).max().unwrap_or_default();
+        eprintln!("round {round}: 8 concurrent migrations, slowest {slowest:?}");
+
+        let pool = pool(&url, Settings::default());
+        let mut client = pool.get().unwrap();
+        assert_eq!(
+            postgres::schema_version(&mut client, pool.target(), &NOTES_V3).unwrap(),
+            Some(3)
+        );
+        let logged: i64 = client
+            .query_one("SELECT count(*) FROM note_log", &[])
+            .unwrap()
+            .get(0);
+        assert_eq!(logged, 1, "step 2 ran {logged} times");
+        // Once current, migrating again is a read.
+        assert_eq!(pool.migrate(&NOTES_V3).unwrap(), Migrated::Current);
+    }
+}
+
+#[test]
+fn migrations_apply_in_steps_and_a_newer_database_is_refused() {
+    let server = require_postgres!();
+    let url = fresh(server, "migrate newer");
+    let pool = pool(&url, Settings::default());
+    assert_eq!(
+        pool.migrate(&prefix(1)).unwrap(),
+        Migrated::Applied { from: 0, to: 1 }
+    );
+    assert_eq!(
+        pool.migrate(&NOTES_V3).unwrap(),
+        Migrated::Applied { from: 1, to: 3 }
+    );
+
+    let error = pool.migrate(&prefix(2)).unwrap_err();
+    match &error {
+        DbError::PgSchemaTooNew {
+            component,
+            found,
+            supported,
+            ..
+        } => assert_eq!((*component, *found, *supported), ("note", 3, 2)),
+        other => panic!("{other}"),
+    }
+    let message = error.to_string();
+    assert!(message.contains("schema version 3"), "{message}");
+    assert!(message.contains("upgrade Mnemon"), "{message}");
+    assert!(!message.contains("postgres://"), "{message}");
+    let mut client = pool.get().unwrap();
+    assert_eq!(
+        postgres::schema_version(&mut client, pool.target(), &NOTES_V3).unwrap(),
+        Some(3)
+    );
+}
+
+#[test]
+fn a_failing_step_leaves_the_database_unchanged() {
+    let server = require_postgres!();
+    let url = fresh(server, "migrate failing");
+    let pool = pool(&url, Settings::default());
+    static BROKEN: Schema = Schema {
+        component: "note",
+        table: "note_schema",
+        key_column: "singleton",
+        migrations: &[
+            Migration {
+                version: 1,
+                sql: "CREATE TABLE note_notes (id BIGINT PRIMARY KEY);",
+            },
+            Migration {
+                version: 2,
+                sql: "ALTER TABLE note_missing ADD COLUMN x INT;",
+            },
+        ],
+    };
+    let error = pool.migrate(&BROKEN).unwrap_err();
+    match &error {
+        DbError::PgMigration {
+            version, detail, ..
+        } => {
+            assert_eq!(*version, 2);
+            assert!(detail.contains("42P01"), "{detail}");
+        }
+        other => panic!("{other}"),
+    }
+    assert!(error.to_string().contains("left unchanged"), "{error}");
+    let mut client = pool.get().unwrap();
+    assert_eq!(
+        postgres::schema_version(&mut client, pool.target(), &BROKEN).unwrap(),
+        None
+    );
+    let exists: bool = client
+        .query_one("SELECT to_regclass('note_notes') IS NOT NULL", &[])
+        .unwrap()
+        .get(0);
+    assert!(!exists, "step 1 was kept although step 2 failed");
+}
+
+#[test]
+fn a_malformed_url_is_a_bad_url() {
+    for url in [
+        "postgres://postgres@127.0.0.1:99999/db",
+        "http://127.0.0.1/db",
+        "postgres://u:s3cret@127.0.0.1/db?sslmode=sometimes",
+    ] {
+        let error = refused(url);
+        assert!(matches!(error, DbError::BadUrl { .. }), "{url}: {error}");
+        assert!(!error.to_string().contains("s3cret"), "{error}");
+    }
+}
+
+#[test]
+fn a_closed_port_is_unreachable() {
+    let port = {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().port()
+    };
+    let error = refused(&format!("postgres://postgres:s3cret@127.0.0.1:{port}/db"));
+    assert!(matches!(error, DbError::Unreachable { .. }), "{error}");
+    let message = error.to_string();
+    assert!(message.contains(&format!("127.0.0.1:{port}")), "{message}");
+    assert!(message.contains("check the host and port"), "{message}");
+    assert!(!message.contains("s3cret"), "{message}");
+}
+
+#[test]
+fn a_missing_database_is_named() {
+    let server = require_postgres!();
+    let error = refused(&server.url("no_such_database"));
+    match &error {
+        DbError::DatabaseMissing { database, .. } => assert_eq!(database, "no_such_database"),
+        other => panic!("{other}"),
+    }
+    assert!(
+        error.to_string().contains("createdb no_such_database"),
+        "{error}"
+    );
+}
+
+#[test]
+fn a_wrong_or_missing_password_is_auth_refused_and_a_restart_is_server_gone() {
+    // This test changes pg_hba.conf and restarts the server: a server of its own.
+    if !mnemon_tests::postgres::require_binaries() {
+        return;
+    }
+    let server = PgServer::start().unwrap_or_else(|error| panic!("{error}"));
+    let mut admin = server.connect("postgres").unwrap();
+    admin
+        .batch_execute("CREATE ROLE mnemon_pw LOGIN PASSWORD 'right-pw'")
+        .unwrap();
+    let hba: String = admin.query_one("SHOW hba_file", &[]).unwrap().get(0);
+    let rules = std::fs::read_to_string(&hba).unwrap();
+    // First match wins: this role must authenticate with a password, everyone else is trusted.
+    std::fs::write(
+        &hba,
+        format!("host all mnemon_pw 127.0.0.1/32 scram-sha-256\n{rules}"),
+    )
+    .unwrap();
+    admin.batch_execute("SELECT pg_reload_conf()").unwrap();
+    let port = server.port();
+    let url = |password: &str| format!("postgres://mnemon_pw{password}@127.0.0.1:{port}/postgres");
+
+    // The reload is asynchronous: wait until the rule is in force.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let wrong = loop {
+        match Pool::connect(&url(":wrong-pw"), Settings::default()) {
+            Err(error) => break error,
+            Ok(_) if Instant::now() < deadline => thread::sleep(Duration::from_millis(50)),
+            Ok(_) => panic!("pg_hba.conf rule not in force after 10 s"),
+        }
+    };
+    assert!(matches!(wrong, DbError::AuthRefused { .. }), "{wrong}");
+    let message = wrong.to_string();
+    assert!(message.contains("28P01"), "{message}");
+    assert!(
+        message.contains("check the user name and password"),
+        "{message}"
+    );
+    assert!(!message.contains("wrong-pw"), "{message}");
+
+    let missing = refused(&url(""));
+    assert!(matches!(missing, DbError::AuthRefused { .. }), "{missing}");
+    assert!(missing.to_string().contains("password"), "{missing}");
+
+    let pool = pool(&url(":right-pw"), Settings::default());
+    let mut client = pool.get().unwrap();
+    backend_pid(&mut client);
+
+    // A restart: the connection in hand reports ServerGone; the pool then opens a new one.
+    server.restart().unwrap_or_else(|error| panic!("{error}"));
+    let error = client
+        .query_one("SELECT 1", &[])
+        .map(|_| ())
+        .map_err(|e| postgres::error(&e, pool.target(), "selecting 1"))
+        .unwrap_err();
+    assert!(matches!(error, DbError::ServerGone { .. }), "{error}");
+    drop(client);
+    let mut client = pool.get().unwrap();
+    backend_pid(&mut client);
+}
+
+#[test]
+fn the_vector_extension_is_detected_and_created() {
+    let server = require_postgres!();
+    let url = fresh(server, "vector detect");
+    let pool = pool(&url, Settings::default());
+    let mut client = pool.get().unwrap();
+    let first = postgres::vector_support(&mut client, pool.target()).unwrap();
+    match &first {
+        VectorSupport::Available { version } => assert_eq!(version, "0.6.2"),
+        other => panic!("{other}"),
+    }
+    // Created in the database: a vector column now works, and asking again finds it.
+    client
+        .batch_execute("CREATE TABLE v (e vector(3)); INSERT INTO v VALUES ('[1,2,3]')")
+        .unwrap();
+    assert_eq!(
+        postgres::vector_support(&mut client, pool.target()).unwrap(),
+        first
+    );
+}
+
+#[test]
+fn the_vector_extension_is_unavailable_to_a_user_who_may_not_create_it() {
+    let server = require_postgres!();
+    let url = fresh(server, "vector unprivileged");
+    let database = url.rsplit('/').next().unwrap_or_default().to_owned();
+    let mut admin = server.connect(&database).unwrap();
+    admin
+        .batch_execute(&format!(
+            "DO $$ BEGIN CREATE ROLE mnemon_plain LOGIN; \
+             EXCEPTION WHEN duplicate_object THEN NULL; END $$; \
+             GRANT CREATE ON DATABASE \"{database}\" TO mnemon_plain"
+        ))
+        .unwrap();
+    let pool = pool(
+        &format!(
+            "postgres://mnemon_plain@127.0.0.1:{}/{database}",
+            server.port()
+        ),
+        Settings::default(),
+    );
+    let mut client = pool.get().unwrap();
+    let support = postgres::vector_support(&mut client, pool.target()).unwrap();
+    match &support {
+        VectorSupport::Unavailable { reason } => {
+            assert!(reason.contains("may not create it"), "{reason}");
+            assert!(reason.contains("42501"), "{reason}");
+        }
+        other => panic!("{other}"),
+    }
+    // Nothing half-done: the connection is usable, and once a superuser creates it, it is seen.
+    backend_pid(&mut client);
+    admin.batch_execute("CREATE EXTENSION vector").unwrap();
+    assert!(
+        postgres::vector_support(&mut client, pool.target())
+            .unwrap()
+            .is_available()
+    );
+}
