@@ -1,19 +1,30 @@
-//! Storage plumbing shared by the Mnemon stores: how a connection is set up, how hard a commit
-//! works to survive crashes, how a component's schema is versioned and migrated, how a
-//! database is opened read-only, and how a whole file is replaced atomically.
+//! Storage plumbing shared by the Mnemon stores, for both backends: how a connection is set
+//! up, how hard a commit works to survive crashes, how a component's schema is versioned and
+//! migrated, which tenant a record belongs to, how a database is opened read-only, and how a
+//! whole file is replaced atomically.
 //!
 //! The asset store (`mnemon-store`), the artifact store (`mnemon-artifacts`) and the memory
-//! store (`mnemon-memory`) share one database file per data directory (`docs/ARCHITECTURE.md`).
-//! Each keeps its own tables behind a prefix (`asset_`, `artifact_`, `memory_`) and its own
-//! schema table (`asset_schema`, `artifact_schema`, `memory_schema`); everything else about the
-//! connection is decided here, once:
+//! store (`mnemon-memory`) share one database per data directory (`docs/ARCHITECTURE.md`): one
+//! SQLite file by default, or one PostgreSQL database named by a `postgres://` URL. Each keeps
+//! its own tables behind a prefix (`asset_`, `artifact_`, `memory_`) and its own schema table
+//! (`asset_schema`, `artifact_schema`, `memory_schema`); everything else about the connection
+//! is decided here, once:
 //!
-//! - [`Durability`]: one type, one default for every store (see below).
-//! - [`sqlite`] (feature `sqlite`, on by default): WAL journal, busy timeout, `synchronous`,
-//!   the versioned schema table and its [`Migration`](sqlite::Migration) steps, and read-only
-//!   opening for read commands and read-only media. A PostgreSQL backend is meant to sit
-//!   beside it behind a `postgres` feature, reusing [`Durability`], [`DbError`] and the
-//!   migration shape.
+//! - Backend-neutral, always available: [`Durability`], one type and one default for every
+//!   store and backend (see below); [`Schema`] and [`Migration`] ([`schema`]), a component's
+//!   numbered steps and version table, one `Schema` value per backend since the SQL differs;
+//!   [`Namespace`] ([`namespace`]), the validated tenant name every record carries, whose
+//!   default (`default`) keeps a data directory's behaviour from before namespaces; [`DbError`],
+//!   every failure with what to fix.
+//! - `sqlite` (feature `sqlite`, on by default): WAL journal, busy timeout, `synchronous`,
+//!   migrations in a `BEGIN IMMEDIATE` transaction, and read-only opening for read commands
+//!   and read-only media.
+//! - `postgres` (feature `postgres`, off by default): a bounded connection pool opened from a
+//!   `postgres://` URL, with errors for a malformed URL, a refused login, an unreachable server,
+//!   a missing database and a lost connection; migrations applied once under
+//!   `pg_advisory_xact_lock`, so that many processes may start at once; detection of the
+//!   `vector` extension (pgvector), so memory can choose an HNSW index or exact scoring. The
+//!   tests run it against a real server (`docs/postgres.md`).
 //! - [`atomic_file`] (always available): [`write_atomic`](atomic_file::write_atomic) replaces a
 //!   file atomically and durably (temporary file, fsync, rename, directory fsync), streaming.
 //!   Artifact content, library sidecars, imported libraries and memory exports all use it.
@@ -27,6 +38,8 @@
 //! to `Normal`; an agent's conversation is as much the user's data as an asset, and the cost of
 //! the extra fsync per commit is paid once per batch by the stores' batch writes. Programs that
 //! prefer speed over the last seconds of writes on power loss choose [`Durability::Normal`].
+//! On PostgreSQL, `Full` keeps `synchronous_commit = on` and `Normal` turns
+//! it off (a server crash may lose the last commits, never corrupting the database).
 //!
 //! # Concurrency
 //!
@@ -34,6 +47,8 @@
 //! can meet `SQLITE_BUSY` outside SQLite's busy handler (switching to WAL in particular) is
 //! retried until the busy timeout. A database whose schema is current is opened without taking
 //! the write lock, so readers keep working while another process holds a write transaction.
+//! On PostgreSQL the migration takes an advisory lock per schema inside its transaction; a
+//! current schema is read without it.
 //!
 //! ```
 //! use mnemon_db::Durability;

@@ -307,17 +307,26 @@ fn has_io_error(error: &::postgres::Error) -> bool {
     false
 }
 
-/// An error and its sources, `: `-separated; a server error adds its SQLSTATE code.
+/// An error and its sources, `: `-separated; a server error is its message, detail and hint
+/// with its SQLSTATE code (the client's "db error: ERROR:" prefix says nothing).
 fn chain(error: &::postgres::Error) -> String {
+    if let Some(db) = error.as_db_error() {
+        let mut text = db.message().to_owned();
+        if let Some(detail) = db.detail() {
+            text.push_str(&format!("; detail: {detail}"));
+        }
+        if let Some(hint) = db.hint() {
+            text.push_str(&format!("; hint: {hint}"));
+        }
+        text.push_str(&format!(" (SQLSTATE {})", db.code().code()));
+        return text;
+    }
     let mut text = error.to_string();
     let mut source = error.source();
     while let Some(e) = source {
         text.push_str(": ");
         text.push_str(&e.to_string());
         source = e.source();
-    }
-    if let Some(code) = error.code() {
-        text.push_str(&format!(" (SQLSTATE {})", code.code()));
     }
     text
 }
