@@ -235,7 +235,11 @@ fn eight_concurrent_openers_migrate_a_fresh_database_once() {
                     start.wait();
                     let started = Instant::now();
                     let migrated = pool.migrate(&NOTES_V3)?;
-                    Ok::<_, DbError>((migrated, started.elapsed()))
+                    let elapsed = started.elapsed();
+                    // Creating the extension races the same way without its lock.
+                    let vector = pool.vector_support()?;
+                    assert!(vector.is_available(), "{vector}");
+                    Ok::<_, DbError>((migrated, elapsed))
                 })
             })
             .collect();

@@ -639,6 +639,14 @@ mod tests {
     }
 
     #[test]
+    fn pools_and_connections_cross_threads() {
+        fn shared<T: Send + Sync + Clone>() {}
+        fn sent<T: Send>() {}
+        shared::<Pool>();
+        sent::<PooledClient>();
+    }
+
+    #[test]
     fn vector_support_reads_as_a_log_line() {
         let yes = VectorSupport::Available {
             version: "0.6.2".into(),

@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use ::postgres::Client;
 
-use super::{Endpoint, Migrated, Settings};
+use super::{Endpoint, Migrated, Settings, VectorSupport};
 use crate::DbError;
 use crate::Schema;
 
@@ -145,6 +145,13 @@ impl Pool {
     pub fn migrate(&self, schema: &Schema) -> Result<Migrated, DbError> {
         let mut client = self.get()?;
         super::migrate(&mut client, self.target(), schema)
+    }
+
+    /// Whether the `vector` extension can be used, creating it if possible, with one of the
+    /// pool's connections: see [`vector_support`](super::vector_support).
+    pub fn vector_support(&self) -> Result<VectorSupport, DbError> {
+        let mut client = self.get()?;
+        super::vector_support(&mut client, self.target())
     }
 
     /// The database, server and user this pool connects to, for messages (never the
