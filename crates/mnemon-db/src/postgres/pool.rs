@@ -41,6 +41,11 @@ struct Idle {
 
 /// A connection checked out of a [`Pool`]; it goes back when dropped (or is discarded, if it
 /// was closed). It dereferences to [`postgres::Client`](::postgres::Client).
+///
+/// Open transactions with [`Client::transaction`], which rolls back when dropped: a connection
+/// returned inside a transaction begun with a plain `BEGIN` would hand that transaction to the
+/// next caller (the pool cannot see it without a round trip). Session settings changed with
+/// `SET` likewise stay with the connection; [`discard`](PooledClient::discard) it instead.
 pub struct PooledClient {
     client: Option<Client>,
     pool: Arc<Inner>,
