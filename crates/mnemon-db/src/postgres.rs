@@ -148,9 +148,8 @@ impl Endpoint {
             detail: detail.to_owned(),
         };
         let scheme_ok = ["postgres://", "postgresql://"].iter().any(|scheme| {
-            url.len() >= scheme.len()
-                && url.is_char_boundary(scheme.len())
-                && url[..scheme.len()].eq_ignore_ascii_case(scheme)
+            url.get(..scheme.len())
+                .is_some_and(|head| head.eq_ignore_ascii_case(scheme))
         });
         if !scheme_ok {
             return Err(bad("it does not start with postgres:// or postgresql://"));
