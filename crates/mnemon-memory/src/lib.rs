@@ -8,6 +8,12 @@
 //!   file in WAL mode holding many threads, scoped by user, agent and session; an acknowledged
 //!   write survives `kill -9`. Connection setup, durability and the schema's migrations are
 //!   `mnemon-db`'s, shared with the other stores.
+//! - [`PostgresMemoryStore`] / [`PostgresMemory`] (feature `postgres`): the same threads in a
+//!   PostgreSQL database shared by many processes and machines, with pgvector HNSW indexes on
+//!   the embeddings when the extension is there (docs/postgres.md).
+//! - Durable stores are opened for one [`Namespace`] (tenant): no call through a handle reads,
+//!   lists, counts, searches or deletes another namespace's threads. The default namespace holds
+//!   everything written before namespaces existed.
 //! - Retrieval ([`RetrievalQuery`], [`RetrieveOptions`], [`Metric`]) shortlists with the SIMD
 //!   scan of `mnemon-vector` over a cached, aligned embedding matrix, and returns the spec's
 //!   exact `f64` scores (results equal scoring every message in `f64`); any
@@ -56,8 +62,12 @@ mod load;
 mod marks;
 mod memory;
 mod ops;
+#[cfg(feature = "postgres")]
+mod postgres;
 mod report;
 mod retrieval;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+mod scope;
 #[cfg(feature = "sqlite")]
 mod sqlite;
 mod thread;
@@ -69,11 +79,17 @@ pub use error::MemoryError;
 pub use in_memory::InMemoryMemory;
 pub use marks::{MAX_MARK_BYTES, validate_mark};
 pub use memory::{AddOptions, Memory, MemoryQuery, MsgFilter};
+/// The tenant a durable store is opened for (`mnemon-db`'s one type for every store).
+pub use mnemon_db::Namespace;
 /// The token counters of [`Memory::recall_within_budget`], kept in `mnemon-types` beside
 /// `Embedder` and re-exported here.
 pub use mnemon_types::{Tokenizer, WhitespaceTokenizer};
+#[cfg(feature = "postgres")]
+pub use postgres::{PostgresMemory, PostgresMemoryOptions, PostgresMemoryStore, VectorMode};
 pub use report::{AddReport, DeleteByIdReport, DeleteReport};
 pub use retrieval::{Metric, RetrievalQuery, RetrieveOptions, Retrieved, ScoreFn};
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub use scope::Scope;
 #[cfg(feature = "sqlite")]
-pub use sqlite::{Scope, SqliteMemory, SqliteMemoryOptions, SqliteMemoryStore};
+pub use sqlite::{SqliteMemory, SqliteMemoryOptions, SqliteMemoryStore};
 pub use tokens::{BudgetOptions, BudgetRecall};

@@ -24,10 +24,9 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use mnemon_db::sqlite::{self, Migration, Schema, Settings};
-use mnemon_db::{DbError, Durability};
+use mnemon_db::{DbError, Durability, Namespace};
 use mnemon_types::{Msg, MsgFactory, MsgKind};
 use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior, params};
-use serde::Serialize;
 use serde_json::Value;
 
 use crate::clock::default_factory;
@@ -37,6 +36,7 @@ use crate::error::MemoryError;
 use crate::load::decode_stream;
 use crate::ops::Backend;
 use crate::report::AddReport;
+pub use crate::scope::Scope;
 use crate::thread::{Change, ThreadState};
 
 /// The memory tables' schema: `memory_schema` holds the version (its key column is `id`, as in
@@ -45,10 +45,16 @@ static SCHEMA: Schema = Schema {
     component: "memory",
     table: "memory_schema",
     key_column: "id",
-    migrations: &[Migration {
-        version: 1,
-        sql: SCHEMA_V1,
-    }],
+    migrations: &[
+        Migration {
+            version: 1,
+            sql: SCHEMA_V1,
+        },
+        Migration {
+            version: 2,
+            sql: SCHEMA_V2,
+        },
+    ],
 };
 
 const SCHEMA_V1: &str = "
@@ -69,14 +75,59 @@ CREATE TABLE memory_marks (
     ON DELETE CASCADE);
 ";
 
+/// Version 2: every thread belongs to a namespace (the tenant, `mnemon_db::Namespace`), and a
+/// scope is unique within its namespace. SQLite cannot change a table's constraints in place,
+/// so the three tables are rebuilt under new names and renamed back (renaming rewrites the
+/// foreign keys that point at them; dropping the old parents first would cascade into the new
+/// children). Existing threads get the default namespace, so a file written before namespaces
+/// reads as before. The `AUTOINCREMENT` counter carries over: thread ids are never reused, which
+/// is what keeps a mirror's `(thread_id, rev)` from matching a different thread.
+const SCHEMA_V2: &str = "
+CREATE TABLE memory_threads_v2 (
+  thread_id INTEGER PRIMARY KEY AUTOINCREMENT,
+  namespace TEXT NOT NULL,
+  user_id TEXT NOT NULL, agent_id TEXT NOT NULL, session_id TEXT NOT NULL,
+  rev INTEGER NOT NULL DEFAULT 0, created_at TEXT NOT NULL,
+  UNIQUE (namespace, user_id, agent_id, session_id));
+CREATE TABLE memory_messages_v2 (
+  thread_id INTEGER NOT NULL REFERENCES memory_threads_v2 ON DELETE CASCADE,
+  seq INTEGER NOT NULL, msg_id TEXT NOT NULL, kind TEXT NOT NULL, body TEXT NOT NULL,
+  embedding BLOB,
+  PRIMARY KEY (thread_id, seq), UNIQUE (thread_id, msg_id));
+CREATE TABLE memory_marks_v2 (
+  thread_id INTEGER NOT NULL, msg_id TEXT NOT NULL, pos INTEGER NOT NULL, mark TEXT NOT NULL,
+  PRIMARY KEY (thread_id, msg_id, mark),
+  FOREIGN KEY (thread_id, msg_id) REFERENCES memory_messages_v2 (thread_id, msg_id)
+    ON DELETE CASCADE);
+INSERT INTO memory_threads_v2
+  SELECT thread_id, 'default', user_id, agent_id, session_id, rev, created_at
+  FROM memory_threads;
+INSERT INTO memory_messages_v2
+  SELECT thread_id, seq, msg_id, kind, body, embedding FROM memory_messages;
+INSERT INTO memory_marks_v2 SELECT thread_id, msg_id, pos, mark FROM memory_marks;
+DELETE FROM sqlite_sequence WHERE name = 'memory_threads_v2';
+INSERT INTO sqlite_sequence (name, seq)
+  SELECT 'memory_threads_v2', seq FROM sqlite_sequence WHERE name = 'memory_threads';
+DROP TABLE memory_marks;
+DROP TABLE memory_messages;
+DROP TABLE memory_threads;
+ALTER TABLE memory_threads_v2 RENAME TO memory_threads;
+ALTER TABLE memory_messages_v2 RENAME TO memory_messages;
+ALTER TABLE memory_marks_v2 RENAME TO memory_marks;
+";
+
 /// Options of [`SqliteMemoryStore::open`].
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct SqliteMemoryOptions {
     /// How hard a commit is pushed to disk: [`Durability`], `mnemon-db`'s one type and one
     /// default for every store.
     pub durability: Durability,
     /// How long to wait for another process's write lock before failing with `Storage`.
     pub busy_timeout: Duration,
+    /// The tenant the store is opened for: every thread it creates, lists, reads or drops is
+    /// this namespace's, and no call through it reaches another's. The default namespace holds
+    /// everything written before namespaces existed.
+    pub namespace: Namespace,
 }
 
 impl SqliteMemoryOptions {
@@ -96,55 +147,7 @@ impl Default for SqliteMemoryOptions {
         SqliteMemoryOptions {
             durability: shared.durability,
             busy_timeout: shared.busy_timeout,
-        }
-    }
-}
-
-/// Which thread a memory is: optional user, agent and session ids. The all-`None` scope is the
-/// default thread.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize)]
-pub struct Scope {
-    /// The user.
-    pub user_id: Option<String>,
-    /// The agent.
-    pub agent_id: Option<String>,
-    /// The session.
-    pub session_id: Option<String>,
-}
-
-impl Scope {
-    /// The scope of one session, with no user or agent.
-    pub fn session(session_id: impl Into<String>) -> Self {
-        Scope {
-            session_id: Some(session_id.into()),
-            ..Scope::default()
-        }
-    }
-
-    /// The stored columns: `None` is `''`; `Some("")` is rejected.
-    fn columns(&self) -> Result<[&str; 3], MemoryError> {
-        fn column<'a>(value: &'a Option<String>, field: &str) -> Result<&'a str, MemoryError> {
-            match value.as_deref() {
-                None => Ok(""),
-                Some("") => Err(MemoryError::InvalidScope {
-                    field: field.into(),
-                }),
-                Some(v) => Ok(v),
-            }
-        }
-        Ok([
-            column(&self.user_id, "user_id")?,
-            column(&self.agent_id, "agent_id")?,
-            column(&self.session_id, "session_id")?,
-        ])
-    }
-
-    fn from_columns(user: String, agent: String, session: String) -> Self {
-        let some = |s: String| (!s.is_empty()).then_some(s);
-        Scope {
-            user_id: some(user),
-            agent_id: some(agent),
-            session_id: some(session),
+            namespace: Namespace::default(),
         }
     }
 }
@@ -154,12 +157,14 @@ pub struct SqliteMemoryStore {
     conn: Mutex<Connection>,
     path: PathBuf,
     factory: MsgFactory,
+    namespace: Namespace,
 }
 
 impl std::fmt::Debug for SqliteMemoryStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SqliteMemoryStore")
             .field("path", &self.path)
+            .field("namespace", &self.namespace)
             .finish_non_exhaustive()
     }
 }
@@ -185,6 +190,7 @@ impl SqliteMemoryStore {
             conn: Mutex::new(conn),
             path,
             factory,
+            namespace: options.namespace,
         }))
     }
 
@@ -202,12 +208,18 @@ impl SqliteMemoryStore {
             conn: Mutex::new(read.conn),
             path,
             factory: default_factory(),
+            namespace: options.namespace,
         }))
     }
 
     /// The database file.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// The namespace (tenant) the store was opened for.
+    pub fn namespace(&self) -> &Namespace {
+        &self.namespace
     }
 
     fn lock(&self) -> MutexGuard<'_, Connection> {
@@ -220,7 +232,7 @@ impl SqliteMemoryStore {
         {
             let mut conn = self.lock();
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-            thread_row(&tx, &scope, Some(&self.factory))?;
+            thread_row(&tx, &self.namespace, &scope, Some(&self.factory))?;
             tx.commit()?;
         }
         Ok(SqliteMemory {
@@ -258,7 +270,7 @@ impl SqliteMemoryStore {
         let exists = {
             let mut conn = self.lock();
             let tx = conn.transaction()?;
-            let found = thread_row(&tx, &scope, None)?.is_some();
+            let found = thread_row(&tx, &self.namespace, &scope, None)?.is_some();
             tx.commit()?;
             found
         };
@@ -269,25 +281,28 @@ impl SqliteMemoryStore {
         }))
     }
 
-    /// Every thread's scope, oldest first.
+    /// Every thread's scope in the store's namespace, oldest first.
     pub fn threads(&self) -> Result<Vec<Scope>, MemoryError> {
         let conn = self.lock();
         let mut stmt = conn.prepare(
-            "SELECT user_id, agent_id, session_id FROM memory_threads ORDER BY thread_id",
+            "SELECT user_id, agent_id, session_id FROM memory_threads WHERE namespace = ?1
+             ORDER BY thread_id",
         )?;
-        let rows = stmt.query_map([], |r| {
+        let rows = stmt.query_map([self.namespace.as_str()], |r| {
             Ok(Scope::from_columns(r.get(0)?, r.get(1)?, r.get(2)?))
         })?;
         Ok(rows.collect::<Result<Vec<_>, _>>()?)
     }
 
-    /// Deletes a thread with its messages and marks; returns whether it existed.
+    /// Deletes a thread of the store's namespace with its messages and marks; returns whether
+    /// it existed.
     pub fn drop_thread(&self, scope: &Scope) -> Result<bool, MemoryError> {
         let [user, agent, session] = scope.columns()?;
         let conn = self.lock();
         let n = conn.execute(
-            "DELETE FROM memory_threads WHERE user_id = ?1 AND agent_id = ?2 AND session_id = ?3",
-            params![user, agent, session],
+            "DELETE FROM memory_threads
+             WHERE namespace = ?1 AND user_id = ?2 AND agent_id = ?3 AND session_id = ?4",
+            params![self.namespace.as_str(), user, agent, session],
         )?;
         Ok(n > 0)
     }
@@ -320,10 +335,12 @@ fn db_error(error: DbError) -> MemoryError {
     }
 }
 
-/// The thread's `(thread_id, rev)`; created (with `factory`'s clock) when missing and a factory
-/// is given.
+/// The thread's `(thread_id, rev)` in `namespace`; created (with `factory`'s clock) when
+/// missing and a factory is given. Every other statement reaches rows through the `thread_id`
+/// found here, which is how a handle never sees another namespace's rows.
 fn thread_row(
     tx: &Transaction<'_>,
+    namespace: &Namespace,
     scope: &Scope,
     create_with: Option<&MsgFactory>,
 ) -> Result<Option<(i64, i64)>, MemoryError> {
@@ -331,9 +348,9 @@ fn thread_row(
     let found = tx
         .prepare_cached(
             "SELECT thread_id, rev FROM memory_threads
-             WHERE user_id = ?1 AND agent_id = ?2 AND session_id = ?3",
+             WHERE namespace = ?1 AND user_id = ?2 AND agent_id = ?3 AND session_id = ?4",
         )?
-        .query_row(params![user, agent, session], |r| {
+        .query_row(params![namespace.as_str(), user, agent, session], |r| {
             Ok((r.get(0)?, r.get(1)?))
         })
         .optional()?;
@@ -342,9 +359,9 @@ fn thread_row(
         (None, None) => Ok(None),
         (None, Some(factory)) => {
             tx.execute(
-                "INSERT INTO memory_threads (user_id, agent_id, session_id, created_at)
-                 VALUES (?1, ?2, ?3, ?4)",
-                params![user, agent, session, factory.now()],
+                "INSERT INTO memory_threads (namespace, user_id, agent_id, session_id, created_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5)",
+                params![namespace.as_str(), user, agent, session, factory.now()],
             )?;
             Ok(Some((tx.last_insert_rowid(), 0)))
         }
@@ -671,7 +688,7 @@ impl Backend for SqliteMemory {
     fn read<R>(&self, f: impl FnOnce(&ThreadState) -> R) -> Result<R, MemoryError> {
         let mut conn = self.store.lock();
         let tx = conn.transaction()?;
-        let thread = thread_row(&tx, &self.scope, None)?;
+        let thread = thread_row(&tx, &self.store.namespace, &self.scope, None)?;
         let mut mirror = self.mirror();
         mirror.sync(&tx, thread, &self.store.factory)?;
         tx.commit()?;
@@ -685,7 +702,12 @@ impl Backend for SqliteMemory {
     ) -> Result<R, MemoryError> {
         let mut conn = self.store.lock();
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let Some((thread_id, rev)) = thread_row(&tx, &self.scope, Some(&self.store.factory))?
+        let Some((thread_id, rev)) = thread_row(
+            &tx,
+            &self.store.namespace,
+            &self.scope,
+            Some(&self.store.factory),
+        )?
         else {
             return Err(corrupt("the thread could not be created".into()));
         };
@@ -711,7 +733,8 @@ impl Backend for SqliteMemory {
         // One read transaction: the snapshot taken at its first read serves the whole scan,
         // while other processes go on writing.
         let tx = conn.transaction()?;
-        let Some((thread_id, rev)) = thread_row(&tx, &self.scope, None)? else {
+        let Some((thread_id, rev)) = thread_row(&tx, &self.store.namespace, &self.scope, None)?
+        else {
             return Ok(0);
         };
         let mirror = self.mirror();
@@ -737,7 +760,8 @@ impl Backend for SqliteMemory {
     ) -> Result<Vec<Msg>, MemoryError> {
         let mut conn = self.store.lock();
         let tx = conn.transaction()?;
-        let Some((thread_id, rev)) = thread_row(&tx, &self.scope, None)? else {
+        let Some((thread_id, rev)) = thread_row(&tx, &self.store.namespace, &self.scope, None)?
+        else {
             return Ok(Vec::new());
         };
         let mirror = self.mirror();
@@ -758,7 +782,9 @@ impl Backend for SqliteMemory {
         // document that fails anywhere (or an I/O error) rolls all of it back, so a failed
         // import leaves neither rows nor an empty thread behind.
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let Some((thread_id, _)) = thread_row(&tx, &self.scope, Some(factory))? else {
+        let Some((thread_id, _)) =
+            thread_row(&tx, &self.store.namespace, &self.scope, Some(factory))?
+        else {
             return Err(corrupt("the thread could not be created".into()));
         };
         if overwrite {
@@ -1076,5 +1102,70 @@ mod stream_tests {
             );
         }
         assert_eq!(store.threads().unwrap(), vec![Scope::session("kept")]);
+    }
+}
+
+/// Issue 13, item 3: version 2 gives every thread a namespace; a file written before it keeps
+/// its threads, messages, marks and thread-id counter, all in the default namespace.
+#[cfg(test)]
+mod namespace_tests {
+    use super::*;
+    use crate::{Memory, MemoryQuery};
+
+    #[test]
+    fn a_version_1_file_migrates_into_the_default_namespace() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("v1.sqlite3");
+        let v1 = Schema {
+            migrations: &SCHEMA.migrations[..1],
+            ..SCHEMA
+        };
+        {
+            let conn =
+                sqlite::open(&path, &SqliteMemoryOptions::default().settings(), &v1).unwrap();
+            conn.execute_batch(
+                "INSERT INTO memory_threads (thread_id, user_id, agent_id, session_id, rev,
+                   created_at) VALUES (1, '', '', 's', 3, 't'), (7, 'u', '', 'gone', 1, 't');
+                 DELETE FROM memory_threads WHERE thread_id = 7;
+                 INSERT INTO memory_messages (thread_id, seq, msg_id, kind, body) VALUES
+                   (1, 1, 'a', 'msg', '{\"id\":\"a\",\"name\":\"n\",\"content\":\"one\",\"role\":\"user\",\"metadata\":null,\"timestamp\":\"t\"}');
+                 INSERT INTO memory_marks (thread_id, msg_id, pos, mark) VALUES (1, 'a', 0, 'pin');",
+            )
+            .unwrap();
+        }
+        let store = SqliteMemoryStore::open(&path, SqliteMemoryOptions::default()).unwrap();
+        assert_eq!(store.threads().unwrap(), [Scope::session("s")]);
+        let memory = store.existing_memory(Scope::session("s")).unwrap().unwrap();
+        let all = memory.get_memory(&MemoryQuery::default()).unwrap();
+        assert_eq!(all.len(), 1);
+        assert_eq!(all[0].id(), "a");
+        assert_eq!(memory.marks_of("a").unwrap(), Some(vec!["pin".to_owned()]));
+        // Thread ids are never reused: the counter had reached 7.
+        store.memory(Scope::session("new")).unwrap();
+        let id: i64 = store
+            .lock()
+            .query_row(
+                "SELECT thread_id FROM memory_threads WHERE session_id = 'new'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(id, 8);
+        drop(store);
+        // Another namespace sees none of it, and may use the same scope.
+        let acme = SqliteMemoryStore::open(
+            &path,
+            SqliteMemoryOptions {
+                namespace: Namespace::new("acme").unwrap(),
+                ..SqliteMemoryOptions::default()
+            },
+        )
+        .unwrap();
+        assert!(acme.threads().unwrap().is_empty());
+        assert!(acme.existing_memory(Scope::session("s")).unwrap().is_none());
+        assert!(!acme.drop_thread(&Scope::session("s")).unwrap());
+        let theirs = acme.memory(Scope::session("s")).unwrap();
+        assert_eq!(theirs.size().unwrap(), 0);
+        assert_eq!(acme.threads().unwrap(), [Scope::session("s")]);
     }
 }

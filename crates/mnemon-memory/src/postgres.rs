@@ -1,0 +1,1155 @@
+//! The durable PostgreSQL memory: the same threads, messages, marks and embeddings as the SQLite
+//! memory (`crate::sqlite`), in a PostgreSQL database that processes on many machines share
+//! (docs/postgres.md).
+//!
+//! **Tables.** `memory_threads`, `memory_messages` and `memory_marks`, versioned in
+//! `memory_schema` with the same numbering as SQLite's (1: the tables; 2: the namespace), so a
+//! copy between the backends can rely on version `n` meaning the same tables on both. The
+//! migrations run through `mnemon_db::postgres::migrate`, under an advisory lock: processes
+//! opening a new database at once never race.
+//!
+//! **Tenants.** A [`PostgresMemoryStore`] is opened for one namespace ([`Namespace`]); every
+//! thread row carries it, and every other row is reached only through a thread id looked up
+//! with it, so nothing a handle does can read, list, count, search or delete another tenant's
+//! data.
+//!
+//! **Consistency.** Every mutating call is one transaction that first locks its thread's row
+//! (`SELECT … FOR UPDATE`), so writers of one thread, in any process, are serialised and the
+//! thread's messages keep one dense order; the call returns after `COMMIT` (with
+//! `synchronous_commit = on` under [`Durability::Full`], the default). Reads run in a
+//! `REPEATABLE READ` read-only transaction, so a scan sees one snapshot. Like the SQLite memory,
+//! each [`PostgresMemory`] mirrors its thread and reloads it when the thread's `rev` (bumped by
+//! every write) changed; thread ids come from a sequence and are never reused.
+//!
+//! **Batches.** An add inserts all its messages with one `INSERT … SELECT FROM UNNEST(…)`
+//! statement (and their marks with one more), inside the call's one transaction: a batch is
+//! stored whole or not at all.
+//!
+//! **pgvector.** When the `vector` extension is available and
+//! [`PostgresMemoryOptions::vector_index`] is on, a second schema (`memory_vector_schema`) adds
+//! an `embedding_v vector` column, filled beside the exact `embedding` bytes, with one partial
+//! HNSW index (`vector_cosine_ops`) per dimension up to 2,000 (pgvector's HNSW limit) created
+//! the first time that dimension is stored. Recall itself always scores exactly with the
+//! crate's own kernel over the mirrored thread (see `crate::retrieval`), so its messages and
+//! scores are those of the SQLite memory on every input; the column and indexes are there for
+//! queries across threads at the database. Which of the two modes a store runs in is logged once
+//! at open (`tracing`, target `mnemon_memory::postgres`) and reported by
+//! [`PostgresMemoryStore::vector_mode`].
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use mnemon_db::postgres::{self as pg, Pool, Settings, VectorSupport};
+use mnemon_db::{DbError, Durability, Migration, Namespace, Schema};
+use mnemon_types::{Msg, MsgFactory, MsgKind};
+use postgres::{IsolationLevel, Row, Transaction};
+use serde_json::Value;
+
+use crate::clock::default_factory;
+use crate::document::LoadSource;
+use crate::entry::Entry;
+use crate::error::MemoryError;
+use crate::load::decode_stream;
+use crate::ops::Backend;
+use crate::report::AddReport;
+use crate::scope::Scope;
+use crate::thread::{Change, ThreadState};
+
+/// The memory tables' schema on PostgreSQL: the same table and version numbers as SQLite's.
+static SCHEMA: Schema = Schema {
+    component: "memory",
+    table: "memory_schema",
+    key_column: "id",
+    migrations: &[
+        Migration {
+            version: 1,
+            sql: SCHEMA_V1,
+        },
+        Migration {
+            version: 2,
+            sql: SCHEMA_V2,
+        },
+    ],
+};
+
+const SCHEMA_V1: &str = "
+CREATE TABLE memory_threads (
+  thread_id BIGSERIAL PRIMARY KEY,
+  user_id TEXT NOT NULL, agent_id TEXT NOT NULL, session_id TEXT NOT NULL,
+  rev BIGINT NOT NULL DEFAULT 0, created_at TEXT NOT NULL,
+  UNIQUE (user_id, agent_id, session_id));
+CREATE TABLE memory_messages (
+  thread_id BIGINT NOT NULL REFERENCES memory_threads ON DELETE CASCADE,
+  seq BIGINT NOT NULL, msg_id TEXT NOT NULL, kind TEXT NOT NULL, body TEXT NOT NULL,
+  embedding BYTEA,
+  PRIMARY KEY (thread_id, seq), UNIQUE (thread_id, msg_id));
+CREATE TABLE memory_marks (
+  thread_id BIGINT NOT NULL, msg_id TEXT NOT NULL, pos BIGINT NOT NULL, mark TEXT NOT NULL,
+  PRIMARY KEY (thread_id, msg_id, mark),
+  FOREIGN KEY (thread_id, msg_id) REFERENCES memory_messages (thread_id, msg_id)
+    ON DELETE CASCADE);
+";
+
+/// Version 2, as on SQLite: every thread belongs to a namespace, and a scope is unique within
+/// its namespace; existing threads get the default namespace.
+const SCHEMA_V2: &str = "
+ALTER TABLE memory_threads ADD COLUMN namespace TEXT NOT NULL DEFAULT 'default';
+ALTER TABLE memory_threads ALTER COLUMN namespace DROP DEFAULT;
+ALTER TABLE memory_threads DROP CONSTRAINT memory_threads_user_id_agent_id_session_id_key;
+ALTER TABLE memory_threads ADD CONSTRAINT memory_threads_scope_key
+  UNIQUE (namespace, user_id, agent_id, session_id);
+";
+
+/// The pgvector column, in a schema of its own because it exists only where the extension does.
+static VECTOR_SCHEMA: Schema = Schema {
+    component: "memory vectors",
+    table: "memory_vector_schema",
+    key_column: "id",
+    migrations: &[Migration {
+        version: 1,
+        sql: "ALTER TABLE memory_messages ADD COLUMN embedding_v vector;",
+    }],
+};
+
+/// pgvector's largest dimension for an HNSW index on `vector`.
+const HNSW_MAX_DIM: usize = 2000;
+
+/// Options of [`PostgresMemoryStore::open`].
+#[derive(Debug, Clone)]
+pub struct PostgresMemoryOptions {
+    /// How hard a commit is pushed to disk: [`Durability::Full`] keeps `synchronous_commit`
+    /// on, [`Durability::Normal`] turns it off (see `mnemon_db::postgres`).
+    pub durability: Durability,
+    /// The most connections the store holds open.
+    pub pool_size: usize,
+    /// The tenant the store is opened for: see the module docs.
+    pub namespace: Namespace,
+    /// Keep embeddings in a pgvector column with HNSW indexes when the `vector` extension is
+    /// available (default on). Off, the store never touches the extension: the "without
+    /// pgvector" configuration the tests also run.
+    pub vector_index: bool,
+}
+
+impl Default for PostgresMemoryOptions {
+    /// The defaults every Mnemon store shares (`mnemon_db::postgres::Settings`).
+    fn default() -> Self {
+        let shared = Settings::default();
+        PostgresMemoryOptions {
+            durability: shared.durability,
+            pool_size: shared.pool_size,
+            namespace: Namespace::default(),
+            vector_index: true,
+        }
+    }
+}
+
+/// How a store keeps embeddings for the database's own vector search.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum VectorMode {
+    /// In a pgvector `vector` column too, with a partial HNSW index per dimension.
+    Pgvector {
+        /// The extension's version.
+        version: String,
+    },
+    /// Only as exact bytes; recall scores exactly (as it always does).
+    Exact {
+        /// Why not pgvector: turned off, or the extension's reason.
+        reason: String,
+    },
+}
+
+/// An open PostgreSQL database of memory threads for one namespace; share it with `Arc`.
+pub struct PostgresMemoryStore {
+    pool: Pool,
+    factory: MsgFactory,
+    namespace: Namespace,
+    vector: VectorMode,
+    /// The dimensions whose HNSW index this store has seen exist.
+    indexed: Mutex<HashSet<usize>>,
+}
+
+impl std::fmt::Debug for PostgresMemoryStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PostgresMemoryStore")
+            .field("target", &self.pool.target())
+            .field("namespace", &self.namespace)
+            .field("vector", &self.vector)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PostgresMemoryStore {
+    /// Connects to the database at `url` (`postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE`)
+    /// and brings the memory tables to the current version.
+    pub fn open(
+        url: &str,
+        options: PostgresMemoryOptions,
+    ) -> Result<Arc<PostgresMemoryStore>, MemoryError> {
+        PostgresMemoryStore::open_with_factory(url, options, default_factory())
+    }
+
+    /// As [`open`](Self::open), with the factory that fills in missing ids and timestamps.
+    pub fn open_with_factory(
+        url: &str,
+        options: PostgresMemoryOptions,
+        factory: MsgFactory,
+    ) -> Result<Arc<PostgresMemoryStore>, MemoryError> {
+        let settings = Settings {
+            durability: options.durability,
+            pool_size: options.pool_size,
+            ..Settings::default()
+        };
+        let pool = Pool::connect(url, settings).map_err(db_error)?;
+        pool.migrate(&SCHEMA).map_err(db_error)?;
+        let vector = if options.vector_index {
+            match pool.vector_support().map_err(db_error)? {
+                VectorSupport::Available { version } => {
+                    pool.migrate(&VECTOR_SCHEMA).map_err(db_error)?;
+                    VectorMode::Pgvector { version }
+                }
+                unavailable => VectorMode::Exact {
+                    reason: unavailable.to_string(),
+                },
+            }
+        } else if vector_column_exists(&pool)? {
+            // Another store filled the column: it must not go stale behind this one's writes.
+            VectorMode::Pgvector {
+                version: "(already installed)".into(),
+            }
+        } else {
+            VectorMode::Exact {
+                reason: "the vector index is turned off (PostgresMemoryOptions::vector_index)"
+                    .into(),
+            }
+        };
+        match &vector {
+            VectorMode::Pgvector { version } => tracing::info!(
+                target: "mnemon_memory::postgres",
+                database = pool.target(),
+                "memory embeddings: pgvector {version} column with HNSW indexes; recall scores exactly"
+            ),
+            VectorMode::Exact { reason } => tracing::info!(
+                target: "mnemon_memory::postgres",
+                database = pool.target(),
+                "memory embeddings: exact scoring only ({reason})"
+            ),
+        }
+        Ok(Arc::new(PostgresMemoryStore {
+            pool,
+            factory,
+            namespace: options.namespace,
+            vector,
+            indexed: Mutex::new(HashSet::new()),
+        }))
+    }
+
+    /// The namespace (tenant) the store was opened for.
+    pub fn namespace(&self) -> &Namespace {
+        &self.namespace
+    }
+
+    /// Whether embeddings also go to a pgvector column (see the module docs).
+    pub fn vector_mode(&self) -> &VectorMode {
+        &self.vector
+    }
+
+    /// Makes sure every dimension in `dims` (up to pgvector's HNSW limit) has its index. It
+    /// runs after the write committed: a failure only leaves that dimension unindexed (the
+    /// next write of it tries again), and is logged rather than failing a stored write.
+    fn index_dims(&self, dims: &[usize]) {
+        let mut wanted: Vec<usize> = dims
+            .iter()
+            .copied()
+            .filter(|&d| d > 0 && d <= HNSW_MAX_DIM)
+            .collect();
+        wanted.sort_unstable();
+        wanted.dedup();
+        let mut indexed = self.indexed.lock().unwrap_or_else(PoisonError::into_inner);
+        wanted.retain(|d| !indexed.contains(d));
+        for dim in wanted {
+            let created = self
+                .client()
+                .and_then(|mut c| create_hnsw_index(&mut c, dim));
+            match created {
+                Ok(()) => {
+                    indexed.insert(dim);
+                }
+                Err(e) => tracing::warn!(
+                    target: "mnemon_memory::postgres",
+                    database = self.pool.target(),
+                    "cannot create the HNSW index of {dim}-dimensional memory embeddings: {e}"
+                ),
+            }
+        }
+    }
+
+    fn client(&self) -> Result<pg::PooledClient, MemoryError> {
+        self.pool.get().map_err(db_error)
+    }
+
+    /// The memory of one thread, creating the thread if needed.
+    pub fn memory(self: &Arc<Self>, scope: Scope) -> Result<PostgresMemory, MemoryError> {
+        scope.columns()?;
+        {
+            let mut client = self.client()?;
+            let mut tx = client.transaction().map_err(pg_error)?;
+            lock_thread(&mut tx, &self.namespace, &scope, &self.factory)?;
+            tx.commit().map_err(pg_error)?;
+        }
+        Ok(self.handle(scope))
+    }
+
+    /// The memory of one thread, without reading or creating it yet: the thread is created by
+    /// the first write through the memory, inside that write's transaction.
+    pub fn memory_created_on_write(
+        self: &Arc<Self>,
+        scope: Scope,
+    ) -> Result<PostgresMemory, MemoryError> {
+        scope.columns()?;
+        Ok(self.handle(scope))
+    }
+
+    /// The memory of one thread if the thread exists in the store's namespace, without
+    /// creating it.
+    pub fn existing_memory(
+        self: &Arc<Self>,
+        scope: Scope,
+    ) -> Result<Option<PostgresMemory>, MemoryError> {
+        let mut client = self.client()?;
+        let mut tx = client.transaction().map_err(pg_error)?;
+        let found = thread_row(&mut tx, &self.namespace, &scope)?.is_some();
+        tx.commit().map_err(pg_error)?;
+        Ok(found.then(|| self.handle(scope)))
+    }
+
+    fn handle(self: &Arc<Self>, scope: Scope) -> PostgresMemory {
+        PostgresMemory {
+            store: Arc::clone(self),
+            scope,
+            mirror: Mutex::new(Mirror::default()),
+        }
+    }
+
+    /// Every thread's scope in the store's namespace, oldest first.
+    pub fn threads(&self) -> Result<Vec<Scope>, MemoryError> {
+        let mut client = self.client()?;
+        let rows = client
+            .query(
+                "SELECT user_id, agent_id, session_id FROM memory_threads WHERE namespace = $1
+                 ORDER BY thread_id",
+                &[&self.namespace.as_str()],
+            )
+            .map_err(pg_error)?;
+        rows.iter()
+            .map(|r| {
+                Ok(Scope::from_columns(
+                    r.try_get(0).map_err(pg_error)?,
+                    r.try_get(1).map_err(pg_error)?,
+                    r.try_get(2).map_err(pg_error)?,
+                ))
+            })
+            .collect()
+    }
+
+    /// Deletes a thread of the store's namespace with its messages and marks; returns whether
+    /// it existed.
+    pub fn drop_thread(&self, scope: &Scope) -> Result<bool, MemoryError> {
+        let [user, agent, session] = scope.columns()?;
+        let mut client = self.client()?;
+        let n = client
+            .execute(
+                "DELETE FROM memory_threads
+                 WHERE namespace = $1 AND user_id = $2 AND agent_id = $3 AND session_id = $4",
+                &[&self.namespace.as_str(), &user, &agent, &session],
+            )
+            .map_err(pg_error)?;
+        Ok(n > 0)
+    }
+}
+
+fn vector_column_exists(pool: &Pool) -> Result<bool, MemoryError> {
+    let mut client = pool.get().map_err(db_error)?;
+    let row = client
+        .query_opt(
+            "SELECT 1 FROM information_schema.columns
+             WHERE table_schema = current_schema() AND table_name = 'memory_messages'
+               AND column_name = 'embedding_v'",
+            &[],
+        )
+        .map_err(pg_error)?;
+    Ok(row.is_some())
+}
+
+/// The memory error for a setup or connection failure: a newer schema keeps its own variant;
+/// the others keep `mnemon-db`'s message, which says what to fix.
+fn db_error(error: DbError) -> MemoryError {
+    match error {
+        DbError::PgSchemaTooNew {
+            found, supported, ..
+        } => MemoryError::SchemaVersion { found, supported },
+        other => MemoryError::Storage {
+            detail: other.to_string(),
+        },
+    }
+}
+
+/// A statement's error, classified by `mnemon-db` (server gone, query error with its code).
+fn pg_error(error: postgres::Error) -> MemoryError {
+    db_error(pg::error(
+        &error,
+        "the PostgreSQL memory database",
+        "running a memory statement",
+    ))
+}
+
+fn corrupt(detail: String) -> MemoryError {
+    MemoryError::Storage {
+        detail: format!("corrupt memory row: {detail}"),
+    }
+}
+
+/// The thread's `(thread_id, rev)` in `namespace`, without locking it.
+fn thread_row(
+    tx: &mut Transaction<'_>,
+    namespace: &Namespace,
+    scope: &Scope,
+) -> Result<Option<(i64, i64)>, MemoryError> {
+    let [user, agent, session] = scope.columns()?;
+    let row = tx
+        .query_opt(
+            "SELECT thread_id, rev FROM memory_threads
+             WHERE namespace = $1 AND user_id = $2 AND agent_id = $3 AND session_id = $4",
+            &[&namespace.as_str(), &user, &agent, &session],
+        )
+        .map_err(pg_error)?;
+    row.map(|r| {
+        Ok((
+            r.try_get(0).map_err(pg_error)?,
+            r.try_get(1).map_err(pg_error)?,
+        ))
+    })
+    .transpose()
+}
+
+/// The thread's `(thread_id, rev)` in `namespace`, created (with `factory`'s clock) when
+/// missing, and locked until the transaction ends: the writers of one thread take turns here.
+fn lock_thread(
+    tx: &mut Transaction<'_>,
+    namespace: &Namespace,
+    scope: &Scope,
+    factory: &MsgFactory,
+) -> Result<(i64, i64), MemoryError> {
+    let [user, agent, session] = scope.columns()?;
+    let select = "SELECT thread_id, rev FROM memory_threads
+                  WHERE namespace = $1 AND user_id = $2 AND agent_id = $3 AND session_id = $4
+                  FOR UPDATE";
+    let params: [&(dyn postgres::types::ToSql + Sync); 4] =
+        [&namespace.as_str(), &user, &agent, &session];
+    let found = tx.query_opt(select, &params).map_err(pg_error)?;
+    let row = match found {
+        Some(row) => row,
+        None => {
+            // Two processes may create it at once: the loser's insert does nothing, and its
+            // select then waits for the winner's commit.
+            tx.execute(
+                "INSERT INTO memory_threads (namespace, user_id, agent_id, session_id, created_at)
+                 VALUES ($1, $2, $3, $4, $5)
+                 ON CONFLICT (namespace, user_id, agent_id, session_id) DO NOTHING",
+                &[&namespace.as_str(), &user, &agent, &session, &factory.now()],
+            )
+            .map_err(pg_error)?;
+            tx.query_one(select, &params).map_err(pg_error)?
+        }
+    };
+    Ok((
+        row.try_get(0).map_err(pg_error)?,
+        row.try_get(1).map_err(pg_error)?,
+    ))
+}
+
+/// The in-memory copy of a thread, valid for `(thread_id, rev)`.
+#[derive(Debug, Default)]
+struct Mirror {
+    thread_id: Option<i64>,
+    rev: i64,
+    state: ThreadState,
+}
+
+impl Mirror {
+    fn current(&self, thread_id: i64, rev: i64) -> bool {
+        self.thread_id == Some(thread_id) && self.rev == rev
+    }
+
+    /// Brings the mirror up to date with the committed thread.
+    fn sync(
+        &mut self,
+        tx: &mut Transaction<'_>,
+        thread: Option<(i64, i64)>,
+        factory: &MsgFactory,
+    ) -> Result<(), MemoryError> {
+        match thread {
+            None => {
+                if self.thread_id.is_some() || self.state.len() > 0 {
+                    *self = Mirror::default();
+                }
+            }
+            Some((id, rev)) => {
+                if !self.current(id, rev) {
+                    self.state = load_thread(tx, id, factory)?;
+                    self.thread_id = Some(id);
+                    self.rev = rev;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Every mark of the thread, per message, in the order given.
+fn thread_marks(
+    tx: &mut Transaction<'_>,
+    thread_id: i64,
+) -> Result<HashMap<String, Vec<String>>, MemoryError> {
+    let rows = tx
+        .query(
+            "SELECT msg_id, mark FROM memory_marks WHERE thread_id = $1 ORDER BY msg_id, pos",
+            &[&thread_id],
+        )
+        .map_err(pg_error)?;
+    let mut marks: HashMap<String, Vec<String>> = HashMap::new();
+    for row in rows {
+        marks
+            .entry(row.try_get(0).map_err(pg_error)?)
+            .or_default()
+            .push(row.try_get(1).map_err(pg_error)?);
+    }
+    Ok(marks)
+}
+
+fn load_thread(
+    tx: &mut Transaction<'_>,
+    thread_id: i64,
+    factory: &MsgFactory,
+) -> Result<ThreadState, MemoryError> {
+    let mut marks = thread_marks(tx, thread_id)?;
+    let rows = tx
+        .query(
+            "SELECT msg_id, kind, body FROM memory_messages WHERE thread_id = $1 ORDER BY seq",
+            &[&thread_id],
+        )
+        .map_err(pg_error)?;
+    let mut entries = Vec::with_capacity(rows.len());
+    for row in &rows {
+        let (id, msg) = row_message(factory, row, entries.len())?;
+        let marks = marks.remove(&id).unwrap_or_default();
+        entries.push(Entry::new(msg, marks));
+    }
+    Ok(ThreadState::from_entries(entries))
+}
+
+/// The id and message of a `SELECT msg_id, kind, body …` row; `p` is its position in the
+/// result, for error messages.
+fn row_message(factory: &MsgFactory, row: &Row, p: usize) -> Result<(String, Msg), MemoryError> {
+    let id: String = row.try_get(0).map_err(pg_error)?;
+    let kind: String = row.try_get(1).map_err(pg_error)?;
+    let body: String = row.try_get(2).map_err(pg_error)?;
+    let value: Value =
+        serde_json::from_str(&body).map_err(|e| corrupt(format!("message {id}: {e}")))?;
+    let object = value
+        .as_object()
+        .ok_or_else(|| corrupt(format!("message {id} is not an object")))?;
+    let msg = factory
+        .from_object(object, MsgKind::from_marker(&kind).unwrap_or_default(), p)
+        .map_err(|e| corrupt(format!("message {id}: {e}")))?;
+    Ok((id, msg))
+}
+
+/// The last `n` messages of the thread passing the mark filters, in index order, reading only
+/// those rows.
+fn recent_rows(
+    tx: &mut Transaction<'_>,
+    thread_id: i64,
+    factory: &MsgFactory,
+    mark: Option<&str>,
+    exclude_mark: Option<&str>,
+    n: usize,
+) -> Result<Vec<Msg>, MemoryError> {
+    let limit = i64::try_from(n).unwrap_or(i64::MAX);
+    let rows = tx
+        .query(
+            "SELECT m.msg_id, m.kind, m.body FROM memory_messages m
+             WHERE m.thread_id = $1
+               AND ($2::text IS NULL OR EXISTS (SELECT 1 FROM memory_marks k
+                    WHERE k.thread_id = m.thread_id AND k.msg_id = m.msg_id AND k.mark = $2))
+               AND ($3::text IS NULL OR NOT EXISTS (SELECT 1 FROM memory_marks k
+                    WHERE k.thread_id = m.thread_id AND k.msg_id = m.msg_id AND k.mark = $3))
+             ORDER BY m.seq DESC LIMIT $4",
+            &[&thread_id, &mark, &exclude_mark, &limit],
+        )
+        .map_err(pg_error)?;
+    let mut messages = Vec::with_capacity(rows.len());
+    for row in &rows {
+        messages.push(row_message(factory, row, messages.len())?.1);
+    }
+    messages.reverse();
+    Ok(messages)
+}
+
+fn embedding_bytes(embedding: Option<&[f32]>) -> Option<Vec<u8>> {
+    embedding.map(|v| v.iter().flat_map(|x| x.to_le_bytes()).collect())
+}
+
+/// pgvector's text form of an embedding (`[1,0.5,…]`; Rust's shortest round-trip digits, which
+/// the server parses back to the same `f32`s), or `None` for what a `vector` cannot hold (a
+/// non-finite component, more than 16,000 dimensions, none at all).
+fn vector_text(embedding: Option<&[f32]>) -> Option<String> {
+    let v = embedding?;
+    if v.is_empty() || v.len() > 16_000 || v.iter().any(|x| !x.is_finite()) {
+        return None;
+    }
+    let parts: Vec<String> = v.iter().map(f32::to_string).collect();
+    Some(format!("[{}]", parts.join(",")))
+}
+
+/// The rows of one batch insert, column by column (the `UNNEST` arrays).
+#[derive(Default)]
+struct Batch {
+    seqs: Vec<i64>,
+    ids: Vec<String>,
+    kinds: Vec<&'static str>,
+    bodies: Vec<String>,
+    embeddings: Vec<Option<Vec<u8>>>,
+    vectors: Vec<Option<String>>,
+    dims: Vec<usize>,
+    mark_ids: Vec<String>,
+    mark_pos: Vec<i64>,
+    marks: Vec<String>,
+}
+
+impl Batch {
+    fn push(&mut self, seq: i64, entry: &Entry, vectors: bool) -> Result<(), MemoryError> {
+        let full = entry.full();
+        let body = serde_json::to_string(&*full).map_err(|e| corrupt(e.to_string()))?;
+        let embedding = full.embedding();
+        self.push_row(
+            seq,
+            entry.id(),
+            entry.msg_without_embedding().kind(),
+            body,
+            embedding.as_deref(),
+            vectors,
+        );
+        self.push_marks(entry.id(), &entry.marks);
+        Ok(())
+    }
+
+    fn push_row(
+        &mut self,
+        seq: i64,
+        id: &str,
+        kind: MsgKind,
+        body: String,
+        embedding: Option<&[f32]>,
+        vectors: bool,
+    ) {
+        self.seqs.push(seq);
+        self.ids.push(id.to_owned());
+        self.kinds.push(kind.as_str());
+        self.bodies.push(body);
+        self.embeddings.push(embedding_bytes(embedding));
+        if vectors {
+            let text = vector_text(embedding);
+            if text.is_some()
+                && let Some(v) = embedding
+            {
+                self.dims.push(v.len());
+            }
+            self.vectors.push(text);
+        }
+    }
+
+    fn push_marks(&mut self, id: &str, marks: &[String]) {
+        for (pos, mark) in (0_i64..).zip(marks) {
+            self.mark_ids.push(id.to_owned());
+            self.mark_pos.push(pos);
+            self.marks.push(mark.clone());
+        }
+    }
+
+    /// Inserts the rows (one statement) and their marks (one more) into the thread.
+    fn insert(
+        &self,
+        tx: &mut Transaction<'_>,
+        thread_id: i64,
+        vectors: bool,
+    ) -> Result<(), MemoryError> {
+        if self.seqs.is_empty() {
+            return Ok(());
+        }
+        if vectors {
+            tx.execute(
+                "INSERT INTO memory_messages
+                   (thread_id, seq, msg_id, kind, body, embedding, embedding_v)
+                 SELECT $1, s, i, k, b, e, v::vector
+                 FROM UNNEST($2::bigint[], $3::text[], $4::text[], $5::text[], $6::bytea[],
+                             $7::text[]) AS t(s, i, k, b, e, v)",
+                &[
+                    &thread_id,
+                    &self.seqs,
+                    &self.ids,
+                    &self.kinds,
+                    &self.bodies,
+                    &self.embeddings,
+                    &self.vectors,
+                ],
+            )
+            .map_err(pg_error)?;
+        } else {
+            tx.execute(
+                "INSERT INTO memory_messages (thread_id, seq, msg_id, kind, body, embedding)
+                 SELECT $1, s, i, k, b, e
+                 FROM UNNEST($2::bigint[], $3::text[], $4::text[], $5::text[], $6::bytea[])
+                   AS t(s, i, k, b, e)",
+                &[
+                    &thread_id,
+                    &self.seqs,
+                    &self.ids,
+                    &self.kinds,
+                    &self.bodies,
+                    &self.embeddings,
+                ],
+            )
+            .map_err(pg_error)?;
+        }
+        insert_marks(tx, thread_id, &self.mark_ids, &self.mark_pos, &self.marks)
+    }
+}
+
+fn insert_marks(
+    tx: &mut Transaction<'_>,
+    thread_id: i64,
+    ids: &[String],
+    positions: &[i64],
+    marks: &[String],
+) -> Result<(), MemoryError> {
+    if ids.is_empty() {
+        return Ok(());
+    }
+    tx.execute(
+        "INSERT INTO memory_marks (thread_id, msg_id, pos, mark)
+         SELECT $1, i, p, m FROM UNNEST($2::text[], $3::bigint[], $4::text[]) AS t(i, p, m)",
+        &[&thread_id, &ids, &positions, &marks],
+    )
+    .map_err(pg_error)?;
+    Ok(())
+}
+
+/// Creates the partial HNSW index of `dim` unless it exists, in a transaction of its own that
+/// first takes a transaction-level advisory lock, so that two writers never build the same
+/// index and no writer holds a lock on the messages while it waits (taking the index's lock
+/// inside a write, after its insert, could deadlock with another such writer). The dimension
+/// is a number formatted into the statement, never text from a message.
+fn create_hnsw_index(client: &mut pg::PooledClient, dim: usize) -> Result<(), MemoryError> {
+    let name = format!("memory_messages_hnsw_{dim}");
+    let mut tx = client.transaction().map_err(pg_error)?;
+    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&HNSW_LOCK_KEY])
+        .map_err(pg_error)?;
+    tx.batch_execute(&format!(
+        "CREATE INDEX IF NOT EXISTS {name} ON memory_messages
+         USING hnsw ((embedding_v::vector({dim})) vector_cosine_ops)
+         WHERE vector_dims(embedding_v) = {dim}"
+    ))
+    .map_err(pg_error)?;
+    tx.commit().map_err(pg_error)
+}
+
+/// The advisory lock under which HNSW indexes are created: any fixed key other than
+/// `mnemon-db`'s migration keys (FNV-1a hashes of schema table names).
+const HNSW_LOCK_KEY: i64 = 0x6d6e_656d_6f6e_4857;
+
+/// Writes `change` (planned against `state`) into the open transaction and bumps the rev;
+/// returns the dimensions of the vectors written, for [`PostgresMemoryStore::index_dims`].
+fn persist(
+    tx: &mut Transaction<'_>,
+    thread_id: i64,
+    state: &ThreadState,
+    change: &Change,
+    vectors: bool,
+) -> Result<Vec<usize>, MemoryError> {
+    let mut dims = Vec::new();
+    let id_at = |i: usize| {
+        state
+            .entries()
+            .get(i)
+            .map(|e| e.id().to_owned())
+            .ok_or_else(|| corrupt(format!("no message at index {i}")))
+    };
+    match change {
+        Change::Append(entries) | Change::Replace(entries) => {
+            let next: i64 = if matches!(change, Change::Replace(_)) {
+                tx.execute(
+                    "DELETE FROM memory_messages WHERE thread_id = $1",
+                    &[&thread_id],
+                )
+                .map_err(pg_error)?;
+                1
+            } else {
+                tx.query_one(
+                    "SELECT COALESCE(MAX(seq), 0) + 1 FROM memory_messages WHERE thread_id = $1",
+                    &[&thread_id],
+                )
+                .map_err(pg_error)?
+                .try_get(0)
+                .map_err(pg_error)?
+            };
+            let mut batch = Batch::default();
+            for (seq, entry) in (next..).zip(entries) {
+                batch.push(seq, entry, vectors)?;
+            }
+            batch.insert(tx, thread_id, vectors)?;
+            dims.extend(batch.dims);
+        }
+        Change::Remove(indices) => {
+            let ids = indices
+                .iter()
+                .map(|&i| id_at(i))
+                .collect::<Result<Vec<_>, _>>()?;
+            tx.execute(
+                "DELETE FROM memory_messages WHERE thread_id = $1 AND msg_id = ANY($2)",
+                &[&thread_id, &ids],
+            )
+            .map_err(pg_error)?;
+        }
+        Change::SetMarks(updates) => {
+            let mut ids = Vec::with_capacity(updates.len());
+            let mut batch = Batch::default();
+            for (i, marks) in updates {
+                let id = id_at(*i)?;
+                batch.push_marks(&id, marks);
+                ids.push(id);
+            }
+            tx.execute(
+                "DELETE FROM memory_marks WHERE thread_id = $1 AND msg_id = ANY($2)",
+                &[&thread_id, &ids],
+            )
+            .map_err(pg_error)?;
+            insert_marks(
+                tx,
+                thread_id,
+                &batch.mark_ids,
+                &batch.mark_pos,
+                &batch.marks,
+            )?;
+        }
+        Change::SetMessages(updates) => {
+            let mut batch = Batch::default();
+            for (i, msg) in updates {
+                let body = serde_json::to_string(msg).map_err(|e| corrupt(e.to_string()))?;
+                let embedding = msg.embedding();
+                batch.push_row(
+                    0,
+                    &id_at(*i)?,
+                    msg.kind(),
+                    body,
+                    embedding.as_deref(),
+                    vectors,
+                );
+            }
+            if vectors {
+                tx.execute(
+                    "UPDATE memory_messages m SET body = t.b, embedding = t.e,
+                       embedding_v = t.v::vector
+                     FROM UNNEST($2::text[], $3::text[], $4::bytea[], $5::text[])
+                       AS t(i, b, e, v)
+                     WHERE m.thread_id = $1 AND m.msg_id = t.i",
+                    &[
+                        &thread_id,
+                        &batch.ids,
+                        &batch.bodies,
+                        &batch.embeddings,
+                        &batch.vectors,
+                    ],
+                )
+                .map_err(pg_error)?;
+                dims.extend(batch.dims);
+            } else {
+                tx.execute(
+                    "UPDATE memory_messages m SET body = t.b, embedding = t.e
+                     FROM UNNEST($2::text[], $3::text[], $4::bytea[]) AS t(i, b, e)
+                     WHERE m.thread_id = $1 AND m.msg_id = t.i",
+                    &[&thread_id, &batch.ids, &batch.bodies, &batch.embeddings],
+                )
+                .map_err(pg_error)?;
+            }
+        }
+    }
+    tx.execute(
+        "UPDATE memory_threads SET rev = rev + 1 WHERE thread_id = $1",
+        &[&thread_id],
+    )
+    .map_err(pg_error)?;
+    Ok(dims)
+}
+
+/// One thread of a [`PostgresMemoryStore`]; implements [`Memory`](crate::Memory) with the same
+/// semantics as [`InMemoryMemory`](crate::InMemoryMemory).
+pub struct PostgresMemory {
+    store: Arc<PostgresMemoryStore>,
+    scope: Scope,
+    mirror: Mutex<Mirror>,
+}
+
+impl std::fmt::Debug for PostgresMemory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PostgresMemory")
+            .field("target", &self.store.pool.target())
+            .field("namespace", &self.store.namespace)
+            .field("scope", &self.scope)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PostgresMemory {
+    /// The thread's scope.
+    pub fn scope(&self) -> &Scope {
+        &self.scope
+    }
+
+    /// The store holding the thread.
+    pub fn store(&self) -> &Arc<PostgresMemoryStore> {
+        &self.store
+    }
+
+    fn mirror(&self) -> MutexGuard<'_, Mirror> {
+        self.mirror.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn vectors(&self) -> bool {
+        matches!(self.store.vector, VectorMode::Pgvector { .. })
+    }
+}
+
+/// Starts a read-only transaction whose reads all see one snapshot.
+fn snapshot(client: &mut pg::PooledClient) -> Result<Transaction<'_>, MemoryError> {
+    client
+        .build_transaction()
+        .isolation_level(IsolationLevel::RepeatableRead)
+        .read_only(true)
+        .start()
+        .map_err(pg_error)
+}
+
+impl Backend for PostgresMemory {
+    fn factory(&self) -> &MsgFactory {
+        &self.store.factory
+    }
+
+    fn read<R>(&self, f: impl FnOnce(&ThreadState) -> R) -> Result<R, MemoryError> {
+        let mut client = self.store.client()?;
+        let mut tx = snapshot(&mut client)?;
+        let thread = thread_row(&mut tx, &self.store.namespace, &self.scope)?;
+        let mut mirror = self.mirror();
+        mirror.sync(&mut tx, thread, &self.store.factory)?;
+        tx.commit().map_err(pg_error)?;
+        drop(client);
+        Ok(f(&mirror.state))
+    }
+
+    fn write<R>(
+        &self,
+        f: impl FnOnce(&ThreadState) -> Result<(Option<Change>, R), MemoryError>,
+    ) -> Result<R, MemoryError> {
+        let mut client = self.store.client()?;
+        let mut tx = client.transaction().map_err(pg_error)?;
+        let (thread_id, rev) = lock_thread(
+            &mut tx,
+            &self.store.namespace,
+            &self.scope,
+            &self.store.factory,
+        )?;
+        let mut mirror = self.mirror();
+        mirror.sync(&mut tx, Some((thread_id, rev)), &self.store.factory)?;
+        let (change, result) = f(&mirror.state)?;
+        if let Some(change) = change {
+            let dims = persist(&mut tx, thread_id, &mirror.state, &change, self.vectors())?;
+            tx.commit().map_err(pg_error)?;
+            mirror.state.apply(change);
+            mirror.rev = rev + 1;
+            drop(mirror);
+            drop(client);
+            self.store.index_dims(&dims);
+        } else {
+            tx.commit().map_err(pg_error)?;
+        }
+        Ok(result)
+    }
+
+    fn scan(
+        &self,
+        with_marks: bool,
+        f: &mut dyn FnMut(&Entry) -> Result<(), MemoryError>,
+    ) -> Result<usize, MemoryError> {
+        let mut client = self.store.client()?;
+        let mut tx = snapshot(&mut client)?;
+        let Some((thread_id, rev)) = thread_row(&mut tx, &self.store.namespace, &self.scope)?
+        else {
+            return Ok(0);
+        };
+        let mirror = self.mirror();
+        if mirror.current(thread_id, rev) {
+            mirror.state.entries().iter().try_for_each(&mut *f)?;
+            return Ok(mirror.state.len());
+        }
+        drop(mirror);
+        // Rows stream through a portal, a bounded number at a time, and are never mirrored.
+        let mut marks = if with_marks {
+            thread_marks(&mut tx, thread_id)?
+        } else {
+            HashMap::new()
+        };
+        let portal = tx
+            .bind(
+                "SELECT msg_id, kind, body FROM memory_messages WHERE thread_id = $1 ORDER BY seq",
+                &[&thread_id],
+            )
+            .map_err(pg_error)?;
+        let mut count = 0;
+        loop {
+            let rows = tx.query_portal(&portal, 512).map_err(pg_error)?;
+            if rows.is_empty() {
+                break;
+            }
+            for row in &rows {
+                let (id, msg) = row_message(&self.store.factory, row, count)?;
+                let marks = marks.remove(&id).unwrap_or_default();
+                f(&Entry::new(msg, marks))?;
+                count += 1;
+            }
+        }
+        tx.commit().map_err(pg_error)?;
+        Ok(count)
+    }
+
+    fn select_recent(
+        &self,
+        mark: Option<&str>,
+        exclude_mark: Option<&str>,
+        n: usize,
+    ) -> Result<Vec<Msg>, MemoryError> {
+        let mut client = self.store.client()?;
+        let mut tx = snapshot(&mut client)?;
+        let Some((thread_id, rev)) = thread_row(&mut tx, &self.store.namespace, &self.scope)?
+        else {
+            return Ok(Vec::new());
+        };
+        let mirror = self.mirror();
+        let selected = if mirror.current(thread_id, rev) {
+            mirror.state.select(mark, exclude_mark, Some(n))
+        } else {
+            drop(mirror);
+            recent_rows(
+                &mut tx,
+                thread_id,
+                &self.store.factory,
+                mark,
+                exclude_mark,
+                n,
+            )?
+        };
+        tx.commit().map_err(pg_error)?;
+        Ok(selected)
+    }
+
+    fn load_document(&self, source: LoadSource, overwrite: bool) -> Result<AddReport, MemoryError> {
+        let factory = &self.store.factory;
+        let vectors = self.vectors();
+        let mut client = self.store.client()?;
+        // One transaction for the whole document, the thread's creation included: a document
+        // that fails anywhere rolls all of it back.
+        let mut tx = client.transaction().map_err(pg_error)?;
+        let (thread_id, _) = lock_thread(&mut tx, &self.store.namespace, &self.scope, factory)?;
+        if overwrite {
+            tx.execute(
+                "DELETE FROM memory_messages WHERE thread_id = $1",
+                &[&thread_id],
+            )
+            .map_err(pg_error)?;
+        }
+        let mut seq: i64 = tx
+            .query_one(
+                "SELECT COALESCE(MAX(seq), 0) + 1 FROM memory_messages WHERE thread_id = $1",
+                &[&thread_id],
+            )
+            .map_err(pg_error)?
+            .try_get(0)
+            .map_err(pg_error)?;
+        let insert = tx
+            .prepare(if vectors {
+                "INSERT INTO memory_messages
+                   (thread_id, seq, msg_id, kind, body, embedding, embedding_v)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7::text::vector)
+                 ON CONFLICT (thread_id, msg_id) DO NOTHING"
+            } else {
+                "INSERT INTO memory_messages (thread_id, seq, msg_id, kind, body, embedding)
+                 VALUES ($1, $2, $3, $4, $5, $6)
+                 ON CONFLICT (thread_id, msg_id) DO NOTHING"
+            })
+            .map_err(pg_error)?;
+        let mut report = AddReport::default();
+        let mut marks = Batch::default();
+        let mut dims = Vec::new();
+        // A stored id (or one earlier in the document) is skipped, as `plan_add` does: the
+        // unique (thread_id, msg_id) index answers instead of a mirror of every id.
+        decode_stream(factory, source, &mut |entry| {
+            let full = entry.full();
+            let body = serde_json::to_string(&*full).map_err(|e| corrupt(e.to_string()))?;
+            let embedding = full.embedding();
+            let bytes = embedding_bytes(embedding.as_deref());
+            let kind = entry.msg_without_embedding().kind().as_str();
+            let inserted = if vectors {
+                let text = vector_text(embedding.as_deref());
+                if let (Some(_), Some(v)) = (&text, &embedding) {
+                    dims.push(v.len());
+                }
+                tx.execute(
+                    &insert,
+                    &[&thread_id, &seq, &entry.id(), &kind, &body, &bytes, &text],
+                )
+            } else {
+                tx.execute(
+                    &insert,
+                    &[&thread_id, &seq, &entry.id(), &kind, &body, &bytes],
+                )
+            }
+            .map_err(pg_error)?;
+            if inserted == 0 {
+                report.skipped_duplicates.push(entry.id().to_owned());
+                return Ok(());
+            }
+            marks.push_marks(entry.id(), &entry.marks);
+            seq += 1;
+            report.added += 1;
+            Ok(())
+        })?;
+        insert_marks(
+            &mut tx,
+            thread_id,
+            &marks.mark_ids,
+            &marks.mark_pos,
+            &marks.marks,
+        )?;
+        if overwrite || report.added > 0 {
+            // The new rev makes every mirror of the thread (this one included) reload.
+            tx.execute(
+                "UPDATE memory_threads SET rev = rev + 1 WHERE thread_id = $1",
+                &[&thread_id],
+            )
+            .map_err(pg_error)?;
+        }
+        tx.commit().map_err(pg_error)?;
+        drop(client);
+        self.store.index_dims(&dims);
+        Ok(report)
+    }
+}
