@@ -1325,3 +1325,182 @@ macro_rules! memory_conformance_tests {
         )*
     };
 }
+
+/// Durable memories opened by namespace (tenant) and session, for [`tenant_isolation`]: each
+/// call opens the backend's store for `namespace` (a handle of one namespace only).
+pub trait TenantStores {
+    /// The memory of session `session` in `namespace`, created if needed.
+    fn memory(&self, namespace: &str, session: &str) -> Box<dyn Memory>;
+    /// The memory of session `session` in `namespace` if it exists, without creating it.
+    fn existing(&self, namespace: &str, session: &str) -> Option<Box<dyn Memory>>;
+    /// The sessions of `namespace`, oldest first (the store's thread listing).
+    fn sessions(&self, namespace: &str) -> Vec<String>;
+    /// Drops session `session` of `namespace`; whether it existed.
+    fn drop_session(&self, namespace: &str, session: &str) -> bool;
+}
+
+/// Four messages with fixed ids whose names, contents and embeddings say which tenant wrote
+/// them.
+fn tenant_messages(tenant: &str, flip: bool) -> Vec<MsgInput> {
+    (1..=4)
+        .map(|i| {
+            let x = f64::from(i) / 4.0;
+            let embedding = if flip { [1.0 - x, x] } else { [x, 1.0 - x] };
+            json!({"id": format!("m{i}"), "name": tenant, "role": "user",
+                   "content": format!("{tenant} says {i}"), "embedding": embedding,
+                   "timestamp": "2024-03-05 08:15:00"})
+            .into()
+        })
+        .collect()
+}
+
+fn names(messages: &[Msg]) -> Vec<String> {
+    messages.iter().map(|m| m.name().to_owned()).collect()
+}
+
+/// Issue 13, item 3: two namespaces holding the same session ids and the same message ids never
+/// see each other. Every operation of [`Memory`] through one tenant's handle (reads, adds with
+/// dedupe, marks, recall by embedding and by budget, deletes by index, id and mark, load with
+/// overwrite, clear) leaves the other tenant's memory exactly as it was and reads only its own
+/// messages; the store's session listing, lookup and drop are per namespace too.
+pub fn tenant_isolation(stores: &dyn TenantStores) {
+    let alpha = stores.memory("alpha", "s1");
+    let beta = stores.memory("beta", "s1");
+    assert_eq!(alpha.add(tenant_messages("alpha", false)).unwrap().added, 4);
+    // The same ids in the other namespace are new there: no dedupe across tenants.
+    let report = beta.add(tenant_messages("beta", true)).unwrap();
+    assert_eq!(report.added, 4, "{report:?}");
+    assert!(report.skipped_duplicates.is_empty());
+    let alpha_before = snapshot(alpha.as_ref());
+    let only = |memory: &dyn Memory, tenant: &str| {
+        let got = names(&all(memory));
+        assert!(got.iter().all(|n| n == tenant), "{tenant} read {got:?}");
+        got.len()
+    };
+    assert_eq!(only(alpha.as_ref(), "alpha"), 4);
+    assert_eq!(only(beta.as_ref(), "beta"), 4);
+    assert_eq!(beta.size().unwrap(), 4);
+    assert_eq!(
+        beta.render(&MemoryQuery {
+            recent_n: Some(1),
+            ..MemoryQuery::default()
+        })
+        .unwrap(),
+        "beta: beta says 4"
+    );
+
+    // Marks: marking, reading and unmarking in beta never touch alpha's same-id messages.
+    assert_eq!(alpha.mark(&["m1"], "pin").unwrap(), 1);
+    let alpha_before = {
+        let marked = snapshot(alpha.as_ref());
+        assert_ne!(marked, alpha_before);
+        marked
+    };
+    assert_eq!(beta.marks_of("m1").unwrap(), Some(Vec::new()));
+    assert_eq!(beta.unmark(None, "pin").unwrap(), 0);
+    assert_eq!(
+        beta.delete_by_mark("pin").unwrap(),
+        DeleteByIdReport::default()
+    );
+    let pinned = beta
+        .get_memory(&MemoryQuery {
+            mark: Some("pin"),
+            ..MemoryQuery::default()
+        })
+        .unwrap();
+    assert!(pinned.is_empty());
+    assert_eq!(beta.mark(&["m2"], "beta-only").unwrap(), 1);
+    assert_eq!(alpha.marks_of("m2").unwrap(), Some(Vec::new()));
+    assert_eq!(snapshot(alpha.as_ref()), alpha_before);
+
+    // Recall by embedding: beta's query closest to alpha's m4 finds only beta's messages.
+    let options = RetrieveOptions {
+        top_k: None,
+        ..RetrieveOptions::default()
+    };
+    let found = beta
+        .retrieve_by_embedding(RetrievalQuery::Vector(vec![1.0, 0.0]), &options, None)
+        .unwrap();
+    assert_eq!(found.len(), 4);
+    assert!(found.iter().all(|r| r.message.name() == "beta"));
+    let alpha_embeddings = alpha.get_embeddings(None).unwrap();
+    let beta_embeddings = beta.get_embeddings(None).unwrap();
+    assert_eq!(alpha_embeddings.len(), 4);
+    assert_ne!(alpha_embeddings, beta_embeddings);
+    let marked = beta
+        .retrieve_by_embedding(
+            RetrievalQuery::Vector(vec![1.0, 0.0]),
+            &RetrieveOptions {
+                mark: Some("pin".into()),
+                ..options.clone()
+            },
+            None,
+        )
+        .unwrap();
+    assert!(marked.is_empty(), "alpha's pin reached beta: {marked:?}");
+    let budget = beta
+        .recall_within_budget(1000, &WhitespaceTokenizer, &BudgetOptions::default())
+        .unwrap();
+    assert!(budget.messages.iter().all(|m| m.name() == "beta"));
+    assert_eq!(budget.messages.len(), 4);
+
+    // Deletes in beta by index, id and mark leave alpha whole, and the reverse.
+    assert_eq!(beta.delete(&[0]).unwrap().deleted_ids, ["m1"]);
+    assert_eq!(
+        beta.delete_by_id(&["m2"]).unwrap().deleted,
+        vec!["m2".to_owned()]
+    );
+    assert_eq!(snapshot(alpha.as_ref()), alpha_before);
+    assert_eq!(
+        alpha.delete_by_id(&["m3"]).unwrap().deleted,
+        vec!["m3".to_owned()]
+    );
+    assert_eq!(ids(&all(beta.as_ref())), ["m3", "m4"]);
+    let alpha_before = snapshot(alpha.as_ref());
+
+    // Load with overwrite and clear replace only beta's messages.
+    let document = serde_json::to_string(
+        &(5..=6)
+            .map(|i| {
+                json!({"id": format!("m{i}"), "name": "beta", "role": "user",
+                            "content": "loaded", "timestamp": "2024-03-05 08:15:00"})
+            })
+            .collect::<Vec<_>>(),
+    )
+    .unwrap();
+    assert_eq!(
+        beta.load(LoadSource::Json(document), true).unwrap().added,
+        2
+    );
+    assert_eq!(ids(&all(beta.as_ref())), ["m5", "m6"]);
+    assert_eq!(snapshot(alpha.as_ref()), alpha_before);
+    beta.clear().unwrap();
+    assert_eq!(beta.size().unwrap(), 0);
+    assert_eq!(snapshot(alpha.as_ref()), alpha_before);
+    assert_eq!(only(alpha.as_ref(), "alpha"), 3);
+
+    // A fresh handle of each namespace reads its own tenant's rows from storage.
+    let alpha_again = stores.existing("alpha", "s1").expect("alpha's s1 exists");
+    assert_eq!(snapshot(alpha_again.as_ref()), alpha_before);
+    let beta_again = stores.existing("beta", "s1").expect("beta's s1 exists");
+    assert_eq!(beta_again.size().unwrap(), 0);
+
+    // Listing, lookup and drop are per namespace.
+    let _beta_two = stores.memory("beta", "s2");
+    assert_eq!(stores.sessions("alpha"), ["s1"]);
+    assert_eq!(stores.sessions("beta"), ["s1", "s2"]);
+    assert!(stores.sessions("gamma").is_empty());
+    assert!(stores.existing("alpha", "s2").is_none());
+    assert!(stores.existing("gamma", "s1").is_none());
+    assert!(!stores.drop_session("alpha", "s2"));
+    assert!(!stores.drop_session("gamma", "s1"));
+    assert_eq!(stores.sessions("beta"), ["s1", "s2"]);
+    assert!(stores.drop_session("beta", "s1"));
+    assert_eq!(stores.sessions("beta"), ["s2"]);
+    assert_eq!(stores.sessions("alpha"), ["s1"]);
+    assert_eq!(snapshot(alpha.as_ref()), alpha_before);
+    // Writing through beta's old handle recreates beta's thread, never alpha's.
+    beta.add(tenant_messages("beta", true)).unwrap();
+    assert_eq!(snapshot(alpha.as_ref()), alpha_before);
+    assert_eq!(only(beta.as_ref(), "beta"), 4);
+}

@@ -184,3 +184,177 @@ mod sqlite_second_handle {
 
     mnemon_tests::memory_conformance_tests!(maker());
 }
+
+/// The tenant-isolation check (issue 13, item 3) against the SQLite memory: one file, a store
+/// per namespace.
+mod sqlite_tenants {
+    use std::collections::HashMap;
+    use std::path::PathBuf;
+    use std::sync::{Arc, Mutex};
+
+    use mnemon_memory::{Memory, Namespace, Scope, SqliteMemoryOptions, SqliteMemoryStore};
+    use mnemon_tests::memory_conformance::{TenantStores, tenant_isolation, test_factory};
+
+    struct Stores {
+        path: PathBuf,
+        open: Mutex<HashMap<String, Arc<SqliteMemoryStore>>>,
+    }
+
+    impl Stores {
+        fn store(&self, namespace: &str) -> Arc<SqliteMemoryStore> {
+            let mut open = self.open.lock().unwrap();
+            Arc::clone(open.entry(namespace.to_owned()).or_insert_with(|| {
+                let options = SqliteMemoryOptions {
+                    namespace: Namespace::new(namespace).unwrap(),
+                    ..SqliteMemoryOptions::default()
+                };
+                SqliteMemoryStore::open_with_factory(&self.path, options, test_factory()).unwrap()
+            }))
+        }
+    }
+
+    impl TenantStores for Stores {
+        fn memory(&self, namespace: &str, session: &str) -> Box<dyn Memory> {
+            Box::new(
+                self.store(namespace)
+                    .memory(Scope::session(session))
+                    .unwrap(),
+            )
+        }
+
+        fn existing(&self, namespace: &str, session: &str) -> Option<Box<dyn Memory>> {
+            let found = self
+                .store(namespace)
+                .existing_memory(Scope::session(session));
+            found.unwrap().map(|m| Box::new(m) as Box<dyn Memory>)
+        }
+
+        fn sessions(&self, namespace: &str) -> Vec<String> {
+            let threads = self.store(namespace).threads().unwrap();
+            threads.into_iter().filter_map(|s| s.session_id).collect()
+        }
+
+        fn drop_session(&self, namespace: &str, session: &str) -> bool {
+            let dropped = self.store(namespace).drop_thread(&Scope::session(session));
+            dropped.unwrap()
+        }
+    }
+
+    #[test]
+    fn tenant_isolation_sqlite() {
+        let dir = tempfile::tempdir().unwrap();
+        tenant_isolation(&Stores {
+            path: dir.path().join("mnemon.sqlite3"),
+            open: Mutex::new(HashMap::new()),
+        });
+    }
+}
+
+/// The suite and the tenant check against the PostgreSQL memory on the tests' own server
+/// (docs/postgres.md), a fresh database per test: with pgvector (embeddings also in a `vector`
+/// column with HNSW indexes) and with the index turned off (exact scoring only).
+mod postgres {
+    use std::collections::HashMap;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::{Arc, Mutex};
+
+    use mnemon_memory::{
+        Memory, Namespace, PostgresMemoryOptions, PostgresMemoryStore, Scope, VectorMode,
+    };
+    use mnemon_tests::memory_conformance::{TenantStores, tenant_isolation, test_factory};
+    use mnemon_tests::postgres::PgServer;
+
+    fn open(url: &str, namespace: &str, vector_index: bool) -> Arc<PostgresMemoryStore> {
+        let options = PostgresMemoryOptions {
+            namespace: Namespace::new(namespace).unwrap(),
+            vector_index,
+            ..PostgresMemoryOptions::default()
+        };
+        PostgresMemoryStore::open_with_factory(url, options, test_factory())
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Every memory is a new thread of one store on a fresh database.
+    pub(super) fn maker(server: &PgServer, vector_index: bool) -> impl Fn() -> Box<dyn Memory> {
+        let url = server.fresh_database("memory").unwrap();
+        let store = open(&url, "default", vector_index);
+        assert_eq!(
+            matches!(store.vector_mode(), VectorMode::Pgvector { .. }),
+            vector_index,
+            "{:?}",
+            store.vector_mode()
+        );
+        let next = AtomicUsize::new(0);
+        move || {
+            let n = next.fetch_add(1, Ordering::Relaxed);
+            Box::new(store.memory(Scope::session(format!("s{n}"))).unwrap())
+        }
+    }
+
+    mod pgvector {
+        use super::*;
+        mnemon_tests::memory_conformance_tests!({
+            let server = mnemon_tests::require_postgres!();
+            maker(server, true)
+        });
+    }
+
+    mod exact {
+        use super::*;
+        mnemon_tests::memory_conformance_tests!({
+            let server = mnemon_tests::require_postgres!();
+            maker(server, false)
+        });
+    }
+
+    struct Stores {
+        url: String,
+        open: Mutex<HashMap<String, Arc<PostgresMemoryStore>>>,
+    }
+
+    impl Stores {
+        fn store(&self, namespace: &str) -> Arc<PostgresMemoryStore> {
+            let mut stores = self.open.lock().unwrap();
+            let store = stores
+                .entry(namespace.to_owned())
+                .or_insert_with(|| open(&self.url, namespace, true));
+            Arc::clone(store)
+        }
+    }
+
+    impl TenantStores for Stores {
+        fn memory(&self, namespace: &str, session: &str) -> Box<dyn Memory> {
+            Box::new(
+                self.store(namespace)
+                    .memory(Scope::session(session))
+                    .unwrap(),
+            )
+        }
+
+        fn existing(&self, namespace: &str, session: &str) -> Option<Box<dyn Memory>> {
+            let found = self
+                .store(namespace)
+                .existing_memory(Scope::session(session));
+            found.unwrap().map(|m| Box::new(m) as Box<dyn Memory>)
+        }
+
+        fn sessions(&self, namespace: &str) -> Vec<String> {
+            let threads = self.store(namespace).threads().unwrap();
+            threads.into_iter().filter_map(|s| s.session_id).collect()
+        }
+
+        fn drop_session(&self, namespace: &str, session: &str) -> bool {
+            let dropped = self.store(namespace).drop_thread(&Scope::session(session));
+            dropped.unwrap()
+        }
+    }
+
+    #[test]
+    fn tenant_isolation_postgres() {
+        let server = mnemon_tests::require_postgres!();
+        tenant_isolation(&Stores {
+            url: server.fresh_database("memory_tenants").unwrap(),
+            open: Mutex::new(HashMap::new()),
+        });
+    }
+}
