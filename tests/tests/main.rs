@@ -18,6 +18,7 @@ mod host_support;
 mod library_conformance;
 mod memory_conformance;
 mod memory_msg_fixtures;
+mod memory_postgres;
 mod memory_sqlite;
 mod postgres_server;
 mod refs_store;

@@ -1,0 +1,327 @@
+//! PostgresMemory beyond the shared suite (issue 13; docs/postgres.md): a newer schema refused,
+//! the pgvector column and its HNSW index, namespaces over an existing database, and the
+//! SIGKILL-mid-batch crash test against the tests' own server.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::HashSet;
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use mnemon_memory::{
+    Memory, MemoryError, MemoryQuery, PostgresMemoryOptions, PostgresMemoryStore, RetrievalQuery,
+    RetrieveOptions, Scope, VectorMode,
+};
+use mnemon_tests::memory_conformance::test_factory;
+use mnemon_tests::postgres::PgServer;
+use serde_json::json;
+
+fn open(url: &str, options: PostgresMemoryOptions) -> Arc<PostgresMemoryStore> {
+    PostgresMemoryStore::open_with_factory(url, options, test_factory())
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// A fresh database's URL and a client on it.
+fn fresh(server: &PgServer, name: &str) -> (String, postgres::Client) {
+    let url = server.fresh_database(name).unwrap();
+    let database = url.rsplit('/').next().unwrap().to_owned();
+    (url, server.connect(&database).unwrap())
+}
+
+#[test]
+fn newer_schema_is_refused() {
+    let server = mnemon_tests::require_postgres!();
+    let (url, mut client) = fresh(server, "memory_newer");
+    drop(open(&url, PostgresMemoryOptions::default()));
+    client
+        .execute("UPDATE memory_schema SET version = 99", &[])
+        .unwrap();
+    let err = PostgresMemoryStore::open(&url, PostgresMemoryOptions::default()).unwrap_err();
+    assert_eq!(
+        err,
+        MemoryError::SchemaVersion {
+            found: 99,
+            supported: 2
+        }
+    );
+}
+
+#[test]
+fn a_wrong_database_name_says_so() {
+    let server = mnemon_tests::require_postgres!();
+    let url = server.url("no_such_memory_database");
+    let err = PostgresMemoryStore::open(&url, PostgresMemoryOptions::default()).unwrap_err();
+    let text = err.to_string();
+    assert!(text.contains("no_such_memory_database"), "{text}");
+}
+
+/// With pgvector, every stored embedding is also in the `vector` column (the same `f32`s),
+/// each dimension up to 2,000 gets its HNSW index, and the database's own nearest-neighbour
+/// query through that index agrees with the memory's exact recall; a larger dimension is stored
+/// unindexed. With the index turned off, nothing of pgvector is created.
+#[test]
+fn embeddings_fill_the_vector_column_and_its_hnsw_index() {
+    let server = mnemon_tests::require_postgres!();
+    let (url, mut client) = fresh(server, "memory_vectors");
+    let store = open(&url, PostgresMemoryOptions::default());
+    assert!(
+        matches!(store.vector_mode(), VectorMode::Pgvector { .. }),
+        "{:?}",
+        store.vector_mode()
+    );
+    let memory = store.memory(Scope::session("s")).unwrap();
+    let items = (0..200)
+        .map(|i| {
+            let a = f64::from(i) * 0.031;
+            json!({"id": format!("m{i:03}"), "name": "n", "content": format!("c{i}"),
+                   "embedding": [a.cos(), a.sin(), 0.25]})
+            .into()
+        })
+        .collect();
+    memory.add(items).unwrap();
+    let row = client
+        .query_one(
+            "SELECT count(*), count(embedding_v) FROM memory_messages",
+            &[],
+        )
+        .unwrap();
+    assert_eq!((row.get::<_, i64>(0), row.get::<_, i64>(1)), (200, 200));
+    // The column holds the same f32s as the exact bytes (pgvector prints them back in the
+    // shortest form that round-trips, as Rust does).
+    let vectors: Vec<String> = client
+        .query(
+            "SELECT embedding_v::text FROM memory_messages ORDER BY seq",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    let stored = memory.get_embeddings(None).unwrap();
+    assert_eq!(vectors.len(), stored.len());
+    for (text, v) in vectors.iter().zip(&stored) {
+        let parsed: Vec<f32> = text
+            .trim_matches(|c| c == '[' || c == ']')
+            .split(',')
+            .map(|x| x.parse().unwrap())
+            .collect();
+        assert_eq!(&parsed, v);
+    }
+    let indexes: Vec<String> = client
+        .query(
+            "SELECT indexname FROM pg_indexes WHERE tablename = 'memory_messages'
+             AND indexdef LIKE '%hnsw%'",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(indexes, ["memory_messages_hnsw_3"]);
+    // The database's index scan and the memory's exact recall find the same nearest message.
+    client.batch_execute("SET enable_seqscan = off").unwrap();
+    let query = [0.6_f32, 0.8, 0.25];
+    let plan: Vec<String> = client
+        .query(
+            "EXPLAIN SELECT msg_id FROM memory_messages WHERE vector_dims(embedding_v) = 3
+             ORDER BY embedding_v::vector(3) <=> '[0.6,0.8,0.25]'::vector(3) LIMIT 5",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert!(
+        plan.iter().any(|l| l.contains("memory_messages_hnsw_3")),
+        "{plan:?}"
+    );
+    let nearest: String = client
+        .query_one(
+            "SELECT msg_id FROM memory_messages WHERE vector_dims(embedding_v) = 3
+             ORDER BY embedding_v::vector(3) <=> '[0.6,0.8,0.25]'::vector(3) LIMIT 1",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    let exact = memory
+        .retrieve_by_embedding(
+            RetrievalQuery::Vector(query.to_vec()),
+            &RetrieveOptions::default(),
+            None,
+        )
+        .unwrap();
+    assert_eq!(exact[0].message.id(), nearest);
+    // 2,001 dimensions: stored in the column, no index (pgvector's HNSW stops at 2,000).
+    let wide = store.memory(Scope::session("wide")).unwrap();
+    wide.add(vec![
+        json!({"id": "w", "name": "n", "content": "wide", "embedding": vec![0.5; 2001]}).into(),
+    ])
+    .unwrap();
+    let hnsw: i64 = client
+        .query_one(
+            "SELECT count(*) FROM pg_indexes WHERE tablename = 'memory_messages'
+             AND indexdef LIKE '%hnsw%'",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(hnsw, 1);
+    let found = wide
+        .retrieve_by_embedding(
+            RetrievalQuery::Vector(vec![0.5; 2001]),
+            &RetrieveOptions::default(),
+            None,
+        )
+        .unwrap();
+    assert!((found[0].score - 1.0).abs() < 1e-6);
+
+    // Exact only: no column, no index, no extension needed.
+    let (url, mut client) = fresh(server, "memory_exact");
+    let store = open(
+        &url,
+        PostgresMemoryOptions {
+            vector_index: false,
+            ..PostgresMemoryOptions::default()
+        },
+    );
+    assert!(matches!(store.vector_mode(), VectorMode::Exact { .. }));
+    store
+        .memory(Scope::session("s"))
+        .unwrap()
+        .add(vec![
+            json!({"id": "a", "name": "n", "content": "c", "embedding": [1.0, 0.0]}).into(),
+        ])
+        .unwrap();
+    let columns: i64 = client
+        .query_one(
+            "SELECT count(*) FROM information_schema.columns
+             WHERE table_name = 'memory_messages' AND column_name = 'embedding_v'",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(columns, 0);
+}
+
+const CHILD_ENV: &str = "MNEMON_MEMORY_PG_CRASH_CHILD_URL";
+const RUN_ENV: &str = "MNEMON_MEMORY_PG_CRASH_CHILD_RUN";
+const BATCH: usize = 1000;
+
+fn batch_id(run: usize, batch: usize, i: usize) -> String {
+    format!("r{run:03}-b{batch:06}-m{i:04}")
+}
+
+/// The child half of the crash test: adds batches forever, printing `ACK <last id>` after
+/// each `add` returns, until the parent kills it. Without the parent's environment it does
+/// nothing. The database URL comes from the parent (docs/postgres.md: a child must not start a
+/// server of its own).
+#[test]
+fn pg_crash_child() {
+    let (Ok(url), Ok(run)) = (std::env::var(CHILD_ENV), std::env::var(RUN_ENV)) else {
+        return;
+    };
+    let run: usize = run.parse().unwrap();
+    let store = PostgresMemoryStore::open(&url, PostgresMemoryOptions::default()).unwrap();
+    let memory = store.memory(Scope::session("crash")).unwrap();
+    let mut out = std::io::stdout().lock();
+    for batch in 0.. {
+        let items = (0..BATCH)
+            .map(|i| {
+                json!({"id": batch_id(run, batch, i), "name": "n",
+                       "content": "a message of about eighty characters, give or take a few",
+                       "embedding": [i as f64, 1.0, 0.5]})
+                .into()
+            })
+            .collect();
+        memory.add(items).unwrap();
+        writeln!(out, "ACK {}", batch_id(run, batch, BATCH - 1)).unwrap();
+        out.flush().unwrap();
+    }
+}
+
+/// Issue 13, item 6 for memory: children adding 1,000-message batches into PostgreSQL are
+/// SIGKILLed at varied moments; every acknowledged batch is there, no batch is partial, the
+/// order is the order of the adds and the sequence numbers stay dense.
+#[test]
+fn acknowledged_adds_survive_sigkill_postgres() {
+    let server = mnemon_tests::require_postgres!();
+    let (url, mut client) = fresh(server, "memory_crash");
+    // Migrated before the children start, so that every run spends its time adding.
+    drop(open(&url, PostgresMemoryOptions::default()));
+    let exe = std::env::current_exe().unwrap();
+    let mut acknowledged: Vec<String> = Vec::new();
+    // A fixed LCG keeps the kill moments varied but reproducible; each child first spends
+    // most of a second starting (the test binary, the pool, the migration check).
+    let mut seed: u64 = 0x5eed_4321;
+    for run in 0..6 {
+        seed = seed
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        let delay = Duration::from_millis(1500 + (seed >> 33) % 1500);
+        let mut child = Command::new(&exe)
+            .arg(crate::harness_name(module_path!(), "pg_crash_child"))
+            .args(["--exact", "--nocapture", "--test-threads=1"])
+            .env(CHILD_ENV, &url)
+            .env(RUN_ENV, run.to_string())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let reader = std::thread::spawn(move || {
+            BufReader::new(stdout)
+                .lines()
+                .map_while(Result::ok)
+                .filter_map(|l| l.strip_prefix("ACK ").map(str::to_owned))
+                .collect::<Vec<String>>()
+        });
+        std::thread::sleep(delay);
+        child.kill().unwrap(); // SIGKILL on Unix
+        child.wait().unwrap();
+        acknowledged.extend(reader.join().unwrap());
+    }
+    assert!(
+        !acknowledged.is_empty(),
+        "the child never acknowledged a batch; the test proves nothing"
+    );
+    let store = open(&url, PostgresMemoryOptions::default());
+    let memory = store.memory(Scope::session("crash")).unwrap();
+    let stored: Vec<String> = memory
+        .get_memory(&MemoryQuery::default())
+        .unwrap()
+        .iter()
+        .map(|m| m.id().to_owned())
+        .collect();
+    assert_eq!(stored.len() % BATCH, 0, "a batch was partially stored");
+    assert!(stored.windows(2).all(|w| w[0] < w[1]), "order was not kept");
+    for chunk in stored.chunks(BATCH) {
+        let prefix = &chunk[0][..12];
+        assert!(chunk.iter().all(|id| id.starts_with(prefix)));
+    }
+    let present: HashSet<&str> = stored.iter().map(String::as_str).collect();
+    for last in &acknowledged {
+        let prefix = &last[..12];
+        for i in 0..BATCH {
+            let id = format!("{prefix}-m{i:04}");
+            assert!(present.contains(id.as_str()), "acknowledged {id} was lost");
+        }
+    }
+    let row = client
+        .query_one(
+            "SELECT count(*), COALESCE(min(seq), 1), COALESCE(max(seq), 0),
+                    count(embedding_v)
+             FROM memory_messages",
+            &[],
+        )
+        .unwrap();
+    let (count, min, max, vectors): (i64, i64, i64, i64) =
+        (row.get(0), row.get(1), row.get(2), row.get(3));
+    assert_eq!((min, max), (1, count), "sequence numbers are not dense");
+    assert_eq!(vectors, count);
+    eprintln!(
+        "postgres crash test: {} acknowledged batches, {} messages stored",
+        acknowledged.len(),
+        stored.len()
+    );
+}
