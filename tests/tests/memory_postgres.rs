@@ -325,3 +325,61 @@ fn acknowledged_adds_survive_sigkill_postgres() {
         stored.len()
     );
 }
+
+/// Eight writers, each with a store (and pool) of its own, append batches to one session at
+/// once: nothing is lost, each batch stays contiguous, and the stored order is one total order
+/// with dense sequence numbers (the thread row lock serialises them).
+#[test]
+fn concurrent_writers_keep_one_dense_order() {
+    let server = mnemon_tests::require_postgres!();
+    let (url, mut client) = fresh(server, "memory_concurrent");
+    drop(open(&url, PostgresMemoryOptions::default()));
+    let barrier = Arc::new(std::sync::Barrier::new(8));
+    let writers: Vec<_> = (0..8)
+        .map(|w| {
+            let (url, barrier) = (url.clone(), Arc::clone(&barrier));
+            std::thread::spawn(move || {
+                let store = PostgresMemoryStore::open(&url, PostgresMemoryOptions::default())
+                    .unwrap_or_else(|e| panic!("{e}"));
+                let memory = store.memory(Scope::session("shared")).unwrap();
+                barrier.wait();
+                for b in 0..10 {
+                    let items = (0..25)
+                        .map(|i| {
+                            json!({"id": format!("w{w}-b{b:02}-m{i:02}"), "name": "n",
+                                   "content": "c"})
+                            .into()
+                        })
+                        .collect();
+                    assert_eq!(memory.add(items).unwrap().added, 25);
+                }
+            })
+        })
+        .collect();
+    for writer in writers {
+        writer.join().unwrap();
+    }
+    let store = open(&url, PostgresMemoryOptions::default());
+    let stored: Vec<String> = store
+        .memory(Scope::session("shared"))
+        .unwrap()
+        .get_memory(&MemoryQuery::default())
+        .unwrap()
+        .iter()
+        .map(|m| m.id().to_owned())
+        .collect();
+    assert_eq!(stored.len(), 8 * 10 * 25);
+    assert_eq!(stored.iter().collect::<HashSet<_>>().len(), stored.len());
+    for chunk in stored.chunks(25) {
+        let batch = &chunk[0][..7];
+        assert!(chunk.iter().all(|id| id.starts_with(batch)), "{chunk:?}");
+    }
+    let row = client
+        .query_one(
+            "SELECT count(*), min(seq), max(seq) FROM memory_messages",
+            &[],
+        )
+        .unwrap();
+    let (count, min, max): (i64, i64, i64) = (row.get(0), row.get(1), row.get(2));
+    assert_eq!((count, min, max), (2000, 1, 2000));
+}

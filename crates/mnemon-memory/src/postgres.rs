@@ -125,8 +125,9 @@ pub struct PostgresMemoryOptions {
     /// The tenant the store is opened for: see the module docs.
     pub namespace: Namespace,
     /// Keep embeddings in a pgvector column with HNSW indexes when the `vector` extension is
-    /// available (default on). Off, the store never touches the extension: the "without
-    /// pgvector" configuration the tests also run.
+    /// available (default on). Off, the store neither creates the extension nor adds the
+    /// column: the "without pgvector" configuration the tests also run. A database whose column
+    /// another store already added keeps it filled either way, so that it never goes stale.
     pub vector_index: bool,
 }
 
@@ -398,7 +399,7 @@ fn db_error(error: DbError) -> MemoryError {
 fn pg_error(error: postgres::Error) -> MemoryError {
     db_error(pg::error(
         &error,
-        "the PostgreSQL memory database",
+        "the memory database",
         "running a memory statement",
     ))
 }

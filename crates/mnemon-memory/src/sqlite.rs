@@ -11,6 +11,12 @@
 //! only at checkpoints: a returned write survives the process being killed (`kill -9`) and is
 //! lost only if the OS itself crashes or the power fails before the next sync.
 //!
+//! **Tenants.** A store is opened for one namespace ([`SqliteMemoryOptions::namespace`]); every
+//! thread row carries its namespace (schema version 2), and messages and marks are reached only
+//! through a thread id looked up with it, so no call through the store or its memories reads,
+//! lists, counts, searches or deletes another namespace's threads. Files written before
+//! namespaces hold the default namespace's threads.
+//!
 //! **Readers.** [`SqliteMemoryStore::open_read_only`] never takes the write lock and works on a
 //! read-only directory or mount; a file without memory tables reads as empty.
 //!
