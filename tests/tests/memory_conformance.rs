@@ -264,10 +264,13 @@ mod postgres {
     use mnemon_tests::memory_conformance::{TenantStores, tenant_isolation, test_factory};
     use mnemon_tests::postgres::PgServer;
 
+    /// With `vector_index`, every recall cut that the HNSW path can answer goes through it
+    /// (`hnsw_min_messages: 0`), so the suite checks that path's results on every case.
     fn open(url: &str, namespace: &str, vector_index: bool) -> Arc<PostgresMemoryStore> {
         let options = PostgresMemoryOptions {
             namespace: Namespace::new(namespace).unwrap(),
             vector_index,
+            hnsw_min_messages: 0,
             ..PostgresMemoryOptions::default()
         };
         PostgresMemoryStore::open_with_factory(url, options, test_factory())

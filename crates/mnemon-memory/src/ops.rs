@@ -61,6 +61,19 @@ pub(crate) trait Backend: Send + Sync {
         self.read(|s| s.select(mark, exclude_mark, Some(n)))
     }
 
+    /// A cut to `top_k` answered from the backend's own vector index, scored exactly with the
+    /// crate's kernel, or `None` to score the mirrored state (the default, and what a backend
+    /// must answer whenever its index could return fewer than the `top_k` that exist). `query`
+    /// is the query vector, already checked non-empty.
+    fn retrieve_from_index(
+        &self,
+        query: &[f32],
+        options: &RetrieveOptions,
+    ) -> Result<Option<Vec<Retrieved>>, MemoryError> {
+        let _ = (query, options);
+        Ok(None)
+    }
+
     /// [`Memory::load`]: decodes the whole source, then adds it in one
     /// write. A durable backend instead streams the source into one transaction.
     fn load_document(&self, source: LoadSource, overwrite: bool) -> Result<AddReport, MemoryError> {
@@ -171,6 +184,9 @@ impl<B: Backend> Memory for B {
             validate_mark(mark)?;
         }
         let query = retrieval::query_vector(query, embedder)?;
+        if let Some(found) = self.retrieve_from_index(&query, options)? {
+            return Ok(found);
+        }
         ensure_embeddings(self, options.mark.as_deref(), embedder)?;
         self.read(|s| retrieval::score(s, &query, options))?
     }

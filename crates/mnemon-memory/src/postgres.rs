@@ -29,14 +29,19 @@
 //! [`PostgresMemoryOptions::vector_index`] is on, a second schema (`memory_vector_schema`) adds
 //! an `embedding_v vector` column, filled beside the exact `embedding` bytes, with one partial
 //! HNSW index (`vector_cosine_ops`) per dimension up to 2,000 (pgvector's HNSW limit) created
-//! the first time that dimension is stored. Recall itself always scores exactly with the
-//! crate's own kernel over the mirrored thread (see `crate::retrieval`), so its messages and
-//! scores are those of the SQLite memory on every input; the column and indexes are there for
-//! queries across threads at the database. Which of the two modes a store runs in is logged once
-//! at open (`tracing`, target `mnemon_memory::postgres`) and reported by
-//! [`PostgresMemoryStore::vector_mode`].
+//! the first time that dimension is stored. Recall scores exactly with the crate's own kernel
+//! (see `crate::retrieval`) over the mirrored thread, as the SQLite memory does, except for a
+//! cosine cut to `top_k` over at least [`PostgresMemoryOptions::hnsw_min_messages`] candidates
+//! of one dimension (at most 2,000): the HNSW index then shortlists candidates (`ef_search`
+//! four times `top_k`, 40 to 1,000) without the thread being read, and the shortlist is
+//! re-scored exactly, so every returned score is the exact one. Which messages come back is then
+//! as good as the index's recall (HNSW is approximate), and the exact path is taken instead
+//! whenever the filtered shortlist holds fewer than `top_k` messages: never silently fewer.
+//! Which of the two modes a store runs in is logged once at open (`tracing`, target
+//! `mnemon_memory::postgres`) and reported by [`PostgresMemoryStore::vector_mode`].
 
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use mnemon_db::postgres::{self as pg, Pool, Settings, VectorSupport};
@@ -49,9 +54,11 @@ use crate::clock::default_factory;
 use crate::document::LoadSource;
 use crate::entry::Entry;
 use crate::error::MemoryError;
+use crate::exact;
 use crate::load::decode_stream;
 use crate::ops::Backend;
 use crate::report::AddReport;
+use crate::retrieval::{Metric, RetrieveOptions, Retrieved, rank};
 use crate::scope::Scope;
 use crate::thread::{Change, ThreadState};
 
@@ -129,6 +136,11 @@ pub struct PostgresMemoryOptions {
     /// column: the "without pgvector" configuration the tests also run. A database whose column
     /// another store already added keeps it filled either way, so that it never goes stale.
     pub vector_index: bool,
+    /// With the index, a recall cut to `top_k` by cosine over at least this many candidates
+    /// shortlists through HNSW instead of reading the whole thread (default 10,000); smaller
+    /// threads, and every other recall, score every candidate exactly. See the module docs
+    /// for what the HNSW path guarantees.
+    pub hnsw_min_messages: usize,
 }
 
 impl Default for PostgresMemoryOptions {
@@ -140,6 +152,7 @@ impl Default for PostgresMemoryOptions {
             pool_size: shared.pool_size,
             namespace: Namespace::default(),
             vector_index: true,
+            hnsw_min_messages: 10_000,
         }
     }
 }
@@ -168,6 +181,10 @@ pub struct PostgresMemoryStore {
     vector: VectorMode,
     /// The dimensions whose HNSW index this store has seen exist.
     indexed: Mutex<HashSet<usize>>,
+    /// [`PostgresMemoryOptions::hnsw_min_messages`].
+    hnsw_min_messages: usize,
+    /// How many recalls the HNSW path answered.
+    index_recalls: AtomicU64,
 }
 
 impl std::fmt::Debug for PostgresMemoryStore {
@@ -242,6 +259,8 @@ impl PostgresMemoryStore {
             namespace: options.namespace,
             vector,
             indexed: Mutex::new(HashSet::new()),
+            hnsw_min_messages: options.hnsw_min_messages,
+            index_recalls: AtomicU64::new(0),
         }))
     }
 
@@ -253,6 +272,12 @@ impl PostgresMemoryStore {
     /// Whether embeddings also go to a pgvector column (see the module docs).
     pub fn vector_mode(&self) -> &VectorMode {
         &self.vector
+    }
+
+    /// How many recalls through this store's memories the HNSW index shortlisted (the others
+    /// scored every candidate): for monitoring, and for tests to know which path ran.
+    pub fn index_recalls(&self) -> u64 {
+        self.index_recalls.load(Ordering::Relaxed)
     }
 
     /// Makes sure every dimension in `dims` (up to pgvector's HNSW limit) has its index. It
@@ -599,6 +624,17 @@ fn recent_rows(
 
 fn embedding_bytes(embedding: Option<&[f32]>) -> Option<Vec<u8>> {
     embedding.map(|v| v.iter().flat_map(|x| x.to_le_bytes()).collect())
+}
+
+/// The `dim` little-endian `f32`s of a stored embedding, `None` when the length disagrees.
+fn floats(bytes: &[u8], dim: usize) -> Option<Vec<f32>> {
+    if bytes.len() != dim.checked_mul(4)? {
+        return None;
+    }
+    bytes
+        .chunks_exact(4)
+        .map(|c| c.try_into().ok().map(f32::from_le_bytes))
+        .collect()
 }
 
 /// pgvector's text form of an embedding (`[1,0.5,…]`; Rust's shortest round-trip digits, which
@@ -1060,6 +1096,126 @@ impl Backend for PostgresMemory {
         };
         tx.commit().map_err(pg_error)?;
         Ok(selected)
+    }
+
+    fn retrieve_from_index(
+        &self,
+        query: &[f32],
+        options: &RetrieveOptions,
+    ) -> Result<Option<Vec<Retrieved>>, MemoryError> {
+        let (Some(k), Metric::Cosine, true) = (options.top_k, &options.metric, self.vectors())
+        else {
+            return Ok(None);
+        };
+        let dim = query.len();
+        let query_norm = exact::norm(query);
+        let Some(text) = vector_text(Some(query)) else {
+            return Ok(None);
+        };
+        // `ef_search` bounds the shortlist; pgvector accepts 1 to 1,000.
+        let ef = (k.saturating_mul(4)).clamp(40, 1000);
+        if k == 0 || k > ef || dim > HNSW_MAX_DIM || query_norm == 0.0 {
+            return Ok(None);
+        }
+        let mut client = self.store.client()?;
+        let mut tx = snapshot(&mut client)?;
+        let Some((thread_id, _)) = thread_row(&mut tx, &self.store.namespace, &self.scope)? else {
+            return Ok(None);
+        };
+        let mark = options.mark.as_deref();
+        let dim_i32 = i32::try_from(dim).unwrap_or(i32::MAX);
+        // Every candidate must have an indexable embedding of the query's dimension (a missing
+        // one, another dimension or a zero vector takes the exact path, with its errors and
+        // scores); the counts come from the snapshot the shortlist is read from.
+        let counts = tx
+            .query_one(
+                "SELECT count(*), count(*) FILTER (WHERE m.embedding_v IS NOT NULL
+                   AND vector_dims(m.embedding_v) = $3 AND vector_norm(m.embedding_v) > 0)
+                 FROM memory_messages m
+                 WHERE m.thread_id = $1
+                   AND ($2::text IS NULL OR EXISTS (SELECT 1 FROM memory_marks k
+                        WHERE k.thread_id = m.thread_id AND k.msg_id = m.msg_id AND k.mark = $2))",
+                &[&thread_id, &mark, &dim_i32],
+            )
+            .map_err(pg_error)?;
+        let (total, usable): (i64, i64) = (
+            counts.try_get(0).map_err(pg_error)?,
+            counts.try_get(1).map_err(pg_error)?,
+        );
+        let total = usize::try_from(total).unwrap_or(0);
+        if i64::try_from(total).ok() != Some(usable)
+            || total < self.store.hnsw_min_messages
+            || k >= total
+        {
+            return Ok(None);
+        }
+        // The dimension and `ef` are numbers formatted into the statement (the partial index
+        // is chosen only when its predicate appears literally).
+        tx.batch_execute(&format!("SET LOCAL hnsw.ef_search = {ef}"))
+            .map_err(pg_error)?;
+        let rows = tx
+            .query(
+                &format!(
+                    "SELECT m.msg_id, m.kind, m.body, m.seq, m.embedding FROM memory_messages m
+                     WHERE m.thread_id = $1 AND vector_dims(m.embedding_v) = {dim}
+                       AND ($2::text IS NULL OR EXISTS (SELECT 1 FROM memory_marks k
+                            WHERE k.thread_id = m.thread_id AND k.msg_id = m.msg_id
+                              AND k.mark = $2))
+                     ORDER BY m.embedding_v::vector({dim}) <=> $3::text::vector({dim})
+                     LIMIT {ef}"
+                ),
+                &[&thread_id, &mark, &text],
+            )
+            .map_err(pg_error)?;
+        if rows.len() < k {
+            // The index's filtered shortlist came up short: score everything instead.
+            return Ok(None);
+        }
+        // Exact scores; ties and order by `seq`, which orders messages as their indices do.
+        let mut scored = Vec::with_capacity(rows.len());
+        for (i, row) in rows.iter().enumerate() {
+            let seq: i64 = row.try_get(3).map_err(pg_error)?;
+            let bytes: Option<Vec<u8>> = row.try_get(4).map_err(pg_error)?;
+            let Some(embedding) = bytes.as_deref().and_then(|b| floats(b, dim)) else {
+                return Ok(None);
+            };
+            let score = exact::cosine_with_norms(
+                exact::dot(query, &embedding),
+                query_norm,
+                exact::norm(&embedding),
+            );
+            scored.push(((score, usize::try_from(seq).unwrap_or(usize::MAX)), i));
+        }
+        scored.sort_by(|a, b| rank(&a.0, &b.0));
+        scored.truncate(k);
+        if options.preserve_order {
+            scored.sort_by_key(|&((_, seq), _)| seq);
+        }
+        let position = tx
+            .prepare("SELECT count(*) FROM memory_messages WHERE thread_id = $1 AND seq < $2")
+            .map_err(pg_error)?;
+        let mut found = Vec::with_capacity(scored.len());
+        for ((score, _), i) in scored {
+            let Some(row) = rows.get(i) else {
+                return Ok(None);
+            };
+            let seq: i64 = row.try_get(3).map_err(pg_error)?;
+            let before: i64 = tx
+                .query_one(&position, &[&thread_id, &seq])
+                .map_err(pg_error)?
+                .try_get(0)
+                .map_err(pg_error)?;
+            let index = usize::try_from(before).unwrap_or(0);
+            let (_, message) = row_message(&self.store.factory, row, index)?;
+            found.push(Retrieved {
+                score,
+                index,
+                message,
+            });
+        }
+        tx.commit().map_err(pg_error)?;
+        self.store.index_recalls.fetch_add(1, Ordering::Relaxed);
+        Ok(Some(found))
     }
 
     fn load_document(&self, source: LoadSource, overwrite: bool) -> Result<AddReport, MemoryError> {

@@ -388,7 +388,7 @@ fn shortlist(
 }
 
 /// Highest score first, NaN last, ties by lower index.
-fn rank(a: &(f64, usize), b: &(f64, usize)) -> Ordering {
+pub(crate) fn rank(a: &(f64, usize), b: &(f64, usize)) -> Ordering {
     match (a.0.is_nan(), b.0.is_nan()) {
         (true, false) => Ordering::Greater,
         (false, true) => Ordering::Less,
