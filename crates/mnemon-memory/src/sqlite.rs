@@ -63,6 +63,18 @@ static SCHEMA: Schema = Schema {
     ],
 };
 
+/// The schema as files written before namespaces have it: what a reader, which cannot migrate,
+/// opens such a file with (see [`SqliteMemoryStore::open_read_only`]).
+static SCHEMA_BEFORE_NAMESPACES: Schema = Schema {
+    component: "memory",
+    table: "memory_schema",
+    key_column: "id",
+    migrations: &[Migration {
+        version: 1,
+        sql: SCHEMA_V1,
+    }],
+};
+
 const SCHEMA_V1: &str = "
 CREATE TABLE memory_threads (
   thread_id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -164,6 +176,9 @@ pub struct SqliteMemoryStore {
     path: PathBuf,
     factory: MsgFactory,
     namespace: Namespace,
+    /// The tables predate namespaces (a version-1 file opened read-only): every thread is the
+    /// default namespace's.
+    before_namespaces: bool,
 }
 
 impl std::fmt::Debug for SqliteMemoryStore {
@@ -197,6 +212,7 @@ impl SqliteMemoryStore {
             path,
             factory,
             namespace: options.namespace,
+            before_namespaces: false,
         }))
     }
 
@@ -209,12 +225,24 @@ impl SqliteMemoryStore {
         options: SqliteMemoryOptions,
     ) -> Result<Arc<SqliteMemoryStore>, MemoryError> {
         let path = path.as_ref().to_path_buf();
-        let read = sqlite::open_read_only(&path, &options.settings(), &SCHEMA).map_err(db_error)?;
+        let settings = options.settings();
+        // A file from before namespaces cannot be migrated without writing: it is read as it
+        // is, all of it in the default namespace.
+        let (read, before_namespaces) = match sqlite::open_read_only(&path, &settings, &SCHEMA) {
+            Ok(read) => (read, false),
+            Err(DbError::NeedsUpgrade { found: 1, .. }) => (
+                sqlite::open_read_only(&path, &settings, &SCHEMA_BEFORE_NAMESPACES)
+                    .map_err(db_error)?,
+                true,
+            ),
+            Err(other) => return Err(db_error(other)),
+        };
         Ok(Arc::new(SqliteMemoryStore {
             conn: Mutex::new(read.conn),
             path,
             factory: default_factory(),
             namespace: options.namespace,
+            before_namespaces,
         }))
     }
 
@@ -238,7 +266,7 @@ impl SqliteMemoryStore {
         {
             let mut conn = self.lock();
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-            thread_row(&tx, &self.namespace, &scope, Some(&self.factory))?;
+            thread_row(&tx, self, &scope, Some(&self.factory))?;
             tx.commit()?;
         }
         Ok(SqliteMemory {
@@ -276,7 +304,7 @@ impl SqliteMemoryStore {
         let exists = {
             let mut conn = self.lock();
             let tx = conn.transaction()?;
-            let found = thread_row(&tx, &self.namespace, &scope, None)?.is_some();
+            let found = thread_row(&tx, self, &scope, None)?.is_some();
             tx.commit()?;
             found
         };
@@ -290,10 +318,13 @@ impl SqliteMemoryStore {
     /// Every thread's scope in the store's namespace, oldest first.
     pub fn threads(&self) -> Result<Vec<Scope>, MemoryError> {
         let conn = self.lock();
-        let mut stmt = conn.prepare(
+        let mut stmt = conn.prepare(if self.before_namespaces {
+            "SELECT user_id, agent_id, session_id FROM memory_threads WHERE ?1 = 'default'
+             ORDER BY thread_id"
+        } else {
             "SELECT user_id, agent_id, session_id FROM memory_threads WHERE namespace = ?1
-             ORDER BY thread_id",
-        )?;
+             ORDER BY thread_id"
+        })?;
         let rows = stmt.query_map([self.namespace.as_str()], |r| {
             Ok(Scope::from_columns(r.get(0)?, r.get(1)?, r.get(2)?))
         })?;
@@ -305,6 +336,11 @@ impl SqliteMemoryStore {
     pub fn drop_thread(&self, scope: &Scope) -> Result<bool, MemoryError> {
         let [user, agent, session] = scope.columns()?;
         let conn = self.lock();
+        if self.before_namespaces {
+            // Read-only: the write fails as every write through a reader does.
+            conn.execute("DELETE FROM memory_threads WHERE 0", [])?;
+            return Ok(false);
+        }
         let n = conn.execute(
             "DELETE FROM memory_threads
              WHERE namespace = ?1 AND user_id = ?2 AND agent_id = ?3 AND session_id = ?4",
@@ -346,16 +382,20 @@ fn db_error(error: DbError) -> MemoryError {
 /// found here, which is how a handle never sees another namespace's rows.
 fn thread_row(
     tx: &Transaction<'_>,
-    namespace: &Namespace,
+    store: &SqliteMemoryStore,
     scope: &Scope,
     create_with: Option<&MsgFactory>,
 ) -> Result<Option<(i64, i64)>, MemoryError> {
     let [user, agent, session] = scope.columns()?;
+    let namespace = &store.namespace;
     let found = tx
-        .prepare_cached(
+        .prepare_cached(if store.before_namespaces {
             "SELECT thread_id, rev FROM memory_threads
-             WHERE namespace = ?1 AND user_id = ?2 AND agent_id = ?3 AND session_id = ?4",
-        )?
+             WHERE ?1 = 'default' AND user_id = ?2 AND agent_id = ?3 AND session_id = ?4"
+        } else {
+            "SELECT thread_id, rev FROM memory_threads
+             WHERE namespace = ?1 AND user_id = ?2 AND agent_id = ?3 AND session_id = ?4"
+        })?
         .query_row(params![namespace.as_str(), user, agent, session], |r| {
             Ok((r.get(0)?, r.get(1)?))
         })
@@ -364,11 +404,22 @@ fn thread_row(
         (Some(row), _) => Ok(Some(row)),
         (None, None) => Ok(None),
         (None, Some(factory)) => {
-            tx.execute(
-                "INSERT INTO memory_threads (namespace, user_id, agent_id, session_id, created_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5)",
-                params![namespace.as_str(), user, agent, session, factory.now()],
-            )?;
+            if store.before_namespaces {
+                // Only a reader has these tables, and its write fails as every write through a
+                // reader does (rather than on the missing column).
+                tx.execute(
+                    "INSERT INTO memory_threads (user_id, agent_id, session_id, created_at)
+                     VALUES (?1, ?2, ?3, ?4)",
+                    params![user, agent, session, factory.now()],
+                )?;
+            } else {
+                tx.execute(
+                    "INSERT INTO memory_threads
+                       (namespace, user_id, agent_id, session_id, created_at)
+                     VALUES (?1, ?2, ?3, ?4, ?5)",
+                    params![namespace.as_str(), user, agent, session, factory.now()],
+                )?;
+            }
             Ok(Some((tx.last_insert_rowid(), 0)))
         }
     }
@@ -694,7 +745,7 @@ impl Backend for SqliteMemory {
     fn read<R>(&self, f: impl FnOnce(&ThreadState) -> R) -> Result<R, MemoryError> {
         let mut conn = self.store.lock();
         let tx = conn.transaction()?;
-        let thread = thread_row(&tx, &self.store.namespace, &self.scope, None)?;
+        let thread = thread_row(&tx, &self.store, &self.scope, None)?;
         let mut mirror = self.mirror();
         mirror.sync(&tx, thread, &self.store.factory)?;
         tx.commit()?;
@@ -708,12 +759,8 @@ impl Backend for SqliteMemory {
     ) -> Result<R, MemoryError> {
         let mut conn = self.store.lock();
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let Some((thread_id, rev)) = thread_row(
-            &tx,
-            &self.store.namespace,
-            &self.scope,
-            Some(&self.store.factory),
-        )?
+        let Some((thread_id, rev)) =
+            thread_row(&tx, &self.store, &self.scope, Some(&self.store.factory))?
         else {
             return Err(corrupt("the thread could not be created".into()));
         };
@@ -739,8 +786,7 @@ impl Backend for SqliteMemory {
         // One read transaction: the snapshot taken at its first read serves the whole scan,
         // while other processes go on writing.
         let tx = conn.transaction()?;
-        let Some((thread_id, rev)) = thread_row(&tx, &self.store.namespace, &self.scope, None)?
-        else {
+        let Some((thread_id, rev)) = thread_row(&tx, &self.store, &self.scope, None)? else {
             return Ok(0);
         };
         let mirror = self.mirror();
@@ -766,8 +812,7 @@ impl Backend for SqliteMemory {
     ) -> Result<Vec<Msg>, MemoryError> {
         let mut conn = self.store.lock();
         let tx = conn.transaction()?;
-        let Some((thread_id, rev)) = thread_row(&tx, &self.store.namespace, &self.scope, None)?
-        else {
+        let Some((thread_id, rev)) = thread_row(&tx, &self.store, &self.scope, None)? else {
             return Ok(Vec::new());
         };
         let mirror = self.mirror();
@@ -788,9 +833,7 @@ impl Backend for SqliteMemory {
         // document that fails anywhere (or an I/O error) rolls all of it back, so a failed
         // import leaves neither rows nor an empty thread behind.
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let Some((thread_id, _)) =
-            thread_row(&tx, &self.store.namespace, &self.scope, Some(factory))?
-        else {
+        let Some((thread_id, _)) = thread_row(&tx, &self.store, &self.scope, Some(factory))? else {
             return Err(corrupt("the thread could not be created".into()));
         };
         if overwrite {
@@ -1118,27 +1161,74 @@ mod namespace_tests {
     use super::*;
     use crate::{Memory, MemoryQuery};
 
-    #[test]
-    fn a_version_1_file_migrates_into_the_default_namespace() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("v1.sqlite3");
+    /// A file at version 1, as written before namespaces, with one thread `s` holding message
+    /// `a` marked `pin`, and a dropped thread 7.
+    fn version_1_file(path: &Path) {
         let v1 = Schema {
             migrations: &SCHEMA.migrations[..1],
             ..SCHEMA
         };
-        {
-            let conn =
-                sqlite::open(&path, &SqliteMemoryOptions::default().settings(), &v1).unwrap();
-            conn.execute_batch(
-                "INSERT INTO memory_threads (thread_id, user_id, agent_id, session_id, rev,
-                   created_at) VALUES (1, '', '', 's', 3, 't'), (7, 'u', '', 'gone', 1, 't');
-                 DELETE FROM memory_threads WHERE thread_id = 7;
-                 INSERT INTO memory_messages (thread_id, seq, msg_id, kind, body) VALUES
-                   (1, 1, 'a', 'msg', '{\"id\":\"a\",\"name\":\"n\",\"content\":\"one\",\"role\":\"user\",\"metadata\":null,\"timestamp\":\"t\"}');
-                 INSERT INTO memory_marks (thread_id, msg_id, pos, mark) VALUES (1, 'a', 0, 'pin');",
-            )
+        let conn = sqlite::open(path, &SqliteMemoryOptions::default().settings(), &v1).unwrap();
+        conn.execute_batch(
+            "INSERT INTO memory_threads (thread_id, user_id, agent_id, session_id, rev,
+               created_at) VALUES (1, '', '', 's', 3, 't'), (7, 'u', '', 'gone', 1, 't');
+             DELETE FROM memory_threads WHERE thread_id = 7;
+             INSERT INTO memory_messages (thread_id, seq, msg_id, kind, body) VALUES
+               (1, 1, 'a', 'msg', '{\"id\":\"a\",\"name\":\"n\",\"content\":\"one\",\"role\":\"user\",\"metadata\":null,\"timestamp\":\"t\"}');
+             INSERT INTO memory_marks (thread_id, msg_id, pos, mark) VALUES (1, 'a', 0, 'pin');",
+        )
+        .unwrap();
+    }
+
+    /// A reader (a read-only mount, `mnemon memory` listing commands) cannot migrate a file;
+    /// a version-1 file still reads as the default namespace's threads, and as nothing for
+    /// another namespace.
+    #[test]
+    fn a_version_1_file_reads_read_only_as_the_default_namespace() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("v1.sqlite3");
+        version_1_file(&path);
+        let reader =
+            SqliteMemoryStore::open_read_only(&path, SqliteMemoryOptions::default()).unwrap();
+        assert_eq!(reader.threads().unwrap(), [Scope::session("s")]);
+        let memory = reader
+            .existing_memory(Scope::session("s"))
+            .unwrap()
             .unwrap();
-        }
+        let all = memory.get_memory(&MemoryQuery::default()).unwrap();
+        assert_eq!(all.len(), 1);
+        assert_eq!(memory.marks_of("a").unwrap(), Some(vec!["pin".to_owned()]));
+        assert!(
+            memory
+                .add(vec![
+                    serde_json::json!({"name": "n", "content": "c"}).into()
+                ])
+                .is_err()
+        );
+        let acme = SqliteMemoryStore::open_read_only(
+            &path,
+            SqliteMemoryOptions {
+                namespace: Namespace::new("acme").unwrap(),
+                ..SqliteMemoryOptions::default()
+            },
+        )
+        .unwrap();
+        assert!(acme.threads().unwrap().is_empty());
+        assert!(acme.existing_memory(Scope::session("s")).unwrap().is_none());
+        drop((reader, acme));
+        // The file is unchanged: still version 1.
+        let conn = Connection::open(&path).unwrap();
+        let version: i64 = conn
+            .query_row("SELECT version FROM memory_schema", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(version, 1);
+    }
+
+    #[test]
+    fn a_version_1_file_migrates_into_the_default_namespace() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("v1.sqlite3");
+        version_1_file(&path);
         let store = SqliteMemoryStore::open(&path, SqliteMemoryOptions::default()).unwrap();
         assert_eq!(store.threads().unwrap(), [Scope::session("s")]);
         let memory = store.existing_memory(Scope::session("s")).unwrap().unwrap();
