@@ -509,3 +509,62 @@ fn hnsw_recall_is_exactly_scored_and_never_short() {
     assert!(recall >= 0.9, "recall@10 {recall}");
     eprintln!("HNSW recall@10 against exact: {recall:.3}");
 }
+
+/// A log writer into a shared buffer, for the open-time line.
+#[derive(Clone, Default)]
+struct Captured(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The lines logged while `open` runs on this thread.
+fn logged_while(open: impl FnOnce()) -> Vec<String> {
+    use tracing_subscriber::util::SubscriberInitExt;
+    let captured = Captured::default();
+    let writer = captured.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .finish();
+    {
+        let _guard = subscriber.set_default();
+        open();
+    }
+    let text = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+    text.lines()
+        .filter(|l| l.contains("mnemon_memory::postgres"))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Issue 13, item 2: opening says, in one log line, whether embeddings go to pgvector or are
+/// only scored exactly, and why.
+#[test]
+fn opening_logs_which_vector_mode_in_one_line() {
+    let server = mnemon_tests::require_postgres!();
+    let url = server.fresh_database("memory_log").unwrap();
+    let lines = logged_while(|| drop(open(&url, PostgresMemoryOptions::default())));
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(lines[0].contains("pgvector 0.6.2"), "{lines:?}");
+    let url = server.fresh_database("memory_log_exact").unwrap();
+    let lines = logged_while(|| {
+        drop(open(
+            &url,
+            PostgresMemoryOptions {
+                vector_index: false,
+                ..PostgresMemoryOptions::default()
+            },
+        ));
+    });
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(lines[0].contains("exact scoring only"), "{lines:?}");
+    assert!(lines[0].contains("vector_index"), "{lines:?}");
+}
