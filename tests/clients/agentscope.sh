@@ -10,6 +10,8 @@ root=$(cd "$here/../.." && pwd)
 python=${1:?usage: agentscope.sh PYTHON [MNEMON]}
 mnemon=${2:-$root/target/debug/mnemon}
 [ -x "$mnemon" ] || { echo "no mnemon binary at $mnemon (cargo build -p mnemon)" >&2; exit 2; }
+# Absolute, as the host runs from a scratch directory.
+mnemon=$(cd "$(dirname "$mnemon")" && pwd)/$(basename "$mnemon")
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT INT TERM

@@ -9,6 +9,8 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 mnemon=${1:-$root/target/debug/mnemon}
 [ -x "$mnemon" ] || { echo "no mnemon binary at $mnemon (cargo build -p mnemon)" >&2; exit 2; }
+# Absolute, as the host runs from a scratch directory.
+mnemon=$(cd "$(dirname "$mnemon")" && pwd)/$(basename "$mnemon")
 [ -d "$here/node_modules/@polymath-ai/client" ] || {
     echo "run 'npm ci' in $here first" >&2; exit 2; }
 
