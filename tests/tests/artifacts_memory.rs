@@ -1,5 +1,5 @@
 //! ArtifactMemory (docs/reference/artifacts.md#artifactmemory) and prompt templates
-//! (docs/reference/memory.md#marks).
+//! (docs/reference/artifacts.md#prompt-templates).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 

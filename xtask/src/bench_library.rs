@@ -1,5 +1,5 @@
-//! `cargo xtask bench library`: the embedding library's performance report (issue 4, spec
-//! library.md §11.3).
+//! `cargo xtask bench library`: the embedding library's performance report (issue 4,
+//! docs/reference/library.md#performance-targets).
 //!
 //! Generates a seeded synthetic library (100,000 bits × 1536 dims, about 890 MB of JSON) under
 //! `target/bench-library/`, then reports in one run: JSON load time, sidecar pack and open

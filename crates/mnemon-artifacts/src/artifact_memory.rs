@@ -1,4 +1,5 @@
-//! ArtifactMemory: loads artifacts named by key into a prompt variable (spec §6).
+//! ArtifactMemory: loads artifacts named by key into a prompt variable
+//! (docs/reference/artifacts.md#artifactmemory).
 
 use std::sync::Arc;
 
@@ -235,7 +236,8 @@ fn mentioned_keys(text: &str) -> Vec<String> {
     keys
 }
 
-/// The block spec §6 prescribes; the empty string for no artifacts.
+/// The block docs/reference/artifacts.md#artifactmemory prescribes; the empty string for no
+/// artifacts.
 pub fn render_block(
     artifacts: &[Artifact],
     backends: &BackendRegistry,

@@ -1,4 +1,5 @@
-//! Storage backends and the registry that names them (spec/artifacts.md §4).
+//! Storage backends and the registry that names them
+//! (docs/reference/artifacts.md#storage-backends).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

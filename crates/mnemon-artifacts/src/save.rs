@@ -1,4 +1,5 @@
-//! SaveArtifact: the step that saves its inputs' content as an artifact (spec §5).
+//! SaveArtifact: the step that saves its inputs' content as an artifact
+//! (docs/reference/artifacts.md#saveartifact).
 
 use std::sync::Arc;
 
@@ -119,7 +120,8 @@ pub(crate) fn unwrap_class_path(
     }
 }
 
-/// The step that saves content from its inputs as an artifact (spec §5).
+/// The step that saves content from its inputs as an artifact
+/// (docs/reference/artifacts.md#saveartifact).
 ///
 /// ```
 /// use std::sync::Arc;
@@ -213,9 +215,9 @@ impl SaveArtifact {
         &self.config
     }
 
-    /// Runs the six steps of spec §5 over `inputs` (a JSON object of named inputs), saving
-    /// into `scope`, and returns the outputs: `output_key` → the saved artifact as a
-    /// dictionary.
+    /// Runs the six steps of docs/reference/artifacts.md#saveartifact over `inputs` (a JSON object
+    /// of named inputs), saving into `scope`, and returns the outputs: `output_key` → the saved
+    /// artifact as a dictionary.
     ///
     /// Content kept by a backend is written before the record is saved: if saving the record
     /// fails, the content may remain as an orphan, but no record ever points at missing

@@ -5,7 +5,7 @@ use uuid::Uuid;
 
 use crate::ArtifactError;
 
-/// Keeps artifact records (spec/artifacts.md §3).
+/// Keeps artifact records (docs/reference/artifacts.md#artifact-store).
 ///
 /// Implementations must agree on these rules, which the shared conformance suite checks:
 ///

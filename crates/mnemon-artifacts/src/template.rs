@@ -1,4 +1,5 @@
-//! Prompt templates with `{name}` placeholders (spec §7), in Python's `str.format` convention.
+//! Prompt templates with `{name}` placeholders (docs/reference/artifacts.md#prompt-templates), in
+//! Python's `str.format` convention.
 
 use std::collections::HashSet;
 

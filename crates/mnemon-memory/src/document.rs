@@ -1,6 +1,8 @@
-//! Message documents: what an add takes ([`MsgInput`]), where a load reads from
-//! ([`LoadSource`]), where and how an export writes ([`ExportTarget`], [`ExportOptions`],
-//! [`ExportFormat`], [`Exported`]) (§5.2, §5.4, §5.5). Reading them into entries is
+//! Message documents: what an add takes ([`MsgInput`]), where a load reads from ([`LoadSource`]),
+//! where and how an export writes ([`ExportTarget`], [`ExportOptions`], [`ExportFormat`],
+//! [`Exported`]) (docs/reference/memory.md#adding-messages,
+//! docs/reference/memory.md#loading-documents, docs/reference/memory.md#exporting). Reading them
+//! into entries is
 //! [`crate::load`]'s; writing export documents is [`crate::export`]'s.
 
 use std::path::{Path, PathBuf};

@@ -89,7 +89,8 @@ impl Entry {
         self.embedding.is_some() || self.msg.has_embedding()
     }
 
-    /// The embedding as `f32`s (§6.3: retrieval reads the stored numbers as `f32`).
+    /// The embedding as `f32`s (docs/reference/memory.md#numbers-and-the-cache: retrieval reads the
+    /// stored numbers as `f32`).
     pub(crate) fn embedding(&self) -> Option<Vec<f32>> {
         match &self.embedding {
             Some(numbers) => Some(numbers.iter().map(|&x| x as f32).collect()),

@@ -1,5 +1,5 @@
-//! Writing export documents (§5.5): AgentScope 0.0.x and 0.1.x layouts, one message at a time,
-//! into text or atomically into a file.
+//! Writing export documents (docs/reference/memory.md#exporting): AgentScope 0.0.x and 0.1.x
+//! layouts, one message at a time, into text or atomically into a file.
 
 use std::io::Write;
 use std::path::Path;
@@ -138,7 +138,7 @@ pub(crate) fn marks_json(marks: &[String]) -> Value {
 
 /// The 0.1.x object of a message: `Msg.to_dict()`'s keys in its order (`__module__`,
 /// `__name__`, `id`, `name`, `role`, `content`, `metadata`, `timestamp`). The inverse of the
-/// loader's 0.1.x rule (`docs/` spec of memory, `mnemon_types::msg`): the `embedding` extra goes
+/// loader's 0.1.x rule (docs/reference/memory.md, `mnemon_types::msg`): the `embedding` extra goes
 /// back into `metadata` (first, before the keys of a `metadata` object extra), a `url` is
 /// written only when set (0.1.0 wrote it; 0.1.6 ignores it), and any other extra follows
 /// `timestamp` (0.1.6's model ignores unknown keys). A thought is written as a `Msg`: 0.1.x has

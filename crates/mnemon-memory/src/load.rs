@@ -1,5 +1,6 @@
-//! Reading messages in: the inputs of an add and load documents (§5.2, §5.4) become entries.
-//! Everything here runs before the memory is touched, so a failure changes nothing.
+//! Reading messages in: the inputs of an add and load documents
+//! (docs/reference/memory.md#adding-messages, docs/reference/memory.md#loading-documents) become
+//! entries. Everything here runs before the memory is touched, so a failure changes nothing.
 
 use std::cell::Cell;
 use std::io::BufRead;
@@ -47,13 +48,13 @@ pub(crate) fn decode_source(
 /// matter next to the entries.
 const READ_BUFFER: usize = 256 * 1024;
 
-/// Decodes a load source (§5.4) and hands each entry to `sink` as soon as it is converted, in
-/// document order. A file is read through a fixed buffer and each array element is parsed,
-/// converted, handed over and dropped before the next is read, so neither the text nor the
-/// JSON tree of a large export (about 72 bytes per number) ever exists whole. The first
-/// failure (of the document or of `sink`) stops the decoding and is returned; entries already
-/// handed over stay with the sink, whose caller must discard them (one transaction, rolled
-/// back).
+/// Decodes a load source (docs/reference/memory.md#loading-documents) and hands each entry to
+/// `sink` as soon as it is converted, in document order. A file is read through a fixed buffer and
+/// each array element is parsed, converted, handed over and dropped before the next is read, so
+/// neither the text nor the JSON tree of a large export (about 72 bytes per number) ever exists
+/// whole. The first failure (of the document or of `sink`) stops the decoding and is returned;
+/// entries already handed over stay with the sink, whose caller must discard them (one transaction,
+/// rolled back).
 pub(crate) fn decode_stream(
     factory: &MsgFactory,
     source: LoadSource,

@@ -49,9 +49,9 @@ pub(crate) trait Backend: Send + Sync {
         })?
     }
 
-    /// Steps 1 and 2 of §5.1 with a bound: the last `n` messages passing the mark filters. A
-    /// durable backend reads only those rows (`ORDER BY … DESC LIMIT n`) unless its mirror is
-    /// already current.
+    /// Steps 1 and 2 of docs/reference/memory.md#reading-messages with a bound: the last `n`
+    /// messages passing the mark filters. A durable backend reads only those rows (`ORDER BY … DESC
+    /// LIMIT n`) unless its mirror is already current.
     fn select_recent(
         &self,
         mark: Option<&str>,

@@ -1,8 +1,10 @@
 //! One conversation thread's messages and marks, and the planning of every change to them.
 //!
 //! Both implementations keep a `ThreadState` (the SQLite one as a mirror of the file), so the
-//! semantics of §5–§8 are written once here: an operation first *plans* a [`Change`] against the
-//! current state (validating everything), the backend persists it, then the state *applies* it.
+//! semantics of
+//! docs/reference/memory.md#the-memory-trait–docs/reference/memory.md#recall-by-token-budget are
+//! written once here: an operation first *plans* a [`Change`] against the current state (validating
+//! everything), the backend persists it, then the state *applies* it.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -175,7 +177,8 @@ impl ThreadState {
             .collect()
     }
 
-    /// Steps 1 and 2 of §5.1: clones of the mark-filtered messages, cut to the last `recent_n`.
+    /// Steps 1 and 2 of docs/reference/memory.md#reading-messages: clones of the mark-filtered
+    /// messages, cut to the last `recent_n`.
     pub(crate) fn select(
         &self,
         mark: Option<&str>,
@@ -227,7 +230,7 @@ impl ThreadState {
         (change, report)
     }
 
-    /// Plans deleting by index (§5.3).
+    /// Plans deleting by index (docs/reference/memory.md#deleting-messages).
     pub(crate) fn plan_delete(&self, indices: &[usize]) -> (Option<Change>, DeleteReport) {
         let mut sorted = indices.to_vec();
         sorted.sort_unstable();

@@ -1,4 +1,4 @@
-//! Recognising a reference inside a JSON value (spec/assets.md §5).
+//! Recognising a reference inside a JSON value (docs/reference/assets.md#tool-call-parameters).
 
 use mnemon_types::AssetRef;
 

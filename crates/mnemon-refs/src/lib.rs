@@ -1,4 +1,4 @@
-//! Turning asset references back into objects (spec/assets.md §4–6).
+//! Turning asset references back into objects (docs/reference/assets.md#asset-references).
 //!
 //! - Resolution of one reference: [`AssetStore::resolve`](mnemon_store::AssetStore::resolve),
 //!   with the typed, model-friendly [`ResolveError`](mnemon_store::ResolveError)s (they live in

@@ -1,4 +1,5 @@
-//! Substituting references in tool-call parameters, driven by a command spec (spec §5).
+//! Substituting references in tool-call parameters, driven by a command spec
+//! (docs/reference/assets.md#tool-call-parameters).
 
 use std::collections::HashSet;
 use std::path::Path;
@@ -129,7 +130,8 @@ pub enum Mode {
 }
 
 /// Replaces each reference in a parameter that accepts references by the value it references
-/// (spec §5). Parameters the spec does not declare are treated as not accepting references.
+/// (docs/reference/assets.md#tool-call-parameters). Parameters the spec does not declare are
+/// treated as not accepting references.
 ///
 /// Either every reference resolves and the full parameter map is returned, or an error names
 /// the first parameter that failed and nothing is substituted.

@@ -1,4 +1,4 @@
-//! Replacing markers in text by what they reference (spec/assets.md §6).
+//! Replacing markers in text by what they reference (docs/reference/assets.md#markers-in-text).
 
 use std::ops::Range;
 

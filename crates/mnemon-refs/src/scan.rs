@@ -1,4 +1,4 @@
-//! Finding `<|…|>` markers in message text (spec/assets.md §6).
+//! Finding `<|…|>` markers in message text (docs/reference/assets.md#markers-in-text).
 //!
 //! Decisions where the spec is silent:
 //! - Code is recognised as CommonMark does: a fence is a line indented by at most three spaces

@@ -1,4 +1,5 @@
-//! Where assets live: the [`AssetStore`] trait and its implementations (spec/assets.md §7).
+//! Where assets live: the [`AssetStore`] trait and its implementations
+//! (docs/reference/assets.md#asset-store).
 //!
 //! - [`InMemoryStore`]: holds everything, in-process objects included.
 //! - [`SqliteAssetStore`]: the embedded default; one database file in WAL mode, durable when a put

@@ -1,4 +1,4 @@
-//! Walking a reference's field path (spec/assets.md §4.3).
+//! Walking a reference's field path (docs/reference/assets.md#resolution).
 //!
 //! The path starts at the asset's root object ([`Asset::to_value`]), so `["content", …]` reaches
 //! into the content and `["asset_name"]` reaches a top-level field. Every error names the URL

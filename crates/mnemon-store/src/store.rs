@@ -1,4 +1,5 @@
-//! The `AssetStore` trait: the narrow interface the rest of Mnemon sees (spec/assets.md §7).
+//! The `AssetStore` trait: the narrow interface the rest of Mnemon sees
+//! (docs/reference/assets.md#asset-store).
 
 use mnemon_types::{Asset, AssetRef, PathSegment, Value, meta};
 

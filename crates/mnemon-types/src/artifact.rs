@@ -1,5 +1,5 @@
-//! The artifact record (spec/artifacts.md §2): a named result of one step of an agent's work,
-//! saved under a key so that later steps can load it again.
+//! The artifact record (docs/reference/artifacts.md#artifact-record): a named result of one step of
+//! an agent's work, saved under a key so that later steps can load it again.
 //!
 //! The record is plain data. Storing it, deciding which record is the most recent for a key, and
 //! writing its content to a storage backend belong to `mnemon-artifacts`.
@@ -127,8 +127,9 @@ impl Artifact {
         .collect()
     }
 
-    /// The artifact as the dictionary chains exchange (spec §2):
-    /// `{"id", "key", "type", "name", "description", "storage", "storage_id", "data"}`.
+    /// The artifact as the dictionary chains exchange
+    /// (docs/reference/artifacts.md#artifact-record): `{"id", "key", "type", "name", "description",
+    /// "storage", "storage_id", "data"}`.
     ///
     /// `storage` is the backend name and `storage_id` the id within it, both `null` for inline
     /// content; `data` is `null` when the content is not inline. Scope and creation time are

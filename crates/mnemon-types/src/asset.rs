@@ -1,4 +1,5 @@
-//! The asset: an object kept outside the chat history, under an id (spec/assets.md §2.1).
+//! The asset: an object kept outside the chat history, under an id
+//! (docs/reference/assets.md#asset).
 
 use serde::de::{Deserialize, Deserializer, Error as _};
 use serde::ser::{Serialize, SerializeMap, Serializer};

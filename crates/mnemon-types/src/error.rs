@@ -1,6 +1,6 @@
 //! Errors of the data model. Messages say what was wrong and how to fix it.
 
-/// Why a string is not a valid `asset://` URL (spec/assets.md §4.2).
+/// Why a string is not a valid `asset://` URL (docs/reference/assets.md#url-grammar).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum UrlError {

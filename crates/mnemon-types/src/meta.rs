@@ -1,5 +1,5 @@
 //! Asset meta, its flattened form, and the prompt block that shows metas to a model
-//! (spec/assets.md §3).
+//! (docs/reference/assets.md#meta).
 //!
 //! A meta has the asset's shape with every bytes or object leaf replaced by its type string, so
 //! the model sees what an asset holds without its payload.

@@ -1,4 +1,5 @@
-//! Asset references: the object form and `asset://` URLs (spec/assets.md §4.1–4.2).
+//! Asset references: the object form and `asset://` URLs
+//! (docs/reference/assets.md#asset-references).
 
 use std::fmt;
 use std::str::FromStr;
@@ -141,7 +142,7 @@ impl AssetRef {
         self
     }
 
-    /// Parses an `asset://` URL (spec §4.2).
+    /// Parses an `asset://` URL (docs/reference/assets.md#url-grammar).
     pub fn parse_url(url: &str) -> Result<AssetRef, UrlError> {
         let rest = url
             .get(..SCHEME.len())

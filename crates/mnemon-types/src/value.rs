@@ -1,4 +1,5 @@
-//! The value tree: JSON, plus byte buffers and in-process objects (spec/assets.md §2.2).
+//! The value tree: JSON, plus byte buffers and in-process objects
+//! (docs/reference/assets.md#value-tree).
 
 use std::any::Any;
 use std::fmt;
@@ -229,7 +230,7 @@ impl Value {
     }
 
     /// The tree as JSON with every bytes or object leaf replaced by its type string: the shape
-    /// the model is shown (spec §2.3).
+    /// the model is shown (docs/reference/assets.md#type-strings).
     pub fn to_meta_json(&self) -> serde_json::Value {
         match self {
             Value::Array(items) => {

@@ -63,8 +63,9 @@ impl Deserialized {
     }
 }
 
-/// Decodes a serialized message or list (§4.5): a `__type` object (`Msg`, `Tht`, `List`), a
-/// 0.1.x object, or an array of marked objects. Missing ids and timestamps come from `factory`.
+/// Decodes a serialized message or list (docs/reference/memory.md#reading-serialized-messages): a
+/// `__type` object (`Msg`, `Tht`, `List`), a 0.1.x object, or an array of marked objects. Missing
+/// ids and timestamps come from `factory`.
 pub fn deserialize(text: &str, factory: &MsgFactory) -> Result<Deserialized, MsgError> {
     let value: Value = serde_json::from_str(text).map_err(|e| MsgError::InvalidJson {
         detail: e.to_string(),
@@ -195,7 +196,7 @@ fn ingest_v01(
     ingest_plain(&plain, MsgKind::Msg, p, factory)
 }
 
-/// Converts a plain message object per §4.1.
+/// Converts a plain message object per docs/reference/memory.md#message-fields.
 pub(super) fn ingest_plain(
     object: &Map<String, Value>,
     kind: MsgKind,

@@ -63,7 +63,8 @@ impl MsgFactory {
         builder
     }
 
-    /// Converts a plain message object (§4.1) of the given kind. Marker keys are skipped.
+    /// Converts a plain message object (docs/reference/memory.md#message-fields) of the given kind.
+    /// Marker keys are skipped.
     pub fn from_object(
         &self,
         object: &Map<String, Value>,

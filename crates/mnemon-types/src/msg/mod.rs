@@ -1,4 +1,4 @@
-//! Conversation messages (`Msg`), per spec/memory.md §4.
+//! Conversation messages (`Msg`), per docs/reference/memory.md#messages.
 //!
 //! A [`Msg`] has typed core fields (`id`, `timestamp`, `name`, `content`, `role`, `url`) plus
 //! ordered extras (such as `embedding`), and a kind: a plain message or a thought. Messages are
@@ -87,7 +87,8 @@ impl MsgUrl {
     }
 }
 
-/// A conversation message: typed core fields plus ordered extras (spec/memory.md §4).
+/// A conversation message: typed core fields plus ordered extras
+/// (docs/reference/memory.md#messages).
 ///
 /// Equality compares the kind and every field; extras compare as a map (order ignored).
 #[derive(Debug, Clone, PartialEq)]
