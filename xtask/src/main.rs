@@ -1,6 +1,8 @@
 //! Project automation: `cargo xtask <task>`.
 //!
-//! - `ci`: exactly what `.ci/run` runs: formatting, lints, then every test.
+//! - `ci`: runs `.ci/run` (formatting, lints, docs, `test`, the examples, a release rehearsal).
+//! - `test [--no-clients]`: every test on a fresh machine: installs PostgreSQL for its suites,
+//!   `cargo test --workspace`, then the original clients in `tests/clients/`.
 //! - `codegen [--check]`: JSON Schemas of the wire formats into `docs/schemas/`.
 //! - `release <VERSION> [--dry-run]`: bump every crate together and package them in dependency
 //!   order.
@@ -19,11 +21,13 @@ mod ci;
 mod codegen;
 mod postgres;
 mod release;
+mod test;
 
 const USAGE: &str = "usage: cargo xtask <task>
 
 tasks:
   ci                              run .ci/run: fmt, clippy, docs, all tests, client checks
+  test [--no-clients]             every test: PostgreSQL install, cargo test, the original clients
   codegen [--check]               write JSON Schemas to docs/schemas (--check: fail if stale)
   release <VERSION> [--dry-run]   bump all crate versions, check the CHANGELOG, cargo package
   bench <library|host|memory-stream>
@@ -35,6 +39,7 @@ fn main() -> Result<()> {
     let rest = args.get(1..).unwrap_or_default();
     match args.first().map(String::as_str) {
         Some("ci") => ci::run(),
+        Some("test") => test::run(rest),
         Some("codegen") => codegen::run(rest),
         Some("release") => release::run(rest),
         Some("bench") => bench(rest),

@@ -53,7 +53,7 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
 
 /// Installs the binaries under `root/target/postgres/` unless they are there, and returns their
 /// `bin/` directory.
-fn install(root: &Path) -> Result<PathBuf> {
+pub(crate) fn install(root: &Path) -> Result<PathBuf> {
     let base = root.join("target/postgres");
     let dest = base.join(format!("pgserver-{PGSERVER_VERSION}"));
     let bin = dest.join("bin");

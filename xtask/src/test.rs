@@ -1,0 +1,122 @@
+//! `cargo xtask test`: every test, on a fresh machine, with one command (the README's test
+//! command, and what `.ci/run` runs).
+//!
+//! 1. Installs the PostgreSQL 16 + pgvector binaries the PostgreSQL suites start
+//!    (`cargo xtask postgres install`, docs/postgres.md) and sets `MNEMON_REQUIRE_POSTGRES=1`,
+//!    so those suites fail instead of skipping when the server cannot start.
+//! 2. Runs `cargo test --workspace`.
+//! 3. Runs the original clients against what Mnemon serves and writes (`tests/clients/`):
+//!    Polymath's TypeScript client against `mnemon serve` (after `npm ci`), and AgentScope 0.1.6
+//!    loading a `memory export --format agentscope-0.1` file (in a virtual environment under
+//!    `target/client-venv`, created on first use). npm and PyPI are the only network used.
+//!
+//! `--no-clients` skips step 3 (for machines without node or python3).
+
+use std::path::Path;
+use std::process::Command;
+
+use anyhow::{Context, Result, bail};
+
+use crate::cargo::{run_in, run_in_with_env, workspace_root};
+use crate::postgres;
+
+const USAGE: &str = "usage: cargo xtask test [--no-clients]";
+
+/// The AgentScope release whose loader the memory export must satisfy.
+const AGENTSCOPE: &str = "agentscope==0.1.6";
+
+/// Runs the whole test suite; see the module docs.
+pub(crate) fn run(args: &[String]) -> Result<()> {
+    let clients = match args {
+        [] => true,
+        [flag] if flag == "--no-clients" => false,
+        _ => bail!("{USAGE}"),
+    };
+    let root = workspace_root();
+    let bin = postgres::install(&root)?;
+    eprintln!("PostgreSQL for the tests: {}", bin.display());
+    run_in_with_env(
+        &root,
+        &["test", "--workspace"],
+        &[("MNEMON_REQUIRE_POSTGRES", "1")],
+    )?;
+    if clients {
+        client_checks(&root)?;
+    }
+    Ok(())
+}
+
+/// Step 3: the original clients.
+fn client_checks(root: &Path) -> Result<()> {
+    run_in(
+        root,
+        &["build", "--quiet", "--package", "mnemon", "--bin", "mnemon"],
+    )?;
+    let mnemon = root.join("target/debug/mnemon");
+    let clients = root.join("tests/clients");
+
+    need(
+        "npm",
+        "node 18 or later with npm (Debian: apt install nodejs npm)",
+    )?;
+    exec(
+        Command::new("npm")
+            .args(["ci", "--no-audit", "--no-fund", "--loglevel=error"])
+            .current_dir(&clients),
+    )?;
+    exec(Command::new("sh").arg(clients.join("run.sh")).arg(&mnemon))?;
+
+    need(
+        "python3",
+        "python3 with the venv module (Debian: apt install python3-venv)",
+    )?;
+    let venv = root.join("target/client-venv");
+    let python = venv.join("bin/python");
+    let ready = python.exists()
+        && Command::new(&python)
+            .args(["-c", "import agentscope"])
+            .status()
+            .is_ok_and(|s| s.success());
+    if !ready {
+        exec(Command::new("python3").args(["-m", "venv"]).arg(&venv))?;
+        exec(Command::new(venv.join("bin/pip")).args([
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            AGENTSCOPE,
+            // 0.1.6 imports tqdm without declaring it.
+            "tqdm",
+        ]))?;
+    }
+    exec(
+        Command::new("sh")
+            .arg(clients.join("agentscope.sh"))
+            .arg(&python)
+            .arg(&mnemon),
+    )
+}
+
+/// Fails with what to install when `program` is not on the PATH.
+fn need(program: &str, install: &str) -> Result<()> {
+    let found = Command::new(program)
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !found {
+        bail!("the client checks need {install}; or run `cargo xtask test --no-clients`");
+    }
+    Ok(())
+}
+
+/// Runs a command, echoing it, and fails when it fails.
+fn exec(cmd: &mut Command) -> Result<()> {
+    let shown = format!("{cmd:?}");
+    eprintln!("$ {shown}");
+    let status = cmd
+        .status()
+        .with_context(|| format!("could not start {shown}"))?;
+    if !status.success() {
+        bail!("{shown} failed ({status})");
+    }
+    Ok(())
+}
