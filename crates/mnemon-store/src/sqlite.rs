@@ -6,6 +6,13 @@
 //! (indexed, for listing by type), its JSON skeleton and its precomputed meta. `asset_leaves`
 //! holds each bytes or object leaf as a BLOB with its path (see the `encoding` module).
 //!
+//! **Tenants.** A store is opened for one namespace ([`SqliteAssetOptions::namespace`]); the
+//! namespace leads the key of every row (schema version 2) and every statement is bound to it,
+//! so no call through the handle reads, lists, resolves or deletes another namespace's assets.
+//! Version 2 moves the assets of a file written before namespaces into the default namespace; a
+//! read-only open of such a file (which cannot migrate) reads it as it is, all of it the default
+//! namespace's.
+//!
 //! **Migrations.** `MIGRATIONS` is an ordered list of numbered steps; opening a database
 //! applies the ones it has not seen, in one transaction, and refuses a database written by a
 //! newer build. Setup, durability and migrations are `mnemon-db`'s, shared by every store; a
@@ -31,7 +38,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use mnemon_db::sqlite::{self, Migration, Schema, Settings};
-use mnemon_db::{DbError, Durability};
+use mnemon_db::{DbError, Durability, Namespace};
 use mnemon_types::Asset;
 use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior, params};
 
@@ -42,10 +49,18 @@ use crate::store::{AssetMeta, AssetStore, check_storable};
 
 /// The schema migrations, in order; the step numbered `v` takes the schema from `v - 1` to `v`.
 const MIGRATIONS: &[Migration] = &[
-    // 1: assets with their skeleton and meta; bytes and object leaves as BLOBs.
+    V1,
+    // 2: every asset belongs to a namespace (tenant); existing assets get the default one.
     Migration {
-        version: 1,
-        sql: "CREATE TABLE asset_assets (
+        version: 2,
+        sql: SCHEMA_V2,
+    },
+];
+
+/// 1: assets with their skeleton and meta; bytes and object leaves as BLOBs.
+const V1: Migration = Migration {
+    version: 1,
+    sql: "CREATE TABLE asset_assets (
         asset_id   TEXT PRIMARY KEY NOT NULL,
         asset_type TEXT,
         skeleton   TEXT NOT NULL,
@@ -62,8 +77,39 @@ const MIGRATIONS: &[Migration] = &[
         data      BLOB NOT NULL,
         UNIQUE (asset_id, seq)
     );",
-    },
-];
+};
+
+/// Version 2: the namespace (`mnemon_db::Namespace`) leads every key. SQLite cannot change a
+/// primary key in place, so both tables are rebuilt; every existing row carries over into the
+/// default namespace, so a file written before namespaces keeps its assets.
+const SCHEMA_V2: &str = "CREATE TABLE asset_assets_v2 (
+        namespace  TEXT NOT NULL,
+        asset_id   TEXT NOT NULL,
+        asset_type TEXT,
+        skeleton   TEXT NOT NULL,
+        meta       TEXT NOT NULL,
+        leaf_count INTEGER NOT NULL,
+        PRIMARY KEY (namespace, asset_id)
+    );
+    INSERT INTO asset_assets_v2 (namespace, asset_id, asset_type, skeleton, meta, leaf_count)
+        SELECT 'default', asset_id, asset_type, skeleton, meta, leaf_count FROM asset_assets;
+    DROP TABLE asset_assets;
+    ALTER TABLE asset_assets_v2 RENAME TO asset_assets;
+    CREATE INDEX asset_assets_by_type ON asset_assets (namespace, asset_type, asset_id);
+    CREATE TABLE asset_leaves_v2 (
+        namespace TEXT NOT NULL,
+        asset_id  TEXT NOT NULL,
+        seq       INTEGER NOT NULL,
+        path      TEXT NOT NULL,
+        kind      TEXT NOT NULL CHECK (kind IN ('bytes', 'object')),
+        type_name TEXT,
+        data      BLOB NOT NULL,
+        UNIQUE (namespace, asset_id, seq)
+    );
+    INSERT INTO asset_leaves_v2 (namespace, asset_id, seq, path, kind, type_name, data)
+        SELECT 'default', asset_id, seq, path, kind, type_name, data FROM asset_leaves;
+    DROP TABLE asset_leaves;
+    ALTER TABLE asset_leaves_v2 RENAME TO asset_leaves;";
 
 /// The asset tables' schema; the version lives in `asset_schema`.
 static SCHEMA: Schema = Schema {
@@ -71,6 +117,15 @@ static SCHEMA: Schema = Schema {
     table: "asset_schema",
     key_column: "singleton",
     migrations: MIGRATIONS,
+};
+
+/// The schema as files written before namespaces have it: what a reader, which cannot migrate,
+/// opens such a file with (see [`SqliteAssetStore::open_read_only`]).
+static SCHEMA_BEFORE_NAMESPACES: Schema = Schema {
+    component: "asset",
+    table: "asset_schema",
+    key_column: "singleton",
+    migrations: &[V1],
 };
 
 /// Options for [`SqliteAssetStore::open_with`].
@@ -82,6 +137,9 @@ pub struct SqliteAssetOptions {
     pub codecs: CodecRegistry,
     /// How long a write waits for another process's write. Default: 5 s.
     pub busy_timeout: Duration,
+    /// The tenant the store is opened for: it reads and writes only this namespace's assets.
+    /// Default: [`Namespace::default()`], which holds every asset written before namespaces.
+    pub namespace: Namespace,
 }
 
 impl SqliteAssetOptions {
@@ -102,6 +160,7 @@ impl Default for SqliteAssetOptions {
             durability: shared.durability,
             codecs: CodecRegistry::new(),
             busy_timeout: shared.busy_timeout,
+            namespace: Namespace::default(),
         }
     }
 }
@@ -127,6 +186,10 @@ pub struct SqliteAssetStore {
     reader: Mutex<Connection>,
     path: PathBuf,
     codecs: CodecRegistry,
+    namespace: Namespace,
+    /// The file predates namespaces (a version-1 file opened read-only): every asset is the
+    /// default namespace's.
+    before_namespaces: bool,
 }
 
 impl SqliteAssetStore {
@@ -150,6 +213,8 @@ impl SqliteAssetStore {
             reader: Mutex::new(reader),
             path,
             codecs: options.codecs,
+            namespace: options.namespace,
+            before_namespaces: false,
         })
     }
 
@@ -163,19 +228,52 @@ impl SqliteAssetStore {
     ) -> Result<Self, StoreError> {
         let path = path.as_ref().to_path_buf();
         let settings = options.settings();
-        let writer = sqlite::open_read_only(&path, &settings, &SCHEMA).map_err(db_error)?;
-        let reader = sqlite::open_read_only(&path, &settings, &SCHEMA).map_err(db_error)?;
+        // A file from before namespaces cannot be migrated without writing: it is read as it
+        // is, all of it the default namespace's.
+        let open = |schema: &Schema| sqlite::open_read_only(&path, &settings, schema);
+        let (writer, before_namespaces) = match open(&SCHEMA) {
+            Ok(read) => (read, false),
+            Err(DbError::NeedsUpgrade { found: 1, .. }) => {
+                (open(&SCHEMA_BEFORE_NAMESPACES).map_err(db_error)?, true)
+            }
+            Err(e) => return Err(db_error(e)),
+        };
+        let schema = if before_namespaces {
+            &SCHEMA_BEFORE_NAMESPACES
+        } else {
+            &SCHEMA
+        };
+        let reader = open(schema).map_err(db_error)?;
         Ok(SqliteAssetStore {
             writer: Mutex::new(writer.conn),
             reader: Mutex::new(reader.conn),
             path,
             codecs: options.codecs,
+            namespace: options.namespace,
+            before_namespaces,
         })
     }
 
     /// The database file.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// The namespace (tenant) the store was opened for.
+    pub fn namespace(&self) -> &Namespace {
+        &self.namespace
+    }
+
+    /// `sql` with `{ns}` replaced by the condition that keeps a statement inside the store's
+    /// namespace (bound as `?1`): the column on a current file; on a file from before
+    /// namespaces (read-only), everything belongs to the default namespace.
+    fn in_namespace(&self, sql: &str) -> String {
+        let condition = if self.before_namespaces {
+            "?1 = 'default'"
+        } else {
+            "namespace = ?1"
+        };
+        sql.replace("{ns}", condition)
     }
 
     // Transactions roll back when dropped, so a panic elsewhere leaves a connection usable.
@@ -198,7 +296,8 @@ impl SqliteAssetStore {
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(StoreError::storage("starting a write"))?;
         for (asset, encoded) in assets {
-            write_one(&tx, asset, encoded).map_err(StoreError::storage("writing an asset"))?;
+            write_one(&tx, &self.namespace, asset, encoded)
+                .map_err(StoreError::storage("writing an asset"))?;
         }
         tx.commit().map_err(StoreError::storage("committing"))
     }
@@ -237,29 +336,37 @@ fn db_error(error: DbError) -> StoreError {
     }
 }
 
-fn write_one(tx: &Transaction<'_>, asset: &Asset, encoded: &Encoded) -> rusqlite::Result<()> {
+fn write_one(
+    tx: &Transaction<'_>,
+    namespace: &Namespace,
+    asset: &Asset,
+    encoded: &Encoded,
+) -> rusqlite::Result<()> {
+    let ns = namespace.as_str();
     tx.prepare_cached(
-        "INSERT INTO asset_assets (asset_id, asset_type, skeleton, meta, leaf_count)
-         VALUES (?1, ?2, ?3, ?4, ?5)
-         ON CONFLICT (asset_id) DO UPDATE SET asset_type = excluded.asset_type,
+        "INSERT INTO asset_assets (namespace, asset_id, asset_type, skeleton, meta, leaf_count)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+         ON CONFLICT (namespace, asset_id) DO UPDATE SET asset_type = excluded.asset_type,
            skeleton = excluded.skeleton, meta = excluded.meta, leaf_count = excluded.leaf_count",
     )?
     .execute(params![
+        ns,
         asset.asset_id,
         asset.asset_type,
         encoded.skeleton,
         encoded.meta,
         encoded.leaves.len() as i64
     ])?;
-    tx.prepare_cached("DELETE FROM asset_leaves WHERE asset_id = ?1")?
-        .execute([&asset.asset_id])?;
+    tx.prepare_cached("DELETE FROM asset_leaves WHERE namespace = ?1 AND asset_id = ?2")?
+        .execute([ns, &asset.asset_id])?;
     if !encoded.leaves.is_empty() {
         let mut insert = tx.prepare_cached(
-            "INSERT INTO asset_leaves (asset_id, seq, path, kind, type_name, data)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            "INSERT INTO asset_leaves (namespace, asset_id, seq, path, kind, type_name, data)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
         )?;
         for (seq, leaf) in encoded.leaves.iter().enumerate() {
             insert.execute(params![
+                ns,
                 asset.asset_id,
                 seq as i64,
                 leaf.path,
@@ -290,15 +397,18 @@ impl AssetStore for SqliteAssetStore {
 
     fn get(&self, asset_id: &str) -> Result<Option<Asset>, StoreError> {
         let read = StoreError::storage("reading an asset");
+        let ns = self.namespace.as_str();
         let mut conn = self.reader();
         // One read transaction, so the skeleton and its leaves come from the same commit.
         let tx = conn
             .transaction()
             .map_err(StoreError::storage("reading an asset"))?;
         let row: Option<(String, i64)> = tx
-            .prepare_cached("SELECT skeleton, leaf_count FROM asset_assets WHERE asset_id = ?1")
+            .prepare_cached(&self.in_namespace(
+                "SELECT skeleton, leaf_count FROM asset_assets WHERE {ns} AND asset_id = ?2",
+            ))
             .and_then(|mut s| {
-                s.query_row([asset_id], |r| Ok((r.get(0)?, r.get(1)?)))
+                s.query_row([ns, asset_id], |r| Ok((r.get(0)?, r.get(1)?)))
                     .optional()
             })
             .map_err(StoreError::storage("reading an asset"))?;
@@ -308,12 +418,12 @@ impl AssetStore for SqliteAssetStore {
         let leaves = if leaf_count == 0 {
             Vec::new()
         } else {
-            tx.prepare_cached(
+            tx.prepare_cached(&self.in_namespace(
                 "SELECT path, kind, type_name, data FROM asset_leaves
-                 WHERE asset_id = ?1 ORDER BY seq",
-            )
+                 WHERE {ns} AND asset_id = ?2 ORDER BY seq",
+            ))
             .and_then(|mut s| {
-                s.query_map([asset_id], |r| {
+                s.query_map([ns, asset_id], |r| {
                     Ok(StoredLeaf {
                         path: r.get(0)?,
                         kind: r.get(1)?,
@@ -335,11 +445,12 @@ impl AssetStore for SqliteAssetStore {
         let tx = conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(StoreError::storage("starting a delete"))?;
+        let ns = self.namespace.as_str();
         let removed = (|| {
-            tx.prepare_cached("DELETE FROM asset_leaves WHERE asset_id = ?1")?
-                .execute([asset_id])?;
-            tx.prepare_cached("DELETE FROM asset_assets WHERE asset_id = ?1")?
-                .execute([asset_id])
+            tx.prepare_cached("DELETE FROM asset_leaves WHERE namespace = ?1 AND asset_id = ?2")?
+                .execute([ns, asset_id])?;
+            tx.prepare_cached("DELETE FROM asset_assets WHERE namespace = ?1 AND asset_id = ?2")?
+                .execute([ns, asset_id])
         })()
         .map_err(StoreError::storage("deleting an asset"))?;
         tx.commit().map_err(StoreError::storage("committing"))?;
@@ -347,25 +458,33 @@ impl AssetStore for SqliteAssetStore {
     }
 
     fn list_ids(&self, asset_type: Option<&str>) -> Result<Vec<String>, StoreError> {
+        let ns = self.namespace.as_str();
         let conn = self.reader();
-        let result = match asset_type {
-            None => conn
-                .prepare_cached("SELECT asset_id FROM asset_assets ORDER BY asset_id")
-                .and_then(|mut s| s.query_map([], |r| r.get(0))?.collect()),
-            Some(t) => conn
-                .prepare_cached(
-                    "SELECT asset_id FROM asset_assets WHERE asset_type = ?1 ORDER BY asset_id",
-                )
-                .and_then(|mut s| s.query_map([t], |r| r.get(0))?.collect()),
-        };
+        let result =
+            match asset_type {
+                None => conn
+                    .prepare_cached(&self.in_namespace(
+                        "SELECT asset_id FROM asset_assets WHERE {ns} ORDER BY asset_id",
+                    ))
+                    .and_then(|mut s| s.query_map([ns], |r| r.get(0))?.collect()),
+                Some(t) => conn
+                    .prepare_cached(&self.in_namespace(
+                        "SELECT asset_id FROM asset_assets WHERE {ns} AND asset_type = ?2
+                     ORDER BY asset_id",
+                    ))
+                    .and_then(|mut s| s.query_map([ns, t], |r| r.get(0))?.collect()),
+            };
         result.map_err(StoreError::storage("listing assets"))
     }
 
     fn meta(&self, asset_id: &str) -> Result<Option<AssetMeta>, StoreError> {
+        let ns = self.namespace.as_str();
         let conn = self.reader();
         let text: Option<String> = conn
-            .prepare_cached("SELECT meta FROM asset_assets WHERE asset_id = ?1")
-            .and_then(|mut s| s.query_row([asset_id], |r| r.get(0)).optional())
+            .prepare_cached(
+                &self.in_namespace("SELECT meta FROM asset_assets WHERE {ns} AND asset_id = ?2"),
+            )
+            .and_then(|mut s| s.query_row([ns, asset_id], |r| r.get(0)).optional())
             .map_err(StoreError::storage("reading a meta"))?;
         text.map(|t| {
             serde_json::from_str(&t).map_err(|e| StoreError::Corrupt {
@@ -553,6 +672,101 @@ mod tests {
             matches!(err, StoreError::SchemaTooNew { found: 99, .. }),
             "{err}"
         );
+    }
+
+    /// A file as a build from before namespaces wrote it: schema version 1, one asset with a
+    /// bytes leaf.
+    fn version_1_file(path: &Path) {
+        let conn = Connection::open(path).unwrap();
+        conn.execute_batch(V1.sql).unwrap();
+        conn.execute_batch(
+            "CREATE TABLE asset_schema (singleton INTEGER PRIMARY KEY CHECK (singleton = 1),
+                version INTEGER NOT NULL);
+             INSERT INTO asset_schema VALUES (1, 1);",
+        )
+        .unwrap();
+        let store_one = |conn: &Connection| {
+            let asset = Asset::from_json(json!({"asset_id": "old", "asset_type": "t"})).unwrap();
+            let mut content = mnemon_types::Map::new();
+            content.insert("b".into(), mnemon_types::Bytes::new(vec![1, 2]).into());
+            let asset = Asset {
+                content: mnemon_types::Value::Map(content),
+                ..asset
+            };
+            let encoded = encoding::encode(&asset, &CodecRegistry::new()).unwrap();
+            conn.execute(
+                "INSERT INTO asset_assets VALUES (?1, ?2, ?3, ?4, ?5)",
+                params![
+                    asset.asset_id,
+                    asset.asset_type,
+                    encoded.skeleton,
+                    encoded.meta,
+                    1
+                ],
+            )
+            .unwrap();
+            let leaf = &encoded.leaves[0];
+            conn.execute(
+                "INSERT INTO asset_leaves VALUES ('old', 0, ?1, ?2, ?3, ?4)",
+                params![
+                    leaf.path,
+                    leaf.kind.as_str(),
+                    leaf.type_name,
+                    leaf.data.as_slice()
+                ],
+            )
+            .unwrap();
+            asset
+        };
+        store_one(&conn);
+    }
+
+    fn in_namespace(name: &str) -> SqliteAssetOptions {
+        SqliteAssetOptions {
+            namespace: name.parse().unwrap(),
+            ..quick()
+        }
+    }
+
+    /// Issue 13, item 3: a file from before namespaces opens read-only as it is (a reader
+    /// cannot migrate), all of it the default namespace's.
+    #[test]
+    fn a_version_1_file_reads_read_only_as_the_default_namespace() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("db.sqlite3");
+        version_1_file(&path);
+        let reader = SqliteAssetStore::open_read_only(&path, quick()).unwrap();
+        assert_eq!(reader.list_ids(None).unwrap(), ["old"]);
+        assert_eq!(reader.list_ids(Some("t")).unwrap(), ["old"]);
+        assert!(reader.get("old").unwrap().is_some());
+        assert!(reader.meta("old").unwrap().is_some());
+        let other = SqliteAssetStore::open_read_only(&path, in_namespace("acme")).unwrap();
+        assert!(other.list_ids(None).unwrap().is_empty());
+        assert!(other.get("old").unwrap().is_none());
+        assert!(other.meta("old").unwrap().is_none());
+    }
+
+    /// Issue 13, item 3: opening a version-1 file to write migrates it to version 2, every
+    /// asset (with its leaves) in the default namespace and none in another.
+    #[test]
+    fn a_version_1_file_migrates_into_the_default_namespace() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("db.sqlite3");
+        version_1_file(&path);
+        let store = SqliteAssetStore::open_with(&path, quick()).unwrap();
+        let back = store.get("old").unwrap().unwrap();
+        let bytes = back.content.as_map().unwrap()["b"].as_bytes().unwrap();
+        assert_eq!(bytes.data(), [1, 2]);
+        assert_eq!(store.list_ids(Some("t")).unwrap(), ["old"]);
+        drop(store);
+        let other = SqliteAssetStore::open_with(&path, in_namespace("acme")).unwrap();
+        assert!(other.get("old").unwrap().is_none());
+        assert!(!other.delete("old").unwrap());
+        let conn = Connection::open(&path).unwrap();
+        let version: i64 = conn
+            .query_row("SELECT version FROM asset_schema", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(version, 2);
     }
 
     #[test]
