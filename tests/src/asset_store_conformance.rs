@@ -743,3 +743,70 @@ fn worker(store: &dyn AssetStore, thread: usize, ops: usize) -> BTreeMap<String,
     }
     own
 }
+
+/// Tenants (issue 13, item 3): `open(namespace)` opens a handle on one shared database for that
+/// namespace. Two namespaces hold assets with the same ids and types, and no call through one
+/// handle (put, put_batch, get, meta, resolve, list_ids with and without a type, delete) reads,
+/// changes or removes the other's; a second handle on the same namespace sees the first's
+/// writes, so the two are one database, not two.
+pub fn tenant_isolation(open: &dyn Fn(&str) -> Box<dyn AssetStore>) {
+    let a = open("tenant-a");
+    let b = open("tenant-b");
+    // Each asset holds a bytes leaf too, so the leaves' rows are checked as well as the assets'.
+    let tagged = |id: &str, owner: &str| {
+        let mut content = Map::new();
+        content.insert("owner".into(), Value::String(owner.into()));
+        content.insert("data".into(), Bytes::new(owner.as_bytes().to_vec()).into());
+        let mut a = Asset::new(Value::Map(content)).with_id(id);
+        a.asset_type = Some("doc".into());
+        a
+    };
+    ok(a.put(&tagged("shared", "a")));
+    ok(b.put(&tagged("shared", "b")));
+    ok(a.put_batch(&[tagged("only-a", "a"), tagged("both", "a")]));
+    ok(b.put_batch(&[tagged("both", "b")]));
+
+    // Reads see each namespace's own asset under the same id.
+    for (store, owner) in [(&a, "a"), (&b, "b")] {
+        let got = ok(store.get("shared")).expect("own asset");
+        assert_same(&got, &tagged("shared", owner));
+        assert_same(&ok(store.get("both")).unwrap(), &tagged("both", owner));
+        let value = ok(store.resolve(&r("asset://shared/content/owner")));
+        assert_eq!(value.as_str(), Some(owner));
+        assert_eq!(
+            ok(store.meta("shared")),
+            Some(meta(&tagged("shared", owner)))
+        );
+    }
+    assert_eq!(ok(a.list_ids(None)), ["both", "only-a", "shared"]);
+    assert_eq!(ok(a.list_ids(Some("doc"))), ["both", "only-a", "shared"]);
+    assert_eq!(ok(b.list_ids(None)), ["both", "shared"]);
+    assert_eq!(ok(b.list_ids(Some("doc"))), ["both", "shared"]);
+
+    // Another namespace's id is absent everywhere.
+    assert!(ok(b.get("only-a")).is_none());
+    assert!(ok(b.meta("only-a")).is_none());
+    assert!(matches!(
+        b.resolve(&r("asset://only-a")),
+        Err(StoreError::Resolve(ResolveError::AssetNotFound { .. }))
+    ));
+    assert!(!ok(b.delete("only-a")));
+    assert!(ok(a.get("only-a")).is_some());
+
+    // Deleting and replacing in one namespace leaves the other's asset of that id alone.
+    assert!(ok(b.delete("shared")));
+    assert!(ok(b.get("shared")).is_none());
+    assert_same(&ok(a.get("shared")).unwrap(), &tagged("shared", "a"));
+    ok(b.put(&asset(
+        json!({"asset_id": "both", "asset_type": "other", "content": 1}),
+    )));
+    assert_same(&ok(a.get("both")).unwrap(), &tagged("both", "a"));
+    assert_eq!(ok(a.list_ids(Some("other"))), Vec::<String>::new());
+    assert_eq!(ok(b.list_ids(Some("doc"))), Vec::<String>::new());
+
+    // A second handle on namespace a is the same tenant.
+    let a2 = open("tenant-a");
+    assert_eq!(ok(a2.list_ids(None)), ["both", "only-a", "shared"]);
+    assert!(ok(a2.delete("only-a")));
+    assert!(ok(a.get("only-a")).is_none());
+}

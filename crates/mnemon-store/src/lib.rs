@@ -4,6 +4,11 @@
 //! - [`InMemoryStore`]: holds everything, in-process objects included.
 //! - [`SqliteAssetStore`]: the embedded default; one database file in WAL mode, durable when a put
 //!   returns, byte buffers stored as BLOBs, objects only through a registered [`ObjectCodec`].
+//! - `PostgresAssetStore` (feature `postgres`): the same in a PostgreSQL database that many
+//!   processes and machines share.
+//!
+//! Durable stores are opened for one namespace (tenant, `mnemon_db::Namespace`) and never
+//! reach another's assets.
 //!
 //! Resolution of references ([`resolve_in`], [`resolve_asset`], [`ResolveError`]) lives here
 //! because [`AssetStore::resolve`] needs it; `mnemon-refs` builds tool-parameter and
@@ -30,6 +35,8 @@ mod codec;
 mod encoding;
 mod error;
 mod memory;
+#[cfg(feature = "postgres")]
+mod postgres;
 mod resolve;
 mod sqlite;
 mod store;
@@ -37,6 +44,8 @@ mod store;
 pub use codec::{CodecError, CodecRegistry, ObjectCodec};
 pub use error::StoreError;
 pub use memory::InMemoryStore;
+#[cfg(feature = "postgres")]
+pub use postgres::{PostgresAssetOptions, PostgresAssetStore};
 pub use resolve::{MAX_LISTED_KEYS, ResolveError, resolve_asset, resolve_in};
 pub use sqlite::{SqliteAssetOptions, SqliteAssetStore};
 pub use store::{AssetMeta, AssetStore, MAX_NESTING};

@@ -1,0 +1,441 @@
+//! The asset store in PostgreSQL (feature `postgres`): the same assets as the SQLite store
+//! (`crate::sqlite`), in a database that processes on many machines share (docs/postgres.md).
+//!
+//! **Tables.** `asset_assets` (one row per asset: its skeleton, meta and `asset_type`, indexed
+//! for listing by type) and `asset_leaves` (each bytes or object leaf as `bytea`), versioned in
+//! `asset_schema` with the same numbering as SQLite's (1: the tables; 2: the namespace), so a
+//! copy between the backends can rely on version `n` meaning the same tables on both. The
+//! migrations run through `mnemon_db::postgres::migrate` under an advisory lock: processes
+//! opening a new database at once never race. Ids, types, leaf paths and type names are
+//! stored as their UTF-8 bytes (`bytea`): PostgreSQL's `text` cannot hold a NUL character,
+//! which an asset id may contain, and `bytea` orders by bytes, so [`AssetStore::list_ids`] is in
+//! ascending byte order (as the trait promises) whatever the database's collation. The skeleton
+//! and meta are JSON text, in which serde_json escapes every control character.
+//!
+//! **Tenants.** A store is opened for one namespace ([`PostgresAssetOptions::namespace`]); the
+//! namespace leads every key and every statement binds it, so no call through the handle reads,
+//! lists, resolves or deletes another namespace's assets.
+//!
+//! **Writes.** A put or a batch is one transaction of three statements whatever its size: the
+//! asset rows are upserted from arrays (`UNNEST`, in id order), which locks them, so that
+//! concurrent writers of one id queue there; then the old leaves of those ids are deleted and
+//! the new ones inserted from arrays. A delete likewise removes the asset row (locking it)
+//! before its leaves. The call returns after `COMMIT`
+//! (with `synchronous_commit = on` under [`Durability::Full`], the default): a batch is stored
+//! whole or not at all, and a returned write survives a killed client. **Reads** of an asset
+//! (its row, then its leaves) run in one `REPEATABLE READ` read-only transaction, so they come
+//! from one commit.
+
+use std::collections::HashMap;
+
+use mnemon_db::postgres::{self as pg, Pool, Settings};
+use mnemon_db::{DbError, Durability, Migration, Namespace, Schema};
+use mnemon_types::Asset;
+use postgres::IsolationLevel;
+
+use crate::codec::CodecRegistry;
+use crate::encoding::{self, Encoded, StoredLeaf};
+use crate::error::StoreError;
+use crate::store::{AssetMeta, AssetStore, check_storable};
+
+/// The asset tables' schema on PostgreSQL: the same table and version numbers as SQLite's.
+static SCHEMA: Schema = Schema {
+    component: "asset",
+    table: "asset_schema",
+    key_column: "singleton",
+    migrations: &[
+        Migration {
+            version: 1,
+            sql: SCHEMA_V1,
+        },
+        Migration {
+            version: 2,
+            sql: SCHEMA_V2,
+        },
+    ],
+};
+
+const SCHEMA_V1: &str = "
+CREATE TABLE asset_assets (
+  asset_id   BYTEA PRIMARY KEY NOT NULL,
+  asset_type BYTEA,
+  skeleton   TEXT NOT NULL,
+  meta       TEXT NOT NULL,
+  leaf_count BIGINT NOT NULL);
+CREATE INDEX asset_assets_by_type ON asset_assets (asset_type, asset_id);
+CREATE TABLE asset_leaves (
+  asset_id  BYTEA NOT NULL,
+  seq       BIGINT NOT NULL,
+  path      BYTEA NOT NULL,
+  kind      TEXT NOT NULL CHECK (kind IN ('bytes', 'object')),
+  type_name BYTEA,
+  data      BYTEA NOT NULL,
+  UNIQUE (asset_id, seq));
+";
+
+/// Version 2, as on SQLite: the namespace leads every key; existing assets get the default one.
+const SCHEMA_V2: &str = "
+ALTER TABLE asset_assets ADD COLUMN namespace TEXT NOT NULL DEFAULT 'default';
+ALTER TABLE asset_assets ALTER COLUMN namespace DROP DEFAULT;
+ALTER TABLE asset_assets DROP CONSTRAINT asset_assets_pkey;
+ALTER TABLE asset_assets ADD CONSTRAINT asset_assets_pkey PRIMARY KEY (namespace, asset_id);
+DROP INDEX asset_assets_by_type;
+CREATE INDEX asset_assets_by_type ON asset_assets (namespace, asset_type, asset_id);
+ALTER TABLE asset_leaves ADD COLUMN namespace TEXT NOT NULL DEFAULT 'default';
+ALTER TABLE asset_leaves ALTER COLUMN namespace DROP DEFAULT;
+ALTER TABLE asset_leaves DROP CONSTRAINT asset_leaves_asset_id_seq_key;
+ALTER TABLE asset_leaves ADD CONSTRAINT asset_leaves_key UNIQUE (namespace, asset_id, seq);
+";
+
+/// Options for [`PostgresAssetStore::open`].
+#[derive(Debug, Clone)]
+pub struct PostgresAssetOptions {
+    /// How hard a commit works to survive crashes. Default: [`Durability::Full`]
+    /// (`synchronous_commit = on`).
+    pub durability: Durability,
+    /// The most connections the store holds open at once. Default: 8.
+    pub pool_size: usize,
+    /// The tenant the store is opened for: it reads and writes only this namespace's assets.
+    /// Default: [`Namespace::default()`].
+    pub namespace: Namespace,
+    /// The codecs for in-process objects. Default: none, so objects are rejected.
+    pub codecs: CodecRegistry,
+}
+
+impl Default for PostgresAssetOptions {
+    fn default() -> Self {
+        let shared = Settings::default();
+        PostgresAssetOptions {
+            durability: shared.durability,
+            pool_size: shared.pool_size,
+            namespace: Namespace::default(),
+            codecs: CodecRegistry::new(),
+        }
+    }
+}
+
+/// An [`AssetStore`] in a PostgreSQL database; see the module docs for the guarantees.
+///
+/// ```no_run
+/// use mnemon_store::{AssetStore, PostgresAssetOptions, PostgresAssetStore};
+/// use mnemon_types::Asset;
+///
+/// let store = PostgresAssetStore::open(
+///     "postgres://mnemon:secret@127.0.0.1:5432/mnemon",
+///     PostgresAssetOptions { namespace: "acme".parse()?, ..PostgresAssetOptions::default() },
+/// )?;
+/// store.put(&Asset::from_json(serde_json::json!({"asset_id": "a", "content": 1}))?)?;
+/// assert!(store.get("a")?.is_some());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug)]
+pub struct PostgresAssetStore {
+    pool: Pool,
+    codecs: CodecRegistry,
+    namespace: Namespace,
+}
+
+impl PostgresAssetStore {
+    /// Connects to the database at `url` (`postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE`)
+    /// and brings the asset tables to the current version. A wrong URL, password or database,
+    /// an unreachable server and a schema from a newer build are reported here.
+    pub fn open(url: &str, options: PostgresAssetOptions) -> Result<Self, StoreError> {
+        let settings = Settings {
+            durability: options.durability,
+            pool_size: options.pool_size,
+            ..Settings::default()
+        };
+        let pool = Pool::connect(url, settings).map_err(db_error)?;
+        pool.migrate(&SCHEMA).map_err(db_error)?;
+        Ok(PostgresAssetStore {
+            pool,
+            codecs: options.codecs,
+            namespace: options.namespace,
+        })
+    }
+
+    /// The namespace (tenant) the store was opened for.
+    pub fn namespace(&self) -> &Namespace {
+        &self.namespace
+    }
+
+    /// The database, server and user, for messages (never the password).
+    pub fn target(&self) -> &str {
+        self.pool.target()
+    }
+
+    fn client(&self) -> Result<pg::PooledClient, StoreError> {
+        self.pool.get().map_err(db_error)
+    }
+
+    /// A statement's error, classified by `mnemon-db` (server gone, query error with its code).
+    fn failed(&self, action: &'static str) -> impl FnOnce(postgres::Error) -> StoreError + '_ {
+        move |e| db_error(pg::error(&e, self.pool.target(), action))
+    }
+
+    fn encode(&self, asset: &Asset) -> Result<Encoded, StoreError> {
+        check_storable(asset)?;
+        encoding::encode(asset, &self.codecs)
+    }
+
+    /// Writes `assets` (later ones winning over earlier ones with the same id) in one
+    /// transaction of three statements.
+    fn write_all(&self, assets: &[(&Asset, Encoded)]) -> Result<(), StoreError> {
+        if assets.is_empty() {
+            return Ok(());
+        }
+        // An upsert may not touch a row twice, so only the last asset of each id is written.
+        let mut last: HashMap<&str, usize> = HashMap::new();
+        for (i, (asset, _)) in assets.iter().enumerate() {
+            last.insert(asset.asset_id.as_str(), i);
+        }
+        let mut kept: Vec<&(&Asset, Encoded)> = assets
+            .iter()
+            .enumerate()
+            .filter(|(i, (asset, _))| last.get(asset.asset_id.as_str()) == Some(i))
+            .map(|(_, pair)| pair)
+            .collect();
+        // Every writer locks rows in id order, so two batches sharing ids cannot deadlock.
+        kept.sort_unstable_by(|(a, _), (b, _)| a.asset_id.cmp(&b.asset_id));
+        let ids: Vec<&[u8]> = kept.iter().map(|(a, _)| a.asset_id.as_bytes()).collect();
+        let types: Vec<Option<&[u8]>> = kept
+            .iter()
+            .map(|(a, _)| a.asset_type.as_deref().map(str::as_bytes))
+            .collect();
+        let skeletons: Vec<&str> = kept.iter().map(|(_, e)| e.skeleton.as_str()).collect();
+        let metas: Vec<&str> = kept.iter().map(|(_, e)| e.meta.as_str()).collect();
+        let counts: Vec<i64> = kept.iter().map(|(_, e)| e.leaves.len() as i64).collect();
+        let mut leaf_ids = Vec::new();
+        let mut seqs = Vec::new();
+        let mut paths = Vec::new();
+        let mut kinds = Vec::new();
+        let mut type_names = Vec::new();
+        let mut data = Vec::new();
+        for (asset, encoded) in &kept {
+            for (seq, leaf) in encoded.leaves.iter().enumerate() {
+                leaf_ids.push(asset.asset_id.as_bytes());
+                seqs.push(seq as i64);
+                paths.push(leaf.path.as_bytes());
+                kinds.push(leaf.kind.as_str());
+                type_names.push(leaf.type_name.as_deref().map(str::as_bytes));
+                data.push(leaf.data.as_slice());
+            }
+        }
+        let ns = self.namespace.as_str();
+        let mut client = self.client()?;
+        let mut tx = client
+            .transaction()
+            .map_err(self.failed("starting a write"))?;
+        tx.execute(
+            "INSERT INTO asset_assets (namespace, asset_id, asset_type, skeleton, meta, leaf_count)
+             SELECT $1, * FROM UNNEST($2::bytea[], $3::bytea[], $4::text[], $5::text[],
+               $6::int8[])
+             ON CONFLICT (namespace, asset_id) DO UPDATE SET asset_type = excluded.asset_type,
+               skeleton = excluded.skeleton, meta = excluded.meta,
+               leaf_count = excluded.leaf_count",
+            &[&ns, &ids, &types, &skeletons, &metas, &counts],
+        )
+        .map_err(self.failed("writing assets"))?;
+        tx.execute(
+            "DELETE FROM asset_leaves WHERE namespace = $1 AND asset_id = ANY($2)",
+            &[&ns, &ids],
+        )
+        .map_err(self.failed("replacing an asset's leaves"))?;
+        if !leaf_ids.is_empty() {
+            tx.execute(
+                "INSERT INTO asset_leaves (namespace, asset_id, seq, path, kind, type_name, data)
+                 SELECT $1, * FROM UNNEST($2::bytea[], $3::int8[], $4::bytea[], $5::text[],
+                   $6::bytea[], $7::bytea[])",
+                &[&ns, &leaf_ids, &seqs, &paths, &kinds, &type_names, &data],
+            )
+            .map_err(self.failed("writing asset leaves"))?;
+        }
+        tx.commit().map_err(self.failed("committing"))
+    }
+}
+
+/// The store error for a `mnemon-db` failure: a newer schema keeps its own variant; the rest
+/// carry `mnemon-db`'s message, which says what to fix (bad URL, auth refused, server gone).
+fn db_error(error: DbError) -> StoreError {
+    match error {
+        DbError::PgSchemaTooNew {
+            target,
+            found,
+            supported,
+            ..
+        } => StoreError::SchemaTooNew {
+            path: target,
+            found,
+            supported,
+        },
+        other => StoreError::Storage {
+            action: "using the PostgreSQL asset store",
+            error: Box::new(other),
+        },
+    }
+}
+
+/// A stored string column (`what`) of `asset_id`, from its UTF-8 bytes.
+fn text(asset_id: &str, what: &str, bytes: Vec<u8>) -> Result<String, StoreError> {
+    String::from_utf8(bytes).map_err(|_| StoreError::Corrupt {
+        asset_id: asset_id.to_owned(),
+        detail: format!("{what} is not UTF-8"),
+    })
+}
+
+impl AssetStore for PostgresAssetStore {
+    fn put(&self, asset: &Asset) -> Result<(), StoreError> {
+        let encoded = self.encode(asset)?;
+        self.write_all(&[(asset, encoded)])
+    }
+
+    fn put_batch(&self, assets: &[Asset]) -> Result<(), StoreError> {
+        // Encode everything first, so that a bad asset fails the batch before anything is
+        // written.
+        let encoded = assets
+            .iter()
+            .map(|a| Ok((a, self.encode(a)?)))
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        self.write_all(&encoded)
+    }
+
+    fn get(&self, asset_id: &str) -> Result<Option<Asset>, StoreError> {
+        let ns = self.namespace.as_str();
+        let id = asset_id.as_bytes();
+        let mut client = self.client()?;
+        let mut tx = client
+            .build_transaction()
+            .isolation_level(IsolationLevel::RepeatableRead)
+            .read_only(true)
+            .start()
+            .map_err(self.failed("reading an asset"))?;
+        let row = tx
+            .query_opt(
+                "SELECT skeleton, leaf_count FROM asset_assets
+                 WHERE namespace = $1 AND asset_id = $2",
+                &[&ns, &id],
+            )
+            .map_err(self.failed("reading an asset"))?;
+        let Some(row) = row else {
+            return Ok(None);
+        };
+        let (skeleton, leaf_count): (String, i64) = (
+            row.try_get(0).map_err(self.failed("reading an asset"))?,
+            row.try_get(1).map_err(self.failed("reading an asset"))?,
+        );
+        let mut leaves = Vec::new();
+        if leaf_count > 0 {
+            let rows = tx
+                .query(
+                    "SELECT path, kind, type_name, data FROM asset_leaves
+                     WHERE namespace = $1 AND asset_id = $2 ORDER BY seq",
+                    &[&ns, &id],
+                )
+                .map_err(self.failed("reading an asset's leaves"))?;
+            for row in rows {
+                let path: Vec<u8> = row.try_get(0).map_err(self.failed("reading a leaf"))?;
+                let type_name: Option<Vec<u8>> =
+                    row.try_get(2).map_err(self.failed("reading a leaf"))?;
+                leaves.push(StoredLeaf {
+                    path: text(asset_id, "a leaf path", path)?,
+                    kind: row.try_get(1).map_err(self.failed("reading a leaf"))?,
+                    type_name: type_name
+                        .map(|t| text(asset_id, "a leaf type name", t))
+                        .transpose()?,
+                    data: row.try_get(3).map_err(self.failed("reading a leaf"))?,
+                });
+            }
+        }
+        tx.commit().map_err(self.failed("reading an asset"))?;
+        drop(client);
+        encoding::decode(asset_id, &skeleton, leaves, &self.codecs).map(Some)
+    }
+
+    fn delete(&self, asset_id: &str) -> Result<bool, StoreError> {
+        let ns = self.namespace.as_str();
+        let id = asset_id.as_bytes();
+        let mut client = self.client()?;
+        let mut tx = client
+            .transaction()
+            .map_err(self.failed("starting a delete"))?;
+        // The asset row first: deleting it locks it, so a concurrent put of the id waits.
+        let removed = tx
+            .execute(
+                "DELETE FROM asset_assets WHERE namespace = $1 AND asset_id = $2",
+                &[&ns, &id],
+            )
+            .map_err(self.failed("deleting an asset"))?;
+        tx.execute(
+            "DELETE FROM asset_leaves WHERE namespace = $1 AND asset_id = $2",
+            &[&ns, &id],
+        )
+        .map_err(self.failed("deleting an asset"))?;
+        tx.commit().map_err(self.failed("committing"))?;
+        Ok(removed > 0)
+    }
+
+    fn list_ids(&self, asset_type: Option<&str>) -> Result<Vec<String>, StoreError> {
+        let ns = self.namespace.as_str();
+        let mut client = self.client()?;
+        let rows = match asset_type {
+            None => client.query(
+                "SELECT asset_id FROM asset_assets WHERE namespace = $1 ORDER BY asset_id",
+                &[&ns],
+            ),
+            Some(t) => client.query(
+                "SELECT asset_id FROM asset_assets WHERE namespace = $1 AND asset_type = $2
+                 ORDER BY asset_id",
+                &[&ns, &t.as_bytes()],
+            ),
+        }
+        .map_err(self.failed("listing assets"))?;
+        rows.iter()
+            .map(|r| {
+                let id: Vec<u8> = r.try_get(0).map_err(self.failed("listing assets"))?;
+                String::from_utf8(id).map_err(|e| StoreError::Corrupt {
+                    asset_id: String::from_utf8_lossy(e.as_bytes()).into_owned(),
+                    detail: "the stored id is not UTF-8".into(),
+                })
+            })
+            .collect()
+    }
+
+    fn meta(&self, asset_id: &str) -> Result<Option<AssetMeta>, StoreError> {
+        let ns = self.namespace.as_str();
+        let mut client = self.client()?;
+        let row = client
+            .query_opt(
+                "SELECT meta FROM asset_assets WHERE namespace = $1 AND asset_id = $2",
+                &[&ns, &asset_id.as_bytes()],
+            )
+            .map_err(self.failed("reading a meta"))?;
+        let Some(row) = row else {
+            return Ok(None);
+        };
+        let text: String = row.try_get(0).map_err(self.failed("reading a meta"))?;
+        serde_json::from_str(&text)
+            .map(Some)
+            .map_err(|e| StoreError::Corrupt {
+                asset_id: asset_id.to_owned(),
+                detail: format!("the stored meta does not parse: {e}"),
+            })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_schema_numbers_its_steps_as_sqlite_does() {
+        assert_eq!(SCHEMA.version(), 2);
+        assert_eq!(SCHEMA.table, "asset_schema");
+    }
+
+    #[test]
+    fn an_unreachable_url_is_reported_at_open() {
+        let err =
+            PostgresAssetStore::open("mysql://x/y", PostgresAssetOptions::default()).unwrap_err();
+        assert!(err.to_string().contains("postgres://"), "{err}");
+    }
+}
