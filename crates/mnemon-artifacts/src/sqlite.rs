@@ -8,7 +8,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use mnemon_db::sqlite::{self, Migration, Schema, Settings};
-use mnemon_db::{DbError, Durability};
+use mnemon_db::{DbError, Durability, Namespace};
 use mnemon_types::{Artifact, StorageLocation, artifact::Timestamp};
 use rusqlite::{Connection, Row, params};
 use uuid::Uuid;
@@ -17,15 +17,34 @@ use crate::store::check_required;
 use crate::{ArtifactError, ArtifactStore};
 
 /// Every table is prefixed `artifact_`, because the database file is shared with other Mnemon
-/// components. Version 1 is written with `IF NOT EXISTS` because files from before `mnemon-db`
-/// may have its tables without a version row.
+/// components.
 static SCHEMA: Schema = Schema {
     component: "artifact",
     table: "artifact_schema",
     key_column: "singleton",
-    migrations: &[Migration {
-        version: 1,
-        sql: "
+    migrations: &[
+        V1,
+        Migration {
+            version: 2,
+            sql: SCHEMA_V2,
+        },
+    ],
+};
+
+/// The schema as files written before namespaces have it: what a reader, which cannot migrate,
+/// opens such a file with (see [`SqliteArtifactStore::open_read_only`]).
+static SCHEMA_BEFORE_NAMESPACES: Schema = Schema {
+    component: "artifact",
+    table: "artifact_schema",
+    key_column: "singleton",
+    migrations: &[V1],
+};
+
+/// Version 1 is written with `IF NOT EXISTS` because files from before `mnemon-db` may have its
+/// tables without a version row.
+const V1: Migration = Migration {
+    version: 1,
+    sql: "
 CREATE TABLE IF NOT EXISTS artifact_records (
     seq             INTEGER PRIMARY KEY AUTOINCREMENT,
     id              TEXT NOT NULL UNIQUE,
@@ -43,8 +62,42 @@ CREATE TABLE IF NOT EXISTS artifact_records (
 CREATE INDEX IF NOT EXISTS artifact_records_by_key ON artifact_records (scope, key, seq);
 CREATE INDEX IF NOT EXISTS artifact_records_by_type ON artifact_records (scope, artifact_type, seq);
 ",
-    }],
 };
+
+/// Version 2: every record belongs to a namespace (`mnemon_db::Namespace`), and an id is unique
+/// within its namespace. SQLite cannot change a table's constraints in place, so the table is
+/// rebuilt: every record carries over with its sequence into the default namespace, and the
+/// `AUTOINCREMENT` counter carries over too, so the values of deleted records are still never
+/// reused (renaming the table renames its `sqlite_sequence` row).
+const SCHEMA_V2: &str = "
+CREATE TABLE artifact_records_v2 (
+    seq             INTEGER PRIMARY KEY AUTOINCREMENT,
+    namespace       TEXT NOT NULL,
+    id              TEXT NOT NULL,
+    scope           TEXT NOT NULL,
+    key             TEXT NOT NULL,
+    artifact_type   TEXT NOT NULL,
+    name            TEXT NOT NULL,
+    description     TEXT NOT NULL,
+    storage_backend TEXT,
+    storage_id      TEXT,
+    data            TEXT,
+    created_at      TEXT NOT NULL,
+    UNIQUE (namespace, id),
+    CHECK ((storage_backend IS NULL) = (storage_id IS NULL))
+);
+INSERT INTO artifact_records_v2 (seq, namespace, id, scope, key, artifact_type, name,
+    description, storage_backend, storage_id, data, created_at)
+  SELECT seq, 'default', id, scope, key, artifact_type, name, description, storage_backend,
+    storage_id, data, created_at FROM artifact_records;
+DELETE FROM sqlite_sequence WHERE name = 'artifact_records_v2';
+INSERT INTO sqlite_sequence (name, seq)
+  SELECT 'artifact_records_v2', seq FROM sqlite_sequence WHERE name = 'artifact_records';
+DROP TABLE artifact_records;
+ALTER TABLE artifact_records_v2 RENAME TO artifact_records;
+CREATE INDEX artifact_records_by_key ON artifact_records (namespace, scope, key, seq);
+CREATE INDEX artifact_records_by_type ON artifact_records (namespace, scope, artifact_type, seq);
+";
 
 const COLUMNS: &str = "id, key, artifact_type, name, description, storage_backend, storage_id, data, scope, created_at";
 
@@ -59,20 +112,32 @@ const COLUMNS: &str = "id, key, artifact_type, name, description, storage_backen
 ///   timeout (5 s by default).
 ///   [`save_with_content`](ArtifactStore::save_with_content) holds the write lock while the
 ///   content is written, so saves to one storage id from several processes are serialized.
+///
+/// A store is opened for one namespace ([`SqliteArtifactOptions::namespace`]): every record
+/// carries it and every statement is bound to it, so no call through the handle reads, lists
+/// or deletes another namespace's records (the same id may exist in two namespaces). Files
+/// written before namespaces hold the default namespace's records.
 #[derive(Debug)]
 pub struct SqliteArtifactStore {
     conn: Mutex<Connection>,
     busy_timeout: Duration,
+    namespace: Namespace,
+    /// The file predates namespaces (a version-1 file opened read-only): every record is the
+    /// default namespace's.
+    before_namespaces: bool,
 }
 
 /// Options for [`SqliteArtifactStore::open_with`]; the defaults are every store's
 /// (`mnemon_db`).
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct SqliteArtifactOptions {
     /// How hard a commit works to survive crashes. Default: [`Durability::Full`].
     pub durability: Durability,
     /// How long a write waits for another process's write. Default: 5 s.
     pub busy_timeout: Duration,
+    /// The tenant the store is opened for. Default: [`Namespace::default()`], which holds every
+    /// record written before namespaces.
+    pub namespace: Namespace,
 }
 
 impl Default for SqliteArtifactOptions {
@@ -81,12 +146,13 @@ impl Default for SqliteArtifactOptions {
         SqliteArtifactOptions {
             durability: shared.durability,
             busy_timeout: shared.busy_timeout,
+            namespace: Namespace::default(),
         }
     }
 }
 
 impl SqliteArtifactOptions {
-    fn settings(self) -> Settings {
+    fn settings(&self) -> Settings {
         Settings {
             durability: self.durability,
             busy_timeout: self.busy_timeout,
@@ -109,30 +175,79 @@ impl SqliteArtifactStore {
     ) -> Result<Self, ArtifactError> {
         let settings = options.settings();
         let conn = sqlite::open(path.as_ref(), &settings, &SCHEMA).map_err(db_error)?;
-        Ok(Self::with(conn, &settings))
+        Ok(Self::with(conn, &settings, options.namespace, false))
     }
 
     /// Opens the database at `path` for reading only: no write lock is taken, nothing is
     /// created, and a read-only directory or mount works. A missing file, or one without
-    /// artifact tables, reads as empty. Saves and deletes fail.
+    /// artifact tables, reads as empty. Saves and deletes fail. The default namespace's
+    /// records are read; [`open_read_only_with`](Self::open_read_only_with) chooses another.
     pub fn open_read_only(path: impl AsRef<Path>) -> Result<Self, ArtifactError> {
-        let settings = Settings::default();
-        let read = sqlite::open_read_only(path.as_ref(), &settings, &SCHEMA).map_err(db_error)?;
-        Ok(Self::with(read.conn, &settings))
+        Self::open_read_only_with(path, SqliteArtifactOptions::default())
+    }
+
+    /// As [`open_read_only`](Self::open_read_only), with `options` (the durability does not
+    /// matter to a reader). A file from before namespaces is read as it is, all of it the
+    /// default namespace's: a reader cannot migrate it.
+    pub fn open_read_only_with(
+        path: impl AsRef<Path>,
+        options: SqliteArtifactOptions,
+    ) -> Result<Self, ArtifactError> {
+        let settings = options.settings();
+        let path = path.as_ref();
+        let (read, before_namespaces) = match sqlite::open_read_only(path, &settings, &SCHEMA) {
+            Ok(read) => (read, false),
+            Err(DbError::NeedsUpgrade { found: 1, .. }) => (
+                sqlite::open_read_only(path, &settings, &SCHEMA_BEFORE_NAMESPACES)
+                    .map_err(db_error)?,
+                true,
+            ),
+            Err(e) => return Err(db_error(e)),
+        };
+        Ok(Self::with(
+            read.conn,
+            &settings,
+            options.namespace,
+            before_namespaces,
+        ))
     }
 
     /// A private database in memory, for tests and short-lived programs; nothing is kept.
     pub fn open_in_memory() -> Result<Self, ArtifactError> {
         let settings = Settings::default();
         let conn = sqlite::open_in_memory(&settings, &SCHEMA).map_err(db_error)?;
-        Ok(Self::with(conn, &settings))
+        Ok(Self::with(conn, &settings, Namespace::default(), false))
     }
 
-    fn with(conn: Connection, settings: &Settings) -> Self {
+    fn with(
+        conn: Connection,
+        settings: &Settings,
+        namespace: Namespace,
+        before_namespaces: bool,
+    ) -> Self {
         SqliteArtifactStore {
             conn: Mutex::new(conn),
             busy_timeout: settings.busy_timeout,
+            namespace,
+            before_namespaces,
         }
+    }
+
+    /// The namespace (tenant) the store was opened for.
+    pub fn namespace(&self) -> &Namespace {
+        &self.namespace
+    }
+
+    /// `sql` with `{ns}` replaced by the condition that keeps a statement inside the store's
+    /// namespace (bound as `?1`): the column on a current file; on a file from before
+    /// namespaces (read-only), everything belongs to the default namespace.
+    fn in_namespace(&self, sql: &str) -> String {
+        let condition = if self.before_namespaces {
+            "?1 = 'default'"
+        } else {
+            "namespace = ?1"
+        };
+        sql.replace("{ns}", condition)
     }
 
     fn conn(&self) -> MutexGuard<'_, Connection> {
@@ -149,7 +264,7 @@ impl SqliteArtifactStore {
     ) -> Result<Vec<Artifact>, ArtifactError> {
         let conn = self.conn();
         let mut stmt = conn
-            .prepare_cached(sql)
+            .prepare_cached(&self.in_namespace(sql))
             .map_err(|e| ArtifactError::database(action, e))?;
         let rows = stmt
             .query_map(params, read_row)
@@ -222,14 +337,15 @@ fn db_error(error: DbError) -> ArtifactError {
 /// Inserts one record inside the caller's transaction and returns its sequence.
 fn insert(
     conn: &Connection,
+    namespace: &Namespace,
     artifact: &Artifact,
     data: Option<String>,
 ) -> Result<u64, ArtifactError> {
     const ACTION: &str = "saving an artifact";
     let inserted = conn
         .prepare_cached(&format!(
-            "INSERT INTO artifact_records ({COLUMNS}) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) RETURNING seq"
+            "INSERT INTO artifact_records ({COLUMNS}, namespace) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11) RETURNING seq"
         ))
         .and_then(|mut stmt| {
             stmt.query_row(
@@ -244,6 +360,7 @@ fn insert(
                     data,
                     artifact.scope,
                     artifact.created_at.to_string(),
+                    namespace.as_str(),
                 ],
                 |row| row.get::<_, i64>(0),
             )
@@ -285,7 +402,7 @@ impl ArtifactStore for SqliteArtifactStore {
         // storage id in between, so the newest record always points at its own content.
         sqlite::begin_immediate(&conn, self.busy_timeout)
             .map_err(|e| ArtifactError::database(ACTION, e))?;
-        let result = write_content().and_then(|()| insert(&conn, artifact, data));
+        let result = write_content().and_then(|()| insert(&conn, &self.namespace, artifact, data));
         let finish = if result.is_ok() { "COMMIT" } else { "ROLLBACK" };
         let finished = conn.execute_batch(finish);
         if finished.is_err() && !conn.is_autocommit() {
@@ -300,8 +417,8 @@ impl ArtifactStore for SqliteArtifactStore {
 
     fn get(&self, id: Uuid) -> Result<Option<Artifact>, ArtifactError> {
         let mut found = self.query_many(
-            &format!("SELECT {COLUMNS} FROM artifact_records WHERE id = ?1"),
-            &[&id.to_string()],
+            &format!("SELECT {COLUMNS} FROM artifact_records WHERE {{ns}} AND id = ?2"),
+            &[&self.namespace.as_str(), &id.to_string()],
             "reading an artifact",
         )?;
         Ok(found.pop())
@@ -310,10 +427,10 @@ impl ArtifactStore for SqliteArtifactStore {
     fn latest(&self, scope: &str, key: &str) -> Result<Option<Artifact>, ArtifactError> {
         let mut found = self.query_many(
             &format!(
-                "SELECT {COLUMNS} FROM artifact_records WHERE scope = ?1 AND key = ?2 \
+                "SELECT {COLUMNS} FROM artifact_records WHERE {{ns}} AND scope = ?2 AND key = ?3 \
                  ORDER BY seq DESC LIMIT 1"
             ),
-            &[&scope, &key],
+            &[&self.namespace.as_str(), &scope, &key],
             "looking up the latest artifact",
         )?;
         Ok(found.pop())
@@ -327,15 +444,18 @@ impl ArtifactStore for SqliteArtifactStore {
         match artifact_type {
             Some(t) => self.query_many(
                 &format!(
-                    "SELECT {COLUMNS} FROM artifact_records WHERE scope = ?1 AND artifact_type = ?2 \
-                     ORDER BY seq"
+                    "SELECT {COLUMNS} FROM artifact_records \
+                     WHERE {{ns}} AND scope = ?2 AND artifact_type = ?3 ORDER BY seq"
                 ),
-                &[&scope, &t],
+                &[&self.namespace.as_str(), &scope, &t],
                 "listing artifacts",
             ),
             None => self.query_many(
-                &format!("SELECT {COLUMNS} FROM artifact_records WHERE scope = ?1 ORDER BY seq"),
-                &[&scope],
+                &format!(
+                    "SELECT {COLUMNS} FROM artifact_records WHERE {{ns}} AND scope = ?2 \
+                     ORDER BY seq"
+                ),
+                &[&self.namespace.as_str(), &scope],
                 "listing artifacts",
             ),
         }
@@ -345,8 +465,8 @@ impl ArtifactStore for SqliteArtifactStore {
         let removed = self
             .conn()
             .execute(
-                "DELETE FROM artifact_records WHERE id = ?1",
-                [id.to_string()],
+                "DELETE FROM artifact_records WHERE namespace = ?1 AND id = ?2",
+                [self.namespace.as_str(), &id.to_string()],
             )
             .map_err(|e| ArtifactError::database("deleting an artifact", e))?;
         Ok(removed > 0)
@@ -459,6 +579,94 @@ mod tests {
         );
         drop(reader);
         assert!(!path.exists());
+    }
+
+    /// A file as a build from before namespaces wrote it (schema version 1) with two records,
+    /// the later one deleted: returns the kept record and the deleted record's sequence.
+    fn version_1_file(path: &Path) -> (Artifact, u64) {
+        let conn = Connection::open(path).unwrap();
+        conn.execute_batch(V1.sql).unwrap();
+        conn.execute_batch(
+            "CREATE TABLE artifact_schema (singleton INTEGER PRIMARY KEY CHECK (singleton = 1),
+                version INTEGER NOT NULL);
+             INSERT INTO artifact_schema VALUES (1, 1);",
+        )
+        .unwrap();
+        let kept = Artifact::new("s", "k", "t", "old").with_data(serde_json::json!({"a": 1}));
+        let gone = Artifact::new("s", "k", "t", "deleted");
+        let mut last = 0;
+        for a in [&kept, &gone] {
+            last = conn
+                .query_row(
+                    &format!(
+                        "INSERT INTO artifact_records ({COLUMNS}) \
+                         VALUES (?1, ?2, ?3, ?4, ?5, NULL, NULL, ?6, ?7, ?8) RETURNING seq"
+                    ),
+                    params![
+                        a.id.to_string(),
+                        a.key,
+                        a.artifact_type,
+                        a.name,
+                        a.description,
+                        a.data.as_ref().map(|d| d.to_string()),
+                        a.scope,
+                        a.created_at.to_string()
+                    ],
+                    |r| r.get::<_, i64>(0),
+                )
+                .unwrap();
+        }
+        conn.execute(
+            "DELETE FROM artifact_records WHERE id = ?1",
+            [gone.id.to_string()],
+        )
+        .unwrap();
+        (kept, u64::try_from(last).unwrap())
+    }
+
+    fn in_namespace(name: &str) -> SqliteArtifactOptions {
+        SqliteArtifactOptions {
+            namespace: name.parse().unwrap(),
+            ..SqliteArtifactOptions::default()
+        }
+    }
+
+    /// Issue 13, item 3: version 2 moves a file's records into the default namespace, and the
+    /// sequence goes on above the deleted record's value (never reused).
+    #[test]
+    fn a_version_1_file_migrates_into_the_default_namespace() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("db.sqlite3");
+        let (kept, deleted_seq) = version_1_file(&path);
+        let store = SqliteArtifactStore::open(&path).unwrap();
+        assert_eq!(store.get(kept.id).unwrap().as_ref(), Some(&kept));
+        assert_eq!(store.latest("s", "k").unwrap().as_ref(), Some(&kept));
+        let next = store.save(&Artifact::new("s", "k", "t", "new")).unwrap();
+        assert!(next > deleted_seq, "{next} <= {deleted_seq}");
+        let other = SqliteArtifactStore::open_with(&path, in_namespace("acme")).unwrap();
+        assert!(other.get(kept.id).unwrap().is_none());
+        assert!(other.list("s", None).unwrap().is_empty());
+        assert!(!other.delete(kept.id).unwrap());
+        let version: i64 = store
+            .conn()
+            .query_row("SELECT version FROM artifact_schema", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(version, 2);
+    }
+
+    /// Issue 13, item 3: a reader, which cannot migrate, reads a version-1 file as it is, all
+    /// of it the default namespace's.
+    #[test]
+    fn a_version_1_file_reads_read_only_as_the_default_namespace() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("db.sqlite3");
+        let (kept, _) = version_1_file(&path);
+        let reader = SqliteArtifactStore::open_read_only(&path).unwrap();
+        assert_eq!(reader.get(kept.id).unwrap().as_ref(), Some(&kept));
+        assert_eq!(reader.list("s", Some("t")).unwrap().len(), 1);
+        let other = SqliteArtifactStore::open_read_only_with(&path, in_namespace("acme")).unwrap();
+        assert!(other.get(kept.id).unwrap().is_none());
+        assert!(other.latest("s", "k").unwrap().is_none());
     }
 
     #[test]
