@@ -7,7 +7,7 @@
 //! | module | crate | holds |
 //! |---|---|---|
 //! | [`types`] | `mnemon-types` | the value tree, `Asset`, meta, `AssetRef`, `Msg`, `Artifact`, `Embedder` |
-//! | [`db`] | `mnemon-db` | storage plumbing: `Durability`, atomic file writes, SQLite setup and migrations |
+//! | [`db`] | `mnemon-db` | storage plumbing: `Durability`, `Namespace`, schemas and migrations, SQLite (and PostgreSQL) setup, atomic file writes |
 //! | [`assets`] | `mnemon-store` | the `AssetStore` trait, in-memory and SQLite stores |
 //! | [`refs`] | `mnemon-refs` | references in tool parameters and message text |
 //! | [`artifacts`] | `mnemon-artifacts` | artifact stores, backends, SaveArtifact, ArtifactMemory, templates |
@@ -29,6 +29,12 @@
 #![cfg_attr(not(feature = "sqlite"), doc = "`Mnemon`")]
 //! handle; `host` (default) the HTTP host; `cli` (default) the `mnemon` binary. A program that
 //! only embeds Mnemon can use `default-features = false, features = ["sqlite"]`.
+//!
+//! Each thing has one home. A type several components share is defined once, in [`types`]
+//! (`Embedder`, `Tokenizer`, `Msg`, `Artifact`) or [`db`] (`Durability`, `Namespace`), and that
+//! is its name here; a component that re-exports one for its own users (as [`embed`] does the
+//! embedder traits) hands out that same item, not a second type. Names that could be confused
+//! say what they hold: `SqliteAssetStore`, `SqliteArtifactStore`, `SqliteMemoryStore`.
 //!
 //! ```
 //! use mnemon::assets::{AssetStore, InMemoryStore};
