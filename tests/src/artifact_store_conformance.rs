@@ -10,7 +10,8 @@
 //! mnemon_tests::artifact_store_conformance!((InMemoryArtifactStore::new(), ()));
 //! ```
 //!
-//! A future PostgreSQL store runs the same suite with a fresh schema per test.
+//! The PostgreSQL store runs the same suite with a fresh database per test; [`tenant_isolation`]
+//! runs once per durable backend.
 
 use std::collections::HashSet;
 
@@ -285,4 +286,74 @@ pub fn concurrent_saves_all_land_with_distinct_sequences(store: &dyn ArtifactSto
     // The latest is the one with the highest sequence, whichever thread saved it.
     let latest = latest_name(store, "s", "k");
     assert_eq!(latest.as_ref(), listed.last());
+}
+
+/// Tenants (issue 13, item 3): `open(namespace)` opens a handle on one shared database for that
+/// namespace. Two namespaces save records with the same ids, scopes, keys and types, and no
+/// call through one handle (save, save_with_content, get, latest, list with and without a type,
+/// delete) reads or removes the other's; a second handle on a namespace sees the first's
+/// records, so the two are one database, not two.
+pub fn tenant_isolation(open: &dyn Fn(&str) -> Box<dyn ArtifactStore>) {
+    let a = open("tenant-a");
+    let b = open("tenant-b");
+    let in_a = artifact("s", "plan", "a-plan");
+    let mut in_b = in_a.clone();
+    in_b.name = "b-plan".into();
+    must_save(&*a, &in_a);
+    // The same id in another namespace is another record, not a duplicate.
+    must_save(&*b, &in_b);
+    let only_a = artifact("s", "notes", "a-notes");
+    must_save(&*a, &only_a);
+    let mut with_content = artifact("s", "plan", "b-plan-2");
+    with_content.storage = Some(StorageLocation {
+        backend: "write_to_file".into(),
+        id: "plan.json".into(),
+    });
+    let mut wrote = false;
+    let saved = b.save_with_content(&with_content, &mut || {
+        wrote = true;
+        Ok(())
+    });
+    assert!(saved.is_ok() && wrote, "{saved:?}");
+
+    assert_eq!(
+        a.get(in_a.id).ok().flatten().map(|r| r.name).as_deref(),
+        Some("a-plan")
+    );
+    assert_eq!(
+        b.get(in_a.id).ok().flatten().map(|r| r.name).as_deref(),
+        Some("b-plan")
+    );
+    assert_eq!(latest_name(&*a, "s", "plan").as_deref(), Some("a-plan"));
+    assert_eq!(latest_name(&*b, "s", "plan").as_deref(), Some("b-plan-2"));
+    assert_eq!(must_list(&*a, "s", None), ["a-plan", "a-notes"]);
+    assert_eq!(must_list(&*a, "s", Some("note")), ["a-plan", "a-notes"]);
+    assert_eq!(must_list(&*b, "s", None), ["b-plan", "b-plan-2"]);
+    assert_eq!(must_list(&*b, "s", Some("note")), ["b-plan", "b-plan-2"]);
+
+    // Another namespace's record is absent everywhere.
+    assert!(matches!(b.get(only_a.id), Ok(None)));
+    assert_eq!(latest_name(&*b, "s", "notes"), None);
+    assert!(matches!(b.delete(only_a.id), Ok(false)));
+    assert!(matches!(a.get(only_a.id), Ok(Some(_))));
+    assert!(matches!(a.get(with_content.id), Ok(None)));
+    // A duplicate id is still refused within one namespace.
+    assert!(matches!(
+        a.save(&in_a),
+        Err(ArtifactError::DuplicateId { .. })
+    ));
+
+    // Deleting in one namespace leaves the other's record of that id alone.
+    assert!(matches!(b.delete(in_a.id), Ok(true)));
+    assert!(matches!(b.get(in_a.id), Ok(None)));
+    assert_eq!(
+        a.get(in_a.id).ok().flatten().map(|r| r.name).as_deref(),
+        Some("a-plan")
+    );
+
+    // A second handle on namespace a is the same tenant.
+    let a2 = open("tenant-a");
+    assert_eq!(must_list(&*a2, "s", None), ["a-plan", "a-notes"]);
+    assert!(matches!(a2.delete(only_a.id), Ok(true)));
+    assert!(matches!(a.get(only_a.id), Ok(None)));
 }

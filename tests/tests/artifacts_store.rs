@@ -159,3 +159,201 @@ mod sqlite_durability {
         }
     }
 }
+
+mod tenants {
+    use mnemon_artifacts::{SqliteArtifactOptions, SqliteArtifactStore};
+
+    #[test]
+    fn tenant_isolation_sqlite() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("mnemon.sqlite3");
+        mnemon_tests::artifact_store_conformance::tenant_isolation(&|namespace| {
+            let options = SqliteArtifactOptions {
+                namespace: namespace.parse().unwrap(),
+                ..SqliteArtifactOptions::default()
+            };
+            Box::new(SqliteArtifactStore::open_with(&path, options).unwrap())
+        });
+    }
+}
+
+/// The same suite, tenants, concurrency and crash checks against the tests' own PostgreSQL
+/// server (issue 13; docs/postgres.md), a fresh database per test.
+mod postgres {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::time::Duration;
+
+    use mnemon_artifacts::{
+        ArtifactError, ArtifactStore, PostgresArtifactOptions, PostgresArtifactStore,
+    };
+    use mnemon_types::{Artifact, StorageLocation};
+
+    fn options(namespace: &str) -> PostgresArtifactOptions {
+        PostgresArtifactOptions {
+            namespace: namespace.parse().unwrap(),
+            ..PostgresArtifactOptions::default()
+        }
+    }
+
+    fn open(url: &str, namespace: &str) -> PostgresArtifactStore {
+        PostgresArtifactStore::open(url, options(namespace)).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// A store on a new database.
+    fn fresh(server: &mnemon_tests::postgres::PgServer) -> (PostgresArtifactStore, ()) {
+        (
+            open(&server.fresh_database("artifact").unwrap(), "default"),
+            (),
+        )
+    }
+
+    mod conformance {
+        // Every generated test first asks for the server: a skipped run says why, loudly.
+        mnemon_tests::artifact_store_conformance!({
+            let server = mnemon_tests::require_postgres!();
+            super::fresh(server)
+        });
+    }
+
+    #[test]
+    fn tenant_isolation_postgres() {
+        let server = mnemon_tests::require_postgres!();
+        let url = server.fresh_database("artifact_tenants").unwrap();
+        mnemon_tests::artifact_store_conformance::tenant_isolation(&|namespace| {
+            Box::new(open(&url, namespace))
+        });
+    }
+
+    #[test]
+    fn postgres_newer_schema_is_refused() {
+        let server = mnemon_tests::require_postgres!();
+        let url = server.fresh_database("artifact_newer").unwrap();
+        drop(open(&url, "default"));
+        let mut client = server.connect(url.rsplit('/').next().unwrap()).unwrap();
+        client
+            .execute("UPDATE artifact_schema SET version = 99", &[])
+            .unwrap();
+        let err = PostgresArtifactStore::open(&url, options("default")).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                ArtifactError::SchemaTooNew {
+                    found: 99,
+                    supported: 2
+                }
+            ),
+            "{err}"
+        );
+    }
+
+    /// Saves to one storage id through two handles (two processes, say) never overlap: while
+    /// one is writing its content, the other waits, so the newest record points at its own
+    /// content. A failed content write stores no record.
+    #[test]
+    fn saves_to_one_storage_id_are_serialized() {
+        let server = mnemon_tests::require_postgres!();
+        let url = server.fresh_database("artifact_storage_lock").unwrap();
+        let stores = [open(&url, "default"), open(&url, "default")];
+        let writing = AtomicBool::new(false);
+        let overlaps = AtomicUsize::new(0);
+        std::thread::scope(|s| {
+            for store in &stores {
+                let (writing, overlaps) = (&writing, &overlaps);
+                s.spawn(move || {
+                    for i in 0..10 {
+                        let mut a = Artifact::new("s", "k", "t", format!("{i}"));
+                        a.storage = Some(StorageLocation {
+                            backend: "write_to_file".into(),
+                            id: "shared.json".into(),
+                        });
+                        store
+                            .save_with_content(&a, &mut || {
+                                if writing.swap(true, Ordering::SeqCst) {
+                                    overlaps.fetch_add(1, Ordering::SeqCst);
+                                }
+                                std::thread::sleep(Duration::from_millis(5));
+                                writing.store(false, Ordering::SeqCst);
+                                Ok(())
+                            })
+                            .unwrap();
+                    }
+                });
+            }
+        });
+        assert_eq!(overlaps.load(Ordering::SeqCst), 0);
+        assert_eq!(stores[0].list("s", None).unwrap().len(), 20);
+        let failed = Artifact::new("s", "k", "t", "failed");
+        let err = stores[0]
+            .save_with_content(&failed, &mut || {
+                Err(ArtifactError::database("writing content", "disk full"))
+            })
+            .unwrap_err();
+        assert!(err.to_string().contains("disk full"), "{err}");
+        assert!(stores[1].get(failed.id).unwrap().is_none());
+    }
+
+    /// The environment variable that turns `kill9_child` into the child process: the URL.
+    const CHILD_URL: &str = "MNEMON_ARTIFACTS_PG_KILL9_CHILD_URL";
+
+    /// The child side of `an_acknowledged_save_survives_kill_9`: saves in a loop and prints
+    /// each id once `save` has returned. Does nothing in a normal test run.
+    #[test]
+    fn kill9_child() {
+        let Ok(url) = std::env::var(CHILD_URL) else {
+            return;
+        };
+        use std::io::Write;
+        let store = open(&url, "default");
+        for i in 0.. {
+            let a = Artifact::new("s", "k", "t", format!("{i}"));
+            store.save(&a).unwrap();
+            let mut out = std::io::stdout().lock();
+            writeln!(out, "SAVED {}", a.id).unwrap();
+            out.flush().unwrap();
+        }
+    }
+
+    /// Every save acknowledged before a SIGKILL of the client is in the database afterwards,
+    /// and the latest record is the last acknowledged one or one saved after it.
+    #[cfg(unix)]
+    #[test]
+    fn an_acknowledged_save_survives_kill_9() {
+        use std::io::{BufRead, BufReader};
+        use std::process::{Command, Stdio};
+
+        let server = mnemon_tests::require_postgres!();
+        let url = server.fresh_database("artifact_kill9").unwrap();
+        for round in 0..3 {
+            let mut child = Command::new(std::env::current_exe().unwrap())
+                .arg(crate::harness_name(module_path!(), "kill9_child"))
+                .args(["--exact", "--nocapture"])
+                .env(CHILD_URL, &url)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap();
+            let stdout = child.stdout.take().unwrap();
+            let mut acknowledged = Vec::new();
+            for line in BufReader::new(stdout).lines() {
+                if let Some(id) = line.unwrap().strip_prefix("SAVED ") {
+                    acknowledged.push(id.parse::<uuid::Uuid>().unwrap());
+                    if acknowledged.len() == 40 + 20 * round {
+                        break;
+                    }
+                }
+            }
+            child.kill().unwrap(); // SIGKILL
+            child.wait().unwrap();
+            let store = open(&url, "default");
+            for id in &acknowledged {
+                assert!(store.get(*id).unwrap().is_some(), "acknowledged {id} lost");
+            }
+            let last = store.get(*acknowledged.last().unwrap()).unwrap().unwrap();
+            let latest = store.latest("s", "k").unwrap().unwrap();
+            let listed = store.list("s", None).unwrap();
+            let position = |id| listed.iter().position(|a| a.id == id).unwrap();
+            assert!(position(latest.id) >= position(last.id));
+            assert_eq!(listed.last().unwrap().id, latest.id);
+        }
+    }
+}

@@ -3,7 +3,10 @@
 //!
 //! - [`ArtifactStore`] keeps [`Artifact`](mnemon_types::Artifact) records: [`InMemoryArtifactStore`] and
 //!   [`SqliteArtifactStore`] (the embedded default). Within a scope, the most recently saved
-//!   artifact with a key wins, decided by a per-store sequence.
+//!   artifact with a key wins, decided by a per-store sequence. With the `postgres` feature,
+//!   `PostgresArtifactStore` keeps them in a PostgreSQL database. The durable stores are
+//!   opened for one namespace (tenant, `mnemon_db::Namespace`) and never reach another's
+//!   records.
 //! - [`StorageBackend`]s keep content outside the record, registered by name in a
 //!   [`BackendRegistry`]: `inline` (built in) and [`WriteToFile`] (root-confined, atomic).
 //! - [`SaveArtifact`] saves content from a step's inputs; [`ArtifactMemory`] loads artifacts
@@ -53,6 +56,8 @@ mod backend;
 mod error;
 mod file_backend;
 mod in_memory;
+#[cfg(feature = "postgres")]
+mod postgres;
 mod save;
 mod selector;
 mod sqlite;
@@ -67,6 +72,8 @@ pub use backend::{BackendRegistry, INLINE, Storage, StorageBackend, WRITE_TO_FIL
 pub use error::{ArtifactError, BoxedSource};
 pub use file_backend::{MAX_NAME_BYTES, MAX_PATH_BYTES, STALE_TEMP_AGE, WriteToFile};
 pub use in_memory::InMemoryArtifactStore;
+#[cfg(feature = "postgres")]
+pub use postgres::{PostgresArtifactOptions, PostgresArtifactStore};
 pub use save::{SAVE_ARTIFACT_CLASS_PATH, SaveArtifact, SaveArtifactConfig};
 pub use sqlite::{SqliteArtifactOptions, SqliteArtifactStore};
 pub use store::ArtifactStore;
