@@ -139,3 +139,148 @@ fn acknowledged_puts_survive_sigkill() {
         "the child should have stored assets before most kills"
     );
 }
+
+/// The same crash test against the PostgreSQL asset store (issue 13; docs/postgres.md): the
+/// child gets the database URL by environment variable, and after each SIGKILL every
+/// acknowledged put is there, intact, and no batch is partly stored.
+mod postgres {
+    use super::*;
+    use mnemon_store::{PostgresAssetOptions, PostgresAssetStore};
+
+    /// Set in the child: the database URL to write to.
+    const CHILD_URL: &str = "MNEMON_ASSET_PG_CRASH_CHILD_URL";
+
+    fn open(url: &str) -> PostgresAssetStore {
+        PostgresAssetStore::open(url, PostgresAssetOptions::default())
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// The ids the child's loop (see [`crash_child_postgres`]) writes from `start`, grouped as
+    /// it writes them (a batch of 5, or a single put), until one reaches `end`.
+    fn writes(start: u64, end: u64) -> Vec<Vec<String>> {
+        let mut out = Vec::new();
+        let mut n = start;
+        while n < end {
+            let len = if n % 3 == 0 { 5 } else { 1 };
+            out.push(
+                (n..n + len)
+                    .map(|i| crash_asset(i).asset_id)
+                    .collect::<Vec<_>>(),
+            );
+            n += len;
+        }
+        out
+    }
+
+    /// The child: the same loop as [`crash_child`], against PostgreSQL.
+    #[test]
+    fn crash_child_postgres() {
+        let Ok(url) = std::env::var(CHILD_URL) else {
+            return;
+        };
+        let start: u64 = std::env::var(CHILD_START).unwrap().parse().unwrap();
+        let store = open(&url);
+        let mut out = std::io::stdout().lock();
+        let mut n = start;
+        loop {
+            let len = if n % 3 == 0 { 5 } else { 1 };
+            let assets: Vec<Asset> = (n..n + len).map(crash_asset).collect();
+            if len == 1 {
+                store.put(&assets[0]).unwrap();
+            } else {
+                store.put_batch(&assets).unwrap();
+            }
+            for a in &assets {
+                writeln!(out, "PUT {}", a.asset_id).unwrap();
+            }
+            out.flush().unwrap();
+            n += len;
+        }
+    }
+
+    #[test]
+    fn acknowledged_puts_survive_sigkill_postgres() {
+        if std::env::var_os(CHILD_URL).is_some() {
+            return;
+        }
+        let server = mnemon_tests::require_postgres!();
+        let url = server.fresh_database("asset_crash").unwrap();
+        let mut seed = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_nanos() as u64
+            | 1;
+        println!("seed {seed}");
+        let mut random = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let exe = std::env::current_exe().unwrap();
+        let mut acknowledged = 0;
+        let rounds = 10;
+        for round in 0..rounds {
+            let start = round * 1_000_000;
+            let mut child = Command::new(&exe)
+                .arg(crate::harness_name(module_path!(), "crash_child_postgres"))
+                .args(["--exact", "--nocapture", "--test-threads=1"])
+                .env(CHILD_URL, &url)
+                .env(CHILD_START, start.to_string())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap();
+            let stdout = child.stdout.take().unwrap();
+            let reader = std::thread::spawn(move || {
+                BufReader::new(stdout)
+                    .lines()
+                    .map_while(Result::ok)
+                    .filter_map(|line| line.strip_prefix("PUT ").map(str::to_owned))
+                    .collect::<Vec<_>>()
+            });
+            std::thread::sleep(Duration::from_millis(100 + random() % 400));
+            child.kill().unwrap(); // SIGKILL on Unix
+            child.wait().unwrap();
+            let reported = reader.join().unwrap();
+
+            let store = open(&url);
+            for id in &reported {
+                let n: u64 = id.trim_start_matches("crash-").parse().unwrap();
+                let got = store
+                    .get(id)
+                    .unwrap()
+                    .unwrap_or_else(|| panic!("round {round}: acknowledged {id} is missing"));
+                assert_eq!(got, crash_asset(n), "round {round}: {id} is damaged");
+            }
+            // Every group the child may have started is stored whole or not at all.
+            let stored = store.list_ids(Some("crash")).unwrap();
+            let this_round = |id: &String| {
+                let n: u64 = id.trim_start_matches("crash-").parse().unwrap();
+                (start..start + 1_000_000).contains(&n)
+            };
+            let end = stored
+                .iter()
+                .filter(|id| this_round(id))
+                .map(|id| id.trim_start_matches("crash-").parse::<u64>().unwrap() + 1)
+                .max()
+                .unwrap_or(start);
+            for group in writes(start, end) {
+                let present = group
+                    .iter()
+                    .filter(|id| stored.binary_search(id).is_ok())
+                    .count();
+                assert!(
+                    present == 0 || present == group.len(),
+                    "round {round}: {present} of the batch {group:?} stored"
+                );
+            }
+            acknowledged += reported.len();
+        }
+        println!("{rounds} kills, {acknowledged} acknowledged puts verified");
+        assert!(
+            acknowledged > rounds as usize,
+            "the child should have stored assets before most kills"
+        );
+    }
+}
