@@ -357,3 +357,69 @@ mod postgres {
         }
     }
 }
+
+/// A PostgreSQL database at artifact schema version 1 (before namespaces) keeps its records
+/// and its sequence, in the default namespace, when a current build opens it.
+mod postgres_version_1 {
+    use mnemon_artifacts::{ArtifactStore, PostgresArtifactOptions, PostgresArtifactStore};
+    use mnemon_types::Artifact;
+
+    #[test]
+    fn records_move_into_the_default_namespace() {
+        let server = mnemon_tests::require_postgres!();
+        let url = server.fresh_database("artifact_v1").unwrap();
+        let mut client = server.connect(url.rsplit('/').next().unwrap()).unwrap();
+        client
+            .batch_execute(
+                "CREATE TABLE artifact_schema (singleton INTEGER PRIMARY KEY
+                   CHECK (singleton = 1), version BIGINT NOT NULL);
+                 INSERT INTO artifact_schema VALUES (1, 1);
+                 CREATE TABLE artifact_records (seq BIGSERIAL PRIMARY KEY,
+                   id TEXT NOT NULL UNIQUE, scope TEXT NOT NULL, key TEXT NOT NULL,
+                   artifact_type TEXT NOT NULL, name TEXT NOT NULL, description TEXT NOT NULL,
+                   storage_backend TEXT, storage_id TEXT, data TEXT, created_at TEXT NOT NULL,
+                   CHECK ((storage_backend IS NULL) = (storage_id IS NULL)));
+                 CREATE INDEX artifact_records_by_key ON artifact_records (scope, key, seq);
+                 CREATE INDEX artifact_records_by_type
+                   ON artifact_records (scope, artifact_type, seq);",
+            )
+            .unwrap();
+        let old = Artifact::new("s", "k", "t", "old").with_data(serde_json::json!({"a": [1]}));
+        let seq: i64 = client
+            .query_one(
+                "INSERT INTO artifact_records (id, scope, key, artifact_type, name, description,
+                   data, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING seq",
+                &[
+                    &old.id.to_string(),
+                    &old.scope,
+                    &old.key,
+                    &old.artifact_type,
+                    &old.name,
+                    &old.description,
+                    &old.data.as_ref().map(|d| d.to_string()),
+                    &old.created_at.to_string(),
+                ],
+            )
+            .unwrap()
+            .get(0);
+        let store = PostgresArtifactStore::open(&url, PostgresArtifactOptions::default()).unwrap();
+        assert_eq!(store.get(old.id).unwrap().as_ref(), Some(&old));
+        assert_eq!(store.latest("s", "k").unwrap().as_ref(), Some(&old));
+        let next = store.save(&Artifact::new("s", "k", "t", "new")).unwrap();
+        assert!(next > u64::try_from(seq).unwrap());
+        let other = PostgresArtifactStore::open(
+            &url,
+            PostgresArtifactOptions {
+                namespace: "acme".parse().unwrap(),
+                ..PostgresArtifactOptions::default()
+            },
+        )
+        .unwrap();
+        assert!(other.get(old.id).unwrap().is_none());
+        assert!(other.list("s", None).unwrap().is_empty());
+        // The same id in another namespace is another record.
+        other.save(&old).unwrap();
+        assert!(other.delete(old.id).unwrap());
+        assert!(store.get(old.id).unwrap().is_some());
+    }
+}

@@ -180,3 +180,84 @@ mod postgres {
         assert_eq!(store.list_ids(None).unwrap(), want);
     }
 }
+
+/// A PostgreSQL database at asset schema version 1 (before namespaces) keeps its assets, in
+/// the default namespace, when a current build opens it.
+#[test]
+fn postgres_version_1_assets_move_into_the_default_namespace() {
+    use mnemon_store::{PostgresAssetOptions, PostgresAssetStore};
+    let server = mnemon_tests::require_postgres!();
+    let with_bytes = |id: &str| {
+        let mut content = mnemon_types::Map::new();
+        content.insert("b".into(), mnemon_types::Bytes::new(vec![0u8, 1, 2]).into());
+        mnemon_types::Asset::new(mnemon_types::Value::Map(content))
+            .with_id(id)
+            .with_type("t")
+    };
+    // The rows a current build writes for the asset, to copy into the version-1 tables.
+    let donor_url = server.fresh_database("asset_v1_donor").unwrap();
+    let donor = PostgresAssetStore::open(&donor_url, PostgresAssetOptions::default()).unwrap();
+    donor.put(&with_bytes("old")).unwrap();
+    let mut donor_db = server
+        .connect(donor_url.rsplit('/').next().unwrap())
+        .unwrap();
+    let asset_row = donor_db
+        .query_one("SELECT skeleton, meta FROM asset_assets", &[])
+        .unwrap();
+    let leaf_row = donor_db
+        .query_one("SELECT path, kind, data FROM asset_leaves", &[])
+        .unwrap();
+    let (skeleton, meta): (String, String) = (asset_row.get(0), asset_row.get(1));
+    let (path, kind, data): (Vec<u8>, String, Vec<u8>) =
+        (leaf_row.get(0), leaf_row.get(1), leaf_row.get(2));
+
+    let url = server.fresh_database("asset_v1").unwrap();
+    let mut client = server.connect(url.rsplit('/').next().unwrap()).unwrap();
+    client
+        .batch_execute(
+            "CREATE TABLE asset_schema (singleton INTEGER PRIMARY KEY CHECK (singleton = 1),
+               version BIGINT NOT NULL);
+             INSERT INTO asset_schema VALUES (1, 1);
+             CREATE TABLE asset_assets (asset_id BYTEA PRIMARY KEY NOT NULL, asset_type BYTEA,
+               skeleton TEXT NOT NULL, meta TEXT NOT NULL, leaf_count BIGINT NOT NULL);
+             CREATE INDEX asset_assets_by_type ON asset_assets (asset_type, asset_id);
+             CREATE TABLE asset_leaves (asset_id BYTEA NOT NULL, seq BIGINT NOT NULL,
+               path BYTEA NOT NULL, kind TEXT NOT NULL CHECK (kind IN ('bytes', 'object')),
+               type_name BYTEA, data BYTEA NOT NULL, UNIQUE (asset_id, seq));",
+        )
+        .unwrap();
+    client
+        .execute(
+            "INSERT INTO asset_assets VALUES ('old'::bytea, 't'::bytea, $1, $2, 1)",
+            &[&skeleton, &meta],
+        )
+        .unwrap();
+    client
+        .execute(
+            "INSERT INTO asset_leaves VALUES ('old'::bytea, 0, $1, $2, NULL, $3)",
+            &[&path, &kind, &data],
+        )
+        .unwrap();
+
+    let store = PostgresAssetStore::open(&url, PostgresAssetOptions::default()).unwrap();
+    assert_eq!(store.get("old").unwrap(), Some(with_bytes("old")));
+    assert_eq!(store.list_ids(Some("t")).unwrap(), ["old"]);
+    let other = PostgresAssetStore::open(
+        &url,
+        PostgresAssetOptions {
+            namespace: "acme".parse().unwrap(),
+            ..PostgresAssetOptions::default()
+        },
+    )
+    .unwrap();
+    assert!(other.get("old").unwrap().is_none());
+    // The same id in another namespace is another asset.
+    other.put(&with_bytes("old")).unwrap();
+    assert!(other.delete("old").unwrap());
+    assert!(store.get("old").unwrap().is_some());
+    let version: i64 = client
+        .query_one("SELECT version FROM asset_schema", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(version, 2);
+}
