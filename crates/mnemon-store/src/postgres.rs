@@ -23,15 +23,13 @@
 //! before its leaves. The call returns after `COMMIT`
 //! (with `synchronous_commit = on` under [`Durability::Full`], the default): a batch is stored
 //! whole or not at all, and a returned write survives a killed client. **Reads** of an asset
-//! (its row, then its leaves) run in one `REPEATABLE READ` read-only transaction, so they come
-//! from one commit.
+//! fetch its row and its leaves with one statement (a join), so they come from one commit.
 
 use std::collections::HashMap;
 
 use mnemon_db::postgres::{self as pg, Pool, Settings};
 use mnemon_db::{DbError, Durability, Migration, Namespace, Schema};
 use mnemon_types::Asset;
-use postgres::IsolationLevel;
 
 use crate::codec::CodecRegistry;
 use crate::encoding::{self, Encoded, StoredLeaf};
@@ -300,54 +298,44 @@ impl AssetStore for PostgresAssetStore {
     }
 
     fn get(&self, asset_id: &str) -> Result<Option<Asset>, StoreError> {
+        const READ: &str = "reading an asset";
         let ns = self.namespace.as_str();
         let id = asset_id.as_bytes();
-        let mut client = self.client()?;
-        let mut tx = client
-            .build_transaction()
-            .isolation_level(IsolationLevel::RepeatableRead)
-            .read_only(true)
-            .start()
-            .map_err(self.failed("reading an asset"))?;
-        let row = tx
-            .query_opt(
-                "SELECT skeleton, leaf_count FROM asset_assets
-                 WHERE namespace = $1 AND asset_id = $2",
+        // One statement, so the skeleton and its leaves come from one snapshot without a
+        // transaction's extra round trips: a row per leaf (none without leaves), in order.
+        let rows = self
+            .client()?
+            .query(
+                "SELECT a.skeleton, l.path, l.kind, l.type_name, l.data
+                 FROM asset_assets a LEFT JOIN asset_leaves l
+                   ON l.namespace = a.namespace AND l.asset_id = a.asset_id
+                 WHERE a.namespace = $1 AND a.asset_id = $2
+                 ORDER BY l.seq",
                 &[&ns, &id],
             )
-            .map_err(self.failed("reading an asset"))?;
-        let Some(row) = row else {
+            .map_err(self.failed(READ))?;
+        let Some(first) = rows.first() else {
             return Ok(None);
         };
-        let (skeleton, leaf_count): (String, i64) = (
-            row.try_get(0).map_err(self.failed("reading an asset"))?,
-            row.try_get(1).map_err(self.failed("reading an asset"))?,
-        );
-        let mut leaves = Vec::new();
-        if leaf_count > 0 {
-            let rows = tx
-                .query(
-                    "SELECT path, kind, type_name, data FROM asset_leaves
-                     WHERE namespace = $1 AND asset_id = $2 ORDER BY seq",
-                    &[&ns, &id],
-                )
-                .map_err(self.failed("reading an asset's leaves"))?;
-            for row in rows {
-                let path: Vec<u8> = row.try_get(0).map_err(self.failed("reading a leaf"))?;
-                let type_name: Option<Vec<u8>> =
-                    row.try_get(2).map_err(self.failed("reading a leaf"))?;
-                leaves.push(StoredLeaf {
-                    path: text(asset_id, "a leaf path", path)?,
-                    kind: row.try_get(1).map_err(self.failed("reading a leaf"))?,
-                    type_name: type_name
-                        .map(|t| text(asset_id, "a leaf type name", t))
-                        .transpose()?,
-                    data: row.try_get(3).map_err(self.failed("reading a leaf"))?,
-                });
-            }
+        let skeleton: String = first.try_get(0).map_err(self.failed(READ))?;
+        let mut leaves = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let path: Option<Vec<u8>> = row.try_get(1).map_err(self.failed(READ))?;
+            let Some(path) = path else {
+                continue;
+            };
+            let kind: Option<String> = row.try_get(2).map_err(self.failed(READ))?;
+            let type_name: Option<Vec<u8>> = row.try_get(3).map_err(self.failed(READ))?;
+            let data: Option<Vec<u8>> = row.try_get(4).map_err(self.failed(READ))?;
+            leaves.push(StoredLeaf {
+                path: text(asset_id, "a leaf path", path)?,
+                kind: kind.unwrap_or_default(),
+                type_name: type_name
+                    .map(|t| text(asset_id, "a leaf type name", t))
+                    .transpose()?,
+                data: data.unwrap_or_default(),
+            });
         }
-        tx.commit().map_err(self.failed("reading an asset"))?;
-        drop(client);
         encoding::decode(asset_id, &skeleton, leaves, &self.codecs).map(Some)
     }
 
