@@ -358,6 +358,105 @@ mod postgres {
     }
 }
 
+/// SIGKILL of a client saving artifacts whose content goes to `write_to_file` (issue 13, item
+/// 6): every acknowledged save is there, and no record, acknowledged or not, points at content
+/// that is missing.
+mod postgres_content_crash {
+    use mnemon_artifacts::{
+        ArtifactStore, PostgresArtifactOptions, PostgresArtifactStore, StorageBackend,
+        WRITE_TO_FILE, WriteToFile,
+    };
+    use mnemon_types::{Artifact, StorageLocation};
+
+    /// Set in the child: the database URL and the content root, separated by a newline.
+    const CHILD_ENV: &str = "MNEMON_ARTIFACTS_PG_CONTENT_KILL9_CHILD";
+
+    fn open(url: &str) -> PostgresArtifactStore {
+        PostgresArtifactStore::open(url, PostgresArtifactOptions::default())
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// The child: saves with content in a loop, printing each id once the save returned.
+    #[test]
+    fn content_kill9_child() {
+        let Ok(env) = std::env::var(CHILD_ENV) else {
+            return;
+        };
+        use std::io::Write;
+        let (url, root) = env.split_once('\n').unwrap();
+        let store = open(url);
+        let files = WriteToFile::new(root);
+        for i in 0.. {
+            let mut a = Artifact::new("s", "k", "t", format!("{i}"));
+            let storage_id = format!("c-{}.json", a.id);
+            a.storage = Some(StorageLocation {
+                backend: WRITE_TO_FILE.into(),
+                id: storage_id.clone(),
+            });
+            store
+                .save_with_content(&a, &mut || {
+                    files.write(&storage_id, &serde_json::json!({ "i": i }))
+                })
+                .unwrap();
+            let mut out = std::io::stdout().lock();
+            writeln!(out, "SAVED {}", a.id).unwrap();
+            out.flush().unwrap();
+        }
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn no_record_points_at_missing_content_after_kill_9() {
+        use std::io::{BufRead, BufReader};
+        use std::process::{Command, Stdio};
+
+        if std::env::var_os(CHILD_ENV).is_some() {
+            return;
+        }
+        let server = mnemon_tests::require_postgres!();
+        let url = server.fresh_database("artifact_content_kill9").unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let files = WriteToFile::new(dir.path());
+        let mut acknowledged = Vec::new();
+        for round in 0..5 {
+            let mut child = Command::new(std::env::current_exe().unwrap())
+                .arg(crate::harness_name(module_path!(), "content_kill9_child"))
+                .args(["--exact", "--nocapture"])
+                .env(CHILD_ENV, format!("{url}\n{}", dir.path().display()))
+                .stdout(Stdio::piped())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap();
+            let stdout = child.stdout.take().unwrap();
+            for line in BufReader::new(stdout).lines() {
+                if let Some(id) = line.unwrap().strip_prefix("SAVED ") {
+                    acknowledged.push(id.parse::<uuid::Uuid>().unwrap());
+                    if acknowledged.len() == 30 * (round + 1) {
+                        break;
+                    }
+                }
+            }
+            child.kill().unwrap(); // SIGKILL, mid-save most likely
+            child.wait().unwrap();
+            let store = open(&url);
+            for id in &acknowledged {
+                assert!(store.get(*id).unwrap().is_some(), "acknowledged {id} lost");
+            }
+            let records = store.list("s", None).unwrap();
+            assert!(records.len() >= acknowledged.len());
+            for record in records {
+                let storage = record.storage.as_ref().expect("every save had storage");
+                let content = files.read(&storage.id);
+                assert!(
+                    content.is_ok(),
+                    "round {round}: record {} points at missing content: {content:?}",
+                    record.id
+                );
+            }
+        }
+    }
+}
+
 /// A PostgreSQL database at artifact schema version 1 (before namespaces) keeps its records
 /// and its sequence, in the default namespace, when a current build opens it.
 mod postgres_version_1 {
