@@ -474,9 +474,10 @@ mod postgres_version_1 {
                    CHECK (singleton = 1), version BIGINT NOT NULL);
                  INSERT INTO artifact_schema VALUES (1, 1);
                  CREATE TABLE artifact_records (seq BIGSERIAL PRIMARY KEY,
-                   id TEXT NOT NULL UNIQUE, scope TEXT NOT NULL, key TEXT NOT NULL,
-                   artifact_type TEXT NOT NULL, name TEXT NOT NULL, description TEXT NOT NULL,
-                   storage_backend TEXT, storage_id TEXT, data TEXT, created_at TEXT NOT NULL,
+                   id TEXT NOT NULL UNIQUE, scope BYTEA NOT NULL, key BYTEA NOT NULL,
+                   artifact_type BYTEA NOT NULL, name BYTEA NOT NULL,
+                   description BYTEA NOT NULL, storage_backend BYTEA, storage_id BYTEA,
+                   data TEXT, created_at TEXT NOT NULL,
                    CHECK ((storage_backend IS NULL) = (storage_id IS NULL)));
                  CREATE INDEX artifact_records_by_key ON artifact_records (scope, key, seq);
                  CREATE INDEX artifact_records_by_type
@@ -490,11 +491,11 @@ mod postgres_version_1 {
                    data, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING seq",
                 &[
                     &old.id.to_string(),
-                    &old.scope,
-                    &old.key,
-                    &old.artifact_type,
-                    &old.name,
-                    &old.description,
+                    &old.scope.as_bytes(),
+                    &old.key.as_bytes(),
+                    &old.artifact_type.as_bytes(),
+                    &old.name.as_bytes(),
+                    &old.description.as_bytes(),
                     &old.data.as_ref().map(|d| d.to_string()),
                     &old.created_at.to_string(),
                 ],
@@ -520,5 +521,29 @@ mod postgres_version_1 {
         other.save(&old).unwrap();
         assert!(other.delete(old.id).unwrap());
         assert!(store.get(old.id).unwrap().is_some());
+    }
+}
+
+/// Text the SQLite store keeps, NUL characters included, round-trips through PostgreSQL too
+/// (whose `text` cannot hold NUL), so that a copy between the backends loses nothing.
+mod postgres_nul {
+    use mnemon_artifacts::{ArtifactStore, PostgresArtifactOptions, PostgresArtifactStore};
+    use mnemon_types::{Artifact, StorageLocation};
+
+    #[test]
+    fn nul_characters_round_trip() {
+        let server = mnemon_tests::require_postgres!();
+        let url = server.fresh_database("artifact_nul").unwrap();
+        let store = PostgresArtifactStore::open(&url, PostgresArtifactOptions::default()).unwrap();
+        let mut a = Artifact::new("s\0cope", "k\0ey", "t\0ype", "n\0ame");
+        a.description = "d\0".into();
+        a.storage = Some(StorageLocation {
+            backend: "b\0".into(),
+            id: "i\0d".into(),
+        });
+        store.save(&a).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(store.get(a.id).unwrap().as_ref(), Some(&a));
+        assert_eq!(store.latest("s\0cope", "k\0ey").unwrap().as_ref(), Some(&a));
+        assert_eq!(store.list("s\0cope", Some("t\0ype")).unwrap(), [a]);
     }
 }

@@ -3,7 +3,10 @@
 //!
 //! **Tables.** `artifact_records`, versioned in `artifact_schema` with the same numbering as
 //! SQLite's (1: the table; 2: the namespace), migrated through `mnemon_db::postgres::migrate`
-//! under an advisory lock. The sequence is a `BIGSERIAL`, which never hands out a value twice,
+//! under an advisory lock. The caller's strings (scope, key, type, name, description, storage)
+//! are stored as their UTF-8 bytes (`bytea`), because PostgreSQL's `text` cannot hold a NUL
+//! character and the SQLite store keeps them: a copy between the backends loses nothing. The
+//! id and timestamp are ours, and `data` is JSON text, in which serde_json escapes NUL. The sequence is a `BIGSERIAL`, which never hands out a value twice,
 //! even after deletes or rolled-back saves.
 //!
 //! **Content.** A record's inline content (the `inline` backend) is its `data` column, so it is
@@ -54,13 +57,13 @@ const SCHEMA_V1: &str = "
 CREATE TABLE artifact_records (
     seq             BIGSERIAL PRIMARY KEY,
     id              TEXT NOT NULL UNIQUE,
-    scope           TEXT NOT NULL,
-    key             TEXT NOT NULL,
-    artifact_type   TEXT NOT NULL,
-    name            TEXT NOT NULL,
-    description     TEXT NOT NULL,
-    storage_backend TEXT,
-    storage_id      TEXT,
+    scope           BYTEA NOT NULL,
+    key             BYTEA NOT NULL,
+    artifact_type   BYTEA NOT NULL,
+    name            BYTEA NOT NULL,
+    description     BYTEA NOT NULL,
+    storage_backend BYTEA,
+    storage_id      BYTEA,
     data            TEXT,
     created_at      TEXT NOT NULL,
     CHECK ((storage_backend IS NULL) = (storage_id IS NULL))
@@ -189,18 +192,24 @@ fn read_row(row: &Row) -> Result<Artifact, ArtifactError> {
         id: id.clone(),
         reason,
     };
-    let text = |i: usize| -> Result<String, ArtifactError> {
-        row.try_get(i).map_err(|e| corrupt(e.to_string()))
-    };
+    // A `bytea` column holding one of the caller's strings.
     let optional = |i: usize| -> Result<Option<String>, ArtifactError> {
-        row.try_get(i).map_err(|e| corrupt(e.to_string()))
+        let bytes: Option<Vec<u8>> = row.try_get(i).map_err(|e| corrupt(e.to_string()))?;
+        bytes
+            .map(|b| String::from_utf8(b).map_err(|_| corrupt(format!("column {i} is not UTF-8"))))
+            .transpose()
+    };
+    let text = |i: usize| -> Result<String, ArtifactError> {
+        optional(i)?.ok_or_else(|| corrupt(format!("column {i} is NULL")))
     };
     let uuid = Uuid::parse_str(&id).map_err(|e| corrupt(format!("bad id: {e}")))?;
-    let data = optional(7)?
+    let data: Option<String> = row.try_get(7).map_err(|e| corrupt(e.to_string()))?;
+    let data = data
         .map(|text| serde_json::from_str(&text))
         .transpose()
         .map_err(|e| corrupt(format!("bad data JSON: {e}")))?;
-    let created_at: Timestamp = text(9)?
+    let created_at: String = row.try_get(9).map_err(|e| corrupt(e.to_string()))?;
+    let created_at: Timestamp = created_at
         .parse()
         .map_err(|e| corrupt(format!("bad created_at: {e}")))?;
     let storage = match (optional(5)?, optional(6)?) {
@@ -273,14 +282,14 @@ impl ArtifactStore for PostgresArtifactStore {
             ),
             &[
                 &artifact.id.to_string(),
-                &artifact.key,
-                &artifact.artifact_type,
-                &artifact.name,
-                &artifact.description,
-                &artifact.storage.as_ref().map(|s| s.backend.as_str()),
-                &artifact.storage.as_ref().map(|s| s.id.as_str()),
+                &artifact.key.as_bytes(),
+                &artifact.artifact_type.as_bytes(),
+                &artifact.name.as_bytes(),
+                &artifact.description.as_bytes(),
+                &artifact.storage.as_ref().map(|s| s.backend.as_bytes()),
+                &artifact.storage.as_ref().map(|s| s.id.as_bytes()),
                 &data,
-                &artifact.scope,
+                &artifact.scope.as_bytes(),
                 &artifact.created_at.to_string(),
                 &self.namespace.as_str(),
             ],
@@ -316,7 +325,7 @@ impl ArtifactStore for PostgresArtifactStore {
                 "SELECT {COLUMNS} FROM artifact_records \
                  WHERE namespace = $1 AND scope = $2 AND key = $3 ORDER BY seq DESC LIMIT 1"
             ),
-            &[&self.namespace.as_str(), &scope, &key],
+            &[&self.namespace.as_str(), &scope.as_bytes(), &key.as_bytes()],
             "looking up the latest artifact",
         )?;
         Ok(found.pop())
@@ -334,7 +343,7 @@ impl ArtifactStore for PostgresArtifactStore {
                     "SELECT {COLUMNS} FROM artifact_records \
                      WHERE namespace = $1 AND scope = $2 AND artifact_type = $3 ORDER BY seq"
                 ),
-                &[&ns, &scope, &t],
+                &[&ns, &scope.as_bytes(), &t.as_bytes()],
                 "listing artifacts",
             ),
             None => self.query_many(
@@ -342,7 +351,7 @@ impl ArtifactStore for PostgresArtifactStore {
                     "SELECT {COLUMNS} FROM artifact_records \
                      WHERE namespace = $1 AND scope = $2 ORDER BY seq"
                 ),
-                &[&ns, &scope],
+                &[&ns, &scope.as_bytes()],
                 "listing artifacts",
             ),
         }
