@@ -22,8 +22,8 @@ use crate::ArtifactError;
 ///   SQLite: committed and synced in WAL mode).
 ///
 /// The trait is synchronous and object-safe (`Box<dyn ArtifactStore>` works), and it takes and
-/// returns owned data only, so a PostgreSQL implementation (a `BIGSERIAL`/identity column for
-/// the sequence, a unique index on `id`) fits without changes.
+/// returns owned data only, so the PostgreSQL implementation (feature `postgres`: a `BIGSERIAL`
+/// for the sequence, an id unique within its namespace) fits without changes.
 pub trait ArtifactStore: Send + Sync {
     /// Stores `artifact` and returns the sequence value it was given.
     fn save(&self, artifact: &Artifact) -> Result<u64, ArtifactError>;
@@ -34,7 +34,8 @@ pub trait ArtifactStore: Send + Sync {
     /// save's content. A failed `write_content` stores nothing and is returned as is.
     ///
     /// The default runs the two steps one after the other without exclusion; stores shared by
-    /// several threads or processes override it (SQLite holds its write lock across both).
+    /// several threads or processes override it (SQLite holds its write lock across both;
+    /// PostgreSQL an advisory lock on the record's storage id until the record is committed).
     fn save_with_content(
         &self,
         artifact: &Artifact,
