@@ -114,7 +114,7 @@ pub(crate) fn run(args: ServeArgs, data_dir: &Path, quiet: bool) -> CliResult {
         library: library_source(
             args.library,
             std::env::var_os("LIBRARY_FILENAME"),
-            &[Path::new("libraries"), &data_dir_libraries],
+            &[Path::new(mnemon::LIBRARIES_DIR), &data_dir_libraries],
         ),
         config: ConfigSource::discover(args.config),
     };
