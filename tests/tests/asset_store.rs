@@ -165,6 +165,115 @@ mod postgres {
         );
     }
 
+    /// A server restart under load (issue 13, item 6): writers meet errors that say the server
+    /// went away (or could not be reached, or kept every connection busy) and nothing else;
+    /// they go on writing once it is back, and every acknowledged put is there.
+    #[test]
+    fn a_server_restart_under_load_loses_nothing_acknowledged() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        use std::time::Duration;
+
+        use mnemon_db::DbError;
+        use mnemon_store::StoreError;
+        use mnemon_tests::postgres::PgServer;
+
+        // The restart would disturb every other test on the shared server: a server of its own.
+        if !mnemon_tests::postgres::require_binaries() {
+            return;
+        }
+        let server = PgServer::start().unwrap_or_else(|error| panic!("{error}"));
+        let url = server.fresh_database("asset_restart").unwrap();
+        let store = PostgresAssetStore::open(
+            &url,
+            PostgresAssetOptions {
+                durability: mnemon_db::Durability::Full,
+                ..options("default")
+            },
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let stop = AtomicBool::new(false);
+        let (acknowledged, errors) = std::thread::scope(|s| {
+            let writers: Vec<_> = (0..4)
+                .map(|t| {
+                    let (store, stop) = (&store, &stop);
+                    s.spawn(move || {
+                        let mut acknowledged = Vec::new();
+                        let mut errors = Vec::new();
+                        for i in 0.. {
+                            if stop.load(Ordering::SeqCst) {
+                                break;
+                            }
+                            let batch: Vec<mnemon_types::Asset> = (0..5)
+                                .map(|j| {
+                                    mnemon_types::Asset::from_json(serde_json::json!({
+                                        "asset_id": format!("w{t}-{i}-{j}"),
+                                        "content": [t, i, j],
+                                    }))
+                                    .unwrap()
+                                })
+                                .collect();
+                            match store.put_batch(&batch) {
+                                Ok(()) => acknowledged.extend(batch),
+                                Err(e) => {
+                                    errors.push(e);
+                                    std::thread::sleep(Duration::from_millis(20));
+                                }
+                            }
+                        }
+                        (acknowledged, errors)
+                    })
+                })
+                .collect();
+            std::thread::sleep(Duration::from_millis(300));
+            server.restart().unwrap_or_else(|error| panic!("{error}"));
+            std::thread::sleep(Duration::from_millis(700));
+            stop.store(true, Ordering::SeqCst);
+            let mut acknowledged = Vec::new();
+            let mut errors = Vec::new();
+            for writer in writers {
+                let (a, e) = writer.join().unwrap();
+                acknowledged.extend(a);
+                errors.extend(e);
+            }
+            (acknowledged, errors)
+        });
+        for error in &errors {
+            let StoreError::Storage { error: inner, .. } = error else {
+                panic!("not a storage error: {error}");
+            };
+            let db = inner.downcast_ref::<DbError>();
+            assert!(
+                matches!(
+                    db,
+                    Some(
+                        DbError::ServerGone { .. }
+                            | DbError::Unreachable { .. }
+                            | DbError::PoolTimeout { .. }
+                    )
+                ),
+                "an unclear error during the restart: {error}"
+            );
+        }
+        // Writes go on after the restart, and nothing acknowledged was lost.
+        let after = mnemon_types::Asset::from_json(serde_json::json!({"asset_id": "after"}));
+        store.put(&after.unwrap()).unwrap_or_else(|e| panic!("{e}"));
+        let reopened = open(&url, "default");
+        for asset in &acknowledged {
+            assert_eq!(
+                reopened.get(&asset.asset_id).unwrap().as_ref(),
+                Some(asset),
+                "acknowledged {} lost",
+                asset.asset_id
+            );
+        }
+        println!(
+            "{} acknowledged puts kept, {} errors during the restart",
+            acknowledged.len(),
+            errors.len()
+        );
+        assert!(!acknowledged.is_empty());
+    }
+
     #[test]
     fn postgres_ids_list_in_byte_order() {
         // Whatever the database's collation: "B" < "a" < "é" in bytes.
