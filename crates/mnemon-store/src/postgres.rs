@@ -16,6 +16,11 @@
 //! namespace leads every key and every statement binds it, so no call through the handle reads,
 //! lists, resolves or deletes another namespace's assets.
 //!
+//! **Statements.** Every statement is sent with its parameters and their types in one round
+//! trip (the extended protocol's unnamed statement: `query_typed`), rather than prepared by
+//! name first, which would cost a round trip more per call: parameters are always bound, never
+//! formatted into SQL text.
+//!
 //! **Writes.** A put or a batch is one transaction of three statements whatever its size: the
 //! asset rows are upserted from arrays (`UNNEST`, in id order), which locks them, so that
 //! concurrent writers of one id queue there; then the old leaves of those ids are deleted and
@@ -30,6 +35,7 @@ use std::collections::HashMap;
 use mnemon_db::postgres::{self as pg, Pool, Settings};
 use mnemon_db::{DbError, Durability, Migration, Namespace, Schema};
 use mnemon_types::Asset;
+use postgres::types::Type;
 
 use crate::codec::CodecRegistry;
 use crate::encoding::{self, Encoded, StoredLeaf};
@@ -224,27 +230,42 @@ impl PostgresAssetStore {
         let mut tx = client
             .transaction()
             .map_err(self.failed("starting a write"))?;
-        tx.execute(
+        tx.execute_typed(
             "INSERT INTO asset_assets (namespace, asset_id, asset_type, skeleton, meta, leaf_count)
              SELECT $1, * FROM UNNEST($2::bytea[], $3::bytea[], $4::text[], $5::text[],
                $6::int8[])
              ON CONFLICT (namespace, asset_id) DO UPDATE SET asset_type = excluded.asset_type,
                skeleton = excluded.skeleton, meta = excluded.meta,
                leaf_count = excluded.leaf_count",
-            &[&ns, &ids, &types, &skeletons, &metas, &counts],
+            &[
+                (&ns, Type::TEXT),
+                (&ids, Type::BYTEA_ARRAY),
+                (&types, Type::BYTEA_ARRAY),
+                (&skeletons, Type::TEXT_ARRAY),
+                (&metas, Type::TEXT_ARRAY),
+                (&counts, Type::INT8_ARRAY),
+            ],
         )
         .map_err(self.failed("writing assets"))?;
-        tx.execute(
+        tx.execute_typed(
             "DELETE FROM asset_leaves WHERE namespace = $1 AND asset_id = ANY($2)",
-            &[&ns, &ids],
+            &[(&ns, Type::TEXT), (&ids, Type::BYTEA_ARRAY)],
         )
         .map_err(self.failed("replacing an asset's leaves"))?;
         if !leaf_ids.is_empty() {
-            tx.execute(
+            tx.execute_typed(
                 "INSERT INTO asset_leaves (namespace, asset_id, seq, path, kind, type_name, data)
                  SELECT $1, * FROM UNNEST($2::bytea[], $3::int8[], $4::bytea[], $5::text[],
                    $6::bytea[], $7::bytea[])",
-                &[&ns, &leaf_ids, &seqs, &paths, &kinds, &type_names, &data],
+                &[
+                    (&ns, Type::TEXT),
+                    (&leaf_ids, Type::BYTEA_ARRAY),
+                    (&seqs, Type::INT8_ARRAY),
+                    (&paths, Type::BYTEA_ARRAY),
+                    (&kinds, Type::TEXT_ARRAY),
+                    (&type_names, Type::BYTEA_ARRAY),
+                    (&data, Type::BYTEA_ARRAY),
+                ],
             )
             .map_err(self.failed("writing asset leaves"))?;
         }
@@ -305,13 +326,13 @@ impl AssetStore for PostgresAssetStore {
         // transaction's extra round trips: a row per leaf (none without leaves), in order.
         let rows = self
             .client()?
-            .query(
+            .query_typed(
                 "SELECT a.skeleton, l.path, l.kind, l.type_name, l.data
                  FROM asset_assets a LEFT JOIN asset_leaves l
                    ON l.namespace = a.namespace AND l.asset_id = a.asset_id
                  WHERE a.namespace = $1 AND a.asset_id = $2
                  ORDER BY l.seq",
-                &[&ns, &id],
+                &[(&ns, Type::TEXT), (&id, Type::BYTEA)],
             )
             .map_err(self.failed(READ))?;
         let Some(first) = rows.first() else {
@@ -348,14 +369,14 @@ impl AssetStore for PostgresAssetStore {
             .map_err(self.failed("starting a delete"))?;
         // The asset row first: deleting it locks it, so a concurrent put of the id waits.
         let removed = tx
-            .execute(
+            .execute_typed(
                 "DELETE FROM asset_assets WHERE namespace = $1 AND asset_id = $2",
-                &[&ns, &id],
+                &[(&ns, Type::TEXT), (&id, Type::BYTEA)],
             )
             .map_err(self.failed("deleting an asset"))?;
-        tx.execute(
+        tx.execute_typed(
             "DELETE FROM asset_leaves WHERE namespace = $1 AND asset_id = $2",
-            &[&ns, &id],
+            &[(&ns, Type::TEXT), (&id, Type::BYTEA)],
         )
         .map_err(self.failed("deleting an asset"))?;
         tx.commit().map_err(self.failed("committing"))?;
@@ -366,14 +387,14 @@ impl AssetStore for PostgresAssetStore {
         let ns = self.namespace.as_str();
         let mut client = self.client()?;
         let rows = match asset_type {
-            None => client.query(
+            None => client.query_typed(
                 "SELECT asset_id FROM asset_assets WHERE namespace = $1 ORDER BY asset_id",
-                &[&ns],
+                &[(&ns, Type::TEXT)],
             ),
-            Some(t) => client.query(
+            Some(t) => client.query_typed(
                 "SELECT asset_id FROM asset_assets WHERE namespace = $1 AND asset_type = $2
                  ORDER BY asset_id",
-                &[&ns, &t.as_bytes()],
+                &[(&ns, Type::TEXT), (&t.as_bytes(), Type::BYTEA)],
             ),
         }
         .map_err(self.failed("listing assets"))?;
@@ -392,9 +413,9 @@ impl AssetStore for PostgresAssetStore {
         let ns = self.namespace.as_str();
         let mut client = self.client()?;
         let row = client
-            .query_opt(
+            .query_typed_opt(
                 "SELECT meta FROM asset_assets WHERE namespace = $1 AND asset_id = $2",
-                &[&ns, &asset_id.as_bytes()],
+                &[(&ns, Type::TEXT), (&asset_id.as_bytes(), Type::BYTEA)],
             )
             .map_err(self.failed("reading a meta"))?;
         let Some(row) = row else {
