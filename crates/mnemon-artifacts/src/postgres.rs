@@ -19,6 +19,10 @@
 //! every record carries it and every statement binds it, so no call through the handle reads,
 //! lists or deletes another namespace's records, and the same id may exist in two namespaces.
 //!
+//! **Statements** are sent with their parameters and their types in one round trip (the
+//! extended protocol's unnamed statement: `query_typed`), rather than prepared by name first,
+//! which would cost a round trip more per call; parameters are always bound.
+//!
 //! **Saves.** A save is one transaction that returns after `COMMIT`. A save with content in a
 //! backend first takes a transaction-scoped advisory lock on its backend and storage id
 //! (`pg_advisory_xact_lock`), then writes the content, then inserts the record: a second save to
@@ -31,6 +35,7 @@ use mnemon_db::{DbError, Durability, Migration, Namespace, Schema};
 use mnemon_types::{Artifact, StorageLocation, artifact::Timestamp};
 use postgres::Row;
 use postgres::error::SqlState;
+use postgres::types::{ToSql, Type};
 use uuid::Uuid;
 
 use crate::store::check_required;
@@ -162,11 +167,13 @@ impl PostgresArtifactStore {
     fn query_many(
         &self,
         sql: &str,
-        params: &[&(dyn postgres::types::ToSql + Sync)],
+        params: &[(&(dyn ToSql + Sync), Type)],
         action: &'static str,
     ) -> Result<Vec<Artifact>, ArtifactError> {
         let mut client = self.pool.get().map_err(db_error)?;
-        let rows = client.query(sql, params).map_err(self.failed(action))?;
+        let rows = client
+            .query_typed(sql, params)
+            .map_err(self.failed(action))?;
         rows.iter().map(read_row).collect()
     }
 }
@@ -267,31 +274,37 @@ impl ArtifactStore for PostgresArtifactStore {
         let mut tx = client.transaction().map_err(self.failed(ACTION))?;
         if let Some(location) = &artifact.storage {
             // Held until the commit: see the module docs.
-            tx.execute(
+            tx.execute_typed(
                 "SELECT pg_advisory_xact_lock($1)",
-                &[&storage_lock_key(location)],
+                &[(&storage_lock_key(location), Type::INT8)],
             )
             .map_err(self.failed("locking the artifact's storage id"))?;
         }
         // A failed write drops the transaction, which rolls it back: nothing is stored.
         write_content()?;
-        let inserted = tx.query_one(
+        let inserted = tx.query_typed_one(
             &format!(
                 "INSERT INTO artifact_records ({COLUMNS}, namespace) \
                  VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) RETURNING seq"
             ),
             &[
-                &artifact.id.to_string(),
-                &artifact.key.as_bytes(),
-                &artifact.artifact_type.as_bytes(),
-                &artifact.name.as_bytes(),
-                &artifact.description.as_bytes(),
-                &artifact.storage.as_ref().map(|s| s.backend.as_bytes()),
-                &artifact.storage.as_ref().map(|s| s.id.as_bytes()),
-                &data,
-                &artifact.scope.as_bytes(),
-                &artifact.created_at.to_string(),
-                &self.namespace.as_str(),
+                (&artifact.id.to_string(), Type::TEXT),
+                (&artifact.key.as_bytes(), Type::BYTEA),
+                (&artifact.artifact_type.as_bytes(), Type::BYTEA),
+                (&artifact.name.as_bytes(), Type::BYTEA),
+                (&artifact.description.as_bytes(), Type::BYTEA),
+                (
+                    &artifact.storage.as_ref().map(|s| s.backend.as_bytes()),
+                    Type::BYTEA,
+                ),
+                (
+                    &artifact.storage.as_ref().map(|s| s.id.as_bytes()),
+                    Type::BYTEA,
+                ),
+                (&data, Type::TEXT),
+                (&artifact.scope.as_bytes(), Type::BYTEA),
+                (&artifact.created_at.to_string(), Type::TEXT),
+                (&self.namespace.as_str(), Type::TEXT),
             ],
         );
         let seq: i64 = match inserted {
@@ -313,7 +326,10 @@ impl ArtifactStore for PostgresArtifactStore {
     fn get(&self, id: Uuid) -> Result<Option<Artifact>, ArtifactError> {
         let mut found = self.query_many(
             &format!("SELECT {COLUMNS} FROM artifact_records WHERE namespace = $1 AND id = $2"),
-            &[&self.namespace.as_str(), &id.to_string()],
+            &[
+                (&self.namespace.as_str(), Type::TEXT),
+                (&id.to_string(), Type::TEXT),
+            ],
             "reading an artifact",
         )?;
         Ok(found.pop())
@@ -325,7 +341,11 @@ impl ArtifactStore for PostgresArtifactStore {
                 "SELECT {COLUMNS} FROM artifact_records \
                  WHERE namespace = $1 AND scope = $2 AND key = $3 ORDER BY seq DESC LIMIT 1"
             ),
-            &[&self.namespace.as_str(), &scope.as_bytes(), &key.as_bytes()],
+            &[
+                (&self.namespace.as_str(), Type::TEXT),
+                (&scope.as_bytes(), Type::BYTEA),
+                (&key.as_bytes(), Type::BYTEA),
+            ],
             "looking up the latest artifact",
         )?;
         Ok(found.pop())
@@ -343,7 +363,11 @@ impl ArtifactStore for PostgresArtifactStore {
                     "SELECT {COLUMNS} FROM artifact_records \
                      WHERE namespace = $1 AND scope = $2 AND artifact_type = $3 ORDER BY seq"
                 ),
-                &[&ns, &scope.as_bytes(), &t.as_bytes()],
+                &[
+                    (&ns, Type::TEXT),
+                    (&scope.as_bytes(), Type::BYTEA),
+                    (&t.as_bytes(), Type::BYTEA),
+                ],
                 "listing artifacts",
             ),
             None => self.query_many(
@@ -351,7 +375,7 @@ impl ArtifactStore for PostgresArtifactStore {
                     "SELECT {COLUMNS} FROM artifact_records \
                      WHERE namespace = $1 AND scope = $2 ORDER BY seq"
                 ),
-                &[&ns, &scope.as_bytes()],
+                &[(&ns, Type::TEXT), (&scope.as_bytes(), Type::BYTEA)],
                 "listing artifacts",
             ),
         }
@@ -360,9 +384,12 @@ impl ArtifactStore for PostgresArtifactStore {
     fn delete(&self, id: Uuid) -> Result<bool, ArtifactError> {
         let mut client = self.pool.get().map_err(db_error)?;
         let removed = client
-            .execute(
+            .execute_typed(
                 "DELETE FROM artifact_records WHERE namespace = $1 AND id = $2",
-                &[&self.namespace.as_str(), &id.to_string()],
+                &[
+                    (&self.namespace.as_str(), Type::TEXT),
+                    (&id.to_string(), Type::TEXT),
+                ],
             )
             .map_err(self.failed("deleting an artifact"))?;
         Ok(removed > 0)
