@@ -12,10 +12,9 @@ use mnemon::Mnemon;
 use mnemon::artifacts::{
     ArtifactMemory, ArtifactMemoryConfig, PromptTemplate, SaveArtifact, SaveArtifactConfig,
 };
-use mnemon::assets::AssetStore;
 use mnemon::embed::{Embedder, HashingEmbedder};
 use mnemon::library::{AccessGrant, QueryRequest};
-use mnemon::memory::{Memory, RetrievalQuery, RetrieveOptions};
+use mnemon::memory::{RetrievalQuery, RetrieveOptions};
 use mnemon::refs::{CommandSpec, Mode, resolve_params};
 use mnemon::types::{Asset, Bytes, Map, Value, meta, render_meta_block};
 use serde_json::json;

@@ -27,7 +27,8 @@
 //! Cargo features: `sqlite` (default) enables the durable memory store and the
 #![cfg_attr(feature = "sqlite", doc = "[`Mnemon`]")]
 #![cfg_attr(not(feature = "sqlite"), doc = "`Mnemon`")]
-//! handle; `host` (default) the HTTP host; `cli` (default) the `mnemon` binary. A program that
+//! handle; `postgres` (default) PostgreSQL for the handle (`Backend::Postgres`, docs/postgres.md)
+//! and the CLI's `--database-url`; `host` (default) the HTTP host; `cli` (default) the `mnemon` binary. A program that
 //! only embeds Mnemon can use `default-features = false, features = ["sqlite"]`.
 //!
 //! Each thing has one home. A type several components share is defined once, in [`types`]
@@ -51,7 +52,10 @@
 mod handle;
 
 #[cfg(feature = "sqlite")]
-pub use handle::{ARTIFACTS_DIR, DATABASE_FILE, LIBRARIES_DIR, Mnemon, OpenError};
+pub use handle::{
+    ARTIFACTS_DIR, Backend, DATABASE_FILE, LIBRARIES_DIR, Mnemon, NAMESPACES_DIR, OpenError,
+    OpenOptions,
+};
 
 pub use mnemon_artifacts as artifacts;
 pub use mnemon_db as db;

@@ -5,16 +5,17 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use mnemon::Mnemon;
+use std::path::Path;
+
 use mnemon::artifacts::{
     ArtifactMemory, ArtifactMemoryConfig, PromptTemplate, SaveArtifact, SaveArtifactConfig,
 };
-use mnemon::assets::AssetStore;
 use mnemon::embed::{Embedder, HashingEmbedder};
 use mnemon::library::{AccessPolicy, Library};
-use mnemon::memory::{Memory, MemoryQuery, RetrievalQuery, RetrieveOptions};
+use mnemon::memory::{MemoryQuery, RetrievalQuery, RetrieveOptions};
 use mnemon::refs::{CommandSpec, Mode, render_default, resolve_params};
 use mnemon::types::{Asset, Bytes, Map, Value, meta, render_meta_block};
+use mnemon::{Mnemon, OpenOptions};
 use serde_json::json;
 
 /// A 1×1 PNG, as a tool would have produced it.
@@ -25,7 +26,34 @@ const PNG: &[u8] = &[
 #[test]
 fn one_agent_turn_through_every_component() {
     let dir = tempfile::tempdir().unwrap();
-    let mnemon = Mnemon::open(dir.path()).unwrap();
+    let open = || Mnemon::open(dir.path()).unwrap();
+    agent_turn(&open, &dir.path().join("artifacts"));
+}
+
+/// The same turn with the stores in PostgreSQL (the tests' server, docs/postgres.md) and the
+/// artifact files under a root given explicitly, as several machines would share it.
+#[test]
+fn one_agent_turn_on_postgresql() {
+    let server = mnemon_tests::require_postgres!();
+    let url = server.fresh_database("facade_turn").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let shared = dir.path().join("shared-artifacts");
+    let options = OpenOptions::postgres(&url).with_write_to_file_root(&shared);
+    let open = || Mnemon::open_with(dir.path().join("data"), &options).unwrap();
+    agent_turn(&open, &shared);
+    // Nothing of the stores went into the data directory: it holds only the libraries.
+    assert!(!dir.path().join("data").join(mnemon::DATABASE_FILE).exists());
+
+    // Without a root, content stays in the database: `write_to_file` is not offered.
+    let inline = Mnemon::open_with(dir.path().join("data"), &OpenOptions::postgres(&url)).unwrap();
+    assert!(inline.backends().resolve("write_to_file").is_err());
+    assert!(inline.backends().resolve("inline").is_ok());
+}
+
+/// One turn through every component; `open` opens the same stores each time and
+/// `artifacts_root` is where `write_to_file` content lands.
+fn agent_turn(open: &dyn Fn() -> Mnemon, artifacts_root: &Path) {
+    let mnemon = open();
 
     // 1. A tool produced an image: keep it out of the chat as an asset; the model sees its meta.
     let mut content = Map::new();
@@ -88,7 +116,7 @@ fn one_agent_turn_through_every_component() {
         )
         .unwrap();
     assert_eq!(outputs["artifact"]["key"], "resize_report");
-    assert!(dir.path().join("artifacts/reports/resize.json").is_file());
+    assert!(artifacts_root.join("reports/resize.json").is_file());
 
     // 4. The next step loads it into its prompt by mentioning its key.
     let memory = ArtifactMemory::new(
@@ -162,7 +190,7 @@ fn one_agent_turn_through_every_component() {
     assert!(best[0].message.content_text().contains("ferry photo"));
     // Reopening the directory finds the same thread.
     drop(session);
-    let reopened = Mnemon::open(dir.path()).unwrap();
+    let reopened = open();
     let recent = reopened
         .session("chat-1")
         .unwrap()
