@@ -302,7 +302,7 @@ impl Mnemon {
             }
         };
         let root = options.write_to_file_root.clone().or(default_root);
-        let backends = registry(root, &namespace);
+        let backends = artifact_backends(root, &namespace);
         Ok(Mnemon {
             dir,
             backend: options.backend.clone(),
@@ -328,7 +328,7 @@ impl Mnemon {
         let memory = SqliteMemoryStore::open_read_only(&database, Default::default())
             .map_err(OpenError::Memory)?;
         let namespace = Namespace::default();
-        let backends = registry(Some(dir.join(ARTIFACTS_DIR)), &namespace);
+        let backends = artifact_backends(Some(dir.join(ARTIFACTS_DIR)), &namespace);
         Ok(Mnemon {
             dir,
             backend: Backend::Sqlite,
@@ -438,8 +438,11 @@ impl Mnemon {
     }
 }
 
-/// `inline`, and `write_to_file` under `root` (a non-default namespace's own folder of it).
-fn registry(root: Option<PathBuf>, namespace: &Namespace) -> BackendRegistry {
+/// The artifact storage backends of `namespace`: `inline`, and `write_to_file` under `root` when
+/// there is one. A non-default namespace writes under `<root>/.namespaces/<namespace>/`; the
+/// default namespace writes at `root` itself but may not touch `.namespaces/`, so two tenants
+/// never overwrite each other's files. This is what [`Mnemon::backends`] holds.
+pub fn artifact_backends(root: Option<PathBuf>, namespace: &Namespace) -> BackendRegistry {
     let Some(root) = root else {
         return BackendRegistry::new();
     };

@@ -54,7 +54,7 @@ mod handle;
 #[cfg(feature = "sqlite")]
 pub use handle::{
     ARTIFACTS_DIR, Backend, DATABASE_FILE, LIBRARIES_DIR, Mnemon, NAMESPACES_DIR, OpenError,
-    OpenOptions,
+    OpenOptions, artifact_backends,
 };
 
 pub use mnemon_artifacts as artifacts;

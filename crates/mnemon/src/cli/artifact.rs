@@ -12,12 +12,13 @@ use anyhow::{Context as _, anyhow};
 use clap::Subcommand;
 use mnemon_artifacts::{
     ArtifactError, ArtifactMemory, ArtifactMemoryConfig, ArtifactStore, BackendRegistry,
-    SaveArtifact, SaveArtifactConfig, SqliteArtifactStore, Uuid,
+    PostgresArtifactOptions, PostgresArtifactStore, SaveArtifact, SaveArtifactConfig,
+    SqliteArtifactOptions, SqliteArtifactStore, Uuid,
 };
 use mnemon_types::Artifact;
 use serde_json::{Map, Value};
 
-use super::{CliError, CliResult, print_json};
+use super::{CliError, CliResult, Target, print_json};
 // The data directory's layout is the `Mnemon` handle's (src/handle.rs).
 use mnemon::{ARTIFACTS_DIR, DATABASE_FILE};
 
@@ -65,14 +66,14 @@ pub(crate) enum ArtifactCommand {
 }
 
 /// Runs an `artifact` command.
-pub(crate) fn run(command: ArtifactCommand, data_dir: &Path, quiet: bool) -> CliResult {
+pub(crate) fn run(command: ArtifactCommand, target: &Target<'_>, quiet: bool) -> CliResult {
     match command {
         ArtifactCommand::Save {
             config,
             inputs,
             scope,
         } => {
-            let outputs = save(data_dir, &read_json(&config)?, &read_json(&inputs)?, &scope)?;
+            let outputs = save(target, &read_json(&config)?, &read_json(&inputs)?, &scope)?;
             print_json(&outputs)
         }
         ArtifactCommand::Load {
@@ -80,8 +81,7 @@ pub(crate) fn run(command: ArtifactCommand, data_dir: &Path, quiet: bool) -> Cli
             inputs,
             scope,
         } => {
-            let (text, missing) =
-                load(data_dir, &read_json(&config)?, &read_json(&inputs)?, &scope)?;
+            let (text, missing) = load(target, &read_json(&config)?, &read_json(&inputs)?, &scope)?;
             if !missing.is_empty() && !quiet {
                 eprintln!(
                     "warning: no artifact in scope {scope:?} for: {}",
@@ -93,56 +93,56 @@ pub(crate) fn run(command: ArtifactCommand, data_dir: &Path, quiet: bool) -> Cli
         ArtifactCommand::List {
             scope,
             artifact_type,
-        } => print_json(&list(data_dir, &scope, artifact_type.as_deref())?),
-        ArtifactCommand::Show { id } => print_json(&show(data_dir, &id)?),
+        } => print_json(&list(target, &scope, artifact_type.as_deref())?),
+        ArtifactCommand::Show { id } => print_json(&show(target, &id)?),
     }
 }
 
 /// Runs SaveArtifact and returns its outputs.
 fn save(
-    data_dir: &Path,
+    target: &Target<'_>,
     config: &Value,
     inputs: &Value,
     scope: &str,
 ) -> Result<Map<String, Value>, CliError> {
     let config = SaveArtifactConfig::from_json(config).map_err(artifact_error)?;
-    let store = create_store(data_dir)?;
-    let step = SaveArtifact::new(config, store, backends(data_dir)).map_err(artifact_error)?;
+    let store = create_store(target)?;
+    let step = SaveArtifact::new(config, store, backends(target)).map_err(artifact_error)?;
     step.run(scope, inputs).map_err(artifact_error)
 }
 
 /// Runs ArtifactMemory and returns the rendered text and the keys that resolved to nothing.
 fn load(
-    data_dir: &Path,
+    target: &Target<'_>,
     config: &Value,
     inputs: &Value,
     scope: &str,
 ) -> Result<(String, Vec<String>), CliError> {
     let config = ArtifactMemoryConfig::from_json(config).map_err(artifact_error)?;
-    let store: Arc<dyn ArtifactStore> = match existing_store(data_dir)? {
+    let store: Arc<dyn ArtifactStore> = match existing_store(target)? {
         Some(store) => store,
         // No database yet: nothing was ever saved, so every key is missing.
         None => Arc::new(mnemon_artifacts::InMemoryArtifactStore::new()),
     };
-    let memory = ArtifactMemory::new(config, store, backends(data_dir), scope);
+    let memory = ArtifactMemory::new(config, store, backends(target), scope);
     let loaded = memory.load(inputs).map_err(artifact_error)?;
     Ok((loaded.text().to_owned(), loaded.missing_keys))
 }
 
 /// A scope's records.
 fn list(
-    data_dir: &Path,
+    target: &Target<'_>,
     scope: &str,
     artifact_type: Option<&str>,
 ) -> Result<Vec<Artifact>, CliError> {
-    match existing_store(data_dir)? {
+    match existing_store(target)? {
         Some(store) => store.list(scope, artifact_type).map_err(artifact_error),
         None => Ok(Vec::new()),
     }
 }
 
 /// One record by id.
-fn show(data_dir: &Path, id: &str) -> Result<Artifact, CliError> {
+fn show(target: &Target<'_>, id: &str) -> Result<Artifact, CliError> {
     let uuid = Uuid::parse_str(id.trim())
         .with_context(|| {
             format!(
@@ -150,46 +150,88 @@ fn show(data_dir: &Path, id: &str) -> Result<Artifact, CliError> {
             )
         })
         .map_err(CliError::input)?;
-    let found = match existing_store(data_dir)? {
+    let found = match existing_store(target)? {
         Some(store) => store.get(uuid).map_err(artifact_error)?,
         None => None,
     };
     found.ok_or_else(|| {
-        CliError::input(anyhow!(
-            "no artifact has id {uuid} in {}",
-            data_dir.join(DATABASE_FILE).display()
-        ))
+        CliError::input(anyhow!("no artifact has id {uuid} in {}", location(target)))
     })
 }
 
-/// The SQLite store in the data directory, created with the directory if needed.
-fn create_store(data_dir: &Path) -> Result<Arc<dyn ArtifactStore>, CliError> {
+/// Where the records are, for messages: the SQLite file, or the namespace of the database.
+fn location(target: &Target<'_>) -> String {
+    match target.database_url {
+        Some(_) => format!(
+            "namespace {:?} of the --database-url database",
+            target.namespace.as_str()
+        ),
+        None => target.data_dir.join(DATABASE_FILE).display().to_string(),
+    }
+}
+
+/// The PostgreSQL store of `--database-url`, for the target's namespace.
+fn open_postgres(url: &str, target: &Target<'_>) -> Result<Arc<dyn ArtifactStore>, CliError> {
+    let options = PostgresArtifactOptions {
+        namespace: target.namespace.clone(),
+        ..PostgresArtifactOptions::default()
+    };
+    let store = PostgresArtifactStore::open(url, options)
+        .context("cannot open the artifact store in the --database-url database")
+        .map_err(CliError::failure)?;
+    Ok(Arc::new(store))
+}
+
+fn sqlite_options(target: &Target<'_>) -> SqliteArtifactOptions {
+    SqliteArtifactOptions {
+        namespace: target.namespace.clone(),
+        ..SqliteArtifactOptions::default()
+    }
+}
+
+/// The store for writing: PostgreSQL with `--database-url`, else the SQLite store in the data
+/// directory, created with the directory if needed.
+fn create_store(target: &Target<'_>) -> Result<Arc<dyn ArtifactStore>, CliError> {
+    if let Some(url) = target.database_url {
+        return open_postgres(url, target);
+    }
+    let data_dir = target.data_dir;
     let path = data_dir.join(DATABASE_FILE);
     std::fs::create_dir_all(data_dir)
         .with_context(|| format!("cannot create the data directory {}", data_dir.display()))
         .map_err(CliError::failure)?;
-    let store = SqliteArtifactStore::open(&path)
+    let store = SqliteArtifactStore::open_with(&path, sqlite_options(target))
         .with_context(|| format!("cannot open the artifact store {}", path.display()))
         .map_err(CliError::failure)?;
     Ok(Arc::new(store))
 }
 
-/// The SQLite store in the data directory, opened read-only, if its database exists: reads
-/// never leave an empty database behind, never wait for another process's write, and work on a
-/// read-only data directory or mount.
-fn existing_store(data_dir: &Path) -> Result<Option<Arc<dyn ArtifactStore>>, CliError> {
-    let path = data_dir.join(DATABASE_FILE);
+/// The store for reading: PostgreSQL with `--database-url`; else the SQLite store in the data
+/// directory, opened read-only, if its database exists: reads never leave an empty database
+/// behind, never wait for another process's write, and work on a read-only data directory or
+/// mount.
+fn existing_store(target: &Target<'_>) -> Result<Option<Arc<dyn ArtifactStore>>, CliError> {
+    if let Some(url) = target.database_url {
+        return open_postgres(url, target).map(Some);
+    }
+    let path = target.data_dir.join(DATABASE_FILE);
     if !path.exists() {
         return Ok(None);
     }
-    let store = SqliteArtifactStore::open_read_only(&path)
+    let store = SqliteArtifactStore::open_read_only_with(&path, sqlite_options(target))
         .with_context(|| format!("cannot open the artifact store {}", path.display()))
         .map_err(CliError::failure)?;
     Ok(Some(Arc::new(store)))
 }
 
-fn backends(data_dir: &Path) -> BackendRegistry {
-    BackendRegistry::with_defaults(data_dir.join(ARTIFACTS_DIR))
+/// The storage backends: `inline`, and with SQLite `write_to_file` under `<data dir>/artifacts/`
+/// (a non-default namespace's own folder of it). With PostgreSQL content stays in the database.
+fn backends(target: &Target<'_>) -> BackendRegistry {
+    let root = match target.database_url {
+        Some(_) => None,
+        None => Some(target.data_dir.join(ARTIFACTS_DIR)),
+    };
+    mnemon::artifact_backends(root, target.namespace)
 }
 
 /// Maps a library error to the exit code its cause calls for.
@@ -227,6 +269,7 @@ fn print_text(text: &str) -> CliResult {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use mnemon::db::Namespace;
     use serde_json::json;
 
     /// A fresh directory under the system temp dir, removed on drop.
@@ -254,6 +297,12 @@ mod tests {
     fn save_then_load_list_and_show() {
         let tmp = TempDir::new();
         let data = tmp.0.join("data");
+        let ns = Namespace::default();
+        let target = Target {
+            data_dir: &data,
+            database_url: None,
+            namespace: &ns,
+        };
         let config = json!({
             "class_path": "ix.chains.artifacts.SaveArtifact",
             "config": {
@@ -261,7 +310,7 @@ mod tests {
                 "artifact_storage": "write_to_file", "artifact_storage_id": "plans/plan.txt",
             }
         });
-        let outputs = save(&data, &config, &json!({"content": "1. parse"}), "chat-1").unwrap();
+        let outputs = save(&target, &config, &json!({"content": "1. parse"}), "chat-1").unwrap();
         let dict = &outputs["artifact"];
         assert_eq!(dict["storage_id"], "plans/plan.txt");
         assert_eq!(
@@ -271,7 +320,7 @@ mod tests {
         assert!(data.join("mnemon.sqlite3").is_file());
 
         let (text, missing) = load(
-            &data,
+            &target,
             &json!({}),
             &json!({"artifact_keys": "Tell me about {plan} and {nope}"}),
             "chat-1",
@@ -281,27 +330,33 @@ mod tests {
         assert!(text.ends_with("data:\n1. parse"), "{text}");
         assert_eq!(missing, ["nope"]);
 
-        let listed = list(&data, "chat-1", None).unwrap();
+        let listed = list(&target, "chat-1", None).unwrap();
         assert_eq!(listed.len(), 1);
-        assert!(list(&data, "chat-1", Some("file")).unwrap().is_empty());
-        assert!(list(&data, "chat-2", None).unwrap().is_empty());
+        assert!(list(&target, "chat-1", Some("file")).unwrap().is_empty());
+        assert!(list(&target, "chat-2", None).unwrap().is_empty());
 
         let id = dict["id"].as_str().unwrap();
-        assert_eq!(show(&data, id).unwrap(), listed[0]);
+        assert_eq!(show(&target, id).unwrap(), listed[0]);
     }
 
     #[test]
     fn reads_do_not_create_a_database() {
         let tmp = TempDir::new();
         let data = tmp.0.join("never");
-        assert!(list(&data, "s", None).unwrap().is_empty());
+        let ns = Namespace::default();
+        let target = Target {
+            data_dir: &data,
+            database_url: None,
+            namespace: &ns,
+        };
+        assert!(list(&target, "s", None).unwrap().is_empty());
         let (text, missing) =
-            load(&data, &json!({}), &json!({"artifact_keys": ["a"]}), "s").unwrap();
+            load(&target, &json!({}), &json!({"artifact_keys": ["a"]}), "s").unwrap();
         assert_eq!(
             (text.as_str(), missing.as_slice()),
             ("", ["a".to_owned()].as_slice())
         );
-        assert!(is_input(show(&data, &Uuid::now_v7().to_string())));
+        assert!(is_input(show(&target, &Uuid::now_v7().to_string())));
         assert!(!data.exists());
     }
 
@@ -309,9 +364,15 @@ mod tests {
     fn caller_mistakes_are_input_errors() {
         let tmp = TempDir::new();
         let data = tmp.0.join("data");
-        assert!(is_input(show(&data, "not-a-uuid")));
+        let ns = Namespace::default();
+        let target = Target {
+            data_dir: &data,
+            database_url: None,
+            namespace: &ns,
+        };
+        assert!(is_input(show(&target, "not-a-uuid")));
         assert!(is_input(save(
-            &data,
+            &target,
             &json!({"artifact_nmae": "x"}),
             &json!({}),
             "s"
@@ -321,7 +382,7 @@ mod tests {
             "artifact_storage": "write_to_file", "artifact_storage_id": "../../escape.txt",
         });
         assert!(is_input(save(
-            &data,
+            &target,
             &attack,
             &json!({"content": "x"}),
             "s"

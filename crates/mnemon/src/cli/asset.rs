@@ -5,10 +5,13 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
 use clap::Subcommand;
-use mnemon_store::{AssetStore, InMemoryStore, SqliteAssetOptions, SqliteAssetStore, StoreError};
+use mnemon_store::{
+    AssetStore, InMemoryStore, PostgresAssetOptions, PostgresAssetStore, SqliteAssetOptions,
+    SqliteAssetStore, StoreError,
+};
 use mnemon_types::{Asset, AssetRef, MetaOptions, flatten, meta_with};
 
-use super::{CliError, CliResult, print_json};
+use super::{CliError, CliResult, Target, print_json};
 // The data directory's layout is the `Mnemon` handle's (src/handle.rs).
 use mnemon::DATABASE_FILE;
 
@@ -63,12 +66,35 @@ pub(crate) enum AssetCommand {
     },
 }
 
-/// Opens the SQLite asset store in `data_dir`, creating the directory if needed.
-pub(crate) fn open_store(data_dir: &Path) -> Result<SqliteAssetStore, CliError> {
+/// Opens the asset store for writing: the PostgreSQL database of `--database-url`, or the
+/// SQLite store in the data directory, created with the directory if needed.
+pub(crate) fn open_store(target: &Target<'_>) -> Result<Box<dyn AssetStore>, CliError> {
+    if let Some(url) = target.database_url {
+        return open_postgres(url, target);
+    }
+    let data_dir = target.data_dir;
     std::fs::create_dir_all(data_dir)
         .with_context(|| format!("cannot create the data directory {}", data_dir.display()))
         .map_err(CliError::failure)?;
-    SqliteAssetStore::open(data_dir.join(DATABASE_FILE)).map_err(store_error)
+    let options = SqliteAssetOptions {
+        namespace: target.namespace.clone(),
+        ..SqliteAssetOptions::default()
+    };
+    Ok(Box::new(
+        SqliteAssetStore::open_with(data_dir.join(DATABASE_FILE), options).map_err(store_error)?,
+    ))
+}
+
+/// The PostgreSQL asset store at `url`, for the target's namespace.
+fn open_postgres(url: &str, target: &Target<'_>) -> Result<Box<dyn AssetStore>, CliError> {
+    let options = PostgresAssetOptions {
+        namespace: target.namespace.clone(),
+        ..PostgresAssetOptions::default()
+    };
+    let store = PostgresAssetStore::open(url, options)
+        .context("cannot open the asset store in the --database-url database")
+        .map_err(CliError::failure)?;
+    Ok(Box::new(store))
 }
 
 /// The store for a command that only reads: the SQLite store opened read-only when the database
@@ -76,11 +102,19 @@ pub(crate) fn open_store(data_dir: &Path) -> Result<SqliteAssetStore, CliError> 
 /// database (and a typo in `--data-dir` reads as "no such asset" rather than leaving a stray
 /// file behind). Read-only, it never waits for another process's write and works on a
 /// read-only data directory or mount.
-pub(crate) fn open_store_for_reading(data_dir: &Path) -> Result<Box<dyn AssetStore>, CliError> {
-    let database = data_dir.join(DATABASE_FILE);
+///
+/// With `--database-url`, the PostgreSQL store (its tables are created if missing).
+pub(crate) fn open_store_for_reading(target: &Target<'_>) -> Result<Box<dyn AssetStore>, CliError> {
+    if let Some(url) = target.database_url {
+        return open_postgres(url, target);
+    }
+    let database = target.data_dir.join(DATABASE_FILE);
     if database.exists() {
-        let store = SqliteAssetStore::open_read_only(database, SqliteAssetOptions::default())
-            .map_err(store_error)?;
+        let options = SqliteAssetOptions {
+            namespace: target.namespace.clone(),
+            ..SqliteAssetOptions::default()
+        };
+        let store = SqliteAssetStore::open_read_only(database, options).map_err(store_error)?;
         Ok(Box::new(store))
     } else {
         Ok(Box::new(InMemoryStore::new()))
@@ -97,7 +131,7 @@ pub(crate) fn store_error(error: StoreError) -> CliError {
 }
 
 /// Runs an `asset` command.
-pub(crate) fn run(command: AssetCommand, data_dir: &Path) -> CliResult {
+pub(crate) fn run(command: AssetCommand, target: &Target<'_>) -> CliResult {
     match command {
         AssetCommand::Meta {
             file,
@@ -120,7 +154,7 @@ pub(crate) fn run(command: AssetCommand, data_dir: &Path) -> CliResult {
                 .iter()
                 .map(|f| read_asset(f))
                 .collect::<Result<Vec<_>, _>>()?;
-            let store = open_store(data_dir)?;
+            let store = open_store(target)?;
             let mut out = std::io::stdout().lock();
             for asset in &assets {
                 store.put(asset).map_err(store_error)?;
@@ -133,7 +167,7 @@ pub(crate) fn run(command: AssetCommand, data_dir: &Path) -> CliResult {
             Ok(())
         }
         AssetCommand::Get { id } => {
-            let store = open_store_for_reading(data_dir)?;
+            let store = open_store_for_reading(target)?;
             let asset = store
                 .get(&id)
                 .map_err(store_error)?
@@ -141,7 +175,7 @@ pub(crate) fn run(command: AssetCommand, data_dir: &Path) -> CliResult {
             print_json(&asset)
         }
         AssetCommand::List { asset_type } => {
-            let store = open_store_for_reading(data_dir)?;
+            let store = open_store_for_reading(target)?;
             let ids = store.list_ids(asset_type.as_deref()).map_err(store_error)?;
             let mut out = std::io::stdout().lock();
             ids.iter()
@@ -150,7 +184,7 @@ pub(crate) fn run(command: AssetCommand, data_dir: &Path) -> CliResult {
                 .map_err(CliError::failure)
         }
         AssetCommand::Rm { id } => {
-            let store = open_store(data_dir)?;
+            let store = open_store(target)?;
             if store.delete(&id).map_err(store_error)? {
                 Ok(())
             } else {
@@ -159,7 +193,7 @@ pub(crate) fn run(command: AssetCommand, data_dir: &Path) -> CliResult {
         }
         AssetCommand::Resolve { url } => {
             let reference = AssetRef::parse_url(&url).map_err(CliError::input)?;
-            let store = open_store_for_reading(data_dir)?;
+            let store = open_store_for_reading(target)?;
             let value = store.resolve(&reference).map_err(store_error)?;
             print_json(&value)
         }

@@ -1,18 +1,18 @@
 //! `mnemon memory …`: conversation memory in `<data-dir>/mnemon.sqlite3`, or an export file.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use clap::{Args, Subcommand, ValueEnum};
 use mnemon::DATABASE_FILE;
 use mnemon_embed::Cl100kTokenizer;
 use mnemon_memory::{
     BudgetOptions, ExportFormat, ExportOptions, ExportTarget, Exported, InMemoryMemory, LoadSource,
-    Memory, MemoryError, MemoryQuery, Metric, RetrievalQuery, RetrieveOptions, Scope,
-    SqliteMemoryOptions, SqliteMemoryStore,
+    Memory, MemoryError, MemoryQuery, Metric, PostgresMemoryOptions, PostgresMemoryStore,
+    RetrievalQuery, RetrieveOptions, Scope, SqliteMemoryOptions, SqliteMemoryStore,
 };
 use serde::Serialize;
 
-use super::{CliError, CliResult, print_json};
+use super::{CliError, CliResult, Target, print_json};
 
 /// Commands on conversation memory.
 #[derive(Debug, Subcommand)]
@@ -132,13 +132,19 @@ fn memory_error(error: MemoryError) -> CliError {
 /// The session's memory for writing: the data directory and the database are created as
 /// needed; the session is created by the write itself, in its transaction, so a write that
 /// fails (an import of a bad file) leaves no empty session behind.
-fn session_memory(data_dir: &Path, scope: Scope) -> Result<Box<dyn Memory>, CliError> {
+fn session_memory(target: &Target<'_>, scope: Scope) -> Result<Box<dyn Memory>, CliError> {
+    if let Some(url) = target.database_url {
+        let store = open_postgres(url, target)?;
+        return Ok(Box::new(
+            store.memory_created_on_write(scope).map_err(memory_error)?,
+        ));
+    }
+    let data_dir = target.data_dir;
     std::fs::create_dir_all(data_dir).map_err(|e| {
         CliError::failure(anyhow::anyhow!("cannot create {}: {e}", data_dir.display()))
     })?;
-    let store =
-        SqliteMemoryStore::open(data_dir.join(DATABASE_FILE), SqliteMemoryOptions::default())
-            .map_err(memory_error)?;
+    let store = SqliteMemoryStore::open(data_dir.join(DATABASE_FILE), sqlite_options(target))
+        .map_err(memory_error)?;
     Ok(Box::new(
         store.memory_created_on_write(scope).map_err(memory_error)?,
     ))
@@ -150,12 +156,27 @@ const LISTED_SESSIONS: usize = 20;
 /// The session's memory for reading. Reads never create the database or the session, so a
 /// mistyped `--session` is an input error naming the known sessions, rather than an empty
 /// session silently created (and, for `export`, an empty `[]` file written).
-fn existing_session_memory(data_dir: &Path, scope: Scope) -> Result<Box<dyn Memory>, CliError> {
-    let path = data_dir.join(DATABASE_FILE);
+fn existing_session_memory(target: &Target<'_>, scope: Scope) -> Result<Box<dyn Memory>, CliError> {
     let wanted = match &scope.session_id {
         Some(session) => format!("no memory session {session:?}"),
         None => "no default memory session (the one used without --session)".to_owned(),
     };
+    if let Some(url) = target.database_url {
+        let store = open_postgres(url, target)?;
+        if let Some(memory) = store.existing_memory(scope).map_err(memory_error)? {
+            return Ok(Box::new(memory));
+        }
+        let known = store.threads().map_err(memory_error)?;
+        return Err(missing_session(
+            &wanted,
+            &format!(
+                "namespace {:?} of the --database-url database",
+                target.namespace.as_str()
+            ),
+            known,
+        ));
+    }
+    let path = target.data_dir.join(DATABASE_FILE);
     if !path.exists() {
         return Err(CliError::input(anyhow::anyhow!(
             "{wanted}: {} does not exist; create a session with `mnemon memory import FILE \
@@ -165,15 +186,44 @@ fn existing_session_memory(data_dir: &Path, scope: Scope) -> Result<Box<dyn Memo
     }
     // Read-only: no write lock (a writer in another process does not block the read), and a
     // read-only data directory or mount works. The CLI's readers never embed, so never write.
-    let store = SqliteMemoryStore::open_read_only(&path, SqliteMemoryOptions::default())
-        .map_err(memory_error)?;
+    let store =
+        SqliteMemoryStore::open_read_only(&path, sqlite_options(target)).map_err(memory_error)?;
     if let Some(memory) = store.existing_memory(scope).map_err(memory_error)? {
         return Ok(Box::new(memory));
     }
+    let known = store.threads().map_err(memory_error)?;
+    Err(missing_session(&wanted, &path.display().to_string(), known))
+}
+
+fn sqlite_options(target: &Target<'_>) -> SqliteMemoryOptions {
+    SqliteMemoryOptions {
+        namespace: target.namespace.clone(),
+        ..SqliteMemoryOptions::default()
+    }
+}
+
+/// The PostgreSQL memory store of `--database-url`, for the target's namespace.
+fn open_postgres(
+    url: &str,
+    target: &Target<'_>,
+) -> Result<std::sync::Arc<PostgresMemoryStore>, CliError> {
+    let options = PostgresMemoryOptions {
+        namespace: target.namespace.clone(),
+        ..PostgresMemoryOptions::default()
+    };
+    PostgresMemoryStore::open(url, options).map_err(|e| {
+        CliError::failure(
+            anyhow::Error::new(e)
+                .context("cannot open the memory store in the --database-url database"),
+        )
+    })
+}
+
+/// The input error for a session that is not there, listing the known ones (`location` says
+/// where they were looked for).
+fn missing_session(wanted: &str, location: &str, known: Vec<Scope>) -> CliError {
     // Only sessions without a user or agent id can be named with --session.
-    let known: Vec<String> = store
-        .threads()
-        .map_err(memory_error)?
+    let known: Vec<String> = known
         .into_iter()
         .filter(|s| s.user_id.is_none() && s.agent_id.is_none())
         .filter_map(|s| s.session_id)
@@ -187,13 +237,10 @@ fn existing_session_memory(data_dir: &Path, scope: Scope) -> Result<Box<dyn Memo
             n - LISTED_SESSIONS
         ),
     };
-    Err(CliError::input(anyhow::anyhow!(
-        "{wanted} in {}; {listed}",
-        path.display()
-    )))
+    CliError::input(anyhow::anyhow!("{wanted} in {location}; {listed}"))
 }
 
-fn open_source(data_dir: &Path, source: Source) -> Result<Box<dyn Memory>, CliError> {
+fn open_source(target: &Target<'_>, source: Source) -> Result<Box<dyn Memory>, CliError> {
     match (source.file, source.session) {
         (Some(file), _) => {
             let memory = InMemoryMemory::new();
@@ -202,20 +249,20 @@ fn open_source(data_dir: &Path, source: Source) -> Result<Box<dyn Memory>, CliEr
                 .map_err(memory_error)?;
             Ok(Box::new(memory))
         }
-        (None, Some(session)) => existing_session_memory(data_dir, Scope::session(session)),
-        (None, None) => existing_session_memory(data_dir, Scope::default()),
+        (None, Some(session)) => existing_session_memory(target, Scope::session(session)),
+        (None, None) => existing_session_memory(target, Scope::default()),
     }
 }
 
 /// Runs a `memory` command.
-pub(crate) fn run(command: MemoryCommand, data_dir: &Path) -> CliResult {
+pub(crate) fn run(command: MemoryCommand, target: &Target<'_>) -> CliResult {
     match command {
         MemoryCommand::Import {
             file,
             session,
             overwrite,
         } => {
-            let memory = session_memory(data_dir, Scope::session(session))?;
+            let memory = session_memory(target, Scope::session(session))?;
             let report = memory
                 .load(LoadSource::Path(file), overwrite)
                 .map_err(memory_error)?;
@@ -227,7 +274,7 @@ pub(crate) fn run(command: MemoryCommand, data_dir: &Path) -> CliResult {
             include_marks,
             format,
         } => {
-            let memory = existing_session_memory(data_dir, Scope::session(session))?;
+            let memory = existing_session_memory(target, Scope::session(session))?;
             // The count is the one written, even if another process writes meanwhile.
             let exported = memory
                 .export(
@@ -253,7 +300,7 @@ pub(crate) fn run(command: MemoryCommand, data_dir: &Path) -> CliResult {
             mark,
             tokens,
         } => {
-            let memory = open_source(data_dir, source)?;
+            let memory = open_source(target, source)?;
             let mut messages = match tokens {
                 Some(budget) => {
                     let options = BudgetOptions {
@@ -292,7 +339,7 @@ pub(crate) fn run(command: MemoryCommand, data_dir: &Path) -> CliResult {
                     "--query must be a JSON array of numbers, e.g. [0.2, -0.4]: {e}"
                 ))
             })?;
-            let memory = open_source(data_dir, source)?;
+            let memory = open_source(target, source)?;
             let options = RetrieveOptions {
                 metric: match metric {
                     MetricArg::Cosine => Metric::Cosine,

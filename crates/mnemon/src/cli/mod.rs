@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use mnemon::db::Namespace;
 
 mod artifact;
 mod asset;
@@ -31,6 +32,29 @@ pub(crate) struct Cli {
         value_name = "DIR"
     )]
     pub(crate) data_dir: PathBuf,
+
+    /// Keep assets, artifacts and memory in this PostgreSQL database
+    /// (`postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE`) instead of the SQLite file in
+    /// --data-dir. Artifact content then goes into the database (`inline`); see
+    /// docs/postgres.md, "Choosing the backend".
+    #[arg(
+        long,
+        global = true,
+        env = "MNEMON_DATABASE_URL",
+        hide_env_values = true,
+        value_name = "URL"
+    )]
+    pub(crate) database_url: Option<String>,
+
+    /// The namespace (tenant) whose assets, artifacts and memory the commands see.
+    #[arg(
+        long,
+        global = true,
+        env = "MNEMON_NAMESPACE",
+        default_value = "default",
+        value_name = "NAME"
+    )]
+    pub(crate) namespace: Namespace,
 
     /// Print nothing on stderr but errors.
     #[arg(long, short, global = true)]
@@ -69,6 +93,17 @@ enum Command {
     },
 }
 
+/// Where the store commands (`asset`, `artifact`, `memory`, `ref`) read and write.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Target<'a> {
+    /// `--data-dir`: the SQLite file and artifact files (without a database URL).
+    pub(crate) data_dir: &'a std::path::Path,
+    /// `--database-url`: PostgreSQL instead of SQLite.
+    pub(crate) database_url: Option<&'a str>,
+    /// `--namespace`.
+    pub(crate) namespace: &'a Namespace,
+}
+
 /// A command's failure, carrying the exit code it maps to.
 #[derive(Debug)]
 pub(crate) enum CliError {
@@ -105,13 +140,18 @@ pub(crate) fn print_json(value: &impl serde::Serialize) -> CliResult {
 /// Parses the command line, runs the command and maps the outcome to an exit code.
 pub(crate) fn run() -> ExitCode {
     let cli = Cli::parse();
+    let target = Target {
+        data_dir: &cli.data_dir,
+        database_url: cli.database_url.as_deref(),
+        namespace: &cli.namespace,
+    };
     let outcome = match cli.command {
-        Command::Ref(cmd) => reference::run(cmd, &cli.data_dir),
-        Command::Asset(cmd) => asset::run(cmd, &cli.data_dir),
+        Command::Ref(cmd) => reference::run(cmd, &target),
+        Command::Asset(cmd) => asset::run(cmd, &target),
         Command::Library(cmd) => library::run(cmd, cli.quiet),
-        Command::Artifact(cmd) => artifact::run(cmd, &cli.data_dir, cli.quiet),
+        Command::Artifact(cmd) => artifact::run(cmd, &target, cli.quiet),
         Command::Prompt(cmd) => prompt::run(cmd),
-        Command::Memory(cmd) => memory::run(cmd, &cli.data_dir),
+        Command::Memory(cmd) => memory::run(cmd, &target),
         Command::Serve(args) => serve::run(args, &cli.data_dir, cli.quiet),
         Command::Completions { shell } => {
             let mut command = <Cli as clap::CommandFactory>::command();

@@ -1,7 +1,7 @@
 //! `mnemon ref …`: asset references.
 
 use std::io::{Read as _, Write as _};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use anyhow::Context as _;
 use clap::Subcommand;
@@ -9,7 +9,7 @@ use mnemon_refs::{CommandSpec, Mode, RefsError, render_default, resolve_params};
 use mnemon_types::AssetRef;
 
 use super::asset::open_store_for_reading;
-use super::{CliError, CliResult, print_json};
+use super::{CliError, CliResult, Target, print_json};
 
 /// Commands on asset references.
 #[derive(Debug, Subcommand)]
@@ -51,7 +51,7 @@ fn refs_error(error: RefsError) -> CliError {
 }
 
 /// Runs a `ref` command.
-pub(crate) fn run(command: RefCommand, data_dir: &Path) -> CliResult {
+pub(crate) fn run(command: RefCommand, target: &Target<'_>) -> CliResult {
     match command {
         RefCommand::Parse { url } => {
             let reference = AssetRef::parse_url(&url).map_err(CliError::input)?;
@@ -72,7 +72,7 @@ pub(crate) fn run(command: RefCommand, data_dir: &Path) -> CliResult {
                 .read_to_string(&mut text)
                 .context("cannot read stdin as UTF-8 text")
                 .map_err(CliError::input)?;
-            let store = open_store_for_reading(data_dir)?;
+            let store = open_store_for_reading(target)?;
             let rendered = render_default(&text, store.as_ref());
             let mut out = std::io::stdout().lock();
             out.write_all(rendered.text.as_bytes())
@@ -108,7 +108,7 @@ pub(crate) fn run(command: RefCommand, data_dir: &Path) -> CliResult {
             let json: serde_json::Value = serde_json::from_str(&text)
                 .with_context(|| format!("{} is not valid JSON", params.display()))
                 .map_err(CliError::input)?;
-            let store = open_store_for_reading(data_dir)?;
+            let store = open_store_for_reading(target)?;
             let mode = if strict { Mode::Strict } else { Mode::Lenient };
             let resolved =
                 resolve_params(&spec, &json, store.as_ref(), mode).map_err(refs_error)?;

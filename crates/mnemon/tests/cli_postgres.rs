@@ -1,0 +1,179 @@
+//! The store commands with `--database-url` (PostgreSQL, the tests' server: docs/postgres.md)
+//! and `--namespace`: the same commands as on SQLite, nothing written to the data directory,
+//! tenants kept apart, and errors that say what to fix.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use serde_json::{Value, json};
+
+/// Runs `mnemon` in `dir` with `--data-dir dir/data` and the environment variables `env`.
+fn mnemon(dir: &Path, env: &[(&str, &str)], args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_mnemon"))
+        .arg("--data-dir")
+        .arg(dir.join("data"))
+        .args(args)
+        .current_dir(dir)
+        .env_remove("MNEMON_DATA_DIR")
+        .env_remove("MNEMON_DATABASE_URL")
+        .env_remove("MNEMON_NAMESPACE")
+        .envs(env.iter().copied())
+        .output()
+        .expect("the mnemon binary runs")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn ok(out: &Output) -> String {
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    text(&out.stdout)
+}
+
+#[test]
+fn store_commands_run_on_postgresql_per_namespace() {
+    let server = mnemon_tests::require_postgres!();
+    let url = server.fresh_database("cli_stores").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(
+        d.join("a1.json"),
+        r#"{"asset_id": "a1", "content": {"labels": ["cat", "sofa"]}}"#,
+    )
+    .unwrap();
+    let by_flag = ["--database-url", url.as_str()];
+    let with = |extra: &[&str], args: &[&str]| -> Vec<String> {
+        extra.iter().chain(args).map(|s| (*s).to_owned()).collect()
+    };
+    let run = |env: &[(&str, &str)], args: Vec<String>| {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        mnemon(d, env, &args)
+    };
+
+    // Assets, by the flag; read back by the environment variable.
+    ok(&run(&[], with(&by_flag, &["asset", "put", "a1.json"])));
+    let env = [("MNEMON_DATABASE_URL", url.as_str())];
+    assert_eq!(ok(&run(&env, with(&[], &["asset", "list"]))).trim(), "a1");
+    let resolved = ok(&run(
+        &env,
+        with(&[], &["asset", "resolve", "asset://a1/content/labels/1"]),
+    ));
+    assert_eq!(
+        serde_json::from_str::<Value>(&resolved).unwrap(),
+        json!("sofa")
+    );
+    // Another namespace sees none of it; the default one still does.
+    let acme = [
+        ("MNEMON_DATABASE_URL", url.as_str()),
+        ("MNEMON_NAMESPACE", "acme"),
+    ];
+    assert_eq!(ok(&run(&acme, with(&[], &["asset", "list"]))).trim(), "");
+    assert_eq!(
+        ok(&run(
+            &env,
+            with(&["--namespace", "default"], &["asset", "list"])
+        ))
+        .trim(),
+        "a1"
+    );
+
+    // Artifacts: content in the database (inline), listed per scope and namespace.
+    std::fs::write(
+        d.join("save.json"),
+        r#"{"artifact_key": "plan", "artifact_type": "plan", "artifact_name": "Plan"}"#,
+    )
+    .unwrap();
+    std::fs::write(d.join("inputs.json"), r#"{"content": "1. parse"}"#).unwrap();
+    let saved = ok(&run(
+        &env,
+        with(
+            &[],
+            &[
+                "artifact",
+                "save",
+                "--config",
+                "save.json",
+                "--inputs",
+                "inputs.json",
+                "--scope",
+                "chat-1",
+            ],
+        ),
+    ));
+    let saved: Value = serde_json::from_str(&saved).unwrap();
+    assert_eq!(saved["artifact"]["key"], "plan");
+    let listed: Value = serde_json::from_str(&ok(&run(
+        &env,
+        with(&[], &["artifact", "list", "--scope", "chat-1"]),
+    )))
+    .unwrap();
+    assert_eq!(listed.as_array().unwrap().len(), 1);
+    let listed_acme: Value = serde_json::from_str(&ok(&run(
+        &acme,
+        with(&[], &["artifact", "list", "--scope", "chat-1"]),
+    )))
+    .unwrap();
+    assert_eq!(listed_acme, json!([]));
+
+    // Memory: import into a session, read it back; the other namespace has no such session.
+    std::fs::write(
+        d.join("chat.json"),
+        r#"[{"id": "m1", "name": "Mara", "content": "hello", "role": "user", "timestamp": "2024-01-01 00:00:00"}]"#,
+    )
+    .unwrap();
+    ok(&run(
+        &env,
+        with(&[], &["memory", "import", "chat.json", "--session", "s1"]),
+    ));
+    let shown = ok(&run(
+        &env,
+        with(&[], &["memory", "show", "--session", "s1"]),
+    ));
+    assert!(shown.contains("hello"), "{shown}");
+    let out = run(&acme, with(&[], &["memory", "show", "--session", "s1"]));
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("namespace \"acme\""),
+        "{}",
+        text(&out.stderr)
+    );
+
+    // Nothing of the stores went into the data directory.
+    assert!(!d.join("data").exists());
+}
+
+#[test]
+fn database_url_and_namespace_errors_say_what_to_fix() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+
+    let out = mnemon(d, &[], &["--database-url", "mysql://x", "asset", "list"]);
+    assert!(!out.status.success());
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("--database-url"), "{stderr}");
+    assert!(stderr.contains("postgres://"), "{stderr}");
+
+    // A port nothing listens on: the server is unreachable, and the message says where.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = format!("postgres://postgres@127.0.0.1:{port}/mnemon");
+    let out = mnemon(d, &[], &["--database-url", &url, "asset", "list"]);
+    assert!(!out.status.success());
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains(&port.to_string()), "{stderr}");
+
+    let out = mnemon(d, &[], &["--namespace", "Not A Name", "asset", "list"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("--namespace"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(!d.join("data").exists());
+}
