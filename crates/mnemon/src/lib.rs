@@ -50,6 +50,8 @@
 
 #[cfg(feature = "sqlite")]
 mod handle;
+#[cfg(feature = "sqlite")]
+pub mod migrate;
 
 #[cfg(feature = "sqlite")]
 pub use handle::{

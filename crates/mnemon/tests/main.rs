@@ -10,3 +10,4 @@ mod cli_memory;
 mod cli_postgres;
 mod cli_ref;
 mod cli_serve;
+mod migrate;

@@ -1,0 +1,110 @@
+//! `mnemon::migrate`: assets and memory copied SQLite → PostgreSQL → SQLite lose nothing.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use mnemon::memory::{ExportFormat, ExportOptions, ExportTarget, Exported, Scope};
+use mnemon::migrate::copy_assets_and_memory;
+use mnemon::types::{Asset, Bytes, Map, Value};
+use mnemon::{Mnemon, OpenOptions};
+use serde_json::json;
+
+/// Every thread's export document (ids, timestamps, marks, embeddings, order), by scope.
+fn memory_of(mnemon: &Mnemon) -> Vec<(Scope, String, Vec<Vec<f32>>)> {
+    let mut threads = mnemon.threads().unwrap();
+    threads.sort_by_key(|s| format!("{s:?}"));
+    let options = ExportOptions {
+        include_marks: true,
+        format: ExportFormat::AgentScope00,
+    };
+    threads
+        .into_iter()
+        .map(|scope| {
+            let memory = mnemon.memory(scope.clone()).unwrap();
+            let Exported::Json(document) = memory.export(ExportTarget::Json, &options).unwrap()
+            else {
+                panic!("a JSON export")
+            };
+            let embeddings = memory.get_embeddings(None).unwrap();
+            (scope, document, embeddings)
+        })
+        .collect()
+}
+
+fn assets_of(mnemon: &Mnemon) -> Vec<Asset> {
+    let ids = mnemon.assets().list_ids(None).unwrap();
+    ids.iter()
+        .map(|id| mnemon.assets().get(id).unwrap().unwrap())
+        .collect()
+}
+
+#[test]
+fn assets_and_memory_round_trip_sqlite_postgresql_sqlite() {
+    let server = mnemon_tests::require_postgres!();
+    let url = server.fresh_database("migrate_round_trip").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let source = Mnemon::open(dir.path().join("a")).unwrap();
+
+    let mut content = Map::new();
+    content.insert(
+        "image".into(),
+        Bytes::with_media_type(vec![0, 1, 2, 255], "image/png").into(),
+    );
+    content.insert("caption".into(), "ünïcode and \"quotes\"".into());
+    content.insert("size".into(), Value::from_json(json!({"w": 1.5, "h": -3})));
+    let assets: Vec<Asset> = (0..300)
+        .map(|i| {
+            Asset::new(Value::Map(content.clone()))
+                .with_id(format!("asset-{i:03}"))
+                .with_type(if i % 2 == 0 { "image" } else { "note" })
+        })
+        .collect();
+    source.assets().put_batch(&assets).unwrap();
+
+    let scopes = [
+        Scope::session("chat-1"),
+        Scope {
+            user_id: Some("mara".into()),
+            agent_id: Some("helper".into()),
+            session_id: Some("s2".into()),
+        },
+    ];
+    for (t, scope) in scopes.iter().enumerate() {
+        let memory = source.memory(scope.clone()).unwrap();
+        let messages = (0..5)
+            .map(|i| {
+                json!({
+                    "id": format!("m{t}-{i}"),
+                    "name": "Mara",
+                    "role": "user",
+                    "content": format!("message {i} of thread {t}"),
+                    "timestamp": format!("2024-01-0{} 10:00:0{i}", t + 1),
+                    "embedding": [0.1f32 * i as f32, -1.0e-7f32, 3.3333333f32],
+                })
+                .into()
+            })
+            .collect();
+        memory.add(messages).unwrap();
+        memory
+            .mark(&[&format!("m{t}-1"), &format!("m{t}-3")], "important")
+            .unwrap();
+        memory.mark(&[&format!("m{t}-3")], "todo").unwrap();
+    }
+
+    let postgres = Mnemon::open_with(dir.path().join("pg"), &OpenOptions::postgres(&url)).unwrap();
+    let there = copy_assets_and_memory(&source, &postgres).unwrap();
+    assert_eq!((there.assets, there.threads, there.messages), (300, 2, 10));
+    let back = Mnemon::open(dir.path().join("b")).unwrap();
+    let again = copy_assets_and_memory(&postgres, &back).unwrap();
+    assert_eq!(again, there);
+
+    for copy in [&postgres, &back] {
+        assert_eq!(assets_of(copy), assets_of(&source));
+        assert_eq!(memory_of(copy), memory_of(&source));
+    }
+    assert!(memory_of(&source)[0].1.contains("__marks"));
+
+    // Copying again adds nothing and changes nothing.
+    let twice = copy_assets_and_memory(&source, &back).unwrap();
+    assert_eq!(twice.messages, 0);
+    assert_eq!(memory_of(&back), memory_of(&source));
+}
