@@ -1,15 +1,15 @@
-//! Copying one handle's assets and memory into another (SQLite ↔ PostgreSQL), the first part of
-//! `mnemon migrate` (issue 13, item 4).
+//! Copying one handle's namespace into another's (SQLite ↔ PostgreSQL): what `mnemon migrate`
+//! runs (docs/postgres.md, "Choosing the backend").
 //!
-//! Not yet copied: artifacts. The [`ArtifactStore`](mnemon_artifacts::ArtifactStore) trait lists
-//! records per scope only and cannot name the scopes a store holds, so a copy could not know it
-//! had found every record; until the stores can enumerate them, [`copy_assets_and_memory`] says
-//! in its name what it covers.
+//! The [`ArtifactStore`](mnemon_artifacts::ArtifactStore) trait lists records per scope only and
+//! cannot name the scopes a store holds, so [`artifact_scopes`] reads them from the
+//! `artifact_records` table of either backend; it goes once the stores can list their scopes.
 
+use mnemon_artifacts::{ArtifactError, Storage};
 use mnemon_memory::{ExportFormat, ExportOptions, ExportTarget, Exported, LoadSource, MemoryError};
 use mnemon_store::StoreError;
 
-use crate::Mnemon;
+use crate::{Backend, Mnemon};
 
 /// Why a copy stopped. Whatever was copied before stays in the target.
 #[derive(Debug, thiserror::Error)]
@@ -18,6 +18,28 @@ pub enum CopyError {
     /// Reading or writing assets failed.
     #[error("copying assets failed: {0}")]
     Assets(StoreError),
+    /// Reading or writing artifacts or their content failed.
+    #[error("copying artifacts failed: {0}")]
+    Artifacts(ArtifactError),
+    /// The artifact scopes could not be listed.
+    #[error("cannot list the artifact scopes of {target}: {detail}")]
+    Scopes {
+        /// The database.
+        target: String,
+        /// What went wrong.
+        detail: String,
+    },
+    /// An artifact's content is in a `write_to_file` file and the target has no such backend.
+    #[error(
+        "artifact {id} keeps its content in the {backend:?} backend, which the target does not \
+         have: give the target a write_to_file root (shared by every machine using the database)"
+    )]
+    NoBackend {
+        /// The artifact's id.
+        id: String,
+        /// The backend's name.
+        backend: String,
+    },
     /// Reading or writing memory failed.
     #[error("copying memory thread {scope} failed: {error}")]
     Memory {
@@ -33,6 +55,8 @@ pub enum CopyError {
 pub struct CopyReport {
     /// Assets written to the target.
     pub assets: usize,
+    /// Artifact records saved in the target (records whose id it already held are skipped).
+    pub artifacts: usize,
     /// Memory threads copied.
     pub threads: usize,
     /// Messages added to the target (messages whose id the target's thread already held are
@@ -43,11 +67,13 @@ pub struct CopyReport {
 /// How many assets go into one batch (one transaction in the target).
 const ASSET_BATCH: usize = 256;
 
-/// Copies every asset and every memory thread of `from`'s namespace into `to`'s: the same
-/// asset ids and values; the same threads, with their messages in the same order, with the same
-/// ids, timestamps, marks and embeddings. An asset the target already has is replaced; a
-/// message id the target's thread already has is skipped.
-pub fn copy_assets_and_memory(from: &Mnemon, to: &Mnemon) -> Result<CopyReport, CopyError> {
+/// Copies everything of `from`'s namespace into `to`'s: the same asset ids and values; every
+/// artifact record (same id, key, type, names, storage, timestamp; in save order within its
+/// scope) with its content, written to the target's backend of the same name; the same memory
+/// threads, with their messages in the same order, with the same ids, timestamps, marks and
+/// embeddings. An asset the target already has is replaced; an artifact or message id the
+/// target already has is skipped, so running a copy again adds nothing.
+pub fn copy(from: &Mnemon, to: &Mnemon) -> Result<CopyReport, CopyError> {
     let mut report = CopyReport::default();
     let ids = from.assets().list_ids(None).map_err(CopyError::Assets)?;
     for chunk in ids.chunks(ASSET_BATCH) {
@@ -60,6 +86,56 @@ pub fn copy_assets_and_memory(from: &Mnemon, to: &Mnemon) -> Result<CopyReport, 
         }
         to.assets().put_batch(&assets).map_err(CopyError::Assets)?;
         report.assets += assets.len();
+    }
+
+    for scope in artifact_scopes(from)? {
+        for artifact in from
+            .artifacts()
+            .list(&scope, None)
+            .map_err(CopyError::Artifacts)?
+        {
+            if to
+                .artifacts()
+                .get(artifact.id)
+                .map_err(CopyError::Artifacts)?
+                .is_some()
+            {
+                continue;
+            }
+            let external = match &artifact.storage {
+                Some(location) => match to.backends().resolve(&location.backend) {
+                    Ok(Storage::External { backend, .. }) => Some((backend, location.id.clone())),
+                    Ok(Storage::Inline) => None,
+                    Err(_) => {
+                        return Err(CopyError::NoBackend {
+                            id: artifact.id.to_string(),
+                            backend: location.backend.clone(),
+                        });
+                    }
+                },
+                None => None,
+            };
+            match external {
+                Some((backend, storage_id)) => {
+                    let content = from
+                        .backends()
+                        .read_content(&artifact)
+                        .map_err(CopyError::Artifacts)?;
+                    to.artifacts()
+                        .save_with_content(&artifact, &mut || match &content {
+                            Some(content) => backend.write(&storage_id, content),
+                            None => Ok(()),
+                        })
+                        .map_err(CopyError::Artifacts)?;
+                }
+                None => {
+                    to.artifacts()
+                        .save(&artifact)
+                        .map_err(CopyError::Artifacts)?;
+                }
+            }
+            report.artifacts += 1;
+        }
     }
 
     let threads = from.threads().map_err(|error| CopyError::Memory {
@@ -98,4 +174,62 @@ pub fn copy_assets_and_memory(from: &Mnemon, to: &Mnemon) -> Result<CopyReport, 
         report.messages += added.added;
     }
     Ok(report)
+}
+
+/// The scopes holding artifact records in `mnemon`'s namespace, read from the stores' table
+/// (`artifact_records`, the same on both backends; PostgreSQL keeps the scope as bytes).
+pub fn artifact_scopes(mnemon: &Mnemon) -> Result<Vec<String>, CopyError> {
+    let namespace = mnemon.namespace().as_str();
+    match mnemon.backend() {
+        Backend::Sqlite => {
+            let path = mnemon.database_path();
+            let failed = |detail: String| CopyError::Scopes {
+                target: path.display().to_string(),
+                detail,
+            };
+            let conn = mnemon_db::sqlite::connect(&path, &mnemon_db::sqlite::Settings::default())
+                .map_err(|e| failed(e.to_string()))?;
+            let mut statement = conn
+                .prepare(
+                    "SELECT DISTINCT scope FROM artifact_records WHERE namespace = ?1 \
+                     ORDER BY scope",
+                )
+                .map_err(|e| failed(e.to_string()))?;
+            let rows = statement
+                .query_map([namespace], |row| row.get::<_, String>(0))
+                .map_err(|e| failed(e.to_string()))?;
+            rows.map(|row| row.map_err(|e| failed(e.to_string())))
+                .collect()
+        }
+        #[cfg(feature = "postgres")]
+        Backend::Postgres { url } => {
+            use mnemon_db::postgres::{Pool, Settings};
+            let failed = |detail: String| CopyError::Scopes {
+                target: "the PostgreSQL database".to_owned(),
+                detail,
+            };
+            let pool = Pool::connect(
+                url,
+                Settings {
+                    pool_size: 1,
+                    ..Settings::default()
+                },
+            )
+            .map_err(|e| failed(e.to_string()))?;
+            let mut client = pool.get().map_err(|e| failed(e.to_string()))?;
+            let rows = client
+                .query(
+                    "SELECT DISTINCT scope FROM artifact_records WHERE namespace = $1 \
+                     ORDER BY scope",
+                    &[&namespace],
+                )
+                .map_err(|e| failed(e.to_string()))?;
+            rows.iter()
+                .map(|row| {
+                    let bytes: Vec<u8> = row.try_get(0).map_err(|e| failed(e.to_string()))?;
+                    String::from_utf8(bytes).map_err(|e| failed(e.to_string()))
+                })
+                .collect()
+        }
+    }
 }

@@ -1,10 +1,12 @@
-//! `mnemon::migrate`: assets and memory copied SQLite → PostgreSQL → SQLite lose nothing.
+//! `mnemon::migrate`: assets, artifacts and memory copied SQLite → PostgreSQL → SQLite lose
+//! nothing.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use mnemon::artifacts::{SaveArtifact, SaveArtifactConfig};
 use mnemon::memory::{ExportFormat, ExportOptions, ExportTarget, Exported, Scope};
-use mnemon::migrate::copy_assets_and_memory;
-use mnemon::types::{Asset, Bytes, Map, Value};
+use mnemon::migrate::{CopyError, artifact_scopes, copy};
+use mnemon::types::{Artifact, Asset, Bytes, Map, Value};
 use mnemon::{Mnemon, OpenOptions};
 use serde_json::json;
 
@@ -30,6 +32,19 @@ fn memory_of(mnemon: &Mnemon) -> Vec<(Scope, String, Vec<Vec<f32>>)> {
         .collect()
 }
 
+/// Every artifact record with its content, by scope in save order.
+fn artifacts_of(mnemon: &Mnemon) -> Vec<(Artifact, Option<serde_json::Value>)> {
+    let scopes = artifact_scopes(mnemon).unwrap();
+    scopes
+        .iter()
+        .flat_map(|scope| mnemon.artifacts().list(scope, None).unwrap())
+        .map(|artifact| {
+            let content = mnemon.backends().read_content(&artifact).unwrap();
+            (artifact, content)
+        })
+        .collect()
+}
+
 fn assets_of(mnemon: &Mnemon) -> Vec<Asset> {
     let ids = mnemon.assets().list_ids(None).unwrap();
     ids.iter()
@@ -38,7 +53,7 @@ fn assets_of(mnemon: &Mnemon) -> Vec<Asset> {
 }
 
 #[test]
-fn assets_and_memory_round_trip_sqlite_postgresql_sqlite() {
+fn assets_artifacts_and_memory_round_trip_sqlite_postgresql_sqlite() {
     let server = mnemon_tests::require_postgres!();
     let url = server.fresh_database("migrate_round_trip").unwrap();
     let dir = tempfile::tempdir().unwrap();
@@ -90,21 +105,80 @@ fn assets_and_memory_round_trip_sqlite_postgresql_sqlite() {
         memory.mark(&[&format!("m{t}-3")], "todo").unwrap();
     }
 
-    let postgres = Mnemon::open_with(dir.path().join("pg"), &OpenOptions::postgres(&url)).unwrap();
-    let there = copy_assets_and_memory(&source, &postgres).unwrap();
+    for (i, (scope, storage)) in [
+        ("chat-1", "inline"),
+        ("chat-2", "inline"),
+        ("chat-1", "write_to_file"),
+        ("chat-3 ü", "write_to_file"),
+        ("chat-1", "inline"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let mut config = json!({
+            "artifact_key": format!("key-{}", i % 2),
+            "artifact_type": "plan",
+            "artifact_name": format!("Plan {i}"),
+            "artifact_storage": storage,
+        });
+        if storage == "write_to_file" {
+            config["artifact_storage_id"] = json!(format!("plans/{i}.json"));
+        }
+        SaveArtifact::new(
+            SaveArtifactConfig::from_json(&config).unwrap(),
+            source.artifacts(),
+            source.backends().clone(),
+        )
+        .unwrap()
+        .run(scope, &json!({"content": {"step": i, "text": "ünïcode"}}))
+        .unwrap();
+    }
+    assert_eq!(artifacts_of(&source).len(), 5);
+
+    // A PostgreSQL target without a write_to_file root cannot take file content: it says so.
+    let no_root = Mnemon::open_with(dir.path().join("pg"), &OpenOptions::postgres(&url)).unwrap();
+    let error = copy(&source, &no_root).unwrap_err();
+    assert!(matches!(error, CopyError::NoBackend { .. }), "{error}");
+    assert!(error.to_string().contains("write_to_file root"), "{error}");
+    let partial = record_count(&no_root);
+    assert!(partial < 5);
+
+    let shared = dir.path().join("shared");
+    let postgres = Mnemon::open_with(
+        dir.path().join("pg"),
+        &OpenOptions::postgres(&url).with_write_to_file_root(&shared),
+    )
+    .unwrap();
+    let there = copy(&source, &postgres).unwrap();
     assert_eq!((there.assets, there.threads, there.messages), (300, 2, 10));
+    // The failed copy above saved the records before the first file one; the rest now.
+    assert_eq!(partial + there.artifacts, 5);
     let back = Mnemon::open(dir.path().join("b")).unwrap();
-    let again = copy_assets_and_memory(&postgres, &back).unwrap();
-    assert_eq!(again, there);
+    let again = copy(&postgres, &back).unwrap();
+    assert_eq!(
+        (again.assets, again.artifacts, again.threads, again.messages),
+        (300, 5, 2, 10)
+    );
+    assert!(shared.join("plans/2.json").is_file());
 
     for copy in [&postgres, &back] {
         assert_eq!(assets_of(copy), assets_of(&source));
         assert_eq!(memory_of(copy), memory_of(&source));
+        assert_eq!(artifacts_of(copy), artifacts_of(&source));
     }
     assert!(memory_of(&source)[0].1.contains("__marks"));
 
     // Copying again adds nothing and changes nothing.
-    let twice = copy_assets_and_memory(&source, &back).unwrap();
-    assert_eq!(twice.messages, 0);
+    let twice = copy(&source, &back).unwrap();
+    assert_eq!((twice.messages, twice.artifacts), (0, 0));
     assert_eq!(memory_of(&back), memory_of(&source));
+}
+
+/// How many artifact records a handle holds.
+fn record_count(mnemon: &Mnemon) -> usize {
+    artifact_scopes(mnemon)
+        .unwrap()
+        .iter()
+        .map(|scope| mnemon.artifacts().list(scope, None).unwrap().len())
+        .sum()
 }
