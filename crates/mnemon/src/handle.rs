@@ -209,8 +209,9 @@ impl Mnemon {
         Mnemon::open_with(dir, &OpenOptions::default())
     }
 
-    /// Opens the stores `options` name, for its namespace; `dir` is created if needed and holds
-    /// the libraries, and with SQLite the database and (by default) the artifact files.
+    /// Opens the stores `options` name, for its namespace. With SQLite, `dir` is created if
+    /// needed and holds the database and (by default) the artifact files; with PostgreSQL it is
+    /// not created and only holds the libraries.
     ///
     /// ```no_run
     /// use mnemon::{Mnemon, OpenOptions};
@@ -223,10 +224,6 @@ impl Mnemon {
     /// ```
     pub fn open_with(dir: impl AsRef<Path>, options: &OpenOptions) -> Result<Mnemon, OpenError> {
         let dir = dir.as_ref().to_path_buf();
-        std::fs::create_dir_all(&dir).map_err(|error| OpenError::CreateDir {
-            path: dir.clone(),
-            error,
-        })?;
         let namespace = options.namespace.clone();
         let (assets, artifacts, memory, default_root): (
             Arc<dyn AssetStore>,
@@ -235,6 +232,10 @@ impl Mnemon {
             Option<PathBuf>,
         ) = match &options.backend {
             Backend::Sqlite => {
+                std::fs::create_dir_all(&dir).map_err(|error| OpenError::CreateDir {
+                    path: dir.clone(),
+                    error,
+                })?;
                 let database = dir.join(DATABASE_FILE);
                 let assets = SqliteAssetStore::open_with(
                     &database,

@@ -43,6 +43,7 @@ fn one_agent_turn_on_postgresql() {
     agent_turn(&open, &shared);
     // Nothing of the stores went into the data directory: it holds only the libraries.
     assert!(!dir.path().join("data").join(mnemon::DATABASE_FILE).exists());
+    assert!(!dir.path().join("data").join(mnemon::ARTIFACTS_DIR).exists());
 
     // Without a root, content stays in the database: `write_to_file` is not offered.
     let inline = Mnemon::open_with(dir.path().join("data"), &OpenOptions::postgres(&url)).unwrap();

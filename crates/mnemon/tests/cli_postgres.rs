@@ -177,3 +177,138 @@ fn database_url_and_namespace_errors_say_what_to_fix() {
     );
     assert!(!d.join("data").exists());
 }
+
+#[test]
+fn migrate_copies_a_data_directory_into_postgresql_and_back() {
+    let server = mnemon_tests::require_postgres!();
+    let url = server.fresh_database("cli_migrate").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(
+        d.join("a1.json"),
+        r#"{"asset_id": "a1", "content": {"labels": ["cat"]}}"#,
+    )
+    .unwrap();
+    std::fs::write(
+        d.join("chat.json"),
+        r#"[{"id": "m1", "name": "Mara", "content": "hello", "role": "user", "timestamp": "2024-01-01 00:00:00", "embedding": [0.5, -0.25]}]"#,
+    )
+    .unwrap();
+    std::fs::write(
+        d.join("save.json"),
+        r#"{"artifact_key": "plan", "artifact_type": "plan", "artifact_name": "Plan", "artifact_storage": "write_to_file", "artifact_storage_id": "plans/p.json"}"#,
+    )
+    .unwrap();
+    std::fs::write(d.join("inputs.json"), r#"{"content": "1. parse"}"#).unwrap();
+    let ns = [("MNEMON_NAMESPACE", "acme")];
+    ok(&mnemon(d, &ns, &["asset", "put", "a1.json"]));
+    ok(&mnemon(
+        d,
+        &ns,
+        &["memory", "import", "chat.json", "--session", "s1"],
+    ));
+    ok(&mnemon(
+        d,
+        &ns,
+        &[
+            "artifact",
+            "save",
+            "--config",
+            "save.json",
+            "--inputs",
+            "inputs.json",
+            "--scope",
+            "c",
+        ],
+    ));
+    let data = d.join("data");
+    let data = data.to_str().unwrap();
+
+    // Into PostgreSQL without a files root: the file content has nowhere to go, and it says so.
+    let out = mnemon(d, &ns, &["migrate", "--from", data, "--to", &url]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("write_to_file root"),
+        "{}",
+        text(&out.stderr)
+    );
+
+    let files = d.join("shared");
+    let report: Value = serde_json::from_str(&ok(&mnemon(
+        d,
+        &ns,
+        &[
+            "migrate",
+            "--from",
+            data,
+            "--to",
+            &url,
+            "--to-files",
+            files.to_str().unwrap(),
+        ],
+    )))
+    .unwrap();
+    assert_eq!(report["assets"], 1);
+    assert_eq!(report["threads"], 1);
+    assert!(files.join(".namespaces/acme/plans/p.json").is_file());
+
+    let back = d.join("back");
+    let back = back.to_str().unwrap();
+    let report: Value = serde_json::from_str(&ok(&mnemon(
+        d,
+        &ns,
+        &[
+            "migrate",
+            "--from",
+            &url,
+            "--from-files",
+            files.to_str().unwrap(),
+            "--to",
+            back,
+        ],
+    )))
+    .unwrap();
+    assert_eq!(
+        (
+            &report["assets"],
+            &report["artifacts"],
+            &report["threads"],
+            &report["messages"]
+        ),
+        (&json!(1), &json!(1), &json!(1), &json!(1))
+    );
+    let original = mnemon::Mnemon::open_with(
+        d.join("data"),
+        &mnemon::OpenOptions::default().with_namespace("acme".parse().unwrap()),
+    )
+    .unwrap();
+    let copied = mnemon::Mnemon::open_with(
+        back,
+        &mnemon::OpenOptions::default().with_namespace("acme".parse().unwrap()),
+    )
+    .unwrap();
+    let session = |m: &mnemon::Mnemon| {
+        let memory = m.session("s1").unwrap();
+        (
+            memory.get_memory(&Default::default()).unwrap(),
+            memory.get_embeddings(None).unwrap(),
+        )
+    };
+    assert_eq!(session(&copied), session(&original));
+    let plans = |m: &mnemon::Mnemon| m.artifacts().list("c", None).unwrap();
+    assert_eq!(plans(&copied), plans(&original));
+    assert!(
+        d.join("back/artifacts/.namespaces/acme/plans/p.json")
+            .is_file()
+    );
+
+    // A --from that is not a data directory is refused before anything is created.
+    let out = mnemon(d, &ns, &["migrate", "--from", "nowhere", "--to", back]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("nowhere"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(!d.join("nowhere").exists());
+}

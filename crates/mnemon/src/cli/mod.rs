@@ -15,6 +15,7 @@ mod asset;
 mod library;
 mod library_import;
 mod memory;
+mod migrate;
 mod prompt;
 mod reference;
 mod serve;
@@ -84,6 +85,9 @@ enum Command {
     /// Import, export, show and search conversation memory.
     #[command(subcommand)]
     Memory(memory::MemoryCommand),
+    /// Copy a namespace's assets, artifacts and memory between a data directory (SQLite) and a
+    /// PostgreSQL database, losing nothing (same ids, order, timestamps, marks, embeddings).
+    Migrate(migrate::MigrateArgs),
     /// Serve embedding libraries over HTTP (the library host).
     Serve(serve::ServeArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
@@ -152,6 +156,7 @@ pub(crate) fn run() -> ExitCode {
         Command::Artifact(cmd) => artifact::run(cmd, &target, cli.quiet),
         Command::Prompt(cmd) => prompt::run(cmd),
         Command::Memory(cmd) => memory::run(cmd, &target),
+        Command::Migrate(args) => migrate::run(args, &target),
         Command::Serve(args) => serve::run(args, &cli.data_dir, cli.quiet),
         Command::Completions { shell } => {
             let mut command = <Cli as clap::CommandFactory>::command();
