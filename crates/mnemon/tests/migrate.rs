@@ -11,7 +11,7 @@ use mnemon::{Mnemon, OpenOptions};
 use serde_json::json;
 
 /// Every thread's export document (ids, timestamps, marks, embeddings, order), by scope.
-fn memory_of(mnemon: &Mnemon) -> Vec<(Scope, String, Vec<Vec<f32>>)> {
+fn memory_of(mnemon: &Mnemon) -> Vec<(Scope, String, Vec<Vec<f32>>, String)> {
     let mut threads = mnemon.threads().unwrap();
     threads.sort_by_key(|s| format!("{s:?}"));
     let options = ExportOptions {
@@ -27,7 +27,8 @@ fn memory_of(mnemon: &Mnemon) -> Vec<(Scope, String, Vec<Vec<f32>>)> {
                 panic!("a JSON export")
             };
             let embeddings = memory.get_embeddings(None).unwrap();
-            (scope, document, embeddings)
+            let messages = format!("{:?}", memory.get_memory(&Default::default()).unwrap());
+            (scope, document, embeddings, messages)
         })
         .collect()
 }
@@ -99,6 +100,23 @@ fn assets_artifacts_and_memory_round_trip_sqlite_postgresql_sqlite() {
             })
             .collect();
         memory.add(messages).unwrap();
+        // Every kind of field a message can carry.
+        memory
+            .add(vec![
+                json!({
+                    "id": format!("rich-{t}"),
+                    "name": "tool",
+                    "role": "system",
+                    "content": [{"type": "text", "text": "a block"}, {"type": "image", "url": "x.png"}],
+                    "metadata": {"k": [1, 2.5, null, "NUL \u{0} inside"]},
+                    "url": "https://example.com/a.png",
+                    "timestamp": "2024-02-29 23:59:59",
+                    "extra_field": {"nested": true},
+                    "embedding": [f32::MIN_POSITIVE, f32::MAX, -0.0f32],
+                })
+                .into(),
+            ])
+            .unwrap();
         memory
             .mark(&[&format!("m{t}-1"), &format!("m{t}-3")], "important")
             .unwrap();
@@ -143,6 +161,8 @@ fn assets_artifacts_and_memory_round_trip_sqlite_postgresql_sqlite() {
     let partial = record_count(&no_root);
     assert!(partial < 5);
 
+    // A thread without messages is a thread too.
+    drop(source.session("empty").unwrap());
     let shared = dir.path().join("shared");
     let postgres = Mnemon::open_with(
         dir.path().join("pg"),
@@ -150,14 +170,14 @@ fn assets_artifacts_and_memory_round_trip_sqlite_postgresql_sqlite() {
     )
     .unwrap();
     let there = copy(&source, &postgres).unwrap();
-    assert_eq!((there.assets, there.threads, there.messages), (300, 2, 10));
+    assert_eq!((there.assets, there.threads, there.messages), (300, 3, 12));
     // The failed copy above saved the records before the first file one; the rest now.
     assert_eq!(partial + there.artifacts, 5);
     let back = Mnemon::open(dir.path().join("b")).unwrap();
     let again = copy(&postgres, &back).unwrap();
     assert_eq!(
         (again.assets, again.artifacts, again.threads, again.messages),
-        (300, 5, 2, 10)
+        (300, 5, 3, 12)
     );
     assert!(shared.join("plans/2.json").is_file());
 
