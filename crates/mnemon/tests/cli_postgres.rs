@@ -65,6 +65,22 @@ fn store_commands_run_on_postgresql_per_namespace() {
         serde_json::from_str::<Value>(&resolved).unwrap(),
         json!("sofa")
     );
+    let mut render = Command::new(env!("CARGO_BIN_EXE_mnemon"))
+        .args(["ref", "render"])
+        .current_dir(d)
+        .env("MNEMON_DATABASE_URL", &url)
+        .env_remove("MNEMON_NAMESPACE")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(
+        &mut render.stdin.take().unwrap(),
+        b"first: <|asset://a1/content/labels/0|>",
+    )
+    .unwrap();
+    assert_eq!(ok(&render.wait_with_output().unwrap()).trim(), "first: cat");
     // Another namespace sees none of it; the default one still does.
     let acme = [
         ("MNEMON_DATABASE_URL", url.as_str()),
@@ -87,6 +103,8 @@ fn store_commands_run_on_postgresql_per_namespace() {
     )
     .unwrap();
     std::fs::write(d.join("inputs.json"), r#"{"content": "1. parse"}"#).unwrap();
+    std::fs::write(d.join("load.json"), "{}").unwrap();
+    std::fs::write(d.join("keys.json"), r#"{"artifact_keys": ["f"]}"#).unwrap();
     let saved = ok(&run(
         &env,
         with(
@@ -111,6 +129,57 @@ fn store_commands_run_on_postgresql_per_namespace() {
     )))
     .unwrap();
     assert_eq!(listed.as_array().unwrap().len(), 1);
+    // A write_to_file save needs --artifact-files with a database URL; with it, the file lands
+    // in that shared root.
+    std::fs::write(
+        d.join("file.json"),
+        r#"{"artifact_key": "f", "artifact_type": "plan", "artifact_name": "F", "artifact_storage": "write_to_file", "artifact_storage_id": "f.json"}"#,
+    )
+    .unwrap();
+    let save_file = with(
+        &[],
+        &[
+            "artifact",
+            "save",
+            "--config",
+            "file.json",
+            "--inputs",
+            "inputs.json",
+            "--scope",
+            "chat-1",
+        ],
+    );
+    let out = run(&env, save_file.clone());
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("write_to_file"),
+        "{}",
+        text(&out.stderr)
+    );
+    let shared = d.join("shared");
+    let files = [
+        ("MNEMON_DATABASE_URL", url.as_str()),
+        ("MNEMON_ARTIFACT_FILES", shared.to_str().unwrap()),
+    ];
+    ok(&run(&files, save_file));
+    assert!(shared.join("f.json").is_file());
+    let loaded = ok(&run(
+        &files,
+        with(
+            &[],
+            &[
+                "artifact",
+                "load",
+                "--config",
+                "load.json",
+                "--inputs",
+                "keys.json",
+                "--scope",
+                "chat-1",
+            ],
+        ),
+    ));
+    assert!(loaded.contains("1. parse"), "{loaded}");
     let listed_acme: Value = serde_json::from_str(&ok(&run(
         &acme,
         with(&[], &["artifact", "list", "--scope", "chat-1"]),

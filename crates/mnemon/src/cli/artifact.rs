@@ -224,12 +224,14 @@ fn existing_store(target: &Target<'_>) -> Result<Option<Arc<dyn ArtifactStore>>,
     Ok(Some(Arc::new(store)))
 }
 
-/// The storage backends: `inline`, and with SQLite `write_to_file` under `<data dir>/artifacts/`
-/// (a non-default namespace's own folder of it). With PostgreSQL content stays in the database.
+/// The storage backends: `inline`, and `write_to_file` under `--artifact-files`, or with SQLite
+/// by default under `<data dir>/artifacts/` (a non-default namespace's own folder of it). With
+/// PostgreSQL and no `--artifact-files` content stays in the database.
 fn backends(target: &Target<'_>) -> BackendRegistry {
-    let root = match target.database_url {
-        Some(_) => None,
-        None => Some(target.data_dir.join(ARTIFACTS_DIR)),
+    let root = match (target.artifact_files, target.database_url) {
+        (Some(root), _) => Some(root.to_path_buf()),
+        (None, Some(_)) => None,
+        (None, None) => Some(target.data_dir.join(ARTIFACTS_DIR)),
     };
     mnemon::artifact_backends(root, target.namespace)
 }
@@ -302,6 +304,7 @@ mod tests {
             data_dir: &data,
             database_url: None,
             namespace: &ns,
+            artifact_files: None,
         };
         let config = json!({
             "class_path": "ix.chains.artifacts.SaveArtifact",
@@ -348,6 +351,7 @@ mod tests {
             data_dir: &data,
             database_url: None,
             namespace: &ns,
+            artifact_files: None,
         };
         assert!(list(&target, "s", None).unwrap().is_empty());
         let (text, missing) =
@@ -369,6 +373,7 @@ mod tests {
             data_dir: &data,
             database_url: None,
             namespace: &ns,
+            artifact_files: None,
         };
         assert!(is_input(show(&target, "not-a-uuid")));
         assert!(is_input(save(

@@ -47,6 +47,12 @@ pub(crate) struct Cli {
     )]
     pub(crate) database_url: Option<String>,
 
+    /// The root of the `write_to_file` artifact backend (default: `artifacts/` in --data-dir,
+    /// and none with --database-url, where content then goes into the database). With
+    /// --database-url it must be one folder shared by every machine using the database.
+    #[arg(long, global = true, env = "MNEMON_ARTIFACT_FILES", value_name = "DIR")]
+    pub(crate) artifact_files: Option<PathBuf>,
+
     /// The namespace (tenant) whose assets, artifacts and memory the commands see.
     #[arg(
         long,
@@ -106,6 +112,8 @@ pub(crate) struct Target<'a> {
     pub(crate) database_url: Option<&'a str>,
     /// `--namespace`.
     pub(crate) namespace: &'a Namespace,
+    /// `--artifact-files`: the `write_to_file` root, if given.
+    pub(crate) artifact_files: Option<&'a std::path::Path>,
 }
 
 /// A command's failure, carrying the exit code it maps to.
@@ -148,6 +156,7 @@ pub(crate) fn run() -> ExitCode {
         data_dir: &cli.data_dir,
         database_url: cli.database_url.as_deref(),
         namespace: &cli.namespace,
+        artifact_files: cli.artifact_files.as_deref(),
     };
     let outcome = match cli.command {
         Command::Ref(cmd) => reference::run(cmd, &target),
