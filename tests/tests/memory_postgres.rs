@@ -188,6 +188,99 @@ fn embeddings_fill_the_vector_column_and_its_hnsw_index() {
     assert_eq!(columns, 0);
 }
 
+/// The binary `vector` parameters (issue 13) store exactly what the text form did: through a
+/// batched add and a document load, with and without pgvector, every embedding (extreme values
+/// included: subnormals, negative zero, the largest finite) comes back bit for bit from the exact
+/// bytes and from the `vector` column, and the exports are byte-identical across the three.
+#[test]
+fn binary_vectors_round_trip_embeddings_and_exports_exactly() {
+    let server = mnemon_tests::require_postgres!();
+    let extremes: Vec<Vec<f32>> = vec![
+        vec![f32::MIN_POSITIVE, -0.0, f32::MAX, f32::MIN, 1e-45, -1e-45],
+        vec![0.1, 0.2, 0.3, 1.0 / 3.0, -7.25e30, 3.4e-39],
+        vec![0.0; 6],
+        (0..6).map(|i| (i as f32).sin()).collect(),
+    ];
+    let items = || -> Vec<mnemon_memory::MsgInput> {
+        extremes
+            .iter()
+            .enumerate()
+            .map(|(i, v)| {
+                json!({"id": format!("e{i}"), "name": "n", "content": format!("c{i}"),
+                       "embedding": v})
+                .into()
+            })
+            .collect()
+    };
+    let bits = |vs: &[Vec<f32>]| -> Vec<Vec<u32>> {
+        vs.iter()
+            .map(|v| v.iter().map(|x| x.to_bits()).collect())
+            .collect()
+    };
+    let (url, mut client) = fresh(server, "memory_binary_vectors");
+    let store = open(&url, PostgresMemoryOptions::default());
+    let added = store.memory(Scope::session("added")).unwrap();
+    added.add(items()).unwrap();
+    let exported = export_json(&added);
+    let loaded = store.memory(Scope::session("loaded")).unwrap();
+    loaded
+        .load(mnemon_memory::LoadSource::Json(exported.clone()), false)
+        .unwrap();
+    let (exact_url, _exact_client) = fresh(server, "memory_binary_vectors_exact");
+    let exact = open(
+        &exact_url,
+        PostgresMemoryOptions {
+            vector_index: false,
+            ..PostgresMemoryOptions::default()
+        },
+    )
+    .memory(Scope::session("added"))
+    .unwrap();
+    exact.add(items()).unwrap();
+    assert_eq!(export_json(&loaded), exported);
+    assert_eq!(export_json(&exact), exported);
+    for memory in [&added, &loaded, &exact] {
+        assert_eq!(bits(&memory.get_embeddings(None).unwrap()), bits(&extremes));
+    }
+    // The `vector` column of both pgvector threads: the same f32s, read back in binary-exact
+    // text (pgvector prints the shortest form that round-trips).
+    let rows = client
+        .query(
+            "SELECT t.session_id, m.embedding_v::text, m.embedding_dim
+             FROM memory_messages m JOIN memory_threads t USING (thread_id)
+             ORDER BY t.session_id, m.seq",
+            &[],
+        )
+        .unwrap();
+    assert_eq!(rows.len(), 2 * extremes.len());
+    for (row, want) in rows.iter().zip(extremes.iter().chain(&extremes)) {
+        let text: String = row.get(1);
+        let parsed: Vec<f32> = text
+            .trim_matches(|c| c == '[' || c == ']')
+            .split(',')
+            .map(|x| x.parse().unwrap())
+            .collect();
+        assert_eq!(bits(&[parsed]), bits(std::slice::from_ref(want)), "{text}");
+        // A zero vector is stored but never indexed (cosine distance to it is undefined).
+        let dim: Option<i32> = row.get(2);
+        let zero = want.iter().all(|&x| x == 0.0);
+        assert_eq!(dim, (!zero).then_some(6), "{want:?}");
+    }
+}
+
+fn export_json(memory: &dyn Memory) -> String {
+    match memory
+        .export(
+            mnemon_memory::ExportTarget::Json,
+            &mnemon_memory::ExportOptions::default(),
+        )
+        .unwrap()
+    {
+        mnemon_memory::Exported::Json(text) => text,
+        other => panic!("{other:?}"),
+    }
+}
+
 const CHILD_ENV: &str = "MNEMON_MEMORY_PG_CRASH_CHILD_URL";
 const RUN_ENV: &str = "MNEMON_MEMORY_PG_CRASH_CHILD_RUN";
 const BATCH: usize = 1000;
@@ -567,4 +660,158 @@ fn opening_logs_which_vector_mode_in_one_line() {
     assert_eq!(lines.len(), 1, "{lines:?}");
     assert!(lines[0].contains("exact scoring only"), "{lines:?}");
     assert!(lines[0].contains("vector_index"), "{lines:?}");
+}
+
+/// Issue 13's figures, informative only (never a timed assertion): batched adds of 1,536-dimensional
+/// messages with the HNSW index maintained, the same without pgvector, and recall latency and
+/// recall@10 through the index. `cargo test -p mnemon-tests --test integration
+/// memory_postgres::figures -- --ignored --nocapture`; `MNEMON_BENCH_MESSAGES` sets the size
+/// (default 3,000).
+#[test]
+#[ignore = "a measurement, run by hand"]
+fn figures_of_batched_adds_and_recall_with_1536_dimensions() {
+    use std::time::Instant;
+    let server = mnemon_tests::require_postgres!();
+    let n: usize = std::env::var("MNEMON_BENCH_MESSAGES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3000);
+    let dim = 1536;
+    let batch = 500;
+    let mut seed: u64 = 0x5eed;
+    let mut random = move || {
+        seed = seed
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        ((seed >> 40) as f32 / (1u32 << 24) as f32) - 0.5
+    };
+    let vectors: Vec<Vec<f32>> = (0..n)
+        .map(|_| (0..dim).map(|_| random()).collect())
+        .collect();
+    let items = |from: usize, to: usize| -> Vec<mnemon_memory::MsgInput> {
+        (from..to)
+            .map(|i| {
+                json!({"id": format!("m{i:07}"), "name": "n", "content": format!("c{i}"),
+                       "embedding": vectors[i]})
+                .into()
+            })
+            .collect()
+    };
+    for vector_index in [false, true] {
+        let (url, mut client) = fresh(server, &format!("memory_figures_{vector_index}"));
+        let store = open(
+            &url,
+            PostgresMemoryOptions {
+                vector_index,
+                hnsw_min_messages: 1000,
+                ..PostgresMemoryOptions::default()
+            },
+        );
+        let memory = store.memory(Scope::session("s")).unwrap();
+        let started = Instant::now();
+        memory.add(items(0, batch.min(n))).unwrap();
+        eprintln!(
+            "vector_index {vector_index}: first batch of {} (with the index build) {:?}",
+            batch.min(n),
+            started.elapsed()
+        );
+        let started = Instant::now();
+        let mut from = batch;
+        while from < n {
+            let to = (from + batch).min(n);
+            memory.add(items(from, to)).unwrap();
+            from = to;
+        }
+        let rest = n.saturating_sub(batch);
+        let took = started.elapsed();
+        eprintln!(
+            "vector_index {vector_index}: {rest} more in batches of {batch}: {took:?}, {:.0} msg/s",
+            rest as f64 / took.as_secs_f64()
+        );
+        if !vector_index {
+            continue;
+        }
+        client.batch_execute("ANALYZE memory_messages").unwrap();
+        let exact = |q: &[f32]| -> HashSet<String> {
+            let mut scored: Vec<(f32, usize)> = vectors
+                .iter()
+                .enumerate()
+                .map(|(i, v)| {
+                    let dot: f32 = v.iter().zip(q).map(|(a, b)| a * b).sum();
+                    let norm: f32 = v.iter().map(|a| a * a).sum::<f32>().sqrt();
+                    (dot / norm, i)
+                })
+                .collect();
+            scored.sort_by(|a, b| b.0.total_cmp(&a.0));
+            scored
+                .iter()
+                .take(10)
+                .map(|&(_, i)| format!("m{i:07}"))
+                .collect()
+        };
+        let mut latencies = Vec::new();
+        let (mut hits, mut wanted) = (0, 0);
+        for _ in 0..50 {
+            let query: Vec<f32> = (0..dim).map(|_| random()).collect();
+            let options = RetrieveOptions {
+                top_k: Some(10),
+                ..RetrieveOptions::default()
+            };
+            let started = Instant::now();
+            let got = memory
+                .retrieve_by_embedding(RetrievalQuery::Vector(query.clone()), &options, None)
+                .unwrap();
+            latencies.push(started.elapsed());
+            let top = exact(&query);
+            hits += got.iter().filter(|r| top.contains(r.message.id())).count();
+            wanted += 10;
+        }
+        latencies.sort();
+        eprintln!(
+            "recall top 10 at {n}: p50 {:?} p99 {:?}, recall@10 {:.3}, index recalls {}",
+            latencies[latencies.len() / 2],
+            latencies[latencies.len() * 99 / 100],
+            hits as f64 / wanted as f64,
+            store.index_recalls()
+        );
+        // The index alone at several ef_search values (what the shortlist size buys).
+        for ef in [40, 100, 200, 400, 800] {
+            let (mut hits, mut wanted) = (0, 0);
+            for _ in 0..20 {
+                let query: Vec<f32> = (0..dim).map(|_| random()).collect();
+                let text = format!(
+                    "[{}]",
+                    query
+                        .iter()
+                        .map(f32::to_string)
+                        .collect::<Vec<_>>()
+                        .join(",")
+                );
+                let mut tx = client.transaction().unwrap();
+                tx.batch_execute(&format!("SET LOCAL hnsw.ef_search = {ef}"))
+                    .unwrap();
+                let rows = tx
+                    .query(
+                        &format!(
+                            "SELECT msg_id FROM memory_messages WHERE embedding_dim = {dim}
+                             ORDER BY embedding_v::vector({dim}) <=> $1::text::vector({dim})
+                             LIMIT 10"
+                        ),
+                        &[&text],
+                    )
+                    .unwrap();
+                tx.commit().unwrap();
+                let top = exact(&query);
+                hits += rows
+                    .iter()
+                    .filter(|r| top.contains(&r.get::<_, String>(0)))
+                    .count();
+                wanted += 10;
+            }
+            eprintln!(
+                "index alone, ef_search {ef}: recall@10 {:.3}",
+                hits as f64 / wanted as f64
+            );
+        }
+    }
 }
