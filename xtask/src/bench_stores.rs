@@ -362,6 +362,8 @@ struct Report {
     postgres: Figures,
     langgraph: Option<Figures>,
     maintenance_work_mem: String,
+    /// Whether the planner used the HNSW index before and after `ANALYZE`.
+    planned: (bool, bool),
 }
 
 fn measure(p: &Params, dir: &Path) -> Result<Report> {
@@ -459,6 +461,12 @@ fn measure(p: &Params, dir: &Path) -> Result<Report> {
     let assets = PostgresAssetStore::open(&url, PostgresAssetOptions::default())
         .context("opening the PostgreSQL asset store")?;
     postgres.asset_put = Some(single_puts(&assets, p.singles)?);
+    // The store's HNSW query uses the index only when the planner's statistics are current
+    // (docs of `mnemon_memory`'s PostgreSQL module): say whether it would before and after the
+    // ANALYZE that autovacuum would run, and measure after it.
+    let planned_before = plan_uses_index(&mut admin, &data, &index)?;
+    admin.batch_execute("ANALYZE memory_messages")?;
+    let planned_after = plan_uses_index(&mut admin, &data, &index)?;
     eprintln!("PostgreSQL: recalls ...");
     let before = store.index_recalls();
     let (latency, found) = recalls(&bulk, &data)?;
@@ -484,7 +492,31 @@ fn measure(p: &Params, dir: &Path) -> Result<Report> {
         postgres,
         langgraph,
         maintenance_work_mem,
+        planned: (planned_before, planned_after),
     })
+}
+
+/// Whether the planner answers the store's HNSW shortlist query (its shape in
+/// crates/mnemon-memory/src/postgres.rs, for the first query vector over the bulk thread) with
+/// the index `index`.
+fn plan_uses_index(admin: &mut postgres::Client, data: &Data, index: &str) -> Result<bool> {
+    let dim = data.dim;
+    let vector: Vec<String> = data.query(0).iter().map(f32::to_string).collect();
+    let plan = admin.query(
+        &format!(
+            "EXPLAIN SELECT m.seq, m.embedding FROM memory_messages m
+             WHERE m.thread_id = (SELECT thread_id FROM memory_threads WHERE session_id = 'bulk')
+               AND m.embedding_dim = {dim}
+             ORDER BY m.embedding_v::vector({dim}) <=> '[{}]'::vector({dim})
+             LIMIT 200",
+            vector.join(",")
+        ),
+        &[],
+    )?;
+    Ok(plan
+        .iter()
+        .filter_map(|row| row.try_get::<_, String>(0).ok())
+        .any(|line| line.contains(index)))
 }
 
 /// Runs xtask/bench/langgraph_store.py on a database of its own on `server`.
@@ -670,6 +702,13 @@ impl Report {
                 values[0], values[1], values[2]
             );
         }
+        let yes = |b: bool| if b { "yes" } else { "no" };
+        println!(
+            "PostgreSQL planner uses the HNSW index for the store's recall query: before ANALYZE \
+             {}, after ANALYZE (the recalls above) {}",
+            yes(self.planned.0),
+            yes(self.planned.1)
+        );
         if self.langgraph.is_none() {
             println!("(LangGraph skipped: --skip-langgraph)");
         }
