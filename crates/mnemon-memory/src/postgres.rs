@@ -33,11 +33,12 @@
 //! (see `crate::retrieval`) over the mirrored thread, as the SQLite memory does, except for a
 //! cosine cut to `top_k` over at least [`PostgresMemoryOptions::hnsw_min_messages`] candidates
 //! of one dimension (at most 2,000): the HNSW index then shortlists candidates (`ef_search`
-//! twenty times `top_k`, 200 to 1,000) without the thread being read, and the shortlist is
-//! re-scored exactly, so every returned score is the exact one. Which messages come back is then
-//! as good as the index's recall (HNSW is approximate: on uniformly random 1,536-dimensional
-//! vectors, the hardest case, about 0.84 of the exact top 10 at 5,000 messages; clustered real
-//! embeddings do better), and the exact path is taken instead whenever the filtered shortlist
+//! at least [`PostgresMemoryOptions::hnsw_ef_search`] and twenty times `top_k`, at most 1,000)
+//! without the thread being read, and the shortlist is re-scored exactly, so every returned
+//! score is the exact one. Which messages come back is then as good as the index's recall (HNSW
+//! is approximate: on uniformly random 1,536-dimensional vectors, the hardest case, 10,000 of
+//! them gave 0.97 of the exact top 10 at the default shortlist of 800; clustered real embeddings
+//! do better), and the exact path is taken instead whenever the filtered shortlist
 //! holds fewer than `top_k` messages: never silently fewer. Set `hnsw_min_messages` to
 //! `usize::MAX` for exact recall always. The planner picks the index only with the table's
 //! statistics current (autovacuum's `ANALYZE`); before that the same query scans exactly.
@@ -126,6 +127,9 @@ static VECTOR_SCHEMA: Schema = Schema {
     }],
 };
 
+/// [`PostgresMemoryOptions::hnsw_ef_search`]'s default.
+const DEFAULT_EF_SEARCH: usize = 800;
+
 /// pgvector's largest dimension for an HNSW index on `vector`.
 const HNSW_MAX_DIM: usize = 2000;
 
@@ -149,6 +153,13 @@ pub struct PostgresMemoryOptions {
     /// threads, and every other recall, score every candidate exactly. See the module docs
     /// for what the HNSW path guarantees.
     pub hnsw_min_messages: usize,
+    /// The least HNSW shortlist (`hnsw.ef_search`) of a cut through the index (default 800;
+    /// a cut to `top_k` asks for at least twenty times `top_k`, and pgvector stops at 1,000).
+    /// A longer shortlist finds more of the exact top `k` and costs latency: on uniformly
+    /// random 1,536-dimensional vectors, the hardest case, 10,000 of them indexed with
+    /// pgvector's defaults gave recall@10 of 0.66 at 200, 0.86 at 400 and 0.97 at 800
+    /// (issue 13's figures test, `figures_of_hnsw_build_and_recall_at_scale`).
+    pub hnsw_ef_search: usize,
 }
 
 impl Default for PostgresMemoryOptions {
@@ -161,6 +172,7 @@ impl Default for PostgresMemoryOptions {
             namespace: Namespace::default(),
             vector_index: true,
             hnsw_min_messages: 10_000,
+            hnsw_ef_search: DEFAULT_EF_SEARCH,
         }
     }
 }
@@ -191,6 +203,8 @@ pub struct PostgresMemoryStore {
     indexed: Mutex<HashSet<usize>>,
     /// [`PostgresMemoryOptions::hnsw_min_messages`].
     hnsw_min_messages: usize,
+    /// [`PostgresMemoryOptions::hnsw_ef_search`].
+    hnsw_ef_search: usize,
     /// How many recalls the HNSW path answered.
     index_recalls: AtomicU64,
 }
@@ -268,6 +282,7 @@ impl PostgresMemoryStore {
             vector,
             indexed: Mutex::new(HashSet::new()),
             hnsw_min_messages: options.hnsw_min_messages,
+            hnsw_ef_search: options.hnsw_ef_search,
             index_recalls: AtomicU64::new(0),
         }))
     }
@@ -1173,7 +1188,10 @@ impl Backend for PostgresMemory {
             return Ok(None);
         };
         // `ef_search` bounds the shortlist; pgvector accepts 1 to 1,000.
-        let ef = (k.saturating_mul(20)).clamp(200, 1000);
+        let ef = k
+            .saturating_mul(20)
+            .max(self.store.hnsw_ef_search)
+            .clamp(1, 1000);
         if k == 0 || k > ef || dim > HNSW_MAX_DIM || query_norm == 0.0 {
             return Ok(None);
         }
