@@ -1240,6 +1240,11 @@ impl Backend for PostgresMemory {
         // is chosen only when its predicate appears literally).
         tx.batch_execute(&format!("SET LOCAL hnsw.ef_search = {ef}"))
             .map_err(pg_error)?;
+        // The index searches `ef` candidates (that is what finds the true neighbours), but only
+        // the closest of them by pgvector's own cosine distance, over the same `f32`s, are read
+        // and re-scored exactly: the exact kernel reorders near-ties, not the far end of a long
+        // shortlist, and each row read is a 6 KiB embedding at 1,536 dimensions.
+        let rescored = k.saturating_mul(5).max(100).min(ef);
         let rows = tx
             .query(
                 &format!(
@@ -1249,7 +1254,7 @@ impl Backend for PostgresMemory {
                             WHERE k.thread_id = m.thread_id AND k.msg_id = m.msg_id
                               AND k.mark = $2))
                      ORDER BY m.embedding_v::vector({dim}) <=> $3::vector({dim})
-                     LIMIT {ef}"
+                     LIMIT {rescored}"
                 ),
                 &[&thread_id, &mark, &vector],
             )
