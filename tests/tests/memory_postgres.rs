@@ -877,7 +877,7 @@ fn figures_of_hnsw_build_and_recall_at_scale() {
         )
         .unwrap_or_else(|e| panic!("{e:?}"));
     eprintln!("{n} vectors generated in {:?}", started.elapsed());
-    for (m, ef_construction) in [(32, 128)] {
+    for (m, ef_construction) in [(16, 64), (32, 128)] {
         client.batch_execute("DROP INDEX IF EXISTS v_hnsw").unwrap();
         let started = Instant::now();
         client
