@@ -361,6 +361,53 @@ fn oversized_bodies_get_413() {
     assert!(reply.error().starts_with("Failed to decode JSON object"));
 }
 
+/// A client that keeps writing a refused body gets the 413, never a reset or a broken pipe:
+/// the host reads on and discards the rest (docs/limits.md). Before, the host closed the
+/// connection with the body unread, and the client's writes failed.
+#[test]
+fn a_refused_body_still_being_sent_gets_its_413_not_a_reset() {
+    let small = Server::start(
+        fixture_sources(),
+        HostOptions {
+            max_body_bytes: 1000,
+            ..HostOptions::default()
+        },
+    );
+    for declared in [true, false] {
+        let mut stream = TcpStream::connect(small.addr).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        let head: &[u8] = if declared {
+            b"POST / HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 4000000\r\n\r\n"
+        } else {
+            b"POST / HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+        };
+        stream.write_all(head).unwrap();
+        // Let the answer come (and, before the fix, the connection close) before the body.
+        std::thread::sleep(Duration::from_millis(300));
+        let chunk = vec![b' '; 40_000];
+        for _ in 0..100 {
+            if declared {
+                stream.write_all(&chunk).unwrap();
+            } else {
+                stream
+                    .write_all(format!("{:x}\r\n", chunk.len()).as_bytes())
+                    .unwrap();
+                stream.write_all(&chunk).unwrap();
+                stream.write_all(b"\r\n").unwrap();
+            }
+        }
+        if !declared {
+            stream.write_all(b"0\r\n\r\n").unwrap();
+        }
+        let mut buf = [0u8; 4096];
+        let n = stream.read(&mut buf).unwrap();
+        let reply = String::from_utf8_lossy(&buf[..n]);
+        assert!(reply.starts_with("HTTP/1.1 413"), "{reply}");
+    }
+}
+
 #[test]
 fn a_body_that_does_not_arrive_gets_408() {
     let server = Server::start(

@@ -2,6 +2,7 @@
 
 use std::future::poll_fn;
 use std::pin::Pin;
+use std::time::Duration;
 
 use axum::body::{Body, HttpBody};
 use axum::extract::{FromRequest, Multipart, Request};
@@ -60,21 +61,23 @@ fn content_length(headers: &HeaderMap) -> Option<u64> {
 pub(crate) async fn read_args(
     req: Request,
     max_bytes: usize,
-    timeout: std::time::Duration,
+    timeout: Duration,
     reservation: &mut BodyReservation<'_>,
 ) -> Result<Map<String, Value>, ApiError> {
     let declared = content_length(req.headers());
     if declared.is_some_and(|n| n > max_bytes as u64) {
+        linger(req.into_body(), timeout);
         return Err(ApiError::too_large());
     }
     let kind = body_kind(req.headers());
     if kind == BodyKind::Ignored {
+        linger(req.into_body(), timeout);
         return Ok(Map::new());
     }
     let (parts, body) = req.into_parts();
     let bytes = tokio::time::timeout(
         timeout,
-        read_limited(body, max_bytes, declared, reservation),
+        read_limited(body, max_bytes, declared, reservation, timeout),
     )
     .await
     .map_err(|_| ApiError::body_timeout())??;
@@ -90,12 +93,13 @@ pub(crate) async fn read_args(
 /// bodies, or a `Content-Length` that understates the body). Nothing is allocated before the
 /// first byte arrives, so a client that declares 2 MiB and sends nothing holds nothing; then
 /// the buffer takes the declared length (or doubles, for chunked bodies), and each allocation
-/// is covered by `reservation` first.
+/// is covered by `reservation` first. A body refused part-way is left to [`linger`].
 async fn read_limited(
     mut body: Body,
     max_bytes: usize,
     declared: Option<u64>,
     reservation: &mut BodyReservation<'_>,
+    timeout: Duration,
 ) -> Result<Vec<u8>, ApiError> {
     let declared = declared.map_or(0, |n| usize::try_from(n).unwrap_or(usize::MAX));
     let mut buf = Vec::new();
@@ -105,6 +109,7 @@ async fn read_limited(
         if let Ok(data) = frame.into_data() {
             let len = buf.len() + data.len();
             if len > max_bytes {
+                linger(body, timeout);
                 return Err(ApiError::too_large());
             }
             if len > buf.capacity() {
@@ -117,6 +122,38 @@ async fn read_limited(
         }
     }
     Ok(buf)
+}
+
+/// How many bytes of a refused or ignored body are read and thrown away after the answer.
+const LINGER_BYTES: usize = 16 << 20;
+
+/// Reads and discards what is left of a body the host will not use (over the limit, or of a
+/// media type it ignores), for at most `timeout` and [`LINGER_BYTES`], on a task of its own.
+///
+/// Why: the answer (413, or the result) is sent at once, but a client is often still writing
+/// its body. Closing the connection with the body unread makes the kernel reset it, and the
+/// client then sees a broken pipe or a reset instead of the answer already sent to it
+/// (docs/limits.md). Reading on keeps the connection orderly; nothing read is kept, so the
+/// memory held is one frame, and the bounds stop a client that never finishes.
+fn linger(mut body: Body, timeout: Duration) {
+    if body.is_end_stream() {
+        return;
+    }
+    let drain = async move {
+        let mut seen = 0usize;
+        while let Some(Ok(frame)) = poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await {
+            if let Ok(data) = frame.into_data() {
+                seen = seen.saturating_add(data.len());
+                if seen > LINGER_BYTES {
+                    break;
+                }
+            }
+        }
+    };
+    tokio::spawn(async move {
+        // Running out of time only ends the draining; the connection then closes.
+        let _ = tokio::time::timeout(timeout, drain).await;
+    });
 }
 
 fn json_args(bytes: &[u8]) -> Result<Map<String, Value>, ApiError> {
