@@ -93,7 +93,8 @@ pub(crate) async fn read_args(
 /// bodies, or a `Content-Length` that understates the body). Nothing is allocated before the
 /// first byte arrives, so a client that declares 2 MiB and sends nothing holds nothing; then
 /// the buffer takes the declared length (or doubles, for chunked bodies), and each allocation
-/// is covered by `reservation` first. A body refused part-way is left to [`linger`].
+/// is covered by `reservation` first. A body refused part-way (too large, or no room in the
+/// budget) is left to [`linger`].
 async fn read_limited(
     mut body: Body,
     max_bytes: usize,
@@ -115,7 +116,10 @@ async fn read_limited(
             if len > buf.capacity() {
                 // Doubling keeps the copies few; the budget covers the whole allocation.
                 let capacity = len.max(declared).max(buf.capacity() * 2).min(max_bytes);
-                reservation.cover(capacity).await?;
+                if let Err(full) = reservation.cover(capacity).await {
+                    linger(body, timeout);
+                    return Err(full);
+                }
                 buf.reserve_exact(capacity - buf.len());
             }
             buf.extend_from_slice(&data);
