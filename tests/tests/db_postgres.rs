@@ -517,3 +517,173 @@ fn the_vector_extension_is_unavailable_to_a_user_who_may_not_create_it() {
             .is_available()
     );
 }
+
+/// `postgres::open`, the one way the stores open: it connects, migrates every schema given (in
+/// order), is idempotent, and refuses a database from a newer build with the error that says so.
+#[test]
+fn open_connects_and_migrates_every_schema() {
+    static OTHER: Schema = Schema {
+        component: "other",
+        table: "other_schema",
+        key_column: "singleton",
+        migrations: &[Migration {
+            version: 1,
+            sql: "CREATE TABLE other_things (id BIGINT PRIMARY KEY);",
+        }],
+    };
+    let server = require_postgres!();
+    let url = fresh(server, "open helper");
+    let pool = postgres::open(&url, Settings::default(), &[&NOTES_V3, &OTHER])
+        .unwrap_or_else(|error| panic!("{error}"));
+    let mut client = pool.get().unwrap();
+    for schema in [&NOTES_V3, &OTHER] {
+        let version = postgres::schema_version(&mut client, pool.target(), schema).unwrap();
+        assert_eq!(version, Some(schema.version()), "{}", schema.component);
+    }
+    drop(client);
+    // Again: nothing to do.
+    let again = postgres::open(&url, Settings::default(), &[&NOTES_V3, &OTHER]).unwrap();
+    assert_eq!(again.migrate(&NOTES_V3).unwrap(), Migrated::Current);
+    // An older build meets the newer database.
+    let error = postgres::open(&url, Settings::default(), &[&prefix(2)]).unwrap_err();
+    assert!(matches!(error, DbError::PgSchemaTooNew { .. }), "{error}");
+    let error = postgres::open("mysql://u@h/db", Settings::default(), &[&NOTES_V3]).unwrap_err();
+    assert!(matches!(error, DbError::BadUrl { .. }), "{error}");
+}
+
+/// How many statements with exactly `sql` the server holds prepared in `client`'s session.
+fn prepared_on_server(client: &mut ::postgres::Client, sql: &str) -> i64 {
+    client
+        .query_one(
+            "SELECT count(*) FROM pg_prepared_statements WHERE statement = $1",
+            &[&sql],
+        )
+        .unwrap_or_else(|error| panic!("{error}"))
+        .get(0)
+}
+
+/// A cached statement is prepared once per connection, whatever the number of checkouts and
+/// transactions, and gives the same results as the SQL sent as text.
+#[test]
+fn statements_are_prepared_once_per_connection() {
+    const ADD: &str = "SELECT $1::int8 + 1";
+    const TWICE: &str = "SELECT $1::int8 * 2";
+    let server = require_postgres!();
+    let url = fresh(server, "statement cache");
+    let pool = pool(
+        &url,
+        Settings {
+            pool_size: 1,
+            ..Settings::default()
+        },
+    );
+    for i in 0..5_i64 {
+        let mut client = pool.get().unwrap();
+        let statement = client.prepare_cached(ADD).unwrap();
+        let cached: i64 = client.query_one(&statement, &[&i]).unwrap().get(0);
+        let text: i64 = client.query_one(ADD, &[&i]).unwrap().get(0);
+        assert_eq!((cached, text), (i + 1, i + 1));
+        assert_eq!(client.statements_prepared(), 1, "checkout {i}");
+        assert_eq!(client.cached_statements(), 1);
+    }
+    let mut client = pool.get().unwrap();
+    assert_eq!(prepared_on_server(&mut client, ADD), 1);
+
+    // Inside a transaction: a cached statement is reused, and one prepared in a transaction
+    // that rolls back stays valid (protocol-level statements are not transactional).
+    {
+        let mut tx = client.transaction_cached().unwrap();
+        let add = tx.prepare_cached(ADD).unwrap();
+        let twice = tx.prepare_cached(TWICE).unwrap();
+        let sum: i64 = tx.query_one(&add, &[&20_i64]).unwrap().get(0);
+        let product: i64 = tx.query_one(&twice, &[&20_i64]).unwrap().get(0);
+        assert_eq!((sum, product), (21, 40));
+        // Dropped: rolled back.
+    }
+    assert_eq!(client.statements_prepared(), 2);
+    let twice = client.prepare_cached(TWICE).unwrap();
+    let product: i64 = client.query_one(&twice, &[&7_i64]).unwrap().get(0);
+    assert_eq!(product, 14);
+    assert_eq!(client.statements_prepared(), 2);
+    assert_eq!(prepared_on_server(&mut client, TWICE), 1);
+}
+
+/// A connection that broke is discarded with its statements: the one replacing it starts with
+/// an empty cache and prepares afresh (the old statements would not exist in its session).
+#[test]
+fn a_replaced_connection_gets_a_fresh_statement_cache() {
+    const SQL: &str = "SELECT $1::text || '!'";
+    let server = require_postgres!();
+    let url = fresh(server, "statement cache broken");
+    let pool = pool(
+        &url,
+        Settings {
+            pool_size: 1,
+            validate_after: Duration::ZERO,
+            ..Settings::default()
+        },
+    );
+    let mut admin = server.connect("postgres").unwrap();
+    let mut client = pool.get().unwrap();
+    let statement = client.prepare_cached(SQL).unwrap();
+    let shout: String = client.query_one(&statement, &[&"hi"]).unwrap().get(0);
+    assert_eq!(shout, "hi!");
+    let first = backend_pid(&mut client);
+    drop(client);
+    let _: bool = admin
+        .query_one("SELECT pg_terminate_backend($1)", &[&first])
+        .unwrap()
+        .get(0);
+    thread::sleep(Duration::from_millis(100));
+
+    let mut client = pool.get().unwrap();
+    assert_ne!(backend_pid(&mut client), first);
+    assert_eq!(client.cached_statements(), 0);
+    assert_eq!(client.statements_prepared(), 0);
+    let statement = client.prepare_cached(SQL).unwrap();
+    let shout: String = client.query_one(&statement, &[&"again"]).unwrap().get(0);
+    assert_eq!(shout, "again!");
+    assert_eq!(client.statements_prepared(), 1);
+    assert_eq!(prepared_on_server(&mut client, SQL), 1);
+}
+
+/// The cache holds at most `STATEMENT_CACHE_SIZE` statements; the least recently used one is
+/// closed on the server beyond that, and one still in use survives.
+#[test]
+fn the_statement_cache_is_bounded() {
+    let server = require_postgres!();
+    let url = fresh(server, "statement cache bound");
+    let pool = pool(&url, Settings::default());
+    let mut client = pool.get().unwrap();
+    let extra = 5;
+    let sqls: Vec<&'static str> = (0..postgres::STATEMENT_CACHE_SIZE + extra)
+        .map(|i| &*Box::leak(format!("SELECT {i}::int8 + $1::int8").into_boxed_str()))
+        .collect();
+    let kept = sqls.first().copied().unwrap();
+    for sql in &sqls {
+        client.prepare_cached(sql).unwrap();
+        // The first statement is used again and again: never the least recently used.
+        client.prepare_cached(kept).unwrap();
+    }
+    assert_eq!(client.cached_statements(), postgres::STATEMENT_CACHE_SIZE);
+    assert_eq!(
+        client.statements_prepared(),
+        (postgres::STATEMENT_CACHE_SIZE + extra) as u64
+    );
+    let on_server: i64 = client
+        .query_one(
+            "SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE 'SELECT % + $1::int8'",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(on_server, postgres::STATEMENT_CACHE_SIZE as i64);
+    assert_eq!(prepared_on_server(&mut client, kept), 1);
+    // The evicted ones are the oldest others.
+    for sql in sqls.get(1..=extra).unwrap() {
+        assert_eq!(prepared_on_server(&mut client, sql), 0, "{sql}");
+    }
+    let statement = client.prepare_cached(kept).unwrap();
+    let value: i64 = client.query_one(&statement, &[&1_i64]).unwrap().get(0);
+    assert_eq!(value, 1);
+}

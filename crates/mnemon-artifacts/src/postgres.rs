@@ -19,9 +19,10 @@
 //! every record carries it and every statement binds it, so no call through the handle reads,
 //! lists or deletes another namespace's records, and the same id may exist in two namespaces.
 //!
-//! **Statements** are sent with their parameters and their types in one round trip (the
-//! extended protocol's unnamed statement: `query_typed`), rather than prepared by name first,
-//! which would cost a round trip more per call; parameters are always bound.
+//! **Statements** are constant SQL texts, prepared once per pooled connection and kept in the
+//! connection's statement cache (`mnemon_db::postgres::PooledClient::prepare_cached`): after a
+//! connection's first call, a save, get, latest, list or delete only binds and executes.
+//! Parameters are always bound, never formatted into SQL text.
 //!
 //! **Saves.** A save is one transaction that returns after `COMMIT`. A save with content in a
 //! backend first takes a transaction-scoped advisory lock on its backend and storage id
@@ -35,7 +36,7 @@ use mnemon_db::{DbError, Durability, Migration, Namespace, Schema};
 use mnemon_types::{Artifact, StorageLocation, artifact::Timestamp};
 use postgres::Row;
 use postgres::error::SqlState;
-use postgres::types::{ToSql, Type};
+use postgres::types::ToSql;
 use uuid::Uuid;
 
 use crate::store::check_required;
@@ -90,8 +91,51 @@ CREATE INDEX artifact_records_by_key ON artifact_records (namespace, scope, key,
 CREATE INDEX artifact_records_by_type ON artifact_records (namespace, scope, artifact_type, seq);
 ";
 
-const COLUMNS: &str = "id, key, artifact_type, name, description, storage_backend, storage_id, \
-                       data, scope, created_at";
+/// The columns [`read_row`] decodes, in its order: a macro so that the statements below are
+/// constant texts (`concat!`), which the statement cache keys on.
+macro_rules! columns {
+    () => {
+        "id, key, artifact_type, name, description, storage_backend, storage_id, data, scope, \
+         created_at"
+    };
+}
+
+const INSERT: &str = concat!(
+    "INSERT INTO artifact_records (",
+    columns!(),
+    ", namespace) VALUES ($1::text, $2::bytea, $3::bytea, $4::bytea, $5::bytea, $6::bytea, \
+     $7::bytea, $8::text, $9::bytea, $10::text, $11::text) RETURNING seq"
+);
+
+const LOCK_STORAGE: &str = "SELECT pg_advisory_xact_lock($1::int8)";
+
+const GET: &str = concat!(
+    "SELECT ",
+    columns!(),
+    " FROM artifact_records WHERE namespace = $1::text AND id = $2::text"
+);
+
+const LATEST: &str = concat!(
+    "SELECT ",
+    columns!(),
+    " FROM artifact_records WHERE namespace = $1::text AND scope = $2::bytea \
+     AND key = $3::bytea ORDER BY seq DESC LIMIT 1"
+);
+
+const LIST: &str = concat!(
+    "SELECT ",
+    columns!(),
+    " FROM artifact_records WHERE namespace = $1::text AND scope = $2::bytea ORDER BY seq"
+);
+
+const LIST_OF_TYPE: &str = concat!(
+    "SELECT ",
+    columns!(),
+    " FROM artifact_records WHERE namespace = $1::text AND scope = $2::bytea \
+     AND artifact_type = $3::bytea ORDER BY seq"
+);
+
+const DELETE: &str = "DELETE FROM artifact_records WHERE namespace = $1::text AND id = $2::text";
 
 /// Options for [`PostgresArtifactStore::open`].
 #[derive(Debug, Clone)]
@@ -146,8 +190,7 @@ impl PostgresArtifactStore {
             pool_size: options.pool_size,
             ..Settings::default()
         };
-        let pool = Pool::connect(url, settings).map_err(db_error)?;
-        pool.migrate(&SCHEMA).map_err(db_error)?;
+        let pool = pg::open(url, settings, &[&SCHEMA]).map_err(db_error)?;
         Ok(PostgresArtifactStore {
             pool,
             namespace: options.namespace,
@@ -164,15 +207,17 @@ impl PostgresArtifactStore {
         move |e| db_error(pg::error(&e, self.pool.target(), action))
     }
 
+    /// The records `sql` (a cached statement) selects with `params`.
     fn query_many(
         &self,
-        sql: &str,
-        params: &[(&(dyn ToSql + Sync), Type)],
+        sql: &'static str,
+        params: &[&(dyn ToSql + Sync)],
         action: &'static str,
     ) -> Result<Vec<Artifact>, ArtifactError> {
         let mut client = self.pool.get().map_err(db_error)?;
         let rows = client
-            .query_typed(sql, params)
+            .prepare_cached(sql)
+            .and_then(|statement| client.query(&statement, params))
             .map_err(self.failed(action))?;
         rows.iter().map(read_row).collect()
     }
@@ -271,40 +316,33 @@ impl ArtifactStore for PostgresArtifactStore {
             .transpose()
             .map_err(ArtifactError::ContentEncoding)?;
         let mut client = self.pool.get().map_err(db_error)?;
-        let mut tx = client.transaction().map_err(self.failed(ACTION))?;
+        let mut tx = client.transaction_cached().map_err(self.failed(ACTION))?;
         if let Some(location) = &artifact.storage {
             // Held until the commit: see the module docs.
-            tx.execute_typed(
-                "SELECT pg_advisory_xact_lock($1)",
-                &[(&storage_lock_key(location), Type::INT8)],
-            )
-            .map_err(self.failed("locking the artifact's storage id"))?;
+            const LOCKING: &str = "locking the artifact's storage id";
+            let lock = tx
+                .prepare_cached(LOCK_STORAGE)
+                .map_err(self.failed(LOCKING))?;
+            tx.execute(&lock, &[&storage_lock_key(location)])
+                .map_err(self.failed(LOCKING))?;
         }
         // A failed write drops the transaction, which rolls it back: nothing is stored.
         write_content()?;
-        let inserted = tx.query_typed_one(
-            &format!(
-                "INSERT INTO artifact_records ({COLUMNS}, namespace) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) RETURNING seq"
-            ),
+        let insert = tx.prepare_cached(INSERT).map_err(self.failed(ACTION))?;
+        let inserted = tx.query_one(
+            &insert,
             &[
-                (&artifact.id.to_string(), Type::TEXT),
-                (&artifact.key.as_bytes(), Type::BYTEA),
-                (&artifact.artifact_type.as_bytes(), Type::BYTEA),
-                (&artifact.name.as_bytes(), Type::BYTEA),
-                (&artifact.description.as_bytes(), Type::BYTEA),
-                (
-                    &artifact.storage.as_ref().map(|s| s.backend.as_bytes()),
-                    Type::BYTEA,
-                ),
-                (
-                    &artifact.storage.as_ref().map(|s| s.id.as_bytes()),
-                    Type::BYTEA,
-                ),
-                (&data, Type::TEXT),
-                (&artifact.scope.as_bytes(), Type::BYTEA),
-                (&artifact.created_at.to_string(), Type::TEXT),
-                (&self.namespace.as_str(), Type::TEXT),
+                &artifact.id.to_string(),
+                &artifact.key.as_bytes(),
+                &artifact.artifact_type.as_bytes(),
+                &artifact.name.as_bytes(),
+                &artifact.description.as_bytes(),
+                &artifact.storage.as_ref().map(|s| s.backend.as_bytes()),
+                &artifact.storage.as_ref().map(|s| s.id.as_bytes()),
+                &data,
+                &artifact.scope.as_bytes(),
+                &artifact.created_at.to_string(),
+                &self.namespace.as_str(),
             ],
         );
         let seq: i64 = match inserted {
@@ -325,11 +363,8 @@ impl ArtifactStore for PostgresArtifactStore {
 
     fn get(&self, id: Uuid) -> Result<Option<Artifact>, ArtifactError> {
         let mut found = self.query_many(
-            &format!("SELECT {COLUMNS} FROM artifact_records WHERE namespace = $1 AND id = $2"),
-            &[
-                (&self.namespace.as_str(), Type::TEXT),
-                (&id.to_string(), Type::TEXT),
-            ],
+            GET,
+            &[&self.namespace.as_str(), &id.to_string()],
             "reading an artifact",
         )?;
         Ok(found.pop())
@@ -337,15 +372,8 @@ impl ArtifactStore for PostgresArtifactStore {
 
     fn latest(&self, scope: &str, key: &str) -> Result<Option<Artifact>, ArtifactError> {
         let mut found = self.query_many(
-            &format!(
-                "SELECT {COLUMNS} FROM artifact_records \
-                 WHERE namespace = $1 AND scope = $2 AND key = $3 ORDER BY seq DESC LIMIT 1"
-            ),
-            &[
-                (&self.namespace.as_str(), Type::TEXT),
-                (&scope.as_bytes(), Type::BYTEA),
-                (&key.as_bytes(), Type::BYTEA),
-            ],
+            LATEST,
+            &[&self.namespace.as_str(), &scope.as_bytes(), &key.as_bytes()],
             "looking up the latest artifact",
         )?;
         Ok(found.pop())
@@ -359,38 +387,21 @@ impl ArtifactStore for PostgresArtifactStore {
         let ns = self.namespace.as_str();
         match artifact_type {
             Some(t) => self.query_many(
-                &format!(
-                    "SELECT {COLUMNS} FROM artifact_records \
-                     WHERE namespace = $1 AND scope = $2 AND artifact_type = $3 ORDER BY seq"
-                ),
-                &[
-                    (&ns, Type::TEXT),
-                    (&scope.as_bytes(), Type::BYTEA),
-                    (&t.as_bytes(), Type::BYTEA),
-                ],
+                LIST_OF_TYPE,
+                &[&ns, &scope.as_bytes(), &t.as_bytes()],
                 "listing artifacts",
             ),
-            None => self.query_many(
-                &format!(
-                    "SELECT {COLUMNS} FROM artifact_records \
-                     WHERE namespace = $1 AND scope = $2 ORDER BY seq"
-                ),
-                &[(&ns, Type::TEXT), (&scope.as_bytes(), Type::BYTEA)],
-                "listing artifacts",
-            ),
+            None => self.query_many(LIST, &[&ns, &scope.as_bytes()], "listing artifacts"),
         }
     }
 
     fn delete(&self, id: Uuid) -> Result<bool, ArtifactError> {
         let mut client = self.pool.get().map_err(db_error)?;
         let removed = client
-            .execute_typed(
-                "DELETE FROM artifact_records WHERE namespace = $1 AND id = $2",
-                &[
-                    (&self.namespace.as_str(), Type::TEXT),
-                    (&id.to_string(), Type::TEXT),
-                ],
-            )
+            .prepare_cached(DELETE)
+            .and_then(|statement| {
+                client.execute(&statement, &[&self.namespace.as_str(), &id.to_string()])
+            })
             .map_err(self.failed("deleting an artifact"))?;
         Ok(removed > 0)
     }

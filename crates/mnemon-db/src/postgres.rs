@@ -80,7 +80,7 @@ use ::postgres::config::Host;
 use ::postgres::error::SqlState;
 use ::postgres::{Client, Config, GenericClient, NoTls};
 
-pub use pool::{Pool, PooledClient};
+pub use pool::{CachedTransaction, Pool, PooledClient, STATEMENT_CACHE_SIZE};
 
 pub use crate::schema::{Migration, Schema};
 use crate::{DbError, Durability};
@@ -113,6 +113,54 @@ impl Default for Settings {
             validate_after: Duration::from_secs(5),
         }
     }
+}
+
+/// Opens a store's pool: parses `url`, opens the first connection with `settings` (so a bad
+/// URL, a refused login, an unreachable server or a missing database fails here, with the
+/// [`DbError`] that names it), then brings each of `schemas` to its current version, in order,
+/// under its advisory lock ([`migrate`]; a database from a newer build is refused with
+/// [`DbError::PgSchemaTooNew`]). Each migration that changed something is logged at `info`
+/// (target `mnemon_db::postgres`), one already current at `debug`. This is the one way the
+/// PostgreSQL stores open (`docs/postgres.md`), so they agree on connecting, durability and
+/// migrating.
+///
+/// ```no_run
+/// use mnemon_db::postgres::{self, Settings};
+/// use mnemon_db::{Migration, Schema};
+///
+/// static NOTES: Schema = Schema {
+///     component: "note",
+///     table: "note_schema",
+///     key_column: "singleton",
+///     migrations: &[Migration {
+///         version: 1,
+///         sql: "CREATE TABLE note_notes (id BIGSERIAL PRIMARY KEY, body TEXT NOT NULL);",
+///     }],
+/// };
+///
+/// let pool = postgres::open("postgres://mnemon@127.0.0.1/mnemon", Settings::default(), &[&NOTES])?;
+/// # Ok::<(), mnemon_db::DbError>(())
+/// ```
+pub fn open(url: &str, settings: Settings, schemas: &[&Schema]) -> Result<Pool, DbError> {
+    let pool = Pool::connect(url, settings)?;
+    for schema in schemas {
+        match pool.migrate(schema)? {
+            Migrated::Current => tracing::debug!(
+                target: "mnemon_db::postgres",
+                database = pool.target(),
+                component = schema.component,
+                version = schema.version(),
+                "schema current"
+            ),
+            Migrated::Applied { from, to } => tracing::info!(
+                target: "mnemon_db::postgres",
+                database = pool.target(),
+                component = schema.component,
+                "schema migrated from version {from} to {to}"
+            ),
+        }
+    }
+    Ok(pool)
 }
 
 /// The `synchronous_commit` setting for a durability.

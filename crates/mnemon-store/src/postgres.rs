@@ -16,10 +16,11 @@
 //! namespace leads every key and every statement binds it, so no call through the handle reads,
 //! lists, resolves or deletes another namespace's assets.
 //!
-//! **Statements.** Every statement is sent with its parameters and their types in one round
-//! trip (the extended protocol's unnamed statement: `query_typed`), rather than prepared by
-//! name first, which would cost a round trip more per call: parameters are always bound, never
-//! formatted into SQL text.
+//! **Statements.** Every statement is a constant SQL text, prepared once per pooled connection
+//! and kept in the connection's statement cache (`mnemon_db::postgres::PooledClient::
+//! prepare_cached`): after a connection's first call, a put, get, delete, list or meta only
+//! binds and executes, without the server parsing and planning the text again. Parameters are
+//! always bound, never formatted into SQL text.
 //!
 //! **Writes.** A put or a batch is one transaction of three statements whatever its size: the
 //! asset rows are upserted from arrays (`UNNEST`, in id order), which locks them, so that
@@ -149,8 +150,7 @@ impl PostgresAssetStore {
             pool_size: options.pool_size,
             ..Settings::default()
         };
-        let pool = Pool::connect(url, settings).map_err(db_error)?;
-        pool.migrate(&SCHEMA).map_err(db_error)?;
+        let pool = pg::open(url, settings, &[&SCHEMA]).map_err(db_error)?;
         Ok(PostgresAssetStore {
             pool,
             codecs: options.codecs,
@@ -228,50 +228,72 @@ impl PostgresAssetStore {
         let ns = self.namespace.as_str();
         let mut client = self.client()?;
         let mut tx = client
-            .transaction()
+            .transaction_cached()
             .map_err(self.failed("starting a write"))?;
-        tx.execute_typed(
-            "INSERT INTO asset_assets (namespace, asset_id, asset_type, skeleton, meta, leaf_count)
-             SELECT $1, * FROM UNNEST($2::bytea[], $3::bytea[], $4::text[], $5::text[],
-               $6::int8[])
-             ON CONFLICT (namespace, asset_id) DO UPDATE SET asset_type = excluded.asset_type,
-               skeleton = excluded.skeleton, meta = excluded.meta,
-               leaf_count = excluded.leaf_count",
-            &[
-                (&ns, Type::TEXT),
-                (&ids, Type::BYTEA_ARRAY),
-                (&types, Type::BYTEA_ARRAY),
-                (&skeletons, Type::TEXT_ARRAY),
-                (&metas, Type::TEXT_ARRAY),
-                (&counts, Type::INT8_ARRAY),
-            ],
-        )
-        .map_err(self.failed("writing assets"))?;
-        tx.execute_typed(
-            "DELETE FROM asset_leaves WHERE namespace = $1 AND asset_id = ANY($2)",
-            &[(&ns, Type::TEXT), (&ids, Type::BYTEA_ARRAY)],
-        )
-        .map_err(self.failed("replacing an asset's leaves"))?;
+        let upsert = tx
+            .prepare_typed_cached(UPSERT_ASSETS, &[Type::TEXT])
+            .map_err(self.failed("writing assets"))?;
+        tx.execute(&upsert, &[&ns, &ids, &types, &skeletons, &metas, &counts])
+            .map_err(self.failed("writing assets"))?;
+        let delete = tx
+            .prepare_cached(DELETE_LEAVES_OF)
+            .map_err(self.failed("replacing an asset's leaves"))?;
+        tx.execute(&delete, &[&ns, &ids])
+            .map_err(self.failed("replacing an asset's leaves"))?;
         if !leaf_ids.is_empty() {
-            tx.execute_typed(
-                "INSERT INTO asset_leaves (namespace, asset_id, seq, path, kind, type_name, data)
-                 SELECT $1, * FROM UNNEST($2::bytea[], $3::int8[], $4::bytea[], $5::text[],
-                   $6::bytea[], $7::bytea[])",
-                &[
-                    (&ns, Type::TEXT),
-                    (&leaf_ids, Type::BYTEA_ARRAY),
-                    (&seqs, Type::INT8_ARRAY),
-                    (&paths, Type::BYTEA_ARRAY),
-                    (&kinds, Type::TEXT_ARRAY),
-                    (&type_names, Type::BYTEA_ARRAY),
-                    (&data, Type::BYTEA_ARRAY),
-                ],
+            let insert = tx
+                .prepare_typed_cached(INSERT_LEAVES, &[Type::TEXT])
+                .map_err(self.failed("writing asset leaves"))?;
+            tx.execute(
+                &insert,
+                &[&ns, &leaf_ids, &seqs, &paths, &kinds, &type_names, &data],
             )
             .map_err(self.failed("writing asset leaves"))?;
         }
         tx.commit().map_err(self.failed("committing"))
     }
 }
+
+/// Upserts the asset rows of a write, from arrays (`$1` the namespace; then ids, types,
+/// skeletons, metas and leaf counts).
+const UPSERT_ASSETS: &str = "
+INSERT INTO asset_assets (namespace, asset_id, asset_type, skeleton, meta, leaf_count)
+SELECT $1, * FROM UNNEST($2::bytea[], $3::bytea[], $4::text[], $5::text[], $6::int8[])
+ON CONFLICT (namespace, asset_id) DO UPDATE SET asset_type = excluded.asset_type,
+  skeleton = excluded.skeleton, meta = excluded.meta, leaf_count = excluded.leaf_count";
+
+/// Deletes the leaves of the assets `$2` (an array of ids) in namespace `$1`.
+const DELETE_LEAVES_OF: &str =
+    "DELETE FROM asset_leaves WHERE namespace = $1 AND asset_id = ANY($2::bytea[])";
+
+/// Inserts the leaves of a write, from arrays (`$1` the namespace).
+const INSERT_LEAVES: &str = "
+INSERT INTO asset_leaves (namespace, asset_id, seq, path, kind, type_name, data)
+SELECT $1, * FROM UNNEST($2::bytea[], $3::int8[], $4::bytea[], $5::text[], $6::bytea[],
+  $7::bytea[])";
+
+/// An asset's skeleton and leaves in one statement (a row per leaf, none without leaves).
+const GET: &str = "
+SELECT a.skeleton, l.path, l.kind, l.type_name, l.data
+FROM asset_assets a LEFT JOIN asset_leaves l
+  ON l.namespace = a.namespace AND l.asset_id = a.asset_id
+WHERE a.namespace = $1::text AND a.asset_id = $2::bytea
+ORDER BY l.seq";
+
+const DELETE_ASSET: &str =
+    "DELETE FROM asset_assets WHERE namespace = $1::text AND asset_id = $2::bytea";
+
+const DELETE_LEAVES: &str =
+    "DELETE FROM asset_leaves WHERE namespace = $1::text AND asset_id = $2::bytea";
+
+const LIST_IDS: &str =
+    "SELECT asset_id FROM asset_assets WHERE namespace = $1::text ORDER BY asset_id";
+
+const LIST_IDS_OF_TYPE: &str = "SELECT asset_id FROM asset_assets \
+     WHERE namespace = $1::text AND asset_type = $2::bytea ORDER BY asset_id";
+
+const META: &str =
+    "SELECT meta FROM asset_assets WHERE namespace = $1::text AND asset_id = $2::bytea";
 
 /// The store error for a `mnemon-db` failure: a newer schema keeps its own variant; the rest
 /// carry `mnemon-db`'s message, which says what to fix (bad URL, auth refused, server gone).
@@ -324,16 +346,10 @@ impl AssetStore for PostgresAssetStore {
         let id = asset_id.as_bytes();
         // One statement, so the skeleton and its leaves come from one snapshot without a
         // transaction's extra round trips: a row per leaf (none without leaves), in order.
-        let rows = self
-            .client()?
-            .query_typed(
-                "SELECT a.skeleton, l.path, l.kind, l.type_name, l.data
-                 FROM asset_assets a LEFT JOIN asset_leaves l
-                   ON l.namespace = a.namespace AND l.asset_id = a.asset_id
-                 WHERE a.namespace = $1 AND a.asset_id = $2
-                 ORDER BY l.seq",
-                &[(&ns, Type::TEXT), (&id, Type::BYTEA)],
-            )
+        let mut client = self.client()?;
+        let statement = client.prepare_cached(GET).map_err(self.failed(READ))?;
+        let rows = client
+            .query(&statement, &[&ns, &id])
             .map_err(self.failed(READ))?;
         let Some(first) = rows.first() else {
             return Ok(None);
@@ -365,20 +381,20 @@ impl AssetStore for PostgresAssetStore {
         let id = asset_id.as_bytes();
         let mut client = self.client()?;
         let mut tx = client
-            .transaction()
+            .transaction_cached()
             .map_err(self.failed("starting a delete"))?;
         // The asset row first: deleting it locks it, so a concurrent put of the id waits.
-        let removed = tx
-            .execute_typed(
-                "DELETE FROM asset_assets WHERE namespace = $1 AND asset_id = $2",
-                &[(&ns, Type::TEXT), (&id, Type::BYTEA)],
-            )
+        let delete_asset = tx
+            .prepare_cached(DELETE_ASSET)
             .map_err(self.failed("deleting an asset"))?;
-        tx.execute_typed(
-            "DELETE FROM asset_leaves WHERE namespace = $1 AND asset_id = $2",
-            &[(&ns, Type::TEXT), (&id, Type::BYTEA)],
-        )
-        .map_err(self.failed("deleting an asset"))?;
+        let removed = tx
+            .execute(&delete_asset, &[&ns, &id])
+            .map_err(self.failed("deleting an asset"))?;
+        let delete_leaves = tx
+            .prepare_cached(DELETE_LEAVES)
+            .map_err(self.failed("deleting an asset"))?;
+        tx.execute(&delete_leaves, &[&ns, &id])
+            .map_err(self.failed("deleting an asset"))?;
         tx.commit().map_err(self.failed("committing"))?;
         Ok(removed > 0)
     }
@@ -387,15 +403,12 @@ impl AssetStore for PostgresAssetStore {
         let ns = self.namespace.as_str();
         let mut client = self.client()?;
         let rows = match asset_type {
-            None => client.query_typed(
-                "SELECT asset_id FROM asset_assets WHERE namespace = $1 ORDER BY asset_id",
-                &[(&ns, Type::TEXT)],
-            ),
-            Some(t) => client.query_typed(
-                "SELECT asset_id FROM asset_assets WHERE namespace = $1 AND asset_type = $2
-                 ORDER BY asset_id",
-                &[(&ns, Type::TEXT), (&t.as_bytes(), Type::BYTEA)],
-            ),
+            None => client
+                .prepare_cached(LIST_IDS)
+                .and_then(|statement| client.query(&statement, &[&ns])),
+            Some(t) => client
+                .prepare_cached(LIST_IDS_OF_TYPE)
+                .and_then(|statement| client.query(&statement, &[&ns, &t.as_bytes()])),
         }
         .map_err(self.failed("listing assets"))?;
         rows.iter()
@@ -413,10 +426,8 @@ impl AssetStore for PostgresAssetStore {
         let ns = self.namespace.as_str();
         let mut client = self.client()?;
         let row = client
-            .query_typed_opt(
-                "SELECT meta FROM asset_assets WHERE namespace = $1 AND asset_id = $2",
-                &[(&ns, Type::TEXT), (&asset_id.as_bytes(), Type::BYTEA)],
-            )
+            .prepare_cached(META)
+            .and_then(|statement| client.query_opt(&statement, &[&ns, &asset_id.as_bytes()]))
             .map_err(self.failed("reading a meta"))?;
         let Some(row) = row else {
             return Ok(None);

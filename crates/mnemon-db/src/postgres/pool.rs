@@ -1,12 +1,26 @@
 //! A bounded pool of PostgreSQL connections (see the module docs of `postgres` for why it is
-//! written here).
+//! written here), each with its cache of prepared statements.
+//!
+//! **Prepared statements.** A store's hot statements are prepared once per connection with
+//! [`PooledClient::prepare_cached`] (or [`CachedTransaction::prepare_cached`] inside a
+//! transaction) and then only bound and executed: the server parses and plans the SQL text
+//! once per connection instead of once per call, and after a few executions it may keep a
+//! generic plan. The cache lives with the connection it was prepared on (a prepared statement
+//! belongs to one server session): it goes back to the pool with the connection, and is
+//! dropped with it when the connection is discarded (closed, failed its check, or
+//! [`PooledClient::discard`]ed), so a replacement connection starts empty. It holds at most
+//! [`STATEMENT_CACHE_SIZE`] statements, forgetting the least recently used one beyond that.
+//! Protocol-level prepared statements are not transactional: one prepared inside a
+//! transaction that rolls back stays valid.
 
+use std::collections::HashMap;
 use std::fmt;
 use std::ops::{Deref, DerefMut};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 
-use ::postgres::Client;
+use ::postgres::types::Type;
+use ::postgres::{Client, Statement, Transaction};
 
 use super::{Endpoint, Migrated, Settings, VectorSupport};
 use crate::DbError;
@@ -35,8 +49,81 @@ struct State {
 }
 
 struct Idle {
-    client: Client,
+    conn: Conn,
     since: Instant,
+}
+
+/// The most prepared statements one connection's cache keeps (see the module docs); the least
+/// recently used is closed beyond that. The stores use a few dozen distinct statements.
+pub const STATEMENT_CACHE_SIZE: usize = 64;
+
+/// One connection and the statements prepared on it.
+struct Conn {
+    client: Client,
+    statements: StatementCache,
+}
+
+impl Conn {
+    fn new(client: Client) -> Conn {
+        Conn {
+            client,
+            statements: StatementCache::default(),
+        }
+    }
+}
+
+/// Statements prepared on one connection, by SQL text.
+#[derive(Default)]
+struct StatementCache {
+    entries: HashMap<&'static str, Cached>,
+    /// A counter bumped on every lookup, for least-recently-used eviction.
+    clock: u64,
+    /// How many statements this cache has prepared, hits excluded.
+    prepared: u64,
+}
+
+struct Cached {
+    statement: Statement,
+    used: u64,
+}
+
+impl StatementCache {
+    /// The statement for `sql`, prepared with `prepare` when it is not cached (or was cached
+    /// with other parameter types than `types`).
+    fn get_or_prepare(
+        &mut self,
+        sql: &'static str,
+        types: &[Type],
+        prepare: impl FnOnce(&str, &[Type]) -> Result<Statement, ::postgres::Error>,
+    ) -> Result<Statement, ::postgres::Error> {
+        self.clock += 1;
+        if let Some(cached) = self.entries.get_mut(sql) {
+            if cached.statement.params().get(..types.len()) == Some(types) {
+                cached.used = self.clock;
+                return Ok(cached.statement.clone());
+            }
+        }
+        let statement = prepare(sql, types)?;
+        self.prepared += 1;
+        if self.entries.len() >= STATEMENT_CACHE_SIZE && !self.entries.contains_key(sql) {
+            let oldest = self
+                .entries
+                .iter()
+                .min_by_key(|(_, cached)| cached.used)
+                .map(|(sql, _)| *sql);
+            if let Some(oldest) = oldest {
+                self.entries.remove(oldest);
+            }
+        }
+        self.entries.insert(
+            sql,
+            Cached {
+                statement: statement.clone(),
+                used: self.clock,
+            },
+        );
+        Ok(statement)
+    }
 }
 
 /// A connection checked out of a [`Pool`]; it goes back when dropped (or is discarded, if it
@@ -47,8 +134,17 @@ struct Idle {
 /// next caller (the pool cannot see it without a round trip). Session settings changed with
 /// `SET` likewise stay with the connection; [`discard`](PooledClient::discard) it instead.
 pub struct PooledClient {
-    client: Option<Client>,
+    conn: Option<Conn>,
     pool: Arc<Inner>,
+}
+
+/// A transaction on a [`PooledClient`] that can prepare statements into the connection's cache
+/// ([`prepare_cached`](Self::prepare_cached)). It dereferences to
+/// [`postgres::Transaction`](::postgres::Transaction) and, like it, rolls back when dropped
+/// without [`commit`](Self::commit).
+pub struct CachedTransaction<'a> {
+    tx: Transaction<'a>,
+    statements: &'a mut StatementCache,
 }
 
 impl fmt::Debug for Pool {
@@ -90,7 +186,7 @@ impl Pool {
             let mut state = pool.inner.lock();
             state.open = 1;
             state.idle.push(Idle {
-                client: first,
+                conn: Conn::new(first),
                 since: Instant::now(),
             });
         }
@@ -107,11 +203,15 @@ impl Pool {
         loop {
             if let Some(mut idle) = state.idle.pop() {
                 drop(state);
-                let usable = !idle.client.is_closed()
+                let usable = !idle.conn.client.is_closed()
                     && (idle.since.elapsed() < inner.settings.validate_after
-                        || idle.client.is_valid(inner.settings.connect_timeout).is_ok());
+                        || idle
+                            .conn
+                            .client
+                            .is_valid(inner.settings.connect_timeout)
+                            .is_ok());
                 if usable {
-                    return Ok(self.wrap(idle.client));
+                    return Ok(self.wrap(idle.conn));
                 }
                 // A dead connection: forget it and try again (a new one fits now).
                 state = inner.lock();
@@ -122,7 +222,7 @@ impl Pool {
                 state.open += 1;
                 drop(state);
                 return match inner.endpoint.connect(&inner.settings) {
-                    Ok(client) => Ok(self.wrap(client)),
+                    Ok(client) => Ok(self.wrap(Conn::new(client))),
                     Err(e) => {
                         inner.release_slot();
                         Err(e)
@@ -181,9 +281,9 @@ impl Pool {
         self.inner.lock().idle.len()
     }
 
-    fn wrap(&self, client: Client) -> PooledClient {
+    fn wrap(&self, conn: Conn) -> PooledClient {
         PooledClient {
-            client: Some(client),
+            conn: Some(conn),
             pool: Arc::clone(&self.inner),
         }
     }
@@ -207,10 +307,109 @@ impl Inner {
 
 impl PooledClient {
     /// Closes this connection instead of returning it to the pool, e.g. after an error that
-    /// leaves its session state unknown.
+    /// leaves its session state unknown. Its prepared statements go with it.
     pub fn discard(mut self) {
-        self.client = None;
+        self.conn = None;
         self.pool.release_slot();
+    }
+
+    /// The statement for `sql`, prepared on this connection the first time and taken from the
+    /// connection's cache after that (see the module docs). The server infers the parameter
+    /// types; use [`prepare_typed_cached`](Self::prepare_typed_cached) to give them.
+    pub fn prepare_cached(&mut self, sql: &'static str) -> Result<Statement, ::postgres::Error> {
+        self.prepare_typed_cached(sql, &[])
+    }
+
+    /// As [`prepare_cached`](Self::prepare_cached), with the types of the first parameters
+    /// given (as [`Client::prepare_typed`]).
+    pub fn prepare_typed_cached(
+        &mut self,
+        sql: &'static str,
+        types: &[Type],
+    ) -> Result<Statement, ::postgres::Error> {
+        let conn = self.conn_mut();
+        let client = &mut conn.client;
+        conn.statements
+            .get_or_prepare(sql, types, |sql, types| client.prepare_typed(sql, types))
+    }
+
+    /// Begins a transaction in which statements can be prepared into this connection's cache;
+    /// it rolls back when dropped without [`CachedTransaction::commit`].
+    pub fn transaction_cached(&mut self) -> Result<CachedTransaction<'_>, ::postgres::Error> {
+        let conn = self.conn_mut();
+        let tx = conn.client.transaction()?;
+        Ok(CachedTransaction {
+            tx,
+            statements: &mut conn.statements,
+        })
+    }
+
+    /// How many statements are in this connection's cache now.
+    pub fn cached_statements(&self) -> usize {
+        self.conn_ref().statements.entries.len()
+    }
+
+    /// How many statements this connection's cache has prepared since the connection was
+    /// opened (a cache hit prepares nothing): a measure of the cache's work, for tests and
+    /// diagnostics.
+    pub fn statements_prepared(&self) -> u64 {
+        self.conn_ref().statements.prepared
+    }
+
+    fn conn_ref(&self) -> &Conn {
+        // Some from construction until `discard` or `drop`, which consume it.
+        self.conn.as_ref().unwrap_or_else(|| unreachable!())
+    }
+
+    fn conn_mut(&mut self) -> &mut Conn {
+        self.conn.as_mut().unwrap_or_else(|| unreachable!())
+    }
+}
+
+impl CachedTransaction<'_> {
+    /// The statement for `sql` from the connection's cache, prepared within this transaction
+    /// the first time (it stays valid after the transaction, committed or not).
+    pub fn prepare_cached(&mut self, sql: &'static str) -> Result<Statement, ::postgres::Error> {
+        self.prepare_typed_cached(sql, &[])
+    }
+
+    /// As [`prepare_cached`](Self::prepare_cached), with the types of the first parameters
+    /// given.
+    pub fn prepare_typed_cached(
+        &mut self,
+        sql: &'static str,
+        types: &[Type],
+    ) -> Result<Statement, ::postgres::Error> {
+        let tx = &mut self.tx;
+        self.statements
+            .get_or_prepare(sql, types, |sql, types| tx.prepare_typed(sql, types))
+    }
+
+    /// Commits the transaction.
+    pub fn commit(self) -> Result<(), ::postgres::Error> {
+        self.tx.commit()
+    }
+}
+
+impl<'a> Deref for CachedTransaction<'a> {
+    type Target = Transaction<'a>;
+
+    fn deref(&self) -> &Transaction<'a> {
+        &self.tx
+    }
+}
+
+impl DerefMut for CachedTransaction<'_> {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.tx
+    }
+}
+
+impl fmt::Debug for CachedTransaction<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CachedTransaction")
+            .field("cached_statements", &self.statements.entries.len())
+            .finish_non_exhaustive()
     }
 }
 
@@ -218,30 +417,29 @@ impl Deref for PooledClient {
     type Target = Client;
 
     fn deref(&self) -> &Client {
-        // Some from construction until `discard` or `drop`, which consume it.
-        self.client.as_ref().unwrap_or_else(|| unreachable!())
+        &self.conn_ref().client
     }
 }
 
 impl DerefMut for PooledClient {
     fn deref_mut(&mut self) -> &mut Client {
-        self.client.as_mut().unwrap_or_else(|| unreachable!())
+        &mut self.conn_mut().client
     }
 }
 
 impl Drop for PooledClient {
     fn drop(&mut self) {
-        let Some(client) = self.client.take() else {
+        let Some(conn) = self.conn.take() else {
             return;
         };
-        if client.is_closed() {
-            drop(client);
+        if conn.client.is_closed() {
+            drop(conn);
             self.pool.release_slot();
             return;
         }
         let mut state = self.pool.lock();
         state.idle.push(Idle {
-            client,
+            conn,
             since: Instant::now(),
         });
         drop(state);
