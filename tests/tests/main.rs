@@ -19,6 +19,7 @@ mod library_conformance;
 mod memory_conformance;
 mod memory_msg_fixtures;
 mod memory_postgres;
+mod memory_processes;
 mod memory_sqlite;
 mod postgres_server;
 mod refs_store;
