@@ -321,11 +321,11 @@ impl Procs {
                 stderr[start..].to_owned()
             };
             text.push_str(&format!(
-                "--- {}: {}, last line {:?}, stderr tail:\n{tail}\n",
+                "--- {}: {}, last line printed {:?}, stderr tail:\n{tail}\n",
                 p.name,
                 p.status
                     .map_or("still running".to_owned(), |s| s.to_string()),
-                lines.last(),
+                lines.iter().rev().find(|l| !l.is_empty()),
             ));
         }
         text
