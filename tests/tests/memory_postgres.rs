@@ -42,7 +42,7 @@ fn newer_schema_is_refused() {
         err,
         MemoryError::SchemaVersion {
             found: 99,
-            supported: 2
+            supported: 3
         }
     );
 }
@@ -946,4 +946,485 @@ fn figures_of_hnsw_build_and_recall_at_scale() {
             );
         }
     }
+}
+
+/// Schema version 3's counters agree with the rows they count, in every thread of the
+/// database: `live` is the number of messages, `next_seq` is above every seq, the gaps are
+/// removed seqs (never a live one) above the smallest live seq and below `next_seq`, every
+/// hole between the smallest and the largest live seq is a gap, so that each message's
+/// `seq − min(seq) − #gaps between` is its index; and, with pgvector, `memory_dims` counts the
+/// messages of each `embedding_dim`.
+fn assert_counters(client: &mut postgres::Client) {
+    let threads: Vec<(i64, i64, i64)> = client
+        .query(
+            "SELECT thread_id, live, next_seq FROM memory_threads ORDER BY thread_id",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect();
+    let vectors: bool = client
+        .query_one("SELECT to_regclass('memory_dims') IS NOT NULL", &[])
+        .unwrap()
+        .get(0);
+    for (thread, live, next_seq) in threads {
+        let seqs: Vec<i64> = client
+            .query(
+                "SELECT seq FROM memory_messages WHERE thread_id = $1 ORDER BY seq",
+                &[&thread],
+            )
+            .unwrap()
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        let gaps: Vec<i64> = client
+            .query(
+                "SELECT seq FROM memory_gaps WHERE thread_id = $1 ORDER BY seq",
+                &[&thread],
+            )
+            .unwrap()
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        assert_eq!(live, i64::try_from(seqs.len()).unwrap(), "thread {thread}");
+        let live_set: HashSet<i64> = seqs.iter().copied().collect();
+        let gap_set: HashSet<i64> = gaps.iter().copied().collect();
+        match (seqs.first(), seqs.last()) {
+            (Some(&lo), Some(&hi)) => {
+                assert!(
+                    next_seq > hi,
+                    "thread {thread}: next_seq {next_seq}, max {hi}"
+                );
+                for g in &gaps {
+                    assert!(*g > lo && *g < next_seq, "thread {thread}: gap {g}");
+                    assert!(!live_set.contains(g), "thread {thread}: live gap {g}");
+                }
+                for s in lo..hi {
+                    assert!(
+                        live_set.contains(&s) || gap_set.contains(&s),
+                        "thread {thread}: seq {s} is neither live nor a gap"
+                    );
+                }
+                for (i, s) in seqs.iter().enumerate() {
+                    let below = gaps.iter().filter(|&&g| g > lo && g < *s).count();
+                    assert_eq!(
+                        usize::try_from(s - lo).unwrap() - below,
+                        i,
+                        "thread {thread}: seq {s}"
+                    );
+                }
+            }
+            _ => assert!(gaps.is_empty(), "thread {thread}: empty with gaps {gaps:?}"),
+        }
+        if vectors {
+            let counted: HashSet<(i32, i64)> = client
+                .query(
+                    "SELECT embedding_dim, count(*) FROM memory_messages
+                     WHERE thread_id = $1 AND embedding_dim IS NOT NULL GROUP BY 1",
+                    &[&thread],
+                )
+                .unwrap()
+                .iter()
+                .map(|r| (r.get(0), r.get(1)))
+                .collect();
+            let kept: HashSet<(i32, i64)> = client
+                .query(
+                    "SELECT dim, n FROM memory_dims WHERE thread_id = $1 AND n <> 0",
+                    &[&thread],
+                )
+                .unwrap()
+                .iter()
+                .map(|r| (r.get(0), r.get(1)))
+                .collect();
+            assert_eq!(kept, counted, "thread {thread}");
+        }
+    }
+}
+
+/// A seeded generator of vectors in [-0.5, 0.5).
+fn vectors(seed: u64) -> impl FnMut(usize) -> Vec<f64> {
+    let mut seed = seed;
+    move |dim| {
+        (0..dim)
+            .map(|_| {
+                seed = seed
+                    .wrapping_mul(6_364_136_223_846_793_005)
+                    .wrapping_add(1_442_695_040_888_963_407);
+                ((seed >> 40) as f64 / f64::from(1 << 24)) - 0.5
+            })
+            .collect()
+    }
+}
+
+/// An embedder of 8 dimensions hashing the text, for the writes that store embeddings later.
+struct HashEmbedder;
+
+impl mnemon_types::Embedder for HashEmbedder {
+    fn model(&self) -> &str {
+        "test:hash-8"
+    }
+
+    fn dimension(&self) -> usize {
+        8
+    }
+
+    fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, mnemon_types::EmbedError> {
+        Ok(texts
+            .iter()
+            .map(|t| {
+                let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+                for b in t.bytes() {
+                    h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+                }
+                let mut next = vectors(h);
+                next(8).iter().map(|&x| x as f32).collect()
+            })
+            .collect())
+    }
+}
+
+/// Recalls through the HNSW path of `memory` agree with the exact path of `reference` (the same
+/// thread through a store that never uses the index): each returned message has the exact
+/// score and its index in the whole thread, and the path taken is the index's.
+fn assert_recalls_match_exact(
+    store: &PostgresMemoryStore,
+    memory: &dyn Memory,
+    reference: &dyn Memory,
+    seed: u64,
+) {
+    let mut next = vectors(seed);
+    for round in 0..8 {
+        let query: Vec<f32> = next(8).iter().map(|&x| x as f32).collect();
+        let options = RetrieveOptions {
+            top_k: Some(10),
+            preserve_order: round % 2 == 0,
+            ..RetrieveOptions::default()
+        };
+        let before = store.index_recalls();
+        let got = memory
+            .retrieve_by_embedding(RetrievalQuery::Vector(query.clone()), &options, None)
+            .unwrap();
+        assert_eq!(
+            store.index_recalls(),
+            before + 1,
+            "the HNSW path did not run"
+        );
+        let want = reference
+            .retrieve_by_embedding(
+                RetrievalQuery::Vector(query),
+                &RetrieveOptions {
+                    top_k: None,
+                    ..options.clone()
+                },
+                None,
+            )
+            .unwrap();
+        assert_eq!(got.len(), 10);
+        for r in &got {
+            let same = want
+                .iter()
+                .find(|w| w.message.id() == r.message.id())
+                .unwrap();
+            assert_eq!(
+                (r.index, r.score),
+                (same.index, same.score),
+                "{}",
+                r.message.id()
+            );
+            assert_eq!(r.message, same.message);
+        }
+    }
+}
+
+/// Issue 13: recall through the index computes indices and candidate counts from schema
+/// version 3's counters, which every kind of write keeps: appends, removals at the start, in
+/// the middle and at the end, re-appends after them, embeddings stored later (`SetMessages`),
+/// document loads with and without overwrite, and a clear. After each, the counters agree with
+/// the rows, and the index's recalls return the exact path's indices and scores.
+#[test]
+fn counters_and_hnsw_indices_follow_every_kind_of_write() {
+    let server = mnemon_tests::require_postgres!();
+    let (url, mut client) = fresh(server, "memory_counters");
+    let indexed = open(
+        &url,
+        PostgresMemoryOptions {
+            hnsw_min_messages: 100,
+            ..PostgresMemoryOptions::default()
+        },
+    );
+    let exact = open(
+        &url,
+        PostgresMemoryOptions {
+            hnsw_min_messages: usize::MAX,
+            ..PostgresMemoryOptions::default()
+        },
+    );
+    let scope = Scope::session("s");
+    let memory = indexed.memory(scope.clone()).unwrap();
+    let reference = exact.memory(scope.clone()).unwrap();
+    let mut next = vectors(0x5eed_0003);
+    let mut batch = |from: usize, to: usize, embedded: bool| -> Vec<mnemon_memory::MsgInput> {
+        (from..to)
+            .map(|i| {
+                let mut m = json!({"id": format!("m{i:05}"), "name": "n",
+                                   "content": format!("c{i}")});
+                if embedded {
+                    m["embedding"] = json!(next(8));
+                }
+                m.into()
+            })
+            .collect()
+    };
+    memory.add(batch(0, 300, true)).unwrap();
+    assert_counters(&mut client);
+    assert_recalls_match_exact(&indexed, &memory, &reference, 1);
+
+    // Removals in the middle, at the start and at the end, then re-appends past them.
+    memory.delete(&[10, 11, 50, 120, 121, 122]).unwrap();
+    assert_counters(&mut client);
+    memory.delete(&[0, 1, 2, 3, 4]).unwrap();
+    assert_counters(&mut client);
+    let size = memory.size().unwrap();
+    memory.delete(&[size - 3, size - 2, size - 1]).unwrap();
+    assert_counters(&mut client);
+    assert_recalls_match_exact(&indexed, &memory, &reference, 2);
+    memory.add(batch(300, 400, true)).unwrap();
+    assert_counters(&mut client);
+    let ids: Vec<String> = (0..40).map(|i| format!("m{:05}", 100 + i * 7)).collect();
+    let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
+    memory.delete_by_id(&ids).unwrap();
+    assert_counters(&mut client);
+    assert_recalls_match_exact(&indexed, &memory, &reference, 3);
+
+    // Messages without embeddings: the counts say the thread is not all indexable, so the
+    // exact path answers (here, that an embedding is missing); an embedder stores them
+    // (`SetMessages`), after which the index answers again.
+    memory.add(batch(400, 420, false)).unwrap();
+    assert_counters(&mut client);
+    let before = indexed.index_recalls();
+    let err = memory
+        .retrieve_by_embedding(
+            RetrievalQuery::Vector(vec![0.5; 8]),
+            &RetrieveOptions {
+                top_k: Some(10),
+                ..RetrieveOptions::default()
+            },
+            None,
+        )
+        .unwrap_err();
+    assert!(matches!(err, MemoryError::MissingEmbedding { .. }), "{err}");
+    assert_eq!(indexed.index_recalls(), before);
+    memory.get_embeddings(Some(&HashEmbedder)).unwrap();
+    assert_counters(&mut client);
+    assert_recalls_match_exact(&indexed, &memory, &reference, 4);
+
+    // Document loads, appended and overwriting.
+    let exported = export_json(&memory);
+    let other = indexed.memory(Scope::session("loaded")).unwrap();
+    other.add(batch(1000, 1200, true)).unwrap();
+    other.delete(&[0, 5, 150]).unwrap();
+    other
+        .load(mnemon_memory::LoadSource::Json(exported.clone()), false)
+        .unwrap();
+    assert_counters(&mut client);
+    let other_reference = exact.memory(Scope::session("loaded")).unwrap();
+    assert_recalls_match_exact(&indexed, &other, &other_reference, 5);
+    other
+        .load(mnemon_memory::LoadSource::Json(exported), true)
+        .unwrap();
+    assert_counters(&mut client);
+    assert_recalls_match_exact(&indexed, &other, &other_reference, 6);
+    other.delete(&[3, 4, 5]).unwrap();
+    assert_counters(&mut client);
+    assert_recalls_match_exact(&indexed, &other, &other_reference, 7);
+
+    // A clear (a replace by nothing), then a new start.
+    memory.clear().unwrap();
+    assert_counters(&mut client);
+    memory.add(batch(2000, 2200, true)).unwrap();
+    memory.delete(&[7, 8]).unwrap();
+    assert_counters(&mut client);
+    assert_recalls_match_exact(&indexed, &memory, &reference, 8);
+}
+
+/// Issue 13: the migration to version 3 computes the counters of existing threads exactly. A
+/// database is taken back to version 2 (the version 3 columns and tables dropped, as a version 2
+/// build left it, with the holes its removals left), then opened again: the counters agree with
+/// the rows, and recalls through the index return the exact indices.
+#[test]
+fn migration_to_version_3_counts_existing_threads() {
+    let server = mnemon_tests::require_postgres!();
+    let (url, mut client) = fresh(server, "memory_v3");
+    let options = PostgresMemoryOptions {
+        hnsw_min_messages: 100,
+        ..PostgresMemoryOptions::default()
+    };
+    {
+        let store = open(&url, options.clone());
+        let mut next = vectors(0x0003);
+        for (session, n) in [("a", 300), ("b", 150), ("empty", 5)] {
+            let memory = store.memory(Scope::session(session)).unwrap();
+            let items = (0..n)
+                .map(|i| {
+                    json!({"id": format!("{session}{i:04}"), "name": "n", "content": "c",
+                           "embedding": next(8)})
+                    .into()
+                })
+                .collect();
+            memory.add(items).unwrap();
+        }
+        let a = store.memory(Scope::session("a")).unwrap();
+        a.delete(&[0, 1, 40, 41, 42, 200, 297, 298, 299]).unwrap();
+        let b = store.memory(Scope::session("b")).unwrap();
+        b.delete(&[3, 77]).unwrap();
+        let empty = store.memory(Scope::session("empty")).unwrap();
+        empty.delete(&[0, 1, 2, 3, 4]).unwrap();
+        // A message without an indexable embedding (a zero vector) in thread b.
+        b.add(vec![
+            json!({"id": "zero", "name": "n", "content": "c", "embedding": vec![0.0; 8]}).into(),
+        ])
+        .unwrap();
+        store.memory(Scope::session("never")).unwrap();
+    }
+    client
+        .batch_execute(
+            "ALTER TABLE memory_threads DROP COLUMN next_seq, DROP COLUMN live;
+             DROP TABLE memory_gaps; DROP TABLE memory_dims;
+             UPDATE memory_schema SET version = 2;
+             UPDATE memory_vector_schema SET version = 1;",
+        )
+        .unwrap();
+    let store = open(&url, options);
+    let version: i64 = client
+        .query_one("SELECT version FROM memory_schema", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(version, 3);
+    assert_counters(&mut client);
+    let live: Vec<i64> = client
+        .query("SELECT live FROM memory_threads ORDER BY thread_id", &[])
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(live, [291, 149, 0, 0]);
+    let exact = open(
+        &url,
+        PostgresMemoryOptions {
+            hnsw_min_messages: usize::MAX,
+            ..PostgresMemoryOptions::default()
+        },
+    );
+    let a = store.memory(Scope::session("a")).unwrap();
+    let reference = exact.memory(Scope::session("a")).unwrap();
+    assert_recalls_match_exact(&store, &a, &reference, 9);
+    // Writes after the migration keep the migrated counters.
+    a.delete(&[5, 100]).unwrap();
+    let mut next = vectors(0x0004);
+    a.add(
+        (0..20)
+            .map(|i| {
+                json!({"id": format!("new{i}"), "name": "n", "content": "c",
+                       "embedding": next(8)})
+                .into()
+            })
+            .collect(),
+    )
+    .unwrap();
+    assert_counters(&mut client);
+    assert_recalls_match_exact(&store, &a, &reference, 10);
+    // Thread b holds a zero vector: not every message is indexable, the exact path answers.
+    let b = store.memory(Scope::session("b")).unwrap();
+    let before = store.index_recalls();
+    b.retrieve_by_embedding(
+        RetrievalQuery::Vector(vec![0.5; 8]),
+        &RetrieveOptions {
+            top_k: Some(10),
+            ..RetrieveOptions::default()
+        },
+        None,
+    )
+    .unwrap();
+    assert_eq!(store.index_recalls(), before);
+}
+
+/// Issue 13: the store's recall query takes the HNSW index on a table whose statistics were
+/// never gathered (a first large load, before autovacuum's `ANALYZE`), when the planner would
+/// otherwise scan and sort the thread: the index's scan count (`pg_stat_user_indexes`) grows
+/// with the recalls.
+#[test]
+fn hnsw_recall_uses_the_index_before_any_analyze() {
+    let server = mnemon_tests::require_postgres!();
+    let (url, mut client) = fresh(server, "memory_unanalyzed");
+    let store = open(
+        &url,
+        PostgresMemoryOptions {
+            hnsw_min_messages: 1000,
+            ..PostgresMemoryOptions::default()
+        },
+    );
+    // No autovacuum either: the statistics stay missing for the whole test.
+    client
+        .batch_execute("ALTER TABLE memory_messages SET (autovacuum_enabled = false)")
+        .unwrap();
+    let memory = store.memory(Scope::session("s")).unwrap();
+    let mut next = vectors(0x00a1);
+    for b in 0..3 {
+        let items = (0..1000)
+            .map(|i| {
+                json!({"id": format!("m{b}-{i:04}"), "name": "n", "content": "c",
+                       "embedding": next(32)})
+                .into()
+            })
+            .collect();
+        memory.add(items).unwrap();
+    }
+    let scans = |client: &mut postgres::Client| -> i64 {
+        client
+            .query_one(
+                "SELECT COALESCE(sum(idx_scan), 0)::bigint FROM pg_stat_user_indexes
+                 WHERE indexrelname = 'memory_messages_hnsw_32'",
+                &[],
+            )
+            .unwrap()
+            .get(0)
+    };
+    let analyzed: i64 = client
+        .query_one(
+            "SELECT count(*) FROM pg_stats WHERE tablename = 'memory_messages'",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(analyzed, 0, "the table has statistics already");
+    let before = scans(&mut client);
+    let recalls = store.index_recalls();
+    for _ in 0..5 {
+        let query: Vec<f32> = next(32).iter().map(|&x| x as f32).collect();
+        let got = memory
+            .retrieve_by_embedding(
+                RetrievalQuery::Vector(query),
+                &RetrieveOptions {
+                    top_k: Some(10),
+                    ..RetrieveOptions::default()
+                },
+                None,
+            )
+            .unwrap();
+        assert_eq!(got.len(), 10);
+    }
+    assert_eq!(store.index_recalls(), recalls + 5);
+    // A backend reports its statistics within a second or so of going idle.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let mut after = scans(&mut client);
+    while after < before + 5 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(200));
+        after = scans(&mut client);
+    }
+    assert!(
+        after >= before + 5,
+        "the HNSW index was scanned {} times for 5 recalls",
+        after - before
+    );
 }

@@ -81,6 +81,10 @@ static SCHEMA: Schema = Schema {
             version: 2,
             sql: SCHEMA_V2,
         },
+        Migration {
+            version: 3,
+            sql: SCHEMA_V3,
+        },
     ],
 };
 
@@ -112,23 +116,73 @@ ALTER TABLE memory_threads ADD CONSTRAINT memory_threads_scope_key
   UNIQUE (namespace, user_id, agent_id, session_id);
 ";
 
+/// Version 3 (PostgreSQL only; SQLite's numbering stops at 2): the counters that let a recall
+/// through the HNSW index do no work proportional to the thread's size.
+///
+/// - `next_seq`: the next message's `seq`, so seqs are never reused (until a replace empties
+///   the thread) and a removed one stays a gap;
+/// - `live`: how many messages the thread holds;
+/// - `memory_gaps`: the removed seqs above the thread's smallest live one, so that a message's
+///   index is `seq − min(seq) − #gaps between the two` (an index lookup and a count over the
+///   gaps only, never over the messages). Gaps below the smallest live seq are pruned: trimming
+///   the oldest messages, the common removal, leaves none.
+///
+/// The data migration computes all three exactly from the stored messages.
+const SCHEMA_V3: &str = "
+ALTER TABLE memory_threads ADD COLUMN next_seq BIGINT NOT NULL DEFAULT 1,
+  ADD COLUMN live BIGINT NOT NULL DEFAULT 0;
+CREATE TABLE memory_gaps (
+  thread_id BIGINT NOT NULL REFERENCES memory_threads ON DELETE CASCADE,
+  seq BIGINT NOT NULL,
+  PRIMARY KEY (thread_id, seq));
+UPDATE memory_threads t SET next_seq = c.hi + 1, live = c.n
+  FROM (SELECT thread_id, max(seq) AS hi, count(*) AS n FROM memory_messages
+        GROUP BY thread_id) c
+  WHERE c.thread_id = t.thread_id;
+INSERT INTO memory_gaps (thread_id, seq)
+  SELECT c.thread_id, s
+  FROM (SELECT thread_id, min(seq) AS lo, max(seq) AS hi FROM memory_messages
+        GROUP BY thread_id) c
+  CROSS JOIN LATERAL generate_series(c.lo + 1, c.hi - 1) AS s
+  WHERE NOT EXISTS (SELECT 1 FROM memory_messages m
+                    WHERE m.thread_id = c.thread_id AND m.seq = s);
+";
+
 /// The pgvector column, in a schema of its own because it exists only where the extension does.
 static VECTOR_SCHEMA: Schema = Schema {
     component: "memory vectors",
     table: "memory_vector_schema",
     key_column: "id",
-    migrations: &[Migration {
-        version: 1,
-        // `embedding_dim` is the dimension of an `embedding_v` the HNSW indexes can hold (finite,
-        // non-zero), NULL otherwise: recall counts usable candidates from it without reading a
-        // single vector, and each partial index is over one of its values.
-        sql: "ALTER TABLE memory_messages ADD COLUMN embedding_v vector,
-                ADD COLUMN embedding_dim INTEGER;",
-    }],
+    migrations: &[
+        Migration {
+            version: 1,
+            // `embedding_dim` is the dimension of an `embedding_v` the HNSW indexes can hold
+            // (finite, non-zero), NULL otherwise; each partial index is over one of its values.
+            sql: "ALTER TABLE memory_messages ADD COLUMN embedding_v vector,
+                    ADD COLUMN embedding_dim INTEGER;",
+        },
+        Migration {
+            version: 2,
+            // How many of a thread's messages have each `embedding_dim`, kept by every write
+            // in its own transaction: a recall knows that every message is indexable at the
+            // query's dimension (`n` equals the thread's `live`) without counting them.
+            sql: "CREATE TABLE memory_dims (
+                    thread_id BIGINT NOT NULL REFERENCES memory_threads ON DELETE CASCADE,
+                    dim INTEGER NOT NULL, n BIGINT NOT NULL,
+                    PRIMARY KEY (thread_id, dim));
+                  INSERT INTO memory_dims (thread_id, dim, n)
+                    SELECT thread_id, embedding_dim, count(*) FROM memory_messages
+                    WHERE embedding_dim IS NOT NULL GROUP BY thread_id, embedding_dim;",
+        },
+    ],
 };
 
 /// [`PostgresMemoryOptions::hnsw_ef_search`]'s default.
 const DEFAULT_EF_SEARCH: usize = 800;
+
+/// How many candidates beyond `top_k` (at least; `top_k` more when larger) an HNSW recall
+/// re-scores exactly: see `retrieve_from_index`.
+const RESCORE_MARGIN: usize = 10;
 
 /// pgvector's largest dimension for an HNSW index on `vector`.
 const HNSW_MAX_DIM: usize = 2000;
@@ -253,7 +307,9 @@ impl PostgresMemoryStore {
                 },
             }
         } else if vector_column_exists(&pool)? {
-            // Another store filled the column: it must not go stale behind this one's writes.
+            // Another store filled the column: it must not go stale behind this one's writes,
+            // nor its counts (the later versions need no extension to be created).
+            pool.migrate(&VECTOR_SCHEMA).map_err(db_error)?;
             VectorMode::Pgvector {
                 version: "(already installed)".into(),
             }
@@ -481,16 +537,25 @@ fn thread_row(
     .transpose()
 }
 
-/// The thread's `(thread_id, rev)` in `namespace`, created (with `factory`'s clock) when
-/// missing, and locked until the transaction ends: the writers of one thread take turns here.
+/// A thread's row as a write sees it, locked.
+#[derive(Debug, Clone, Copy)]
+struct LockedThread {
+    id: i64,
+    rev: i64,
+    /// The `seq` the next appended message gets (schema version 3).
+    next_seq: i64,
+}
+
+/// The thread's row in `namespace`, created (with `factory`'s clock) when missing, and locked
+/// until the transaction ends: the writers of one thread take turns here.
 fn lock_thread(
     tx: &mut Transaction<'_>,
     namespace: &Namespace,
     scope: &Scope,
     factory: &MsgFactory,
-) -> Result<(i64, i64), MemoryError> {
+) -> Result<LockedThread, MemoryError> {
     let [user, agent, session] = scope.columns()?;
-    let select = "SELECT thread_id, rev FROM memory_threads
+    let select = "SELECT thread_id, rev, next_seq FROM memory_threads
                   WHERE namespace = $1 AND user_id = $2 AND agent_id = $3 AND session_id = $4
                   FOR UPDATE";
     let params: [&(dyn postgres::types::ToSql + Sync); 4] =
@@ -511,10 +576,74 @@ fn lock_thread(
             tx.query_one(select, &params).map_err(pg_error)?
         }
     };
-    Ok((
-        row.try_get(0).map_err(pg_error)?,
-        row.try_get(1).map_err(pg_error)?,
-    ))
+    Ok(LockedThread {
+        id: row.try_get(0).map_err(pg_error)?,
+        rev: row.try_get(1).map_err(pg_error)?,
+        next_seq: row.try_get(2).map_err(pg_error)?,
+    })
+}
+
+/// Empties a locked thread: its messages (their marks cascade), gaps and dimension counts, and
+/// restarts its seqs at 1 (no message is left to be confused with a reused seq).
+fn clear_thread(
+    tx: &mut Transaction<'_>,
+    thread_id: i64,
+    vectors: bool,
+) -> Result<(), MemoryError> {
+    tx.execute(
+        "DELETE FROM memory_messages WHERE thread_id = $1",
+        &[&thread_id],
+    )
+    .map_err(pg_error)?;
+    tx.execute(
+        "DELETE FROM memory_gaps WHERE thread_id = $1",
+        &[&thread_id],
+    )
+    .map_err(pg_error)?;
+    if vectors {
+        tx.execute(
+            "DELETE FROM memory_dims WHERE thread_id = $1",
+            &[&thread_id],
+        )
+        .map_err(pg_error)?;
+    }
+    tx.execute(
+        "UPDATE memory_threads SET next_seq = 1, live = 0 WHERE thread_id = $1",
+        &[&thread_id],
+    )
+    .map_err(pg_error)?;
+    Ok(())
+}
+
+/// Moves the thread's counts of messages per dimension (`memory_dims`) by the messages `added`
+/// and `removed` (one entry per message, `None` for one without an indexable embedding), in one
+/// statement at most.
+fn count_dims(
+    tx: &mut Transaction<'_>,
+    thread_id: i64,
+    added: &[Option<i32>],
+    removed: &[Option<i32>],
+) -> Result<(), MemoryError> {
+    let mut counts: HashMap<i32, i64> = HashMap::new();
+    for d in added.iter().flatten() {
+        *counts.entry(*d).or_default() += 1;
+    }
+    for d in removed.iter().flatten() {
+        *counts.entry(*d).or_default() -= 1;
+    }
+    counts.retain(|_, n| *n != 0);
+    if counts.is_empty() {
+        return Ok(());
+    }
+    let (keys, values): (Vec<i32>, Vec<i64>) = counts.into_iter().unzip();
+    tx.execute(
+        "INSERT INTO memory_dims (thread_id, dim, n)
+         SELECT $1, d, n FROM UNNEST($2::integer[], $3::bigint[]) AS t(d, n)
+         ON CONFLICT (thread_id, dim) DO UPDATE SET n = memory_dims.n + excluded.n",
+        &[&thread_id, &keys, &values],
+    )
+    .map_err(pg_error)?;
+    Ok(())
 }
 
 /// The in-memory copy of a thread, valid for `(thread_id, rev)`.
@@ -886,15 +1015,18 @@ fn create_hnsw_index(client: &mut pg::PooledClient, dim: usize) -> Result<(), Me
 /// `mnemon-db`'s migration keys (FNV-1a hashes of schema table names).
 const HNSW_LOCK_KEY: i64 = 0x6d6e_656d_6f6e_4857;
 
-/// Writes `change` (planned against `state`) into the open transaction and bumps the rev;
-/// returns the dimensions of the vectors written, for [`PostgresMemoryStore::index_dims`].
+/// Writes `change` (planned against `state`) into the open transaction, keeps the thread's
+/// counters (schema version 3: `next_seq`, `live`, the gaps and, with vectors, the dimension
+/// counts) and bumps the rev; returns the dimensions of the vectors written, for
+/// [`PostgresMemoryStore::index_dims`].
 fn persist(
     tx: &mut Transaction<'_>,
-    thread_id: i64,
+    thread: LockedThread,
     state: &ThreadState,
     change: &Change,
     vectors: bool,
 ) -> Result<Vec<usize>, MemoryError> {
+    let thread_id = thread.id;
     let mut dims = Vec::new();
     let id_at = |i: usize| {
         state
@@ -905,27 +1037,27 @@ fn persist(
     };
     match change {
         Change::Append(entries) | Change::Replace(entries) => {
-            let next: i64 = if matches!(change, Change::Replace(_)) {
-                tx.execute(
-                    "DELETE FROM memory_messages WHERE thread_id = $1",
-                    &[&thread_id],
-                )
-                .map_err(pg_error)?;
+            let next = if matches!(change, Change::Replace(_)) {
+                clear_thread(tx, thread_id, vectors)?;
                 1
             } else {
-                tx.query_one(
-                    "SELECT COALESCE(MAX(seq), 0) + 1 FROM memory_messages WHERE thread_id = $1",
-                    &[&thread_id],
-                )
-                .map_err(pg_error)?
-                .try_get(0)
-                .map_err(pg_error)?
+                thread.next_seq
             };
             let mut batch = Batch::default();
             for (seq, entry) in (next..).zip(entries) {
                 batch.push(seq, entry, vectors)?;
             }
             batch.insert(tx, thread_id, vectors)?;
+            // Appends only ever add to the counters.
+            let added = i64::try_from(batch.seqs.len()).unwrap_or(i64::MAX);
+            tx.execute(
+                "UPDATE memory_threads SET next_seq = $2, live = live + $3 WHERE thread_id = $1",
+                &[&thread_id, &next.saturating_add(added), &added],
+            )
+            .map_err(pg_error)?;
+            if vectors {
+                count_dims(tx, thread_id, &batch.vector_dims, &[])?;
+            }
             dims.extend(batch.dims);
         }
         Change::Remove(indices) => {
@@ -933,11 +1065,48 @@ fn persist(
                 .iter()
                 .map(|&i| id_at(i))
                 .collect::<Result<Vec<_>, _>>()?;
+            let removed = tx
+                .query(
+                    if vectors {
+                        "DELETE FROM memory_messages WHERE thread_id = $1 AND msg_id = ANY($2)
+                         RETURNING seq, embedding_dim"
+                    } else {
+                        "DELETE FROM memory_messages WHERE thread_id = $1 AND msg_id = ANY($2)
+                         RETURNING seq, NULL::integer"
+                    },
+                    &[&thread_id, &ids],
+                )
+                .map_err(pg_error)?;
+            let mut seqs = Vec::with_capacity(removed.len());
+            let mut removed_dims = Vec::with_capacity(removed.len());
+            for row in &removed {
+                seqs.push(row.try_get::<_, i64>(0).map_err(pg_error)?);
+                removed_dims.push(row.try_get::<_, Option<i32>>(1).map_err(pg_error)?);
+            }
+            let count = i64::try_from(seqs.len()).unwrap_or(i64::MAX);
+            // The removed seqs become gaps; then the gaps below the smallest live seq, which no
+            // position counts, are pruned (all of them when the thread is now empty).
             tx.execute(
-                "DELETE FROM memory_messages WHERE thread_id = $1 AND msg_id = ANY($2)",
-                &[&thread_id, &ids],
+                "INSERT INTO memory_gaps (thread_id, seq)
+                 SELECT $1, s FROM UNNEST($2::bigint[]) AS s ON CONFLICT DO NOTHING",
+                &[&thread_id, &seqs],
             )
             .map_err(pg_error)?;
+            tx.execute(
+                "DELETE FROM memory_gaps WHERE thread_id = $1
+                   AND seq < COALESCE((SELECT min(seq) FROM memory_messages WHERE thread_id = $1),
+                                      9223372036854775807)",
+                &[&thread_id],
+            )
+            .map_err(pg_error)?;
+            tx.execute(
+                "UPDATE memory_threads SET live = live - $2 WHERE thread_id = $1",
+                &[&thread_id, &count],
+            )
+            .map_err(pg_error)?;
+            if vectors {
+                count_dims(tx, thread_id, &[], &removed_dims)?;
+            }
         }
         Change::SetMarks(updates) => {
             let mut ids = Vec::with_capacity(updates.len());
@@ -975,22 +1144,34 @@ fn persist(
                 );
             }
             if vectors {
-                tx.execute(
-                    "UPDATE memory_messages m SET body = t.b, embedding = t.e,
-                       embedding_v = t.v, embedding_dim = t.d
-                     FROM UNNEST($2::text[], $3::text[], $4::bytea[], $5::vector[],
-                                 $6::integer[]) AS t(i, b, e, v, d)
-                     WHERE m.thread_id = $1 AND m.msg_id = t.i",
-                    &[
-                        &thread_id,
-                        &batch.ids,
-                        &batch.bodies,
-                        &batch.embeddings,
-                        &batch.vectors,
-                        &batch.vector_dims,
-                    ],
-                )
-                .map_err(pg_error)?;
+                // The old dimensions of the updated rows come back from the statement's own
+                // snapshot of them (`o`), the new ones are the batch's: the counts move by the
+                // difference, without a count over the thread.
+                let old = tx
+                    .query(
+                        "UPDATE memory_messages m SET body = t.b, embedding = t.e,
+                           embedding_v = t.v, embedding_dim = t.d
+                         FROM UNNEST($2::text[], $3::text[], $4::bytea[], $5::vector[],
+                                     $6::integer[]) AS t(i, b, e, v, d),
+                              memory_messages o
+                         WHERE m.thread_id = $1 AND m.msg_id = t.i
+                           AND o.thread_id = m.thread_id AND o.seq = m.seq
+                         RETURNING o.embedding_dim",
+                        &[
+                            &thread_id,
+                            &batch.ids,
+                            &batch.bodies,
+                            &batch.embeddings,
+                            &batch.vectors,
+                            &batch.vector_dims,
+                        ],
+                    )
+                    .map_err(pg_error)?;
+                let old_dims = old
+                    .iter()
+                    .map(|r| r.try_get::<_, Option<i32>>(0).map_err(pg_error))
+                    .collect::<Result<Vec<_>, _>>()?;
+                count_dims(tx, thread_id, &batch.vector_dims, &old_dims)?;
                 dims.extend(batch.dims);
             } else {
                 tx.execute(
@@ -1081,20 +1262,20 @@ impl Backend for PostgresMemory {
     ) -> Result<R, MemoryError> {
         let mut client = self.store.client()?;
         let mut tx = client.transaction().map_err(pg_error)?;
-        let (thread_id, rev) = lock_thread(
+        let thread = lock_thread(
             &mut tx,
             &self.store.namespace,
             &self.scope,
             &self.store.factory,
         )?;
         let mut mirror = self.mirror();
-        mirror.sync(&mut tx, Some((thread_id, rev)), &self.store.factory)?;
+        mirror.sync(&mut tx, Some((thread.id, thread.rev)), &self.store.factory)?;
         let (change, result) = f(&mirror.state)?;
         if let Some(change) = change {
-            let dims = persist(&mut tx, thread_id, &mirror.state, &change, self.vectors())?;
+            let dims = persist(&mut tx, thread, &mirror.state, &change, self.vectors())?;
             tx.commit().map_err(pg_error)?;
             mirror.state.apply(change);
-            mirror.rev = rev + 1;
+            mirror.rev = thread.rev + 1;
             drop(mirror);
             drop(client);
             self.store.index_dims(&dims);
@@ -1205,30 +1386,68 @@ impl Backend for PostgresMemory {
         if self.store.hnsw_min_messages == usize::MAX {
             return Ok(None);
         }
-        let mut client = self.store.client()?;
-        let mut tx = snapshot(&mut client)?;
-        let Some((thread_id, _)) = thread_row(&mut tx, &self.store.namespace, &self.scope)? else {
-            return Ok(None);
-        };
+        let [user, agent, session] = self.scope.columns()?;
         let mark = options.mark.as_deref();
         let dim_i32 = i32::try_from(dim).unwrap_or(i32::MAX);
-        // Every candidate must have an indexable embedding of the query's dimension (a missing
-        // one, another dimension or a zero vector takes the exact path, with its errors and
-        // scores); the counts come from the snapshot the shortlist is read from.
-        let counts = tx
-            .query_one(
-                "SELECT count(*), count(*) FILTER (WHERE m.embedding_dim = $3)
-                 FROM memory_messages m
-                 WHERE m.thread_id = $1
-                   AND ($2::text IS NULL OR EXISTS (SELECT 1 FROM memory_marks k
-                        WHERE k.thread_id = m.thread_id AND k.msg_id = m.msg_id AND k.mark = $2))",
-                &[&thread_id, &mark, &dim_i32],
+        let mut client = self.store.client()?;
+        let mut tx = snapshot(&mut client)?;
+        // One statement reads the thread with its counters (schema version 3) and sets the
+        // index query's settings for this transaction only: the shortlist's length, and no
+        // sequential scan or sort, so that the planner takes the HNSW index (the only plan
+        // left that orders by distance) even before the table's first `ANALYZE`, when it
+        // would otherwise prefer to scan and sort the thread exactly.
+        let thread = tx
+            .query_opt(
+                "SELECT t.thread_id, t.live,
+                        COALESCE((SELECT d.n FROM memory_dims d
+                                  WHERE d.thread_id = t.thread_id AND d.dim = $5), 0),
+                        set_config('hnsw.ef_search', $6, true),
+                        set_config('enable_seqscan', 'off', true),
+                        set_config('enable_sort', 'off', true)
+                 FROM memory_threads t
+                 WHERE t.namespace = $1 AND t.user_id = $2 AND t.agent_id = $3
+                   AND t.session_id = $4",
+                &[
+                    &self.store.namespace.as_str(),
+                    &user,
+                    &agent,
+                    &session,
+                    &dim_i32,
+                    &ef.to_string(),
+                ],
             )
             .map_err(pg_error)?;
-        let (total, usable): (i64, i64) = (
-            counts.try_get(0).map_err(pg_error)?,
-            counts.try_get(1).map_err(pg_error)?,
-        );
+        let Some(thread) = thread else {
+            return Ok(None);
+        };
+        let thread_id: i64 = thread.try_get(0).map_err(pg_error)?;
+        let (total, usable): (i64, i64) = match mark {
+            // Every message is a candidate: the counters say how many, and how many have an
+            // indexable embedding of the query's dimension.
+            None => (
+                thread.try_get(1).map_err(pg_error)?,
+                thread.try_get(2).map_err(pg_error)?,
+            ),
+            // Filtered by a mark, the rarer recall: the candidates are counted.
+            Some(mark) => {
+                let counts = tx
+                    .query_one(
+                        "SELECT count(*), count(*) FILTER (WHERE m.embedding_dim = $3)
+                         FROM memory_marks k JOIN memory_messages m
+                           ON m.thread_id = k.thread_id AND m.msg_id = k.msg_id
+                         WHERE k.thread_id = $1 AND k.mark = $2",
+                        &[&thread_id, &mark, &dim_i32],
+                    )
+                    .map_err(pg_error)?;
+                (
+                    counts.try_get(0).map_err(pg_error)?,
+                    counts.try_get(1).map_err(pg_error)?,
+                )
+            }
+        };
+        // Every candidate must have an indexable embedding of the query's dimension (a missing
+        // one, another dimension or a zero vector takes the exact path, with its errors and
+        // scores).
         let total = usize::try_from(total).unwrap_or(0);
         if i64::try_from(total).ok() != Some(usable)
             || total < self.store.hnsw_min_messages
@@ -1236,15 +1455,17 @@ impl Backend for PostgresMemory {
         {
             return Ok(None);
         }
-        // The dimension and `ef` are numbers formatted into the statement (the partial index
-        // is chosen only when its predicate appears literally).
-        tx.batch_execute(&format!("SET LOCAL hnsw.ef_search = {ef}"))
-            .map_err(pg_error)?;
         // The index searches `ef` candidates (that is what finds the true neighbours), but only
-        // the closest of them by pgvector's own cosine distance, over the same `f32`s, are read
-        // and re-scored exactly: the exact kernel reorders near-ties, not the far end of a long
-        // shortlist, and each row read is a 6 KiB embedding at 1,536 dimensions.
-        let rescored = k.saturating_mul(5).max(100).min(ef);
+        // the closest `rescored` of them by pgvector's own cosine distance are read and
+        // re-scored exactly. pgvector computes that distance over the same `f32`s, only with
+        // another summation (f32 accumulators), so the two orders differ only between
+        // candidates whose distances are within rounding of each other (relative 1e-6 or so at
+        // 1,536 dimensions): a margin of `k` more, at least 10, holds every candidate that can
+        // move into the exact top `k`. Each row read is a 6 KiB embedding at 1,536 dimensions,
+        // so reading `ef` of them would cost more than the search.
+        let rescored = k.saturating_add(k.max(RESCORE_MARGIN)).min(ef);
+        // The dimension and `rescored` are numbers formatted into the statement (the partial
+        // index is chosen only when its predicate appears literally).
         let rows = tx
             .query(
                 &format!(
@@ -1283,12 +1504,19 @@ impl Backend for PostgresMemory {
         if options.preserve_order {
             scored.sort_by_key(|&(_, seq)| seq);
         }
-        // Only the kept messages' bodies are read, and their positions counted.
+        // Only the kept messages' bodies are read, with their indices: a message's index is
+        // its seq's distance from the thread's smallest seq less the removed seqs (gaps) in
+        // between (schema version 3), an index lookup and a count over gaps only.
         let seqs: Vec<i64> = scored.iter().map(|&(_, seq)| seq).collect();
         let bodies = tx
             .query(
-                "SELECT msg_id, kind, body, seq FROM memory_messages
-                 WHERE thread_id = $1 AND seq = ANY($2)",
+                "SELECT m.msg_id, m.kind, m.body, m.seq,
+                        m.seq - f.lo - (SELECT count(*) FROM memory_gaps g
+                                        WHERE g.thread_id = $1 AND g.seq > f.lo
+                                          AND g.seq < m.seq)
+                 FROM (SELECT min(seq) AS lo FROM memory_messages WHERE thread_id = $1) f,
+                      memory_messages m
+                 WHERE m.thread_id = $1 AND m.seq = ANY($2)",
                 &[&thread_id, &seqs],
             )
             .map_err(pg_error)?;
@@ -1296,20 +1524,14 @@ impl Backend for PostgresMemory {
         for row in &bodies {
             by_seq.insert(row.try_get::<_, i64>(3).map_err(pg_error)?, row);
         }
-        let position = tx
-            .prepare("SELECT count(*) FROM memory_messages WHERE thread_id = $1 AND seq < $2")
-            .map_err(pg_error)?;
         let mut found = Vec::with_capacity(scored.len());
         for (score, seq) in scored {
             let Some(row) = by_seq.get(&seq) else {
                 return Ok(None);
             };
-            let before: i64 = tx
-                .query_one(&position, &[&thread_id, &seq])
-                .map_err(pg_error)?
-                .try_get(0)
-                .map_err(pg_error)?;
-            let index = usize::try_from(before).unwrap_or(0);
+            let index: i64 = row.try_get(4).map_err(pg_error)?;
+            let index = usize::try_from(index)
+                .map_err(|_| corrupt(format!("message at seq {seq} has index {index}")))?;
             let (_, message) = row_message(&self.store.factory, row, index)?;
             found.push(Retrieved {
                 score,
@@ -1329,22 +1551,14 @@ impl Backend for PostgresMemory {
         // One transaction for the whole document, the thread's creation included: a document
         // that fails anywhere rolls all of it back.
         let mut tx = client.transaction().map_err(pg_error)?;
-        let (thread_id, _) = lock_thread(&mut tx, &self.store.namespace, &self.scope, factory)?;
-        if overwrite {
-            tx.execute(
-                "DELETE FROM memory_messages WHERE thread_id = $1",
-                &[&thread_id],
-            )
-            .map_err(pg_error)?;
-        }
-        let mut seq: i64 = tx
-            .query_one(
-                "SELECT COALESCE(MAX(seq), 0) + 1 FROM memory_messages WHERE thread_id = $1",
-                &[&thread_id],
-            )
-            .map_err(pg_error)?
-            .try_get(0)
-            .map_err(pg_error)?;
+        let thread = lock_thread(&mut tx, &self.store.namespace, &self.scope, factory)?;
+        let thread_id = thread.id;
+        let mut seq = if overwrite {
+            clear_thread(&mut tx, thread_id, vectors)?;
+            1
+        } else {
+            thread.next_seq
+        };
         let insert = tx
             .prepare(if vectors {
                 "INSERT INTO memory_messages
@@ -1360,6 +1574,8 @@ impl Backend for PostgresMemory {
         let mut report = AddReport::default();
         let mut marks = Batch::default();
         let mut dims = Vec::new();
+        // The dimension of each inserted row, for the counts of `memory_dims`.
+        let mut inserted_dims = Vec::new();
         // A stored id (or one earlier in the document) is skipped, as `plan_add` does: the
         // unique (thread_id, msg_id) index answers instead of a mirror of every id.
         decode_stream(factory, source, &mut |entry| {
@@ -1368,9 +1584,10 @@ impl Backend for PostgresMemory {
             let embedding = full.embedding();
             let bytes = embedding_bytes(embedding.as_deref());
             let kind = entry.msg_without_embedding().kind().as_str();
+            let mut dim = None;
             let inserted = if vectors {
                 let vector = PgVector::new(embedding.as_deref());
-                let dim = indexable_dim(embedding.as_deref(), vector.is_some());
+                dim = indexable_dim(embedding.as_deref(), vector.is_some());
                 if let Some(d) = dim.and_then(|d| usize::try_from(d).ok()) {
                     dims.push(d);
                 }
@@ -1399,6 +1616,7 @@ impl Backend for PostgresMemory {
                 return Ok(());
             }
             marks.push_marks(entry.id(), &entry.marks);
+            inserted_dims.push(dim);
             seq += 1;
             report.added += 1;
             Ok(())
@@ -1411,12 +1629,18 @@ impl Backend for PostgresMemory {
             &marks.marks,
         )?;
         if overwrite || report.added > 0 {
-            // The new rev makes every mirror of the thread (this one included) reload.
+            // The counters move by what was inserted; the new rev makes every mirror of the
+            // thread (this one included) reload.
+            let added = i64::try_from(report.added).unwrap_or(i64::MAX);
             tx.execute(
-                "UPDATE memory_threads SET rev = rev + 1 WHERE thread_id = $1",
-                &[&thread_id],
+                "UPDATE memory_threads SET rev = rev + 1, next_seq = $2, live = live + $3
+                 WHERE thread_id = $1",
+                &[&thread_id, &seq, &added],
             )
             .map_err(pg_error)?;
+            if vectors {
+                count_dims(&mut tx, thread_id, &inserted_dims, &[])?;
+            }
         }
         tx.commit().map_err(pg_error)?;
         drop(client);
