@@ -1,0 +1,505 @@
+//! Translation to a SQL `WHERE` fragment for SQLite (JSON1) and PostgreSQL (`jsonb`)
+//! (docs/reference/filters.md#sql).
+//!
+//! The fragment agrees with [`Filter::matches`] on every document: each leaf checks the JSON type
+//! of the value at its path before comparing, so `1` never equals `"1"` or `true`, and is wrapped
+//! in `COALESCE(…, FALSE)`, so a missing field gives FALSE rather than NULL and `NOT` stays
+//! two-valued. Values and paths are bound parameters, never SQL text: there is no escaping to get
+//! wrong, and a statement's text depends only on the filter's shape, so prepared-statement
+//! caches are reused. The only text spliced in is what the store's resolver returns (its own
+//! column names and expressions, never input).
+
+use crate::error::FilterError;
+use crate::filter::{Bound, Filter, Order, Scalar};
+use crate::path::{Path, Step};
+
+/// Which SQL to write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dialect {
+    /// SQLite with the JSON functions (`json_type`, `json_extract`, `json_each`; built in since
+    /// 3.38); parameters are `?N`. Documents are JSON text (or SQLite's JSONB).
+    Sqlite,
+    /// PostgreSQL, documents in `jsonb`; parameters are `$N`, each cast to its type in the text.
+    Postgres,
+}
+
+/// A bound parameter of a fragment. Its placeholder is its 1-based position in the `params`
+/// vector given to [`Filter::to_sql`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum SqlParam {
+    /// Text (SQLite `TEXT`; PostgreSQL `text`, the fragment casts it as needed).
+    Text(String),
+    /// A 64-bit integer (SQLite `INTEGER`; PostgreSQL `int8`).
+    Integer(i64),
+    /// A double (SQLite `REAL`; PostgreSQL `float8`; only SQLite fragments use it).
+    Real(f64),
+}
+
+/// The SQL type of a [`Source::Column`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ColumnKind {
+    /// A text column: the field is a JSON string.
+    Text,
+    /// An integer column: a JSON integer.
+    Integer,
+    /// A floating-point column: a JSON number.
+    Real,
+    /// A boolean column (SQLite: 0 or 1): `true` or `false`.
+    Boolean,
+}
+
+/// Where a store keeps the field a path starts with: what a resolver returns for a path's
+/// first name. The expressions are SQL text written by the store, never input.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Source {
+    /// The field is the member of that name in the JSON object held by this expression (a
+    /// document column such as `body`); a NULL document has no fields.
+    Member(String),
+    /// The field's JSON value is this expression (a column holding JSON, or a subquery building
+    /// it); NULL means the field is missing.
+    Json(String),
+    /// The field is this scalar column; NULL means missing. Further steps find nothing.
+    Column {
+        /// The column or expression.
+        expr: String,
+        /// Its type.
+        kind: ColumnKind,
+    },
+}
+
+struct Writer<'a, R> {
+    dialect: Dialect,
+    resolver: &'a R,
+    params: &'a mut Vec<SqlParam>,
+}
+
+/// Where a leaf's value is, in SQL.
+enum Target {
+    /// SQLite: a JSON document and a JSON path placeholder.
+    Sqlite { doc: String, path: String },
+    /// PostgreSQL: a `jsonb` expression (NULL when missing).
+    Postgres(String),
+}
+
+/// Wraps a leaf so that it is TRUE or FALSE, never NULL.
+fn leaf(expr: String) -> String {
+    format!("COALESCE(({expr}), FALSE)")
+}
+
+fn sqlite_key(path: &mut String, key: &str) {
+    // Names hold no `"`, `\` or control characters (path.rs), so quoting is enough.
+    path.push_str(".\"");
+    path.push_str(key);
+    path.push('"');
+}
+
+impl<R: Fn(&str) -> Option<Source>> Writer<'_, R> {
+    fn param(&mut self, param: SqlParam) -> String {
+        self.params.push(param);
+        let n = self.params.len();
+        match self.dialect {
+            Dialect::Sqlite => format!("?{n}"),
+            Dialect::Postgres => format!("${n}"),
+        }
+    }
+
+    /// A number as a parameter: SQLite compares INTEGER and REAL values; PostgreSQL gets JSON
+    /// text and compares `jsonb` numbers (exact `numeric`s).
+    fn number(&mut self, n: &serde_json::Number) -> String {
+        match self.dialect {
+            Dialect::Sqlite => match n.as_i64() {
+                Some(i) => self.param(SqlParam::Integer(i)),
+                None => self.param(SqlParam::Real(n.as_f64().unwrap_or(f64::NAN))),
+            },
+            Dialect::Postgres => {
+                let p = self.param(SqlParam::Text(n.to_string()));
+                format!("({p}::text)::jsonb")
+            }
+        }
+    }
+
+    fn resolve(&self, path: &Path, at: &str) -> Result<Source, FilterError> {
+        (self.resolver)(path.root()).ok_or_else(|| FilterError::UnknownField {
+            at: format!("{at}.path"),
+            field: path.root().to_owned(),
+        })
+    }
+
+    fn target(&mut self, path: &Path, at: &str) -> Result<Target, FilterError> {
+        let source = self.resolve(path, at)?;
+        match self.dialect {
+            Dialect::Sqlite => {
+                let mut text = String::from("$");
+                let doc = match source {
+                    Source::Member(expr) => {
+                        sqlite_key(&mut text, path.root());
+                        expr
+                    }
+                    Source::Json(expr) => expr,
+                    Source::Column { expr, kind } => match kind {
+                        ColumnKind::Boolean => format!(
+                            "CASE WHEN ({expr}) IS NULL THEN NULL WHEN ({expr}) THEN 'true' \
+                             ELSE 'false' END"
+                        ),
+                        _ => format!(
+                            "CASE WHEN ({expr}) IS NULL THEN NULL ELSE json_quote({expr}) END"
+                        ),
+                    },
+                };
+                for step in path.rest() {
+                    match step {
+                        Step::Key(key) => sqlite_key(&mut text, key),
+                        Step::Index(index) => text.push_str(&format!("[{index}]")),
+                    }
+                }
+                let path = self.param(SqlParam::Text(text));
+                Ok(Target::Sqlite { doc, path })
+            }
+            Dialect::Postgres => {
+                let mut value = match source {
+                    Source::Member(expr) => {
+                        let key = self.param(SqlParam::Text(path.root().to_owned()));
+                        format!("(({expr}) -> {key}::text)")
+                    }
+                    Source::Json(expr) => format!("({expr})"),
+                    Source::Column { expr, .. } => format!("to_jsonb({expr})"),
+                };
+                for step in path.rest() {
+                    value = match step {
+                        Step::Key(key) => {
+                            let key = self.param(SqlParam::Text(key.clone()));
+                            format!("({value} -> {key}::text)")
+                        }
+                        Step::Index(index) => {
+                            let index = self.param(SqlParam::Integer(i64::from(*index)));
+                            format!("({value} -> ({index}::int8)::int4)")
+                        }
+                    };
+                }
+                Ok(Target::Postgres(value))
+            }
+        }
+    }
+
+    /// SQLite: a JSON value of type `ty` (a `json_type` name) and SQL value `val` equals
+    /// `scalar`. `json_extract` turns `true` into 1 and `"1"` into '1', so the type decides.
+    fn sqlite_eq(&mut self, ty: &str, val: &str, scalar: &Scalar) -> String {
+        match scalar {
+            Scalar::Null => format!("{ty} = 'null'"),
+            Scalar::Bool(true) => format!("{ty} = 'true'"),
+            Scalar::Bool(false) => format!("{ty} = 'false'"),
+            Scalar::Number(n) => {
+                let p = self.number(n);
+                format!("{ty} IN ('integer', 'real') AND {val} = {p}")
+            }
+            Scalar::String(s) => {
+                let p = self.param(SqlParam::Text(s.clone()));
+                format!("{ty} = 'text' AND {val} = {p}")
+            }
+        }
+    }
+
+    /// PostgreSQL: `jsonb` equality is typed (a string never equals a number) and numeric for
+    /// numbers (`1 = 1.0`), as `matches` compares.
+    fn postgres_eq(&mut self, value: &str, scalar: &Scalar) -> String {
+        let p = self.param(SqlParam::Text(scalar.to_value().to_string()));
+        format!("{value} = ({p}::text)::jsonb")
+    }
+
+    fn eq(&mut self, target: &Target, scalar: &Scalar) -> String {
+        match target {
+            Target::Sqlite { doc, path } => {
+                let ty = format!("json_type({doc}, {path})");
+                let val = format!("json_extract({doc}, {path})");
+                self.sqlite_eq(&ty, &val, scalar)
+            }
+            Target::Postgres(value) => self.postgres_eq(value, scalar),
+        }
+    }
+
+    fn any_eq(&mut self, path: &Path, values: &[Scalar], at: &str) -> Result<String, FilterError> {
+        if values.is_empty() {
+            // No parameter for the path: PostgreSQL refuses a parameter the text never uses.
+            self.resolve(path, at)?;
+            return Ok("FALSE".to_owned());
+        }
+        let target = self.target(path, at)?;
+        let parts: Vec<String> = values
+            .iter()
+            .map(|v| format!("({})", self.eq(&target, v)))
+            .collect();
+        Ok(parts.join(" OR "))
+    }
+
+    fn compare(&mut self, target: &Target, order: Order, bound: &Bound) -> String {
+        let op = match order {
+            Order::Gt => ">",
+            Order::Gte => ">=",
+            Order::Lt => "<",
+            Order::Lte => "<=",
+        };
+        match (target, bound) {
+            (Target::Sqlite { doc, path }, Bound::Number(n)) => {
+                let p = self.number(n);
+                format!(
+                    "json_type({doc}, {path}) IN ('integer', 'real') AND \
+                     json_extract({doc}, {path}) {op} {p}"
+                )
+            }
+            // BINARY collation: byte order, as `matches` orders.
+            (Target::Sqlite { doc, path }, Bound::String(s)) => {
+                let p = self.param(SqlParam::Text(s.clone()));
+                format!(
+                    "json_type({doc}, {path}) = 'text' AND \
+                     json_extract({doc}, {path}) COLLATE BINARY {op} {p}"
+                )
+            }
+            (Target::Postgres(value), Bound::Number(n)) => {
+                let p = self.number(n);
+                format!("jsonb_typeof({value}) = 'number' AND {value} {op} {p}")
+            }
+            // `jsonb` orders strings by the database collation; "C" is byte order.
+            (Target::Postgres(value), Bound::String(s)) => {
+                let p = self.param(SqlParam::Text(s.clone()));
+                format!(
+                    "jsonb_typeof({value}) = 'string' AND \
+                     ({value} #>> '{{}}') COLLATE \"C\" {op} {p}::text"
+                )
+            }
+        }
+    }
+
+    fn contains(&mut self, target: &Target, scalar: &Scalar) -> String {
+        match target {
+            Target::Sqlite { doc, path } => {
+                let ty = format!("json_type({doc}, {path})");
+                let substring = match scalar {
+                    Scalar::String(s) => {
+                        let p = self.param(SqlParam::Text(s.clone()));
+                        format!("WHEN 'text' THEN instr(json_extract({doc}, {path}), {p}) > 0 ")
+                    }
+                    _ => String::new(),
+                };
+                let element = self.sqlite_eq("filter_elem.type", "filter_elem.value", scalar);
+                format!(
+                    "CASE {ty} {substring}WHEN 'array' THEN EXISTS (SELECT 1 FROM \
+                     json_each({doc}, {path}) AS filter_elem WHERE {element}) ELSE FALSE END"
+                )
+            }
+            Target::Postgres(value) => {
+                let substring = match scalar {
+                    Scalar::String(s) => {
+                        let p = self.param(SqlParam::Text(s.clone()));
+                        format!(
+                            "WHEN 'string' THEN strpos(({value} #>> '{{}}') COLLATE \"C\", \
+                             {p}::text) > 0 "
+                        )
+                    }
+                    _ => String::new(),
+                };
+                let element = self.postgres_eq("filter_elem.v", scalar);
+                // CASE, not AND: jsonb_array_elements fails on a non-array, and PostgreSQL
+                // may evaluate AND's operands in any order.
+                format!(
+                    "CASE jsonb_typeof({value}) {substring}WHEN 'array' THEN EXISTS (SELECT 1 \
+                     FROM jsonb_array_elements({value}) AS filter_elem(v) WHERE {element}) \
+                     ELSE FALSE END"
+                )
+            }
+        }
+    }
+
+    fn filter(&mut self, filter: &Filter, at: &str) -> Result<String, FilterError> {
+        Ok(match filter {
+            Filter::Eq { path, value } => {
+                let target = self.target(path, &format!("{at}eq"))?;
+                leaf(self.eq(&target, value))
+            }
+            Filter::Ne { path, value } => {
+                let target = self.target(path, &format!("{at}ne"))?;
+                format!("(NOT {})", leaf(self.eq(&target, value)))
+            }
+            Filter::In { path, values } => leaf(self.any_eq(path, values, &format!("{at}in"))?),
+            Filter::Nin { path, values } => {
+                let any = self.any_eq(path, values, &format!("{at}nin"))?;
+                format!("(NOT {})", leaf(any))
+            }
+            Filter::Compare { order, path, value } => {
+                let target = self.target(path, &format!("{at}{}", order.name()))?;
+                leaf(self.compare(&target, *order, value))
+            }
+            Filter::Contains { path, value } => {
+                let target = self.target(path, &format!("{at}contains"))?;
+                leaf(self.contains(&target, value))
+            }
+            Filter::Exists { path } => {
+                let target = self.target(path, &format!("{at}exists"))?;
+                match target {
+                    Target::Sqlite { doc, path } => {
+                        format!("(json_type({doc}, {path}) IS NOT NULL)")
+                    }
+                    Target::Postgres(value) => format!("({value} IS NOT NULL)"),
+                }
+            }
+            Filter::And(operands) | Filter::Or(operands) => {
+                let (op, empty, joiner) = match filter {
+                    Filter::And(_) => ("and", "TRUE", " AND "),
+                    _ => ("or", "FALSE", " OR "),
+                };
+                if operands.is_empty() {
+                    return Ok(empty.to_owned());
+                }
+                let parts = operands
+                    .iter()
+                    .enumerate()
+                    .map(|(i, f)| self.filter(f, &format!("{at}{op}[{i}].")))
+                    .collect::<Result<Vec<_>, _>>()?;
+                format!("({})", parts.join(joiner))
+            }
+            Filter::Not(operand) => {
+                format!("(NOT {})", self.filter(operand, &format!("{at}not."))?)
+            }
+        })
+    }
+}
+
+impl Filter {
+    /// A SQL boolean expression, TRUE exactly where [`Filter::matches`] is true, for a `WHERE`
+    /// clause (docs/reference/filters.md#sql).
+    ///
+    /// `resolver` says where each field a path starts with lives ([`Source`]); `None` refuses
+    /// the filter with [`FilterError::UnknownField`]. Values and paths are appended to `params`
+    /// and referenced by position (`?N` or `$N`, counting the parameters already there), so a
+    /// store can bind its own parameters first.
+    pub fn to_sql<R>(
+        &self,
+        dialect: Dialect,
+        resolver: &R,
+        params: &mut Vec<SqlParam>,
+    ) -> Result<String, FilterError>
+    where
+        R: Fn(&str) -> Option<Source>,
+    {
+        let start = params.len();
+        let mut writer = Writer {
+            dialect,
+            resolver,
+            params,
+        };
+        let result = writer.filter(self, "");
+        if result.is_err() {
+            params.truncate(start);
+        }
+        result
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+    use serde_json::json;
+
+    fn body(_: &str) -> Option<Source> {
+        Some(Source::Member("body".into()))
+    }
+
+    #[test]
+    fn sqlite_fragment_binds_values_and_paths() {
+        let f = Filter::parse(&json!({"and": [
+            {"eq": {"path": "metadata.\"a'b\"[2]", "value": "x'; DROP TABLE t; --"}},
+            {"gt": {"path": "n", "value": 1.5}}
+        ]}))
+        .unwrap();
+        let mut params = vec![SqlParam::Text("store's own".into())];
+        let sql = f.to_sql(Dialect::Sqlite, &body, &mut params).unwrap();
+        assert_eq!(
+            params,
+            vec![
+                SqlParam::Text("store's own".into()),
+                SqlParam::Text("$.\"metadata\".\"a'b\"[2]".into()),
+                SqlParam::Text("x'; DROP TABLE t; --".into()),
+                SqlParam::Text("$.\"n\"".into()),
+                SqlParam::Real(1.5),
+            ]
+        );
+        assert!(!sql.contains("DROP") && !sql.contains("a'b"), "{sql}");
+        assert!(sql.contains("json_type(body, ?2) = 'text' AND json_extract(body, ?2) = ?3"));
+        assert!(sql.contains("json_extract(body, ?4) > ?5"), "{sql}");
+    }
+
+    #[test]
+    fn postgres_fragment_casts_every_parameter() {
+        let f = Filter::parse(&json!({"or": [
+            {"contains": {"path": "tags", "value": "a"}},
+            {"lt": {"path": "meta.list[3]", "value": "z"}}
+        ]}))
+        .unwrap();
+        let mut params = Vec::new();
+        let sql = f.to_sql(Dialect::Postgres, &body, &mut params).unwrap();
+        assert_eq!(
+            params,
+            vec![
+                SqlParam::Text("tags".into()),
+                SqlParam::Text("a".into()),
+                SqlParam::Text("\"a\"".into()),
+                SqlParam::Text("meta".into()),
+                SqlParam::Text("list".into()),
+                SqlParam::Integer(3),
+                SqlParam::Text("z".into()),
+            ]
+        );
+        assert!(sql.contains("(((body) -> $4::text) -> $5::text) -> ($6::int8)::int4)"));
+        assert!(sql.contains("COLLATE \"C\" < $7::text"), "{sql}");
+    }
+
+    #[test]
+    fn columns_and_unknown_fields() {
+        let resolver = |root: &str| match root {
+            "role" => Some(Source::Column {
+                expr: "role".into(),
+                kind: ColumnKind::Text,
+            }),
+            "marks" => Some(Source::Json("marks_json".into())),
+            _ => None,
+        };
+        let f = Filter::parse(&json!({"and": [
+            {"eq": {"path": "role", "value": "user"}},
+            {"contains": {"path": "marks", "value": "todo"}}
+        ]}))
+        .unwrap();
+        let mut params = Vec::new();
+        let sql = f.to_sql(Dialect::Sqlite, &resolver, &mut params).unwrap();
+        assert!(sql.contains("json_quote(role)"), "{sql}");
+        assert!(sql.contains("json_each(marks_json, ?3)"), "{sql}");
+        let bad = Filter::parse(&json!({"not": {"or": [{"exists": "role"}, {"exists": "x.y"}]}}))
+            .unwrap();
+        let mut params = vec![SqlParam::Integer(1)];
+        let e = bad
+            .to_sql(Dialect::Postgres, &resolver, &mut params)
+            .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "not.or[1].exists.path: unknown field \"x\": this store cannot filter on it (check \
+             the spelling of the path's first name)"
+        );
+        assert_eq!(params, vec![SqlParam::Integer(1)], "no stray parameters");
+    }
+
+    #[test]
+    fn empty_lists_and_groups_are_constants() {
+        let f = Filter::parse(&json!({"and": [
+            {"in": {"path": "a", "values": []}},
+            {"nin": {"path": "a", "values": []}},
+            {"and": []}, {"or": []}
+        ]}))
+        .unwrap();
+        let mut params = Vec::new();
+        let sql = f.to_sql(Dialect::Sqlite, &body, &mut params).unwrap();
+        assert_eq!(
+            sql,
+            "(COALESCE((FALSE), FALSE) AND (NOT COALESCE((FALSE), FALSE)) AND TRUE AND FALSE)"
+        );
+    }
+}
