@@ -38,6 +38,7 @@ macro_rules! artifact_store_conformance {
             refuses_records_missing_required_attributes,
             refuses_a_duplicate_id,
             odd_text_is_stored_verbatim,
+            scopes_name_each_scope_once_in_byte_order,
             concurrent_saves_all_land_with_distinct_sequences
         );
     };
@@ -262,6 +263,42 @@ pub fn odd_text_is_stored_verbatim(store: &dyn ArtifactStore) {
     assert_eq!(must_list(store, scope, Some("tÿpe")), ["名前"]);
 }
 
+fn must_scopes(store: &dyn ArtifactStore) -> Vec<String> {
+    match store.scopes() {
+        Ok(found) => found,
+        Err(e) => panic!("scopes() failed: {e}"),
+    }
+}
+
+/// `scopes` names every scope holding a record, once, in ascending byte order, and forgets a
+/// scope once its last record is deleted; with `list` per scope it reaches every record.
+pub fn scopes_name_each_scope_once_in_byte_order(store: &dyn ArtifactStore) {
+    assert_eq!(must_scopes(store), Vec::<String>::new());
+    let scopes = ["b", "a", "é", "B", "a b", "\u{0001}ctl", "", "ab", "a"];
+    let mut saved = Vec::new();
+    for (i, scope) in scopes.iter().enumerate() {
+        let a = artifact(scope, &format!("k{}", i % 2), &format!("n{i}"));
+        must_save(store, &a);
+        saved.push(a);
+    }
+    let mut expected: Vec<String> = scopes.iter().map(|s| (*s).to_owned()).collect();
+    expected.sort();
+    expected.dedup();
+    assert_eq!(must_scopes(store), expected);
+    let listed: usize = must_scopes(store)
+        .iter()
+        .map(|scope| must_list(store, scope, None).len())
+        .sum();
+    assert_eq!(listed, saved.len());
+
+    // Deleting one of two records of "a" keeps it; deleting "b"'s only record drops it.
+    for a in saved.iter().filter(|a| a.scope == "b" || a.name == "n1") {
+        assert!(matches!(store.delete(a.id), Ok(true)), "delete {}", a.name);
+    }
+    expected.retain(|s| s != "b");
+    assert_eq!(must_scopes(store), expected);
+}
+
 /// Saves from several threads all land, each with its own sequence value.
 pub fn concurrent_saves_all_land_with_distinct_sequences(store: &dyn ArtifactStore) {
     let sequences: Vec<u64> = std::thread::scope(|s| {
@@ -330,6 +367,13 @@ pub fn tenant_isolation(open: &dyn Fn(&str) -> Box<dyn ArtifactStore>) {
     assert_eq!(must_list(&*a, "s", Some("note")), ["a-plan", "a-notes"]);
     assert_eq!(must_list(&*b, "s", None), ["b-plan", "b-plan-2"]);
     assert_eq!(must_list(&*b, "s", Some("note")), ["b-plan", "b-plan-2"]);
+    // Scopes: each handle names its own namespace's only.
+    let only_b = artifact("b-only", "k", "b-only");
+    must_save(&*b, &only_b);
+    assert_eq!(must_scopes(&*a), ["s"]);
+    assert_eq!(must_scopes(&*b), ["b-only", "s"]);
+    assert!(matches!(b.delete(only_b.id), Ok(true)));
+    assert_eq!(must_scopes(&*b), ["s"]);
 
     // Another namespace's record is absent everywhere.
     assert!(matches!(b.get(only_a.id), Ok(None)));

@@ -477,6 +477,9 @@ impl ArtifactStore for ContentFirstProbe {
     fn list(&self, scope: &str, t: Option<&str>) -> Result<Vec<Artifact>, ArtifactError> {
         self.inner.list(scope, t)
     }
+    fn scopes(&self) -> Result<Vec<String>, ArtifactError> {
+        self.inner.scopes()
+    }
     fn delete(&self, id: Uuid) -> Result<bool, ArtifactError> {
         self.inner.delete(id)
     }

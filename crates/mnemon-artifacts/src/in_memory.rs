@@ -1,6 +1,6 @@
 //! An artifact store that lives in memory: for tests and short-lived agents.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use mnemon_types::Artifact;
@@ -94,6 +94,12 @@ impl ArtifactStore for InMemoryArtifactStore {
             .filter(|a| a.scope == scope && artifact_type.is_none_or(|t| a.artifact_type == t))
             .cloned()
             .collect())
+    }
+
+    fn scopes(&self) -> Result<Vec<String>, ArtifactError> {
+        let state = self.state();
+        let scopes: BTreeSet<&str> = state.records.values().map(|a| a.scope.as_str()).collect();
+        Ok(scopes.into_iter().map(str::to_owned).collect())
     }
 
     fn delete(&self, id: Uuid) -> Result<bool, ArtifactError> {

@@ -135,6 +135,17 @@ const LIST_OF_TYPE: &str = concat!(
      AND artifact_type = $3::bytea ORDER BY seq"
 );
 
+/// The namespace's scopes, by a loose index scan: one probe of `artifact_records_by_key`
+/// (namespace, scope, …) per scope for the next greater one, rather than reading every record.
+const SCOPES: &str = "
+WITH RECURSIVE s(scope) AS (
+  (SELECT scope FROM artifact_records WHERE namespace = $1::text ORDER BY scope LIMIT 1)
+  UNION ALL
+  SELECT (SELECT r.scope FROM artifact_records r
+          WHERE r.namespace = $1::text AND r.scope > s.scope ORDER BY r.scope LIMIT 1)
+  FROM s WHERE s.scope IS NOT NULL)
+SELECT scope FROM s WHERE scope IS NOT NULL";
+
 const DELETE: &str = "DELETE FROM artifact_records WHERE namespace = $1::text AND id = $2::text";
 
 /// Options for [`PostgresArtifactStore::open`].
@@ -393,6 +404,29 @@ impl ArtifactStore for PostgresArtifactStore {
             ),
             None => self.query_many(LIST, &[&ns, &scope.as_bytes()], "listing artifacts"),
         }
+    }
+
+    fn scopes(&self) -> Result<Vec<String>, ArtifactError> {
+        const ACTION: &str = "listing the artifact scopes";
+        let mut client = self.pool.get().map_err(db_error)?;
+        let rows = client
+            .prepare_cached(SCOPES)
+            .and_then(|statement| client.query(&statement, &[&self.namespace.as_str()]))
+            .map_err(self.failed(ACTION))?;
+        rows.iter()
+            .map(|row| {
+                let bytes: Vec<u8> = row.try_get(0).map_err(self.failed(ACTION))?;
+                String::from_utf8(bytes).map_err(|e| {
+                    ArtifactError::database(
+                        ACTION,
+                        format!(
+                            "a stored scope is not UTF-8: {:?}",
+                            String::from_utf8_lossy(e.as_bytes())
+                        ),
+                    )
+                })
+            })
+            .collect()
     }
 
     fn delete(&self, id: Uuid) -> Result<bool, ArtifactError> {

@@ -461,6 +461,29 @@ impl ArtifactStore for SqliteArtifactStore {
         }
     }
 
+    fn scopes(&self) -> Result<Vec<String>, ArtifactError> {
+        const ACTION: &str = "listing the artifact scopes";
+        // One index probe per scope (`artifact_records_by_key` leads with namespace and
+        // scope: `min` of the next scope is a seek), not a read of every record.
+        let sql = self.in_namespace(
+            "WITH RECURSIVE s(scope) AS (
+               SELECT (SELECT min(scope) FROM artifact_records WHERE {ns})
+               UNION ALL
+               SELECT (SELECT min(scope) FROM artifact_records WHERE {ns} AND scope > s.scope)
+               FROM s WHERE s.scope IS NOT NULL)
+             SELECT scope FROM s WHERE scope IS NOT NULL",
+        );
+        let conn = self.conn();
+        let mut stmt = conn
+            .prepare_cached(&sql)
+            .map_err(|e| ArtifactError::database(ACTION, e))?;
+        let rows = stmt
+            .query_map([self.namespace.as_str()], |row| row.get::<_, String>(0))
+            .map_err(|e| ArtifactError::database(ACTION, e))?;
+        rows.map(|row| row.map_err(|e| ArtifactError::database(ACTION, e)))
+            .collect()
+    }
+
     fn delete(&self, id: Uuid) -> Result<bool, ArtifactError> {
         let removed = self
             .conn()

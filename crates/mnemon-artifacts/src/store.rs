@@ -18,6 +18,8 @@ use crate::ArtifactError;
 ///   with that key: most recent wins by save order, never by `created_at`, so two saves in the
 ///   same microsecond still have an order.
 /// - `list` returns a scope's records in save order.
+/// - `scopes` names every scope holding at least one record, each once, in ascending byte
+///   order; a scope whose records were all deleted is gone from it.
 /// - When `save` returns, the record is as durable as the implementation can make it (for
 ///   SQLite: committed and synced in WAL mode).
 ///
@@ -57,6 +59,12 @@ pub trait ArtifactStore: Send + Sync {
         scope: &str,
         artifact_type: Option<&str>,
     ) -> Result<Vec<Artifact>, ArtifactError>;
+
+    /// The scopes that hold records, each once, in ascending byte order (the order of Rust's
+    /// `str`): with [`list`](Self::list) per scope, everything the store holds, as
+    /// `mnemon migrate` copies it. A store opened for a namespace names only that namespace's
+    /// scopes.
+    fn scopes(&self) -> Result<Vec<String>, ArtifactError>;
 
     /// Removes the record with `id`; `false` if there was none. Content kept by a storage
     /// backend is not touched (another record may point at the same storage id).

@@ -1,15 +1,15 @@
 //! Copying one handle's namespace into another's (SQLite ↔ PostgreSQL): what `mnemon migrate`
 //! runs (docs/postgres.md, "Choosing the backend").
 //!
-//! The [`ArtifactStore`](mnemon_artifacts::ArtifactStore) trait lists records per scope only and
-//! cannot name the scopes a store holds, so [`artifact_scopes`] reads them from the
-//! `artifact_records` table of either backend; it goes once the stores can list their scopes.
+//! Artifacts are copied scope by scope: the source store names its scopes
+//! ([`ArtifactStore::scopes`](mnemon_artifacts::ArtifactStore::scopes), through the handle's
+//! namespace only) and lists each one's records in save order.
 
 use mnemon_artifacts::{ArtifactError, Storage};
 use mnemon_memory::{ExportFormat, ExportOptions, ExportTarget, Exported, LoadSource, MemoryError};
 use mnemon_store::StoreError;
 
-use crate::{Backend, Mnemon};
+use crate::Mnemon;
 
 /// Why a copy stopped. Whatever was copied before stays in the target.
 #[derive(Debug, thiserror::Error)]
@@ -21,14 +21,6 @@ pub enum CopyError {
     /// Reading or writing artifacts or their content failed.
     #[error("copying artifacts failed: {0}")]
     Artifacts(ArtifactError),
-    /// The artifact scopes could not be listed.
-    #[error("cannot list the artifact scopes of {target}: {detail}")]
-    Scopes {
-        /// The database.
-        target: String,
-        /// What went wrong.
-        detail: String,
-    },
     /// An artifact's content is in a `write_to_file` file and the target has no such backend.
     #[error(
         "artifact {id} keeps its content in the {backend:?} backend, which the target does not \
@@ -176,60 +168,9 @@ pub fn copy(from: &Mnemon, to: &Mnemon) -> Result<CopyReport, CopyError> {
     Ok(report)
 }
 
-/// The scopes holding artifact records in `mnemon`'s namespace, read from the stores' table
-/// (`artifact_records`, the same on both backends; PostgreSQL keeps the scope as bytes).
+/// The scopes holding artifact records in `mnemon`'s namespace, in ascending byte order:
+/// [`ArtifactStore::scopes`](mnemon_artifacts::ArtifactStore::scopes) of its artifact store, on
+/// either backend.
 pub fn artifact_scopes(mnemon: &Mnemon) -> Result<Vec<String>, CopyError> {
-    let namespace = mnemon.namespace().as_str();
-    match mnemon.backend() {
-        Backend::Sqlite => {
-            let path = mnemon.database_path();
-            let failed = |detail: String| CopyError::Scopes {
-                target: path.display().to_string(),
-                detail,
-            };
-            let conn = mnemon_db::sqlite::connect(&path, &mnemon_db::sqlite::Settings::default())
-                .map_err(|e| failed(e.to_string()))?;
-            let mut statement = conn
-                .prepare(
-                    "SELECT DISTINCT scope FROM artifact_records WHERE namespace = ?1 \
-                     ORDER BY scope",
-                )
-                .map_err(|e| failed(e.to_string()))?;
-            let rows = statement
-                .query_map([namespace], |row| row.get::<_, String>(0))
-                .map_err(|e| failed(e.to_string()))?;
-            rows.map(|row| row.map_err(|e| failed(e.to_string())))
-                .collect()
-        }
-        #[cfg(feature = "postgres")]
-        Backend::Postgres { url } => {
-            use mnemon_db::postgres::{Pool, Settings};
-            let failed = |detail: String| CopyError::Scopes {
-                target: "the PostgreSQL database".to_owned(),
-                detail,
-            };
-            let pool = Pool::connect(
-                url,
-                Settings {
-                    pool_size: 1,
-                    ..Settings::default()
-                },
-            )
-            .map_err(|e| failed(e.to_string()))?;
-            let mut client = pool.get().map_err(|e| failed(e.to_string()))?;
-            let rows = client
-                .query(
-                    "SELECT DISTINCT scope FROM artifact_records WHERE namespace = $1 \
-                     ORDER BY scope",
-                    &[&namespace],
-                )
-                .map_err(|e| failed(e.to_string()))?;
-            rows.iter()
-                .map(|row| {
-                    let bytes: Vec<u8> = row.try_get(0).map_err(|e| failed(e.to_string()))?;
-                    String::from_utf8(bytes).map_err(|e| failed(e.to_string()))
-                })
-                .collect()
-        }
-    }
+    mnemon.artifacts().scopes().map_err(CopyError::Artifacts)
 }
