@@ -1192,6 +1192,50 @@ fn persist(
     Ok(dims)
 }
 
+/// The retrieved messages of `scored` (`(score, seq)`, in the order given), read from the
+/// snapshot with their indices: a message's index is its seq's distance from the thread's
+/// smallest seq less the removed seqs (gaps) in between (schema version 3), an index lookup
+/// and a count over gaps only, never over the messages. `None` when a row is missing.
+fn read_retrieved(
+    tx: &mut Transaction<'_>,
+    thread_id: i64,
+    factory: &MsgFactory,
+    scored: Vec<(f64, i64)>,
+) -> Result<Option<Vec<Retrieved>>, MemoryError> {
+    let seqs: Vec<i64> = scored.iter().map(|&(_, seq)| seq).collect();
+    let bodies = tx
+        .query(
+            "SELECT m.msg_id, m.kind, m.body, m.seq,
+                    m.seq - f.lo - (SELECT count(*) FROM memory_gaps g
+                                    WHERE g.thread_id = $1 AND g.seq > f.lo AND g.seq < m.seq)
+             FROM (SELECT min(seq) AS lo FROM memory_messages WHERE thread_id = $1) f,
+                  memory_messages m
+             WHERE m.thread_id = $1 AND m.seq = ANY($2)",
+            &[&thread_id, &seqs],
+        )
+        .map_err(pg_error)?;
+    let mut by_seq = HashMap::with_capacity(bodies.len());
+    for row in &bodies {
+        by_seq.insert(row.try_get::<_, i64>(3).map_err(pg_error)?, row);
+    }
+    let mut found = Vec::with_capacity(scored.len());
+    for (score, seq) in scored {
+        let Some(row) = by_seq.get(&seq) else {
+            return Ok(None);
+        };
+        let index: i64 = row.try_get(4).map_err(pg_error)?;
+        let index = usize::try_from(index)
+            .map_err(|_| corrupt(format!("message at seq {seq} has index {index}")))?;
+        let (_, message) = row_message(factory, row, index)?;
+        found.push(Retrieved {
+            score,
+            index,
+            message,
+        });
+    }
+    Ok(Some(found))
+}
+
 /// One thread of a [`PostgresMemoryStore`]; implements [`Memory`](crate::Memory) with the same
 /// semantics as [`InMemoryMemory`](crate::InMemoryMemory).
 pub struct PostgresMemory {
@@ -1398,7 +1442,7 @@ impl Backend for PostgresMemory {
         // would otherwise prefer to scan and sort the thread exactly.
         let thread = tx
             .query_opt(
-                "SELECT t.thread_id, t.live,
+                "SELECT t.thread_id, t.live, t.rev,
                         COALESCE((SELECT d.n FROM memory_dims d
                                   WHERE d.thread_id = t.thread_id AND d.dim = $5), 0),
                         set_config('hnsw.ef_search', $6, true),
@@ -1421,12 +1465,13 @@ impl Backend for PostgresMemory {
             return Ok(None);
         };
         let thread_id: i64 = thread.try_get(0).map_err(pg_error)?;
+        let rev: i64 = thread.try_get(2).map_err(pg_error)?;
         let (total, usable): (i64, i64) = match mark {
             // Every message is a candidate: the counters say how many, and how many have an
             // indexable embedding of the query's dimension.
             None => (
                 thread.try_get(1).map_err(pg_error)?,
-                thread.try_get(2).map_err(pg_error)?,
+                thread.try_get(3).map_err(pg_error)?,
             ),
             // Filtered by a mark, the rarer recall: the candidates are counted.
             Some(mark) => {
@@ -1464,12 +1509,23 @@ impl Backend for PostgresMemory {
         // move into the exact top `k`. Each row read is a 6 KiB embedding at 1,536 dimensions,
         // so reading `ef` of them would cost more than the search.
         let rescored = k.saturating_add(k.max(RESCORE_MARGIN)).min(ef);
+        // With the handle's mirror current (the snapshot's thread and rev), the candidates'
+        // embeddings, indices and messages come from it, and the database only shortlists:
+        // no embedding or body is read, no JSON parsed. Held to the end, so that it stays
+        // current. Otherwise they are read from the snapshot.
+        let mirror = self.mirror();
+        let mirror = mirror.current(thread_id, rev).then_some(mirror);
+        let embedding_column = if mirror.is_some() {
+            "NULL::bytea"
+        } else {
+            "m.embedding"
+        };
         // The dimension and `rescored` are numbers formatted into the statement (the partial
         // index is chosen only when its predicate appears literally).
         let rows = tx
             .query(
                 &format!(
-                    "SELECT m.seq, m.embedding FROM memory_messages m
+                    "SELECT m.seq, m.msg_id, {embedding_column} FROM memory_messages m
                      WHERE m.thread_id = $1 AND m.embedding_dim = {dim}
                        AND ($2::text IS NULL OR EXISTS (SELECT 1 FROM memory_marks k
                             WHERE k.thread_id = m.thread_id AND k.msg_id = m.msg_id
@@ -1488,8 +1544,21 @@ impl Backend for PostgresMemory {
         let mut scored = Vec::with_capacity(rows.len());
         for row in &rows {
             let seq: i64 = row.try_get(0).map_err(pg_error)?;
-            let bytes: Option<Vec<u8>> = row.try_get(1).map_err(pg_error)?;
-            let Some(embedding) = bytes.as_deref().and_then(|b| floats(b, dim)) else {
+            let (embedding, index) = match &mirror {
+                Some(mirror) => {
+                    let id: &str = row.try_get(1).map_err(pg_error)?;
+                    let index = mirror.state.position(id);
+                    let embedding = index
+                        .and_then(|i| mirror.state.entries().get(i))
+                        .and_then(Entry::embedding);
+                    (embedding, index)
+                }
+                None => {
+                    let bytes: Option<&[u8]> = row.try_get(2).map_err(pg_error)?;
+                    (bytes.and_then(|b| floats(b, dim)), None)
+                }
+            };
+            let Some(embedding) = embedding.filter(|e| e.len() == dim) else {
                 return Ok(None);
             };
             let score = exact::cosine_with_norms(
@@ -1497,48 +1566,37 @@ impl Backend for PostgresMemory {
                 query_norm,
                 exact::norm(&embedding),
             );
-            scored.push((score, seq));
+            scored.push((score, seq, index));
         }
         scored.sort_by(|a, b| rank(&(a.0, seq_key(a.1)), &(b.0, seq_key(b.1))));
         scored.truncate(k);
         if options.preserve_order {
-            scored.sort_by_key(|&(_, seq)| seq);
+            scored.sort_by_key(|&(_, seq, _)| seq);
         }
-        // Only the kept messages' bodies are read, with their indices: a message's index is
-        // its seq's distance from the thread's smallest seq less the removed seqs (gaps) in
-        // between (schema version 3), an index lookup and a count over gaps only.
-        let seqs: Vec<i64> = scored.iter().map(|&(_, seq)| seq).collect();
-        let bodies = tx
-            .query(
-                "SELECT m.msg_id, m.kind, m.body, m.seq,
-                        m.seq - f.lo - (SELECT count(*) FROM memory_gaps g
-                                        WHERE g.thread_id = $1 AND g.seq > f.lo
-                                          AND g.seq < m.seq)
-                 FROM (SELECT min(seq) AS lo FROM memory_messages WHERE thread_id = $1) f,
-                      memory_messages m
-                 WHERE m.thread_id = $1 AND m.seq = ANY($2)",
-                &[&thread_id, &seqs],
-            )
-            .map_err(pg_error)?;
-        let mut by_seq = HashMap::with_capacity(bodies.len());
-        for row in &bodies {
-            by_seq.insert(row.try_get::<_, i64>(3).map_err(pg_error)?, row);
-        }
-        let mut found = Vec::with_capacity(scored.len());
-        for (score, seq) in scored {
-            let Some(row) = by_seq.get(&seq) else {
-                return Ok(None);
-            };
-            let index: i64 = row.try_get(4).map_err(pg_error)?;
-            let index = usize::try_from(index)
-                .map_err(|_| corrupt(format!("message at seq {seq} has index {index}")))?;
-            let (_, message) = row_message(&self.store.factory, row, index)?;
-            found.push(Retrieved {
-                score,
-                index,
-                message,
-            });
-        }
+        let found = match &mirror {
+            Some(mirror) => scored
+                .into_iter()
+                .map(|(score, _, index)| {
+                    let entry = index.and_then(|i| Some((i, mirror.state.entries().get(i)?)));
+                    entry.map(|(index, entry)| Retrieved {
+                        score,
+                        index,
+                        message: entry.message(),
+                    })
+                })
+                .collect::<Option<Vec<_>>>(),
+            None => {
+                let scored: Vec<(f64, i64)> = scored
+                    .into_iter()
+                    .map(|(score, seq, _)| (score, seq))
+                    .collect();
+                read_retrieved(&mut tx, thread_id, &self.store.factory, scored)?
+            }
+        };
+        drop(mirror);
+        let Some(found) = found else {
+            return Ok(None);
+        };
         tx.commit().map_err(pg_error)?;
         self.store.index_recalls.fetch_add(1, Ordering::Relaxed);
         Ok(Some(found))
