@@ -124,6 +124,17 @@ pub enum PgServerError {
         /// The end of the server log.
         log: String,
     },
+    /// A setting given to [`PgServer::start_with_settings`] cannot be passed to `postgres`.
+    #[error(
+        "the server setting {name:?} = {value:?} is malformed: a name is ASCII letters, digits, \
+         `_` and `.`, and neither may be empty or hold a NUL"
+    )]
+    BadSetting {
+        /// The setting's name.
+        name: String,
+        /// Its value.
+        value: String,
+    },
     /// A statement on the server failed.
     #[error("{what}: {source}")]
     Sql {
@@ -275,6 +286,9 @@ pub struct PgServer {
     child: Mutex<Option<Child>>,
     /// Suffix making every [`PgServer::fresh_database`] name unique.
     next_database: AtomicU64,
+    /// Extra `-c name=value` settings of [`PgServer::start_with_settings`], after the harness's
+    /// own (so they win), kept across restarts.
+    settings: Vec<(String, String)>,
 }
 
 impl PgServer {
@@ -283,15 +297,36 @@ impl PgServer {
     /// returning once it accepts connections. Fails when the binaries are missing (with what to
     /// run) or the server does not come up (with its log).
     pub fn start() -> Result<PgServer, PgServerError> {
+        PgServer::start_with_settings(Vec::<(String, String)>::new())
+    }
+
+    /// [`PgServer::start`] with extra server settings, each passed as `postgres -c name=value`
+    /// after the harness's own (so one may override them, `max_connections` for instance) and
+    /// kept across [`PgServer::restart`]: a benchmark sizes `shared_buffers`,
+    /// `maintenance_work_mem` or `max_wal_size` to its data as a real server would be. A
+    /// malformed name or value is [`PgServerError::BadSetting`]; a name or value the server
+    /// rejects fails the start with the server log, which names it.
+    pub fn start_with_settings<N, V>(
+        settings: impl IntoIterator<Item = (N, V)>,
+    ) -> Result<PgServer, PgServerError>
+    where
+        N: Into<String>,
+        V: Into<String>,
+    {
+        let settings = checked_settings(settings)?;
         match Binaries::find()? {
-            Some(binaries) => PgServer::start_with(binaries, None),
+            Some(binaries) => PgServer::start_with(binaries, None, settings),
             None => Err(PgServerError::NotInstalled),
         }
     }
 
-    /// [`PgServer::start`] with these binaries, trying `port` first when given (a free one
-    /// otherwise).
-    fn start_with(binaries: Binaries, port: Option<u16>) -> Result<PgServer, PgServerError> {
+    /// [`PgServer::start`] with these binaries and settings, trying `port` first when given (a
+    /// free one otherwise).
+    fn start_with(
+        binaries: Binaries,
+        port: Option<u16>,
+        settings: Vec<(String, String)>,
+    ) -> Result<PgServer, PgServerError> {
         let user = User::for_server()?;
         if let Some(user) = user {
             let bin = fs::canonicalize(&binaries.bin)
@@ -331,6 +366,7 @@ impl PgServer {
             }),
             child: Mutex::new(None),
             next_database: AtomicU64::new(0),
+            settings,
         };
         std::mem::forget(guard);
         // On failure, Drop stops whatever started and removes the directory.
@@ -366,7 +402,7 @@ impl PgServer {
                     Ok(found) => found?,
                     Err(error) => panic!("the PostgreSQL test server cannot start: {error}"),
                 };
-                match PgServer::start_with(binaries, None) {
+                match PgServer::start_with(binaries, None, Vec::new()) {
                     Ok(server) => Some(server),
                     Err(error) => panic!("the PostgreSQL test server did not start: {error}"),
                 }
@@ -466,9 +502,11 @@ impl PgServer {
             // Durable commits, so that a restart test proves something.
             .args(["-c", "fsync=on", "-c", "synchronous_commit=on"])
             // Crash and concurrency tests open many connections at once.
-            .args(["-c", "max_connections=200"])
-            .stdout(log)
-            .stderr(log_err);
+            .args(["-c", "max_connections=200"]);
+        for (name, value) in &self.settings {
+            command.arg("-c").arg(format!("{name}={value}"));
+        }
+        command.stdout(log).stderr(log_err);
         let child = spawn_outliving_test_threads(command).map_err(io_error(format!(
             "starting {}",
             self.binaries.bin.join("postgres").display()
@@ -670,6 +708,33 @@ fn missing_binaries_message() -> String {
     )
 }
 
+/// The settings of [`PgServer::start_with_settings`], checked so that each is one `-c name=value`
+/// argument meaning what it says: a name of ASCII letters, digits, `_` and `.` (PostgreSQL's
+/// parameter names, custom `extension.name` ones included), a value without NUL.
+fn checked_settings<N, V>(
+    settings: impl IntoIterator<Item = (N, V)>,
+) -> Result<Vec<(String, String)>, PgServerError>
+where
+    N: Into<String>,
+    V: Into<String>,
+{
+    settings
+        .into_iter()
+        .map(|(name, value)| {
+            let (name, value) = (name.into(), value.into());
+            let good_name = !name.is_empty()
+                && name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.');
+            if good_name && !value.is_empty() && !value.contains('\0') {
+                Ok((name, value))
+            } else {
+                Err(PgServerError::BadSetting { name, value })
+            }
+        })
+        .collect()
+}
+
 /// The database name for [`PgServer::fresh_database`]`(name)`'s `n`th call: lower-case ASCII
 /// letters, digits and `_` only (so it needs no quoting rules beyond the double quotes), at
 /// most 32 characters of `name`, never starting with a digit, and `_n` at the end so that no two
@@ -858,11 +923,11 @@ mod tests {
             Ok(Some(binaries)) => binaries,
             other => panic!("require_binaries found them, find gives {other:?}"),
         };
-        let first =
-            PgServer::start_with(binaries.clone(), None).unwrap_or_else(|error| panic!("{error}"));
+        let first = PgServer::start_with(binaries.clone(), None, Vec::new())
+            .unwrap_or_else(|error| panic!("{error}"));
         // The second server is told to take the first one's port: its postgres cannot bind it,
         // and answering connections there must not count as its own start.
-        let second = PgServer::start_with(binaries, Some(first.port()))
+        let second = PgServer::start_with(binaries, Some(first.port()), Vec::new())
             .unwrap_or_else(|error| panic!("{error}"));
         assert_ne!(second.port(), first.port());
         for server in [&first, &second] {
@@ -885,6 +950,78 @@ mod tests {
             "{}",
             second.log_tail()
         );
+    }
+
+    /// `SHOW name` on `server`.
+    fn show(server: &PgServer, name: &str) -> String {
+        server
+            .connect("postgres")
+            .and_then(|mut client| {
+                client
+                    .query_one(&format!("SHOW {name}"), &[])
+                    .map_err(|source| PgServerError::Sql {
+                        what: format!("SHOW {name}"),
+                        source,
+                    })
+            })
+            .unwrap_or_else(|error| panic!("{error}"))
+            .get(0)
+    }
+
+    #[test]
+    fn extra_settings_reach_the_server_and_survive_a_restart() {
+        if !require_binaries() {
+            return;
+        }
+        let server = PgServer::start_with_settings([
+            ("shared_buffers", "48MB"),
+            ("maintenance_work_mem", "96MB"),
+            // One of the harness's own settings: the extra one comes after it and wins.
+            ("max_connections", "57"),
+        ])
+        .unwrap_or_else(|error| panic!("{error}"));
+        for _ in 0..2 {
+            assert_eq!(show(&server, "shared_buffers"), "48MB");
+            assert_eq!(show(&server, "maintenance_work_mem"), "96MB");
+            assert_eq!(show(&server, "max_connections"), "57");
+            // The harness's settings that were not overridden stay.
+            assert_eq!(show(&server, "synchronous_commit"), "on");
+            server.restart().unwrap_or_else(|error| panic!("{error}"));
+        }
+    }
+
+    #[test]
+    fn a_setting_the_server_rejects_fails_the_start_naming_it() {
+        if !require_binaries() {
+            return;
+        }
+        match PgServer::start_with_settings([("mnemon_no_such_setting", "1")]) {
+            Err(PgServerError::Exited { log, .. }) => {
+                assert!(log.contains("mnemon_no_such_setting"), "{log}");
+            }
+            other => panic!("expected the server to exit naming the setting, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn malformed_settings_are_refused_before_any_start() {
+        for (name, value) in [
+            ("", "1"),
+            ("shared buffers", "1MB"),
+            ("a=b", "1"),
+            ("work_mem", ""),
+            ("work_mem", "4\0MB"),
+        ] {
+            match checked_settings([(name, value)]) {
+                Err(PgServerError::BadSetting { name: n, value: v }) => {
+                    assert_eq!((n.as_str(), v.as_str()), (name, value));
+                }
+                other => panic!("{name:?} = {value:?} was accepted: {other:?}"),
+            }
+        }
+        let good = checked_settings([("pg_stat_statements.max", "100"), ("work_mem", "8MB")])
+            .unwrap_or_else(|error| panic!("{error}"));
+        assert_eq!(good.len(), 2);
     }
 
     #[test]
@@ -989,6 +1126,16 @@ mod tests {
             prop_assert!(database.len() <= 63);
             let suffix = format!("_{n}");
             prop_assert!(database.ends_with(&suffix));
+        }
+
+        #[test]
+        fn an_accepted_setting_is_one_unambiguous_argument(name in ".{0,12}", value in ".{0,12}") {
+            if let Ok(settings) = checked_settings([(name.clone(), value.clone())]) {
+                // `postgres -c` splits its argument at the first `=`.
+                let argument = format!("{}={}", settings[0].0, settings[0].1);
+                prop_assert_eq!(argument.split_once('='), Some((name.as_str(), value.as_str())));
+                prop_assert!(!argument.contains('\0'));
+            }
         }
 
         #[test]
