@@ -547,3 +547,86 @@ mod postgres_nul {
         assert_eq!(store.list("s\0cope", Some("t\0ype")).unwrap(), [a]);
     }
 }
+
+/// `scopes` on PostgreSQL costs one index probe per scope, not a read of every record: a
+/// store-wide listing must not grow with the number of records (issue 13, hot paths).
+mod postgres_scopes_cost {
+    use mnemon_artifacts::{ArtifactStore, PostgresArtifactOptions, PostgresArtifactStore};
+
+    /// The rows the scan nodes on `artifact_records` produced, summed over their loops, in
+    /// the text of `EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF)`.
+    fn rows_read(plan: &[String]) -> u64 {
+        let number_after = |line: &str, label: &str| -> u64 {
+            let Some(at) = line.find(label) else {
+                return 0;
+            };
+            let digits: String = line[at + label.len()..]
+                .chars()
+                .take_while(char::is_ascii_digit)
+                .collect();
+            digits.parse().unwrap()
+        };
+        plan.iter()
+            .filter(|line| line.contains(" on artifact_records"))
+            .map(|line| number_after(line, "rows=") * number_after(line, "loops="))
+            .sum()
+    }
+
+    #[test]
+    fn scopes_reads_one_index_entry_per_scope_not_every_record() {
+        let server = mnemon_tests::require_postgres!();
+        let url = server.fresh_database("artifact_scopes_cost").unwrap();
+        let store = PostgresArtifactStore::open(&url, PostgresArtifactOptions::default()).unwrap();
+        let mut admin = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+        // 4,000 records in four scopes of the store's namespace, 2,000 in another namespace.
+        admin
+            .batch_execute(
+                "INSERT INTO artifact_records (id, scope, key, artifact_type, name, description,
+                   created_at, namespace)
+                 SELECT gen_random_uuid()::text, convert_to('s' || (i % 4), 'UTF8'), 'k', 't',
+                   'n', '', '2026-01-01T00:00:00.000000Z',
+                   CASE WHEN i <= 4000 THEN 'default' ELSE 'other' END
+                 FROM generate_series(1, 6000) AS i;
+                 ANALYZE artifact_records;",
+            )
+            .unwrap();
+        assert_eq!(store.scopes().unwrap(), ["s0", "s1", "s2", "s3"]);
+
+        // The statement the store ran, as the server saw it, planned and run again here.
+        let sql: String = admin
+            .query_one(
+                "SELECT query FROM pg_stat_activity
+                 WHERE datname = current_database() AND pid <> pg_backend_pid()
+                   AND query LIKE '%artifact_records%'",
+                &[],
+            )
+            .unwrap()
+            .get(0);
+        admin
+            .batch_execute(&format!("PREPARE scopes_probe(text) AS {sql}"))
+            .unwrap();
+        // Both the custom and the generic plan (the server switches after five runs).
+        for run in 0..7 {
+            let plan: Vec<String> = admin
+                .query(
+                    "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) EXECUTE scopes_probe('default')",
+                    &[],
+                )
+                .unwrap()
+                .iter()
+                .map(|row| row.get(0))
+                .collect();
+            let read = rows_read(&plan);
+            assert!(
+                read > 0,
+                "no scan of artifact_records in:\n{}",
+                plan.join("\n")
+            );
+            assert!(
+                read <= 20,
+                "run {run}: {read} rows read for 4 scopes of 4,000 records:\n{}",
+                plan.join("\n")
+            );
+        }
+    }
+}
