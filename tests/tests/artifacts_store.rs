@@ -215,6 +215,58 @@ mod postgres {
         });
     }
 
+    /// Every statement of a save (with and without a storage lock), get, latest, list, scopes
+    /// and delete is prepared once on a connection and reused by every later call.
+    #[test]
+    fn hot_statements_are_prepared_once_per_connection() {
+        let server = mnemon_tests::require_postgres!();
+        let url = server.fresh_database("artifact_prepared").unwrap();
+        let store = PostgresArtifactStore::open(
+            &url,
+            PostgresArtifactOptions {
+                pool_size: 1,
+                ..options("default")
+            },
+        )
+        .unwrap();
+        let calls = |from: usize, to: usize| {
+            for i in from..to {
+                let mut a = Artifact::new("s", "k", "t", &format!("n{i}"));
+                if i % 2 == 0 {
+                    a.storage = Some(StorageLocation {
+                        backend: "write_to_file".into(),
+                        id: format!("{i}.json"),
+                    });
+                }
+                store.save(&a).unwrap();
+                assert_eq!(store.get(a.id).unwrap().as_ref(), Some(&a));
+                assert_eq!(store.latest("s", "k").unwrap().as_ref(), Some(&a));
+                assert_eq!(store.list("s", None).unwrap().len(), i + 1);
+                assert_eq!(store.list("s", Some("t")).unwrap().len(), i + 1);
+                assert_eq!(store.scopes().unwrap(), ["s"]);
+                assert!(!store.delete(uuid::Uuid::now_v7()).unwrap());
+            }
+        };
+        // 8 statements: the lock, insert, get, latest, two lists, scopes, delete.
+        calls(0, 4);
+        let prepared = || {
+            let mut client = store.pool().get().unwrap();
+            let on_server: i64 = client
+                // This query is itself prepared (and closed after) by the client.
+                .query_one(
+                    "SELECT count(*) FROM pg_prepared_statements \
+                     WHERE statement NOT LIKE '%pg_prepared_statements%'",
+                    &[],
+                )
+                .unwrap()
+                .get(0);
+            (client.statements_prepared(), on_server)
+        };
+        assert_eq!(prepared(), (8, 8));
+        calls(4, 30);
+        assert_eq!(prepared(), (8, 8));
+    }
+
     #[test]
     fn tenant_isolation_postgres() {
         let server = mnemon_tests::require_postgres!();

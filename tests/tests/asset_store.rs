@@ -127,6 +127,62 @@ mod postgres {
         );
     }
 
+    /// Every statement of a put, get, meta, list and delete is prepared once on a connection
+    /// and reused by every later call (issue 13: prepared statements), with unchanged results.
+    #[test]
+    fn hot_statements_are_prepared_once_per_connection() {
+        let server = mnemon_tests::require_postgres!();
+        let url = server.fresh_database("asset_prepared").unwrap();
+        let store = PostgresAssetStore::open(
+            &url,
+            PostgresAssetOptions {
+                pool_size: 1,
+                ..options("default")
+            },
+        )
+        .unwrap();
+        let with_bytes = |i: usize| {
+            let mut content = mnemon_types::Map::new();
+            content.insert("n".into(), mnemon_types::Value::String(i.to_string()));
+            content.insert("b".into(), mnemon_types::Bytes::new(vec![0u8, 1, 2]).into());
+            mnemon_types::Asset::new(mnemon_types::Value::Map(content))
+                .with_id(format!("a{i}"))
+                .with_type("t")
+        };
+        let calls = |from: usize, to: usize| {
+            for i in from..to {
+                let asset = with_bytes(i);
+                store.put(&asset).unwrap();
+                assert_eq!(store.get(&asset.asset_id).unwrap().as_ref(), Some(&asset));
+                assert!(store.meta(&asset.asset_id).unwrap().is_some());
+                assert_eq!(store.list_ids(None).unwrap().len(), (i + 1) / 2 + 1);
+                assert_eq!(store.list_ids(Some("t")).unwrap().len(), (i + 1) / 2 + 1);
+                if i % 2 == 1 {
+                    assert!(store.delete(&asset.asset_id).unwrap());
+                }
+            }
+        };
+        // 9 statements: upsert, delete leaves, insert leaves, get, meta, two lists, and the
+        // delete's two.
+        calls(0, 4);
+        let prepared = || {
+            let mut client = store.pool().get().unwrap();
+            let on_server: i64 = client
+                // This query is itself prepared (and closed after) by the client.
+                .query_one(
+                    "SELECT count(*) FROM pg_prepared_statements \
+                     WHERE statement NOT LIKE '%pg_prepared_statements%'",
+                    &[],
+                )
+                .unwrap()
+                .get(0);
+            (client.statements_prepared(), on_server)
+        };
+        assert_eq!(prepared(), (9, 9));
+        calls(4, 40);
+        assert_eq!(prepared(), (9, 9));
+    }
+
     #[test]
     fn postgres_store_under_four_threads() {
         let server = mnemon_tests::require_postgres!();

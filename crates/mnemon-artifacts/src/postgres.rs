@@ -213,6 +213,13 @@ impl PostgresArtifactStore {
         &self.namespace
     }
 
+    /// The store's connection pool: for diagnostics (open connections, each connection's
+    /// prepared-statement cache: `mnemon_db::postgres::PooledClient::statements_prepared`) and
+    /// for tools that read the tables directly.
+    pub fn pool(&self) -> &Pool {
+        &self.pool
+    }
+
     /// A statement's error, classified by `mnemon-db` (server gone, query error with its code).
     fn failed(&self, action: &'static str) -> impl FnOnce(postgres::Error) -> ArtifactError + '_ {
         move |e| db_error(pg::error(&e, self.pool.target(), action))

@@ -168,6 +168,13 @@ impl PostgresAssetStore {
         self.pool.target()
     }
 
+    /// The store's connection pool: for diagnostics (open connections, each connection's
+    /// prepared-statement cache: `mnemon_db::postgres::PooledClient::statements_prepared`) and
+    /// for tools that read the tables directly.
+    pub fn pool(&self) -> &Pool {
+        &self.pool
+    }
+
     fn client(&self) -> Result<pg::PooledClient, StoreError> {
         self.pool.get().map_err(db_error)
     }
