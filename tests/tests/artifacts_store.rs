@@ -231,7 +231,7 @@ mod postgres {
         .unwrap();
         let calls = |from: usize, to: usize| {
             for i in from..to {
-                let mut a = Artifact::new("s", "k", "t", &format!("n{i}"));
+                let mut a = Artifact::new("s", "k", "t", format!("n{i}"));
                 if i % 2 == 0 {
                     a.storage = Some(StorageLocation {
                         backend: "write_to_file".into(),

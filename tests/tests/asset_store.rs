@@ -155,8 +155,8 @@ mod postgres {
                 store.put(&asset).unwrap();
                 assert_eq!(store.get(&asset.asset_id).unwrap().as_ref(), Some(&asset));
                 assert!(store.meta(&asset.asset_id).unwrap().is_some());
-                assert_eq!(store.list_ids(None).unwrap().len(), (i + 1) / 2 + 1);
-                assert_eq!(store.list_ids(Some("t")).unwrap().len(), (i + 1) / 2 + 1);
+                assert_eq!(store.list_ids(None).unwrap().len(), i.div_ceil(2) + 1);
+                assert_eq!(store.list_ids(Some("t")).unwrap().len(), i.div_ceil(2) + 1);
                 if i % 2 == 1 {
                     assert!(store.delete(&asset.asset_id).unwrap());
                 }
