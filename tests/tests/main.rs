@@ -11,6 +11,7 @@ mod asset_crash;
 mod asset_sqlite;
 mod asset_store;
 mod db_postgres;
+mod filter_sql;
 mod host_protocol;
 mod host_queries;
 mod host_signals;

@@ -86,8 +86,10 @@ fn leaf(expr: String) -> String {
     format!("COALESCE(({expr}), FALSE)")
 }
 
-fn sqlite_key(path: &mut String, key: &str) {
-    // Names hold no `"`, `\` or control characters (path.rs), so quoting is enough.
+/// Appends `."key"` to a SQLite JSON path or a PostgreSQL SQL/JSON path.
+fn push_key(path: &mut String, key: &str) {
+    // Names hold no `"`, `\` or control characters (path.rs), so quoting is enough in both
+    // syntaxes.
     path.push_str(".\"");
     path.push_str(key);
     path.push('"');
@@ -111,6 +113,9 @@ impl<R: Fn(&str) -> Option<Source>> Writer<'_, R> {
                 Some(i) => self.param(SqlParam::Integer(i)),
                 None => self.param(SqlParam::Real(n.as_f64().unwrap_or(f64::NAN))),
             },
+            // The shortest round-trip form, as serde_json writes the documents' floats: `jsonb`
+            // keeps numbers as decimals, and two floats' shortest decimals order as the floats
+            // do. (An exact decimal would break `0.1 = 0.1`: docs/reference/filters.md#numbers.)
             Dialect::Postgres => {
                 let p = self.param(SqlParam::Text(n.to_string()));
                 format!("({p}::text)::jsonb")
@@ -132,7 +137,7 @@ impl<R: Fn(&str) -> Option<Source>> Writer<'_, R> {
                 let mut text = String::from("$");
                 let doc = match source {
                     Source::Member(expr) => {
-                        sqlite_key(&mut text, path.root());
+                        push_key(&mut text, path.root());
                         expr
                     }
                     Source::Json(expr) => expr,
@@ -148,7 +153,7 @@ impl<R: Fn(&str) -> Option<Source>> Writer<'_, R> {
                 };
                 for step in path.rest() {
                     match step {
-                        Step::Key(key) => sqlite_key(&mut text, key),
+                        Step::Key(key) => push_key(&mut text, key),
                         Step::Index(index) => text.push_str(&format!("[{index}]")),
                     }
                 }
@@ -156,26 +161,33 @@ impl<R: Fn(&str) -> Option<Source>> Writer<'_, R> {
                 Ok(Target::Sqlite { doc, path })
             }
             Dialect::Postgres => {
-                let mut value = match source {
+                let (base, mut text) = match source {
                     Source::Member(expr) => {
-                        let key = self.param(SqlParam::Text(path.root().to_owned()));
-                        format!("(({expr}) -> {key}::text)")
+                        let mut text = String::from("strict $");
+                        push_key(&mut text, path.root());
+                        (format!("({expr})"), text)
                     }
-                    Source::Json(expr) => format!("({expr})"),
-                    Source::Column { expr, .. } => format!("to_jsonb({expr})"),
+                    Source::Json(expr) => (format!("({expr})"), String::from("strict $")),
+                    Source::Column { expr, .. } => {
+                        (format!("to_jsonb({expr})"), String::from("strict $"))
+                    }
                 };
-                for step in path.rest() {
-                    value = match step {
-                        Step::Key(key) => {
-                            let key = self.param(SqlParam::Text(key.clone()));
-                            format!("({value} -> {key}::text)")
-                        }
-                        Step::Index(index) => {
-                            let index = self.param(SqlParam::Integer(i64::from(*index)));
-                            format!("({value} -> ({index}::int8)::int4)")
-                        }
-                    };
+                if text.len() == "strict $".len() && path.rest().is_empty() {
+                    return Ok(Target::Postgres(base));
                 }
+                for step in path.rest() {
+                    match step {
+                        Step::Key(key) => push_key(&mut text, key),
+                        Step::Index(index) => text.push_str(&format!("[{index}]")),
+                    }
+                }
+                // A strict SQL/JSON path, not a chain of `->`: `->` with an index treats a
+                // scalar as a one-element array (`'1'::jsonb -> 0` is `1`). In strict mode a key
+                // on a non-object or an index on a non-array is an error, which `silent`
+                // (the last argument) turns into "no value": SQL NULL, as `matches` has it.
+                let p = self.param(SqlParam::Text(text));
+                let value =
+                    format!("jsonb_path_query_first({base}, ({p}::text)::jsonpath, '{{}}', TRUE)");
                 Ok(Target::Postgres(value))
             }
         }
@@ -441,17 +453,18 @@ mod tests {
         assert_eq!(
             params,
             vec![
-                SqlParam::Text("tags".into()),
+                SqlParam::Text("strict $.\"tags\"".into()),
                 SqlParam::Text("a".into()),
                 SqlParam::Text("\"a\"".into()),
-                SqlParam::Text("meta".into()),
-                SqlParam::Text("list".into()),
-                SqlParam::Integer(3),
+                SqlParam::Text("strict $.\"meta\".\"list\"[3]".into()),
                 SqlParam::Text("z".into()),
             ]
         );
-        assert!(sql.contains("(((body) -> $4::text) -> $5::text) -> ($6::int8)::int4)"));
-        assert!(sql.contains("COLLATE \"C\" < $7::text"), "{sql}");
+        assert!(
+            sql.contains("jsonb_path_query_first((body), ($4::text)::jsonpath, '{}', TRUE)"),
+            "{sql}"
+        );
+        assert!(sql.contains("COLLATE \"C\" < $5::text"), "{sql}");
     }
 
     #[test]
