@@ -23,8 +23,10 @@
 //!   `postgres://` URL, with errors for a malformed URL, a refused login, an unreachable server,
 //!   a missing database and a lost connection; migrations applied once under
 //!   `pg_advisory_xact_lock`, so that many processes may start at once; detection of the
-//!   `vector` extension (pgvector), so memory can choose an HNSW index or exact scoring. The
-//!   tests run it against a real server (`docs/postgres.md`).
+//!   `vector` extension (pgvector), so memory can choose an HNSW index or exact scoring; a
+//!   cache of prepared statements per pooled connection; and `postgres::open`, the one way a
+//!   store opens (connect, migrate its schemas, log). The tests run it against a real server
+//!   (`docs/postgres.md`).
 //! - [`atomic_file`] (always available): [`write_atomic`](atomic_file::write_atomic) replaces a
 //!   file atomically and durably (temporary file, fsync, rename, directory fsync), streaming.
 //!   Artifact content, library sidecars, imported libraries and memory exports all use it.

@@ -27,6 +27,16 @@
 //! the [`DbError`] classification of a failed connect (r2d2 reduces it to a string after its
 //! own retries), and it needs no background thread per pool.
 //!
+//! **Prepared statements.** Each pooled connection keeps a bounded cache of the statements
+//! prepared on it ([`PooledClient::prepare_cached`], [`CachedTransaction::prepare_cached`]): a
+//! store's hot statement is parsed and planned once per connection, then only bound and
+//! executed. The cache lives and dies with its connection, so a connection replaced after a
+//! server restart starts empty (see the `pool` module's docs).
+//!
+//! **Opening a store.** [`open`] is the one way the PostgreSQL stores open: connect (reporting
+//! a bad URL, refused login, unreachable server or missing database), then migrate each of the
+//! store's schemas under its lock (refusing a newer one), logging what it did.
+//!
 //! **Schema versions.** A component describes its PostgreSQL tables as a [`Schema`] (the same
 //! type as SQLite's, with its own SQL: see [`crate::schema`]); [`migrate`] creates its one-row
 //! version table, applies the steps the database has not seen and records the new version, all
