@@ -30,8 +30,9 @@
 //! };
 //! let mut params: Vec<SqlParam> = Vec::new();
 //! let sql = filter.to_sql(Dialect::Sqlite, &resolver, &mut params)?;
-//! assert!(sql.starts_with("(COALESCE(") && !sql.contains("billing"));
-//! assert_eq!(params[2], SqlParam::Text("$.\"timestamp\"".into()));
+//! assert!(sql.starts_with("(COALESCE(((role) COLLATE BINARY = ?1), FALSE) AND "));
+//! assert!(!sql.contains("billing"), "values are parameters, never SQL text");
+//! assert_eq!(params[1], SqlParam::Text("$.\"timestamp\"".into()));
 //!
 //! // Errors say where and what to fix.
 //! let err = r#"{"and": [{"exists": "a"}, {"gt": {"path": "n", "value": {}}}]}"#

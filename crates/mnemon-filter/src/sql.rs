@@ -79,6 +79,11 @@ enum Target {
     Sqlite { doc: String, path: String },
     /// PostgreSQL: a `jsonb` expression (NULL when missing).
     Postgres(String),
+    /// A scalar column compared as itself (so its indexes serve): its type is known, so a leaf
+    /// is either a plain comparison or FALSE. Not for PostgreSQL `Real` columns, which go
+    /// through `to_jsonb` (comparing `float8` with an integer exactly needs `numeric`, whose
+    /// conversion from `float8` keeps only 15 digits).
+    Column { expr: String, kind: ColumnKind },
 }
 
 /// Wraps a leaf so that it is TRUE or FALSE, never NULL.
@@ -132,6 +137,15 @@ impl<R: Fn(&str) -> Option<Source>> Writer<'_, R> {
 
     fn target(&mut self, path: &Path, at: &str) -> Result<Target, FilterError> {
         let source = self.resolve(path, at)?;
+        if let Source::Column { expr, kind } = &source {
+            let real_on_postgres = *kind == ColumnKind::Real && self.dialect == Dialect::Postgres;
+            if path.rest().is_empty() && !real_on_postgres {
+                return Ok(Target::Column {
+                    expr: format!("({expr})"),
+                    kind: *kind,
+                });
+            }
+        }
         match self.dialect {
             Dialect::Sqlite => {
                 let mut text = String::from("$");
@@ -218,8 +232,56 @@ impl<R: Fn(&str) -> Option<Source>> Writer<'_, R> {
         format!("{value} = ({p}::text)::jsonb")
     }
 
+    /// A number compared with an integer column: an `int8` parameter when it is an integer (an
+    /// index serves), else both as exact `numeric`s on PostgreSQL.
+    fn column_number(&mut self, expr: &str, op: &str, n: &serde_json::Number) -> String {
+        match (self.dialect, n.as_i64()) {
+            (Dialect::Postgres, Some(i)) => {
+                let p = self.param(SqlParam::Integer(i));
+                format!("{expr} {op} {p}::int8")
+            }
+            (Dialect::Postgres, None) => {
+                let p = self.param(SqlParam::Text(n.to_string()));
+                format!("{expr}::numeric {op} ({p}::text)::numeric")
+            }
+            (Dialect::Sqlite, _) => {
+                let p = self.number(n);
+                format!("{expr} {op} {p}")
+            }
+        }
+    }
+
+    fn column_text(&mut self, expr: &str, op: &str, s: &str) -> String {
+        let p = self.param(SqlParam::Text(s.to_owned()));
+        match self.dialect {
+            Dialect::Sqlite => format!("{expr} COLLATE BINARY {op} {p}"),
+            // Equality under a deterministic collation is byte equality, so only the order
+            // needs "C" (and equality keeps the column's index).
+            Dialect::Postgres if op == "=" => format!("{expr} = {p}::text"),
+            Dialect::Postgres => format!("{expr} COLLATE \"C\" {op} {p}::text"),
+        }
+    }
+
+    fn column_eq(&mut self, expr: &str, kind: ColumnKind, scalar: &Scalar) -> String {
+        match (kind, scalar) {
+            (ColumnKind::Text, Scalar::String(s)) => self.column_text(expr, "=", s),
+            (ColumnKind::Integer | ColumnKind::Real, Scalar::Number(n)) => {
+                self.column_number(expr, "=", n)
+            }
+            (ColumnKind::Boolean, Scalar::Bool(b)) => match (self.dialect, b) {
+                (Dialect::Sqlite, true) => format!("{expr} <> 0"),
+                (Dialect::Sqlite, false) => format!("{expr} = 0"),
+                (Dialect::Postgres, true) => format!("{expr} = TRUE"),
+                (Dialect::Postgres, false) => format!("{expr} = FALSE"),
+            },
+            // A column of another type, or NULL (missing), never equals this value.
+            _ => "FALSE".to_owned(),
+        }
+    }
+
     fn eq(&mut self, target: &Target, scalar: &Scalar) -> String {
         match target {
+            Target::Column { expr, kind } => self.column_eq(expr, *kind, scalar),
             Target::Sqlite { doc, path } => {
                 let ty = format!("json_type({doc}, {path})");
                 let val = format!("json_extract({doc}, {path})");
@@ -251,6 +313,13 @@ impl<R: Fn(&str) -> Option<Source>> Writer<'_, R> {
             Order::Lte => "<=",
         };
         match (target, bound) {
+            (Target::Column { expr, kind }, bound) => match (kind, bound) {
+                (ColumnKind::Text, Bound::String(s)) => self.column_text(expr, op, s),
+                (ColumnKind::Integer | ColumnKind::Real, Bound::Number(n)) => {
+                    self.column_number(expr, op, n)
+                }
+                _ => "FALSE".to_owned(),
+            },
             (Target::Sqlite { doc, path }, Bound::Number(n)) => {
                 let p = self.number(n);
                 format!(
@@ -283,6 +352,19 @@ impl<R: Fn(&str) -> Option<Source>> Writer<'_, R> {
 
     fn contains(&mut self, target: &Target, scalar: &Scalar) -> String {
         match target {
+            // A column is never an array: only a substring of a text column can match.
+            Target::Column { expr, kind } => match (kind, scalar) {
+                (ColumnKind::Text, Scalar::String(s)) => {
+                    let p = self.param(SqlParam::Text(s.clone()));
+                    match self.dialect {
+                        Dialect::Sqlite => format!("instr({expr}, {p}) > 0"),
+                        Dialect::Postgres => {
+                            format!("strpos({expr} COLLATE \"C\", {p}::text) > 0")
+                        }
+                    }
+                }
+                _ => "FALSE".to_owned(),
+            },
             Target::Sqlite { doc, path } => {
                 let ty = format!("json_type({doc}, {path})");
                 let substring = match scalar {
@@ -351,6 +433,7 @@ impl<R: Fn(&str) -> Option<Source>> Writer<'_, R> {
                         format!("(json_type({doc}, {path}) IS NOT NULL)")
                     }
                     Target::Postgres(value) => format!("({value} IS NOT NULL)"),
+                    Target::Column { expr, .. } => format!("({expr} IS NOT NULL)"),
                 }
             }
             Filter::And(operands) | Filter::Or(operands) => {
@@ -484,8 +567,28 @@ mod tests {
         .unwrap();
         let mut params = Vec::new();
         let sql = f.to_sql(Dialect::Sqlite, &resolver, &mut params).unwrap();
+        // A column with no further step is compared as itself, so its index serves.
+        assert!(
+            sql.starts_with("(COALESCE(((role) COLLATE BINARY = ?1), FALSE)"),
+            "{sql}"
+        );
+        assert!(sql.contains("json_each(marks_json, ?2)"), "{sql}");
+        // A value of another type never matches a typed column: no parameter at all.
+        let mut params = Vec::new();
+        let wrong = Filter::parse(&json!({"gt": {"path": "role", "value": 1}})).unwrap();
+        let sql = wrong
+            .to_sql(Dialect::Postgres, &resolver, &mut params)
+            .unwrap();
+        assert_eq!(
+            (sql.as_str(), params.len()),
+            ("COALESCE((FALSE), FALSE)", 0)
+        );
+        // Further steps go through JSON, and find nothing in a scalar.
+        let deeper = Filter::parse(&json!({"exists": "role.x"})).unwrap();
+        let sql = deeper
+            .to_sql(Dialect::Sqlite, &resolver, &mut params)
+            .unwrap();
         assert!(sql.contains("json_quote(role)"), "{sql}");
-        assert!(sql.contains("json_each(marks_json, ?3)"), "{sql}");
         let bad = Filter::parse(&json!({"not": {"or": [{"exists": "role"}, {"exists": "x.y"}]}}))
             .unwrap();
         let mut params = vec![SqlParam::Integer(1)];
