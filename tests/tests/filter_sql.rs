@@ -64,7 +64,7 @@ const STRINGS: &[&str] = &[
     "2026-02-03",
 ];
 const ROLES: &[&str] = &["user", "assistant", "system", "", "User"];
-const KEYS: &[&str] = &["a", "b", "c", "0", "x.y", "tags", "ts"];
+const KEYS: &[&str] = &["a", "b", "c", "0", "x.y", "tags", "ts", "", "it's ü", "$x"];
 
 fn number(rng: &mut Rng) -> Value {
     match rng.below(7) {
@@ -224,7 +224,7 @@ fn path(rng: &mut Rng) -> String {
 }
 
 fn quote(key: &str) -> String {
-    if key.chars().all(|c| c.is_alphanumeric()) {
+    if !key.is_empty() && key.chars().all(|c| c.is_alphanumeric()) {
         key.to_owned()
     } else {
         format!("\"{key}\"")

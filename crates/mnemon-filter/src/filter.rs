@@ -282,7 +282,15 @@ impl Checker {
                         let fields = self.fields(operand, at, &["path"])?;
                         self.path(fields[0], at)?
                     }
-                    other => self.path(other, at)?,
+                    // The short form has no `path` key to point at.
+                    other => self.path(other, at).map_err(|e| match e {
+                        FilterError::Path { path, error, .. } => FilterError::Path {
+                            at: at.to_owned(),
+                            path,
+                            error,
+                        },
+                        other => other,
+                    })?,
                 };
                 Ok(Filter::Exists { path })
             }
@@ -638,6 +646,12 @@ mod tests {
             err(json!({"and": {"exists": "a"}})),
             "and: `and` takes an array of filters, got an object"
         );
+        assert_eq!(
+            err(json!({"not": {"exists": "[0]"}})),
+            "not.exists: bad path \"[0]\": a path starts with a field name, not an index (write \
+             `field[0]`)"
+        );
+        assert!(err(json!({"exists": {"path": ""}})).starts_with("exists.path: bad path \"\""));
         assert_eq!(
             err(json!({"exists": 3})),
             "exists: path must be a string such as \"metadata.tags[0]\", got a number"
