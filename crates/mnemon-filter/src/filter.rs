@@ -741,6 +741,39 @@ mod tests {
         ]
     }
 
+    /// Any JSON, biased towards the operator and field names so that parsing gets deep.
+    fn arb_json() -> impl Strategy<Value = Value> {
+        let key = prop_oneof![
+            Just("and".to_owned()),
+            Just("or".to_owned()),
+            Just("not".to_owned()),
+            Just("eq".to_owned()),
+            Just("in".to_owned()),
+            Just("gt".to_owned()),
+            Just("contains".to_owned()),
+            Just("exists".to_owned()),
+            Just("path".to_owned()),
+            Just("value".to_owned()),
+            Just("values".to_owned()),
+            "\\PC{0,4}",
+        ];
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(Value::from),
+            any::<u64>().prop_map(Value::from),
+            any::<f64>().prop_map(Value::from),
+            "[a-z.\\[\\]0-9\"]{0,8}".prop_map(Value::String),
+        ];
+        leaf.prop_recursive(6, 64, 4, move |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+                prop::collection::vec((key.clone(), inner), 0..3)
+                    .prop_map(|entries| Value::Object(entries.into_iter().collect())),
+            ]
+        })
+    }
+
     fn arb_path() -> impl Strategy<Value = Path> {
         "[a-z]{1,3}(\\.[a-z\"0-9]{1,3}|\\[[0-9]{1,2}\\]){0,3}"
             .prop_filter_map("a valid path", |text| Path::parse(&text).ok())
@@ -796,6 +829,11 @@ mod tests {
         #[test]
         fn never_panics_on_arbitrary_json(text in "[\\[\\]{}\",:a-z0-9 .]{0,60}") {
             let _ = Filter::from_json(&text);
+        }
+
+        #[test]
+        fn never_panics_on_arbitrary_values(value in arb_json()) {
+            let _ = Filter::parse(&value);
         }
     }
 }
