@@ -450,15 +450,20 @@ fn recalls(memory: &dyn Memory, data: &Data) -> Result<(Sampled, Vec<Vec<String>
     Ok((Sampled(samples), found))
 }
 
-/// The exact top `k` of every query among the first `n` messages, by brute force (cosine of
-/// unit vectors: the dot product; ties to the lower index): the reference of every recall@k.
+/// The exact top `k` of every query among the first `n` messages, by brute force: cosine in
+/// `f64` (as the stores' exact scoring, so that a near tie at the `k`th place is decided as they
+/// decide it; ties to the lower index). The reference of every recall@k.
 fn exact_top_k(data: &Data, n: usize, k: usize) -> Vec<Vec<String>> {
+    let norms: Vec<f64> = (0..n)
+        .map(|i| dot(data.message(i), data.message(i)).sqrt())
+        .collect();
     (0..data.queries.len() / data.dim)
         .map(|q| {
             let query = data.query(q);
-            let mut best: Vec<(f32, usize)> = Vec::with_capacity(k + 1);
-            for i in 0..n {
-                let score = dot(query, data.message(i));
+            let query_norm = dot(query, query).sqrt();
+            let mut best: Vec<(f64, usize)> = Vec::with_capacity(k + 1);
+            for (i, norm) in norms.iter().enumerate() {
+                let score = dot(query, data.message(i)) / (query_norm * norm);
                 if best.len() < k || best.last().is_some_and(|&(worst, _)| score > worst) {
                     let at = best.partition_point(|&(s, _)| s >= score);
                     best.insert(at, (score, i));
@@ -470,22 +475,22 @@ fn exact_top_k(data: &Data, n: usize, k: usize) -> Vec<Vec<String>> {
         .collect()
 }
 
-/// The dot product, in eight independent lanes so that the compiler vectorises it.
-fn dot(a: &[f32], b: &[f32]) -> f32 {
-    let mut lanes = [0f32; 8];
+/// The dot product in `f64`, in eight independent lanes so that the compiler vectorises it.
+fn dot(a: &[f32], b: &[f32]) -> f64 {
+    let mut lanes = [0f64; 8];
     let (a8, b8) = (a.chunks_exact(8), b.chunks_exact(8));
-    let tail: f32 = a8
+    let tail: f64 = a8
         .remainder()
         .iter()
         .zip(b8.remainder())
-        .map(|(x, y)| x * y)
+        .map(|(x, y)| f64::from(*x) * f64::from(*y))
         .sum();
     for (x, y) in a8.zip(b8) {
         for lane in 0..8 {
-            lanes[lane] += x[lane] * y[lane];
+            lanes[lane] += f64::from(x[lane]) * f64::from(y[lane]);
         }
     }
-    lanes.iter().sum::<f32>() + tail
+    lanes.iter().sum::<f64>() + tail
 }
 
 /// The mean share of the exact top-k that `found` holds.
@@ -1502,15 +1507,17 @@ mod tests {
         let exact = exact_top_k(&d, 300, 10);
         assert_eq!(exact.len(), 7);
         for (q, ids) in exact.iter().enumerate() {
+            let sum = |a: &[f32], b: &[f32]| -> f64 {
+                a.iter()
+                    .zip(b)
+                    .map(|(x, y)| f64::from(*x) * f64::from(*y))
+                    .sum()
+            };
+            let (query, norm) = (d.query(q), sum(d.query(q), d.query(q)).sqrt());
             let mut all: Vec<(f64, usize)> = (0..300)
                 .map(|i| {
-                    let s = d
-                        .query(q)
-                        .iter()
-                        .zip(d.message(i))
-                        .map(|(a, b)| f64::from(*a) * f64::from(*b))
-                        .sum();
-                    (s, i)
+                    let m = d.message(i);
+                    (sum(query, m) / (norm * sum(m, m).sqrt()), i)
                 })
                 .collect();
             all.sort_by(|a, b| b.0.total_cmp(&a.0));
