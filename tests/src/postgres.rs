@@ -5,7 +5,8 @@
 //! of its own; Drop stops the server (immediate shutdown, then kill) and removes the directory. The
 //! binaries come from `MNEMON_PG_BIN` or from `cargo xtask postgres install`
 //! (`target/postgres/*/bin`). PostgreSQL refuses to run as root, so under root the server runs
-//! as the unprivileged user `nobody`.
+//! as the unprivileged user `nobody`. [`PgServer::start_with_settings`] starts one with extra
+//! server settings (`cargo xtask bench stores` sizes its buffers to the data).
 //!
 //! One server per test binary is enough: [`PgServer::shared`], or [`require`] /
 //! [`require_postgres!`](crate::require_postgres) which skip a test loudly (or fail it in CI,
