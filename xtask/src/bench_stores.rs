@@ -212,12 +212,17 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
         std::fs::remove_dir_all(&dir).with_context(|| format!("removing {}", dir.display()))?;
     }
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let clock = Instant::now();
     let result = measure(&params, &dir);
     // The vectors and databases are large: never leave them behind.
     let removed = std::fs::remove_dir_all(&dir);
     let report = result?;
     removed.with_context(|| format!("removing {}", dir.display()))?;
     report.print(&params);
+    println!(
+        "(the measurements took {:.1} min)",
+        clock.elapsed().as_secs_f64() / 60.0
+    );
     Ok(())
 }
 
