@@ -183,6 +183,65 @@ mod postgres {
         assert_eq!(prepared(), (9, 9));
     }
 
+    /// A delete that finds no asset row must not delete leaves a put committed meanwhile: that
+    /// left the put's asset without its leaves (a torn asset, seen once by
+    /// `postgres_store_under_four_threads`). The interleaving is forced with a trigger that
+    /// holds the delete after its row statement found nothing (its transaction has written
+    /// nothing yet) until the put has committed.
+    #[test]
+    fn a_delete_that_found_nothing_leaves_a_concurrent_put_whole() {
+        let server = mnemon_tests::require_postgres!();
+        let url = server.fresh_database("asset_delete_race").unwrap();
+        let store = Arc::new(open(&url, "default"));
+        let mut admin = ::postgres::Client::connect(&url, ::postgres::NoTls).unwrap();
+        const GATE: i64 = 4242;
+        admin
+            .batch_execute(&format!(
+                "CREATE FUNCTION gate() RETURNS trigger LANGUAGE plpgsql AS $$
+                 BEGIN
+                   IF txid_current_if_assigned() IS NULL THEN
+                     PERFORM pg_advisory_xact_lock_shared({GATE});
+                   END IF;
+                   RETURN NULL;
+                 END $$;
+                 CREATE TRIGGER gate AFTER DELETE ON asset_assets
+                   FOR EACH STATEMENT EXECUTE FUNCTION gate();
+                 SELECT pg_advisory_lock({GATE});"
+            ))
+            .unwrap();
+        let asset = {
+            let mut content = mnemon_types::Map::new();
+            content.insert("b".into(), mnemon_types::Bytes::new(vec![7u8; 3]).into());
+            mnemon_types::Asset::new(mnemon_types::Value::Map(content)).with_id("x")
+        };
+        let deleter = {
+            let store = Arc::clone(&store);
+            std::thread::spawn(move || store.delete("x").unwrap())
+        };
+        // Until the delete waits at the gate, or finished without reaching it.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        loop {
+            let waiting: i64 = admin
+                .query_one(
+                    "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted",
+                    &[],
+                )
+                .unwrap()
+                .get(0);
+            if waiting > 0 || deleter.is_finished() {
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "the delete never ran");
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        store.put(&asset).unwrap();
+        admin
+            .batch_execute(&format!("SELECT pg_advisory_unlock({GATE})"))
+            .unwrap();
+        assert!(!deleter.join().unwrap(), "there was no asset to delete");
+        assert_eq!(store.get("x").unwrap().as_ref(), Some(&asset));
+    }
+
     #[test]
     fn postgres_store_under_four_threads() {
         let server = mnemon_tests::require_postgres!();

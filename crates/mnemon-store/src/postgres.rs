@@ -30,6 +30,8 @@
 //! (with `synchronous_commit = on` under [`Durability::Full`], the default): a batch is stored
 //! whole or not at all, and a returned write survives a killed client. **Reads** of an asset
 //! fetch its row and its leaves with one statement (a join), so they come from one commit.
+//! A delete that finds no asset row deletes nothing else: the row lock is what keeps a
+//! concurrent put of the id from losing its leaves.
 
 use std::collections::HashMap;
 
@@ -397,11 +399,16 @@ impl AssetStore for PostgresAssetStore {
         let removed = tx
             .execute(&delete_asset, &[&ns, &id])
             .map_err(self.failed("deleting an asset"))?;
-        let delete_leaves = tx
-            .prepare_cached(DELETE_LEAVES)
-            .map_err(self.failed("deleting an asset"))?;
-        tx.execute(&delete_leaves, &[&ns, &id])
-            .map_err(self.failed("deleting an asset"))?;
+        // Only when the row was there, and is now locked by this transaction. A delete that
+        // found no row must not touch leaves: a put of the id committing after the statement
+        // above would otherwise lose its leaves to the statement below (a torn asset).
+        if removed > 0 {
+            let delete_leaves = tx
+                .prepare_cached(DELETE_LEAVES)
+                .map_err(self.failed("deleting an asset"))?;
+            tx.execute(&delete_leaves, &[&ns, &id])
+                .map_err(self.failed("deleting an asset"))?;
+        }
         tx.commit().map_err(self.failed("committing"))?;
         Ok(removed > 0)
     }
