@@ -581,3 +581,91 @@ fn postgres_reads_large_floats_as_written() {
         BTreeSet::from([0])
     );
 }
+
+/// A leaf on a typed column compares the column itself, so the planner uses the column's index
+/// (docs/reference/filters.md#sql): on SQLite and on PostgreSQL (sequential scans off, so that
+/// the plan shows what is possible rather than what is cheapest on a small table).
+#[test]
+fn column_leaves_use_the_column_index() {
+    let filter = Filter::parse(&json!({"and": [
+        {"eq": {"path": "role", "value": "user"}},
+        {"contains": {"path": "tags", "value": "x"}}
+    ]}))
+    .unwrap();
+    let resolver = |field: &str| {
+        Some(match field {
+            "role" => Source::Column {
+                expr: "role".to_owned(),
+                kind: ColumnKind::Text,
+            },
+            _ => Source::Member("body".to_owned()),
+        })
+    };
+    let conn = rusqlite::Connection::open_in_memory().unwrap();
+    conn.execute_batch(
+        "CREATE TABLE docs (id INTEGER PRIMARY KEY, role TEXT, body TEXT NOT NULL); \
+         CREATE INDEX docs_role ON docs (role)",
+    )
+    .unwrap();
+    let mut params = Vec::new();
+    let sql = filter
+        .to_sql(Dialect::Sqlite, &resolver, &mut params)
+        .unwrap();
+    let values: Vec<rusqlite::types::Value> = params
+        .iter()
+        .map(|p| match p {
+            SqlParam::Text(s) => rusqlite::types::Value::Text(s.clone()),
+            SqlParam::Integer(i) => rusqlite::types::Value::Integer(*i),
+            SqlParam::Real(f) => rusqlite::types::Value::Real(*f),
+        })
+        .collect();
+    let plan: Vec<String> = conn
+        .prepare(&format!(
+            "EXPLAIN QUERY PLAN SELECT id FROM docs WHERE {sql}"
+        ))
+        .unwrap()
+        .query_map(rusqlite::params_from_iter(values), |row| row.get(3))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert!(
+        plan.iter()
+            .any(|line| line.contains("USING INDEX docs_role")),
+        "{plan:?}"
+    );
+
+    let server = mnemon_tests::require_postgres!();
+    let url = server.fresh_database("filter_index").unwrap();
+    let mut client = server.connect(url.rsplit('/').next().unwrap()).unwrap();
+    client
+        .batch_execute(
+            "CREATE TABLE docs (id int8 PRIMARY KEY, role text, body jsonb NOT NULL); \
+             CREATE INDEX docs_role ON docs (role); SET enable_seqscan = off",
+        )
+        .unwrap();
+    let mut params = Vec::new();
+    let sql = filter
+        .to_sql(Dialect::Postgres, &resolver, &mut params)
+        .unwrap();
+    let texts: Vec<String> = params
+        .iter()
+        .map(|p| match p {
+            SqlParam::Text(s) => s.clone(),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    let refs: Vec<&(dyn postgres::types::ToSql + Sync)> = texts
+        .iter()
+        .map(|s| s as &(dyn postgres::types::ToSql + Sync))
+        .collect();
+    let plan: Vec<String> = client
+        .query(&format!("EXPLAIN SELECT id FROM docs WHERE {sql}"), &refs)
+        .unwrap()
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    assert!(
+        plan.iter().any(|line| line.contains("docs_role")),
+        "{plan:#?}"
+    );
+}

@@ -86,9 +86,19 @@ enum Target {
     Column { expr: String, kind: ColumnKind },
 }
 
-/// Wraps a leaf so that it is TRUE or FALSE, never NULL.
-fn leaf(expr: String) -> String {
-    format!("COALESCE(({expr}), FALSE)")
+/// Wraps a leaf so that it is TRUE or FALSE, never NULL. A column leaf is two-valued already
+/// (`… AND c IS NOT NULL`) and stays a plain conjunction, which the planners match to the
+/// column's index; `COALESCE` around it would hide the comparison from them.
+fn leaf(target: &Target, expr: String) -> String {
+    match target {
+        Target::Column { .. } => format!("({expr})"),
+        _ => format!("COALESCE(({expr}), FALSE)"),
+    }
+}
+
+/// A comparison on a column, made two-valued: NULL (missing) gives FALSE, not NULL.
+fn not_null(expr: &str, comparison: String) -> String {
+    format!("{comparison} AND {expr} IS NOT NULL")
 }
 
 /// Appends `."key"` to a SQLite JSON path or a PostgreSQL SQL/JSON path.
@@ -263,7 +273,7 @@ impl<R: Fn(&str) -> Option<Source>> Writer<'_, R> {
     }
 
     fn column_eq(&mut self, expr: &str, kind: ColumnKind, scalar: &Scalar) -> String {
-        match (kind, scalar) {
+        let comparison = match (kind, scalar) {
             (ColumnKind::Text, Scalar::String(s)) => self.column_text(expr, "=", s),
             (ColumnKind::Integer | ColumnKind::Real, Scalar::Number(n)) => {
                 self.column_number(expr, "=", n)
@@ -275,8 +285,9 @@ impl<R: Fn(&str) -> Option<Source>> Writer<'_, R> {
                 (Dialect::Postgres, false) => format!("{expr} = FALSE"),
             },
             // A column of another type, or NULL (missing), never equals this value.
-            _ => "FALSE".to_owned(),
-        }
+            _ => return "FALSE".to_owned(),
+        };
+        not_null(expr, comparison)
     }
 
     fn eq(&mut self, target: &Target, scalar: &Scalar) -> String {
@@ -302,7 +313,7 @@ impl<R: Fn(&str) -> Option<Source>> Writer<'_, R> {
             .iter()
             .map(|v| format!("({})", self.eq(&target, v)))
             .collect();
-        Ok(parts.join(" OR "))
+        Ok(leaf(&target, parts.join(" OR ")))
     }
 
     fn compare(&mut self, target: &Target, order: Order, bound: &Bound) -> String {
@@ -314,9 +325,13 @@ impl<R: Fn(&str) -> Option<Source>> Writer<'_, R> {
         };
         match (target, bound) {
             (Target::Column { expr, kind }, bound) => match (kind, bound) {
-                (ColumnKind::Text, Bound::String(s)) => self.column_text(expr, op, s),
+                (ColumnKind::Text, Bound::String(s)) => {
+                    let comparison = self.column_text(expr, op, s);
+                    not_null(expr, comparison)
+                }
                 (ColumnKind::Integer | ColumnKind::Real, Bound::Number(n)) => {
-                    self.column_number(expr, op, n)
+                    let comparison = self.column_number(expr, op, n);
+                    not_null(expr, comparison)
                 }
                 _ => "FALSE".to_owned(),
             },
@@ -356,12 +371,13 @@ impl<R: Fn(&str) -> Option<Source>> Writer<'_, R> {
             Target::Column { expr, kind } => match (kind, scalar) {
                 (ColumnKind::Text, Scalar::String(s)) => {
                     let p = self.param(SqlParam::Text(s.clone()));
-                    match self.dialect {
+                    let comparison = match self.dialect {
                         Dialect::Sqlite => format!("instr({expr}, {p}) > 0"),
                         Dialect::Postgres => {
                             format!("strpos({expr} COLLATE \"C\", {p}::text) > 0")
                         }
-                    }
+                    };
+                    not_null(expr, comparison)
                 }
                 _ => "FALSE".to_owned(),
             },
@@ -407,24 +423,28 @@ impl<R: Fn(&str) -> Option<Source>> Writer<'_, R> {
         Ok(match filter {
             Filter::Eq { path, value } => {
                 let target = self.target(path, &format!("{at}eq"))?;
-                leaf(self.eq(&target, value))
+                let eq = self.eq(&target, value);
+                leaf(&target, eq)
             }
             Filter::Ne { path, value } => {
                 let target = self.target(path, &format!("{at}ne"))?;
-                format!("(NOT {})", leaf(self.eq(&target, value)))
+                let eq = self.eq(&target, value);
+                format!("(NOT {})", leaf(&target, eq))
             }
-            Filter::In { path, values } => leaf(self.any_eq(path, values, &format!("{at}in"))?),
+            Filter::In { path, values } => self.any_eq(path, values, &format!("{at}in"))?,
             Filter::Nin { path, values } => {
                 let any = self.any_eq(path, values, &format!("{at}nin"))?;
-                format!("(NOT {})", leaf(any))
+                format!("(NOT {any})")
             }
             Filter::Compare { order, path, value } => {
                 let target = self.target(path, &format!("{at}{}", order.name()))?;
-                leaf(self.compare(&target, *order, value))
+                let compare = self.compare(&target, *order, value);
+                leaf(&target, compare)
             }
             Filter::Contains { path, value } => {
                 let target = self.target(path, &format!("{at}contains"))?;
-                leaf(self.contains(&target, value))
+                let contains = self.contains(&target, value);
+                leaf(&target, contains)
             }
             Filter::Exists { path } => {
                 let target = self.target(path, &format!("{at}exists"))?;
@@ -569,7 +589,7 @@ mod tests {
         let sql = f.to_sql(Dialect::Sqlite, &resolver, &mut params).unwrap();
         // A column with no further step is compared as itself, so its index serves.
         assert!(
-            sql.starts_with("(COALESCE(((role) COLLATE BINARY = ?1), FALSE)"),
+            sql.starts_with("(((role) COLLATE BINARY = ?1 AND (role) IS NOT NULL) AND COALESCE("),
             "{sql}"
         );
         assert!(sql.contains("json_each(marks_json, ?2)"), "{sql}");
@@ -579,10 +599,7 @@ mod tests {
         let sql = wrong
             .to_sql(Dialect::Postgres, &resolver, &mut params)
             .unwrap();
-        assert_eq!(
-            (sql.as_str(), params.len()),
-            ("COALESCE((FALSE), FALSE)", 0)
-        );
+        assert_eq!((sql.as_str(), params.len()), ("(FALSE)", 0));
         // Further steps go through JSON, and find nothing in a scalar.
         let deeper = Filter::parse(&json!({"exists": "role.x"})).unwrap();
         let sql = deeper
@@ -613,9 +630,6 @@ mod tests {
         .unwrap();
         let mut params = Vec::new();
         let sql = f.to_sql(Dialect::Sqlite, &body, &mut params).unwrap();
-        assert_eq!(
-            sql,
-            "(COALESCE((FALSE), FALSE) AND (NOT COALESCE((FALSE), FALSE)) AND TRUE AND FALSE)"
-        );
+        assert_eq!(sql, "(FALSE AND (NOT FALSE) AND TRUE AND FALSE)");
     }
 }
