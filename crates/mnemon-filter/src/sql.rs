@@ -2,9 +2,10 @@
 //! (docs/reference/filters.md#sql).
 //!
 //! The fragment agrees with [`Filter::matches`] on every document: each leaf checks the JSON type
-//! of the value at its path before comparing, so `1` never equals `"1"` or `true`, and is wrapped
-//! in `COALESCE(…, FALSE)`, so a missing field gives FALSE rather than NULL and `NOT` stays
-//! two-valued. Values and paths are bound parameters, never SQL text: there is no escaping to get
+//! of the value at its path before comparing, so `1` never equals `"1"` or `true`, and is
+//! two-valued (wrapped in `COALESCE(…, FALSE)`, or `… AND c IS NOT NULL` on a typed column so
+//! that its index serves), so a missing field gives FALSE rather than NULL and `NOT` means "does
+//! not match". Values and paths are bound parameters, never SQL text: there is no escaping to get
 //! wrong, and a statement's text depends only on the filter's shape, so prepared-statement
 //! caches are reused. The only text spliced in is what the store's resolver returns (its own
 //! column names and expressions, never input).
@@ -38,7 +39,8 @@ pub enum SqlParam {
 /// The SQL type of a [`Source::Column`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ColumnKind {
-    /// A text column: the field is a JSON string.
+    /// A text column: the field is a JSON string. On PostgreSQL its collation is deterministic
+    /// (the default always is), so equality is byte equality.
     Text,
     /// An integer column: a JSON integer.
     Integer,
