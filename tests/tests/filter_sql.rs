@@ -64,7 +64,9 @@ const STRINGS: &[&str] = &[
     "2026-02-03",
 ];
 const ROLES: &[&str] = &["user", "assistant", "system", "", "User"];
-const KEYS: &[&str] = &["a", "b", "c", "0", "x.y", "tags", "ts", "", "it's ü", "$x"];
+const KEYS: &[&str] = &[
+    "a", "b", "c", "0", "x.y", "tags", "ts", "", "it's ü", "$x", "a[0]", "*",
+];
 
 fn number(rng: &mut Rng) -> Value {
     match rng.below(7) {
