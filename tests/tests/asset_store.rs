@@ -242,6 +242,30 @@ mod postgres {
         assert_eq!(store.get("x").unwrap().as_ref(), Some(&asset));
     }
 
+    /// A leaf lost behind the store's back is reported as corruption, not read back as null.
+    #[test]
+    fn a_missing_leaf_is_corrupt() {
+        let server = mnemon_tests::require_postgres!();
+        let url = server.fresh_database("asset_missing_leaf").unwrap();
+        let store = open(&url, "default");
+        let mut content = mnemon_types::Map::new();
+        content.insert("b".into(), mnemon_types::Bytes::new(vec![1, 2]).into());
+        let asset = mnemon_types::Asset::new(mnemon_types::Value::Map(content)).with_id("a");
+        store.put(&asset).unwrap();
+        assert_eq!(store.get("a").unwrap().as_ref(), Some(&asset));
+        let mut admin = ::postgres::Client::connect(&url, ::postgres::NoTls).unwrap();
+        admin.batch_execute("DELETE FROM asset_leaves").unwrap();
+        let err = store.get("a").unwrap_err();
+        assert!(
+            matches!(err, mnemon_store::StoreError::Corrupt { .. }),
+            "{err}"
+        );
+        assert!(
+            err.to_string().contains("1 bytes/object leaves but 0"),
+            "{err}"
+        );
+    }
+
     #[test]
     fn postgres_store_under_four_threads() {
         let server = mnemon_tests::require_postgres!();

@@ -185,6 +185,22 @@ pub(crate) struct StoredLeaf {
 }
 
 /// Rebuilds an asset from its skeleton and leaves.
+/// Refuses an asset whose row records `expected` leaves when `found` were read: a leaf lost
+/// outside the store (or by a bug) would otherwise decode as `null` without a word.
+pub(crate) fn check_leaf_count(
+    asset_id: &str,
+    expected: i64,
+    found: usize,
+) -> Result<(), StoreError> {
+    if i64::try_from(found).ok() == Some(expected) {
+        return Ok(());
+    }
+    Err(StoreError::Corrupt {
+        asset_id: asset_id.to_owned(),
+        detail: format!("the asset records {expected} bytes/object leaves but {found} are stored"),
+    })
+}
+
 pub(crate) fn decode(
     asset_id: &str,
     skeleton: &str,

@@ -283,7 +283,7 @@ SELECT $1, * FROM UNNEST($2::bytea[], $3::int8[], $4::bytea[], $5::text[], $6::b
 
 /// An asset's skeleton and leaves in one statement (a row per leaf, none without leaves).
 const GET: &str = "
-SELECT a.skeleton, l.path, l.kind, l.type_name, l.data
+SELECT a.skeleton, l.path, l.kind, l.type_name, l.data, a.leaf_count
 FROM asset_assets a LEFT JOIN asset_leaves l
   ON l.namespace = a.namespace AND l.asset_id = a.asset_id
 WHERE a.namespace = $1::text AND a.asset_id = $2::bytea
@@ -364,6 +364,7 @@ impl AssetStore for PostgresAssetStore {
             return Ok(None);
         };
         let skeleton: String = first.try_get(0).map_err(self.failed(READ))?;
+        let leaf_count: i64 = first.try_get(5).map_err(self.failed(READ))?;
         let mut leaves = Vec::with_capacity(rows.len());
         for row in &rows {
             let path: Option<Vec<u8>> = row.try_get(1).map_err(self.failed(READ))?;
@@ -382,6 +383,7 @@ impl AssetStore for PostgresAssetStore {
                 data: data.unwrap_or_default(),
             });
         }
+        encoding::check_leaf_count(asset_id, leaf_count, leaves.len())?;
         encoding::decode(asset_id, &skeleton, leaves, &self.codecs).map(Some)
     }
 

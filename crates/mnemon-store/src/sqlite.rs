@@ -437,6 +437,7 @@ impl AssetStore for SqliteAssetStore {
         };
         drop(tx);
         drop(conn);
+        encoding::check_leaf_count(asset_id, leaf_count, leaves.len())?;
         encoding::decode(asset_id, &skeleton, leaves, &self.codecs).map(Some)
     }
 
@@ -511,6 +512,29 @@ impl Drop for SqliteAssetStore {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// A leaf lost behind the store's back is reported as corruption, not read back as null.
+    #[test]
+    fn a_missing_leaf_is_corrupt() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("db.sqlite3");
+        let store = SqliteAssetStore::open(&path).unwrap();
+        let mut content = mnemon_types::Map::new();
+        content.insert("b".into(), mnemon_types::Bytes::new(vec![1, 2]).into());
+        let asset = Asset::new(mnemon_types::Value::Map(content)).with_id("a");
+        store.put(&asset).unwrap();
+        assert_eq!(store.get("a").unwrap().as_ref(), Some(&asset));
+        Connection::open(&path)
+            .unwrap()
+            .execute("DELETE FROM asset_leaves", [])
+            .unwrap();
+        let err = store.get("a").unwrap_err();
+        assert!(matches!(err, StoreError::Corrupt { .. }), "{err}");
+        assert!(
+            err.to_string().contains("1 bytes/object leaves but 0"),
+            "{err}"
+        );
+    }
 
     #[test]
     fn fresh_database_is_at_the_current_version_and_reopens() {
