@@ -892,7 +892,7 @@ fn figures_of_hnsw_build_and_recall_at_scale() {
                 "CREATE TEMP TABLE centres AS
                  SELECT c, ARRAY(SELECT (random() - 0.5) * 2 * sqrt(3.0 / 1536)
                                  FROM generate_series(1, 1536) WHERE c >= 0)::real[] AS e
-                 FROM generate_series(0::bigint, ($1 + 49) / 50 - 1) c",
+                 FROM generate_series(0::bigint, ($1::bigint + 49) / 50 - 1) c",
                 &[&n],
             )
             .unwrap_or_else(|e| panic!("{e:?}"));
@@ -902,7 +902,7 @@ fn figures_of_hnsw_build_and_recall_at_scale() {
                                                       * sqrt(3.0 / 1536)
                                                FROM unnest(centres.e) x)::real[]::vector
                  FROM generate_series(1::bigint, $1) i
-                 JOIN centres ON centres.c = i % (($1 + 49) / 50)",
+                 JOIN centres ON centres.c = i % (($1::bigint + 49) / 50)",
                 &[&n],
             )
             .unwrap_or_else(|e| panic!("{e:?}"));
@@ -1471,4 +1471,185 @@ fn hnsw_recall_uses_the_index_before_any_analyze() {
         "the HNSW index was scanned {} times for 5 recalls",
         after - before
     );
+}
+
+/// Issue 13's recall figures through the store, informative only (never a timed assertion):
+/// `MNEMON_BENCH_MESSAGES` (default 20,000) 1,536-dimensional messages, clustered (about 50 per
+/// random centre, each `centre + 0.6 × noise` of the centre's length, the shape of `cargo xtask
+/// bench stores`) or, with `MNEMON_BENCH_DATA=random`, uniformly random, added through a memory
+/// in batches of 1,000 into a server of its own sized as the bench sizes its one; the HNSW index
+/// the first batch created is dropped and rebuilt over all of them in bulk (as the bench does),
+/// the table never analyzed. Then, for each `hnsw_ef_search` of `MNEMON_BENCH_EFS` (default
+/// 40,100,200,400,800), 50 top-10 recalls by cosine through a fresh handle (the database path:
+/// embeddings, indices and bodies read from the database) and through a handle whose mirror is
+/// current (as a writer's is), taking turns after a warming round: p50 and p99 latency, and
+/// recall@10 against the exact top 10.
+/// `cargo test --release -p mnemon-tests --test integration memory_postgres::figures_of_store
+/// -- --ignored --nocapture`.
+#[test]
+#[ignore = "a measurement, run by hand"]
+fn figures_of_store_recall_by_ef_search() {
+    use std::time::Instant;
+    mnemon_tests::require_postgres!();
+    let n: usize = std::env::var("MNEMON_BENCH_MESSAGES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(20_000);
+    // A server of its own, sized as `cargo xtask bench stores` sizes its one: the buffer cache
+    // holds twice the vectors (table and index), an index build fits in memory.
+    let copy_mb = n * 1536 * 4 / (1 << 20);
+    let server = PgServer::start_with_settings([
+        (
+            "shared_buffers",
+            format!("{}MB", (2 * copy_mb).clamp(128, 4096)),
+        ),
+        (
+            "maintenance_work_mem",
+            format!("{}MB", (3 * copy_mb / 2 + 64).clamp(64, 4096)),
+        ),
+        (
+            "effective_cache_size",
+            format!("{}MB", (4 * copy_mb).clamp(1024, 16384)),
+        ),
+        (
+            "max_wal_size",
+            format!("{}MB", (4 * copy_mb).clamp(1024, 16384)),
+        ),
+    ])
+    .unwrap();
+    let server = &server;
+    let efs: Vec<usize> = std::env::var("MNEMON_BENCH_EFS")
+        .unwrap_or_else(|_| "40,100,200,400,800".into())
+        .split(',')
+        .map(|e| e.parse().unwrap())
+        .collect();
+    let random = std::env::var("MNEMON_BENCH_DATA").is_ok_and(|v| v == "random");
+    let dim = 1536;
+    let mut next = vectors(0x00be_0c13);
+    let centres: Vec<Vec<f64>> = (0..n.div_ceil(50)).map(|_| next(dim)).collect();
+    let mut point = |i: usize| -> Vec<f32> {
+        let noise = next(dim);
+        if random {
+            return noise.iter().map(|&x| x as f32).collect();
+        }
+        let centre = &centres[i % centres.len()];
+        centre
+            .iter()
+            .zip(noise)
+            .map(|(c, e)| (c + 0.6 * e) as f32)
+            .collect()
+    };
+    let stored: Vec<Vec<f32>> = (0..n).map(&mut point).collect();
+    let queries: Vec<Vec<f32>> = (0..50).map(|q| point(q * 7919 + 13)).collect();
+    let (url, mut client) = fresh(server, "memory_figures_store");
+    let writer_store = open(
+        &url,
+        PostgresMemoryOptions {
+            hnsw_min_messages: 1000,
+            ..PostgresMemoryOptions::default()
+        },
+    );
+    client
+        .batch_execute("ALTER TABLE memory_messages SET (autovacuum_enabled = false)")
+        .unwrap();
+    let writer = writer_store.memory(Scope::session("bulk")).unwrap();
+    let started = Instant::now();
+    for from in (0..n).step_by(1000) {
+        let items = (from..(from + 1000).min(n))
+            .map(|i| {
+                json!({"id": format!("m{i:07}"), "name": "n", "content": format!("c{i}"),
+                       "embedding": stored[i]})
+                .into()
+            })
+            .collect();
+        writer.add(items).unwrap();
+        if from == 0 {
+            client
+                .batch_execute(&format!("DROP INDEX memory_messages_hnsw_{dim}"))
+                .unwrap();
+        }
+    }
+    eprintln!(
+        "{n} {} messages added in {:?}",
+        if random { "random" } else { "clustered" },
+        started.elapsed()
+    );
+    let started = Instant::now();
+    client
+        .batch_execute(&format!(
+            "CREATE INDEX memory_messages_hnsw_{dim} ON memory_messages
+             USING hnsw ((embedding_v::vector({dim})) vector_cosine_ops)
+             WHERE embedding_dim = {dim}"
+        ))
+        .unwrap();
+    eprintln!("HNSW index built in {:?}", started.elapsed());
+    let exact: Vec<HashSet<String>> = queries
+        .iter()
+        .map(|q| {
+            let qn: f32 = q.iter().map(|a| a * a).sum::<f32>().sqrt();
+            let mut scored: Vec<(f32, usize)> = stored
+                .iter()
+                .enumerate()
+                .map(|(i, v)| {
+                    let dot: f32 = v.iter().zip(q).map(|(a, b)| a * b).sum();
+                    let norm: f32 = v.iter().map(|a| a * a).sum::<f32>().sqrt();
+                    (dot / (norm * qn), i)
+                })
+                .collect();
+            scored.sort_by(|a, b| b.0.total_cmp(&a.0));
+            scored[..10]
+                .iter()
+                .map(|&(_, i)| format!("m{i:07}"))
+                .collect()
+        })
+        .collect();
+    let options = RetrieveOptions {
+        top_k: Some(10),
+        ..RetrieveOptions::default()
+    };
+    for ef in efs {
+        let store = open(
+            &url,
+            PostgresMemoryOptions {
+                hnsw_min_messages: 1000,
+                hnsw_ef_search: ef,
+                ..PostgresMemoryOptions::default()
+            },
+        );
+        let fresh_handle = store.memory(Scope::session("bulk")).unwrap();
+        // A handle whose mirror is loaded (as a writer's is), with this ef.
+        let mirrored = store.memory(Scope::session("bulk")).unwrap();
+        mirrored.size().unwrap();
+        let handles = [("database", &fresh_handle), ("mirror", &mirrored)];
+        // One unmeasured round warms the caches; then the two paths take turns per query,
+        // so that neither profits from the other's warming.
+        for (q, memory) in queries.iter().zip(handles.iter().cycle()) {
+            memory
+                .1
+                .retrieve_by_embedding(RetrievalQuery::Vector(q.clone()), &options, None)
+                .unwrap();
+        }
+        let before = store.index_recalls();
+        let mut figures = [(0, Vec::new()), (0, Vec::new())];
+        for (q, want) in queries.iter().zip(&exact) {
+            for ((_, memory), (hits, latencies)) in handles.iter().zip(&mut figures) {
+                let started = Instant::now();
+                let got = memory
+                    .retrieve_by_embedding(RetrievalQuery::Vector(q.clone()), &options, None)
+                    .unwrap();
+                latencies.push(started.elapsed());
+                *hits += got.iter().filter(|r| want.contains(r.message.id())).count();
+            }
+        }
+        assert_eq!(store.index_recalls(), before + 2 * queries.len() as u64);
+        for ((label, _), (hits, latencies)) in handles.iter().zip(&mut figures) {
+            latencies.sort();
+            eprintln!(
+                "ef_search {ef:>4}, {label:>8} path: p50 {:.2} ms, p99 {:.2} ms, recall@10 {:.3}",
+                latencies[latencies.len() / 2].as_secs_f64() * 1e3,
+                latencies[latencies.len() * 99 / 100].as_secs_f64() * 1e3,
+                *hits as f64 / (10.0 * queries.len() as f64)
+            );
+        }
+    }
 }

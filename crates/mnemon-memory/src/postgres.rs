@@ -178,11 +178,14 @@ static VECTOR_SCHEMA: Schema = Schema {
 };
 
 /// [`PostgresMemoryOptions::hnsw_ef_search`]'s default.
-const DEFAULT_EF_SEARCH: usize = 800;
+const DEFAULT_EF_SEARCH: usize = 40;
 
 /// How many candidates beyond `top_k` (at least; `top_k` more when larger) an HNSW recall
 /// re-scores exactly: see `retrieve_from_index`.
 const RESCORE_MARGIN: usize = 10;
+
+/// pgvector's longest HNSW shortlist (`hnsw.ef_search`).
+const HNSW_MAX_EF_SEARCH: usize = 1000;
 
 /// pgvector's largest dimension for an HNSW index on `vector`.
 const HNSW_MAX_DIM: usize = 2000;
@@ -1419,11 +1422,23 @@ impl Backend for PostgresMemory {
         let Some(vector) = PgVector::new(Some(query)) else {
             return Ok(None);
         };
-        // `ef_search` bounds the shortlist; pgvector accepts 1 to 1,000.
-        let ef = k
-            .saturating_mul(20)
-            .max(self.store.hnsw_ef_search)
-            .clamp(1, 1000);
+        // The index searches `ef` candidates (that is what finds the true neighbours), but only
+        // the closest `rescored` of them by pgvector's own cosine distance are read and
+        // re-scored exactly. pgvector computes that distance over the same `f32`s, only with
+        // another summation (f32 accumulators), so the two orders differ only between
+        // candidates whose distances are within rounding of each other (relative 1e-6 or so at
+        // 1,536 dimensions): a margin of `k` more, at least [`RESCORE_MARGIN`], holds every
+        // candidate that can move into the exact top `k`. Each row read is a 6 KiB embedding at
+        // 1,536 dimensions, so reading all `ef` of them would cost more than the search.
+        let rescored = k.saturating_add(k.max(RESCORE_MARGIN));
+        // `ef_search` bounds the shortlist, so it is at least `rescored`; pgvector accepts 1 to
+        // 1,000.
+        let ef = self
+            .store
+            .hnsw_ef_search
+            .max(rescored)
+            .clamp(1, HNSW_MAX_EF_SEARCH);
+        let rescored = rescored.min(ef);
         if k == 0 || k > ef || dim > HNSW_MAX_DIM || query_norm == 0.0 {
             return Ok(None);
         }
@@ -1500,15 +1515,6 @@ impl Backend for PostgresMemory {
         {
             return Ok(None);
         }
-        // The index searches `ef` candidates (that is what finds the true neighbours), but only
-        // the closest `rescored` of them by pgvector's own cosine distance are read and
-        // re-scored exactly. pgvector computes that distance over the same `f32`s, only with
-        // another summation (f32 accumulators), so the two orders differ only between
-        // candidates whose distances are within rounding of each other (relative 1e-6 or so at
-        // 1,536 dimensions): a margin of `k` more, at least 10, holds every candidate that can
-        // move into the exact top `k`. Each row read is a 6 KiB embedding at 1,536 dimensions,
-        // so reading `ef` of them would cost more than the search.
-        let rescored = k.saturating_add(k.max(RESCORE_MARGIN)).min(ef);
         // With the handle's mirror current (the snapshot's thread and rev), the candidates'
         // embeddings, indices and messages come from it, and the database only shortlists:
         // no embedding or body is read, no JSON parsed. Held to the end, so that it stays
@@ -1522,20 +1528,30 @@ impl Backend for PostgresMemory {
         };
         // The dimension and `rescored` are numbers formatted into the statement (the partial
         // index is chosen only when its predicate appears literally).
-        let rows = tx
-            .query(
-                &format!(
-                    "SELECT m.seq, m.msg_id, {embedding_column} FROM memory_messages m
-                     WHERE m.thread_id = $1 AND m.embedding_dim = {dim}
-                       AND ($2::text IS NULL OR EXISTS (SELECT 1 FROM memory_marks k
-                            WHERE k.thread_id = m.thread_id AND k.msg_id = m.msg_id
-                              AND k.mark = $2))
-                     ORDER BY m.embedding_v::vector({dim}) <=> $3::vector({dim})
-                     LIMIT {rescored}"
-                ),
-                &[&thread_id, &mark, &vector],
+        let shortlist = format!(
+            "SELECT m.seq, m.msg_id, {embedding_column} FROM memory_messages m
+             WHERE m.thread_id = $1 AND m.embedding_dim = {dim}
+               AND ($2::text IS NULL OR EXISTS (SELECT 1 FROM memory_marks k
+                    WHERE k.thread_id = m.thread_id AND k.msg_id = m.msg_id AND k.mark = $2))
+             ORDER BY m.embedding_v::vector({dim}) <=> $3::vector({dim})
+             LIMIT {rescored}"
+        );
+        let mut rows = tx
+            .query(&shortlist, &[&thread_id, &mark, &vector])
+            .map_err(pg_error)?;
+        if rows.len() < k && ef < HNSW_MAX_EF_SEARCH {
+            // The index holds every thread's vectors of this dimension and filters the `ef` it
+            // found to this thread (and mark): other threads' neighbours crowded this one's
+            // out. Once more with pgvector's longest shortlist before the exact scan.
+            tx.execute(
+                "SELECT set_config('hnsw.ef_search', $1, true)",
+                &[&HNSW_MAX_EF_SEARCH.to_string()],
             )
             .map_err(pg_error)?;
+            rows = tx
+                .query(&shortlist, &[&thread_id, &mark, &vector])
+                .map_err(pg_error)?;
+        }
         if rows.len() < k {
             // The index's filtered shortlist came up short: score everything instead.
             return Ok(None);
