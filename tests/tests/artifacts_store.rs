@@ -267,6 +267,58 @@ mod postgres {
         assert_eq!(prepared(), (8, 8));
     }
 
+    /// A connection killed under the store is replaced by one with an empty statement cache:
+    /// after at most the one failed call, every call works again and prepares afresh.
+    #[test]
+    fn a_killed_connection_is_replaced_with_a_fresh_statement_cache() {
+        let server = mnemon_tests::require_postgres!();
+        let url = server.fresh_database("artifact_killed").unwrap();
+        let store = PostgresArtifactStore::open(
+            &url,
+            PostgresArtifactOptions {
+                pool_size: 1,
+                ..options("default")
+            },
+        )
+        .unwrap();
+        let first = Artifact::new("s", "k", "t", "first");
+        store.save(&first).unwrap();
+        assert_eq!(store.get(first.id).unwrap().as_ref(), Some(&first));
+        let pid: i32 = {
+            let mut client = store.pool().get().unwrap();
+            assert_eq!(client.statements_prepared(), 2);
+            client
+                .query_one("SELECT pg_backend_pid()", &[])
+                .unwrap()
+                .get(0)
+        };
+        let mut admin = ::postgres::Client::connect(&url, ::postgres::NoTls).unwrap();
+        let killed: bool = admin
+            .query_one("SELECT pg_terminate_backend($1)", &[&pid])
+            .unwrap()
+            .get(0);
+        assert!(killed);
+        std::thread::sleep(Duration::from_millis(100));
+
+        // The call on the dead connection may fail, saying the server went away; then the
+        // pool opens a new connection and the calls work.
+        if let Err(error) = store.get(first.id) {
+            assert!(error.to_string().contains("retry"), "{error}");
+        }
+        let second = Artifact::new("s", "k", "t", "second");
+        store.save(&second).unwrap();
+        assert_eq!(store.get(first.id).unwrap().as_ref(), Some(&first));
+        assert_eq!(store.latest("s", "k").unwrap().as_ref(), Some(&second));
+        let mut client = store.pool().get().unwrap();
+        let new_pid: i32 = client
+            .query_one("SELECT pg_backend_pid()", &[])
+            .unwrap()
+            .get(0);
+        assert_ne!(new_pid, pid);
+        // Insert, get and latest, each prepared once on the new connection.
+        assert_eq!(client.statements_prepared(), 3);
+    }
+
     #[test]
     fn tenant_isolation_postgres() {
         let server = mnemon_tests::require_postgres!();
