@@ -11,7 +11,12 @@
 //! [`PooledClient::discard`]ed), so a replacement connection starts empty. It holds at most
 //! [`STATEMENT_CACHE_SIZE`] statements, forgetting the least recently used one beyond that.
 //! Protocol-level prepared statements are not transactional: one prepared inside a
-//! transaction that rolls back stays valid.
+//! transaction that rolls back stays valid. They belong to a server session, so a connection
+//! pooler between Mnemon and the server that hands one client's statements to different server
+//! sessions (PgBouncer in transaction mode) must track prepared statements itself (PgBouncer
+//! 1.21 and later with `max_prepared_statements` set), or be run in session mode. A statement
+//! names its columns rather than `*`, so the server replans it after a migration instead of
+//! failing with "cached plan must not change result type".
 
 use std::collections::HashMap;
 use std::fmt;
