@@ -14,9 +14,10 @@
 //! transaction that rolls back stays valid. They belong to a server session, so a connection
 //! pooler between Mnemon and the server that hands one client's statements to different server
 //! sessions (PgBouncer in transaction mode) must track prepared statements itself (PgBouncer
-//! 1.21 and later with `max_prepared_statements` set), or be run in session mode. A statement
-//! names its columns rather than `*`, so the server replans it after a migration instead of
-//! failing with "cached plan must not change result type".
+//! 1.21 and later with `max_prepared_statements` set), or be run in session mode. The stores'
+//! statements name the table columns they read rather than selecting `*` from a table, so the
+//! server replans them after a migration instead of failing with "cached plan must not change
+//! result type".
 
 use std::collections::HashMap;
 use std::fmt;
