@@ -378,6 +378,16 @@ fn insert(
     }
 }
 
+/// The namespace's scopes (`{ns}`: see `in_namespace`), by a loose index scan: one seek of
+/// an index led by (namespace, scope) per scope for the next greater one, rather than a read of
+/// every record.
+const SCOPES: &str = "WITH RECURSIVE s(scope) AS (
+    SELECT (SELECT min(scope) FROM artifact_records WHERE {ns})
+    UNION ALL
+    SELECT (SELECT min(scope) FROM artifact_records WHERE {ns} AND scope > s.scope)
+    FROM s WHERE s.scope IS NOT NULL)
+  SELECT scope FROM s WHERE scope IS NOT NULL";
+
 impl ArtifactStore for SqliteArtifactStore {
     fn save(&self, artifact: &Artifact) -> Result<u64, ArtifactError> {
         self.save_with_content(artifact, &mut || Ok(()))
@@ -465,14 +475,7 @@ impl ArtifactStore for SqliteArtifactStore {
         const ACTION: &str = "listing the artifact scopes";
         // One index probe per scope (`artifact_records_by_key` leads with namespace and
         // scope: `min` of the next scope is a seek), not a read of every record.
-        let sql = self.in_namespace(
-            "WITH RECURSIVE s(scope) AS (
-               SELECT (SELECT min(scope) FROM artifact_records WHERE {ns})
-               UNION ALL
-               SELECT (SELECT min(scope) FROM artifact_records WHERE {ns} AND scope > s.scope)
-               FROM s WHERE s.scope IS NOT NULL)
-             SELECT scope FROM s WHERE scope IS NOT NULL",
-        );
+        let sql = self.in_namespace(SCOPES);
         let conn = self.conn();
         let mut stmt = conn
             .prepare_cached(&sql)
@@ -499,6 +502,36 @@ impl ArtifactStore for SqliteArtifactStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Listing the scopes costs a few virtual-machine steps per scope, not per record: 4,000
+    /// records in four scopes (and 2,000 of another namespace) take under 200 steps, where a
+    /// `SELECT DISTINCT` over the records takes thousands.
+    #[test]
+    fn scopes_step_per_scope_not_per_record() {
+        let store = SqliteArtifactStore::open_in_memory().unwrap();
+        {
+            let conn = store.conn();
+            let tx = conn.unchecked_transaction().unwrap();
+            for i in 0..6000 {
+                let namespace = if i < 4000 { "default" } else { "other" };
+                let mut artifact = Artifact::new(format!("s{}", i % 4), "k", "t", "n");
+                artifact.id = Uuid::now_v7();
+                insert(&tx, &namespace.parse().unwrap(), &artifact, None).unwrap();
+            }
+            tx.commit().unwrap();
+        }
+        assert_eq!(store.scopes().unwrap(), ["s0", "s1", "s2", "s3"]);
+        let conn = store.conn();
+        let mut statement = conn.prepare(&store.in_namespace(SCOPES)).unwrap();
+        let scopes: Vec<String> = statement
+            .query_map(["default"], |row| row.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(scopes.len(), 4);
+        let steps = statement.get_status(rusqlite::StatementStatus::VmStep);
+        assert!(steps < 200, "{steps} steps for 4 scopes of 4,000 records");
+    }
 
     #[test]
     fn refuses_a_newer_schema() {
