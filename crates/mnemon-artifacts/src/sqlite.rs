@@ -720,9 +720,11 @@ mod tests {
         let reader = SqliteArtifactStore::open_read_only(&path).unwrap();
         assert_eq!(reader.get(kept.id).unwrap().as_ref(), Some(&kept));
         assert_eq!(reader.list("s", Some("t")).unwrap().len(), 1);
+        assert_eq!(reader.scopes().unwrap(), ["s"]);
         let other = SqliteArtifactStore::open_read_only_with(&path, in_namespace("acme")).unwrap();
         assert!(other.get(kept.id).unwrap().is_none());
         assert!(other.latest("s", "k").unwrap().is_none());
+        assert!(other.scopes().unwrap().is_empty());
     }
 
     #[test]
