@@ -35,29 +35,29 @@
 //! stored whole or not at all.
 //!
 //! **pgvector.** When the `vector` extension is available and
-//! [`PostgresMemoryOptions::vector_index`] is on, a second schema (`memory_vector_schema`) adds
-//! an `embedding_v vector` column, filled beside the exact `embedding` bytes, with one partial
-//! HNSW index (`vector_cosine_ops`) per dimension up to 2,000 (pgvector's HNSW limit) created
-//! the first time that dimension is stored. Recall scores exactly with the crate's own kernel
-//! (see `crate::retrieval`) over the mirrored thread, as the SQLite memory does, except for a
-//! cosine cut to `top_k` over at least [`PostgresMemoryOptions::hnsw_min_messages`] candidates,
-//! every one with an indexable embedding of the query's dimension (at most 2,000; the counters
-//! say so without a count, unless a mark filters the candidates): the HNSW index then
-//! shortlists candidates (`ef_search` [`PostgresMemoryOptions::hnsw_ef_search`], at least
-//! `2 × top_k`, at most 1,000) without the thread being read, and the closest `top_k` plus a
-//! margin are re-scored exactly, so every returned score is the exact one. With the handle's
-//! mirror current, the embeddings, indices and messages of the shortlist come from it;
-//! otherwise from the snapshot, with indices from the counters. Which messages come back is as
-//! good as the index's recall (HNSW is approximate: clustered 1,536-dimensional data, the
-//! shape of real embeddings, gave recall@10 1.000 at the default `ef_search` of 40, uniformly
-//! random vectors, the hardest case, far less: see the option), and a shortlist that holds
-//! fewer than `top_k` of the thread's candidates (the index is shared by every thread, and
-//! filtered after the search) is retried at `ef_search` 1,000, then the exact path answers:
-//! never silently fewer. Set `hnsw_min_messages` to `usize::MAX` for exact recall always. The
-//! recall's transaction turns sequential scans and sorts off (`set_config(…, true)`), so the
-//! planner takes the index even before the table's first `ANALYZE`. Which of the two modes a
-//! store runs in is logged once at open (`tracing`, target `mnemon_memory::postgres`) and
-//! reported by [`PostgresMemoryStore::vector_mode`].
+//! [`PostgresMemoryOptions::vector_index`] is on, a second schema (`memory_vector_schema`) adds an
+//! `embedding_v vector` column, filled beside the exact `embedding` bytes, with one partial HNSW
+//! index (`vector_cosine_ops`) per dimension up to 2,000 (pgvector's HNSW limit) created the first
+//! time that dimension is stored. Recall scores exactly with the crate's own kernel (see
+//! `crate::retrieval`) over the mirrored thread, as the SQLite memory does, except for a cosine cut
+//! to `top_k` over at least [`PostgresMemoryOptions::hnsw_min_messages`] candidates, every one with
+//! an indexable embedding of the query's dimension (at most 2,000; the counters say so without a
+//! count, unless a mark filters the candidates): the HNSW index then shortlists candidates
+//! (`ef_search` [`PostgresMemoryOptions::hnsw_ef_search`], at least `top_k + max(top_k, 10)`, at
+//! most 1,000) without the thread being read, and the closest `top_k` plus a margin are re-scored
+//! exactly, so every returned score is the exact one. With the handle's mirror current, the
+//! embeddings, indices and messages of the shortlist come from it; otherwise from the snapshot,
+//! with indices from the counters. Which messages come back is as good as the index's recall (HNSW
+//! is approximate: clustered 1,536-dimensional data, the shape of real embeddings, gave recall@10
+//! 1.000 at the default `ef_search` of 80, at 20,000 and 100,000 messages; uniformly random
+//! vectors, the hardest case, far less: see the option), and a shortlist that holds fewer than
+//! `top_k` of the thread's candidates (the index is shared by every thread, and filtered after the
+//! search) is retried at `ef_search` 1,000, then the exact path answers: never silently fewer. Set
+//! `hnsw_min_messages` to `usize::MAX` for exact recall always. The recall's transaction turns
+//! sequential scans and sorts off (`set_config(…, true)`), so the planner takes the index even
+//! before the table's first `ANALYZE`. Which of the two modes a store runs in is logged once at
+//! open (`tracing`, target `mnemon_memory::postgres`) and reported by
+//! [`PostgresMemoryStore::vector_mode`].
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -192,7 +192,7 @@ static VECTOR_SCHEMA: Schema = Schema {
 };
 
 /// [`PostgresMemoryOptions::hnsw_ef_search`]'s default.
-const DEFAULT_EF_SEARCH: usize = 40;
+const DEFAULT_EF_SEARCH: usize = 80;
 
 /// How many candidates beyond `top_k` (at least; `top_k` more when larger) an HNSW recall
 /// re-scores exactly: see `retrieve_from_index`.
@@ -224,15 +224,17 @@ pub struct PostgresMemoryOptions {
     /// threads, and every other recall, score every candidate exactly. See the module docs
     /// for what the HNSW path guarantees.
     pub hnsw_min_messages: usize,
-    /// The HNSW shortlist (`hnsw.ef_search`) of a cut through the index: default 40,
-    /// pgvector's own; at least twice `top_k` (the candidates re-scored exactly), at most
-    /// 1,000 (pgvector's limit). A longer shortlist finds more of the exact top `k` and costs
-    /// latency. Measured on a 2-core machine with 1,536-dimensional vectors, pgvector's default
-    /// index parameters, and top 10 (issue 13's figures tests in tests/tests/memory_postgres.rs;
+    /// The HNSW shortlist (`hnsw.ef_search`) of a cut through the index: default 80; at least
+    /// `top_k + max(top_k, 10)` (the candidates re-scored exactly), at most 1,000 (pgvector's
+    /// limit). A longer shortlist finds more of the exact top `k` and costs latency. Measured
+    /// on a 2-core machine with 1,536-dimensional vectors, pgvector's default index
+    /// parameters, and top 10 (issue 13's figures tests in tests/tests/memory_postgres.rs;
     /// docs/postgres.md has the tables): on clustered data (about 50 per cluster, the shape of
-    /// real embeddings) recall@10 was 1.000 at every `ef_search` from 40 to 800, at 20,000 and
-    /// 100,000 messages, while the recall's p50 grew from about 2 ms at 40 to 4 at 100, 10 at
-    /// 200 and 54 at 800 (20,000 messages); on uniformly random vectors, the pathological case
+    /// real embeddings) recall@10 was 1.000 at 20,000 messages for every value from 40 to 800,
+    /// and at 100,000 it was 0.960–1.000 at pgvector's default of 40 and 1.000 at 60, 80 and
+    /// 100, so the default doubles pgvector's for a margin; the recall's p50 there was about 2
+    /// to 2.5 ms from 40 to 80 (handle's mirror current), 4 ms at 100, and about 10 ms at 200
+    /// and 54 at 800 (20,000 messages). On uniformly random vectors, the pathological case
     /// where no neighbour is much nearer than any other, recall@10 at 20,000 was 0.33 at 40,
     /// 0.43 at 100, 0.67 at 400 and 0.86 at 800. Raise it when your embeddings are less
     /// clustered than that and recall matters more than latency.
