@@ -319,8 +319,9 @@ impl PostgresMemoryStore {
             pool_size: options.pool_size,
             ..Settings::default()
         };
-        let pool = Pool::connect(url, settings).map_err(db_error)?;
-        pool.migrate(&SCHEMA).map_err(db_error)?;
+        // Opened as every PostgreSQL store is (`mnemon_db::postgres::open`); the vector schema
+        // follows only where pgvector is, or its column already exists.
+        let pool = pg::open(url, settings, &[&SCHEMA]).map_err(db_error)?;
         let vector = if options.vector_index {
             match pool.vector_support().map_err(db_error)? {
                 VectorSupport::Available { version } => {
