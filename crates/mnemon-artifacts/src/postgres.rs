@@ -299,20 +299,16 @@ fn read_row(row: &Row) -> Result<Artifact, ArtifactError> {
     })
 }
 
-/// The advisory lock key of a storage location: FNV-1a (64 bits) of the backend and id, so
-/// that every build and process agrees on it (the server's `hashtext` is not promised stable).
+/// The advisory lock key of a storage location: a stable hash of the backend and id, so that
+/// every build and process agrees on it.
 fn storage_lock_key(location: &StorageLocation) -> i64 {
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    let bytes = b"mnemon-artifacts:"
-        .iter()
-        .chain(location.backend.as_bytes())
-        .chain(&[0])
-        .chain(location.id.as_bytes());
-    for byte in bytes {
-        hash ^= u64::from(*byte);
-        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    i64::from_ne_bytes(hash.to_ne_bytes())
+    pg::stable_lock_key(
+        b"mnemon-artifacts:"
+            .iter()
+            .chain(location.backend.as_bytes())
+            .chain(&[0])
+            .chain(location.id.as_bytes()),
+    )
 }
 
 impl ArtifactStore for PostgresArtifactStore {
@@ -469,6 +465,8 @@ mod tests {
         assert_eq!(at("write_to_file", "a.json"), at("write_to_file", "a.json"));
         assert_ne!(at("write_to_file", "a.json"), at("write_to_file", "b.json"));
         assert_ne!(at("ab", "c"), at("a", "bc"));
+        // Pinned: processes of different builds must agree on every key.
+        assert_eq!(at("file", "report.json"), -3_208_744_763_953_080_113);
     }
 
     #[test]

@@ -397,8 +397,15 @@ pub fn advisory_lock_key(schema: &Schema) -> i64 {
 }
 
 fn lock_key(name: &str) -> i64 {
+    stable_lock_key(b"mnemon-db:".iter().chain(name.as_bytes()))
+}
+
+/// An advisory lock key for `bytes` that every build and process agrees on: FNV-1a (64 bits),
+/// rather than the server's `hashtext`, whose values PostgreSQL does not promise to keep across
+/// versions. Callers prefix the bytes with their crate's name so their keys never meet.
+pub fn stable_lock_key<'a>(bytes: impl IntoIterator<Item = &'a u8>) -> i64 {
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for byte in b"mnemon-db:".iter().chain(name.as_bytes()) {
+    for byte in bytes {
         hash ^= u64::from(*byte);
         hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
     }
@@ -685,6 +692,8 @@ mod tests {
     fn lock_keys_differ_per_schema_and_are_stable() {
         // FNV-1a is fixed: the key of a table never changes between builds.
         assert_eq!(lock_key(""), lock_key(""));
+        // Pinned: processes of different builds must agree on every key.
+        assert_eq!(lock_key("asset_schema"), 673_123_735_713_518_170);
         assert_ne!(lock_key("asset_schema"), lock_key("memory_schema"));
         assert_ne!(lock_key("asset_schema"), lock_key("artifact_schema"));
         // FNV-1a of "mnemon-db:" computed independently (offset basis, prime 0x100000001b3).
