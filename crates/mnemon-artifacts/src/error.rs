@@ -229,6 +229,18 @@ pub enum ArtifactError {
         /// The missing names, in order of first use.
         names: Vec<String>,
     },
+
+    /// A filter cannot be applied: a bad path or type, or a field artifacts do not have (the
+    /// message says where in the filter).
+    #[error("bad artifact filter: {0} (docs/reference/artifacts.md#filters)")]
+    Filter(mnemon_filter::FilterError),
+}
+
+// Not `#[from]`: that would also make the filter error the `source()`, printed twice.
+impl From<mnemon_filter::FilterError> for ArtifactError {
+    fn from(error: mnemon_filter::FilterError) -> Self {
+        ArtifactError::Filter(error)
+    }
 }
 
 impl ArtifactError {
@@ -252,7 +264,8 @@ impl ArtifactError {
             | ArtifactError::BadKeysInput { .. }
             | ArtifactError::InvalidConfig { .. }
             | ArtifactError::TemplateSyntax { .. }
-            | ArtifactError::MissingVariables { .. } => true,
+            | ArtifactError::MissingVariables { .. }
+            | ArtifactError::Filter(_) => true,
             ArtifactError::Database { .. }
             | ArtifactError::CorruptRecord { .. }
             | ArtifactError::SchemaTooNew { .. }

@@ -72,11 +72,16 @@ pub use backend::{BackendRegistry, INLINE, Storage, StorageBackend, WRITE_TO_FIL
 pub use error::{ArtifactError, BoxedSource};
 pub use file_backend::{MAX_NAME_BYTES, MAX_PATH_BYTES, STALE_TEMP_AGE, WriteToFile};
 pub use in_memory::InMemoryArtifactStore;
+/// Expiry (docs/reference/artifacts.md#expiry): the clock the stores read and a save's
+/// time-to-live, shared with the other stores through `mnemon-db`.
+pub use mnemon_db::expiry::{Clock, Expiry, ManualClock, SystemClock};
+/// The filter language of [`ArtifactStore::list_where`] (docs/reference/filters.md).
+pub use mnemon_filter::{Filter, FilterError};
 #[cfg(feature = "postgres")]
 pub use postgres::{PostgresArtifactOptions, PostgresArtifactStore};
 pub use save::{SAVE_ARTIFACT_CLASS_PATH, SaveArtifact, SaveArtifactConfig};
 pub use sqlite::{SqliteArtifactOptions, SqliteArtifactStore};
-pub use store::ArtifactStore;
+pub use store::{ArtifactStore, ArtifactSweep, FILTER_FIELDS, document};
 pub use template::PromptTemplate;
 /// The id type of artifact records, re-exported so callers need not depend on `uuid`.
 pub use uuid::Uuid;

@@ -2,19 +2,32 @@
 //!
 //! Connection setup, durability and the `artifact_schema` migrations are `mnemon-db`'s, shared
 //! with the other stores.
+//!
+//! **Expiry** (schema version 3): each record has an `expires_at` (milliseconds since the Unix
+//! epoch; NULL, never, for records saved before), every read is bound to
+//! `(expires_at IS NULL OR expires_at > now)`, and [`ArtifactStore::gc`] deletes expired
+//! records through the partial index `artifact_records_by_expiry`. Content is removed after
+//! the records' commit, one storage location at a time under the write lock (the exclusion a
+//! save holds while it writes content), and only when no record of any namespace points at
+//! it (index `artifact_records_by_storage`). **Filters** are translated by `mnemon-filter`
+//! onto the record's columns (`data` is JSON text).
 
+use std::collections::BTreeSet;
 use std::path::Path;
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
+use mnemon_db::expiry::{Clock, Expiry, SystemClock, is_live};
 use mnemon_db::sqlite::{self, Migration, Schema, Settings};
 use mnemon_db::{DbError, Durability, Namespace};
+use mnemon_filter::{Dialect, Filter, SqlParam};
 use mnemon_types::{Artifact, StorageLocation, artifact::Timestamp};
-use rusqlite::{Connection, Row, params};
+use rusqlite::types::Value as SqlValue;
+use rusqlite::{Connection, OptionalExtension, Row, params};
 use uuid::Uuid;
 
-use crate::store::check_required;
-use crate::{ArtifactError, ArtifactStore};
+use crate::store::{ArtifactSweep, check_required, prefix_end, sqlite_source};
+use crate::{ArtifactError, ArtifactStore, BackendRegistry};
 
 /// Every table is prefixed `artifact_`, because the database file is shared with other Mnemon
 /// components.
@@ -24,11 +37,36 @@ static SCHEMA: Schema = Schema {
     key_column: "singleton",
     migrations: &[
         V1,
+        V2,
         Migration {
-            version: 2,
-            sql: SCHEMA_V2,
+            version: 3,
+            sql: SCHEMA_V3,
         },
     ],
+};
+
+const V2: Migration = Migration {
+    version: 2,
+    sql: SCHEMA_V2,
+};
+
+/// Version 3: when each record expires (NULL: never, as for every record saved before), a
+/// partial index for the sweep, and an index on the storage location, which a sweep checks
+/// before removing content.
+const SCHEMA_V3: &str = "
+ALTER TABLE artifact_records ADD COLUMN expires_at INTEGER;
+CREATE INDEX artifact_records_by_expiry ON artifact_records (namespace, expires_at)
+  WHERE expires_at IS NOT NULL;
+CREATE INDEX artifact_records_by_storage ON artifact_records (storage_backend, storage_id)
+  WHERE storage_backend IS NOT NULL;
+";
+
+/// The schema as files written before expiry have it: what a reader opens such a file with.
+static SCHEMA_BEFORE_EXPIRY: Schema = Schema {
+    component: "artifact",
+    table: "artifact_schema",
+    key_column: "singleton",
+    migrations: &[V1, V2],
 };
 
 /// The schema as files written before namespaces have it: what a reader, which cannot migrate,
@@ -125,6 +163,11 @@ pub struct SqliteArtifactStore {
     /// The file predates namespaces (a version-1 file opened read-only): every record is the
     /// default namespace's.
     before_namespaces: bool,
+    /// The file has version 3's `expires_at` (a version-1 or 2 file opened read-only has not:
+    /// nothing in it expires).
+    has_expiry: bool,
+    default_ttl: Option<Duration>,
+    clock: Arc<dyn Clock>,
 }
 
 /// Options for [`SqliteArtifactStore::open_with`]; the defaults are every store's
@@ -138,6 +181,11 @@ pub struct SqliteArtifactOptions {
     /// The tenant the store is opened for. Default: [`Namespace::default()`], which holds every
     /// record written before namespaces.
     pub namespace: Namespace,
+    /// How long a record saved with [`Expiry::Default`] (every `save`) lives: the
+    /// namespace's default time-to-live, for this handle. Default: `None`, forever.
+    pub default_ttl: Option<Duration>,
+    /// The clock that decides what has expired. Default: [`SystemClock`].
+    pub clock: Arc<dyn Clock>,
 }
 
 impl Default for SqliteArtifactOptions {
@@ -147,6 +195,8 @@ impl Default for SqliteArtifactOptions {
             durability: shared.durability,
             busy_timeout: shared.busy_timeout,
             namespace: Namespace::default(),
+            default_ttl: None,
+            clock: Arc::new(SystemClock),
         }
     }
 }
@@ -175,7 +225,7 @@ impl SqliteArtifactStore {
     ) -> Result<Self, ArtifactError> {
         let settings = options.settings();
         let conn = sqlite::open(path.as_ref(), &settings, &SCHEMA).map_err(db_error)?;
-        Ok(Self::with(conn, &settings, options.namespace, false))
+        Ok(Self::with(conn, &settings, options, &SCHEMA))
     }
 
     /// Opens the database at `path` for reading only: no write lock is taken, nothing is
@@ -195,42 +245,190 @@ impl SqliteArtifactStore {
     ) -> Result<Self, ArtifactError> {
         let settings = options.settings();
         let path = path.as_ref();
-        let (read, before_namespaces) = match sqlite::open_read_only(path, &settings, &SCHEMA) {
-            Ok(read) => (read, false),
-            Err(DbError::NeedsUpgrade { found: 1, .. }) => (
-                sqlite::open_read_only(path, &settings, &SCHEMA_BEFORE_NAMESPACES)
-                    .map_err(db_error)?,
-                true,
-            ),
+        let schema = match sqlite::open_read_only(path, &settings, &SCHEMA) {
+            Ok(read) => return Ok(Self::with(read.conn, &settings, options, &SCHEMA)),
+            Err(DbError::NeedsUpgrade { found: 1, .. }) => &SCHEMA_BEFORE_NAMESPACES,
+            // A file from before expiry likewise: nothing in it expires.
+            Err(DbError::NeedsUpgrade { found: 2, .. }) => &SCHEMA_BEFORE_EXPIRY,
             Err(e) => return Err(db_error(e)),
         };
-        Ok(Self::with(
-            read.conn,
-            &settings,
-            options.namespace,
-            before_namespaces,
-        ))
+        let read = sqlite::open_read_only(path, &settings, schema).map_err(db_error)?;
+        Ok(Self::with(read.conn, &settings, options, schema))
     }
 
     /// A private database in memory, for tests and short-lived programs; nothing is kept.
     pub fn open_in_memory() -> Result<Self, ArtifactError> {
         let settings = Settings::default();
         let conn = sqlite::open_in_memory(&settings, &SCHEMA).map_err(db_error)?;
-        Ok(Self::with(conn, &settings, Namespace::default(), false))
+        Ok(Self::with(
+            conn,
+            &settings,
+            SqliteArtifactOptions::default(),
+            &SCHEMA,
+        ))
     }
 
+    /// As [`open_in_memory`](Self::open_in_memory), with `options` (the namespace, default
+    /// time-to-live and clock; the durability does not matter in memory).
+    pub fn open_in_memory_with(options: SqliteArtifactOptions) -> Result<Self, ArtifactError> {
+        let settings = options.settings();
+        let conn = sqlite::open_in_memory(&settings, &SCHEMA).map_err(db_error)?;
+        Ok(Self::with(conn, &settings, options, &SCHEMA))
+    }
+
+    /// A store on `conn`, whose artifact tables are at `schema`'s version.
     fn with(
         conn: Connection,
         settings: &Settings,
-        namespace: Namespace,
-        before_namespaces: bool,
+        options: SqliteArtifactOptions,
+        schema: &'static Schema,
     ) -> Self {
         SqliteArtifactStore {
             conn: Mutex::new(conn),
             busy_timeout: settings.busy_timeout,
-            namespace,
-            before_namespaces,
+            namespace: options.namespace,
+            before_namespaces: std::ptr::eq(schema, &SCHEMA_BEFORE_NAMESPACES),
+            has_expiry: std::ptr::eq(schema, &SCHEMA),
+            default_ttl: options.default_ttl,
+            clock: options.clock,
         }
+    }
+
+    /// The condition that keeps a statement to live records, the time bound as `?{n}`: on a
+    /// file from before expiry (read-only) every record is live, and the parameter is still
+    /// referenced so that the statement's parameter count does not change.
+    fn live(&self, n: usize) -> String {
+        if self.has_expiry {
+            format!("(expires_at IS NULL OR expires_at > ?{n})")
+        } else {
+            format!("(?{n} IS NOT NULL)")
+        }
+    }
+
+    fn now(&self) -> i64 {
+        self.clock.now_millis()
+    }
+
+    /// `SELECT {what} FROM artifact_records` over the live records of `scope` (all for
+    /// `None`) matching `filter`, in save order, with its parameters.
+    fn filtered(
+        &self,
+        what: &str,
+        scope: Option<&str>,
+        filter: Option<&Filter>,
+        limit: Option<usize>,
+    ) -> Result<(String, Vec<SqlValue>), ArtifactError> {
+        let mut params = vec![
+            SqlParam::Text(self.namespace.as_str().to_owned()),
+            SqlParam::Integer(self.now()),
+        ];
+        let mut sql = format!(
+            "SELECT {what} FROM artifact_records WHERE {{ns}} AND {}",
+            self.live(2)
+        );
+        if let Some(scope) = scope {
+            params.push(SqlParam::Text(scope.to_owned()));
+            sql.push_str(&format!(" AND scope = ?{}", params.len()));
+        }
+        if let Some(filter) = filter {
+            let has_expiry = self.has_expiry;
+            let resolver = move |field: &str| sqlite_source(field, has_expiry);
+            let condition = filter.to_sql(Dialect::Sqlite, &resolver, &mut params)?;
+            sql.push_str(&format!(" AND ({condition})"));
+        }
+        sql.push_str(" ORDER BY seq");
+        if let Some(limit) = limit {
+            params.push(SqlParam::Integer(i64::try_from(limit).unwrap_or(i64::MAX)));
+            sql.push_str(&format!(" LIMIT ?{}", params.len()));
+        }
+        let params = params
+            .into_iter()
+            .map(|p| match p {
+                SqlParam::Text(t) => SqlValue::Text(t),
+                SqlParam::Integer(i) => SqlValue::Integer(i),
+                SqlParam::Real(r) => SqlValue::Real(r),
+            })
+            .collect();
+        Ok((self.in_namespace(&sql), params))
+    }
+
+    /// Deletes the namespace's records that `condition` selects (`?1` the namespace, then
+    /// `params`) in one transaction, then their content as the module docs say.
+    fn remove_where(
+        &self,
+        condition: &str,
+        params: &[&dyn rusqlite::ToSql],
+        backends: &BackendRegistry,
+        action: &'static str,
+    ) -> Result<ArtifactSweep, ArtifactError> {
+        let ns = self.namespace.as_str();
+        let mut all: Vec<&dyn rusqlite::ToSql> = vec![&ns];
+        all.extend_from_slice(params);
+        let conn = self.conn();
+        sqlite::begin_immediate(&conn, self.busy_timeout)
+            .map_err(|e| ArtifactError::database(action, e))?;
+        let deleted = (|| {
+            let mut statement = conn.prepare_cached(&format!(
+                "DELETE FROM artifact_records WHERE namespace = ?1 AND {condition} \
+                 RETURNING storage_backend, storage_id"
+            ))?;
+            let rows = statement.query_map(all.as_slice(), |r| {
+                Ok((
+                    r.get::<_, Option<String>>(0)?,
+                    r.get::<_, Option<String>>(1)?,
+                ))
+            })?;
+            rows.collect::<Result<Vec<_>, _>>()
+        })();
+        let finish = if deleted.is_ok() {
+            "COMMIT"
+        } else {
+            "ROLLBACK"
+        };
+        let finished = conn.execute_batch(finish);
+        if finished.is_err() && !conn.is_autocommit() {
+            // Best effort, as in a save: the error below says what failed.
+            let _ = conn.execute_batch("ROLLBACK");
+        }
+        let deleted = deleted.map_err(|e| ArtifactError::database(action, e))?;
+        finished.map_err(|e| ArtifactError::database(action, e))?;
+        let mut sweep = ArtifactSweep {
+            records: deleted.len() as u64,
+            ..ArtifactSweep::default()
+        };
+        let locations: BTreeSet<(String, String)> = deleted
+            .into_iter()
+            .filter_map(|(backend, id)| Some((backend?, id?)))
+            .collect();
+        for (backend, id) in locations {
+            let location = StorageLocation { backend, id };
+            // Under the write lock, as a save writes content: no save to this location can
+            // commit between the check and the removal.
+            if let Err(e) = sqlite::begin_immediate(&conn, self.busy_timeout) {
+                sweep
+                    .content_errors
+                    .push(format!("{}:{}: {e}", location.backend, location.id));
+                continue;
+            }
+            let shared = conn
+                .prepare_cached(
+                    "SELECT EXISTS (SELECT 1 FROM artifact_records \
+                     WHERE storage_backend = ?1 AND storage_id = ?2)",
+                )
+                .and_then(|mut s| {
+                    s.query_row([&location.backend, &location.id], |r| r.get::<_, bool>(0))
+                });
+            match shared {
+                Ok(true) => sweep.content_shared += 1,
+                Ok(false) => sweep.remove_content(&location, backends),
+                Err(e) => sweep
+                    .content_errors
+                    .push(format!("{}:{}: {e}", location.backend, location.id)),
+            }
+            // Nothing was written: ending the transaction releases the lock.
+            let _ = conn.execute_batch("ROLLBACK");
+        }
+        Ok(sweep)
     }
 
     /// The namespace (tenant) the store was opened for.
@@ -340,12 +538,13 @@ fn insert(
     namespace: &Namespace,
     artifact: &Artifact,
     data: Option<String>,
+    expires_at: Option<i64>,
 ) -> Result<u64, ArtifactError> {
     const ACTION: &str = "saving an artifact";
     let inserted = conn
         .prepare_cached(&format!(
-            "INSERT INTO artifact_records ({COLUMNS}, namespace) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11) RETURNING seq"
+            "INSERT INTO artifact_records ({COLUMNS}, namespace, expires_at) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12) RETURNING seq"
         ))
         .and_then(|mut stmt| {
             stmt.query_row(
@@ -361,6 +560,7 @@ fn insert(
                     artifact.scope,
                     artifact.created_at.to_string(),
                     namespace.as_str(),
+                    expires_at,
                 ],
                 |row| row.get::<_, i64>(0),
             )
@@ -378,13 +578,15 @@ fn insert(
     }
 }
 
-/// The namespace's scopes (`{ns}`: see `in_namespace`), by a loose index scan: one seek of
-/// an index led by (namespace, scope) per scope for the next greater one, rather than a read of
-/// every record.
+/// The namespace's scopes (`{ns}`: see `in_namespace`; `{live}`: see `live`, the time bound
+/// as `?2`), by a loose index scan: one seek of an index led by (namespace, scope) per scope
+/// for the next greater one holding a live record, rather than a read of every record.
 const SCOPES: &str = "WITH RECURSIVE s(scope) AS (
-    SELECT (SELECT min(scope) FROM artifact_records WHERE {ns})
+    SELECT (SELECT scope FROM artifact_records WHERE {ns} AND {live}
+            ORDER BY scope LIMIT 1)
     UNION ALL
-    SELECT (SELECT min(scope) FROM artifact_records WHERE {ns} AND scope > s.scope)
+    SELECT (SELECT scope FROM artifact_records WHERE {ns} AND scope > s.scope AND {live}
+            ORDER BY scope LIMIT 1)
     FROM s WHERE s.scope IS NOT NULL)
   SELECT scope FROM s WHERE scope IS NOT NULL";
 
@@ -398,8 +600,18 @@ impl ArtifactStore for SqliteArtifactStore {
         artifact: &Artifact,
         write_content: &mut dyn FnMut() -> Result<(), ArtifactError>,
     ) -> Result<u64, ArtifactError> {
+        self.save_expiring(artifact, Expiry::Default, write_content)
+    }
+
+    fn save_expiring(
+        &self,
+        artifact: &Artifact,
+        expiry: Expiry,
+        write_content: &mut dyn FnMut() -> Result<(), ArtifactError>,
+    ) -> Result<u64, ArtifactError> {
         const ACTION: &str = "saving an artifact";
         check_required(artifact)?;
+        let expires_at = expiry.deadline(self.now(), self.default_ttl);
         let data = artifact
             .data
             .as_ref()
@@ -412,7 +624,8 @@ impl ArtifactStore for SqliteArtifactStore {
         // storage id in between, so the newest record always points at its own content.
         sqlite::begin_immediate(&conn, self.busy_timeout)
             .map_err(|e| ArtifactError::database(ACTION, e))?;
-        let result = write_content().and_then(|()| insert(&conn, &self.namespace, artifact, data));
+        let result = write_content()
+            .and_then(|()| insert(&conn, &self.namespace, artifact, data, expires_at));
         let finish = if result.is_ok() { "COMMIT" } else { "ROLLBACK" };
         let finished = conn.execute_batch(finish);
         if finished.is_err() && !conn.is_autocommit() {
@@ -425,10 +638,90 @@ impl ArtifactStore for SqliteArtifactStore {
         Ok(seq)
     }
 
+    fn expires_at(&self, id: Uuid) -> Result<Option<Option<i64>>, ArtifactError> {
+        let expires = if self.has_expiry {
+            "expires_at"
+        } else {
+            "NULL"
+        };
+        let sql = self.in_namespace(&format!(
+            "SELECT {expires} FROM artifact_records WHERE {{ns}} AND id = ?2 AND {}",
+            self.live(3)
+        ));
+        let conn = self.conn();
+        conn.prepare_cached(&sql)
+            .and_then(|mut s| {
+                s.query_row(
+                    params![self.namespace.as_str(), id.to_string(), self.now()],
+                    |r| r.get(0),
+                )
+                .optional()
+            })
+            .map_err(|e| ArtifactError::database("reading an expiry", e))
+    }
+
+    fn list_where(
+        &self,
+        scope: Option<&str>,
+        filter: Option<&Filter>,
+        limit: Option<usize>,
+    ) -> Result<Vec<Artifact>, ArtifactError> {
+        let (sql, params) = self.filtered(COLUMNS, scope, filter, limit)?;
+        let params: Vec<&dyn rusqlite::ToSql> =
+            params.iter().map(|p| p as &dyn rusqlite::ToSql).collect();
+        // `sql` is already in the namespace; `query_many` finds no `{ns}` in it.
+        self.query_many(&sql, &params, "listing artifacts")
+    }
+
+    fn count_where(
+        &self,
+        scope: Option<&str>,
+        filter: Option<&Filter>,
+    ) -> Result<u64, ArtifactError> {
+        const ACTION: &str = "counting artifacts";
+        let (sql, params) = self.filtered("count(*)", scope, filter, None)?;
+        let conn = self.conn();
+        let n: i64 = conn
+            .prepare_cached(&sql)
+            .and_then(|mut s| s.query_row(rusqlite::params_from_iter(params), |r| r.get(0)))
+            .map_err(|e| ArtifactError::database(ACTION, e))?;
+        Ok(n.max(0) as u64)
+    }
+
+    fn gc(&self, backends: &BackendRegistry) -> Result<ArtifactSweep, ArtifactError> {
+        self.remove_where(
+            "expires_at <= ?2",
+            &[&self.now()],
+            backends,
+            "removing expired artifacts",
+        )
+    }
+
+    fn forget(
+        &self,
+        scope_prefix: &str,
+        backends: &BackendRegistry,
+    ) -> Result<ArtifactSweep, ArtifactError> {
+        const ACTION: &str = "forgetting artifacts";
+        match (scope_prefix, prefix_end(scope_prefix)) {
+            ("", _) => self.remove_where("TRUE", &[], backends, ACTION),
+            (_, Some(end)) => self.remove_where(
+                "scope >= ?2 AND scope < ?3",
+                &[&scope_prefix, &end],
+                backends,
+                ACTION,
+            ),
+            (_, None) => self.remove_where("scope >= ?2", &[&scope_prefix], backends, ACTION),
+        }
+    }
+
     fn get(&self, id: Uuid) -> Result<Option<Artifact>, ArtifactError> {
         let mut found = self.query_many(
-            &format!("SELECT {COLUMNS} FROM artifact_records WHERE {{ns}} AND id = ?2"),
-            &[&self.namespace.as_str(), &id.to_string()],
+            &format!(
+                "SELECT {COLUMNS} FROM artifact_records WHERE {{ns}} AND id = ?2 AND {}",
+                self.live(3)
+            ),
+            &[&self.namespace.as_str(), &id.to_string(), &self.now()],
             "reading an artifact",
         )?;
         Ok(found.pop())
@@ -438,9 +731,10 @@ impl ArtifactStore for SqliteArtifactStore {
         let mut found = self.query_many(
             &format!(
                 "SELECT {COLUMNS} FROM artifact_records WHERE {{ns}} AND scope = ?2 AND key = ?3 \
-                 ORDER BY seq DESC LIMIT 1"
+                 AND {} ORDER BY seq DESC LIMIT 1",
+                self.live(4)
             ),
-            &[&self.namespace.as_str(), &scope, &key],
+            &[&self.namespace.as_str(), &scope, &key, &self.now()],
             "looking up the latest artifact",
         )?;
         Ok(found.pop())
@@ -455,17 +749,19 @@ impl ArtifactStore for SqliteArtifactStore {
             Some(t) => self.query_many(
                 &format!(
                     "SELECT {COLUMNS} FROM artifact_records \
-                     WHERE {{ns}} AND scope = ?2 AND artifact_type = ?3 ORDER BY seq"
+                     WHERE {{ns}} AND scope = ?2 AND artifact_type = ?3 AND {} ORDER BY seq",
+                    self.live(4)
                 ),
-                &[&self.namespace.as_str(), &scope, &t],
+                &[&self.namespace.as_str(), &scope, &t, &self.now()],
                 "listing artifacts",
             ),
             None => self.query_many(
                 &format!(
                     "SELECT {COLUMNS} FROM artifact_records WHERE {{ns}} AND scope = ?2 \
-                     ORDER BY seq"
+                     AND {} ORDER BY seq",
+                    self.live(3)
                 ),
-                &[&self.namespace.as_str(), &scope],
+                &[&self.namespace.as_str(), &scope, &self.now()],
                 "listing artifacts",
             ),
         }
@@ -475,27 +771,34 @@ impl ArtifactStore for SqliteArtifactStore {
         const ACTION: &str = "listing the artifact scopes";
         // One index probe per scope (`artifact_records_by_key` leads with namespace and
         // scope: `min` of the next scope is a seek), not a read of every record.
-        let sql = self.in_namespace(SCOPES);
+        let sql = self.in_namespace(&SCOPES.replace("{live}", &self.live(2)));
         let conn = self.conn();
         let mut stmt = conn
             .prepare_cached(&sql)
             .map_err(|e| ArtifactError::database(ACTION, e))?;
         let rows = stmt
-            .query_map([self.namespace.as_str()], |row| row.get::<_, String>(0))
+            .query_map(params![self.namespace.as_str(), self.now()], |row| {
+                row.get::<_, String>(0)
+            })
             .map_err(|e| ArtifactError::database(ACTION, e))?;
         rows.map(|row| row.map_err(|e| ArtifactError::database(ACTION, e)))
             .collect()
     }
 
     fn delete(&self, id: Uuid) -> Result<bool, ArtifactError> {
-        let removed = self
+        // An expired record is removed too, but reported absent, as reads report it.
+        let removed: Option<Option<i64>> = self
             .conn()
-            .execute(
-                "DELETE FROM artifact_records WHERE namespace = ?1 AND id = ?2",
-                [self.namespace.as_str(), &id.to_string()],
+            .prepare_cached(
+                "DELETE FROM artifact_records WHERE namespace = ?1 AND id = ?2 \
+                 RETURNING expires_at",
             )
+            .and_then(|mut s| {
+                s.query_row([self.namespace.as_str(), &id.to_string()], |r| r.get(0))
+                    .optional()
+            })
             .map_err(|e| ArtifactError::database("deleting an artifact", e))?;
-        Ok(removed > 0)
+        Ok(removed.is_some_and(|at| is_live(at, self.now())))
     }
 }
 
@@ -516,15 +819,16 @@ mod tests {
                 let namespace = if i < 4000 { "default" } else { "other" };
                 let mut artifact = Artifact::new(format!("s{}", i % 4), "k", "t", "n");
                 artifact.id = Uuid::now_v7();
-                insert(&tx, &namespace.parse().unwrap(), &artifact, None).unwrap();
+                insert(&tx, &namespace.parse().unwrap(), &artifact, None, None).unwrap();
             }
             tx.commit().unwrap();
         }
         assert_eq!(store.scopes().unwrap(), ["s0", "s1", "s2", "s3"]);
         let conn = store.conn();
-        let mut statement = conn.prepare(&store.in_namespace(SCOPES)).unwrap();
+        let sql = store.in_namespace(&SCOPES.replace("{live}", &store.live(2)));
+        let mut statement = conn.prepare(&sql).unwrap();
         let scopes: Vec<String> = statement
-            .query_map(["default"], |row| row.get(0))
+            .query_map(params!["default", store.now()], |row| row.get(0))
             .unwrap()
             .collect::<Result<_, _>>()
             .unwrap();
@@ -707,7 +1011,7 @@ mod tests {
             .conn()
             .query_row("SELECT version FROM artifact_schema", [], |r| r.get(0))
             .unwrap();
-        assert_eq!(version, 2);
+        assert_eq!(version, SCHEMA.version());
     }
 
     /// Issue 13, item 3: a reader, which cannot migrate, reads a version-1 file as it is, all

@@ -1,9 +1,11 @@
 //! The `ArtifactStore` trait: the narrow interface every artifact store implements.
 
-use mnemon_types::Artifact;
+use mnemon_db::Expiry;
+use mnemon_filter::{ColumnKind, Filter, Source};
+use mnemon_types::{Artifact, StorageLocation};
 use uuid::Uuid;
 
-use crate::ArtifactError;
+use crate::{ArtifactError, BackendRegistry, Storage};
 
 /// Keeps artifact records (docs/reference/artifacts.md#artifact-store).
 ///
@@ -20,6 +22,11 @@ use crate::ArtifactError;
 /// - `list` returns a scope's records in save order.
 /// - `scopes` names every scope holding at least one record, each once, in ascending byte
 ///   order; a scope whose records were all deleted is gone from it.
+/// - An expired record (docs/reference/artifacts.md#expiry) is invisible to every read at once
+///   (`get`, `latest`, `list`, `list_where`, `count_where`, `scopes`): `latest` is then the
+///   most recent live record of the key. [`gc`](Self::gc) removes expired records and
+///   [`forget`](Self::forget) a scope prefix's, each with the backend content no remaining
+///   record points at.
 /// - When `save` returns, the record is as durable as the implementation can make it (for
 ///   SQLite: committed and synced in WAL mode).
 ///
@@ -46,6 +53,51 @@ pub trait ArtifactStore: Send + Sync {
         write_content()?;
         self.save(artifact)
     }
+
+    /// As [`save_with_content`](Self::save_with_content), the record expiring as `expiry`
+    /// says (`save` and `save_with_content` use [`Expiry::Default`], the handle's default
+    /// time-to-live).
+    fn save_expiring(
+        &self,
+        artifact: &Artifact,
+        expiry: Expiry,
+        write_content: &mut dyn FnMut() -> Result<(), ArtifactError>,
+    ) -> Result<u64, ArtifactError>;
+
+    /// When the record expires (milliseconds since the Unix epoch): `Ok(None)` when it is not
+    /// stored (or has expired), `Ok(Some(None))` when it never expires.
+    fn expires_at(&self, id: Uuid) -> Result<Option<Option<i64>>, ArtifactError>;
+
+    /// The live records of `scope` (of every scope for `None`) whose filterable document
+    /// matches `filter` (all for `None`), in save order, at most `limit`: the filter applies
+    /// before the cut. The document is [`document`]'s (docs/reference/artifacts.md#filters); a
+    /// path that starts with another field is [`ArtifactError::Filter`].
+    fn list_where(
+        &self,
+        scope: Option<&str>,
+        filter: Option<&Filter>,
+        limit: Option<usize>,
+    ) -> Result<Vec<Artifact>, ArtifactError>;
+
+    /// How many live records of `scope` (of every scope for `None`) match `filter`.
+    fn count_where(
+        &self,
+        scope: Option<&str>,
+        filter: Option<&Filter>,
+    ) -> Result<u64, ArtifactError>;
+
+    /// Removes every expired record of the namespace in one transaction, then the content
+    /// they kept in `backends` that no remaining record (of any namespace) points at.
+    fn gc(&self, backends: &BackendRegistry) -> Result<ArtifactSweep, ArtifactError>;
+
+    /// Removes every record of the namespace whose scope starts with `scope_prefix` (all of
+    /// the namespace's for `""`), expired or not, in one transaction, then their content as
+    /// [`gc`](Self::gc) does.
+    fn forget(
+        &self,
+        scope_prefix: &str,
+        backends: &BackendRegistry,
+    ) -> Result<ArtifactSweep, ArtifactError>;
 
     /// The record with `id`, if stored.
     fn get(&self, id: Uuid) -> Result<Option<Artifact>, ArtifactError>;
@@ -80,5 +132,176 @@ pub(crate) fn check_required(artifact: &Artifact) -> Result<(), ArtifactError> {
         Err(ArtifactError::MissingAttributes {
             missing: missing.into_iter().map(str::to_owned).collect(),
         })
+    }
+}
+
+/// What a [`gc`](ArtifactStore::gc) or [`forget`](ArtifactStore::forget) removed.
+///
+/// Records go first, in one transaction; then each storage location they pointed at is
+/// removed from its backend under the same exclusion as a save to it (so a concurrent save of
+/// that storage id cannot lose its new content), unless a remaining record still points at it.
+/// A location that cannot be removed is reported, never an error of the whole call: its
+/// records are already gone, and a file no record points at is only garbage.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ArtifactSweep {
+    /// Records removed.
+    pub records: u64,
+    /// Storage locations whose content was removed from their backend.
+    pub content_removed: u64,
+    /// Storage locations left alone because another record still points at them.
+    pub content_shared: u64,
+    /// Storage locations the backend no longer had.
+    pub content_missing: u64,
+    /// Storage locations that could not be removed, each with why (an unregistered backend,
+    /// an I/O error).
+    pub content_errors: Vec<String>,
+}
+
+impl ArtifactSweep {
+    /// Removes the content at `location` from its backend in `backends`, counting the
+    /// outcome. The caller holds the store's exclusion for the location and has checked that
+    /// no record points at it.
+    pub(crate) fn remove_content(
+        &mut self,
+        location: &StorageLocation,
+        backends: &BackendRegistry,
+    ) {
+        let outcome = backends
+            .resolve(&location.backend)
+            .and_then(|storage| match storage {
+                Storage::Inline => Ok(false),
+                Storage::External { backend, .. } => backend.delete(&location.id),
+            });
+        match outcome {
+            Ok(true) => self.content_removed += 1,
+            Ok(false) => self.content_missing += 1,
+            Err(e) => self
+                .content_errors
+                .push(format!("{}:{}: {e}", location.backend, location.id)),
+        }
+    }
+}
+
+/// The fields of an artifact's filterable document (docs/reference/artifacts.md#filters).
+pub const FILTER_FIELDS: [&str; 11] = [
+    "id",
+    "key",
+    "type",
+    "name",
+    "description",
+    "scope",
+    "created_at",
+    "storage",
+    "storage_id",
+    "data",
+    "expires_at",
+];
+
+/// The document a filter is matched against: the record's fields under their dictionary
+/// names (`type`, `storage` for the backend name, `storage_id`), `created_at` as its RFC 3339
+/// text, and `expires_at` in milliseconds since the Unix epoch. `storage`, `storage_id`,
+/// `data` and `expires_at` are missing when the record has none.
+pub fn document(artifact: &Artifact, expires_at: Option<i64>) -> serde_json::Value {
+    use serde_json::Value;
+    let mut doc = serde_json::Map::new();
+    doc.insert("id".into(), Value::String(artifact.id.to_string()));
+    doc.insert("key".into(), Value::String(artifact.key.clone()));
+    doc.insert("type".into(), Value::String(artifact.artifact_type.clone()));
+    doc.insert("name".into(), Value::String(artifact.name.clone()));
+    doc.insert(
+        "description".into(),
+        Value::String(artifact.description.clone()),
+    );
+    doc.insert("scope".into(), Value::String(artifact.scope.clone()));
+    doc.insert(
+        "created_at".into(),
+        Value::String(artifact.created_at.to_string()),
+    );
+    if let Some(location) = &artifact.storage {
+        doc.insert("storage".into(), Value::String(location.backend.clone()));
+        doc.insert("storage_id".into(), Value::String(location.id.clone()));
+    }
+    if let Some(data) = &artifact.data {
+        doc.insert("data".into(), data.clone());
+    }
+    if let Some(at) = expires_at {
+        doc.insert("expires_at".into(), at.into());
+    }
+    Value::Object(doc)
+}
+
+/// Where the SQLite store keeps each field of the document: its own columns (`data` holds
+/// JSON text), `expires_at` as `NULL` on a file from before expiry.
+pub(crate) fn sqlite_source(field: &str, has_expiry: bool) -> Option<Source> {
+    let text = |expr: &str| {
+        Some(Source::Column {
+            expr: expr.to_owned(),
+            kind: ColumnKind::Text,
+        })
+    };
+    match field {
+        "id" | "key" | "name" | "description" | "scope" | "created_at" | "storage_id" => {
+            text(field)
+        }
+        "type" => text("artifact_type"),
+        "storage" => text("storage_backend"),
+        "data" => Some(Source::Json("data".to_owned())),
+        "expires_at" => Some(Source::Column {
+            expr: if has_expiry { "expires_at" } else { "NULL" }.to_owned(),
+            kind: ColumnKind::Integer,
+        }),
+        _ => None,
+    }
+}
+
+/// Checks that `filter` names only fields of the document, with the error the durable stores
+/// give, for the in-memory store (which evaluates it without SQL).
+pub(crate) fn check_filter(filter: &Filter) -> Result<(), ArtifactError> {
+    let resolver = |field: &str| sqlite_source(field, true);
+    filter.to_sql(mnemon_filter::Dialect::Sqlite, &resolver, &mut Vec::new())?;
+    Ok(())
+}
+
+/// The least string greater than every string starting with `prefix`, in byte order; `None`
+/// when there is none (the empty prefix, or only U+10FFFF). Scopes starting with `prefix`
+/// are exactly those `>= prefix` and `<` this bound, which an index on the scope serves.
+pub(crate) fn prefix_end(prefix: &str) -> Option<String> {
+    let mut chars: Vec<char> = prefix.chars().collect();
+    while let Some(last) = chars.pop() {
+        // The next scalar value, skipping the surrogate gap.
+        let next = match last as u32 {
+            0xD7FF => Some('\u{E000}'),
+            n => char::from_u32(n + 1),
+        };
+        if let Some(next) = next {
+            chars.push(next);
+            return Some(chars.into_iter().collect());
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// `prefix <= s < prefix_end(prefix)` in byte order holds exactly for the strings
+        /// starting with the prefix.
+        #[test]
+        fn the_scope_range_is_the_prefix(prefix in "\\PC{0,3}", s in "\\PC{0,5}") {
+            let in_range = s.as_bytes() >= prefix.as_bytes()
+                && prefix_end(&prefix).is_none_or(|end| s.as_bytes() < end.as_bytes());
+            prop_assert_eq!(in_range, s.starts_with(&prefix));
+        }
+    }
+
+    #[test]
+    fn every_document_field_is_filterable() {
+        for field in FILTER_FIELDS {
+            assert!(sqlite_source(field, true).is_some(), "{field}");
+        }
+        assert!(sqlite_source("metadata", true).is_none());
     }
 }

@@ -82,6 +82,7 @@
 pub mod atomic_file;
 mod durability;
 mod error;
+pub mod expiry;
 pub mod namespace;
 #[cfg(feature = "postgres")]
 pub mod postgres;
@@ -91,5 +92,6 @@ pub mod sqlite;
 
 pub use durability::Durability;
 pub use error::DbError;
+pub use expiry::{Clock, Expiry, ManualClock, SystemClock};
 pub use namespace::{Namespace, NamespaceError};
 pub use schema::{Migration, Schema};

@@ -15,6 +15,10 @@ pub enum StoreError {
     /// A reference did not resolve (including an unknown asset id).
     #[error(transparent)]
     Resolve(#[from] ResolveError),
+    /// A filter cannot be applied: a bad path or type, or a field this store cannot filter
+    /// on (the message says where in the filter).
+    #[error("bad asset filter: {0} (docs/reference/filters.md)")]
+    Filter(mnemon_filter::FilterError),
     /// An asset to store has an empty id.
     #[error("asset_id must not be empty; give the asset an id or let Asset::new generate one")]
     EmptyAssetId,
@@ -91,6 +95,13 @@ pub enum StoreError {
     },
 }
 
+// Not `#[from]`: that would also make the filter error the `source()`, printed twice.
+impl From<mnemon_filter::FilterError> for StoreError {
+    fn from(error: mnemon_filter::FilterError) -> Self {
+        StoreError::Filter(error)
+    }
+}
+
 /// The URL of a place inside an asset, for messages.
 fn location(asset_id: &str, field_path: &[PathSegment]) -> AssetRef {
     AssetRef {
@@ -106,6 +117,7 @@ impl StoreError {
         matches!(
             self,
             StoreError::Resolve(_)
+                | StoreError::Filter(_)
                 | StoreError::EmptyAssetId
                 | StoreError::TooDeep { .. }
                 | StoreError::NoCodec { .. }

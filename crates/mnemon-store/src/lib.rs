@@ -34,6 +34,7 @@
 mod codec;
 mod encoding;
 mod error;
+mod listing;
 mod memory;
 #[cfg(feature = "postgres")]
 mod postgres;
@@ -44,6 +45,11 @@ mod store;
 pub use codec::{CodecError, CodecRegistry, ObjectCodec};
 pub use error::StoreError;
 pub use memory::InMemoryStore;
+/// Expiry (docs/reference/assets.md#expiry): the clock the stores read and a write's
+/// time-to-live, shared with the other stores through `mnemon-db`.
+pub use mnemon_db::expiry::{Clock, Expiry, ManualClock, SystemClock};
+/// The filter language of [`AssetStore::list_where`] (docs/reference/filters.md).
+pub use mnemon_filter::{Filter, FilterError};
 #[cfg(feature = "postgres")]
 pub use postgres::{PostgresAssetOptions, PostgresAssetStore};
 pub use resolve::{MAX_LISTED_KEYS, ResolveError, resolve_asset, resolve_in};

@@ -16,6 +16,13 @@
 //! namespace leads every key and every statement binds it, so no call through the handle reads,
 //! lists, resolves or deletes another namespace's assets.
 //!
+//! **Expiry and filters** (schema version 3, as on SQLite): `created_at`, `updated_at` and
+//! `expires_at` columns (milliseconds since the Unix epoch, from the store's clock; NULL for
+//! assets stored before), every read bound to `(expires_at IS NULL OR expires_at > now)`, and
+//! a `doc` `jsonb` column holding the meta as `jsonb`, which filters read
+//! (docs/reference/assets.md#filters). `jsonb` cannot hold U+0000, so an asset whose meta holds
+//! one has no `doc` (NULL): on PostgreSQL only its times can be filtered on.
+//!
 //! **Statements.** Every statement is a constant SQL text, prepared once per pooled connection
 //! and kept in the connection's statement cache (`mnemon_db::postgres::PooledClient::
 //! prepare_cached`): after a connection's first call, a put, get, delete, list or meta only
@@ -34,15 +41,20 @@
 //! concurrent put of the id from losing its leaves.
 
 use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
 
+use mnemon_db::expiry::{Clock, Expiry, SystemClock, is_live};
 use mnemon_db::postgres::{self as pg, Pool, Settings};
 use mnemon_db::{DbError, Durability, Migration, Namespace, Schema};
+use mnemon_filter::{Dialect, Filter, SqlParam};
 use mnemon_types::Asset;
-use postgres::types::Type;
+use postgres::types::{ToSql, Type};
 
 use crate::codec::CodecRegistry;
 use crate::encoding::{self, Encoded, StoredLeaf};
 use crate::error::StoreError;
+use crate::listing::{self, prefix_end};
 use crate::store::{AssetMeta, AssetStore, check_storable};
 
 /// The asset tables' schema on PostgreSQL: the same table and version numbers as SQLite's.
@@ -58,6 +70,10 @@ static SCHEMA: Schema = Schema {
         Migration {
             version: 2,
             sql: SCHEMA_V2,
+        },
+        Migration {
+            version: 3,
+            sql: SCHEMA_V3,
         },
     ],
 };
@@ -94,6 +110,17 @@ ALTER TABLE asset_leaves DROP CONSTRAINT asset_leaves_asset_id_seq_key;
 ALTER TABLE asset_leaves ADD CONSTRAINT asset_leaves_key UNIQUE (namespace, asset_id, seq);
 ";
 
+/// Version 3, as on SQLite: the store's times, and the meta as `jsonb` for filters (NULL for a
+/// meta holding U+0000, which `jsonb` refuses: the serialized meta then holds the escape
+/// `\u0000`).
+const SCHEMA_V3: &str = "
+ALTER TABLE asset_assets ADD COLUMN created_at BIGINT, ADD COLUMN updated_at BIGINT,
+  ADD COLUMN expires_at BIGINT, ADD COLUMN doc JSONB;
+UPDATE asset_assets SET doc = meta::jsonb WHERE strpos(meta, '\\u0000') = 0;
+CREATE INDEX asset_assets_by_expiry ON asset_assets (namespace, expires_at)
+  WHERE expires_at IS NOT NULL;
+";
+
 /// Options for [`PostgresAssetStore::open`].
 #[derive(Debug, Clone)]
 pub struct PostgresAssetOptions {
@@ -107,6 +134,11 @@ pub struct PostgresAssetOptions {
     pub namespace: Namespace,
     /// The codecs for in-process objects. Default: none, so objects are rejected.
     pub codecs: CodecRegistry,
+    /// How long an asset written with [`Expiry::Default`] (every `put`) lives: the
+    /// namespace's default time-to-live, for this handle. Default: `None`, forever.
+    pub default_ttl: Option<Duration>,
+    /// The clock that stamps writes and decides what has expired. Default: [`SystemClock`].
+    pub clock: Arc<dyn Clock>,
 }
 
 impl Default for PostgresAssetOptions {
@@ -117,6 +149,8 @@ impl Default for PostgresAssetOptions {
             pool_size: shared.pool_size,
             namespace: Namespace::default(),
             codecs: CodecRegistry::new(),
+            default_ttl: None,
+            clock: Arc::new(SystemClock),
         }
     }
 }
@@ -140,6 +174,8 @@ pub struct PostgresAssetStore {
     pool: Pool,
     codecs: CodecRegistry,
     namespace: Namespace,
+    default_ttl: Option<Duration>,
+    clock: Arc<dyn Clock>,
 }
 
 impl PostgresAssetStore {
@@ -157,6 +193,8 @@ impl PostgresAssetStore {
             pool,
             codecs: options.codecs,
             namespace: options.namespace,
+            default_ttl: options.default_ttl,
+            clock: options.clock,
         })
     }
 
@@ -191,9 +229,79 @@ impl PostgresAssetStore {
         encoding::encode(asset, &self.codecs)
     }
 
+    fn now(&self) -> i64 {
+        self.clock.now_millis()
+    }
+
+    /// `SELECT {what} FROM asset_assets` over the live assets matching `filter`, with its
+    /// parameters (`$1` the namespace, `$2` the time).
+    fn filtered(
+        &self,
+        what: &str,
+        filter: Option<&Filter>,
+        limit: Option<usize>,
+    ) -> Result<(String, Vec<SqlParam>), StoreError> {
+        let mut params = vec![
+            SqlParam::Text(self.namespace.as_str().to_owned()),
+            SqlParam::Integer(self.now()),
+        ];
+        let resolver = listing::resolver("doc", true, false);
+        let condition = listing::where_sql(filter, Dialect::Postgres, &resolver, &mut params)?;
+        let mut sql = format!(
+            "SELECT {what} FROM asset_assets WHERE namespace = $1::text \
+             AND (expires_at IS NULL OR expires_at > $2::int8) AND ({condition})"
+        );
+        if what == "asset_id" {
+            sql.push_str(" ORDER BY asset_id");
+        }
+        if let Some(limit) = limit {
+            params.push(SqlParam::Integer(i64::try_from(limit).unwrap_or(i64::MAX)));
+            sql.push_str(&format!(" LIMIT ${}::int8", params.len()));
+        }
+        Ok((sql, params))
+    }
+
+    /// Deletes the assets (and their leaves) of the namespace that `condition` selects (`$1`
+    /// the namespace, then `params`), in one transaction: the asset rows first, which locks
+    /// them against a concurrent put, then the leaves of exactly those ids. Returns how many.
+    fn remove_where(
+        &self,
+        sql: &'static str,
+        params: &[&(dyn ToSql + Sync)],
+        action: &'static str,
+    ) -> Result<u64, StoreError> {
+        let ns = self.namespace.as_str();
+        let mut all: Vec<&(dyn ToSql + Sync)> = vec![&ns];
+        all.extend_from_slice(params);
+        let mut client = self.client()?;
+        let mut tx = client
+            .transaction_cached()
+            .map_err(self.failed("starting a delete"))?;
+        let statement = tx.prepare_cached(sql).map_err(self.failed(action))?;
+        let row = tx
+            .query_one(&statement, &all)
+            .map_err(self.failed(action))?;
+        let removed: i64 = row.try_get(0).map_err(self.failed(action))?;
+        tx.commit().map_err(self.failed("committing"))?;
+        Ok(removed.max(0) as u64)
+    }
+
+    /// The rows of a filtered statement (its text depends on the filter's shape, so it is
+    /// prepared per call rather than cached).
+    fn query_filtered(
+        &self,
+        sql: &str,
+        params: &[SqlParam],
+        action: &'static str,
+    ) -> Result<Vec<postgres::Row>, StoreError> {
+        let params: Vec<_> = params.iter().map(pg_param).collect();
+        let mut client = self.client()?;
+        client.query(sql, &params).map_err(self.failed(action))
+    }
+
     /// Writes `assets` (later ones winning over earlier ones with the same id) in one
     /// transaction of three statements.
-    fn write_all(&self, assets: &[(&Asset, Encoded)]) -> Result<(), StoreError> {
+    fn write_all(&self, assets: &[(&Asset, Encoded)], expiry: Expiry) -> Result<(), StoreError> {
         if assets.is_empty() {
             return Ok(());
         }
@@ -218,6 +326,13 @@ impl PostgresAssetStore {
         let skeletons: Vec<&str> = kept.iter().map(|(_, e)| e.skeleton.as_str()).collect();
         let metas: Vec<&str> = kept.iter().map(|(_, e)| e.meta.as_str()).collect();
         let counts: Vec<i64> = kept.iter().map(|(_, e)| e.leaves.len() as i64).collect();
+        // `jsonb` refuses U+0000, which serde_json writes as this escape (module docs).
+        let docs: Vec<Option<&str>> = kept
+            .iter()
+            .map(|(_, e)| Some(e.meta.as_str()).filter(|m| !m.contains("\\u0000")))
+            .collect();
+        let now = self.now();
+        let expires_at = expiry.deadline(now, self.default_ttl);
         let mut leaf_ids = Vec::new();
         let mut seqs = Vec::new();
         let mut paths = Vec::new();
@@ -242,8 +357,21 @@ impl PostgresAssetStore {
         let upsert = tx
             .prepare_typed_cached(UPSERT_ASSETS, &[Type::TEXT])
             .map_err(self.failed("writing assets"))?;
-        tx.execute(&upsert, &[&ns, &ids, &types, &skeletons, &metas, &counts])
-            .map_err(self.failed("writing assets"))?;
+        tx.execute(
+            &upsert,
+            &[
+                &ns,
+                &ids,
+                &types,
+                &skeletons,
+                &metas,
+                &counts,
+                &docs,
+                &now,
+                &expires_at,
+            ],
+        )
+        .map_err(self.failed("writing assets"))?;
         let delete = tx
             .prepare_cached(DELETE_LEAVES_OF)
             .map_err(self.failed("replacing an asset's leaves"))?;
@@ -263,13 +391,37 @@ impl PostgresAssetStore {
     }
 }
 
+/// One statement deleting the namespace's (`$1`) assets that a condition selects and then
+/// the leaves of exactly those ids, counting the assets: a constant text per condition, so
+/// it is cached like the others. The asset rows go first, which locks them against a
+/// concurrent put of the same ids.
+macro_rules! remove_where {
+    ($condition:literal) => {
+        concat!(
+            "WITH gone AS (DELETE FROM asset_assets WHERE namespace = $1::text AND ",
+            $condition,
+            " RETURNING asset_id), leaves AS (DELETE FROM asset_leaves l USING gone \
+             WHERE l.namespace = $1::text AND l.asset_id = gone.asset_id) \
+             SELECT count(*) FROM gone"
+        )
+    };
+}
+
 /// Upserts the asset rows of a write, from arrays (`$1` the namespace; then ids, types,
-/// skeletons, metas and leaf counts).
+/// skeletons, metas, leaf counts and filter documents; `$8` the time, `$9` the expiry). A
+/// replaced live asset keeps its creation time; one that had expired is a new asset.
 const UPSERT_ASSETS: &str = "
-INSERT INTO asset_assets (namespace, asset_id, asset_type, skeleton, meta, leaf_count)
-SELECT $1, * FROM UNNEST($2::bytea[], $3::bytea[], $4::text[], $5::text[], $6::int8[])
+INSERT INTO asset_assets (namespace, asset_id, asset_type, skeleton, meta, leaf_count, doc,
+  created_at, updated_at, expires_at)
+SELECT $1, u.*, $8::int8, $8::int8, $9::int8
+FROM UNNEST($2::bytea[], $3::bytea[], $4::text[], $5::text[], $6::int8[], $7::text[]::jsonb[])
+  AS u
 ON CONFLICT (namespace, asset_id) DO UPDATE SET asset_type = excluded.asset_type,
-  skeleton = excluded.skeleton, meta = excluded.meta, leaf_count = excluded.leaf_count";
+  skeleton = excluded.skeleton, meta = excluded.meta, leaf_count = excluded.leaf_count,
+  doc = excluded.doc,
+  created_at = CASE WHEN asset_assets.expires_at <= excluded.updated_at
+    THEN excluded.created_at ELSE asset_assets.created_at END,
+  updated_at = excluded.updated_at, expires_at = excluded.expires_at";
 
 /// Deletes the leaves of the assets `$2` (an array of ids) in namespace `$1`.
 const DELETE_LEAVES_OF: &str =
@@ -287,22 +439,46 @@ SELECT a.skeleton, l.path, l.kind, l.type_name, l.data, a.leaf_count
 FROM asset_assets a LEFT JOIN asset_leaves l
   ON l.namespace = a.namespace AND l.asset_id = a.asset_id
 WHERE a.namespace = $1::text AND a.asset_id = $2::bytea
+  AND (a.expires_at IS NULL OR a.expires_at > $3::int8)
 ORDER BY l.seq";
 
-const DELETE_ASSET: &str =
-    "DELETE FROM asset_assets WHERE namespace = $1::text AND asset_id = $2::bytea";
+/// Deletes an asset row, expired or not, returning its expiry (an expired asset is reported
+/// absent, as reads report it).
+const DELETE_ASSET: &str = "DELETE FROM asset_assets WHERE namespace = $1::text \
+     AND asset_id = $2::bytea RETURNING expires_at";
 
 const DELETE_LEAVES: &str =
     "DELETE FROM asset_leaves WHERE namespace = $1::text AND asset_id = $2::bytea";
 
-const LIST_IDS: &str =
-    "SELECT asset_id FROM asset_assets WHERE namespace = $1::text ORDER BY asset_id";
+const LIST_IDS: &str = "SELECT asset_id FROM asset_assets WHERE namespace = $1::text \
+     AND (expires_at IS NULL OR expires_at > $2::int8) ORDER BY asset_id";
 
 const LIST_IDS_OF_TYPE: &str = "SELECT asset_id FROM asset_assets \
-     WHERE namespace = $1::text AND asset_type = $2::bytea ORDER BY asset_id";
+     WHERE namespace = $1::text AND asset_type = $2::bytea \
+     AND (expires_at IS NULL OR expires_at > $3::int8) ORDER BY asset_id";
 
-const META: &str =
-    "SELECT meta FROM asset_assets WHERE namespace = $1::text AND asset_id = $2::bytea";
+const META: &str = "SELECT meta FROM asset_assets WHERE namespace = $1::text \
+     AND asset_id = $2::bytea AND (expires_at IS NULL OR expires_at > $3::int8)";
+
+const EXPIRES_AT: &str = "SELECT expires_at FROM asset_assets WHERE namespace = $1::text \
+     AND asset_id = $2::bytea AND (expires_at IS NULL OR expires_at > $3::int8)";
+
+/// A filter parameter as the driver binds it.
+fn pg_param(param: &SqlParam) -> &(dyn ToSql + Sync) {
+    match param {
+        SqlParam::Text(t) => t,
+        SqlParam::Integer(i) => i,
+        SqlParam::Real(r) => r,
+    }
+}
+
+/// An id column's bytes as the id.
+fn id_text(bytes: Vec<u8>) -> Result<String, StoreError> {
+    String::from_utf8(bytes).map_err(|e| StoreError::Corrupt {
+        asset_id: String::from_utf8_lossy(e.as_bytes()).into_owned(),
+        detail: "the stored id is not UTF-8".into(),
+    })
+}
 
 /// The store error for a `mnemon-db` failure: a newer schema keeps its own variant; the rest
 /// carry `mnemon-db`'s message, which says what to fix (bad URL, auth refused, server gone).
@@ -336,17 +512,83 @@ fn text(asset_id: &str, what: &str, bytes: Vec<u8>) -> Result<String, StoreError
 impl AssetStore for PostgresAssetStore {
     fn put(&self, asset: &Asset) -> Result<(), StoreError> {
         let encoded = self.encode(asset)?;
-        self.write_all(&[(asset, encoded)])
+        self.write_all(&[(asset, encoded)], Expiry::Default)
     }
 
     fn put_batch(&self, assets: &[Asset]) -> Result<(), StoreError> {
+        self.put_batch_expiring(assets, Expiry::Default)
+    }
+
+    fn put_batch_expiring(&self, assets: &[Asset], expiry: Expiry) -> Result<(), StoreError> {
         // Encode everything first, so that a bad asset fails the batch before anything is
         // written.
         let encoded = assets
             .iter()
             .map(|a| Ok((a, self.encode(a)?)))
             .collect::<Result<Vec<_>, StoreError>>()?;
-        self.write_all(&encoded)
+        self.write_all(&encoded, expiry)
+    }
+
+    fn expires_at(&self, asset_id: &str) -> Result<Option<Option<i64>>, StoreError> {
+        const READ: &str = "reading an expiry";
+        let ns = self.namespace.as_str();
+        let mut client = self.client()?;
+        let row = client
+            .prepare_cached(EXPIRES_AT)
+            .and_then(|statement| {
+                client.query_opt(&statement, &[&ns, &asset_id.as_bytes(), &self.now()])
+            })
+            .map_err(self.failed(READ))?;
+        row.map(|r| r.try_get(0).map_err(self.failed(READ)))
+            .transpose()
+    }
+
+    fn list_where(
+        &self,
+        filter: Option<&Filter>,
+        limit: Option<usize>,
+    ) -> Result<Vec<String>, StoreError> {
+        const LIST: &str = "listing assets";
+        let (sql, params) = self.filtered("asset_id", filter, limit)?;
+        let rows = self.query_filtered(&sql, &params, LIST)?;
+        rows.iter()
+            .map(|r| id_text(r.try_get(0).map_err(self.failed(LIST))?))
+            .collect()
+    }
+
+    fn count_where(&self, filter: Option<&Filter>) -> Result<u64, StoreError> {
+        const COUNT: &str = "counting assets";
+        let (sql, params) = self.filtered("count(*)", filter, None)?;
+        let rows = self.query_filtered(&sql, &params, COUNT)?;
+        let n: i64 = match rows.first() {
+            Some(row) => row.try_get(0).map_err(self.failed(COUNT))?,
+            None => 0,
+        };
+        Ok(n.max(0) as u64)
+    }
+
+    fn gc(&self) -> Result<u64, StoreError> {
+        self.remove_where(
+            remove_where!("expires_at <= $2::int8"),
+            &[&self.now()],
+            "removing expired assets",
+        )
+    }
+
+    fn forget(&self, id_prefix: &str) -> Result<u64, StoreError> {
+        const ACTION: &str = "forgetting assets";
+        let start = id_prefix.as_bytes();
+        match (id_prefix, prefix_end(id_prefix)) {
+            ("", _) => self.remove_where(remove_where!("TRUE"), &[], ACTION),
+            (_, Some(end)) => self.remove_where(
+                remove_where!("asset_id >= $2::bytea AND asset_id < $3::bytea"),
+                &[&start, &end.as_bytes()],
+                ACTION,
+            ),
+            (_, None) => {
+                self.remove_where(remove_where!("asset_id >= $2::bytea"), &[&start], ACTION)
+            }
+        }
     }
 
     fn get(&self, asset_id: &str) -> Result<Option<Asset>, StoreError> {
@@ -358,7 +600,7 @@ impl AssetStore for PostgresAssetStore {
         let mut client = self.client()?;
         let statement = client.prepare_cached(GET).map_err(self.failed(READ))?;
         let rows = client
-            .query(&statement, &[&ns, &id])
+            .query(&statement, &[&ns, &id, &self.now()])
             .map_err(self.failed(READ))?;
         let Some(first) = rows.first() else {
             return Ok(None);
@@ -398,9 +640,14 @@ impl AssetStore for PostgresAssetStore {
         let delete_asset = tx
             .prepare_cached(DELETE_ASSET)
             .map_err(self.failed("deleting an asset"))?;
-        let removed = tx
-            .execute(&delete_asset, &[&ns, &id])
+        let found = tx
+            .query_opt(&delete_asset, &[&ns, &id])
             .map_err(self.failed("deleting an asset"))?;
+        let found: Option<Option<i64>> = found
+            .map(|row| row.try_get(0))
+            .transpose()
+            .map_err(self.failed("deleting an asset"))?;
+        let removed = u64::from(found.is_some());
         // Only when the row was there, and is now locked by this transaction. A delete that
         // found no row must not touch leaves: a put of the id committing after the statement
         // above would otherwise lose its leaves to the statement below (a torn asset).
@@ -412,29 +659,24 @@ impl AssetStore for PostgresAssetStore {
                 .map_err(self.failed("deleting an asset"))?;
         }
         tx.commit().map_err(self.failed("committing"))?;
-        Ok(removed > 0)
+        Ok(found.is_some_and(|at| is_live(at, self.now())))
     }
 
     fn list_ids(&self, asset_type: Option<&str>) -> Result<Vec<String>, StoreError> {
         let ns = self.namespace.as_str();
         let mut client = self.client()?;
+        let now = self.now();
         let rows = match asset_type {
             None => client
                 .prepare_cached(LIST_IDS)
-                .and_then(|statement| client.query(&statement, &[&ns])),
+                .and_then(|statement| client.query(&statement, &[&ns, &now])),
             Some(t) => client
                 .prepare_cached(LIST_IDS_OF_TYPE)
-                .and_then(|statement| client.query(&statement, &[&ns, &t.as_bytes()])),
+                .and_then(|statement| client.query(&statement, &[&ns, &t.as_bytes(), &now])),
         }
         .map_err(self.failed("listing assets"))?;
         rows.iter()
-            .map(|r| {
-                let id: Vec<u8> = r.try_get(0).map_err(self.failed("listing assets"))?;
-                String::from_utf8(id).map_err(|e| StoreError::Corrupt {
-                    asset_id: String::from_utf8_lossy(e.as_bytes()).into_owned(),
-                    detail: "the stored id is not UTF-8".into(),
-                })
-            })
+            .map(|r| id_text(r.try_get(0).map_err(self.failed("listing assets"))?))
             .collect()
     }
 
@@ -443,7 +685,9 @@ impl AssetStore for PostgresAssetStore {
         let mut client = self.client()?;
         let row = client
             .prepare_cached(META)
-            .and_then(|statement| client.query_opt(&statement, &[&ns, &asset_id.as_bytes()]))
+            .and_then(|statement| {
+                client.query_opt(&statement, &[&ns, &asset_id.as_bytes(), &self.now()])
+            })
             .map_err(self.failed("reading a meta"))?;
         let Some(row) = row else {
             return Ok(None);
@@ -464,7 +708,7 @@ mod tests {
 
     #[test]
     fn the_schema_numbers_its_steps_as_sqlite_does() {
-        assert_eq!(SCHEMA.version(), 2);
+        assert_eq!(SCHEMA.version(), 3);
         assert_eq!(SCHEMA.table, "asset_schema");
     }
 

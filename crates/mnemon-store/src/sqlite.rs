@@ -13,6 +13,14 @@
 //! read-only open of such a file (which cannot migrate) reads it as it is, all of it the default
 //! namespace's.
 //!
+//! **Expiry and filters** (schema version 3). Each asset row carries `created_at`,
+//! `updated_at` and `expires_at` (milliseconds since the Unix epoch, from the store's clock;
+//! NULL for assets stored before version 3, which never expire). Every read adds
+//! `(expires_at IS NULL OR expires_at > now)`, so an expired asset is invisible at once;
+//! [`AssetStore::gc`] deletes them through the partial index `asset_assets_by_expiry`.
+//! Filters ([`AssetStore::list_where`]) are translated by `mnemon-filter`: the id, type and
+//! times are columns, every other field a member of the `meta` JSON.
+//!
 //! **Migrations.** `MIGRATIONS` is an ordered list of numbered steps; opening a database
 //! applies the ones it has not seen, in one transaction, and refuses a database written by a
 //! newer build. Setup, durability and migrations are `mnemon-db`'s, shared by every store; a
@@ -34,28 +42,50 @@
 //! write lock, nothing created, and it works on a read-only directory or mount.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
+use mnemon_db::expiry::{Clock, Expiry, SystemClock, is_live};
 use mnemon_db::sqlite::{self, Migration, Schema, Settings};
 use mnemon_db::{DbError, Durability, Namespace};
+use mnemon_filter::{Dialect, Filter, SqlParam};
 use mnemon_types::Asset;
+use rusqlite::types::Value as SqlValue;
 use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior, params};
 
 use crate::codec::CodecRegistry;
 use crate::encoding::{self, Encoded, StoredLeaf};
 use crate::error::StoreError;
+use crate::listing::{self, prefix_end};
 use crate::store::{AssetMeta, AssetStore, check_storable};
 
 /// The schema migrations, in order; the step numbered `v` takes the schema from `v - 1` to `v`.
 const MIGRATIONS: &[Migration] = &[
     V1,
     // 2: every asset belongs to a namespace (tenant); existing assets get the default one.
+    V2,
+    // 3: when each asset was stored and when it expires.
     Migration {
-        version: 2,
-        sql: SCHEMA_V2,
+        version: 3,
+        sql: SCHEMA_V3,
     },
 ];
+
+/// 2: every asset belongs to a namespace (tenant); existing assets get the default one.
+const V2: Migration = Migration {
+    version: 2,
+    sql: SCHEMA_V2,
+};
+
+/// Version 3: the store's times (milliseconds since the Unix epoch). Assets stored before
+/// keep NULL: their times are unknown and they never expire. The partial index serves the
+/// sweep, which looks only at assets that expire.
+const SCHEMA_V3: &str = "ALTER TABLE asset_assets ADD COLUMN created_at INTEGER;
+    ALTER TABLE asset_assets ADD COLUMN updated_at INTEGER;
+    ALTER TABLE asset_assets ADD COLUMN expires_at INTEGER;
+    CREATE INDEX asset_assets_by_expiry ON asset_assets (namespace, expires_at)
+        WHERE expires_at IS NOT NULL;";
 
 /// 1: assets with their skeleton and meta; bytes and object leaves as BLOBs.
 const V1: Migration = Migration {
@@ -128,6 +158,14 @@ static SCHEMA_BEFORE_NAMESPACES: Schema = Schema {
     migrations: &[V1],
 };
 
+/// The schema as files written before expiry have it: what a reader opens such a file with.
+static SCHEMA_BEFORE_EXPIRY: Schema = Schema {
+    component: "asset",
+    table: "asset_schema",
+    key_column: "singleton",
+    migrations: &[V1, V2],
+};
+
 /// Options for [`SqliteAssetStore::open_with`].
 #[derive(Debug, Clone)]
 pub struct SqliteAssetOptions {
@@ -140,6 +178,11 @@ pub struct SqliteAssetOptions {
     /// The tenant the store is opened for: it reads and writes only this namespace's assets.
     /// Default: [`Namespace::default()`], which holds every asset written before namespaces.
     pub namespace: Namespace,
+    /// How long an asset written with [`Expiry::Default`] (every `put`) lives: the
+    /// namespace's default time-to-live, for this handle. Default: `None`, forever.
+    pub default_ttl: Option<Duration>,
+    /// The clock that stamps writes and decides what has expired. Default: [`SystemClock`].
+    pub clock: Arc<dyn Clock>,
 }
 
 impl SqliteAssetOptions {
@@ -161,6 +204,8 @@ impl Default for SqliteAssetOptions {
             codecs: CodecRegistry::new(),
             busy_timeout: shared.busy_timeout,
             namespace: Namespace::default(),
+            default_ttl: None,
+            clock: Arc::new(SystemClock),
         }
     }
 }
@@ -190,6 +235,11 @@ pub struct SqliteAssetStore {
     /// The file predates namespaces (a version-1 file opened read-only): every asset is the
     /// default namespace's.
     before_namespaces: bool,
+    /// The file has the times of version 3 (a version-1 or 2 file opened read-only has not:
+    /// nothing in it expires).
+    has_times: bool,
+    default_ttl: Option<Duration>,
+    clock: Arc<dyn Clock>,
 }
 
 impl SqliteAssetStore {
@@ -215,6 +265,9 @@ impl SqliteAssetStore {
             codecs: options.codecs,
             namespace: options.namespace,
             before_namespaces: false,
+            has_times: true,
+            default_ttl: options.default_ttl,
+            clock: options.clock,
         })
     }
 
@@ -231,18 +284,20 @@ impl SqliteAssetStore {
         // A file from before namespaces cannot be migrated without writing: it is read as it
         // is, all of it the default namespace's.
         let open = |schema: &Schema| sqlite::open_read_only(&path, &settings, schema);
-        let (writer, before_namespaces) = match open(&SCHEMA) {
-            Ok(read) => (read, false),
-            Err(DbError::NeedsUpgrade { found: 1, .. }) => {
-                (open(&SCHEMA_BEFORE_NAMESPACES).map_err(db_error)?, true)
-            }
+        // A file from before expiry likewise: nothing in it expires.
+        let (writer, schema) = match open(&SCHEMA) {
+            Ok(read) => (read, &SCHEMA),
+            Err(DbError::NeedsUpgrade { found: 1, .. }) => (
+                open(&SCHEMA_BEFORE_NAMESPACES).map_err(db_error)?,
+                &SCHEMA_BEFORE_NAMESPACES,
+            ),
+            Err(DbError::NeedsUpgrade { found: 2, .. }) => (
+                open(&SCHEMA_BEFORE_EXPIRY).map_err(db_error)?,
+                &SCHEMA_BEFORE_EXPIRY,
+            ),
             Err(e) => return Err(db_error(e)),
         };
-        let schema = if before_namespaces {
-            &SCHEMA_BEFORE_NAMESPACES
-        } else {
-            &SCHEMA
-        };
+        let before_namespaces = std::ptr::eq(schema, &SCHEMA_BEFORE_NAMESPACES);
         let reader = open(schema).map_err(db_error)?;
         Ok(SqliteAssetStore {
             writer: Mutex::new(writer.conn),
@@ -251,6 +306,9 @@ impl SqliteAssetStore {
             codecs: options.codecs,
             namespace: options.namespace,
             before_namespaces,
+            has_times: std::ptr::eq(schema, &SCHEMA),
+            default_ttl: options.default_ttl,
+            clock: options.clock,
         })
     }
 
@@ -276,6 +334,80 @@ impl SqliteAssetStore {
         sql.replace("{ns}", condition)
     }
 
+    /// The condition that keeps a statement to live assets, the time bound as `?{n}`: on a
+    /// file from before expiry (read-only) every asset is live, and the parameter is still
+    /// referenced so that the statement's parameter count does not change.
+    fn live(&self, n: usize) -> String {
+        if self.has_times {
+            format!("(expires_at IS NULL OR expires_at > ?{n})")
+        } else {
+            format!("(?{n} IS NOT NULL)")
+        }
+    }
+
+    fn now(&self) -> i64 {
+        self.clock.now_millis()
+    }
+
+    /// `SELECT {what} FROM asset_assets` over the live assets matching `filter`, in id order,
+    /// with its parameters (the namespace is `?1`, the time `?2`).
+    fn filtered(
+        &self,
+        what: &str,
+        filter: Option<&Filter>,
+        limit: Option<usize>,
+    ) -> Result<(String, Vec<SqlValue>), StoreError> {
+        let mut params = vec![
+            SqlParam::Text(self.namespace.as_str().to_owned()),
+            SqlParam::Integer(self.now()),
+        ];
+        let resolver = listing::resolver("meta", self.has_times, true);
+        let condition = listing::where_sql(filter, Dialect::Sqlite, &resolver, &mut params)?;
+        let mut sql = self.in_namespace(&format!(
+            "SELECT {what} FROM asset_assets WHERE {{ns}} AND {} AND ({condition})",
+            self.live(2)
+        ));
+        if what == "asset_id" {
+            sql.push_str(" ORDER BY asset_id");
+        }
+        if let Some(limit) = limit {
+            params.push(SqlParam::Integer(i64::try_from(limit).unwrap_or(i64::MAX)));
+            sql.push_str(&format!(" LIMIT ?{}", params.len()));
+        }
+        Ok((sql, params.into_iter().map(sql_value).collect()))
+    }
+
+    /// Deletes the assets (and their leaves) of the namespace that `condition` selects
+    /// (`?1` the namespace, then `params`), in one transaction; returns how many.
+    fn remove_where(
+        &self,
+        condition: &str,
+        params: &[&dyn rusqlite::ToSql],
+        action: &'static str,
+    ) -> Result<u64, StoreError> {
+        let mut conn = self.writer();
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(StoreError::storage("starting a delete"))?;
+        let ns = self.namespace.as_str();
+        let mut all: Vec<&dyn rusqlite::ToSql> = vec![&ns];
+        all.extend_from_slice(params);
+        let removed = (|| {
+            tx.prepare_cached(&format!(
+                "DELETE FROM asset_leaves WHERE namespace = ?1 AND asset_id IN \
+                 (SELECT asset_id FROM asset_assets WHERE namespace = ?1 AND {condition})"
+            ))?
+            .execute(all.as_slice())?;
+            tx.prepare_cached(&format!(
+                "DELETE FROM asset_assets WHERE namespace = ?1 AND {condition}"
+            ))?
+            .execute(all.as_slice())
+        })()
+        .map_err(StoreError::storage(action))?;
+        tx.commit().map_err(StoreError::storage("committing"))?;
+        Ok(removed as u64)
+    }
+
     // Transactions roll back when dropped, so a panic elsewhere leaves a connection usable.
     fn writer(&self) -> MutexGuard<'_, Connection> {
         self.writer.lock().unwrap_or_else(PoisonError::into_inner)
@@ -290,13 +422,18 @@ impl SqliteAssetStore {
         encoding::encode(asset, &self.codecs)
     }
 
-    fn write_all(&self, assets: &[(&Asset, Encoded)]) -> Result<(), StoreError> {
+    fn write_all(&self, assets: &[(&Asset, Encoded)], expiry: Expiry) -> Result<(), StoreError> {
+        let now = self.now();
+        let times = Stamp {
+            now,
+            expires_at: expiry.deadline(now, self.default_ttl),
+        };
         let mut conn = self.writer();
         let tx = conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(StoreError::storage("starting a write"))?;
         for (asset, encoded) in assets {
-            write_one(&tx, &self.namespace, asset, encoded)
+            write_one(&tx, &self.namespace, asset, encoded, times)
                 .map_err(StoreError::storage("writing an asset"))?;
         }
         tx.commit().map_err(StoreError::storage("committing"))
@@ -336,18 +473,40 @@ fn db_error(error: DbError) -> StoreError {
     }
 }
 
+/// The times a write stamps on its assets.
+#[derive(Debug, Clone, Copy)]
+struct Stamp {
+    now: i64,
+    expires_at: Option<i64>,
+}
+
+/// A filter parameter as rusqlite binds it.
+fn sql_value(param: SqlParam) -> SqlValue {
+    match param {
+        SqlParam::Text(t) => SqlValue::Text(t),
+        SqlParam::Integer(i) => SqlValue::Integer(i),
+        SqlParam::Real(r) => SqlValue::Real(r),
+    }
+}
+
 fn write_one(
     tx: &Transaction<'_>,
     namespace: &Namespace,
     asset: &Asset,
     encoded: &Encoded,
+    stamp: Stamp,
 ) -> rusqlite::Result<()> {
     let ns = namespace.as_str();
+    // A replaced live asset keeps its creation time; one that had expired is a new asset.
     tx.prepare_cached(
-        "INSERT INTO asset_assets (namespace, asset_id, asset_type, skeleton, meta, leaf_count)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+        "INSERT INTO asset_assets (namespace, asset_id, asset_type, skeleton, meta, leaf_count,
+           created_at, updated_at, expires_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7, ?8)
          ON CONFLICT (namespace, asset_id) DO UPDATE SET asset_type = excluded.asset_type,
-           skeleton = excluded.skeleton, meta = excluded.meta, leaf_count = excluded.leaf_count",
+           skeleton = excluded.skeleton, meta = excluded.meta, leaf_count = excluded.leaf_count,
+           created_at = CASE WHEN asset_assets.expires_at <= excluded.updated_at
+             THEN excluded.created_at ELSE asset_assets.created_at END,
+           updated_at = excluded.updated_at, expires_at = excluded.expires_at",
     )?
     .execute(params![
         ns,
@@ -355,7 +514,9 @@ fn write_one(
         asset.asset_type,
         encoded.skeleton,
         encoded.meta,
-        encoded.leaves.len() as i64
+        encoded.leaves.len() as i64,
+        stamp.now,
+        stamp.expires_at
     ])?;
     tx.prepare_cached("DELETE FROM asset_leaves WHERE namespace = ?1 AND asset_id = ?2")?
         .execute([ns, &asset.asset_id])?;
@@ -382,17 +543,83 @@ fn write_one(
 impl AssetStore for SqliteAssetStore {
     fn put(&self, asset: &Asset) -> Result<(), StoreError> {
         let encoded = self.encode(asset)?;
-        self.write_all(&[(asset, encoded)])
+        self.write_all(&[(asset, encoded)], Expiry::Default)
     }
 
     fn put_batch(&self, assets: &[Asset]) -> Result<(), StoreError> {
+        self.put_batch_expiring(assets, Expiry::Default)
+    }
+
+    fn put_batch_expiring(&self, assets: &[Asset], expiry: Expiry) -> Result<(), StoreError> {
         // Encode everything first, so that a bad asset fails the batch before anything is
         // written.
         let encoded = assets
             .iter()
             .map(|a| Ok((a, self.encode(a)?)))
             .collect::<Result<Vec<_>, StoreError>>()?;
-        self.write_all(&encoded)
+        self.write_all(&encoded, expiry)
+    }
+
+    fn expires_at(&self, asset_id: &str) -> Result<Option<Option<i64>>, StoreError> {
+        let ns = self.namespace.as_str();
+        let expires = if self.has_times { "expires_at" } else { "NULL" };
+        let sql = self.in_namespace(&format!(
+            "SELECT {expires} FROM asset_assets WHERE {{ns}} AND asset_id = ?2 AND {}",
+            self.live(3)
+        ));
+        let conn = self.reader();
+        conn.prepare_cached(&sql)
+            .and_then(|mut s| {
+                s.query_row(params![ns, asset_id, self.now()], |r| r.get(0))
+                    .optional()
+            })
+            .map_err(StoreError::storage("reading an expiry"))
+    }
+
+    fn list_where(
+        &self,
+        filter: Option<&Filter>,
+        limit: Option<usize>,
+    ) -> Result<Vec<String>, StoreError> {
+        let (sql, params) = self.filtered("asset_id", filter, limit)?;
+        let conn = self.reader();
+        conn.prepare_cached(&sql)
+            .and_then(|mut s| {
+                s.query_map(rusqlite::params_from_iter(params), |r| r.get(0))?
+                    .collect()
+            })
+            .map_err(StoreError::storage("listing assets"))
+    }
+
+    fn count_where(&self, filter: Option<&Filter>) -> Result<u64, StoreError> {
+        let (sql, params) = self.filtered("count(*)", filter, None)?;
+        let conn = self.reader();
+        let n: i64 = conn
+            .prepare_cached(&sql)
+            .and_then(|mut s| s.query_row(rusqlite::params_from_iter(params), |r| r.get(0)))
+            .map_err(StoreError::storage("counting assets"))?;
+        Ok(n.max(0) as u64)
+    }
+
+    fn gc(&self) -> Result<u64, StoreError> {
+        self.remove_where(
+            "expires_at <= ?2",
+            &[&self.now()],
+            "removing expired assets",
+        )
+    }
+
+    fn forget(&self, id_prefix: &str) -> Result<u64, StoreError> {
+        const ACTION: &str = "forgetting assets";
+        match (id_prefix, prefix_end(id_prefix)) {
+            ("", _) => self.remove_where("TRUE", &[], ACTION),
+            (_, Some(end)) => self.remove_where(
+                "asset_id >= ?2 AND asset_id < ?3",
+                &[&id_prefix, &end],
+                ACTION,
+            ),
+            (_, None) => self.remove_where("asset_id >= ?2", &[&id_prefix], ACTION),
+        }
     }
 
     fn get(&self, asset_id: &str) -> Result<Option<Asset>, StoreError> {
@@ -404,12 +631,16 @@ impl AssetStore for SqliteAssetStore {
             .transaction()
             .map_err(StoreError::storage("reading an asset"))?;
         let row: Option<(String, i64)> = tx
-            .prepare_cached(&self.in_namespace(
-                "SELECT skeleton, leaf_count FROM asset_assets WHERE {ns} AND asset_id = ?2",
-            ))
+            .prepare_cached(&self.in_namespace(&format!(
+                "SELECT skeleton, leaf_count FROM asset_assets
+                 WHERE {{ns}} AND asset_id = ?2 AND {}",
+                self.live(3)
+            )))
             .and_then(|mut s| {
-                s.query_row([ns, asset_id], |r| Ok((r.get(0)?, r.get(1)?)))
-                    .optional()
+                s.query_row(params![ns, asset_id, self.now()], |r| {
+                    Ok((r.get(0)?, r.get(1)?))
+                })
+                .optional()
             })
             .map_err(StoreError::storage("reading an asset"))?;
         let Some((skeleton, leaf_count)) = row else {
@@ -447,34 +678,42 @@ impl AssetStore for SqliteAssetStore {
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(StoreError::storage("starting a delete"))?;
         let ns = self.namespace.as_str();
-        let removed = (|| {
+        // An expired asset is removed too (it is garbage), but reported absent, as reads
+        // report it.
+        let removed: Option<Option<i64>> = (|| {
             tx.prepare_cached("DELETE FROM asset_leaves WHERE namespace = ?1 AND asset_id = ?2")?
                 .execute([ns, asset_id])?;
-            tx.prepare_cached("DELETE FROM asset_assets WHERE namespace = ?1 AND asset_id = ?2")?
-                .execute([ns, asset_id])
+            tx.prepare_cached(
+                "DELETE FROM asset_assets WHERE namespace = ?1 AND asset_id = ?2
+                 RETURNING expires_at",
+            )?
+            .query_row([ns, asset_id], |r| r.get(0))
+            .optional()
         })()
         .map_err(StoreError::storage("deleting an asset"))?;
         tx.commit().map_err(StoreError::storage("committing"))?;
-        Ok(removed > 0)
+        Ok(removed.is_some_and(|at| is_live(at, self.now())))
     }
 
     fn list_ids(&self, asset_type: Option<&str>) -> Result<Vec<String>, StoreError> {
         let ns = self.namespace.as_str();
+        let now = self.now();
         let conn = self.reader();
-        let result =
-            match asset_type {
-                None => conn
-                    .prepare_cached(&self.in_namespace(
-                        "SELECT asset_id FROM asset_assets WHERE {ns} ORDER BY asset_id",
-                    ))
-                    .and_then(|mut s| s.query_map([ns], |r| r.get(0))?.collect()),
-                Some(t) => conn
-                    .prepare_cached(&self.in_namespace(
-                        "SELECT asset_id FROM asset_assets WHERE {ns} AND asset_type = ?2
-                     ORDER BY asset_id",
-                    ))
-                    .and_then(|mut s| s.query_map([ns, t], |r| r.get(0))?.collect()),
-            };
+        let result = match asset_type {
+            None => conn
+                .prepare_cached(&self.in_namespace(&format!(
+                    "SELECT asset_id FROM asset_assets WHERE {{ns}} AND {} ORDER BY asset_id",
+                    self.live(2)
+                )))
+                .and_then(|mut s| s.query_map(params![ns, now], |r| r.get(0))?.collect()),
+            Some(t) => conn
+                .prepare_cached(&self.in_namespace(&format!(
+                    "SELECT asset_id FROM asset_assets WHERE {{ns}} AND asset_type = ?2
+                     AND {} ORDER BY asset_id",
+                    self.live(3)
+                )))
+                .and_then(|mut s| s.query_map(params![ns, t, now], |r| r.get(0))?.collect()),
+        };
         result.map_err(StoreError::storage("listing assets"))
     }
 
@@ -482,10 +721,14 @@ impl AssetStore for SqliteAssetStore {
         let ns = self.namespace.as_str();
         let conn = self.reader();
         let text: Option<String> = conn
-            .prepare_cached(
-                &self.in_namespace("SELECT meta FROM asset_assets WHERE {ns} AND asset_id = ?2"),
-            )
-            .and_then(|mut s| s.query_row([ns, asset_id], |r| r.get(0)).optional())
+            .prepare_cached(&self.in_namespace(&format!(
+                "SELECT meta FROM asset_assets WHERE {{ns}} AND asset_id = ?2 AND {}",
+                self.live(3)
+            )))
+            .and_then(|mut s| {
+                s.query_row(params![ns, asset_id, self.now()], |r| r.get(0))
+                    .optional()
+            })
             .map_err(StoreError::storage("reading a meta"))?;
         text.map(|t| {
             serde_json::from_str(&t).map_err(|e| StoreError::Corrupt {
@@ -790,7 +1033,7 @@ mod tests {
         let version: i64 = conn
             .query_row("SELECT version FROM asset_schema", [], |r| r.get(0))
             .unwrap();
-        assert_eq!(version, 2);
+        assert_eq!(version, SCHEMA.version());
     }
 
     #[test]

@@ -1,6 +1,8 @@
 //! The `AssetStore` trait: the narrow interface the rest of Mnemon sees
 //! (docs/reference/assets.md#asset-store).
 
+use mnemon_db::Expiry;
+use mnemon_filter::Filter;
 use mnemon_types::{Asset, AssetRef, PathSegment, Value, meta};
 
 use crate::error::StoreError;
@@ -23,7 +25,13 @@ pub type AssetMeta = serde_json::Map<String, serde_json::Value>;
 ///   maps and lists nested deeper than [`MAX_NESTING`] ([`StoreError::TooDeep`]), so no store
 ///   holds an asset another could not;
 /// - a failed call changes nothing;
-/// - [`list_ids`](Self::list_ids) returns ids in ascending byte order.
+/// - [`list_ids`](Self::list_ids) and [`list_where`](Self::list_where) return ids in ascending
+///   byte order;
+/// - an expired asset (docs/reference/assets.md#expiry) is invisible to every read at once
+///   (`get`, `meta`, `resolve`, `list_ids`, `list_where`, `count_where`) and `delete` reports it
+///   absent; [`gc`](Self::gc) removes it;
+/// - [`forget`](Self::forget) removes every asset whose id starts with a prefix (all of the
+///   namespace's for `""`) in one transaction.
 pub trait AssetStore: Send + Sync {
     /// Stores `asset`, replacing any asset with the same id.
     fn put(&self, asset: &Asset) -> Result<(), StoreError>;
@@ -41,6 +49,42 @@ pub trait AssetStore: Send + Sync {
     /// The ids of all assets, or of those whose `asset_type` equals `asset_type`, in ascending
     /// byte order.
     fn list_ids(&self, asset_type: Option<&str>) -> Result<Vec<String>, StoreError>;
+
+    /// Stores every asset in one atomic step, as [`put_batch`](Self::put_batch) does, each
+    /// expiring as `expiry` says (`put` and `put_batch` use [`Expiry::Default`], the handle's
+    /// default time-to-live). Replacing an asset replaces its expiry too.
+    fn put_batch_expiring(&self, assets: &[Asset], expiry: Expiry) -> Result<(), StoreError>;
+
+    /// Stores `asset`, as [`put`](Self::put) does, expiring as `expiry` says.
+    fn put_expiring(&self, asset: &Asset, expiry: Expiry) -> Result<(), StoreError> {
+        self.put_batch_expiring(std::slice::from_ref(asset), expiry)
+    }
+
+    /// When the asset expires (milliseconds since the Unix epoch): `Ok(None)` when it does
+    /// not exist (or has expired), `Ok(Some(None))` when it never expires.
+    fn expires_at(&self, asset_id: &str) -> Result<Option<Option<i64>>, StoreError>;
+
+    /// The ids of the live assets whose filterable document matches `filter` (all of them for
+    /// `None`), in ascending byte order, at most `limit` of them: the filter applies before the
+    /// cut, so a limit of 10 gives 10 ids when 10 match. The document is the asset's meta plus
+    /// `created_at`, `updated_at` and `expires_at` (docs/reference/assets.md#filters); a path
+    /// the store cannot filter on is [`StoreError::Filter`].
+    fn list_where(
+        &self,
+        filter: Option<&Filter>,
+        limit: Option<usize>,
+    ) -> Result<Vec<String>, StoreError>;
+
+    /// How many live assets match `filter` (all of them for `None`).
+    fn count_where(&self, filter: Option<&Filter>) -> Result<u64, StoreError>;
+
+    /// Removes every expired asset of the namespace (rows and bytes), in one transaction;
+    /// returns how many.
+    fn gc(&self) -> Result<u64, StoreError>;
+
+    /// Removes every asset of the namespace whose id starts with `id_prefix`, expired or not,
+    /// in one transaction; `""` removes all of the namespace's assets. Returns how many.
+    fn forget(&self, id_prefix: &str) -> Result<u64, StoreError>;
 
     /// The asset's meta ([`mnemon_types::meta`]), if the asset exists.
     fn meta(&self, asset_id: &str) -> Result<Option<AssetMeta>, StoreError> {
