@@ -43,7 +43,7 @@ fn body_kind(headers: &HeaderMap) -> BodyKind {
 }
 
 /// The declared body length, when the client sent a valid `Content-Length`.
-fn content_length(headers: &HeaderMap) -> Option<u64> {
+pub(crate) fn content_length(headers: &HeaderMap) -> Option<u64> {
     headers
         .get(header::CONTENT_LENGTH)?
         .to_str()
@@ -95,7 +95,7 @@ pub(crate) async fn read_args(
 /// the buffer takes the declared length (or doubles, for chunked bodies), and each allocation
 /// is covered by `reservation` first. A body refused part-way (too large, or no room in the
 /// budget) is left to [`linger`].
-async fn read_limited(
+pub(crate) async fn read_limited(
     mut body: Body,
     max_bytes: usize,
     declared: Option<u64>,
@@ -139,7 +139,7 @@ const LINGER_BYTES: usize = 16 << 20;
 /// client then sees a broken pipe or a reset instead of the answer already sent to it
 /// (docs/limits.md). Reading on keeps the connection orderly; nothing read is kept, so the
 /// memory held is one frame, and the bounds stop a client that never finishes.
-fn linger(mut body: Body, timeout: Duration) {
+pub(crate) fn linger(mut body: Body, timeout: Duration) {
     if body.is_end_stream() {
         return;
     }

@@ -44,6 +44,7 @@
 mod access_log;
 mod batch;
 mod body;
+mod compose;
 mod cors;
 mod error;
 mod limits;
@@ -56,6 +57,7 @@ mod server;
 mod source;
 mod state;
 
+pub use compose::{HeldBody, LimitRejection, RequestLimits, RequestSlot, ServedLibrary};
 pub use error::HostError;
 pub use options::{
     DEFAULT_ADDR, DEFAULT_BATCH_SCANS_FROM, DEFAULT_COUNT, DEFAULT_HEADER_READ_TIMEOUT,

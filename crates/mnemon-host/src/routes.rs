@@ -29,7 +29,15 @@ use crate::state::HostState;
 const GZIP_MIN_BYTES: u16 = 500;
 
 /// The host's router: endpoints, then (innermost first) gzip, CORS and the access log.
+#[cfg(test)]
 pub(crate) fn router(state: Arc<HostState>) -> Router {
+    router_with(state, Router::new())
+}
+
+/// The host's router with `extra` routes merged in beside the endpoints (before the fallback
+/// and the middleware, so gzip, CORS and the access log apply to them too). `extra` must not
+/// set a fallback of its own.
+pub(crate) fn router_with(state: Arc<HostState>, extra: Router) -> Router {
     let mut app = Router::new()
         .route("/", post(query).options(cors::preflight).get(index))
         .route("/healthz", get(healthz))
@@ -44,6 +52,7 @@ pub(crate) fn router(state: Arc<HostState>) -> Router {
     app.fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .with_state(state)
+        .merge(extra)
         // The query handler enforces the configured limit itself (413 with a JSON body).
         .layer(DefaultBodyLimit::disable())
         .layer(

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use tokio::net::TcpListener;
 
+use crate::compose::{RequestLimits, ServedLibrary};
 use crate::error::HostError;
 use crate::listener;
 use crate::options::HostOptions;
@@ -17,6 +18,8 @@ use crate::state::{HostState, Reloaded};
 pub struct Host {
     listener: TcpListener,
     state: Arc<HostState>,
+    /// Routes served beside the library endpoint ([`Host::with_routes`]).
+    extra: axum::Router,
 }
 
 impl std::fmt::Debug for Host {
@@ -46,6 +49,7 @@ impl Host {
         Ok(Host {
             listener,
             state: Arc::new(HostState::new(snapshot, sources, options)),
+            extra: axum::Router::new(),
         })
     }
 
@@ -62,6 +66,28 @@ impl Host {
     /// The model of the library currently served.
     pub fn model(&self) -> String {
         self.state.snapshot().library.model().to_owned()
+    }
+
+    /// The host's shared limits, for the handlers of routes composed with
+    /// [`with_routes`](Host::with_routes): request bodies and request slots count against the
+    /// same budgets as the library queries (docs/limits.md).
+    pub fn limits(&self) -> RequestLimits {
+        RequestLimits {
+            limits: Arc::clone(&self.state.limits),
+            max_body_bytes: self.state.options.max_body_bytes,
+            body_timeout: self.state.options.body_timeout,
+        }
+    }
+
+    /// Serves `routes` beside the library endpoint: behind the same listener and middleware
+    /// (connection limit, timeouts, gzip, CORS, access log). The routes must not overlap the
+    /// host's own (`/`, `/healthz`, `/health`, `/_ah/warmup`, `/admin/reload`) and must not set
+    /// a fallback; unknown paths keep getting the host's 404.
+    pub fn with_routes(self, routes: axum::Router) -> Host {
+        Host {
+            extra: self.extra.merge(routes),
+            ..self
+        }
     }
 
     /// A handle that reloads the served data while the host runs.
@@ -90,7 +116,7 @@ impl Host {
             let _ = stopping.send(true);
         });
         let trimmer = tokio::spawn(Arc::clone(&self.state.limits).trim_when_quiet());
-        let app = routes::router(self.state);
+        let app = routes::router_with(self.state, self.extra);
         let drained = listener::serve(self.listener, app, options, stopped).await;
         signal.abort();
         trimmer.abort();
@@ -137,6 +163,11 @@ impl HostHandle {
     /// previous data.
     pub async fn reload(&self) -> Result<Reloaded, HostError> {
         self.state.reload().await
+    }
+
+    /// The library served now; it stays valid (and unchanged) while held, across reloads.
+    pub fn library(&self) -> ServedLibrary {
+        ServedLibrary(self.state.snapshot())
     }
 }
 

@@ -1,0 +1,227 @@
+//! The one error type of every operation: a stable machine [`code`](OpsError::code), a
+//! [`kind`](OpsError::kind) a transport maps to its own status (docs/reference/rest.md#errors),
+//! and a message that says what to fix.
+
+use mnemon_artifacts::ArtifactError;
+use mnemon_memory::MemoryError;
+use mnemon_refs::RefsError;
+use mnemon_store::{ResolveError, StoreError};
+
+/// What kind of failure an error is, for a transport to choose its status by (HTTP: 400, 404,
+/// 409, 422, 503, 500).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// The input is malformed (not the shape the operation takes): HTTP 400.
+    BadRequest,
+    /// What the input names does not exist: HTTP 404.
+    NotFound,
+    /// The input conflicts with what is stored: HTTP 409.
+    Conflict,
+    /// The input is well formed but cannot be carried out as given: HTTP 422.
+    Unprocessable,
+    /// A part the operation needs (the database, the embedder) is unreachable for now: HTTP 503.
+    Unavailable,
+    /// A fault of the service (damaged data, a bug): HTTP 500.
+    Internal,
+}
+
+/// Why an operation failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum OpsError {
+    /// The input does not have the shape the operation takes.
+    #[error("{message}")]
+    InvalidInput {
+        /// What is wrong and how to fix it.
+        message: String,
+    },
+    /// A pagination cursor that this list did not hand out (or that names an item since removed).
+    #[error(
+        "the cursor is not one this list handed out (or the item it points after was removed); \
+         start again without a cursor"
+    )]
+    InvalidCursor,
+    /// No asset with this id in the namespace.
+    #[error("there is no asset with id {asset_id:?}; GET /v1/assets lists the stored ids")]
+    AssetNotFound {
+        /// The id asked for.
+        asset_id: String,
+    },
+    /// No artifact with this id (or no artifact for this key) in the namespace.
+    #[error("{what}; GET /v1/artifacts?scope=… lists a scope's artifacts")]
+    ArtifactNotFound {
+        /// What was looked for.
+        what: String,
+    },
+    /// No memory session with this id in the namespace.
+    #[error("there is no memory session {session:?}; GET /v1/memory/sessions lists them")]
+    SessionNotFound {
+        /// The session asked for.
+        session: String,
+    },
+    /// No message with this id in the session.
+    #[error("there is no message {id:?} in memory session {session:?}")]
+    MessageNotFound {
+        /// The session.
+        session: String,
+        /// The message id asked for.
+        id: String,
+    },
+    /// No library is served.
+    #[error("no library is served; start the server with --library FILE|DIR")]
+    NoLibrary,
+    /// Text search needs an embedder and none is configured.
+    #[error(
+        "searching by text needs an embedder, and none is configured; start the server with \
+         --embedding-model (for example mnemon:hashing-v1-256), or search with a vector"
+    )]
+    NoEmbedder,
+    /// An asset store error.
+    #[error(transparent)]
+    Store(StoreError),
+    /// A reference error.
+    #[error(transparent)]
+    Refs(RefsError),
+    /// An artifact error.
+    #[error(transparent)]
+    Artifact(ArtifactError),
+    /// A memory error.
+    #[error(transparent)]
+    Memory(MemoryError),
+    /// A library error.
+    #[error(transparent)]
+    Library(mnemon_library::LibraryError),
+}
+
+impl OpsError {
+    /// An [`OpsError::InvalidInput`] with this message.
+    pub fn invalid(message: impl Into<String>) -> OpsError {
+        OpsError::InvalidInput {
+            message: message.into(),
+        }
+    }
+
+    /// The stable machine-readable code (docs/reference/rest.md#errors lists them all).
+    pub fn code(&self) -> &'static str {
+        match self {
+            OpsError::InvalidInput { .. } => "invalid_input",
+            OpsError::InvalidCursor => "invalid_cursor",
+            OpsError::AssetNotFound { .. } => "asset_not_found",
+            OpsError::ArtifactNotFound { .. } => "artifact_not_found",
+            OpsError::SessionNotFound { .. } => "session_not_found",
+            OpsError::MessageNotFound { .. } => "message_not_found",
+            OpsError::NoLibrary => "no_library",
+            OpsError::NoEmbedder => "embedder_not_configured",
+            OpsError::Store(error) => match error {
+                StoreError::Resolve(ResolveError::AssetNotFound { .. }) => "asset_not_found",
+                StoreError::Resolve(_) => "reference_unresolved",
+                e if e.is_caller_error() => "invalid_asset",
+                StoreError::Storage { .. } => "storage_unavailable",
+                _ => "internal",
+            },
+            OpsError::Refs(error) => match error {
+                RefsError::Unresolved {
+                    error: StoreError::Resolve(ResolveError::AssetNotFound { .. }),
+                    ..
+                } => "asset_not_found",
+                RefsError::Unresolved { error, .. } if !error.is_caller_error() => {
+                    "storage_unavailable"
+                }
+                RefsError::Unresolved { .. } => "reference_unresolved",
+                e if e.is_caller_error() => "invalid_reference",
+                _ => "internal",
+            },
+            OpsError::Artifact(error) => match error {
+                ArtifactError::DuplicateId { .. } => "artifact_exists",
+                ArtifactError::Database { .. } | ArtifactError::ContentIo { .. } => {
+                    "storage_unavailable"
+                }
+                ArtifactError::CorruptRecord { .. } | ArtifactError::SchemaTooNew { .. } => {
+                    "internal"
+                }
+                ArtifactError::ContentNotFound { .. } => "artifact_content_missing",
+                _ => "invalid_artifact",
+            },
+            OpsError::Memory(error) => match error {
+                MemoryError::Storage { .. } => "storage_unavailable",
+                MemoryError::SchemaVersion { .. } => "internal",
+                MemoryError::Embedder { .. } | MemoryError::EmbedderContract { .. } => {
+                    "embedder_failed"
+                }
+                MemoryError::QueryNeedsEmbedder => "embedder_not_configured",
+                MemoryError::InvalidMark { .. } => "invalid_mark",
+                MemoryError::DimensionMismatch { .. } => "dimension_mismatch",
+                _ => "invalid_message",
+            },
+            OpsError::Library(error) if error.is_client_error() => "invalid_query",
+            OpsError::Library(_) => "internal",
+        }
+    }
+
+    /// The kind of failure, for a transport's status.
+    pub fn kind(&self) -> ErrorKind {
+        match self.code() {
+            "invalid_input" | "invalid_cursor" | "invalid_reference" => ErrorKind::BadRequest,
+            "asset_not_found" | "artifact_not_found" | "session_not_found"
+            | "message_not_found" | "no_library" => ErrorKind::NotFound,
+            "artifact_exists" => ErrorKind::Conflict,
+            "storage_unavailable" | "embedder_failed" => ErrorKind::Unavailable,
+            "internal" | "artifact_content_missing" => ErrorKind::Internal,
+            _ => ErrorKind::Unprocessable,
+        }
+    }
+}
+
+impl From<StoreError> for OpsError {
+    fn from(error: StoreError) -> Self {
+        OpsError::Store(error)
+    }
+}
+
+impl From<RefsError> for OpsError {
+    fn from(error: RefsError) -> Self {
+        OpsError::Refs(error)
+    }
+}
+
+impl From<ArtifactError> for OpsError {
+    fn from(error: ArtifactError) -> Self {
+        OpsError::Artifact(error)
+    }
+}
+
+impl From<MemoryError> for OpsError {
+    fn from(error: MemoryError) -> Self {
+        OpsError::Memory(error)
+    }
+}
+
+impl From<mnemon_library::LibraryError> for OpsError {
+    fn from(error: mnemon_library::LibraryError) -> Self {
+        OpsError::Library(error)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_code_has_a_kind_and_store_errors_keep_their_meaning() {
+        let missing = OpsError::from(StoreError::Resolve(ResolveError::AssetNotFound {
+            asset_id: "a".into(),
+        }));
+        assert_eq!(missing.code(), "asset_not_found");
+        assert_eq!(missing.kind(), ErrorKind::NotFound);
+        let empty = OpsError::from(StoreError::EmptyAssetId);
+        assert_eq!(empty.code(), "invalid_asset");
+        assert_eq!(empty.kind(), ErrorKind::Unprocessable);
+        assert_eq!(OpsError::InvalidCursor.kind(), ErrorKind::BadRequest);
+        assert_eq!(OpsError::NoEmbedder.kind(), ErrorKind::Unprocessable);
+        let storage = OpsError::from(MemoryError::Storage {
+            detail: "gone".into(),
+        });
+        assert_eq!(storage.kind(), ErrorKind::Unavailable);
+    }
+}

@@ -1,0 +1,170 @@
+//! Library operations: list a library's bits, query it by vector or text
+//! (docs/reference/rest.md#libraries). The library is the caller's (a server hands in the
+//! snapshot it currently serves), so these run against whatever library is given.
+
+use mnemon_library::{AccessGrant, CountType, Library, Omit, QueryRequest, wire};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::error::OpsError;
+use crate::page;
+use crate::service::Service;
+
+/// Input of [`Service::library_list`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct LibraryListInput {
+    /// The `next_cursor` of the previous page.
+    #[serde(default)]
+    pub cursor: Option<String>,
+    /// At most this many bits (default 100, at most 1,000).
+    #[serde(default)]
+    pub limit: Option<usize>,
+}
+
+/// One bit of a library, without its embedding.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct BitBody {
+    /// The bit's id (hex of its SHA-256 over url and text).
+    pub id: String,
+    /// The text.
+    pub text: String,
+    /// Its `info` object (`url`, `title`, …), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub info: Option<serde_json::Map<String, serde_json::Value>>,
+    /// Its token count.
+    pub token_count: i64,
+}
+
+/// Output of [`Service::library_list`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct LibraryListOutput {
+    /// The library's embedding model.
+    pub model: String,
+    /// How many bits the library holds.
+    pub total: usize,
+    /// The bits of this page, in library order (untagged bits only: bits with an access tag
+    /// are not listed).
+    pub bits: Vec<BitBody>,
+    /// The cursor of the next page; absent on the last page.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
+}
+
+/// Input of [`Service::library_query`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct LibraryQueryInput {
+    /// The query text, embedded by the service's embedder (its model must be the library's).
+    #[serde(default)]
+    pub text: Option<String>,
+    /// Or the query vector, of the library's model and dimension.
+    #[serde(default)]
+    pub embedding: Option<Vec<f32>>,
+    /// How many bits (or tokens, with `count_type: "token"`) to return (default 10).
+    #[serde(default)]
+    pub count: Option<i64>,
+    /// `bit` (default) or `token`.
+    #[serde(default)]
+    pub count_type: Option<String>,
+    /// Fields to leave out of each bit, comma-separated (default `embedding`).
+    #[serde(default)]
+    pub omit: Option<String>,
+}
+
+/// Output of [`Service::library_query`]: the Polymath query result
+/// (docs/reference/host.md#responses): `bits`, `details`, and the library's fields.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(transparent)]
+pub struct LibraryQueryOutput(pub serde_json::Map<String, serde_json::Value>);
+
+impl Service {
+    /// One page of the library's untagged bits.
+    pub fn library_list(
+        &self,
+        library: &Library,
+        input: LibraryListInput,
+    ) -> Result<LibraryListOutput, OpsError> {
+        let limit = page::limit(input.limit)?;
+        let start = match input.cursor.as_deref() {
+            None => 0,
+            Some(cursor) => page::decode(cursor)?
+                .parse::<usize>()
+                .map_err(|_| OpsError::InvalidCursor)?,
+        };
+        let mut bits = Vec::new();
+        let mut next = None;
+        for (index, bit) in library.bits().enumerate().skip(start) {
+            if bit.access_tag().is_some() {
+                continue;
+            }
+            if bits.len() == limit {
+                next = Some(page::encode(&index.to_string()));
+                break;
+            }
+            bits.push(BitBody {
+                id: bit.id().to_string(),
+                text: bit.text()?.to_owned(),
+                info: bit.info()?.cloned(),
+                token_count: bit.token_count(),
+            });
+        }
+        Ok(LibraryListOutput {
+            model: library.model().to_owned(),
+            total: library.len(),
+            bits,
+            next_cursor: next,
+        })
+    }
+
+    /// The bits nearest a vector or a text (untagged bits only).
+    pub fn library_query(
+        &self,
+        library: &Library,
+        input: LibraryQueryInput,
+    ) -> Result<LibraryQueryOutput, OpsError> {
+        let embedding = match (input.embedding, input.text) {
+            (Some(_), Some(_)) => {
+                return Err(OpsError::invalid(
+                    "query either by text or by embedding, not both",
+                ));
+            }
+            (Some(vector), None) => vector,
+            (None, Some(text)) => {
+                let embedder = self.require_embedder()?;
+                if embedder.model() != library.model() {
+                    return Err(OpsError::invalid(format!(
+                        "the server's embedder is {:?} but the library's model is {:?}; query \
+                         with an embedding of the library's model",
+                        embedder.model(),
+                        library.model()
+                    )));
+                }
+                let mut vectors = embedder
+                    .embed(&[text.as_str()])
+                    .map_err(|e| OpsError::invalid(format!("the embedder failed: {e}")))?;
+                vectors
+                    .pop()
+                    .ok_or_else(|| OpsError::invalid("the embedder returned no vector"))?
+            }
+            (None, None) => {
+                return Err(OpsError::invalid(
+                    "give the query as text or as an embedding",
+                ));
+            }
+        };
+        let mut request = QueryRequest::new(library.model(), embedding, input.count.unwrap_or(10));
+        request.count_type = match input.count_type.as_deref() {
+            None | Some("bit") => CountType::Bit,
+            Some("token") => CountType::Token,
+            Some(other) => {
+                return Err(OpsError::invalid(format!(
+                    "count_type {other:?} is neither \"bit\" nor \"token\""
+                )));
+            }
+        };
+        if let Some(omit) = &input.omit {
+            request.omit = Omit::parse_str(omit)?;
+        }
+        let result = library.query(&request, &AccessGrant::default())?;
+        Ok(LibraryQueryOutput(wire::render(&result)?))
+    }
+}

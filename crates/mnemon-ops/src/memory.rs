@@ -1,0 +1,554 @@
+//! Memory operations: sessions, add, get, search, marks, export and import
+//! (docs/reference/rest.md#memory, docs/reference/memory.md).
+//!
+//! Keyword and hybrid search, forgetting and garbage collection come with issue 14: they are
+//! new variants of [`SearchQuery`] and new operations here, beside the ones below.
+
+use std::borrow::Cow;
+
+use mnemon_memory::{
+    AddOptions, BudgetOptions, ExportFormat, ExportOptions, ExportTarget, Exported, LoadSource,
+    Memory, MemoryQuery, Metric, MsgInput, RetrievalQuery, RetrieveOptions, Scope,
+};
+use mnemon_types::Msg;
+use schemars::{JsonSchema, Schema, SchemaGenerator};
+use serde::{Deserialize, Serialize};
+
+use crate::assets::DeleteOutput;
+use crate::error::OpsError;
+use crate::page;
+use crate::service::Service;
+
+/// A message as it travels: the object of docs/reference/memory.md#messages (AgentScope 0.0.x
+/// layout; extras kept in order). Embeddings are left out unless asked for.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct MessageBody(pub serde_json::Value);
+
+impl JsonSchema for MessageBody {
+    fn schema_name() -> Cow<'static, str> {
+        "Msg".into()
+    }
+
+    fn json_schema(generator: &mut SchemaGenerator) -> Schema {
+        Msg::json_schema(generator)
+    }
+}
+
+impl MessageBody {
+    fn of(message: &Msg, include_embedding: bool) -> MessageBody {
+        let mut json = message.to_json();
+        if !include_embedding && let Some(object) = json.as_object_mut() {
+            object.shift_remove("embedding");
+        }
+        MessageBody(json)
+    }
+}
+
+/// A memory thread's scope.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct SessionBody {
+    /// The session id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+    /// The user id, for threads created with one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user_id: Option<String>,
+    /// The agent id, for threads created with one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_id: Option<String>,
+}
+
+/// Input of [`Service::memory_sessions`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct SessionListInput {
+    /// The `next_cursor` of the previous page.
+    #[serde(default)]
+    pub cursor: Option<String>,
+    /// At most this many sessions (default 100, at most 1,000).
+    #[serde(default)]
+    pub limit: Option<usize>,
+}
+
+/// Output of [`Service::memory_sessions`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct SessionListOutput {
+    /// The namespace's threads, oldest first.
+    pub sessions: Vec<SessionBody>,
+    /// The cursor of the next page; absent on the last page.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
+}
+
+/// Input of the operations on one session as a whole.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct SessionInput {
+    /// The session id.
+    pub session: String,
+}
+
+/// Output of [`Service::memory_session_create`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct SessionCreateOutput {
+    /// The session id.
+    pub session: String,
+    /// False when the session already existed (creating is idempotent).
+    pub created: bool,
+}
+
+/// Input of [`Service::memory_add`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct MemoryAddInput {
+    /// The session (created by the first add). Over HTTP it comes from the path.
+    #[serde(default)]
+    pub session: String,
+    /// The messages, in order: objects with at least `name` and `content`; `id`, `timestamp`
+    /// and `role` are filled in when missing.
+    pub messages: Vec<MessageBody>,
+    /// Marks (tags) every added message gets.
+    #[serde(default)]
+    pub marks: Vec<String>,
+}
+
+/// Output of [`Service::memory_add`] and [`Service::memory_import`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct MemoryAddOutput {
+    /// How many messages were appended (atomically: all of them, or an error and none).
+    pub added: usize,
+    /// Ids skipped because they were already stored or came earlier in the batch.
+    pub skipped_duplicates: Vec<String>,
+}
+
+/// Input of [`Service::memory_get`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct MemoryGetInput {
+    /// The session. Over HTTP it comes from the path.
+    #[serde(default)]
+    pub session: String,
+    /// Only the last N messages.
+    #[serde(default)]
+    pub recent: Option<usize>,
+    /// Only messages carrying this mark.
+    #[serde(default)]
+    pub mark: Option<String>,
+    /// Only messages not carrying this mark.
+    #[serde(default)]
+    pub exclude_mark: Option<String>,
+    /// Only the most recent messages that fit in this many cl100k_base tokens.
+    #[serde(default)]
+    pub tokens: Option<usize>,
+    /// Include each message's embedding.
+    #[serde(default)]
+    pub include_embeddings: bool,
+}
+
+/// Output of [`Service::memory_get`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct MemoryGetOutput {
+    /// The messages, oldest first.
+    pub messages: Vec<MessageBody>,
+    /// With `tokens`: the tokens the messages take.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token_count: Option<usize>,
+}
+
+/// What to search memory with. Keyword and hybrid search come with issue 14 as new variants.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum SearchQuery {
+    /// A query vector, used as given.
+    Vector(Vec<f32>),
+    /// A text, embedded by the service's embedder.
+    Text(String),
+}
+
+/// How a search scores a message's embedding against the query.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum MetricName {
+    /// Cosine similarity.
+    #[default]
+    Cosine,
+    /// Dot product.
+    Dot,
+    /// Negative Euclidean distance.
+    L2,
+}
+
+/// Input of [`Service::memory_search`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct MemorySearchInput {
+    /// The session. Over HTTP it comes from the path.
+    #[serde(default)]
+    pub session: String,
+    /// The query: `{"vector": [..]}` or `{"text": "…"}`.
+    pub query: SearchQuery,
+    /// How many results (default 5).
+    #[serde(default)]
+    pub top_k: Option<usize>,
+    /// The metric.
+    #[serde(default)]
+    pub metric: MetricName,
+    /// Only messages carrying this mark.
+    #[serde(default)]
+    pub mark: Option<String>,
+    /// Include each message's embedding.
+    #[serde(default)]
+    pub include_embeddings: bool,
+}
+
+/// One search hit.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct SearchHit {
+    /// The score (larger is closer).
+    pub score: f64,
+    /// The message's position in the session.
+    pub index: usize,
+    /// The message.
+    pub message: MessageBody,
+}
+
+/// Output of [`Service::memory_search`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct MemorySearchOutput {
+    /// The hits, best first.
+    pub hits: Vec<SearchHit>,
+}
+
+/// Input of [`Service::memory_mark`] and [`Service::memory_unmark`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct MarkInput {
+    /// The session. Over HTTP it comes from the path.
+    #[serde(default)]
+    pub session: String,
+    /// The mark.
+    pub mark: String,
+    /// The messages' ids. For unmark, absent means every message.
+    #[serde(default)]
+    pub ids: Option<Vec<String>>,
+}
+
+/// Output of [`Service::memory_mark`] and [`Service::memory_unmark`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct MarkOutput {
+    /// How many messages gained (or lost) the mark.
+    pub changed: usize,
+}
+
+/// Input of [`Service::memory_marks_of`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct MessageInput {
+    /// The session. Over HTTP it comes from the path.
+    #[serde(default)]
+    pub session: String,
+    /// The message id.
+    pub id: String,
+}
+
+/// Output of [`Service::memory_marks_of`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct MarksOutput {
+    /// The message's marks.
+    pub marks: Vec<String>,
+}
+
+/// Input of [`Service::memory_delete_messages`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct DeleteMessagesInput {
+    /// The session. Over HTTP it comes from the path.
+    #[serde(default)]
+    pub session: String,
+    /// The ids of the messages to remove.
+    pub ids: Vec<String>,
+}
+
+/// Output of [`Service::memory_delete_messages`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct DeleteMessagesOutput {
+    /// The ids removed, in memory order.
+    pub deleted: Vec<String>,
+    /// Requested ids that were not stored.
+    pub not_found: Vec<String>,
+}
+
+/// An export layout.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum ExportFormatName {
+    /// AgentScope 0.0.x: a 4-space indented array of plain message objects.
+    #[default]
+    #[serde(rename = "agentscope-0.0")]
+    AgentScope00,
+    /// AgentScope 0.1.x: one line of `__module__`/`__name__` objects with `metadata`.
+    #[serde(rename = "agentscope-0.1")]
+    AgentScope01,
+}
+
+/// Input of [`Service::memory_export`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct MemoryExportInput {
+    /// The session. Over HTTP it comes from the path.
+    #[serde(default)]
+    pub session: String,
+    /// The layout.
+    #[serde(default)]
+    pub format: ExportFormatName,
+    /// Also write each message's marks, as `"__marks"`.
+    #[serde(default)]
+    pub include_marks: bool,
+}
+
+/// Output of [`Service::memory_export`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct MemoryExportOutput {
+    /// The export document, byte for byte what AgentScope writes.
+    pub document: String,
+}
+
+/// Input of [`Service::memory_import`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct MemoryImportInput {
+    /// The session (created by the import). Over HTTP it comes from the path.
+    #[serde(default)]
+    pub session: String,
+    /// The export document (AgentScope 0.0.x array, `List` form or 0.1.x), as JSON.
+    pub document: serde_json::Value,
+    /// Replace the session's messages instead of appending.
+    #[serde(default)]
+    pub overwrite: bool,
+}
+
+fn check_session(session: &str) -> Result<Scope, OpsError> {
+    if session.is_empty() {
+        return Err(OpsError::invalid("the session id must not be empty"));
+    }
+    Ok(Scope::session(session))
+}
+
+impl Service {
+    /// The memory of an existing session, or [`OpsError::SessionNotFound`].
+    fn existing_session(&self, session: &str) -> Result<Box<dyn Memory>, OpsError> {
+        let scope = check_session(session)?;
+        self.stores()
+            .existing_memory(scope)?
+            .ok_or_else(|| OpsError::SessionNotFound {
+                session: session.to_owned(),
+            })
+    }
+
+    /// One page of the namespace's memory threads, oldest first.
+    pub fn memory_sessions(&self, input: SessionListInput) -> Result<SessionListOutput, OpsError> {
+        let limit = page::limit(input.limit)?;
+        let all: Vec<SessionBody> = self
+            .stores()
+            .threads()?
+            .into_iter()
+            .map(|s| SessionBody {
+                session_id: s.session_id,
+                user_id: s.user_id,
+                agent_id: s.agent_id,
+            })
+            .collect();
+        // The key of a thread: its three ids, which together are unique.
+        let key = |s: &SessionBody| {
+            serde_json::to_string(&[&s.user_id, &s.agent_id, &s.session_id]).unwrap_or_default()
+        };
+        let (sessions, next_cursor) = page::page(all, input.cursor.as_deref(), limit, false, key)?;
+        Ok(SessionListOutput {
+            sessions,
+            next_cursor,
+        })
+    }
+
+    /// Creates a session if it does not exist.
+    pub fn memory_session_create(
+        &self,
+        input: SessionInput,
+    ) -> Result<SessionCreateOutput, OpsError> {
+        let scope = check_session(&input.session)?;
+        let existed = self.stores().existing_memory(scope.clone())?.is_some();
+        if !existed {
+            self.stores().memory(scope)?;
+        }
+        Ok(SessionCreateOutput {
+            session: input.session,
+            created: !existed,
+        })
+    }
+
+    /// Deletes a session with its messages and marks.
+    pub fn memory_session_delete(&self, input: SessionInput) -> Result<DeleteOutput, OpsError> {
+        let scope = check_session(&input.session)?;
+        if self.stores().drop_thread(&scope)? {
+            Ok(DeleteOutput { deleted: true })
+        } else {
+            Err(OpsError::SessionNotFound {
+                session: input.session,
+            })
+        }
+    }
+
+    /// Appends messages to a session (creating it), atomically.
+    pub fn memory_add(&self, input: MemoryAddInput) -> Result<MemoryAddOutput, OpsError> {
+        let scope = check_session(&input.session)?;
+        let memory = self.stores().memory_created_on_write(scope)?;
+        let items = input
+            .messages
+            .into_iter()
+            .map(|m| MsgInput::Json(m.0))
+            .collect();
+        let report = memory.add_with(items, &AddOptions { marks: input.marks })?;
+        Ok(MemoryAddOutput {
+            added: report.added,
+            skipped_duplicates: report.skipped_duplicates,
+        })
+    }
+
+    /// A session's messages: all, the last N, by mark, or the newest within a token budget.
+    pub fn memory_get(&self, input: MemoryGetInput) -> Result<MemoryGetOutput, OpsError> {
+        let memory = self.existing_session(&input.session)?;
+        let (mut messages, token_count) = match input.tokens {
+            Some(budget) => {
+                let options = BudgetOptions {
+                    mark: input.mark.clone(),
+                    exclude_mark: input.exclude_mark.clone(),
+                    ..BudgetOptions::default()
+                };
+                let recall = memory.recall_within_budget(budget, self.tokenizer(), &options)?;
+                (recall.messages, Some(recall.total))
+            }
+            None => (
+                memory.get_memory(&MemoryQuery {
+                    recent_n: input.recent,
+                    mark: input.mark.as_deref(),
+                    exclude_mark: input.exclude_mark.as_deref(),
+                    ..MemoryQuery::default()
+                })?,
+                None,
+            ),
+        };
+        if input.tokens.is_some()
+            && let Some(n) = input.recent
+        {
+            let drop = messages.len().saturating_sub(n);
+            messages.drain(..drop);
+        }
+        Ok(MemoryGetOutput {
+            messages: messages
+                .iter()
+                .map(|m| MessageBody::of(m, input.include_embeddings))
+                .collect(),
+            token_count,
+        })
+    }
+
+    /// The messages closest to a vector or a text, by embedding.
+    pub fn memory_search(&self, input: MemorySearchInput) -> Result<MemorySearchOutput, OpsError> {
+        let memory = self.existing_session(&input.session)?;
+        let query = match input.query {
+            SearchQuery::Vector(vector) => RetrievalQuery::Vector(vector),
+            SearchQuery::Text(text) => {
+                self.require_embedder()?;
+                RetrievalQuery::Text(text)
+            }
+        };
+        let options = RetrieveOptions {
+            metric: match input.metric {
+                MetricName::Cosine => Metric::Cosine,
+                MetricName::Dot => Metric::Dot,
+                MetricName::L2 => Metric::NegEuclidean,
+            },
+            top_k: Some(input.top_k.unwrap_or(5)),
+            preserve_order: false,
+            mark: input.mark,
+        };
+        let hits = memory.retrieve_by_embedding(query, &options, self.embedder())?;
+        Ok(MemorySearchOutput {
+            hits: hits
+                .into_iter()
+                .map(|hit| SearchHit {
+                    score: hit.score,
+                    index: hit.index,
+                    message: MessageBody::of(&hit.message, input.include_embeddings),
+                })
+                .collect(),
+        })
+    }
+
+    /// Puts a mark on messages.
+    pub fn memory_mark(&self, input: MarkInput) -> Result<MarkOutput, OpsError> {
+        let memory = self.existing_session(&input.session)?;
+        let ids = input.ids.unwrap_or_default();
+        let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
+        let changed = memory.mark(&ids, &input.mark)?;
+        Ok(MarkOutput { changed })
+    }
+
+    /// Takes a mark off messages (off every message when no ids are given).
+    pub fn memory_unmark(&self, input: MarkInput) -> Result<MarkOutput, OpsError> {
+        let memory = self.existing_session(&input.session)?;
+        let ids: Option<Vec<&str>> = input
+            .ids
+            .as_ref()
+            .map(|ids| ids.iter().map(String::as_str).collect());
+        let changed = memory.unmark(ids.as_deref(), &input.mark)?;
+        Ok(MarkOutput { changed })
+    }
+
+    /// A message's marks.
+    pub fn memory_marks_of(&self, input: MessageInput) -> Result<MarksOutput, OpsError> {
+        let memory = self.existing_session(&input.session)?;
+        let marks = memory
+            .marks_of(&input.id)?
+            .ok_or_else(|| OpsError::MessageNotFound {
+                session: input.session,
+                id: input.id,
+            })?;
+        Ok(MarksOutput { marks })
+    }
+
+    /// Removes messages by id.
+    pub fn memory_delete_messages(
+        &self,
+        input: DeleteMessagesInput,
+    ) -> Result<DeleteMessagesOutput, OpsError> {
+        let memory = self.existing_session(&input.session)?;
+        let ids: Vec<&str> = input.ids.iter().map(String::as_str).collect();
+        let report = memory.delete_by_id(&ids)?;
+        Ok(DeleteMessagesOutput {
+            deleted: report.deleted,
+            not_found: report.not_found,
+        })
+    }
+
+    /// A session as an AgentScope export document.
+    pub fn memory_export(&self, input: MemoryExportInput) -> Result<MemoryExportOutput, OpsError> {
+        let memory = self.existing_session(&input.session)?;
+        let options = ExportOptions {
+            include_marks: input.include_marks,
+            format: match input.format {
+                ExportFormatName::AgentScope00 => ExportFormat::AgentScope00,
+                ExportFormatName::AgentScope01 => ExportFormat::AgentScope01,
+            },
+        };
+        match memory.export(ExportTarget::Json, &options)? {
+            Exported::Json(document) => Ok(MemoryExportOutput { document }),
+            _ => Err(OpsError::invalid(
+                "the memory did not export a JSON document",
+            )),
+        }
+    }
+
+    /// Loads an export document into a session (creating it), atomically.
+    pub fn memory_import(&self, input: MemoryImportInput) -> Result<MemoryAddOutput, OpsError> {
+        let scope = check_session(&input.session)?;
+        let memory = self.stores().memory_created_on_write(scope)?;
+        let text = serde_json::to_string(&input.document)
+            .map_err(|e| OpsError::invalid(format!("the document cannot be read: {e}")))?;
+        let report = memory.load(LoadSource::Json(text), input.overwrite)?;
+        Ok(MemoryAddOutput {
+            added: report.added,
+            skipped_duplicates: report.skipped_duplicates,
+        })
+    }
+}

@@ -1,0 +1,84 @@
+//! [`Service`]: the stores of one namespace plus the models the operations use (an embedder
+//! for text search, the cl100k tokenizer for token budgets).
+
+use std::sync::Arc;
+
+use mnemon_types::{Embedder, Tokenizer};
+
+use crate::error::OpsError;
+use crate::stores::Stores;
+
+/// What every operation runs against: one namespace's stores, the embedder (if any) that turns
+/// search text into vectors, and the tokenizer of token budgets.
+///
+/// Cheap to clone (handles behind `Arc`s) and `Send + Sync`, so a server shares one. The stores
+/// are synchronous: an async caller runs operations on its blocking pool.
+#[derive(Clone)]
+pub struct Service {
+    stores: Stores,
+    embedder: Option<Arc<dyn Embedder>>,
+    tokenizer: Arc<dyn Tokenizer>,
+}
+
+impl std::fmt::Debug for Service {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Service")
+            .field("stores", &self.stores)
+            .field(
+                "embedder",
+                &self.embedder.as_ref().map(|e| e.model().to_owned()),
+            )
+            .finish_non_exhaustive()
+    }
+}
+
+impl Service {
+    /// A service over `stores`, with no embedder and the cl100k_base tokenizer.
+    pub fn new(stores: Stores) -> Service {
+        Service {
+            stores,
+            embedder: None,
+            tokenizer: Arc::new(mnemon_embed::Cl100kTokenizer),
+        }
+    }
+
+    /// This service with `embedder` for text search (memory search by text, library queries by
+    /// text).
+    pub fn with_embedder(self, embedder: Arc<dyn Embedder>) -> Service {
+        Service {
+            embedder: Some(embedder),
+            ..self
+        }
+    }
+
+    /// The stores.
+    pub fn stores(&self) -> &Stores {
+        &self.stores
+    }
+
+    /// The embedder, if one is configured.
+    pub fn embedder(&self) -> Option<&dyn Embedder> {
+        self.embedder.as_deref()
+    }
+
+    /// The embedder, or the error that says how to configure one.
+    pub(crate) fn require_embedder(&self) -> Result<&dyn Embedder, OpsError> {
+        self.embedder().ok_or(OpsError::NoEmbedder)
+    }
+
+    /// The tokenizer of token budgets.
+    pub fn tokenizer(&self) -> &dyn Tokenizer {
+        self.tokenizer.as_ref()
+    }
+
+    /// Whether the database answers: one point read of the asset table (an id no asset can
+    /// have, so it reads nothing). For readiness probes.
+    pub fn ping(&self) -> Result<(), OpsError> {
+        self.stores.assets().get(READINESS_PROBE_ID)?;
+        Ok(())
+    }
+}
+
+/// The asset id [`Service::ping`] looks up: it starts with a control character, so no asset
+/// put through the CLI or a sane client has it (and not NUL, which PostgreSQL text refuses).
+const READINESS_PROBE_ID: &str = "\u{1}mnemon-readiness-probe";

@@ -1,0 +1,130 @@
+//! The state every REST request shares: the services per namespace, the authenticator, the
+//! host's limits and its served library.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use axum::http::StatusCode;
+use mnemon_db::Namespace;
+use mnemon_host::{HostHandle, RequestLimits};
+use mnemon_ops::{OpsError, Service};
+use serde::Serialize;
+
+use crate::auth::{Authenticator, Principal, Role};
+use crate::error::RestError;
+
+/// Opens the [`Service`] of a namespace (blocking: it may connect to a database).
+pub type ServiceOpener = dyn Fn(&Namespace) -> Result<Service, OpsError> + Send + Sync;
+
+/// The services of the namespaces requests have used, opened on first use and kept.
+pub struct Tenants {
+    open: Box<ServiceOpener>,
+    open_services: Mutex<HashMap<Namespace, Service>>,
+}
+
+impl std::fmt::Debug for Tenants {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tenants").finish_non_exhaustive()
+    }
+}
+
+impl Tenants {
+    /// Services opened by `open`, one per namespace.
+    pub fn new(
+        open: impl Fn(&Namespace) -> Result<Service, OpsError> + Send + Sync + 'static,
+    ) -> Tenants {
+        Tenants {
+            open: Box::new(open),
+            open_services: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Only `service`'s namespace: any other is refused.
+    pub fn single(service: Service) -> Tenants {
+        let namespace = service.stores().namespace().clone();
+        let tenants = Tenants::new(move |asked: &Namespace| {
+            Err(OpsError::invalid(format!(
+                "this server serves namespace {:?} only, not {:?}",
+                namespace.as_str(),
+                asked.as_str()
+            )))
+        });
+        tenants
+            .open_services
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(service.stores().namespace().clone(), service);
+        tenants
+    }
+
+    /// The service of `namespace`, opened now if it was not yet (blocking).
+    pub fn get(&self, namespace: &Namespace) -> Result<Service, OpsError> {
+        if let Some(service) = self
+            .open_services
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(namespace)
+        {
+            return Ok(service.clone());
+        }
+        // Opened outside the lock: opening may wait on a database, and other namespaces'
+        // requests must not wait for it. Two first requests may both open; one is kept.
+        let service = (self.open)(namespace)?;
+        Ok(self
+            .open_services
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(namespace.clone())
+            .or_insert(service)
+            .clone())
+    }
+}
+
+/// Shared by every REST request.
+#[derive(Clone)]
+pub(crate) struct AppState {
+    pub(crate) tenants: Arc<Tenants>,
+    pub(crate) auth: Arc<dyn Authenticator>,
+    pub(crate) limits: RequestLimits,
+    pub(crate) host: HostHandle,
+    /// The namespace `/readyz` checks.
+    pub(crate) ready_namespace: Namespace,
+}
+
+impl AppState {
+    /// Runs `op` on the principal's service on the blocking pool, holding a request slot, after
+    /// checking the principal's role.
+    pub(crate) async fn call<T, F>(
+        &self,
+        principal: &Principal,
+        role: Role,
+        op: F,
+    ) -> Result<T, RestError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Service) -> Result<T, OpsError> + Send + 'static,
+    {
+        principal.require(role)?;
+        let _slot = self.limits.slot().await?;
+        let tenants = Arc::clone(&self.tenants);
+        let namespace = principal.namespace.clone();
+        tokio::task::spawn_blocking(move || {
+            let service = tenants.get(&namespace)?;
+            op(&service)
+        })
+        .await
+        .map_err(|e| RestError::internal(&e))?
+        .map_err(RestError::from)
+    }
+}
+
+/// A JSON body, serialised.
+pub(crate) fn to_json(value: &impl Serialize) -> Result<Vec<u8>, RestError> {
+    serde_json::to_vec(value).map_err(|e| {
+        RestError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            format!("cannot write the answer as JSON: {e}"),
+        )
+    })
+}
