@@ -6,13 +6,14 @@
 //! - `codegen [--check]`: JSON Schemas of the wire formats into `docs/schemas/`.
 //! - `release <VERSION> [--dry-run]`: bump every crate together and package them in dependency
 //!   order.
-//! - `bench <library|host|memory-stream|stores>`: the benchmarks that check the issues' performance
-//!   targets.
+//! - `bench <library|host|memory-stream|stores|ann>`: the benchmarks that check the issues'
+//!   performance targets.
 //! - `postgres install`: the PostgreSQL 16 + pgvector binaries the tests start themselves
 //!   (docs/postgres.md).
 
 use anyhow::{Result, bail};
 
+mod bench_ann;
 mod bench_host;
 mod bench_library;
 mod bench_memory;
@@ -31,7 +32,7 @@ tasks:
   test [--no-clients]             every test: PostgreSQL install, cargo test, the original clients
   codegen [--check]               write JSON Schemas to docs/schemas (--check: fail if stale)
   release <VERSION> [--dry-run]   bump all crate versions, check the CHANGELOG, cargo package
-  bench <library|host|memory-stream|stores>
+  bench <library|host|memory-stream|stores|ann>
                                   run a benchmark and print its report
   postgres install                download PostgreSQL 16 + pgvector into target/postgres (tests)";
 
@@ -61,8 +62,9 @@ fn bench(args: &[String]) -> Result<()> {
         Some("host") => bench_host::run(rest),
         Some("memory-stream") => bench_memory::run(rest),
         Some("stores") => bench_stores::run(rest),
+        Some("ann") => bench_ann::run(rest),
         Some(other) => {
-            bail!("unknown benchmark {other:?}; available: library, host, memory-stream, stores")
+            bail!("unknown benchmark {other:?}; available: library, host, memory-stream, stores, ann")
         }
         None => bail!("usage: cargo xtask bench <name>"),
     }

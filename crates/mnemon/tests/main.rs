@@ -3,6 +3,7 @@
 
 mod agent_turn;
 mod cli_asset_store;
+mod cli_keys;
 mod cli_library;
 mod cli_library_import;
 mod cli_library_text;

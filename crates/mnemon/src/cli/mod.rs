@@ -12,6 +12,7 @@ use mnemon::db::Namespace;
 
 mod artifact;
 mod asset;
+mod keys;
 mod library;
 mod library_import;
 mod memory;
@@ -94,6 +95,9 @@ enum Command {
     /// Copy a namespace's assets, artifacts and memory between a data directory (SQLite) and a
     /// PostgreSQL database, losing nothing (same ids, order, timestamps, marks, embeddings).
     Migrate(migrate::MigrateArgs),
+    /// Create, list and revoke the server's API keys (docs/reference/keys.md).
+    #[command(subcommand)]
+    Keys(keys::KeysCommand),
     /// Serve embedding libraries over HTTP (the library host).
     Serve(serve::ServeArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
@@ -166,6 +170,7 @@ pub(crate) fn run() -> ExitCode {
         Command::Prompt(cmd) => prompt::run(cmd),
         Command::Memory(cmd) => memory::run(cmd, &target),
         Command::Migrate(args) => migrate::run(args, &target),
+        Command::Keys(cmd) => keys::run(cmd, &target, cli.quiet),
         Command::Serve(args) => serve::run(args, &cli.data_dir, cli.quiet),
         Command::Completions { shell } => {
             let mut command = <Cli as clap::CommandFactory>::command();
