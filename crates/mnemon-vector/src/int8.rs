@@ -26,6 +26,212 @@ pub fn dot_i8_symmetric(a: &[i8], b: &[i8]) -> i64 {
     crate::dot_i8(a, b).unwrap_or(0)
 }
 
+/// The int8 dot product of every row of `codes` (row-major, `dim` codes per row; a partial
+/// last row is ignored) with each of `queries`: `out[r * queries.len() + q]` is
+/// [`dot_i8_symmetric`]`(row r, queries[q])`, exactly (both are exact integer sums). Entries of
+/// `out` beyond what it holds are not computed.
+///
+/// This is the pre-scan of many queries in one pass over an int8 matrix. On a CPU with
+/// AVX-512 VNNI (`vpdpbusd`: 64 byte products summed into 16 lanes per instruction), tiles of
+/// 4 queries × 4 rows are scored per inner loop, so each 64-byte row chunk loaded serves four
+/// queries from registers; elsewhere each pair goes through [`dot_i8_symmetric`]. Queries follow
+/// [`dot_i8_symmetric`]'s contract for its second operand (no `-128`); a query whose length is
+/// not `dim` is scored pair by pair over the common prefix, as [`dot_i8_symmetric`] does.
+pub fn dot_i8_symmetric_many(codes: &[i8], dim: usize, queries: &[&[i8]], out: &mut [i64]) {
+    if dim == 0 || queries.is_empty() {
+        out.fill(0);
+        return;
+    }
+    let rows = (codes.len() / dim).min(out.len() / queries.len());
+    #[cfg(target_arch = "x86_64")]
+    {
+        if vnni::available() && queries.iter().all(|q| q.len() == dim) {
+            // SAFETY: the CPU supports AVX-512F, BW and VNNI (checked by `available`); every
+            // query has `dim` codes, `codes` holds `rows * dim` and `out` `rows * queries.len()`.
+            unsafe { vnni::dots(codes, dim, rows, queries, out) };
+            return;
+        }
+    }
+    for r in 0..rows {
+        let row = codes.get(r * dim..(r + 1) * dim).unwrap_or(&[]);
+        for (q, query) in queries.iter().enumerate() {
+            if let Some(slot) = out.get_mut(r * queries.len() + q) {
+                *slot = dot_i8_symmetric(row, query);
+            }
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod vnni {
+    use std::arch::x86_64::{
+        __m512i, _mm512_dpbusd_epi32, _mm512_loadu_si512, _mm512_maskz_loadu_epi8,
+        _mm512_set1_epi8, _mm512_setzero_si512, _mm512_storeu_si512, _mm512_xor_si512,
+    };
+
+    /// Bytes per register.
+    const LANES: usize = 64;
+
+    /// Bytes of a row summed in the i32 lanes before they are moved to i64: each instruction
+    /// adds at most 4 · 255 · 128 = 130,560 to a lane, 256 of them stay below 2³¹.
+    const CHUNK: usize = 256 * LANES;
+
+    /// Whether this CPU has what [`dots`] needs.
+    pub(super) fn available() -> bool {
+        std::is_x86_feature_detected!("avx512f")
+            && std::is_x86_feature_detected!("avx512bw")
+            && std::is_x86_feature_detected!("avx512vnni")
+    }
+
+    /// Queries per tile.
+    const Q: usize = 4;
+    /// Rows per tile.
+    const R: usize = 4;
+
+    /// # Safety
+    /// The CPU must support AVX-512F, BW and VNNI; every query must hold `dim` codes, `codes`
+    /// at least `rows * dim` and `out` at least `rows * queries.len()`.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+    pub(super) unsafe fn dots(
+        codes: &[i8],
+        dim: usize,
+        rows: usize,
+        queries: &[&[i8]],
+        out: &mut [i64],
+    ) {
+        // `vpdpbusd` multiplies unsigned by signed bytes: rows are shifted to `c + 128` (a xor
+        // of the sign bit), and `128 · Σ query` is taken off again, exactly.
+        let sums: Vec<i64> = queries
+            .iter()
+            .map(|q| q.iter().map(|&c| i64::from(c)).sum::<i64>() * 128)
+            .collect();
+        let nq = queries.len();
+        // Rows outside, queries inside: a tile's rows are read from memory once and stay in L1
+        // while every query passes over them; the next rows are requested meanwhile.
+        let mut r = 0;
+        while r < rows {
+            let rn = (rows - r).min(R);
+            let next = (r + rn) * dim;
+            let ahead = codes
+                .get(next..(next + R * dim).min(rows * dim))
+                .unwrap_or(&[]);
+            for line in ahead.chunks(LANES) {
+                // A prefetch never faults; the address is inside `codes` anyway.
+                std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
+                    line.as_ptr(),
+                );
+            }
+            let mut q = 0;
+            while q < nq {
+                let qn = (nq - q).min(Q);
+                // SAFETY: forwarded; the tile is within the queries and rows.
+                unsafe {
+                    match (qn, rn) {
+                        (4, 4) => tile::<4, 4>(codes, dim, r, queries, q, &sums, out),
+                        (4, 3) => tile::<4, 3>(codes, dim, r, queries, q, &sums, out),
+                        (4, 2) => tile::<4, 2>(codes, dim, r, queries, q, &sums, out),
+                        (4, _) => tile::<4, 1>(codes, dim, r, queries, q, &sums, out),
+                        (3, 4) => tile::<3, 4>(codes, dim, r, queries, q, &sums, out),
+                        (3, 3) => tile::<3, 3>(codes, dim, r, queries, q, &sums, out),
+                        (3, 2) => tile::<3, 2>(codes, dim, r, queries, q, &sums, out),
+                        (3, _) => tile::<3, 1>(codes, dim, r, queries, q, &sums, out),
+                        (2, 4) => tile::<2, 4>(codes, dim, r, queries, q, &sums, out),
+                        (2, 3) => tile::<2, 3>(codes, dim, r, queries, q, &sums, out),
+                        (2, 2) => tile::<2, 2>(codes, dim, r, queries, q, &sums, out),
+                        (2, _) => tile::<2, 1>(codes, dim, r, queries, q, &sums, out),
+                        (_, 4) => tile::<1, 4>(codes, dim, r, queries, q, &sums, out),
+                        (_, 3) => tile::<1, 3>(codes, dim, r, queries, q, &sums, out),
+                        (_, 2) => tile::<1, 2>(codes, dim, r, queries, q, &sums, out),
+                        _ => tile::<1, 1>(codes, dim, r, queries, q, &sums, out),
+                    }
+                }
+                q += qn;
+            }
+            r += rn;
+        }
+    }
+
+    /// Queries `q0..q0 + QT` × rows `r0..r0 + RT`.
+    ///
+    /// # Safety
+    /// As [`dots`], with `q0 + QT <= queries.len()` and `r0 + RT <= rows`.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+    // Indexed loops keep each accumulator of the tile a named register slot.
+    #[allow(clippy::too_many_arguments, clippy::needless_range_loop)]
+    unsafe fn tile<const QT: usize, const RT: usize>(
+        codes: &[i8],
+        dim: usize,
+        r0: usize,
+        queries: &[&[i8]],
+        q0: usize,
+        sums: &[i64],
+        out: &mut [i64],
+    ) {
+        let nq = queries.len();
+        let flip = _mm512_set1_epi8(i8::MIN);
+        // SAFETY: rows `r0..r0 + RT` lie within `codes`.
+        let rp: [*const i8; RT] =
+            std::array::from_fn(|r| unsafe { codes.as_ptr().add((r0 + r) * dim) });
+        let qp: [*const i8; QT] =
+            std::array::from_fn(|q| queries.get(q0 + q).map_or(std::ptr::null(), |s| s.as_ptr()));
+        let mut total = [[0i64; RT]; QT];
+        let mut start = 0;
+        while start < dim {
+            let end = (start + CHUNK).min(dim);
+            let mut acc = [[_mm512_setzero_si512(); RT]; QT];
+            let mut i = start;
+            // SAFETY (all loads): `i + LANES <= end <= dim`, and every row and query holds `dim`
+            // codes; the masked loads below read only the bytes below `dim`.
+            while i + LANES <= end {
+                let x: [__m512i; RT] = std::array::from_fn(|r| {
+                    _mm512_xor_si512(
+                        unsafe { _mm512_loadu_si512(rp[r].add(i).cast::<__m512i>()) },
+                        flip,
+                    )
+                });
+                for q in 0..QT {
+                    let y = unsafe { _mm512_loadu_si512(qp[q].add(i).cast::<__m512i>()) };
+                    for r in 0..RT {
+                        acc[q][r] = _mm512_dpbusd_epi32(acc[q][r], x[r], y);
+                    }
+                }
+                i += LANES;
+            }
+            if i < end {
+                // Masked-off query bytes load as zero, so the shifted row bytes there add
+                // nothing.
+                let mask = u64::MAX >> (LANES - (end - i));
+                let x: [__m512i; RT] = std::array::from_fn(|r| {
+                    _mm512_xor_si512(unsafe { _mm512_maskz_loadu_epi8(mask, rp[r].add(i)) }, flip)
+                });
+                for q in 0..QT {
+                    let y = unsafe { _mm512_maskz_loadu_epi8(mask, qp[q].add(i)) };
+                    for r in 0..RT {
+                        acc[q][r] = _mm512_dpbusd_epi32(acc[q][r], x[r], y);
+                    }
+                }
+            }
+            for q in 0..QT {
+                for r in 0..RT {
+                    let mut lanes = [0i32; 16];
+                    // SAFETY: `lanes` is 64 writable bytes; unaligned stores accept any address.
+                    unsafe { _mm512_storeu_si512(lanes.as_mut_ptr().cast::<__m512i>(), acc[q][r]) };
+                    total[q][r] += lanes.iter().map(|&l| i64::from(l)).sum::<i64>();
+                }
+            }
+            start = end;
+        }
+        for q in 0..QT {
+            let shift = sums.get(q0 + q).copied().unwrap_or(0);
+            for r in 0..RT {
+                if let Some(slot) = out.get_mut((r0 + r) * nq + q0 + q) {
+                    *slot = total[q][r] - shift;
+                }
+            }
+        }
+    }
+}
+
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
     use std::arch::x86_64::{
@@ -130,5 +336,105 @@ mod tests {
         ) {
             let _ = dot_i8_symmetric(&a, &b);
         }
+    }
+}
+
+#[cfg(test)]
+mod many_tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn scalar(a: &[i8], b: &[i8]) -> i64 {
+        a.iter()
+            .zip(b)
+            .map(|(&x, &y)| i64::from(x) * i64::from(y))
+            .sum()
+    }
+
+    fn check(codes: &[i8], dim: usize, queries: &[Vec<i8>]) {
+        let refs: Vec<&[i8]> = queries.iter().map(Vec::as_slice).collect();
+        let rows = codes.len().checked_div(dim).unwrap_or(0);
+        let mut out = vec![i64::MIN; rows * refs.len()];
+        dot_i8_symmetric_many(codes, dim, &refs, &mut out);
+        for r in 0..rows {
+            for (q, query) in refs.iter().enumerate() {
+                let row = &codes[r * dim..(r + 1) * dim];
+                assert_eq!(
+                    out[r * refs.len() + q],
+                    scalar(row, query),
+                    "row {r} query {q}"
+                );
+                assert_eq!(out[r * refs.len() + q], dot_i8_symmetric(row, query));
+            }
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(200))]
+
+        /// Exact for every shape: dimensions with every tail of the 64-byte blocks, every edge
+        /// tile of 4 × 4, rows holding any byte (−128 too) and queries any but −128.
+        #[test]
+        fn many_matches_the_scalar_sum(
+            dim in 1usize..300,
+            rows in 0usize..11,
+            queries in 1usize..10,
+            seed in any::<u64>(),
+        ) {
+            let mut state = seed | 1;
+            let mut next = move || {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                (state >> 32) as u8 as i8
+            };
+            // A partial last row, which is ignored.
+            let codes: Vec<i8> = (0..rows * dim + dim / 2).map(|_| next()).collect();
+            let qs: Vec<Vec<i8>> = (0..queries)
+                .map(|_| (0..dim).map(|_| next().max(-127)).collect())
+                .collect();
+            check(&codes, dim, &qs);
+        }
+    }
+
+    /// The largest products over more bytes than one chunk of i32 lanes holds stay exact.
+    #[test]
+    fn many_extremes_are_exact() {
+        let dim = 256 * 64 * 2 + 77;
+        for (x, y) in [
+            (127i8, 127i8),
+            (-128, 127),
+            (-128, -127),
+            (127, -127),
+            (0, 127),
+        ] {
+            let codes = vec![x; dim * 5];
+            check(
+                &codes,
+                dim,
+                &[
+                    vec![y; dim],
+                    vec![-y; dim],
+                    vec![y; dim],
+                    vec![0; dim],
+                    vec![y; dim],
+                ],
+            );
+        }
+    }
+
+    #[test]
+    fn many_edge_cases() {
+        let mut out = vec![7i64; 4];
+        dot_i8_symmetric_many(&[1, 2, 3, 4], 0, &[&[]], &mut out);
+        assert_eq!(out, vec![0; 4]);
+        // A query of another length: scored over the common prefix, as the pairwise kernel.
+        let mut out = vec![0i64; 2];
+        dot_i8_symmetric_many(&[1, 2, 3, 4], 2, &[&[5]], &mut out);
+        assert_eq!(out, vec![5, 15]);
+        // Too small an output: only what fits.
+        let mut out = vec![0i64; 1];
+        dot_i8_symmetric_many(&[1, 2, 3, 4], 2, &[&[1, 1]], &mut out);
+        assert_eq!(out, vec![3]);
     }
 }

@@ -6,9 +6,14 @@
 //!   [simsimd](https://crates.io/crates/simsimd).
 //! * [`Matrix`] stores many vectors as one contiguous, 64-byte-aligned row-major `f32` block, and
 //!   [`MatrixView`] scans such a block (owned or memory-mapped) across rayon threads, with
-//!   [`MatrixView::top_k`] selecting the best rows without sorting them all.
+//!   [`MatrixView::top_k`] selecting the best rows without sorting them all, and
+//!   [`MatrixView::scores_many`] scoring a batch of queries in one pass with register-blocked
+//!   tiles of queries × rows (AVX-512 or AVX2 + FMA, picked at run time), each score bit for bit
+//!   the one-query scan's.
 //! * [`dot_i8_symmetric`] is the int8 kernel of symmetric-quantised pre-scans (the library's
-//!   fast mode keeps its own int8 copy, with the per-row norms its score bounds need).
+//!   fast mode keeps its own int8 copy, with the per-row norms its score bounds need), and
+//!   [`dot_i8_symmetric_many`] its batch form (AVX-512 VNNI `vpdpbusd` tiles where the CPU has
+//!   them), exact like it.
 //!
 //! Every row goes through the same kernel, so a row's score depends only on the query and that
 //! row, never on its position or on how rows are split between threads.
@@ -28,13 +33,14 @@
 //! # Ok::<(), mnemon_vector::VectorError>(())
 //! ```
 
+mod blocked;
 mod f32_dot;
 mod int8;
 mod kernel;
 mod matrix;
 mod select;
 
-pub use int8::dot_i8_symmetric;
+pub use int8::{dot_i8_symmetric, dot_i8_symmetric_many};
 pub use kernel::{cosine, dot, dot_i8, kernel_name, neg_euclidean, norm, scalar_dot, squared_l2};
 pub use matrix::{Matrix, MatrixView, ROW_ALIGN_FLOATS};
 pub use select::{Scored, top_k_of_scores};

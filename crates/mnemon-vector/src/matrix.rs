@@ -3,6 +3,7 @@
 use rayon::prelude::*;
 
 use crate::VectorError;
+use crate::blocked;
 use crate::kernel::dot_same_length as dot;
 use crate::select::{Scored, TopK};
 
@@ -356,13 +357,13 @@ impl<'a> MatrixView<'a> {
     ///
     /// A scan of a large matrix is bound by memory bandwidth, not arithmetic. Here each small
     /// block of rows is read from memory once and scored against every query while it sits in
-    /// cache, so `n` queries cost little more than one.
+    /// cache, in register-blocked tiles of queries × rows (`crate::blocked`), so `n` queries
+    /// cost little more than one until the multiply-adds themselves set the pace.
     pub fn scores_many(&self, queries: &[&[f32]]) -> Result<Vec<Vec<f32>>, VectorError> {
-        /// Rows scored against every query before moving on: small enough to stay in L2.
-        const BLOCK_ROWS: usize = 16;
         for query in queries {
             self.check_query(query)?;
         }
+        let kernel = blocked::detect();
         let mut out: Vec<Vec<f32>> = queries.iter().map(|_| vec![0.0; self.rows]).collect();
         // Chunk `c` of every query's output, gathered per chunk so tasks own disjoint slices.
         let mut per_chunk: Vec<Vec<&mut [f32]>> = Vec::new();
@@ -382,16 +383,13 @@ impl<'a> MatrixView<'a> {
             .for_each(|(c, mut outputs)| {
                 let base = c * ROWS_PER_TASK;
                 let len = outputs.first().map_or(0, |o| o.len());
-                for block in (0..len).step_by(BLOCK_ROWS) {
-                    let end = (block + BLOCK_ROWS).min(len);
-                    for (query, scores) in queries.iter().zip(outputs.iter_mut()) {
-                        for offset in block..end {
-                            if let Some(score) = scores.get_mut(offset) {
-                                *score = dot(self.row_unchecked_len(base + offset), query);
-                            }
-                        }
-                    }
-                }
+                let rows = blocked::Rows {
+                    data: self.data.get(base * self.stride..).unwrap_or(&[]),
+                    stride: self.stride,
+                    dim: self.dim,
+                    count: len,
+                };
+                blocked::dots(kernel, rows, queries, &mut outputs);
             });
         Ok(out)
     }
@@ -451,6 +449,7 @@ impl<'a> MatrixView<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::top_k_of_scores;
 
     #[test]
     fn scores_many_equals_one_scan_per_query() {
@@ -488,6 +487,47 @@ mod tests {
         );
     }
 
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(40))]
+
+        /// Issue 17 item 0: the register-blocked batch scan gives every row of every query the
+        /// bits of the one-query scan, for random dimensions (every kernel tail), row counts
+        /// across task boundaries and batch sizes (every edge tile).
+        #[test]
+        fn scores_many_is_bit_identical_for_random_shapes(
+            dim in 1usize..100,
+            rows in 0usize..2100,
+            queries in 1usize..18,
+            seed in proptest::prelude::any::<u64>(),
+        ) {
+            let mut state = seed | 1;
+            let mut next = move || {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                (state >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+            };
+            let mut m = Matrix::with_capacity(dim, rows);
+            for _ in 0..rows {
+                let row: Vec<f32> = (0..dim).map(|_| next()).collect();
+                m.push_row(&row).unwrap();
+            }
+            let qs: Vec<Vec<f32>> = (0..queries).map(|_| (0..dim).map(|_| next()).collect()).collect();
+            let refs: Vec<&[f32]> = qs.iter().map(Vec::as_slice).collect();
+            let view = m.view();
+            let many = view.scores_many(&refs).unwrap();
+            for (q, scores) in qs.iter().zip(&many) {
+                let one = view.scores(q).unwrap();
+                proptest::prop_assert_eq!(
+                    scores.iter().map(|s| s.to_bits()).collect::<Vec<_>>(),
+                    one.iter().map(|s| s.to_bits()).collect::<Vec<_>>()
+                );
+                let best = view.top_k(q, 5, |_| true).unwrap();
+                proptest::prop_assert_eq!(top_k_of_scores(scores, 5, |_| true), best);
+            }
+        }
+    }
+
     /// Issue 12 item 4: a query of another length was scored over the common prefix of each
     /// row; every scan now refuses it.
     #[test]
@@ -520,10 +560,10 @@ mod tests {
         for i in 0..rows {
             let r = m.push_zero_row();
             assert_eq!(r, i);
-            if i % 4099 == 0 {
-                if let Some(row) = m.row_mut(r) {
-                    row[0] = i as f32;
-                }
+            if i % 4099 == 0
+                && let Some(row) = m.row_mut(r)
+            {
+                row[0] = i as f32;
             }
         }
         assert_eq!(m.rows(), rows);
