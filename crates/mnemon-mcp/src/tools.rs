@@ -1,0 +1,744 @@
+//! The MCP tools (docs/reference/mcp.md#tools): each one a thin adapter over `mnemon-ops`.
+//!
+//! A tool's input type is its JSON Schema; its output type is its output schema. Success is
+//! `structuredContent` (the output) plus one text block: a one-line summary followed by the
+//! same JSON, because clients that ignore `structuredContent` (the MCP specification asks
+//! servers to keep them working) hand the model only the text. A failure is a tool error
+//! (`isError: true`) whose text is `{"error": {"code", "message"}}`: the operation's stable code
+//! and a message naming the tool or input that fixes it. Protocol errors are left to rmcp
+//! (unknown tool, arguments that do not match the schema).
+
+use std::sync::Arc;
+
+use axum::http::request::Parts;
+use mnemon_ops::artifacts::{
+    ArtifactLoadInput, ArtifactLoadOutput, ArtifactOutput, ArtifactSaveInput,
+};
+use mnemon_ops::assets::{
+    AssetListInput, AssetListOutput, AssetMetaInput, AssetMetaOutput, AssetPutInput,
+    AssetResolveInput, AssetResolveOutput,
+};
+use mnemon_ops::library::{LibraryQueryInput, LibraryQueryOutput};
+use mnemon_ops::memory::{
+    DeleteMessagesInput, MemoryAddInput, MemoryAddOutput, MemoryGetInput, MemorySearchInput,
+    MessageBody, MetricName, SearchQuery, SessionInput, SessionListInput, SessionListOutput,
+};
+use mnemon_ops::{OpsError, Service};
+use rmcp::handler::server::router::tool::ToolRouter;
+use rmcp::handler::server::tool::schema_for_output;
+use rmcp::handler::server::wrapper::Parameters;
+use rmcp::model::{CallToolResult, ContentBlock, Implementation, ServerCapabilities, ServerConfig};
+use rmcp::service::RequestContext;
+use rmcp::{ErrorData, RoleServer, ServerHandler, tool, tool_handler, tool_router};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::{Denied, LibrarySource, ServiceResolver};
+
+/// Most sessions `recall` searches when no session is named (ten pages of the session list).
+const MAX_SESSIONS_SEARCHED: usize = 10_000;
+
+/// What the server tells a client about itself at initialization.
+const INSTRUCTIONS: &str = "Mnemon keeps an agent's memory. Conversation memory: `remember` \
+adds messages to a session, `recall` finds them again (by meaning with a query, or the latest \
+ones), `list_sessions` lists sessions, `forget` deletes messages or a whole session. Assets hold \
+large or binary data that you refer to as asset://<id>/<field>/... without ever seeing the \
+payload: `put_asset` stores one, `describe_asset` shows its shape (meta), `resolve_asset` fetches \
+one referenced part, `list_assets` lists ids. Artifacts are named results of work saved under a \
+key in a scope: `save_artifact` saves one, `load_artifacts` renders the newest of some keys as a \
+block for your prompt. `search_library` searches the served document library by meaning.";
+
+// ---------------------------------------------------------------------------------------------
+// Inputs and outputs of the tools that are not one operation's own types.
+
+/// Input of `remember`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct RememberInput {
+    /// The session (conversation) to add to, e.g. `chat-42`. It is created by the first add.
+    pub session: String,
+    /// The messages, oldest first. Each is an object with at least `name` (who spoke, e.g.
+    /// `user`) and `content` (the text); `role` (`user`, `assistant` or `system`), `id` and
+    /// `timestamp` are filled in when missing.
+    pub messages: Vec<MessageBody>,
+    /// Marks (tags) every added message gets, e.g. `["important"]`; `recall` can filter by one.
+    #[serde(default)]
+    pub marks: Vec<String>,
+}
+
+/// Input of `recall`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct RecallInput {
+    /// The session to recall from. Leave it out to search every session (needs `query`).
+    #[serde(default)]
+    pub session: Option<String>,
+    /// What to look for, in words: the messages closest in meaning come back, best first.
+    /// Leave it out to get the latest messages of `session` instead.
+    #[serde(default)]
+    pub query: Option<String>,
+    /// With `query`: how many messages to return (default 5).
+    #[serde(default)]
+    pub top_k: Option<usize>,
+    /// Without `query`: how many of the latest messages to return (default 20).
+    #[serde(default)]
+    pub recent: Option<usize>,
+    /// Only messages carrying this mark.
+    #[serde(default)]
+    pub mark: Option<String>,
+}
+
+/// One recalled message.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Recalled {
+    /// The session it belongs to.
+    pub session: String,
+    /// With a query: how close it is (larger is closer).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub score: Option<f64>,
+    /// The message (`id`, `name`, `role`, `content`, `timestamp`, …).
+    pub message: MessageBody,
+}
+
+/// Output of `recall`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct RecallOutput {
+    /// With a query: the closest messages, best first; without: the latest, oldest first.
+    pub messages: Vec<Recalled>,
+}
+
+/// Input of `forget`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct ForgetInput {
+    /// The session.
+    pub session: String,
+    /// The ids of the messages to delete. Leave it out to delete the whole session.
+    #[serde(default)]
+    pub message_ids: Option<Vec<String>>,
+}
+
+/// Output of `forget`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct ForgetOutput {
+    /// The session.
+    pub session: String,
+    /// True when the whole session (every message and mark) was deleted.
+    pub session_deleted: bool,
+    /// The ids of the messages deleted (empty when the whole session was).
+    pub deleted_message_ids: Vec<String>,
+    /// Requested ids that were not in the session.
+    pub not_found: Vec<String>,
+}
+
+/// Output of `put_asset`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct PutAssetOutput {
+    /// The stored asset's id: refer to its parts as `asset://<asset_id>/<field>/…`.
+    pub asset_id: String,
+    /// The stored asset's meta (its shape, payloads replaced by type names).
+    pub meta: serde_json::Map<String, serde_json::Value>,
+}
+
+/// Input of `search_library`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct SearchLibraryInput {
+    /// The question or topic, in words.
+    pub text: String,
+    /// How many passages ("bits") to return (default 10).
+    #[serde(default)]
+    pub count: Option<i64>,
+}
+
+// ---------------------------------------------------------------------------------------------
+// The server.
+
+/// Why a call failed, before it becomes a tool error.
+enum Failure {
+    Ops(OpsError),
+    Denied(Denied),
+}
+
+impl From<OpsError> for Failure {
+    fn from(error: OpsError) -> Self {
+        Failure::Ops(error)
+    }
+}
+
+impl Failure {
+    fn code(&self) -> String {
+        match self {
+            Failure::Ops(e) => e.code().to_owned(),
+            Failure::Denied(d) => d.code.clone(),
+        }
+    }
+
+    /// The message, pointing at the tools that fix it where the operation's own message names
+    /// REST routes.
+    fn message(&self) -> String {
+        let error = match self {
+            Failure::Denied(d) => return d.message.clone(),
+            Failure::Ops(e) => e,
+        };
+        match error {
+            OpsError::AssetNotFound { asset_id } => format!(
+                "there is no asset with id {asset_id:?}; call list_assets to see the stored ids, \
+                 or put_asset to store one"
+            ),
+            OpsError::SessionNotFound { session } => format!(
+                "there is no memory session {session:?}; call list_sessions to see the \
+                 sessions, or remember to start this one"
+            ),
+            OpsError::ArtifactNotFound { what } => {
+                format!("{what}; save_artifact saves one under a key")
+            }
+            OpsError::InvalidCursor => "the cursor is not one this list handed out (or the item \
+                 it points after was removed); call again without a cursor"
+                .to_owned(),
+            OpsError::NoLibrary => "no library is served; start the server with one \
+                 (`mnemon mcp --library FILE|DIR`, or `mnemon serve` with its library)"
+                .to_owned(),
+            OpsError::NoEmbedder => "searching by text needs an embedder, and none is \
+                 configured; start the server with --embedding-model (for example \
+                 mnemon:hashing-v1-256), or call recall without a query for the latest messages"
+                .to_owned(),
+            other => other.to_string(),
+        }
+    }
+}
+
+/// The tool result of a failure: `isError` with `{"error": {"code", "message"}}` as text.
+fn tool_error(code: &str, message: &str) -> CallToolResult {
+    let body = serde_json::json!({"error": {"code": code, "message": message}});
+    CallToolResult::error(vec![ContentBlock::text(body.to_string())])
+}
+
+/// The MCP server: the tools over one [`ServiceResolver`] and, optionally, a library.
+///
+/// Cheap to clone (the streamable-HTTP transport makes one per request).
+#[derive(Clone)]
+pub struct MnemonMcp {
+    resolver: Arc<dyn ServiceResolver>,
+    library: Option<Arc<dyn LibrarySource>>,
+    tool_router: ToolRouter<MnemonMcp>,
+}
+
+impl std::fmt::Debug for MnemonMcp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MnemonMcp")
+            .field("library", &self.library.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl MnemonMcp {
+    /// The tools over the services `resolver` picks (a [`Service`] serves its one namespace).
+    pub fn new(resolver: impl ServiceResolver) -> MnemonMcp {
+        MnemonMcp {
+            resolver: Arc::new(resolver),
+            library: None,
+            tool_router: MnemonMcp::tool_router(),
+        }
+    }
+
+    /// Lets `search_library` search the library `source` hands out.
+    pub fn with_library(self, source: impl LibrarySource) -> MnemonMcp {
+        MnemonMcp {
+            library: Some(Arc::new(source)),
+            ..self
+        }
+    }
+
+    /// The tools' definitions (names, descriptions, input and output schemas), as
+    /// `tools/list` answers.
+    pub fn tools(&self) -> Vec<rmcp::model::Tool> {
+        self.tool_router.list_all()
+    }
+
+    /// Runs `op` on the blocking pool against the call's service and turns its outcome into a
+    /// tool result: `summary` and the output on success, a tool error on failure.
+    async fn run<T, F>(
+        &self,
+        context: &RequestContext<RoleServer>,
+        op: F,
+        summary: fn(&T) -> String,
+    ) -> Result<CallToolResult, ErrorData>
+    where
+        T: Serialize + Send + 'static,
+        F: FnOnce(&Service) -> Result<T, Failure> + Send + 'static,
+    {
+        let request = context.extensions.get::<Parts>().cloned();
+        let resolver = Arc::clone(&self.resolver);
+        let joined = tokio::task::spawn_blocking(move || {
+            let service = resolver
+                .resolve(request.as_ref())
+                .map_err(Failure::Denied)?;
+            op(&service)
+        })
+        .await;
+        let output = match joined {
+            Ok(Ok(output)) => output,
+            Ok(Err(failure)) => return Ok(tool_error(&failure.code(), &failure.message())),
+            Err(e) => {
+                tracing::error!(error = %e, "an MCP tool call panicked");
+                return Ok(tool_error(
+                    "internal",
+                    "the server failed while running this tool; retrying may work, and the \
+                     server's log says more",
+                ));
+            }
+        };
+        let json = serde_json::to_value(&output).map_err(|e| {
+            ErrorData::internal_error(format!("cannot write the tool's result as JSON: {e}"), None)
+        })?;
+        let text = format!("{}\n{json}", summary(&output));
+        let mut result = CallToolResult::success(vec![ContentBlock::text(text)]);
+        result.structured_content = Some(json);
+        Ok(result)
+    }
+}
+
+fn plural(n: usize, one: &str) -> String {
+    if n == 1 {
+        format!("1 {one}")
+    } else {
+        format!("{n} {one}s")
+    }
+}
+
+/// Recall: a search in one session or across sessions, or the latest messages of one.
+fn recall(service: &Service, input: RecallInput) -> Result<RecallOutput, Failure> {
+    let Some(query) = input.query else {
+        let Some(session) = input.session else {
+            return Err(OpsError::invalid(
+                "name a session (to get its latest messages) or give a query (to search every \
+                 session)",
+            )
+            .into());
+        };
+        let got = service.memory_get(MemoryGetInput {
+            session: session.clone(),
+            recent: Some(input.recent.unwrap_or(20)),
+            mark: input.mark,
+            exclude_mark: None,
+            tokens: None,
+            include_embeddings: false,
+        })?;
+        return Ok(RecallOutput {
+            messages: got
+                .messages
+                .into_iter()
+                .map(|message| Recalled {
+                    session: session.clone(),
+                    score: None,
+                    message,
+                })
+                .collect(),
+        });
+    };
+    let top_k = input.top_k.unwrap_or(5);
+    let sessions = match input.session {
+        Some(session) => vec![session],
+        None => all_sessions(service)?,
+    };
+    let mut found = Vec::new();
+    for session in sessions {
+        let hits = service.memory_search(MemorySearchInput {
+            session: session.clone(),
+            query: SearchQuery::Text(query.clone()),
+            top_k: Some(top_k),
+            metric: MetricName::Cosine,
+            mark: input.mark.clone(),
+            include_embeddings: false,
+        })?;
+        found.extend(hits.hits.into_iter().map(|hit| Recalled {
+            session: session.clone(),
+            score: Some(hit.score),
+            message: hit.message,
+        }));
+    }
+    // Stable: equal scores keep session order, then each session's own order.
+    found.sort_by(|a, b| {
+        b.score
+            .unwrap_or(f64::NEG_INFINITY)
+            .total_cmp(&a.score.unwrap_or(f64::NEG_INFINITY))
+    });
+    found.truncate(top_k);
+    Ok(RecallOutput { messages: found })
+}
+
+/// The ids of the namespace's sessions, a page at a time, up to [`MAX_SESSIONS_SEARCHED`].
+/// Threads without a session id (user or agent threads) have no session to search by.
+fn all_sessions(service: &Service) -> Result<Vec<String>, Failure> {
+    let mut sessions = Vec::new();
+    let mut cursor = None;
+    loop {
+        let page = service.memory_sessions(SessionListInput {
+            cursor,
+            limit: Some(1_000),
+        })?;
+        sessions.extend(page.sessions.into_iter().filter_map(|s| s.session_id));
+        match page.next_cursor {
+            Some(next) if sessions.len() < MAX_SESSIONS_SEARCHED => cursor = Some(next),
+            _ => break,
+        }
+    }
+    sessions.truncate(MAX_SESSIONS_SEARCHED);
+    Ok(sessions)
+}
+
+/// Forget: a session's messages by id, or the whole session.
+fn forget(service: &Service, input: ForgetInput) -> Result<ForgetOutput, Failure> {
+    match input.message_ids {
+        Some(ids) => {
+            let out = service.memory_delete_messages(DeleteMessagesInput {
+                session: input.session.clone(),
+                ids,
+            })?;
+            Ok(ForgetOutput {
+                session: input.session,
+                session_deleted: false,
+                deleted_message_ids: out.deleted,
+                not_found: out.not_found,
+            })
+        }
+        None => {
+            service.memory_session_delete(SessionInput {
+                session: input.session.clone(),
+            })?;
+            Ok(ForgetOutput {
+                session: input.session,
+                session_deleted: true,
+                deleted_message_ids: Vec::new(),
+                not_found: Vec::new(),
+            })
+        }
+    }
+}
+
+#[tool_router]
+impl MnemonMcp {
+    /// Remember: add messages to a conversation session (created on first use). Use it to keep
+    /// what was said or learned so that it can be recalled later, in this conversation or
+    /// another. Returns how many messages were added and the ids skipped as duplicates.
+    #[tool(
+        name = "remember",
+        output_schema = schema_for_output::<MemoryAddOutput>(),
+        annotations(title = "Remember messages", read_only_hint = false, destructive_hint = false, idempotent_hint = false, open_world_hint = false)
+    )]
+    async fn remember(
+        &self,
+        Parameters(input): Parameters<RememberInput>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, ErrorData> {
+        self.run(
+            &context,
+            move |s| {
+                Ok(s.memory_add(MemoryAddInput {
+                    session: input.session,
+                    messages: input.messages,
+                    marks: input.marks,
+                })?)
+            },
+            |o: &MemoryAddOutput| {
+                format!(
+                    "Remembered {}{}.",
+                    plural(o.added, "message"),
+                    if o.skipped_duplicates.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" ({} skipped as duplicates)", o.skipped_duplicates.len())
+                    }
+                )
+            },
+        )
+        .await
+    }
+
+    /// Recall: find remembered messages. With `query`, returns the messages closest in meaning
+    /// to it, best first, from `session` or, without a session, from every session. Without
+    /// `query`, returns the latest messages of `session`, oldest first. Each result names its
+    /// session, its score (searches only) and the message (`id`, `name`, `role`, `content`,
+    /// `timestamp`).
+    #[tool(
+        name = "recall",
+        output_schema = schema_for_output::<RecallOutput>(),
+        annotations(title = "Recall messages", read_only_hint = true, open_world_hint = false)
+    )]
+    async fn recall(
+        &self,
+        Parameters(input): Parameters<RecallInput>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, ErrorData> {
+        self.run(
+            &context,
+            move |s| recall(s, input),
+            |o: &RecallOutput| format!("Recalled {}.", plural(o.messages.len(), "message")),
+        )
+        .await
+    }
+
+    /// Forget: permanently delete conversation memory. With `message_ids`, deletes those
+    /// messages from the session; without, deletes the whole session with all its messages and
+    /// marks. Assets and artifacts are not affected. Returns what was deleted; an unknown
+    /// session is an error (`session_not_found`).
+    #[tool(
+        name = "forget",
+        output_schema = schema_for_output::<ForgetOutput>(),
+        annotations(title = "Forget messages or a session", read_only_hint = false, destructive_hint = true, idempotent_hint = true, open_world_hint = false)
+    )]
+    async fn forget(
+        &self,
+        Parameters(input): Parameters<ForgetInput>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, ErrorData> {
+        self.run(
+            &context,
+            move |s| forget(s, input),
+            |o: &ForgetOutput| {
+                if o.session_deleted {
+                    format!("Deleted session {:?}.", o.session)
+                } else {
+                    format!(
+                        "Deleted {} from session {:?}.",
+                        plural(o.deleted_message_ids.len(), "message"),
+                        o.session
+                    )
+                }
+            },
+        )
+        .await
+    }
+
+    /// List the conversation sessions, oldest first, a page at a time. Use it to find a session
+    /// to recall from. Returns `sessions` (each with its `session_id`) and, when there are more,
+    /// a `next_cursor` to pass as `cursor`.
+    #[tool(
+        name = "list_sessions",
+        output_schema = schema_for_output::<SessionListOutput>(),
+        annotations(title = "List sessions", read_only_hint = true, open_world_hint = false)
+    )]
+    async fn list_sessions(
+        &self,
+        Parameters(input): Parameters<SessionListInput>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, ErrorData> {
+        self.run(
+            &context,
+            move |s| Ok(s.memory_sessions(input)?),
+            |o: &SessionListOutput| {
+                format!(
+                    "{}{}.",
+                    plural(o.sessions.len(), "session"),
+                    if o.next_cursor.is_some() {
+                        " (more with next_cursor)"
+                    } else {
+                        ""
+                    }
+                )
+            },
+        )
+        .await
+    }
+
+    /// Store an asset: data (JSON in `content`, or bytes as base64 in `content_base64` with
+    /// `content_type`) with a type, name and description, replacing any asset with the same
+    /// `asset_id` (a fresh id when none is given). Use it for data too large or too binary to
+    /// keep in the conversation; refer to it afterwards as `asset://<asset_id>/<field>/…`.
+    /// Returns the id and the asset's meta (its shape, without the payload).
+    #[tool(
+        name = "put_asset",
+        output_schema = schema_for_output::<PutAssetOutput>(),
+        annotations(title = "Store an asset", read_only_hint = false, destructive_hint = true, idempotent_hint = true, open_world_hint = false)
+    )]
+    async fn put_asset(
+        &self,
+        Parameters(input): Parameters<AssetPutInput>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, ErrorData> {
+        self.run(
+            &context,
+            move |s| {
+                let asset_id = s.asset_put(input)?.asset_id;
+                let meta = s
+                    .asset_meta(AssetMetaInput {
+                        asset_id: asset_id.clone(),
+                        max_string_len: None,
+                    })?
+                    .meta;
+                Ok(PutAssetOutput { asset_id, meta })
+            },
+            |o: &PutAssetOutput| format!("Stored asset {:?}.", o.asset_id),
+        )
+        .await
+    }
+
+    /// Describe an asset: its meta, the asset's shape with every payload (bytes, large
+    /// objects) replaced by its type, so you can decide which part to use without loading it.
+    /// Long strings are cut to `max_string_len` characters when given. To fetch one part, call
+    /// resolve_asset with `asset://<asset_id>/<field>/…`.
+    #[tool(
+        name = "describe_asset",
+        output_schema = schema_for_output::<AssetMetaOutput>(),
+        annotations(title = "Describe an asset", read_only_hint = true, open_world_hint = false)
+    )]
+    async fn describe_asset(
+        &self,
+        Parameters(input): Parameters<AssetMetaInput>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, ErrorData> {
+        self.run(
+            &context,
+            move |s| Ok(s.asset_meta(input)?),
+            |_: &AssetMetaOutput| "The asset's meta.".to_owned(),
+        )
+        .await
+    }
+
+    /// Resolve an asset reference: the value at `asset://<asset_id>/<field>/<key or index>/…`,
+    /// for example `asset://report/content/rows/0`. Use it to read the one part of an asset you
+    /// need. Returns `value` (bytes come back as a `data:` URL).
+    #[tool(
+        name = "resolve_asset",
+        output_schema = schema_for_output::<AssetResolveOutput>(),
+        annotations(title = "Resolve an asset reference", read_only_hint = true, open_world_hint = false)
+    )]
+    async fn resolve_asset(
+        &self,
+        Parameters(input): Parameters<AssetResolveInput>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, ErrorData> {
+        self.run(
+            &context,
+            move |s| Ok(s.asset_resolve(input)?),
+            |_: &AssetResolveOutput| "The referenced value.".to_owned(),
+        )
+        .await
+    }
+
+    /// List stored asset ids in ascending order, a page at a time, optionally only those of
+    /// one `asset_type`. Returns `asset_ids` and, when there are more, a `next_cursor`.
+    #[tool(
+        name = "list_assets",
+        output_schema = schema_for_output::<AssetListOutput>(),
+        annotations(title = "List assets", read_only_hint = true, open_world_hint = false)
+    )]
+    async fn list_assets(
+        &self,
+        Parameters(input): Parameters<AssetListInput>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, ErrorData> {
+        self.run(
+            &context,
+            move |s| Ok(s.asset_list(input)?),
+            |o: &AssetListOutput| format!("{}.", plural(o.asset_ids.len(), "asset")),
+        )
+        .await
+    }
+
+    /// Save an artifact: a named result of your work (a plan, a draft, a table), saved under
+    /// `key` in `scope` (the task or chat it belongs to). Saving again under the same key makes
+    /// a new version; the newest one is what load_artifacts returns. Returns the saved record
+    /// (with its `id`) and its content.
+    #[tool(
+        name = "save_artifact",
+        output_schema = schema_for_output::<ArtifactOutput>(),
+        annotations(title = "Save an artifact", read_only_hint = false, destructive_hint = false, idempotent_hint = false, open_world_hint = false)
+    )]
+    async fn save_artifact(
+        &self,
+        Parameters(input): Parameters<ArtifactSaveInput>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, ErrorData> {
+        self.run(
+            &context,
+            move |s| Ok(s.artifact_save(input)?),
+            |o: &ArtifactOutput| {
+                format!(
+                    "Saved artifact {:?} as {:?} in scope {:?}.",
+                    o.artifact.key,
+                    o.artifact.id.to_string(),
+                    o.artifact.scope
+                )
+            },
+        )
+        .await
+    }
+
+    /// Load artifacts into the prompt: the newest artifact of each key in `scope`, rendered as
+    /// one `RELATED ARTIFACTS` text block to read or paste into a prompt. Name the keys as a
+    /// list (`keys`) or as text mentioning them in braces (`text`, e.g. "use {plan} and
+    /// {draft}"), not both. Returns the block, the ids rendered and the keys with no artifact.
+    #[tool(
+        name = "load_artifacts",
+        output_schema = schema_for_output::<ArtifactLoadOutput>(),
+        annotations(title = "Load artifacts into the prompt", read_only_hint = true, open_world_hint = false)
+    )]
+    async fn load_artifacts(
+        &self,
+        Parameters(input): Parameters<ArtifactLoadInput>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, ErrorData> {
+        self.run(
+            &context,
+            move |s| Ok(s.artifact_load(input)?),
+            |o: &ArtifactLoadOutput| {
+                let mut line = format!("Loaded {}.", plural(o.artifact_ids.len(), "artifact"));
+                if !o.missing_keys.is_empty() {
+                    line.push_str(&format!(" No artifact for: {}.", o.missing_keys.join(", ")));
+                }
+                line
+            },
+        )
+        .await
+    }
+
+    /// Search the library: the passages ("bits") of the served document library closest in
+    /// meaning to `text`, best first, each with its text and `info` (source url, title).
+    /// Use it to look up documentation or reference material. Returns `bits` and `details`.
+    #[tool(
+        name = "search_library",
+        output_schema = schema_for_output::<LibraryQueryOutput>(),
+        annotations(title = "Search the library", read_only_hint = true, open_world_hint = false)
+    )]
+    async fn search_library(
+        &self,
+        Parameters(input): Parameters<SearchLibraryInput>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let library = self.library.clone();
+        self.run(
+            &context,
+            move |s| {
+                let guard = library
+                    .as_ref()
+                    .and_then(|source| source.current())
+                    .ok_or(OpsError::NoLibrary)?;
+                Ok(s.library_query(
+                    &guard,
+                    LibraryQueryInput {
+                        text: Some(input.text),
+                        embedding: None,
+                        count: input.count,
+                        count_type: None,
+                        omit: None,
+                    },
+                )?)
+            },
+            |o: &LibraryQueryOutput| {
+                let n =
+                    o.0.get("bits")
+                        .and_then(serde_json::Value::as_array)
+                        .map_or(0, Vec::len);
+                format!("Found {}.", plural(n, "passage"))
+            },
+        )
+        .await
+    }
+}
+
+#[tool_handler(router = self.tool_router)]
+impl ServerHandler for MnemonMcp {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new("mnemon", env!("CARGO_PKG_VERSION")))
+            .with_instructions(INSTRUCTIONS)
+    }
+}
