@@ -14,8 +14,13 @@
 //! runs once per durable backend.
 
 use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
 
-use mnemon_artifacts::{ArtifactError, ArtifactStore};
+use mnemon_artifacts::{
+    ArtifactError, ArtifactStore, ArtifactSweep, BackendRegistry, Clock, Expiry, Filter,
+    ManualClock, StorageBackend, WRITE_TO_FILE, WriteToFile,
+};
 use mnemon_types::artifact::Timestamp;
 use mnemon_types::{Artifact, StorageLocation};
 use serde_json::json;
@@ -39,7 +44,10 @@ macro_rules! artifact_store_conformance {
             refuses_a_duplicate_id,
             odd_text_is_stored_verbatim,
             scopes_name_each_scope_once_in_byte_order,
-            concurrent_saves_all_land_with_distinct_sequences
+            concurrent_saves_all_land_with_distinct_sequences,
+            filters_select_before_the_limit,
+            bad_filters_are_refused,
+            forget_removes_a_scope_prefix_with_its_content
         );
     };
     (@cases $make:expr; $($check:ident),+ $(,)?) => {
@@ -400,4 +408,376 @@ pub fn tenant_isolation(open: &dyn Fn(&str) -> Box<dyn ArtifactStore>) {
     assert_eq!(must_list(&*a2, "s", None), ["a-plan", "a-notes"]);
     assert!(matches!(a2.delete(only_a.id), Ok(true)));
     assert!(matches!(a.get(only_a.id), Ok(None)));
+}
+
+fn filter(json: serde_json::Value) -> Filter {
+    match Filter::parse(&json) {
+        Ok(f) => f,
+        Err(e) => panic!("bad test filter {json}: {e}"),
+    }
+}
+
+fn names(found: Result<Vec<Artifact>, ArtifactError>) -> Vec<String> {
+    match found {
+        Ok(found) => found.into_iter().map(|a| a.name).collect(),
+        Err(e) => panic!("listing failed: {e}"),
+    }
+}
+
+fn count(store: &dyn ArtifactStore, scope: Option<&str>, f: Option<&Filter>) -> u64 {
+    match store.count_where(scope, f) {
+        Ok(n) => n,
+        Err(e) => panic!("count_where failed: {e}"),
+    }
+}
+
+/// Issue 14, item 2: `list_where` selects by the record's document (key, type, name, scope,
+/// storage, inline data, times), within one scope or across all, in save order, and the filter
+/// applies before the limit: 30 earlier non-matching records do not crowd out a top 5.
+pub fn filters_select_before_the_limit(store: &dyn ArtifactStore) {
+    for i in 0..30 {
+        must_save(
+            store,
+            &Artifact::new("chat-1", format!("k{i}"), "note", format!("n{i}"))
+                .with_data(json!({"lang": "fr", "score": i})),
+        );
+    }
+    for i in 0..8 {
+        must_save(
+            store,
+            &Artifact::new("chat-2", "plan", "plan", format!("p{i}"))
+                .with_data(json!({"lang": "en", "tags": ["x", "y"], "score": 100 + i})),
+        );
+    }
+    must_save(
+        store,
+        &Artifact::new("chat-1", "file", "file", "f")
+            .with_storage(StorageLocation::new("write_to_file", "out/f.txt")),
+    );
+    let english = filter(json!({"eq": {"path": "data.lang", "value": "en"}}));
+    assert_eq!(
+        names(store.list_where(None, Some(&english), Some(5))),
+        ["p0", "p1", "p2", "p3", "p4"]
+    );
+    assert_eq!(count(store, None, Some(&english)), 8);
+    assert_eq!(count(store, Some("chat-1"), Some(&english)), 0);
+    assert_eq!(count(store, Some("chat-1"), None), 31);
+    assert_eq!(count(store, None, None), 39);
+    let plans = filter(json!({"and": [
+        {"eq": {"path": "type", "value": "plan"}},
+        {"contains": {"path": "data.tags", "value": "y"}},
+        {"gte": {"path": "data.score", "value": 106}}
+    ]}));
+    assert_eq!(
+        names(store.list_where(Some("chat-2"), Some(&plans), None)),
+        ["p6", "p7"]
+    );
+    let by_key = filter(json!({"in": {"path": "key", "values": ["k3", "k29"]}}));
+    assert_eq!(
+        names(store.list_where(None, Some(&by_key), None)),
+        ["n3", "n29"]
+    );
+    let stored = filter(json!({"eq": {"path": "storage", "value": "write_to_file"}}));
+    assert_eq!(names(store.list_where(None, Some(&stored), None)), ["f"]);
+    let in_files = filter(json!({"contains": {"path": "storage_id", "value": "out/"}}));
+    assert_eq!(count(store, None, Some(&in_files)), 1);
+    let no_data = filter(json!({"not": {"exists": "data"}}));
+    assert_eq!(count(store, None, Some(&no_data)), 1);
+    let scope = filter(json!({"eq": {"path": "scope", "value": "chat-2"}}));
+    assert_eq!(count(store, None, Some(&scope)), 8);
+    let recent = filter(json!({"gte": {"path": "created_at", "value": "2020-01-01"}}));
+    assert_eq!(count(store, None, Some(&recent)), 39);
+    let expiring = filter(json!({"exists": "expires_at"}));
+    assert_eq!(count(store, None, Some(&expiring)), 0);
+    assert_eq!(
+        names(store.list_where(None, None, Some(0))),
+        Vec::<String>::new()
+    );
+}
+
+/// Issue 14, item 2: a path starting with a field artifacts do not have is refused with an
+/// error that names the place and the field, on every store (and the same for both reads).
+pub fn bad_filters_are_refused(store: &dyn ArtifactStore) {
+    must_save(store, &artifact("s", "k", "n"));
+    let typo = filter(json!({"and": [{"exists": "data"}, {"eq": {"path": "nmae", "value": "n"}}]}));
+    for err in [
+        store.list_where(None, Some(&typo), None).map(|_| ()),
+        store.count_where(Some("s"), Some(&typo)).map(|_| ()),
+    ] {
+        let Err(err) = err else {
+            panic!("an unknown field must be refused")
+        };
+        assert!(matches!(err, ArtifactError::Filter(_)), "{err}");
+        let text = err.to_string();
+        assert!(
+            text.contains("and[1].eq.path") && text.contains("\"nmae\""),
+            "{text}"
+        );
+        assert!(err.is_caller_error());
+    }
+}
+
+/// A file-backed content root for sweep checks, with the registry that names it.
+struct Files {
+    dir: tempfile::TempDir,
+    backend: WriteToFile,
+    registry: BackendRegistry,
+}
+
+impl Files {
+    fn new() -> Files {
+        let dir = match tempfile::tempdir() {
+            Ok(dir) => dir,
+            Err(e) => panic!("tempdir: {e}"),
+        };
+        Files {
+            backend: WriteToFile::new(dir.path()),
+            registry: BackendRegistry::with_defaults(dir.path()),
+            dir,
+        }
+    }
+
+    /// Saves `artifact` with its content in a file named `id`.
+    fn save(&self, store: &dyn ArtifactStore, artifact: &Artifact, expiry: Expiry) {
+        let id = match &artifact.storage {
+            Some(location) => location.id.clone(),
+            None => panic!("{} has no storage", artifact.name),
+        };
+        let saved = store.save_expiring(artifact, expiry, &mut || {
+            self.backend.write(&id, &json!(artifact.name))
+        });
+        if let Err(e) = saved {
+            panic!("saving {} failed: {e}", artifact.name);
+        }
+    }
+
+    fn exists(&self, id: &str) -> bool {
+        self.dir.path().join(id).exists()
+    }
+}
+
+fn in_file(scope: &str, name: &str, file: &str) -> Artifact {
+    Artifact::new(scope, "k", "file", name).with_storage(StorageLocation::new(WRITE_TO_FILE, file))
+}
+
+fn sweep(result: Result<ArtifactSweep, ArtifactError>) -> ArtifactSweep {
+    match result {
+        Ok(sweep) => sweep,
+        Err(e) => panic!("sweep failed: {e}"),
+    }
+}
+
+/// Issue 14, item 5: `forget(prefix)` removes every record whose scope starts with the prefix
+/// (byte-wise: `user-1/` is not a prefix of `user-10/…`) and their files, keeps a file another
+/// record still points at until that one goes too, and leaves nothing readable; `""` removes
+/// the rest.
+pub fn forget_removes_a_scope_prefix_with_its_content(store: &dyn ArtifactStore) {
+    let files = Files::new();
+    files.save(store, &in_file("user-1/s1", "a", "a.json"), Expiry::Default);
+    files.save(
+        store,
+        &in_file("user-1/s2", "b", "shared.json"),
+        Expiry::Default,
+    );
+    files.save(
+        store,
+        &in_file("user-10/s1", "c", "c.json"),
+        Expiry::Default,
+    );
+    files.save(
+        store,
+        &in_file("user-2/s1", "d", "shared.json"),
+        Expiry::Default,
+    );
+    must_save(store, &artifact("user-1/s1", "note", "inline"));
+    let swept = sweep(store.forget("user-1/", &files.registry));
+    assert_eq!(
+        swept,
+        ArtifactSweep {
+            records: 3,
+            content_removed: 1,
+            content_shared: 1,
+            ..ArtifactSweep::default()
+        }
+    );
+    assert!(!files.exists("a.json") && files.exists("shared.json") && files.exists("c.json"));
+    assert_eq!(must_scopes(store), ["user-10/s1", "user-2/s1"]);
+    assert!(must_list(store, "user-1/s1", None).is_empty());
+    assert_eq!(latest_name(store, "user-1/s1", "k"), None);
+    assert_eq!(count(store, None, None), 2);
+    assert_eq!(
+        sweep(store.forget("nobody", &files.registry)),
+        ArtifactSweep::default()
+    );
+    let swept = sweep(store.forget("", &files.registry));
+    assert_eq!((swept.records, swept.content_removed), (2, 2));
+    assert!(
+        swept.content_errors.is_empty(),
+        "{:?}",
+        swept.content_errors
+    );
+    assert!(!files.exists("shared.json") && !files.exists("c.json"));
+    assert!(must_scopes(store).is_empty());
+    // Content whose backend is not registered is reported, not an error of the call.
+    files.save(store, &in_file("s", "e", "e.json"), Expiry::Default);
+    let swept = sweep(store.forget("s", &BackendRegistry::new()));
+    assert_eq!(swept.records, 1);
+    assert_eq!(swept.content_errors.len(), 1, "{swept:?}");
+    assert!(swept.content_errors[0].contains("e.json"), "{swept:?}");
+}
+
+/// Opens a fresh, empty store reading a clock, with a default time-to-live.
+pub type OpenWithClock<'a> =
+    dyn Fn(Arc<dyn Clock>, Option<Duration>) -> Box<dyn ArtifactStore> + 'a;
+
+/// Opens a handle for a namespace on one shared database, reading a clock.
+pub type OpenInNamespace<'a> = dyn Fn(&str, Arc<dyn Clock>) -> Box<dyn ArtifactStore> + 'a;
+
+/// The instant the expiry checks start at (milliseconds since the Unix epoch).
+const T0: i64 = 1_700_000_000_000;
+
+/// Issue 14, item 4: expiry at the boundary instant, through an injected clock. `open(clock,
+/// default_ttl)` opens a fresh, empty store reading `clock`. A record expiring at `t` is
+/// visible to every read at `t - 1` and to none at `t` (`get`, `latest`, which falls back to
+/// the newest live record of the key, `list`, `list_where`, `count_where`, `scopes`,
+/// `expires_at`); the default applies to plain saves and `Expiry::Never` overrides it; `gc`
+/// removes exactly the expired records and their files, keeping a file a live record shares.
+pub fn expiry(open: &OpenWithClock<'_>) {
+    let clock = Arc::new(ManualClock::new(T0));
+    let store = open(clock.clone(), Some(Duration::from_secs(60)));
+    let files = Files::new();
+    let old = artifact("s", "plan", "old");
+    let new = artifact("s", "plan", "new");
+    let other = artifact("other", "k", "other");
+    must_save(&*store, &old);
+    let Ok(_) = store.save_expiring(&new, Expiry::After(Duration::from_millis(10)), &mut || {
+        Ok(())
+    }) else {
+        panic!("save_expiring failed")
+    };
+    let Ok(_) = store.save_expiring(&other, Expiry::At(T0 + 10), &mut || Ok(())) else {
+        panic!("save_expiring failed")
+    };
+    let forever = artifact("s", "keep", "forever");
+    let Ok(_) = store.save_expiring(&forever, Expiry::Never, &mut || Ok(())) else {
+        panic!("save_expiring failed")
+    };
+    files.save(
+        &*store,
+        &in_file("s", "f1", "lone.json"),
+        Expiry::At(T0 + 10),
+    );
+    files.save(
+        &*store,
+        &in_file("s", "f2", "shared.json"),
+        Expiry::At(T0 + 10),
+    );
+    files.save(&*store, &in_file("s", "f3", "shared.json"), Expiry::Never);
+    assert!(matches!(store.expires_at(old.id), Ok(Some(Some(t))) if t == T0 + 60_000));
+    assert!(matches!(store.expires_at(new.id), Ok(Some(Some(t))) if t == T0 + 10));
+    assert!(matches!(store.expires_at(forever.id), Ok(Some(None))));
+    assert!(matches!(store.expires_at(Uuid::now_v7()), Ok(None)));
+
+    clock.set(T0 + 9);
+    assert!(matches!(store.get(new.id), Ok(Some(_))));
+    assert_eq!(latest_name(&*store, "s", "plan").as_deref(), Some("new"));
+    assert_eq!(
+        must_list(&*store, "s", Some("note")),
+        ["old", "new", "forever"]
+    );
+    assert_eq!(must_scopes(&*store), ["other", "s"]);
+    assert_eq!(count(&*store, None, None), 7);
+
+    clock.set(T0 + 10);
+    assert!(
+        matches!(store.get(new.id), Ok(None)),
+        "at the boundary instant"
+    );
+    assert!(matches!(store.get(other.id), Ok(None)));
+    assert!(matches!(store.expires_at(new.id), Ok(None)));
+    assert_eq!(latest_name(&*store, "s", "plan").as_deref(), Some("old"));
+    assert_eq!(latest_name(&*store, "other", "k"), None);
+    assert_eq!(must_list(&*store, "s", None), ["old", "forever", "f3"]);
+    assert_eq!(must_list(&*store, "s", Some("note")), ["old", "forever"]);
+    assert_eq!(
+        must_scopes(&*store),
+        ["s"],
+        "a scope of expired records is gone"
+    );
+    assert_eq!(
+        names(store.list_where(None, None, None)),
+        ["old", "forever", "f3"]
+    );
+    assert_eq!(count(&*store, Some("other"), None), 0);
+    let expiring = filter(json!({"lt": {"path": "expires_at", "value": T0 + 100_000}}));
+    assert_eq!(
+        names(store.list_where(Some("s"), Some(&expiring), None)),
+        ["old"]
+    );
+    // An expired record is absent to delete as well.
+    assert!(matches!(store.delete(other.id), Ok(false)));
+
+    // The sweep: new, f1, f2 (other was deleted above); lone.json goes, shared.json stays.
+    let swept = sweep(store.gc(&files.registry));
+    assert_eq!(
+        swept,
+        ArtifactSweep {
+            records: 3,
+            content_removed: 1,
+            content_shared: 1,
+            ..ArtifactSweep::default()
+        }
+    );
+    assert!(!files.exists("lone.json") && files.exists("shared.json"));
+    assert_eq!(sweep(store.gc(&files.registry)), ArtifactSweep::default());
+    clock.set(T0);
+    assert!(
+        matches!(store.get(new.id), Ok(None)),
+        "gc removed it for good"
+    );
+    assert_eq!(must_list(&*store, "s", None), ["old", "forever", "f3"]);
+}
+
+/// Tenants (issue 14): `open(namespace, clock)` opens a handle on one shared database. A
+/// filter, a sweep and a forget through one namespace never see or remove another's records,
+/// even with the same ids, scopes and keys, and never remove a file another namespace's
+/// record points at.
+pub fn tenant_isolation_of_sweeps(open: &OpenInNamespace<'_>) {
+    let clock = Arc::new(ManualClock::new(T0));
+    let a = open("tenant-a", clock.clone());
+    let b = open("tenant-b", clock.clone());
+    let files = Files::new();
+    let short = artifact("s", "k", "short");
+    let kept = artifact("s", "k", "kept");
+    for store in [&a, &b] {
+        let Ok(_) = store.save_expiring(&short, Expiry::At(T0 + 5), &mut || Ok(())) else {
+            panic!("save_expiring failed")
+        };
+        must_save(&**store, &kept);
+        files.save(
+            &**store,
+            &in_file("s", "file", "both.json"),
+            Expiry::Default,
+        );
+    }
+    let all = filter(json!({"eq": {"path": "scope", "value": "s"}}));
+    assert_eq!(count(&*a, None, Some(&all)), 3);
+    clock.set(T0 + 5);
+    assert_eq!(sweep(b.gc(&files.registry)).records, 1);
+    assert_eq!(count(&*a, None, None), 2);
+    let swept = sweep(b.forget("", &files.registry));
+    assert_eq!((swept.records, swept.content_shared), (2, 1), "{swept:?}");
+    assert!(
+        files.exists("both.json"),
+        "namespace a's record still points at it"
+    );
+    assert_eq!(count(&*b, None, None), 0);
+    assert_eq!(
+        names(a.list_where(Some("s"), Some(&all), None)),
+        ["kept", "file"]
+    );
+    assert_eq!(sweep(a.gc(&files.registry)).records, 1);
+    let swept = sweep(a.forget("s", &files.registry));
+    assert_eq!((swept.records, swept.content_removed), (2, 1));
+    assert!(!files.exists("both.json"));
 }

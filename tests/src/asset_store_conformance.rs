@@ -10,8 +10,12 @@
 use std::any::Any;
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Duration;
 
-use mnemon_store::{AssetStore, CodecError, MAX_NESTING, ObjectCodec, ResolveError, StoreError};
+use mnemon_store::{
+    AssetStore, Clock, CodecError, Expiry, Filter, MAX_NESTING, ManualClock, ObjectCodec,
+    ResolveError, StoreError,
+};
 use mnemon_types::{Asset, AssetObject, AssetRef, Bytes, Map, Object, PathSegment, Value, meta};
 use serde_json::json;
 
@@ -100,6 +104,8 @@ pub fn run(make: &dyn Fn() -> Box<dyn AssetStore>, caps: Capabilities) {
     bytes_round_trip_everywhere(&*make());
     odd_ids_round_trip(&*make());
     objects(&*make(), caps);
+    filters_select_before_the_limit(&*make());
+    forget_removes_an_id_prefix(&*make());
 }
 
 fn asset(json: serde_json::Value) -> Asset {
@@ -809,4 +815,226 @@ pub fn tenant_isolation(open: &dyn Fn(&str) -> Box<dyn AssetStore>) {
     assert_eq!(ok(a2.list_ids(None)), ["both", "only-a", "shared"]);
     assert!(ok(a2.delete("only-a")));
     assert!(ok(a.get("only-a")).is_none());
+}
+
+fn filter(json: serde_json::Value) -> Filter {
+    match Filter::parse(&json) {
+        Ok(f) => f,
+        Err(e) => panic!("bad test filter {json}: {e}"),
+    }
+}
+
+/// Issue 14, item 2: `list_where` and `count_where` select by any field of the asset's
+/// document (its meta: type, name, content, extra fields; and the store's times), in id
+/// order, and the filter applies before the limit: 40 non-matching assets sorting before the
+/// matching ones do not crowd them out of a top 10.
+fn filters_select_before_the_limit(store: &dyn AssetStore) {
+    let mut batch = Vec::new();
+    for i in 0..40 {
+        batch.push(asset(json!({
+            "asset_id": format!("a{i:03}"), "asset_type": "image",
+            "content": {"labels": ["cat"], "score": i}, "owner": "bob"
+        })));
+    }
+    for i in 0..12 {
+        batch.push(asset(json!({
+            "asset_id": format!("b{i:03}"), "asset_type": "table",
+            "content": {"labels": ["dog", "cat"], "score": 100 + i}, "owner": "alice",
+            "asset_name": format!("table {i}")
+        })));
+    }
+    ok(store.put_batch(&batch));
+    let alice = filter(json!({"eq": {"path": "owner", "value": "alice"}}));
+    let top10 = ok(store.list_where(Some(&alice), Some(10)));
+    let want: Vec<String> = (0..10).map(|i| format!("b{i:03}")).collect();
+    assert_eq!(top10, want, "the filter applies before the limit");
+    assert_eq!(ok(store.count_where(Some(&alice))), 12);
+    assert_eq!(ok(store.count_where(None)), 52);
+    assert_eq!(ok(store.list_where(None, None)).len(), 52);
+    assert_eq!(ok(store.list_where(None, Some(0))), Vec::<String>::new());
+    // Content paths, the typed fields and combinations.
+    let dogs = filter(json!({"contains": {"path": "content.labels", "value": "dog"}}));
+    assert_eq!(ok(store.count_where(Some(&dogs))), 12);
+    let by_type = filter(json!({"in": {"path": "asset_type", "values": ["table", "x"]}}));
+    assert_eq!(ok(store.count_where(Some(&by_type))), 12);
+    let high = filter(json!({"and": [
+        {"gte": {"path": "content.score", "value": 35}},
+        {"lt": {"path": "content.score", "value": 105.5}}
+    ]}));
+    assert_eq!(
+        ok(store.list_where(Some(&high), None)),
+        [
+            "a035", "a036", "a037", "a038", "a039", "b000", "b001", "b002", "b003", "b004", "b005"
+        ]
+    );
+    let by_id = filter(json!({"eq": {"path": "asset_id", "value": "a007"}}));
+    assert_eq!(ok(store.list_where(Some(&by_id), None)), ["a007"]);
+    let unnamed = filter(json!({"not": {"exists": "asset_name"}}));
+    assert_eq!(ok(store.count_where(Some(&unnamed))), 40);
+    // The store's times are fields too: every asset here was written, none expires.
+    let stamped = filter(json!({"and": [
+        {"exists": "created_at"}, {"exists": "updated_at"}, {"not": {"exists": "expires_at"}}
+    ]}));
+    assert_eq!(ok(store.count_where(Some(&stamped))), 52);
+    let typed = filter(json!({"gt": {"path": "created_at", "value": "2020"}}));
+    assert_eq!(ok(store.count_where(Some(&typed))), 0, "times are numbers");
+    // Bytes are filtered as their meta's type string.
+    let mut content = Map::new();
+    content.insert("png".into(), Bytes::new(vec![1, 2, 3]).into());
+    ok(store.put(&Asset::new(Value::Map(content)).with_id("c-bytes")));
+    let bytes = filter(json!({"eq": {"path": "content.png", "value": "<class 'bytes'>"}}));
+    assert_eq!(ok(store.list_where(Some(&bytes), None)), ["c-bytes"]);
+}
+
+/// Issue 14, item 5: `forget(prefix)` removes every asset whose id starts with the prefix,
+/// in byte terms (not `a1` for `a10/`), bytes included, and returns how many; `""` removes
+/// the rest.
+fn forget_removes_an_id_prefix(store: &dyn AssetStore) {
+    let with_bytes = |id: &str| {
+        let mut content = Map::new();
+        content.insert("b".into(), Bytes::new(id.as_bytes().to_vec()).into());
+        Asset::new(Value::Map(content)).with_id(id)
+    };
+    let ids = [
+        "user-1/a",
+        "user-1/b",
+        "user-1",
+        "user-10/a",
+        "user-2/a",
+        "über/x",
+        "\u{10FFFF}z",
+    ];
+    ok(store.put_batch(&ids.iter().map(|id| with_bytes(id)).collect::<Vec<_>>()));
+    assert_eq!(ok(store.forget("user-1/")), 2);
+    assert!(ok(store.get("user-1/a")).is_none());
+    assert!(ok(store.meta("user-1/b")).is_none());
+    let whole = AssetRef {
+        asset_id: "user-1/a".into(),
+        field_path: Vec::new(),
+    };
+    assert!(matches!(
+        store.resolve(&whole),
+        Err(StoreError::Resolve(ResolveError::AssetNotFound { .. }))
+    ));
+    assert_eq!(
+        ok(store.list_ids(None)),
+        ["user-1", "user-10/a", "user-2/a", "über/x", "\u{10FFFF}z"]
+    );
+    assert_eq!(ok(store.forget("nothing-here")), 0);
+    assert_eq!(ok(store.forget("\u{10FFFF}")), 1);
+    assert_eq!(ok(store.forget("ü")), 1);
+    // A re-put id comes back whole: no leaf of the forgotten asset lingers.
+    ok(store.put(&with_bytes("user-1/a")));
+    assert_same(&ok(store.get("user-1/a")).unwrap(), &with_bytes("user-1/a"));
+    assert_eq!(ok(store.forget("")), 4);
+    assert_eq!(ok(store.list_ids(None)), Vec::<String>::new());
+    assert_eq!(ok(store.count_where(None)), 0);
+}
+
+/// Opens a fresh, empty store reading a clock, with a default time-to-live.
+pub type OpenWithClock<'a> = dyn Fn(Arc<dyn Clock>, Option<Duration>) -> Box<dyn AssetStore> + 'a;
+
+/// Opens a handle for a namespace on one shared database, reading a clock.
+pub type OpenInNamespace<'a> = dyn Fn(&str, Arc<dyn Clock>) -> Box<dyn AssetStore> + 'a;
+
+/// The instant the expiry checks start at (milliseconds since the Unix epoch).
+const T0: i64 = 1_700_000_000_000;
+
+/// Issue 14, item 4: expiry at the boundary instant, through an injected clock. `open(clock,
+/// default_ttl)` opens a fresh, empty store reading `clock`. An asset expiring at `t` is
+/// visible to every read at `t - 1` and to none at `t`; the default time-to-live applies to
+/// plain puts, `Expiry::Never` overrides it, a re-put renews; `gc` removes exactly the expired
+/// assets (a clock set back afterwards does not bring them back) and returns how many.
+pub fn expiry(open: &OpenWithClock<'_>) {
+    let clock = Arc::new(ManualClock::new(T0));
+    let store = open(clock.clone(), Some(Duration::from_secs(60)));
+    let doc = |id: &str| asset(json!({"asset_id": id, "asset_type": "t", "content": {"n": 1}}));
+    ok(store.put_expiring(&doc("short"), Expiry::After(Duration::from_millis(10))));
+    ok(store.put(&doc("default")));
+    ok(store.put_expiring(&doc("forever"), Expiry::Never));
+    ok(store.put_batch_expiring(&[doc("at")], Expiry::At(T0 + 500)));
+    assert_eq!(ok(store.expires_at("short")), Some(Some(T0 + 10)));
+    assert_eq!(ok(store.expires_at("default")), Some(Some(T0 + 60_000)));
+    assert_eq!(ok(store.expires_at("forever")), Some(None));
+    assert_eq!(ok(store.expires_at("at")), Some(Some(T0 + 500)));
+    assert_eq!(ok(store.expires_at("missing")), None);
+
+    let visible = |id: &str| {
+        let reads = [
+            ok(store.get(id)).is_some(),
+            ok(store.meta(id)).is_some(),
+            store
+                .resolve(&r(&format!("asset://{id}/content/n")))
+                .is_ok(),
+            ok(store.list_ids(None)).iter().any(|i| i == id),
+            ok(store.list_ids(Some("t"))).iter().any(|i| i == id),
+            ok(store.list_where(None, None)).iter().any(|i| i == id),
+            ok(store.expires_at(id)).is_some(),
+        ];
+        assert!(
+            reads.iter().all(|&v| v == reads[0]),
+            "{id}: reads disagree at {}: {reads:?}",
+            clock.now_millis()
+        );
+        reads[0]
+    };
+    clock.set(T0 + 9);
+    assert!(visible("short"), "one millisecond before its expiry");
+    assert_eq!(ok(store.count_where(None)), 4);
+    clock.set(T0 + 10);
+    assert!(!visible("short"), "at the boundary instant");
+    assert!(visible("default") && visible("forever") && visible("at"));
+    assert_eq!(ok(store.count_where(None)), 3);
+    // The expiry is a filterable field.
+    let expiring = filter(json!({"exists": "expires_at"}));
+    assert_eq!(
+        ok(store.list_where(Some(&expiring), None)),
+        ["at", "default"]
+    );
+    // An expired asset is absent to delete as well; a re-put is a new asset.
+    assert!(!ok(store.delete("short")));
+    ok(store.put_expiring(&doc("short"), Expiry::After(Duration::from_millis(10))));
+    assert!(visible("short"));
+    clock.set(T0 + 20);
+    assert!(!visible("short"));
+    // Replacing a live asset replaces its expiry.
+    ok(store.put_expiring(&doc("at"), Expiry::Never));
+    clock.set(T0 + 60_000);
+    assert!(!visible("default") && visible("at") && visible("forever"));
+
+    // The sweep removes the expired ones (short, default), and only those.
+    assert_eq!(ok(store.gc()), 2);
+    assert_eq!(ok(store.gc()), 0);
+    clock.set(T0);
+    assert!(
+        !visible("short") && !visible("default"),
+        "gc removed them for good"
+    );
+    assert_eq!(ok(store.list_ids(None)), ["at", "forever"]);
+}
+
+/// Tenants (issue 14): `open(namespace, clock)` opens a handle on one shared database. A
+/// filter, a sweep and a forget through one namespace never see or remove another's assets,
+/// even with the same ids.
+pub fn tenant_isolation_of_sweeps(open: &OpenInNamespace<'_>) {
+    let clock = Arc::new(ManualClock::new(T0));
+    let a = open("tenant-a", clock.clone());
+    let b = open("tenant-b", clock.clone());
+    let doc = |id: &str| asset(json!({"asset_id": id, "content": {"k": "v"}}));
+    for store in [&a, &b] {
+        ok(store.put_expiring(&doc("x/1"), Expiry::After(Duration::from_millis(5))));
+        ok(store.put(&doc("x/2")));
+        ok(store.put(&doc("y/1")));
+    }
+    let all = filter(json!({"eq": {"path": "content.k", "value": "v"}}));
+    assert_eq!(ok(a.count_where(Some(&all))), 3);
+    clock.set(T0 + 5);
+    assert_eq!(ok(b.gc()), 1);
+    assert_eq!(ok(a.gc()), 1);
+    assert_eq!(ok(b.forget("x/")), 1);
+    assert_eq!(ok(a.list_ids(None)), ["x/2", "y/1"]);
+    assert_eq!(ok(b.forget("")), 1);
+    assert_eq!(ok(b.count_where(None)), 0);
+    assert_eq!(ok(a.list_where(Some(&all), None)), ["x/2", "y/1"]);
+    assert_same(&ok(a.get("y/1")).unwrap(), &doc("y/1"));
 }

@@ -483,6 +483,45 @@ impl ArtifactStore for ContentFirstProbe {
     fn delete(&self, id: Uuid) -> Result<bool, ArtifactError> {
         self.inner.delete(id)
     }
+    fn save_expiring(
+        &self,
+        artifact: &Artifact,
+        expiry: mnemon_artifacts::Expiry,
+        write_content: &mut dyn FnMut() -> Result<(), ArtifactError>,
+    ) -> Result<u64, ArtifactError> {
+        self.inner.save_expiring(artifact, expiry, write_content)
+    }
+    fn expires_at(&self, id: Uuid) -> Result<Option<Option<i64>>, ArtifactError> {
+        self.inner.expires_at(id)
+    }
+    fn list_where(
+        &self,
+        scope: Option<&str>,
+        filter: Option<&mnemon_artifacts::Filter>,
+        limit: Option<usize>,
+    ) -> Result<Vec<Artifact>, ArtifactError> {
+        self.inner.list_where(scope, filter, limit)
+    }
+    fn count_where(
+        &self,
+        scope: Option<&str>,
+        filter: Option<&mnemon_artifacts::Filter>,
+    ) -> Result<u64, ArtifactError> {
+        self.inner.count_where(scope, filter)
+    }
+    fn gc(
+        &self,
+        backends: &BackendRegistry,
+    ) -> Result<mnemon_artifacts::ArtifactSweep, ArtifactError> {
+        self.inner.gc(backends)
+    }
+    fn forget(
+        &self,
+        scope_prefix: &str,
+        backends: &BackendRegistry,
+    ) -> Result<mnemon_artifacts::ArtifactSweep, ArtifactError> {
+        self.inner.forget(scope_prefix, backends)
+    }
 }
 
 fn file_config() -> SaveArtifactConfig {

@@ -26,6 +26,110 @@ mod sqlite_in_memory {
     mnemon_tests::artifact_store_conformance!((SqliteArtifactStore::open_in_memory().unwrap(), ()));
 }
 
+/// Issue 14: expiry at the boundary instant, gc and the tenant checks of the new operations,
+/// in memory and on SQLite (file and in-memory databases).
+mod expiry {
+    use std::sync::Arc;
+
+    use mnemon_artifacts::{InMemoryArtifactStore, SqliteArtifactOptions, SqliteArtifactStore};
+    use mnemon_tests::artifact_store_conformance as suite;
+
+    #[test]
+    fn in_memory_store_expires() {
+        suite::expiry(&|clock, ttl| Box::new(InMemoryArtifactStore::with_expiry(clock, ttl)));
+    }
+
+    #[test]
+    fn sqlite_store_expires() {
+        let dir = tempfile::tempdir().unwrap();
+        let counter = std::cell::Cell::new(0);
+        suite::expiry(&|clock, default_ttl| {
+            counter.set(counter.get() + 1);
+            let path = dir.path().join(format!("db{}.sqlite3", counter.get()));
+            let options = SqliteArtifactOptions {
+                clock,
+                default_ttl,
+                ..SqliteArtifactOptions::default()
+            };
+            Box::new(SqliteArtifactStore::open_with(path, options).unwrap())
+        });
+        suite::expiry(&|clock, default_ttl| {
+            let options = SqliteArtifactOptions {
+                clock,
+                default_ttl,
+                ..SqliteArtifactOptions::default()
+            };
+            Box::new(SqliteArtifactStore::open_in_memory_with(options).unwrap())
+        });
+    }
+
+    #[test]
+    fn tenant_isolation_of_sweeps_sqlite() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("mnemon.sqlite3");
+        suite::tenant_isolation_of_sweeps(&|namespace, clock: Arc<dyn mnemon_artifacts::Clock>| {
+            let options = SqliteArtifactOptions {
+                namespace: namespace.parse().unwrap(),
+                clock,
+                ..SqliteArtifactOptions::default()
+            };
+            Box::new(SqliteArtifactStore::open_with(&path, options).unwrap())
+        });
+    }
+
+    /// Issue 14, item 4: a file from before expiry (schema version 2) migrates: its records
+    /// never expire, and filters see their fields at once.
+    #[test]
+    fn a_version_2_file_migrates_to_expiry() {
+        use mnemon_artifacts::{ArtifactStore, Filter};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("mnemon.sqlite3");
+        let a = mnemon_types::Artifact::new("s", "k", "t", "old")
+            .with_data(serde_json::json!({"lang": "en"}));
+        {
+            let conn = rusqlite::Connection::open(&path).unwrap();
+            conn.execute_batch(
+                "CREATE TABLE artifact_schema (singleton INTEGER PRIMARY KEY
+                    CHECK (singleton = 1), version INTEGER NOT NULL);
+                 INSERT INTO artifact_schema VALUES (1, 2);
+                 CREATE TABLE artifact_records (seq INTEGER PRIMARY KEY AUTOINCREMENT,
+                    namespace TEXT NOT NULL, id TEXT NOT NULL, scope TEXT NOT NULL,
+                    key TEXT NOT NULL, artifact_type TEXT NOT NULL, name TEXT NOT NULL,
+                    description TEXT NOT NULL, storage_backend TEXT, storage_id TEXT, data TEXT,
+                    created_at TEXT NOT NULL, UNIQUE (namespace, id),
+                    CHECK ((storage_backend IS NULL) = (storage_id IS NULL)));
+                 CREATE INDEX artifact_records_by_key
+                    ON artifact_records (namespace, scope, key, seq);
+                 CREATE INDEX artifact_records_by_type
+                    ON artifact_records (namespace, scope, artifact_type, seq);",
+            )
+            .unwrap();
+            conn.execute(
+                "INSERT INTO artifact_records (namespace, id, scope, key, artifact_type, name,
+                    description, data, created_at) VALUES ('default', ?1, 's', 'k', 't', 'old',
+                    '', '{\"lang\":\"en\"}', ?2)",
+                [a.id.to_string(), a.created_at.to_string()],
+            )
+            .unwrap();
+        }
+        let en = Filter::from_json(r#"{"eq": {"path": "data.lang", "value": "en"}}"#).unwrap();
+        let reader = SqliteArtifactStore::open_read_only(&path).unwrap();
+        assert_eq!(
+            reader.list_where(None, Some(&en), None).unwrap(),
+            std::slice::from_ref(&a)
+        );
+        assert_eq!(reader.expires_at(a.id).unwrap(), Some(None));
+        drop(reader);
+        let store = SqliteArtifactStore::open(&path).unwrap();
+        assert_eq!(
+            store.list_where(Some("s"), Some(&en), None).unwrap(),
+            std::slice::from_ref(&a)
+        );
+        assert_eq!(store.expires_at(a.id).unwrap(), Some(None));
+        assert_eq!(store.latest("s", "k").unwrap(), Some(a));
+    }
+}
+
 mod sqlite_durability {
     use mnemon_artifacts::{ArtifactStore, SqliteArtifactStore};
     use mnemon_types::Artifact;
@@ -207,6 +311,40 @@ mod postgres {
         )
     }
 
+    fn open_expiring(
+        url: &str,
+        namespace: &str,
+        clock: std::sync::Arc<dyn mnemon_artifacts::Clock>,
+        default_ttl: Option<Duration>,
+    ) -> PostgresArtifactStore {
+        let options = PostgresArtifactOptions {
+            clock,
+            default_ttl,
+            ..options(namespace)
+        };
+        PostgresArtifactStore::open(url, options).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Issue 14, item 4: expiry at the boundary instant and gc with files, on PostgreSQL.
+    #[test]
+    fn postgres_store_expires() {
+        let server = mnemon_tests::require_postgres!();
+        mnemon_tests::artifact_store_conformance::expiry(&|clock, ttl| {
+            let url = server.fresh_database("artifact_expiry").unwrap();
+            Box::new(open_expiring(&url, "default", clock, ttl))
+        });
+    }
+
+    /// Issue 14: filters, sweeps and forgets stay inside their namespace, on PostgreSQL.
+    #[test]
+    fn tenant_isolation_of_sweeps_postgres() {
+        let server = mnemon_tests::require_postgres!();
+        let url = server.fresh_database("artifact_sweep_tenants").unwrap();
+        mnemon_tests::artifact_store_conformance::tenant_isolation_of_sweeps(
+            &|namespace, clock| Box::new(open_expiring(&url, namespace, clock, None)),
+        );
+    }
+
     mod conformance {
         // Every generated test first asks for the server: a skipped run says why, loudly.
         mnemon_tests::artifact_store_conformance!({
@@ -343,7 +481,7 @@ mod postgres {
                 err,
                 ArtifactError::SchemaTooNew {
                     found: 99,
-                    supported: 2
+                    supported: 3
                 }
             ),
             "{err}"
@@ -606,9 +744,54 @@ mod postgres_version_1 {
             )
             .unwrap()
             .get(0);
+        // A record jsonb cannot hold (a NUL in its name): the migration must still succeed.
+        let nul = Artifact::new("s", "k0", "t", "a\u{0}b").with_storage(
+            mnemon_types::StorageLocation::new("write_to_file", "f.json"),
+        );
+        client
+            .execute(
+                "INSERT INTO artifact_records (id, scope, key, artifact_type, name, description,
+                   storage_backend, storage_id, created_at)
+                 VALUES ($1, $2, $3, $4, $5, '', $6, $7, $8)",
+                &[
+                    &nul.id.to_string(),
+                    &nul.scope.as_bytes(),
+                    &nul.key.as_bytes(),
+                    &nul.artifact_type.as_bytes(),
+                    &nul.name.as_bytes(),
+                    &b"write_to_file".as_slice(),
+                    &b"f.json".as_slice(),
+                    &nul.created_at.to_string(),
+                ],
+            )
+            .unwrap();
         let store = PostgresArtifactStore::open(&url, PostgresArtifactOptions::default()).unwrap();
         assert_eq!(store.get(old.id).unwrap().as_ref(), Some(&old));
         assert_eq!(store.latest("s", "k").unwrap().as_ref(), Some(&old));
+        assert_eq!(store.get(nul.id).unwrap().as_ref(), Some(&nul));
+        // Issue 14: version 3 built each record's filterable document, exactly the one a save
+        // writes (`mnemon_artifacts::document`); none for the record jsonb cannot hold.
+        let same: Option<bool> = client
+            .query_one(
+                "SELECT doc = $2::text::jsonb FROM artifact_records WHERE id = $1",
+                &[
+                    &old.id.to_string(),
+                    &mnemon_artifacts::document(&old, None).to_string(),
+                ],
+            )
+            .unwrap()
+            .get(0);
+        assert_eq!(same, Some(true));
+        let filter =
+            mnemon_artifacts::Filter::from_json(r#"{"contains": {"path": "data.a", "value": 1}}"#)
+                .unwrap();
+        assert_eq!(
+            store.list_where(None, Some(&filter), None).unwrap(),
+            std::slice::from_ref(&old)
+        );
+        let stored = mnemon_artifacts::Filter::from_json(r#"{"exists": "storage"}"#).unwrap();
+        assert_eq!(store.count_where(None, Some(&stored)).unwrap(), 0);
+        assert!(store.delete(nul.id).unwrap());
         let next = store.save(&Artifact::new("s", "k", "t", "new")).unwrap();
         assert!(next > u64::try_from(seq).unwrap());
         let other = PostgresArtifactStore::open(
@@ -707,13 +890,14 @@ mod postgres_scopes_cost {
             .unwrap()
             .get(0);
         admin
-            .batch_execute(&format!("PREPARE scopes_probe(text) AS {sql}"))
+            .batch_execute(&format!("PREPARE scopes_probe(text, int8) AS {sql}"))
             .unwrap();
         // Both the custom and the generic plan (the server switches after five runs).
         for run in 0..7 {
             let plan: Vec<String> = admin
                 .query(
-                    "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) EXECUTE scopes_probe('default')",
+                    "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) \
+                     EXECUTE scopes_probe('default', 1700000000000)",
                     &[],
                 )
                 .unwrap()

@@ -41,6 +41,148 @@ fn sqlite_store_conforms() {
     );
 }
 
+/// Issue 14, item 4: expiry at the boundary instant and the sweep, in memory.
+#[test]
+fn in_memory_store_expires() {
+    suite::expiry(&|clock, ttl| Box::new(InMemoryStore::with_expiry(clock, ttl)));
+}
+
+fn sqlite_expiring(
+    path: &std::path::Path,
+    namespace: &str,
+    clock: Arc<dyn mnemon_store::Clock>,
+    default_ttl: Option<std::time::Duration>,
+) -> SqliteAssetStore {
+    SqliteAssetStore::open_with(
+        path,
+        SqliteAssetOptions {
+            namespace: namespace.parse().unwrap(),
+            clock,
+            default_ttl,
+            ..sqlite_options()
+        },
+    )
+    .unwrap()
+}
+
+/// Issue 14, item 4: expiry at the boundary instant and the sweep, on SQLite.
+#[test]
+fn sqlite_store_expires() {
+    let dir = tempfile::tempdir().unwrap();
+    let counter = std::cell::Cell::new(0);
+    suite::expiry(&|clock, ttl| {
+        counter.set(counter.get() + 1);
+        let path = dir.path().join(format!("db{}.sqlite3", counter.get()));
+        Box::new(sqlite_expiring(&path, "default", clock, ttl))
+    });
+}
+
+/// Issue 14: filters, sweeps and forgets stay inside their namespace, on SQLite.
+#[test]
+fn tenant_isolation_of_sweeps_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db.sqlite3");
+    suite::tenant_isolation_of_sweeps(&|namespace, clock| {
+        Box::new(sqlite_expiring(&path, namespace, clock, None))
+    });
+}
+
+/// Issue 14, items 4 and 5: after a gc and a forget, no row of the assets is left in either
+/// table (bytes leaves included), not only nothing readable.
+#[test]
+fn sqlite_gc_and_forget_leave_no_row() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db.sqlite3");
+    let clock = Arc::new(mnemon_store::ManualClock::new(1_000));
+    let store = sqlite_expiring(&path, "default", clock.clone(), None);
+    let other = sqlite_expiring(&path, "other", clock.clone(), None);
+    let with_bytes = |id: &str| {
+        let mut content = mnemon_types::Map::new();
+        content.insert("b".into(), mnemon_types::Bytes::new(vec![1, 2, 3]).into());
+        mnemon_types::Asset::new(mnemon_types::Value::Map(content)).with_id(id)
+    };
+    let expiring = mnemon_store::Expiry::After(std::time::Duration::from_millis(1));
+    store.put_expiring(&with_bytes("gone"), expiring).unwrap();
+    store
+        .put_batch(&[with_bytes("u/1"), with_bytes("u/2"), with_bytes("v")])
+        .unwrap();
+    other.put(&with_bytes("u/1")).unwrap();
+    let rows = |id: &str| -> (i64, i64) {
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        let count = |table: &str| {
+            conn.query_row(
+                &format!(
+                    "SELECT count(*) FROM {table} WHERE namespace = 'default' AND asset_id = ?1"
+                ),
+                [id],
+                |r| r.get(0),
+            )
+            .unwrap()
+        };
+        (count("asset_assets"), count("asset_leaves"))
+    };
+    assert_eq!(rows("gone"), (1, 1));
+    clock.set(1_001);
+    assert_eq!(store.gc().unwrap(), 1);
+    assert_eq!(rows("gone"), (0, 0));
+    assert_eq!(store.forget("u/").unwrap(), 2);
+    assert_eq!(rows("u/1"), (0, 0));
+    assert_eq!(rows("u/2"), (0, 0));
+    assert_eq!(rows("v"), (1, 1));
+    assert!(
+        other.get("u/1").unwrap().is_some(),
+        "another namespace keeps its asset"
+    );
+}
+
+/// Issue 14, item 4: a file from before expiry (schema version 2) migrates: its assets never
+/// expire, have no times, and filters and sweeps work on it at once.
+#[test]
+fn sqlite_version_2_file_migrates_to_expiry() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db.sqlite3");
+    {
+        // The version-2 tables, as the build before expiry created them.
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        conn.execute_batch(
+            "CREATE TABLE asset_schema (singleton INTEGER PRIMARY KEY CHECK (singleton = 1),
+                version INTEGER NOT NULL);
+             INSERT INTO asset_schema VALUES (1, 2);
+             CREATE TABLE asset_assets (namespace TEXT NOT NULL, asset_id TEXT NOT NULL,
+                asset_type TEXT, skeleton TEXT NOT NULL, meta TEXT NOT NULL,
+                leaf_count INTEGER NOT NULL, PRIMARY KEY (namespace, asset_id));
+             CREATE INDEX asset_assets_by_type ON asset_assets (namespace, asset_type, asset_id);
+             CREATE TABLE asset_leaves (namespace TEXT NOT NULL, asset_id TEXT NOT NULL,
+                seq INTEGER NOT NULL, path TEXT NOT NULL,
+                kind TEXT NOT NULL CHECK (kind IN ('bytes', 'object')), type_name TEXT,
+                data BLOB NOT NULL, UNIQUE (namespace, asset_id, seq));
+             INSERT INTO asset_assets VALUES ('default', 'old', 't',
+                '{\"asset_type\":\"t\",\"asset_id\":\"old\",\"content\":{\"n\":1}}',
+                '{\"asset_type\":\"t\",\"asset_id\":\"old\",\"content\":{\"n\":1}}', 0);",
+        )
+        .unwrap();
+    }
+    // A reader cannot migrate: it reads the file as it is, nothing expiring.
+    let reader = SqliteAssetStore::open_read_only(&path, sqlite_options()).unwrap();
+    assert_eq!(reader.list_ids(None).unwrap(), ["old"]);
+    assert_eq!(reader.expires_at("old").unwrap(), Some(None));
+    let n1 =
+        mnemon_store::Filter::from_json(r#"{"eq": {"path": "content.n", "value": 1}}"#).unwrap();
+    assert_eq!(reader.list_where(Some(&n1), None).unwrap(), ["old"]);
+    drop(reader);
+    let store = SqliteAssetStore::open_with(&path, sqlite_options()).unwrap();
+    assert_eq!(store.list_where(Some(&n1), None).unwrap(), ["old"]);
+    assert_eq!(store.expires_at("old").unwrap(), Some(None));
+    let timed = mnemon_store::Filter::from_json(r#"{"exists": "created_at"}"#).unwrap();
+    assert_eq!(
+        store.count_where(Some(&timed)).unwrap(),
+        0,
+        "times unknown before version 3"
+    );
+    assert_eq!(store.gc().unwrap(), 0);
+    assert_eq!(store.get("old").unwrap().unwrap().asset_id, "old");
+}
+
 #[test]
 fn in_memory_store_under_four_threads() {
     suite::concurrent_mixed(Arc::new(InMemoryStore::new()), 4, 1_000);
@@ -273,6 +415,89 @@ mod postgres {
         suite::concurrent_mixed(Arc::new(open(&url, "default")), 4, 1_000);
     }
 
+    fn open_expiring(
+        url: &str,
+        namespace: &str,
+        clock: Arc<dyn mnemon_store::Clock>,
+        default_ttl: Option<std::time::Duration>,
+    ) -> PostgresAssetStore {
+        PostgresAssetStore::open(
+            url,
+            PostgresAssetOptions {
+                clock,
+                default_ttl,
+                ..options(namespace)
+            },
+        )
+        .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Issue 14, item 4: expiry at the boundary instant and the sweep, on PostgreSQL.
+    #[test]
+    fn postgres_store_expires() {
+        let server = mnemon_tests::require_postgres!();
+        suite::expiry(&|clock, ttl| {
+            let url = server.fresh_database("asset_expiry").unwrap();
+            Box::new(open_expiring(&url, "default", clock, ttl))
+        });
+    }
+
+    /// Issue 14: filters, sweeps and forgets stay inside their namespace, on PostgreSQL.
+    #[test]
+    fn tenant_isolation_of_sweeps_postgres() {
+        let server = mnemon_tests::require_postgres!();
+        let url = server.fresh_database("asset_sweep_tenants").unwrap();
+        suite::tenant_isolation_of_sweeps(&|namespace, clock| {
+            Box::new(open_expiring(&url, namespace, clock, None))
+        });
+    }
+
+    /// Issue 14, items 4 and 5: after a gc and a forget, no row of the assets is left in
+    /// either table (bytes leaves included).
+    #[test]
+    fn postgres_gc_and_forget_leave_no_row() {
+        let server = mnemon_tests::require_postgres!();
+        let url = server.fresh_database("asset_no_row").unwrap();
+        let clock = Arc::new(mnemon_store::ManualClock::new(1_000));
+        let store = open_expiring(&url, "default", clock.clone(), None);
+        let other = open_expiring(&url, "other", clock.clone(), None);
+        let with_bytes = |id: &str| {
+            let mut content = mnemon_types::Map::new();
+            content.insert("b".into(), mnemon_types::Bytes::new(vec![1, 2, 3]).into());
+            mnemon_types::Asset::new(mnemon_types::Value::Map(content)).with_id(id)
+        };
+        let expiring = mnemon_store::Expiry::After(std::time::Duration::from_millis(1));
+        store.put_expiring(&with_bytes("gone"), expiring).unwrap();
+        store
+            .put_batch(&[with_bytes("u/1"), with_bytes("u/2"), with_bytes("v")])
+            .unwrap();
+        other.put(&with_bytes("u/1")).unwrap();
+        let mut client = ::postgres::Client::connect(&url, ::postgres::NoTls).unwrap();
+        let mut rows = |id: &str| -> (i64, i64) {
+            let mut count = |table: &str| -> i64 {
+                client
+                    .query_one(
+                        &format!(
+                            "SELECT count(*) FROM {table}                              WHERE namespace = 'default' AND asset_id = $1::bytea"
+                        ),
+                        &[&id.as_bytes()],
+                    )
+                    .unwrap()
+                    .get(0)
+            };
+            (count("asset_assets"), count("asset_leaves"))
+        };
+        assert_eq!(rows("gone"), (1, 1));
+        clock.set(1_001);
+        assert_eq!(store.gc().unwrap(), 1);
+        assert_eq!(rows("gone"), (0, 0));
+        assert_eq!(store.forget("u/").unwrap(), 2);
+        assert_eq!(rows("u/1"), (0, 0));
+        assert_eq!(rows("u/2"), (0, 0));
+        assert_eq!(rows("v"), (1, 1));
+        assert!(other.get("u/1").unwrap().is_some());
+    }
+
     #[test]
     fn tenant_isolation_postgres() {
         let server = mnemon_tests::require_postgres!();
@@ -296,7 +521,7 @@ mod postgres {
                 err,
                 mnemon_store::StoreError::SchemaTooNew {
                     found: 99,
-                    supported: 2,
+                    supported: 3,
                     ..
                 }
             ),
@@ -507,5 +732,5 @@ fn postgres_version_1_assets_move_into_the_default_namespace() {
         .query_one("SELECT version FROM asset_schema", &[])
         .unwrap()
         .get(0);
-    assert_eq!(version, 2);
+    assert_eq!(version, 3);
 }
