@@ -1,1 +1,461 @@
-//! wip
+//! The MCP server end to end through rmcp's own client: over streamable HTTP (axum on
+//! 127.0.0.1:0) and over the byte-stream transport stdio uses (an in-process pipe; the spawned
+//! `mnemon mcp` binary is tested in the CLI's tests). Every tool is listed and called, outputs
+//! are checked against what the stores hold, and failures come back as tool errors.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::Arc;
+
+use mnemon_library::Library;
+use mnemon_mcp::mnemon_ops::{Service, Stores};
+use mnemon_mcp::{HttpOptions, MnemonMcp};
+use rmcp::ServiceExt;
+use rmcp::model::{CallToolRequestParams, CallToolResult};
+use rmcp::service::{Peer, RoleClient};
+use rmcp::transport::StreamableHttpClientTransport;
+use serde_json::{Value, json};
+
+/// The sample library `mnemon serve` answers from by default (model mnemon:hashing-v1-512).
+const SAMPLE: &[u8] = include_bytes!("../../mnemon/sample-library/library.json");
+const MODEL: &str = "mnemon:hashing-v1-512";
+
+/// Every tool the server offers, sorted.
+const TOOLS: &[&str] = &[
+    "describe_asset",
+    "forget",
+    "list_assets",
+    "list_sessions",
+    "load_artifacts",
+    "put_asset",
+    "recall",
+    "remember",
+    "resolve_asset",
+    "save_artifact",
+    "search_library",
+];
+
+fn server(dir: &std::path::Path) -> MnemonMcp {
+    let embedder = mnemon_embed::embedder_for_model(MODEL).unwrap();
+    let service = Service::new(Stores::open(dir).unwrap()).with_embedder(Arc::from(embedder));
+    let library = Arc::new(Library::from_bytes(SAMPLE).unwrap());
+    MnemonMcp::new(service).with_library(library)
+}
+
+async fn call(peer: &Peer<RoleClient>, tool: &str, arguments: Value) -> CallToolResult {
+    let Value::Object(arguments) = arguments else {
+        panic!("arguments must be an object")
+    };
+    peer.call_tool(CallToolRequestParams::new(tool.to_owned()).with_arguments(arguments))
+        .await
+        .unwrap_or_else(|e| panic!("{tool}: protocol error {e}"))
+}
+
+fn text_of(result: &CallToolResult) -> String {
+    result
+        .content
+        .iter()
+        .filter_map(|c| c.as_text().map(|t| t.text.clone()))
+        .collect()
+}
+
+/// A successful call's structured output, after checking that the text block carries the
+/// same JSON after its summary line.
+async fn ok(peer: &Peer<RoleClient>, tool: &str, arguments: Value) -> Value {
+    let result = call(peer, tool, arguments).await;
+    assert_ne!(
+        result.is_error,
+        Some(true),
+        "{tool} failed: {}",
+        text_of(&result)
+    );
+    let structured = result
+        .structured_content
+        .clone()
+        .expect("structured content");
+    let text = text_of(&result);
+    let (summary, json) = text
+        .split_once('\n')
+        .expect("a summary line, then the JSON");
+    assert!(!summary.is_empty() && summary.len() < 200, "{summary}");
+    assert_eq!(serde_json::from_str::<Value>(json).unwrap(), structured);
+    structured
+}
+
+/// A failed call's error code and message, after checking it is a tool error, not a protocol
+/// error.
+async fn tool_error(peer: &Peer<RoleClient>, tool: &str, arguments: Value) -> (String, String) {
+    let result = call(peer, tool, arguments).await;
+    assert_eq!(
+        result.is_error,
+        Some(true),
+        "{tool} succeeded: {}",
+        text_of(&result)
+    );
+    assert!(result.structured_content.is_none());
+    let body: Value = serde_json::from_str(&text_of(&result)).unwrap();
+    (
+        body["error"]["code"].as_str().unwrap().to_owned(),
+        body["error"]["message"].as_str().unwrap().to_owned(),
+    )
+}
+
+/// Lists the tools and calls each one, checking the outputs; the scenario both transports run.
+pub(crate) async fn exercise(peer: &Peer<RoleClient>) {
+    let tools = peer.list_all_tools().await.unwrap();
+    let mut names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
+    names.sort_unstable();
+    assert_eq!(names, TOOLS);
+    for tool in &tools {
+        let description = tool.description.as_deref().unwrap_or_default();
+        assert!(description.len() > 80, "{}: {description}", tool.name);
+        assert_eq!(tool.input_schema.get("type"), Some(&json!("object")));
+        assert!(
+            tool.output_schema.is_some(),
+            "{} has no output schema",
+            tool.name
+        );
+    }
+    let remember = tools.iter().find(|t| t.name == "remember").unwrap();
+    let required = remember.input_schema.get("required").unwrap();
+    assert_eq!(required, &json!(["session", "messages"]));
+
+    // Memory: remember, recall (latest, by query in a session, across sessions), sessions.
+    let added = ok(
+        peer,
+        "remember",
+        json!({"session": "chat-1", "messages": [
+            {"name": "user", "role": "user", "content": "my cat is called Miso and likes tuna"},
+            {"name": "assistant", "role": "assistant", "content": "noted: Miso likes tuna"},
+            {"name": "user", "role": "user", "content": "the meeting moved to Thursday at noon"}
+        ]}),
+    )
+    .await;
+    assert_eq!(added, json!({"added": 3, "skipped_duplicates": []}));
+    ok(
+        peer,
+        "remember",
+        json!({"session": "chat-2", "marks": ["travel"], "messages": [
+            {"name": "user", "content": "book a train to Lyon for Thursday"}
+        ]}),
+    )
+    .await;
+
+    let latest = ok(peer, "recall", json!({"session": "chat-1", "recent": 2})).await;
+    let contents: Vec<&str> = latest["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["message"]["content"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        contents,
+        [
+            "noted: Miso likes tuna",
+            "the meeting moved to Thursday at noon"
+        ]
+    );
+    assert!(latest["messages"][0].get("score").is_none());
+
+    let found = ok(
+        peer,
+        "recall",
+        json!({"session": "chat-1", "query": "what does Miso the cat like", "top_k": 1}),
+    )
+    .await;
+    let hits = found["messages"].as_array().unwrap();
+    assert_eq!(hits.len(), 1);
+    assert!(
+        hits[0]["message"]["content"]
+            .as_str()
+            .unwrap()
+            .contains("Miso")
+    );
+    assert!(hits[0]["score"].as_f64().is_some());
+    assert!(hits[0]["message"].get("embedding").is_none());
+
+    let everywhere = ok(
+        peer,
+        "recall",
+        json!({"query": "train to Lyon", "top_k": 2}),
+    )
+    .await;
+    let hits = everywhere["messages"].as_array().unwrap();
+    assert_eq!(hits.len(), 2);
+    assert_eq!(hits[0]["session"], "chat-2");
+    assert!(hits[0]["score"].as_f64().unwrap() >= hits[1]["score"].as_f64().unwrap());
+    let marked = ok(
+        peer,
+        "recall",
+        json!({"query": "Thursday", "mark": "travel"}),
+    )
+    .await;
+    assert_eq!(marked["messages"].as_array().unwrap().len(), 1);
+
+    let sessions = ok(peer, "list_sessions", json!({})).await;
+    assert_eq!(
+        sessions["sessions"],
+        json!([{"session_id": "chat-1"}, {"session_id": "chat-2"}])
+    );
+    let first = ok(peer, "list_sessions", json!({"limit": 1})).await;
+    let cursor = first["next_cursor"].as_str().unwrap().to_owned();
+    let second = ok(peer, "list_sessions", json!({"cursor": cursor})).await;
+    assert_eq!(second["sessions"], json!([{"session_id": "chat-2"}]));
+
+    // Forget: one message, then a whole session.
+    let id = latest["messages"][0]["message"]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let forgot = ok(
+        peer,
+        "forget",
+        json!({"session": "chat-1", "message_ids": [id, "nope"]}),
+    )
+    .await;
+    assert_eq!(
+        forgot,
+        json!({"session": "chat-1", "session_deleted": false,
+               "deleted_message_ids": [id], "not_found": ["nope"]})
+    );
+    let left = ok(peer, "recall", json!({"session": "chat-1"})).await;
+    assert_eq!(left["messages"].as_array().unwrap().len(), 2);
+    let dropped = ok(peer, "forget", json!({"session": "chat-2"})).await;
+    assert_eq!(dropped["session_deleted"], true);
+    let (code, message) = tool_error(peer, "recall", json!({"session": "chat-2"})).await;
+    assert_eq!(code, "session_not_found");
+    assert!(message.contains("list_sessions"), "{message}");
+
+    // Assets: the model sees meta, resolves one part.
+    let put = ok(
+        peer,
+        "put_asset",
+        json!({"asset": {"asset_id": "report", "asset_type": "table",
+            "description": "quarterly numbers",
+            "content": {"rows": [{"q": 1, "revenue": 10}, {"q": 2, "revenue": 12}]}}}),
+    )
+    .await;
+    assert_eq!(put["asset_id"], "report");
+    assert_eq!(put["meta"]["asset_type"], "table");
+    let binary = ok(
+        peer,
+        "put_asset",
+        json!({"asset": {"asset_id": "logo", "content_type": "image/png",
+            "content_base64": "iVBORw0KGgo="}}),
+    )
+    .await;
+    let meta = ok(peer, "describe_asset", json!({"asset_id": "logo"})).await;
+    assert_eq!(meta["meta"], binary["meta"]);
+    assert!(
+        !meta.to_string().contains("iVBORw0KGgo"),
+        "meta shows the payload: {meta}"
+    );
+    let value = ok(
+        peer,
+        "resolve_asset",
+        json!({"reference": "asset://report/content/rows/1/revenue"}),
+    )
+    .await;
+    assert_eq!(value, json!({"value": 12}));
+    let listed = ok(peer, "list_assets", json!({"asset_type": "table"})).await;
+    assert_eq!(listed, json!({"asset_ids": ["report"]}));
+    let (code, message) = tool_error(peer, "describe_asset", json!({"asset_id": "ghost"})).await;
+    assert_eq!(code, "asset_not_found");
+    assert!(message.contains("list_assets"), "{message}");
+    let (code, _) = tool_error(peer, "resolve_asset", json!({"reference": "not a ref"})).await;
+    assert_eq!(code, "invalid_input");
+
+    // Artifacts: save twice under one key, load the newest into a prompt block.
+    let saved = ok(
+        peer,
+        "save_artifact",
+        json!({"scope": "task-7", "key": "plan", "type": "plan", "name": "Plan v1",
+               "content": "1. collect 2. analyse"}),
+    )
+    .await;
+    assert_eq!(saved["artifact"]["key"], "plan");
+    assert_eq!(saved["content"], "1. collect 2. analyse");
+    ok(
+        peer,
+        "save_artifact",
+        json!({"scope": "task-7", "key": "plan", "type": "plan", "name": "Plan v2",
+               "content": "1. collect 2. analyse 3. report"}),
+    )
+    .await;
+    let loaded = ok(
+        peer,
+        "load_artifacts",
+        json!({"scope": "task-7", "text": "follow {plan} and {budget}"}),
+    )
+    .await;
+    let block = loaded["text"].as_str().unwrap();
+    assert!(
+        block.contains("3. report") && !block.contains("Plan v1"),
+        "{block}"
+    );
+    assert_eq!(loaded["missing_keys"], json!(["budget"]));
+    let (code, _) = tool_error(peer, "load_artifacts", json!({"scope": "task-7"})).await;
+    assert_eq!(code, "invalid_input");
+
+    // The library.
+    let bits = ok(
+        peer,
+        "search_library",
+        json!({"text": "how do bees keep warm in winter", "count": 2}),
+    )
+    .await;
+    let bits = bits["bits"].as_array().unwrap();
+    assert_eq!(bits.len(), 2);
+    assert!(
+        bits[0]["text"].as_str().unwrap().contains("bee"),
+        "{}",
+        bits[0]
+    );
+    assert!(bits[0].get("embedding").is_none());
+
+    // Arguments that do not match the schema are a tool error too (rmcp's own text), so the
+    // model can correct them.
+    let wrong = call(peer, "remember", json!({"session": 3, "messages": []})).await;
+    assert_eq!(wrong.is_error, Some(true));
+    assert!(text_of(&wrong).contains("expected a string"), "{wrong:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_tool_over_streamable_http() {
+    let dir = tempfile::tempdir().unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let serving = tokio::spawn(mnemon_mcp::serve_http(
+        listener,
+        server(dir.path()),
+        HttpOptions::default(),
+        async move {
+            let _ = stopped.await;
+        },
+    ));
+    let client = ()
+        .serve(StreamableHttpClientTransport::from_uri(format!(
+            "http://{addr}/mcp"
+        )))
+        .await
+        .unwrap();
+    exercise(&client).await;
+    client.cancel().await.unwrap();
+    stop.send(()).unwrap();
+    serving.await.unwrap().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_tool_over_the_stdio_transport() {
+    let dir = tempfile::tempdir().unwrap();
+    let (client_end, server_end) = tokio::io::duplex(1 << 16);
+    let running = tokio::spawn(async move {
+        let served = server(dir.path()).serve(server_end).await.unwrap();
+        served.waiting().await.unwrap();
+    });
+    let client = ().serve(client_end).await.unwrap();
+    exercise(&client).await;
+    client.cancel().await.unwrap();
+    running.await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_foreign_host_header_is_refused_by_default() {
+    let dir = tempfile::tempdir().unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(mnemon_mcp::serve_http(
+        listener,
+        server(dir.path()),
+        HttpOptions::default(),
+        std::future::pending(),
+    ));
+    let answer = tokio::task::spawn_blocking(move || {
+        reqwest::blocking::Client::new()
+            .post(format!("http://{addr}/mcp"))
+            .header("Host", "attacker.example")
+            .header("Content-Type", "application/json")
+            .header("Accept", "application/json, text/event-stream")
+            .body(r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#)
+            .send()
+            .unwrap()
+            .status()
+    })
+    .await
+    .unwrap();
+    assert_eq!(answer.as_u16(), 403);
+}
+
+/// A resolver as keys will use it: the bearer token picks the namespace; an unknown token is
+/// denied. The hook of docs/reference/mcp.md#namespaces.
+struct ByToken {
+    a: Service,
+    b: Service,
+}
+
+impl mnemon_mcp::ServiceResolver for ByToken {
+    fn resolve(
+        &self,
+        request: Option<&axum::http::request::Parts>,
+    ) -> Result<Service, mnemon_mcp::Denied> {
+        let token = request
+            .and_then(|r| r.headers.get("authorization"))
+            .and_then(|v| v.to_str().ok());
+        match token {
+            Some("Bearer key-a") => Ok(self.a.clone()),
+            Some("Bearer key-b") => Ok(self.b.clone()),
+            _ => Err(mnemon_mcp::Denied {
+                code: "unauthorized".into(),
+                message: "this key is not valid; ask for a key with `mnemon keys create`".into(),
+            }),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_resolver_picks_each_requests_namespace() {
+    use mnemon_mcp::mnemon_ops::OpenOptions;
+    use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+
+    let dir = tempfile::tempdir().unwrap();
+    let open = |ns: &str| {
+        let options = OpenOptions::default().with_namespace(ns.parse().unwrap());
+        Service::new(Stores::open_with(dir.path(), &options).unwrap())
+    };
+    let resolver = ByToken {
+        a: open("tenant-a"),
+        b: open("tenant-b"),
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(mnemon_mcp::serve_http(
+        listener,
+        MnemonMcp::new(resolver),
+        HttpOptions::default(),
+        std::future::pending(),
+    ));
+    let connect = |token: &str| {
+        let config = StreamableHttpClientTransportConfig::with_uri(format!("http://{addr}/mcp"))
+            .auth_header(token.to_owned());
+        ().serve(StreamableHttpClientTransport::from_config(config))
+    };
+    let a = connect("key-a").await.unwrap();
+    let b = connect("key-b").await.unwrap();
+    let stranger = connect("key-x").await.unwrap();
+    ok(
+        &a,
+        "remember",
+        json!({"session": "s", "messages": [{"name": "user", "content": "only in a"}]}),
+    )
+    .await;
+    let seen_by_a = ok(&a, "list_sessions", json!({})).await;
+    assert_eq!(seen_by_a["sessions"], json!([{"session_id": "s"}]));
+    let seen_by_b = ok(&b, "list_sessions", json!({})).await;
+    assert_eq!(seen_by_b["sessions"], json!([]));
+    let (code, _) = tool_error(&b, "recall", json!({"session": "s"})).await;
+    assert_eq!(code, "session_not_found");
+    let (code, message) = tool_error(&stranger, "list_sessions", json!({})).await;
+    assert_eq!(code, "unauthorized");
+    assert!(message.contains("mnemon keys create"));
+}
