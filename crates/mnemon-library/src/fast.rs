@@ -16,7 +16,7 @@
 //! `γ = (D + 64)·2⁻²⁴·1.01` (any summation order, FMA or not, f64 accumulation even better).
 //! Norms are computed in f64 and padded for their own rounding.
 
-use mnemon_vector::{MatrixView, Scored, dot, dot_i8_symmetric};
+use mnemon_vector::{MatrixView, Scored, dot, dot_i8_symmetric, dot_i8_symmetric_many};
 use rayon::prelude::*;
 
 /// Rows quantised or bounded per rayon task.
@@ -116,25 +116,56 @@ impl Int8Matrix {
         }
     }
 
-    /// For every row where `keep` holds, an upper bound of `dot(row, query)` as the exact scan
-    /// computes it, and [`HIDDEN`] where `keep` fails; with the number of rows kept. `None` when
-    /// the bound cannot be trusted (dimension too large, a query of the wrong length, or scores
-    /// that could overflow f32).
-    fn upper_bounds<F>(&self, query: &[f32], keep: &F) -> Option<(Vec<f64>, usize)>
-    where
-        F: Fn(usize) -> bool + Sync,
-    {
+    /// What the bounds need from `query`: its int8 codes and the constants of the slack, or
+    /// `None` when the bound cannot be trusted (dimension too large, a query of the wrong
+    /// length or not finite, or scores that could overflow f32).
+    fn prepare(&self, query: &[f32]) -> Option<QueryCodes> {
         if self.dim == 0 || self.dim > MAX_DIM || query.len() != self.dim {
             return None;
         }
-        let mut q = vec![0i8; self.dim];
-        let (q_scale, q_quant, q_err) = quantize(query, &mut q)?;
+        let mut codes = vec![0i8; self.dim];
+        let (q_scale, q_quant, q_err) = quantize(query, &mut codes)?;
         let q_norm = (q_quant + q_err) * (1.0 + PAD);
         if self.max_norm * q_norm >= 1e37 {
             return None;
         }
-        let gamma = (self.dim as f64 + 64.0) * U32 * 1.01;
-        let st = f64::from(q_scale);
+        Some(QueryCodes {
+            codes,
+            scale: f64::from(q_scale),
+            err: q_err,
+            norm: q_norm,
+            gamma: (self.dim as f64 + 64.0) * U32 * 1.01,
+        })
+    }
+
+    /// Row `i`'s upper bound of `dot(row, query)` from the exact int8 dot product `int_dot` of
+    /// its codes with the query's. One function for the one-query and the batched pre-scan, so
+    /// both give the same bounds bit for bit.
+    fn bound(&self, i: usize, int_dot: i64, q: &QueryCodes) -> f64 {
+        let (Some(&qn), Some(&en), Some(&scale)) = (
+            self.quant_norm.get(i),
+            self.err_norm.get(i),
+            self.scales.get(i),
+        ) else {
+            return f64::INFINITY;
+        };
+        if !(qn.is_finite() && en.is_finite()) {
+            return f64::INFINITY;
+        }
+        let approx = int_dot as f64 * f64::from(scale) * q.scale;
+        let slack = qn * q.err + en * q.norm + q.gamma * (qn + en) * q.norm;
+        // Padding covers the rounding of this sum and of `approx` itself.
+        approx + slack * (1.0 + PAD) + approx.abs() * 4.0 * PAD
+    }
+
+    /// For every row where `keep` holds, an upper bound of `dot(row, query)` as the exact scan
+    /// computes it, and [`HIDDEN`] where `keep` fails; with the number of rows kept. `None` when
+    /// the bound cannot be trusted (see [`Int8Matrix::prepare`]).
+    fn upper_bounds<F>(&self, query: &[f32], keep: &F) -> Option<(Vec<f64>, usize)>
+    where
+        F: Fn(usize) -> bool + Sync,
+    {
+        let q = self.prepare(query)?;
         let mut out = vec![HIDDEN; self.scales.len()];
         let visible = out
             .par_chunks_mut(ROWS_PER_TASK)
@@ -148,27 +179,108 @@ impl Int8Matrix {
                         continue;
                     }
                     kept += 1;
-                    let (qn, en) = (self.quant_norm[i], self.err_norm[i]);
-                    if !(qn.is_finite() && en.is_finite()) {
-                        *slot = f64::INFINITY;
-                        continue;
-                    }
                     let codes = self
                         .codes
                         .get(i * self.dim..(i + 1) * self.dim)
                         .unwrap_or(&[]);
-                    // `q` comes from `quantize`, so it never holds -128.
-                    let approx =
-                        dot_i8_symmetric(codes, &q) as f64 * f64::from(self.scales[i]) * st;
-                    let slack = qn * q_err + en * q_norm + gamma * (qn + en) * q_norm;
-                    // Padding covers the rounding of this sum and of `approx` itself.
-                    *slot = approx + slack * (1.0 + PAD) + approx.abs() * 4.0 * PAD;
+                    // `q.codes` comes from `quantize`, so it never holds -128.
+                    *slot = self.bound(i, dot_i8_symmetric(codes, &q.codes), &q);
                 }
                 kept
             })
             .sum();
         Some((out, visible))
     }
+
+    /// Every row's upper bound for each of `queries`, in one pass over the int8 copy
+    /// ([`dot_i8_symmetric_many`]: each block of rows is read once for all the queries):
+    /// `result[q]` holds what [`Int8Matrix::upper_bounds`] gives for `queries[q]` with every row
+    /// kept, bit for bit, or `None` where it gives `None`.
+    pub(crate) fn upper_bounds_many(&self, queries: &[&[f32]]) -> Vec<Option<Vec<f64>>> {
+        let prepared: Vec<Option<QueryCodes>> = queries.iter().map(|q| self.prepare(q)).collect();
+        // Only the trusted queries are scanned; `slot[k]` is the k-th of them.
+        let trusted: Vec<&QueryCodes> = prepared.iter().flatten().collect();
+        let codes: Vec<&[i8]> = trusted.iter().map(|q| q.codes.as_slice()).collect();
+        let rows = self.scales.len();
+        let mut bounds: Vec<Vec<f64>> = trusted.iter().map(|_| vec![HIDDEN; rows]).collect();
+        if !trusted.is_empty() {
+            let mut per_chunk: Vec<Vec<&mut [f64]>> = Vec::new();
+            for out in &mut bounds {
+                for (c, chunk) in out.chunks_mut(ROWS_PER_TASK).enumerate() {
+                    if per_chunk.len() <= c {
+                        per_chunk.push(Vec::with_capacity(trusted.len()));
+                    }
+                    if let Some(slot) = per_chunk.get_mut(c) {
+                        slot.push(chunk);
+                    }
+                }
+            }
+            per_chunk
+                .into_par_iter()
+                .enumerate()
+                .for_each(|(chunk, mut outs)| {
+                    let base = chunk * ROWS_PER_TASK;
+                    let len = outs.first().map_or(0, |o| o.len());
+                    let block = self
+                        .codes
+                        .get(base * self.dim..(base + len) * self.dim)
+                        .unwrap_or(&[]);
+                    let mut dots = vec![0i64; len * codes.len()];
+                    dot_i8_symmetric_many(block, self.dim, &codes, &mut dots);
+                    for (offset, row_dots) in dots.chunks(codes.len()).enumerate() {
+                        for ((out, q), &int_dot) in outs.iter_mut().zip(&trusted).zip(row_dots) {
+                            if let Some(slot) = out.get_mut(offset) {
+                                *slot = self.bound(base + offset, int_dot, q);
+                            }
+                        }
+                    }
+                });
+        }
+        let mut scanned = bounds.into_iter();
+        prepared
+            .iter()
+            .map(|q| q.as_ref().and_then(|_| scanned.next()))
+            .collect()
+    }
+}
+
+/// A query quantised for the bounds, with the constants of its slack.
+struct QueryCodes {
+    codes: Vec<i8>,
+    /// The query's int8 scale `t`.
+    scale: f64,
+    /// `‖f‖`, padded.
+    err: f64,
+    /// `‖q̂‖ + ‖f‖`, padded.
+    norm: f64,
+    /// `γ` of the f32 dot product's rounding.
+    gamma: f64,
+}
+
+/// Upper bounds computed ahead, by [`Int8Matrix::upper_bounds_many`], for every row; `keep` is
+/// applied here: rows it hides get [`HIDDEN`]. Returns the bounds and the number of rows kept,
+/// exactly what [`Int8Matrix::upper_bounds`] returns for the same query and `keep`.
+pub(crate) fn apply_keep<F>(mut bounds: Vec<f64>, keep: &F) -> (Vec<f64>, usize)
+where
+    F: Fn(usize) -> bool + Sync,
+{
+    let visible = bounds
+        .par_chunks_mut(ROWS_PER_TASK)
+        .enumerate()
+        .map(|(chunk, slots)| {
+            let base = chunk * ROWS_PER_TASK;
+            let mut kept = 0usize;
+            for (offset, slot) in slots.iter_mut().enumerate() {
+                if keep(base + offset) {
+                    kept += 1;
+                } else {
+                    *slot = HIDDEN;
+                }
+            }
+            kept
+        })
+        .sum();
+    (bounds, visible)
 }
 
 /// What the cut needs from the ranked rows scored so far.
@@ -184,18 +296,25 @@ pub(crate) enum Need {
 /// scored so far, in order, and says how long a prefix decides the result. Returns the scored
 /// rows in order (at least that prefix), or `None` when the exact scan should be used instead
 /// (no trustworthy bound, or so many rows needed scoring that a full scan is cheaper).
+///
+/// `prescanned`, when given, holds every row's bound for `query` from
+/// [`Int8Matrix::upper_bounds_many`] (a batched pre-scan), so the pre-scan is not run again.
 pub(crate) fn select<F>(
     int8: &Int8Matrix,
     view: &MatrixView<'_>,
     query: &[f32],
     keep: &F,
+    prescanned: Option<Vec<f64>>,
     first_batch: usize,
     need: &mut dyn FnMut(&[Scored]) -> Need,
 ) -> Option<Vec<Scored>>
 where
     F: Fn(usize) -> bool + Sync,
 {
-    let (mut bounds, visible) = int8.upper_bounds(query, keep)?;
+    let (mut bounds, visible) = match prescanned {
+        Some(bounds) if bounds.len() == view.rows() => apply_keep(bounds, keep),
+        _ => int8.upper_bounds(query, keep)?,
+    };
     let mut scored: Vec<Scored> = Vec::new();
     let mut batch = first_batch.max(1);
     loop {
@@ -342,6 +461,63 @@ mod tests {
         }
     }
 
+    proptest! {
+        /// Issue 17 item 0: the batched pre-scan gives every row of every query the bound of
+        /// the one-query pre-scan, bit for bit, and refuses the same queries (a wrong length,
+        /// scores near f32's range); non-finite rows stay unbounded.
+        #[test]
+        fn batched_bounds_equal_one_query_bounds(
+            dim in 1usize..150,
+            rows in 1usize..300,
+            seed in any::<u64>(),
+            exps in proptest::collection::vec(-30i32..30, 1..9),
+        ) {
+            let mut rng = ChaCha8Rng::seed_from_u64(seed);
+            let mut vectors: Vec<Vec<f32>> = (0..rows)
+                .map(|_| crate::synthetic::unit_vector(&mut rng, dim))
+                .collect();
+            vectors[rows / 2][0] = f32::NAN;
+            let m = matrix(&vectors, dim);
+            let p = Int8Matrix::build(&m.view());
+            let mut queries: Vec<Vec<f32>> = exps
+                .iter()
+                .map(|&e| {
+                    crate::synthetic::unit_vector(&mut rng, dim)
+                        .into_iter()
+                        .map(|x| x * 2f32.powi(e))
+                        .collect()
+                })
+                .collect();
+            queries.push(vec![0.5; dim + 1]);
+            queries.push(vec![1e30; dim]);
+            let refs: Vec<&[f32]> = queries.iter().map(Vec::as_slice).collect();
+            let many = p.upper_bounds_many(&refs);
+            prop_assert_eq!(many.len(), refs.len());
+            for (q, got) in refs.iter().zip(many) {
+                let one = p.upper_bounds(q, &|_| true);
+                match (got, one) {
+                    (None, None) => {}
+                    (Some(got), Some((want, visible))) => {
+                        prop_assert_eq!(visible, rows);
+                        prop_assert_eq!(
+                            got.iter().map(|b| b.to_bits()).collect::<Vec<_>>(),
+                            want.iter().map(|b| b.to_bits()).collect::<Vec<_>>()
+                        );
+                        let keep = |i: usize| i % 3 != 1;
+                        let (kept, visible) = apply_keep(got, &keep);
+                        let (want, want_visible) = p.upper_bounds(q, &keep).unwrap();
+                        prop_assert_eq!(visible, want_visible);
+                        prop_assert_eq!(
+                            kept.iter().map(|b| b.to_bits()).collect::<Vec<_>>(),
+                            want.iter().map(|b| b.to_bits()).collect::<Vec<_>>()
+                        );
+                    }
+                    (got, one) => prop_assert!(false, "batched {:?} vs one {:?}", got.is_some(), one.is_some()),
+                }
+            }
+        }
+    }
+
     /// On random unit vectors only a small share of the rows is scored exactly: fast mode
     /// really is a pre-scan, not an exact scan in disguise.
     #[test]
@@ -357,7 +533,7 @@ mod tests {
         for _ in 0..5 {
             let q = crate::synthetic::unit_vector(&mut rng, dim);
             let keep = |i: usize| i % 7 != 3;
-            let scored = select(&p, &view, &q, &keep, 74, &mut |s| {
+            let scored = select(&p, &view, &q, &keep, None, 74, &mut |s| {
                 if s.len() >= 10 {
                     Need::Prefix(10)
                 } else {

@@ -66,7 +66,7 @@ pub use library::{
 };
 pub use omit::{Omit, OmitKey};
 pub use problems::{Problem, ProblemKind};
-pub use query::PlannedQuery;
+pub use query::{PlannedQuery, Prescan};
 pub use request::QueryRequest;
 pub use result::{Hit, QueryResult};
 pub use sidecar::sidecar_path;

@@ -48,9 +48,40 @@ impl PlannedQuery {
         self.query.as_deref()
     }
 
+    /// The vector of this query's int8 pre-scan when it runs in fast mode on a non-empty
+    /// library: pass it to [`Library::prescan_many`], and the result to
+    /// [`Library::run_prescanned`]. `None` when the query does not run in fast mode.
+    pub fn prescan_vector(&self) -> Option<&[f32]> {
+        if !self.fast || self.rows == 0 {
+            return None;
+        }
+        self.query.as_deref()
+    }
+
     /// The grant the query will run under.
     pub fn grant(&self) -> &AccessGrant {
         &self.grant
+    }
+}
+
+/// A fast query's int8 pre-scan, computed ahead by [`Library::prescan_many`] in a pass over
+/// the int8 copy shared with other queries (docs/reference/library.md#fast-mode); hand it to
+/// [`Library::run_prescanned`]. It holds every row's bound, before access is applied.
+#[derive(Clone)]
+pub struct Prescan {
+    /// The vector it was computed for: a pre-scan of another vector is never used.
+    query: Vec<f32>,
+    /// Every row's upper bound, or `None` when bounds cannot be trusted for this vector (the
+    /// query then runs the exact scan, as it would alone).
+    bounds: Option<Vec<f64>>,
+}
+
+impl std::fmt::Debug for Prescan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Prescan")
+            .field("dimension", &self.query.len())
+            .field("rows", &self.bounds.as_ref().map(Vec::len))
+            .finish_non_exhaustive()
     }
 }
 
@@ -70,7 +101,7 @@ impl Library {
     /// library; safe to call from many threads at once.
     pub fn query(&self, request: &QueryRequest, grant: &AccessGrant) -> Result<QueryResult<'_>> {
         let plan = self.plan(request, grant.clone())?;
-        self.finish(plan, None)
+        self.finish(plan, None, None)
     }
 
     /// Checks `request` against this library and prepares it, as [`Library::query`] does
@@ -117,7 +148,40 @@ impl Library {
         scores: Option<&[f32]>,
     ) -> Result<QueryResult<'_>> {
         let scores = scores.filter(|s| s.len() == self.len() && plan.scan_vector().is_some());
-        self.finish(plan, scores)
+        self.finish(plan, scores, None)
+    }
+
+    /// The int8 pre-scan of each of `queries` (vectors of the library's dimension), in one
+    /// pass over the library's int8 copy (built by the first fast query): each block of rows is
+    /// read once and scored against every query with the batched int8 kernel
+    /// ([`mnemon_vector::dot_i8_symmetric_many`]). Hand each to [`Library::run_prescanned`]
+    /// with the plan whose [`PlannedQuery::prescan_vector`] it was computed for.
+    pub fn prescan_many(&self, queries: &[&[f32]]) -> Vec<Prescan> {
+        self.int8_matrix()
+            .upper_bounds_many(queries)
+            .into_iter()
+            .zip(queries)
+            .map(|(bounds, query)| Prescan {
+                query: query.to_vec(),
+                bounds,
+            })
+            .collect()
+    }
+
+    /// Runs a planned fast query with its pre-scan computed ahead by [`Library::prescan_many`].
+    /// The result equals [`Library::query`]'s; a pre-scan of another vector or another
+    /// library's size is ignored and the rows pre-scanned again.
+    pub fn run_prescanned(&self, plan: PlannedQuery, prescan: Prescan) -> Result<QueryResult<'_>> {
+        let same_vector = plan.prescan_vector().is_some_and(|v| {
+            v.len() == prescan.query.len()
+                && v.iter()
+                    .zip(&prescan.query)
+                    .all(|(a, b)| a.to_bits() == b.to_bits())
+        });
+        let bounds = prescan
+            .bounds
+            .filter(|b| same_vector && b.len() == self.len());
+        self.finish(plan, None, bounds)
     }
 
     /// The exact score of every row for each of `queries` (vectors of the library's
@@ -194,9 +258,14 @@ impl Library {
         Ok(())
     }
 
-    /// Everything after the checks: access, scoring (unless `scores` holds it already) and
-    /// the cut.
-    fn finish(&self, plan: PlannedQuery, scores: Option<&[f32]>) -> Result<QueryResult<'_>> {
+    /// Everything after the checks: access, scoring (unless `scores` holds it already, or
+    /// `prescan` a fast query's bounds) and the cut.
+    fn finish(
+        &self,
+        plan: PlannedQuery,
+        scores: Option<&[f32]>,
+        prescan: Option<Vec<f64>>,
+    ) -> Result<QueryResult<'_>> {
         // A sidecar changed under the map: refuse rather than answer from zeros or new bytes.
         self.store.check_backing()?;
         // Restrict: which tags the grant opens.
@@ -221,7 +290,15 @@ impl Library {
                     (None, true) => Scan::Fast,
                     (None, false) => Scan::Exact,
                 };
-                self.select(query, plan.count, plan.count_type, &keep, visible, scan)?
+                self.select(
+                    query,
+                    plan.count,
+                    plan.count_type,
+                    &keep,
+                    visible,
+                    scan,
+                    prescan,
+                )?
             }
             _ => (Vec::new(), None),
         };
@@ -248,6 +325,7 @@ impl Library {
 
     /// Scores, sorts and cuts: the chosen bits in result order, and the character limit for the
     /// first bit's text when it alone is over a token budget.
+    #[allow(clippy::too_many_arguments)]
     fn select<F>(
         &self,
         query: &[f32],
@@ -256,6 +334,7 @@ impl Library {
         keep: &F,
         visible: usize,
         scan: Scan<'_>,
+        prescan: Option<Vec<f64>>,
     ) -> Result<(Vec<Scored>, Option<usize>)>
     where
         F: Fn(usize) -> bool + Sync,
@@ -263,7 +342,7 @@ impl Library {
         let view = self.store.embeddings.view();
         if matches!(scan, Scan::Fast)
             && count > 0
-            && let Some(chosen) = self.select_fast(query, count, count_type, keep, visible)
+            && let Some(chosen) = self.select_fast(query, count, count_type, keep, visible, prescan)
         {
             return Ok(chosen);
         }
@@ -320,6 +399,7 @@ impl Library {
         count_type: CountType,
         keep: &F,
         visible: usize,
+        prescan: Option<Vec<f64>>,
     ) -> Option<(Vec<Scored>, Option<usize>)>
     where
         F: Fn(usize) -> bool + Sync,
@@ -335,6 +415,7 @@ impl Library {
                     &view,
                     query,
                     keep,
+                    prescan,
                     (4 * k).max(k + 64),
                     &mut |scored| {
                         if scored.len() >= k {
@@ -356,15 +437,16 @@ impl Library {
                         token_counts,
                     )
                 };
-                let mut chosen = fast::select(int8, &view, query, keep, 64, &mut |scored| {
-                    match cut_of(scored) {
-                        (_, _, true) => Need::More,
-                        // A lone first bit over the budget: only it was looked at.
-                        (_, Some(_), false) => Need::Prefix(1),
-                        // The bit after the kept ones ended the budget, so it counts too.
-                        (kept, None, false) => Need::Prefix(kept + 1),
-                    }
-                })?;
+                let mut chosen =
+                    fast::select(int8, &view, query, keep, prescan, 64, &mut |scored| {
+                        match cut_of(scored) {
+                            (_, _, true) => Need::More,
+                            // A lone first bit over the budget: only it was looked at.
+                            (_, Some(_), false) => Need::Prefix(1),
+                            // The bit after the kept ones ended the budget, so it counts too.
+                            (kept, None, false) => Need::Prefix(kept + 1),
+                        }
+                    })?;
                 let (kept, truncate, _) = cut_of(&chosen);
                 chosen.truncate(kept);
                 Some((chosen, truncate))

@@ -113,7 +113,24 @@ fn run_planned(lib: &Library, args: &Map<String, Value>) -> Map<String, Value> {
     wire::render(&result).unwrap()
 }
 
-/// Fast, exact and planned agree on the whole result (bits, order, similarities, counts).
+/// The query planned in fast mode, its int8 pre-scan computed in one `prescan_many` pass
+/// between two other vectors (as a batching host does), then run.
+fn run_prescanned(lib: &Library, args: &Map<String, Value>) -> Map<String, Value> {
+    let options = QueryOptions {
+        fast: true,
+        ..QueryOptions::default()
+    };
+    let parsed = wire::parse_query(lib, args, &options).unwrap();
+    let plan = lib.plan(&parsed.request, parsed.grant(&policy())).unwrap();
+    let vector = plan.prescan_vector().unwrap().to_vec();
+    let other: Vec<f32> = vector.iter().rev().copied().collect();
+    let mut prescans = lib.prescan_many(&[&other, &vector, &other]);
+    let mine = prescans.swap_remove(1);
+    wire::render(&lib.run_prescanned(plan, mine).unwrap()).unwrap()
+}
+
+/// Fast, exact, planned and pre-scanned in a batch agree on the whole result (bits, order,
+/// similarities, counts).
 fn assert_same(lib: &Library, a: &Map<String, Value>) {
     let exact = run(lib, a, false);
     let fast = run(lib, a, true);
@@ -126,6 +143,7 @@ fn assert_same(lib: &Library, a: &Map<String, Value>) {
     );
     assert_eq!(fast, exact);
     assert_eq!(run_planned(lib, a), exact);
+    assert_eq!(run_prescanned(lib, a), exact);
 }
 
 /// A query near `vectors[at]`: the row itself, nudged, so its run of copies and near-copies
@@ -252,4 +270,25 @@ fn scores_that_would_overflow_are_refused() {
             assert!(bit["similarity"].as_f64().unwrap().is_finite(), "{bit}");
         }
     }
+}
+
+/// Issue 17 item 0: a pre-scan handed to the wrong query (another vector) is never used: the
+/// result is still the query's own.
+#[test]
+fn a_prescan_of_another_vector_is_ignored() {
+    let (lib, vectors) = library(7, 2500, 48);
+    let a = args(&vectors[10], 5, "bit", true);
+    let exact = run(&lib, &a, false);
+    let options = QueryOptions {
+        fast: true,
+        ..QueryOptions::default()
+    };
+    let parsed = wire::parse_query(&lib, &a, &options).unwrap();
+    let plan = lib.plan(&parsed.request, parsed.grant(&policy())).unwrap();
+    // Another direction, scaled down: its bounds are all near zero, so trusted they would end
+    // the re-rank after the first batch, without the query's own row.
+    let other: Vec<f32> = vectors[2000].iter().map(|x| x * 1e-4).collect();
+    let wrong = lib.prescan_many(&[&other]).remove(0);
+    let result = wire::render(&lib.run_prescanned(plan, wrong).unwrap()).unwrap();
+    assert_eq!(result, exact);
 }
