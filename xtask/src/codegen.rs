@@ -1,6 +1,7 @@
 //! `cargo xtask codegen [--check]`: JSON Schemas of every on-disk and wire format, written to
-//! `docs/schemas/`. With `--check`, fails when a committed schema differs from the generated one,
-//! so CI catches a format change whose schema was not regenerated.
+//! `docs/schemas/`, and the REST API's OpenAPI 3.1 document, written to `docs/openapi.json`
+//! (docs/reference/rest.md). With `--check`, fails when a committed file differs from the
+//! generated one, so CI catches a format or API change whose document was not regenerated.
 
 use std::fs;
 
@@ -9,11 +10,11 @@ use schemars::{JsonSchema, schema_for};
 
 use crate::cargo::workspace_root;
 
-/// One generated file: its name under `docs/schemas/` and its JSON text.
+/// One generated file: its path under `docs/` and its JSON text.
 fn schema<T: JsonSchema>(file: &str) -> Result<(String, String)> {
     let mut text = serde_json::to_string_pretty(&schema_for!(T))?;
     text.push('\n');
-    Ok((file.to_owned(), text))
+    Ok((format!("schemas/{file}"), text))
 }
 
 fn generate() -> Result<Vec<(String, String)>> {
@@ -30,6 +31,11 @@ fn generate() -> Result<Vec<(String, String)>> {
         schema::<QueryArgs>("query-arguments.schema.json")?,
         schema::<QueryResultJson>("query-result.schema.json")?,
         schema::<HostConfig>("host-config.schema.json")?,
+        // The same text the server serves at /v1/openapi.json.
+        (
+            "openapi.json".to_owned(),
+            mnemon_server::openapi::document_text(),
+        ),
     ])
 }
 
@@ -39,7 +45,7 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
         [flag] if flag == "--check" => true,
         _ => bail!("usage: cargo xtask codegen [--check]"),
     };
-    let dir = workspace_root().join("docs/schemas");
+    let dir = workspace_root().join("docs");
     let files = generate()?;
     let mut stale = Vec::new();
     for (name, text) in &files {
@@ -51,19 +57,24 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
         if check {
             stale.push(name.clone());
         } else {
-            fs::create_dir_all(&dir)?;
+            if let Some(parent) = path.parent() {
+                fs::create_dir_all(parent)?;
+            }
             fs::write(&path, text).with_context(|| format!("cannot write {}", path.display()))?;
-            println!("wrote docs/schemas/{name}");
+            println!("wrote docs/{name}");
         }
     }
     if !stale.is_empty() {
         bail!(
-            "stale schemas in docs/schemas: {}; run `cargo xtask codegen` and commit the result",
+            "stale generated files in docs/: {}; run `cargo xtask codegen` and commit the result",
             stale.join(", ")
         );
     }
     if check {
-        println!("docs/schemas is up to date ({} schemas)", files.len());
+        println!(
+            "docs/schemas and docs/openapi.json are up to date ({} files)",
+            files.len()
+        );
     }
     Ok(())
 }

@@ -80,6 +80,29 @@ impl Tenants {
     }
 }
 
+impl Drop for Tenants {
+    /// Drops the services on a thread of their own: a PostgreSQL connection says goodbye to
+    /// its server with a blocking call, which panics on an async worker thread (where the
+    /// server drops its routes when it stops).
+    fn drop(&mut self) {
+        let services = std::mem::take(
+            &mut *self
+                .open_services
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
+        );
+        if services.is_empty() {
+            return;
+        }
+        if tokio::runtime::Handle::try_current().is_ok() {
+            // Joined, so the connections are closed when the server's run returns.
+            let _ = std::thread::spawn(move || drop(services)).join();
+        } else {
+            drop(services);
+        }
+    }
+}
+
 /// Shared by every REST request.
 #[derive(Clone)]
 pub(crate) struct AppState {

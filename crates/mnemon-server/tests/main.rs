@@ -1,0 +1,886 @@
+//! The REST server end to end: the real server on 127.0.0.1:0, every route through reqwest, on
+//! SQLite and on PostgreSQL (the harness of docs/postgres.md; `MNEMON_REQUIRE_POSTGRES=1` makes
+//! it fail instead of skip without the binaries).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use base64::Engine as _;
+use mnemon_embed::HashingEmbedder;
+use mnemon_host::{ConfigSource, HostOptions, LibrarySource, Sources};
+use mnemon_ops::{OpenOptions, Service, Stores};
+use mnemon_server::{Server, ServerConfig};
+use reqwest::StatusCode;
+use reqwest::blocking::{Client, Response};
+use serde_json::{Value, json};
+
+/// The sample library `mnemon serve` answers from by default.
+const SAMPLE: &[u8] = include_bytes!("../../mnemon/sample-library/library.json");
+
+/// A running server; stopped when dropped.
+struct Running {
+    base: String,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+fn sample_model() -> String {
+    let library: Value = serde_json::from_slice(SAMPLE).unwrap();
+    library["embedding_model"].as_str().unwrap().to_owned()
+}
+
+fn start(stores: Stores, options: HostOptions) -> Running {
+    let embedder = HashingEmbedder::from_model_name(&sample_model()).unwrap();
+    let service = Service::new(stores).with_embedder(Arc::new(embedder));
+    let (addr_tx, addr_rx) = std::sync::mpsc::channel::<SocketAddr>();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let thread = std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async move {
+            let sources = Sources {
+                library: LibrarySource::bytes("sample", SAMPLE),
+                config: ConfigSource::Defaults,
+            };
+            let server = Server::bind(
+                "127.0.0.1:0".parse().unwrap(),
+                sources,
+                options,
+                ServerConfig::open(service),
+            )
+            .await
+            .unwrap();
+            addr_tx.send(server.local_addr().unwrap()).unwrap();
+            server
+                .run(async move {
+                    let _ = stop_rx.await;
+                })
+                .await
+                .unwrap();
+        });
+    });
+    let addr = addr_rx.recv().unwrap();
+    Running {
+        base: format!("http://{addr}"),
+        stop: Some(stop_tx),
+        thread: Some(thread),
+    }
+}
+
+struct Api {
+    client: Client,
+    base: String,
+}
+
+impl Api {
+    fn new(running: &Running) -> Api {
+        Api {
+            client: Client::new(),
+            base: running.base.clone(),
+        }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    fn get(&self, path: &str) -> Response {
+        self.client.get(self.url(path)).send().unwrap()
+    }
+
+    fn send(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> Response {
+        let mut request = self.client.request(method, self.url(path));
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        request.send().unwrap()
+    }
+
+    fn post(&self, path: &str, body: Value) -> Response {
+        self.send(reqwest::Method::POST, path, Some(body))
+    }
+
+    fn put(&self, path: &str, body: Value) -> Response {
+        self.send(reqwest::Method::PUT, path, Some(body))
+    }
+
+    fn delete(&self, path: &str) -> Response {
+        self.send(reqwest::Method::DELETE, path, None)
+    }
+}
+
+/// The status and JSON body of a response.
+fn json_of(response: Response) -> (StatusCode, Value) {
+    let status = response.status();
+    let text = response.text().unwrap();
+    let value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{status} {text:?}: {e}"));
+    (status, value)
+}
+
+/// Asserts an error answer: its status, its code, and a message.
+fn expect_error(response: Response, status: StatusCode, code: &str) -> String {
+    let (got, body) = json_of(response);
+    assert_eq!(got, status, "{body}");
+    assert_eq!(body["error"]["code"], code, "{body}");
+    let message = body["error"]["message"].as_str().unwrap().to_owned();
+    assert!(!message.is_empty());
+    message
+}
+
+fn ok(response: Response, status: StatusCode) -> Value {
+    let (got, body) = json_of(response);
+    assert_eq!(got, status, "{body}");
+    body
+}
+
+/// Every route, its answers and its errors.
+fn exercise_every_route(api: &Api) {
+    service_routes(api);
+    asset_routes(api);
+    reference_routes(api);
+    artifact_routes(api);
+    memory_routes(api);
+    library_routes(api);
+}
+
+fn service_routes(api: &Api) {
+    assert_eq!(ok(api.get("/readyz"), StatusCode::OK)["status"], "ready");
+    assert_eq!(ok(api.get("/healthz"), StatusCode::OK)["status"], "ok");
+    // The Polymath endpoint is unchanged beside /v1.
+    let polymath = api
+        .client
+        .post(api.url("/"))
+        .json(&json!({"version": 1, "query_embedding_model": sample_model(), "count": 2, "count_type": "bit"}))
+        .send()
+        .unwrap();
+    let (status, body) = json_of(polymath);
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["bits"].as_array().unwrap().len(), 2);
+    expect_error(
+        api.get("/v1/nothing/here"),
+        StatusCode::NOT_FOUND,
+        "no_route",
+    );
+    expect_error(
+        api.send(reqwest::Method::PATCH, "/v1/assets", None),
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+    );
+    // Malformed JSON.
+    let bad = api
+        .client
+        .post(api.url("/v1/assets"))
+        .header("content-type", "application/json")
+        .body("{not json")
+        .send()
+        .unwrap();
+    expect_error(bad, StatusCode::BAD_REQUEST, "invalid_json");
+    // The host's body limit applies to /v1 too: refused on Content-Length.
+    let big = api
+        .client
+        .put(api.url("/v1/assets/big/content"))
+        .body(vec![0u8; 3 * 1024 * 1024])
+        .send()
+        .unwrap();
+    expect_error(big, StatusCode::PAYLOAD_TOO_LARGE, "body_too_large");
+}
+
+fn asset_routes(api: &Api) {
+    let created = ok(
+        api.post(
+            "/v1/assets",
+            json!({"asset_type": "labels", "content": {"labels": ["cat", "dog"]}}),
+        ),
+        StatusCode::CREATED,
+    );
+    let generated = created["asset_id"].as_str().unwrap().to_owned();
+    assert_eq!(generated.len(), 36);
+    let put = ok(
+        api.put(
+            "/v1/assets/a1",
+            json!({"asset_type": "labels", "asset_name": "A", "content": {"labels": ["cat"]}, "extra_field": 7}),
+        ),
+        StatusCode::OK,
+    );
+    assert_eq!(put["asset_id"], "a1");
+    expect_error(
+        api.put("/v1/assets/a1", json!({"asset_id": "other", "content": 1})),
+        StatusCode::BAD_REQUEST,
+        "invalid_input",
+    );
+
+    // Read with an ETag; the same ETag gives 304.
+    let response = api.get("/v1/assets/a1");
+    let etag = response.headers()["etag"].to_str().unwrap().to_owned();
+    let asset = ok(response, StatusCode::OK);
+    assert_eq!(asset["asset"]["content"], json!({"labels": ["cat"]}));
+    assert_eq!(asset["asset"]["extra_field"], 7);
+    let again = api
+        .client
+        .get(api.url("/v1/assets/a1"))
+        .header("if-none-match", &etag)
+        .send()
+        .unwrap();
+    assert_eq!(again.status(), StatusCode::NOT_MODIFIED);
+    assert!(again.text().unwrap().is_empty());
+    expect_error(
+        api.get("/v1/assets/nope"),
+        StatusCode::NOT_FOUND,
+        "asset_not_found",
+    );
+
+    // Binary content: base64 in JSON, and raw with its media type.
+    let png = [0x89u8, b'P', b'N', b'G', 0, 1, 2, 255];
+    let b64 = base64::engine::general_purpose::STANDARD.encode(png);
+    ok(
+        api.put(
+            "/v1/assets/img",
+            json!({"content_type": "image/png", "content_base64": b64}),
+        ),
+        StatusCode::OK,
+    );
+    let got = ok(api.get("/v1/assets/img"), StatusCode::OK);
+    assert_eq!(got["asset"]["content_base64"], b64);
+    assert!(got["asset"].get("content").is_none());
+    let raw = api.get("/v1/assets/img/content");
+    assert_eq!(raw.status(), StatusCode::OK);
+    assert_eq!(raw.headers()["content-type"], "image/png");
+    assert_eq!(raw.bytes().unwrap().as_ref(), png);
+    let stored = api
+        .client
+        .put(api.url("/v1/assets/raw/content"))
+        .header("content-type", "application/pdf")
+        .body(b"%PDF-1.7 bytes".to_vec())
+        .send()
+        .unwrap();
+    assert_eq!(ok(stored, StatusCode::OK)["asset_id"], "raw");
+    let raw = api.get("/v1/assets/raw/content");
+    assert_eq!(raw.headers()["content-type"], "application/pdf");
+    assert_eq!(raw.bytes().unwrap().as_ref(), b"%PDF-1.7 bytes");
+    // JSON content through the content route is JSON.
+    let content = ok(api.get("/v1/assets/a1/content"), StatusCode::OK);
+    assert_eq!(content, json!({"labels": ["cat"]}));
+    expect_error(
+        api.put(
+            "/v1/assets/x",
+            json!({"content": 1, "content_base64": "AA=="}),
+        ),
+        StatusCode::BAD_REQUEST,
+        "invalid_input",
+    );
+    expect_error(
+        api.put("/v1/assets/x", json!({"content_base64": "not base64!"})),
+        StatusCode::BAD_REQUEST,
+        "invalid_input",
+    );
+
+    // Meta: the model's view, bytes as type strings.
+    let meta = ok(api.get("/v1/assets/img/meta"), StatusCode::OK);
+    assert_eq!(meta["meta"]["content"], "<class 'bytes'>");
+    let meta = ok(
+        api.get("/v1/assets/a1/meta?max_string_len=2"),
+        StatusCode::OK,
+    );
+    assert_eq!(meta["meta"]["asset_id"], "a1");
+
+    // Resolve.
+    let value = ok(
+        api.get("/v1/resolve?reference=asset://a1/content/labels/0"),
+        StatusCode::OK,
+    );
+    assert_eq!(value["value"], "cat");
+    expect_error(
+        api.get("/v1/resolve?reference=asset://a1/content/missing"),
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "reference_unresolved",
+    );
+    expect_error(
+        api.get("/v1/resolve?reference=asset://gone/content"),
+        StatusCode::NOT_FOUND,
+        "asset_not_found",
+    );
+    expect_error(
+        api.get("/v1/resolve?reference=http://x"),
+        StatusCode::BAD_REQUEST,
+        "invalid_input",
+    );
+    expect_error(
+        api.get("/v1/resolve"),
+        StatusCode::BAD_REQUEST,
+        "invalid_query",
+    );
+
+    // List, a page at a time.
+    let all = ok(api.get("/v1/assets"), StatusCode::OK);
+    let mut ids: Vec<String> = vec![generated.clone(), "a1".into(), "img".into(), "raw".into()];
+    ids.sort();
+    assert_eq!(all["asset_ids"], json!(ids));
+    assert!(all.get("next_cursor").is_none());
+    let mut walked = Vec::new();
+    let mut path = "/v1/assets?limit=1".to_owned();
+    loop {
+        let page = ok(api.get(&path), StatusCode::OK);
+        walked.extend(page["asset_ids"].as_array().unwrap().iter().cloned());
+        match page["next_cursor"].as_str() {
+            Some(cursor) => path = format!("/v1/assets?limit=1&cursor={cursor}"),
+            None => break,
+        }
+    }
+    assert_eq!(json!(walked), json!(ids));
+    let typed = ok(api.get("/v1/assets?asset_type=labels"), StatusCode::OK);
+    assert_eq!(typed["asset_ids"].as_array().unwrap().len(), 2);
+    expect_error(
+        api.get("/v1/assets?limit=100000"),
+        StatusCode::BAD_REQUEST,
+        "invalid_input",
+    );
+    expect_error(
+        api.get("/v1/assets?cursor=%21%21"),
+        StatusCode::BAD_REQUEST,
+        "invalid_cursor",
+    );
+
+    // Delete.
+    assert_eq!(
+        ok(
+            api.delete(&format!("/v1/assets/{generated}")),
+            StatusCode::OK
+        )["deleted"],
+        true
+    );
+    expect_error(
+        api.delete(&format!("/v1/assets/{generated}")),
+        StatusCode::NOT_FOUND,
+        "asset_not_found",
+    );
+}
+
+fn reference_routes(api: &Api) {
+    let spec = json!({"name": "show", "parameters": [
+        {"name": "label", "asset_ref_acceptable": true}, {"name": "note"}]});
+    let resolved = ok(
+        api.post(
+            "/v1/refs/params",
+            json!({"spec": spec, "params": {"label": "<|asset://a1/content/labels/0|>", "note": "asset://a1"}}),
+        ),
+        StatusCode::OK,
+    );
+    assert_eq!(
+        resolved["params"],
+        json!({"label": "cat", "note": "asset://a1"})
+    );
+    expect_error(
+        api.post(
+            "/v1/refs/params",
+            json!({"spec": spec, "params": {"note": "asset://a1"}, "strict": true}),
+        ),
+        StatusCode::BAD_REQUEST,
+        "invalid_reference",
+    );
+    expect_error(
+        api.post(
+            "/v1/refs/params",
+            json!({"spec": spec, "params": {"label": "asset://gone/content"}}),
+        ),
+        StatusCode::NOT_FOUND,
+        "asset_not_found",
+    );
+    let rendered = ok(
+        api.post(
+            "/v1/refs/render",
+            json!({"text": "a <|asset://a1/content/labels/0|> and <|asset://gone|>"}),
+        ),
+        StatusCode::OK,
+    );
+    assert_eq!(rendered["text"], "a cat and <|asset://gone|>");
+    assert_eq!(rendered["unresolved"][0]["marker"], "<|asset://gone|>");
+}
+
+fn artifact_routes(api: &Api) {
+    let saved = ok(
+        api.post(
+            "/v1/artifacts",
+            json!({"scope": "chat-1", "key": "plan", "type": "plan", "name": "The plan",
+                   "content": ["parse", "test"]}),
+        ),
+        StatusCode::CREATED,
+    );
+    let id = saved["artifact"]["id"].as_str().unwrap().to_owned();
+    assert_eq!(saved["content"], json!(["parse", "test"]));
+    let second = ok(
+        api.post(
+            "/v1/artifacts",
+            json!({"scope": "chat-1", "key": "plan", "type": "plan", "name": "Plan v2",
+                   "description": "newer", "content": "v2"}),
+        ),
+        StatusCode::CREATED,
+    );
+    let second_id = second["artifact"]["id"].as_str().unwrap().to_owned();
+    expect_error(
+        api.post(
+            "/v1/artifacts",
+            json!({"scope": "chat-1", "key": "", "type": "plan", "name": "x", "content": 1}),
+        ),
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "invalid_artifact",
+    );
+    let got = ok(api.get(&format!("/v1/artifacts/{id}")), StatusCode::OK);
+    assert_eq!(got["artifact"]["name"], "The plan");
+    expect_error(
+        api.get("/v1/artifacts/not-a-uuid"),
+        StatusCode::BAD_REQUEST,
+        "invalid_input",
+    );
+    expect_error(
+        api.get("/v1/artifacts/00000000-0000-7000-8000-000000000000"),
+        StatusCode::NOT_FOUND,
+        "artifact_not_found",
+    );
+    let latest = ok(
+        api.get("/v1/artifacts/latest?scope=chat-1&key=plan"),
+        StatusCode::OK,
+    );
+    assert_eq!(latest["artifact"]["id"], second_id.as_str());
+    assert_eq!(latest["content"], "v2");
+    expect_error(
+        api.get("/v1/artifacts/latest?scope=chat-1&key=none"),
+        StatusCode::NOT_FOUND,
+        "artifact_not_found",
+    );
+    let page1 = ok(
+        api.get("/v1/artifacts?scope=chat-1&limit=1"),
+        StatusCode::OK,
+    );
+    assert_eq!(page1["artifacts"][0]["id"], id.as_str());
+    let cursor = page1["next_cursor"].as_str().unwrap();
+    let page2 = ok(
+        api.get(&format!(
+            "/v1/artifacts?scope=chat-1&limit=1&cursor={cursor}"
+        )),
+        StatusCode::OK,
+    );
+    assert_eq!(page2["artifacts"][0]["id"], second_id.as_str());
+    assert!(page2.get("next_cursor").is_none());
+    let typed = ok(
+        api.get("/v1/artifacts?scope=chat-1&type=other"),
+        StatusCode::OK,
+    );
+    assert_eq!(typed["artifacts"], json!([]));
+    let loaded = ok(
+        api.post(
+            "/v1/artifacts/load",
+            json!({"scope": "chat-1", "text": "Use {plan} and {code}"}),
+        ),
+        StatusCode::OK,
+    );
+    assert!(
+        loaded["text"]
+            .as_str()
+            .unwrap()
+            .starts_with("RELATED ARTIFACTS")
+    );
+    assert_eq!(loaded["artifact_ids"], json!([second_id]));
+    assert_eq!(loaded["missing_keys"], json!(["code"]));
+    let by_keys = ok(
+        api.post(
+            "/v1/artifacts/load",
+            json!({"scope": "chat-1", "keys": ["plan"]}),
+        ),
+        StatusCode::OK,
+    );
+    assert_eq!(by_keys["artifact_ids"], json!([second_id]));
+    expect_error(
+        api.post("/v1/artifacts/load", json!({"scope": "chat-1"})),
+        StatusCode::BAD_REQUEST,
+        "invalid_input",
+    );
+    ok(
+        api.delete(&format!("/v1/artifacts/{second_id}")),
+        StatusCode::OK,
+    );
+    expect_error(
+        api.delete(&format!("/v1/artifacts/{second_id}")),
+        StatusCode::NOT_FOUND,
+        "artifact_not_found",
+    );
+    let latest = ok(
+        api.get("/v1/artifacts/latest?scope=chat-1&key=plan"),
+        StatusCode::OK,
+    );
+    assert_eq!(latest["artifact"]["id"], id.as_str());
+}
+
+fn memory_routes(api: &Api) {
+    let created = api.put("/v1/memory/sessions/s1", json!({}));
+    assert_eq!(ok(created, StatusCode::CREATED)["created"], true);
+    assert_eq!(
+        ok(api.put("/v1/memory/sessions/s1", json!({})), StatusCode::OK)["created"],
+        false
+    );
+    let added = ok(
+        api.post(
+            "/v1/memory/sessions/s1/messages",
+            json!({"messages": [
+                {"id": "m1", "name": "user", "role": "user", "content": "the bees cluster to keep warm in winter"},
+                {"id": "m2", "name": "assistant", "content": "sourdough needs a starter", "embedding": null},
+                {"id": "m3", "name": "user", "role": "user", "content": "how do bees survive the cold"}
+            ], "marks": ["seen"]}),
+        ),
+        StatusCode::OK,
+    );
+    assert_eq!(added["added"], 3);
+    let dup = ok(
+        api.post(
+            "/v1/memory/sessions/s1/messages",
+            json!({"messages": [{"id": "m1", "name": "user", "content": "again"}]}),
+        ),
+        StatusCode::OK,
+    );
+    assert_eq!(dup["skipped_duplicates"], json!(["m1"]));
+    expect_error(
+        api.post(
+            "/v1/memory/sessions/s1/messages",
+            json!({"messages": [{"content": "no name"}]}),
+        ),
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "invalid_message",
+    );
+
+    let all = ok(api.get("/v1/memory/sessions/s1/messages"), StatusCode::OK);
+    let ids: Vec<&str> = all["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["m1", "m2", "m3"]);
+    let recent = ok(
+        api.get("/v1/memory/sessions/s1/messages?recent=1"),
+        StatusCode::OK,
+    );
+    assert_eq!(recent["messages"][0]["id"], "m3");
+    let budget = ok(
+        api.get("/v1/memory/sessions/s1/messages?tokens=12"),
+        StatusCode::OK,
+    );
+    assert!(budget["token_count"].as_u64().unwrap() <= 12);
+    assert_eq!(
+        budget["messages"].as_array().unwrap().last().unwrap()["id"],
+        "m3"
+    );
+    expect_error(
+        api.get("/v1/memory/sessions/nope/messages"),
+        StatusCode::NOT_FOUND,
+        "session_not_found",
+    );
+
+    // Search by text (the configured embedder) and by vector; embeddings only when asked.
+    let hits = ok(
+        api.post(
+            "/v1/memory/sessions/s1/search",
+            json!({"query": {"text": "bees in the cold winter"}, "top_k": 2}),
+        ),
+        StatusCode::OK,
+    );
+    let hit_ids: Vec<&str> = hits["hits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["message"]["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(hit_ids.len(), 2);
+    assert!(!hit_ids.contains(&"m2"), "{hits}");
+    assert!(hits["hits"][0]["message"].get("embedding").is_none());
+    let with = ok(
+        api.get("/v1/memory/sessions/s1/messages?include_embeddings=true"),
+        StatusCode::OK,
+    );
+    let vector = with["messages"][0]["embedding"].clone();
+    assert!(vector.is_array(), "{with}");
+    let by_vector = ok(
+        api.post(
+            "/v1/memory/sessions/s1/search",
+            json!({"query": {"vector": vector}, "top_k": 1, "metric": "cosine"}),
+        ),
+        StatusCode::OK,
+    );
+    assert_eq!(by_vector["hits"][0]["message"]["id"], "m1");
+    expect_error(
+        api.post(
+            "/v1/memory/sessions/s1/search",
+            json!({"query": {"vector": [1.0, 2.0]}}),
+        ),
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "dimension_mismatch",
+    );
+
+    // Marks.
+    let marked = ok(
+        api.post(
+            "/v1/memory/sessions/s1/mark",
+            json!({"mark": "important", "ids": ["m1", "m3"]}),
+        ),
+        StatusCode::OK,
+    );
+    assert_eq!(marked["changed"], 2);
+    let marks = ok(
+        api.get("/v1/memory/sessions/s1/messages/m1/marks"),
+        StatusCode::OK,
+    );
+    assert_eq!(marks["marks"], json!(["seen", "important"]));
+    let filtered = ok(
+        api.get("/v1/memory/sessions/s1/messages?mark=important&exclude_mark=nothing"),
+        StatusCode::OK,
+    );
+    assert_eq!(filtered["messages"].as_array().unwrap().len(), 2);
+    let unmarked = ok(
+        api.post(
+            "/v1/memory/sessions/s1/unmark",
+            json!({"mark": "important"}),
+        ),
+        StatusCode::OK,
+    );
+    assert_eq!(unmarked["changed"], 2);
+    expect_error(
+        api.get("/v1/memory/sessions/s1/messages/zz/marks"),
+        StatusCode::NOT_FOUND,
+        "message_not_found",
+    );
+
+    // Export, and import into another session.
+    let exported = api.get("/v1/memory/sessions/s1/export?format=agentscope-0.0");
+    assert_eq!(exported.status(), StatusCode::OK);
+    let document = exported.text().unwrap();
+    assert!(document.starts_with("[\n    {"), "{document}");
+    let document: Value = serde_json::from_str(&document).unwrap();
+    let imported = ok(
+        api.post(
+            "/v1/memory/sessions/s2/import",
+            json!({"document": document}),
+        ),
+        StatusCode::OK,
+    );
+    assert_eq!(imported["added"], 3);
+    let export01 =
+        api.get("/v1/memory/sessions/s1/export?format=agentscope-0.1&include_marks=true");
+    assert_eq!(export01.status(), StatusCode::OK);
+
+    // Delete a message, list sessions, delete a session.
+    ok(
+        api.delete("/v1/memory/sessions/s1/messages/m2"),
+        StatusCode::OK,
+    );
+    expect_error(
+        api.delete("/v1/memory/sessions/s1/messages/m2"),
+        StatusCode::NOT_FOUND,
+        "message_not_found",
+    );
+    let sessions = ok(api.get("/v1/memory/sessions"), StatusCode::OK);
+    let names: Vec<&str> = sessions["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|s| s["session_id"].as_str())
+        .collect();
+    assert_eq!(names, ["s1", "s2"]);
+    let first = ok(api.get("/v1/memory/sessions?limit=1"), StatusCode::OK);
+    let cursor = first["next_cursor"].as_str().unwrap();
+    let second = ok(
+        api.get(&format!("/v1/memory/sessions?limit=1&cursor={cursor}")),
+        StatusCode::OK,
+    );
+    assert_eq!(second["sessions"][0]["session_id"], "s2");
+    ok(api.delete("/v1/memory/sessions/s2"), StatusCode::OK);
+    expect_error(
+        api.delete("/v1/memory/sessions/s2"),
+        StatusCode::NOT_FOUND,
+        "session_not_found",
+    );
+}
+
+fn library_routes(api: &Api) {
+    let page = ok(api.get("/v1/library/bits?limit=3"), StatusCode::OK);
+    assert_eq!(page["bits"].as_array().unwrap().len(), 3);
+    assert!(page["total"].as_u64().unwrap() >= 20);
+    let cursor = page["next_cursor"].as_str().unwrap();
+    let next = ok(
+        api.get(&format!("/v1/library/bits?limit=3&cursor={cursor}")),
+        StatusCode::OK,
+    );
+    assert_ne!(next["bits"][0]["id"], page["bits"][0]["id"]);
+    let result = ok(
+        api.post(
+            "/v1/library/query",
+            json!({"text": "how do bees keep warm in winter", "count": 1}),
+        ),
+        StatusCode::OK,
+    );
+    let text = result["bits"][0]["text"].as_str().unwrap();
+    assert!(text.contains("bee"), "{text}");
+    expect_error(
+        api.post("/v1/library/query", json!({"embedding": [1.0], "count": 1})),
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "invalid_query",
+    );
+    expect_error(
+        api.post("/v1/library/query", json!({})),
+        StatusCode::BAD_REQUEST,
+        "invalid_input",
+    );
+}
+
+fn openapi_lists_every_route(api: &Api) {
+    let response = api.get("/v1/openapi.json");
+    assert_eq!(response.status(), StatusCode::OK);
+    let text = response.text().unwrap();
+    let document: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(document["openapi"], "3.1.0");
+    let paths = document["paths"].as_object().unwrap();
+    // Every documented route is served: no 404 no_route and no 405 for it.
+    let mut count = 0;
+    for (path, methods) in paths {
+        for method in methods.as_object().unwrap().keys() {
+            count += 1;
+            let concrete = path
+                .replace("{asset_id}", "a1")
+                .replace("{id}", "m1")
+                .replace("{session}", "s1");
+            let method = reqwest::Method::from_bytes(method.to_uppercase().as_bytes()).unwrap();
+            let response = api
+                .client
+                .request(method.clone(), api.url(&concrete))
+                .send()
+                .unwrap();
+            let status = response.status();
+            let body = response.text().unwrap();
+            assert!(
+                status != StatusCode::METHOD_NOT_ALLOWED && !body.contains("\"no_route\""),
+                "{method} {concrete}: {status} {body}"
+            );
+        }
+    }
+    assert_eq!(count, 33);
+}
+
+#[test]
+fn every_route_on_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    let running = start(Stores::open(dir.path()).unwrap(), HostOptions::default());
+    let api = Api::new(&running);
+    exercise_every_route(&api);
+    openapi_lists_every_route(&api);
+}
+
+#[test]
+fn every_route_on_postgres() {
+    let server = mnemon_tests::require_postgres!();
+    let url = server.fresh_database("server_routes").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let stores = Stores::open_with(dir.path(), &OpenOptions::postgres(url)).unwrap();
+    let running = start(stores, HostOptions::default());
+    let api = Api::new(&running);
+    exercise_every_route(&api);
+    openapi_lists_every_route(&api);
+}
+
+#[test]
+fn the_served_document_equals_the_checked_in_file() {
+    let checked_in = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../docs/openapi.json"
+    ))
+    .expect("docs/openapi.json: run `cargo xtask codegen`");
+    assert_eq!(
+        checked_in,
+        mnemon_server::openapi::document_text(),
+        "docs/openapi.json is stale: run `cargo xtask codegen` and commit it"
+    );
+}
+
+#[test]
+fn readiness_fails_when_the_database_is_gone() {
+    let server = mnemon_tests::require_postgres!();
+    let url = server.fresh_database("server_ready").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let stores = Stores::open_with(dir.path(), &OpenOptions::postgres(url.clone())).unwrap();
+    let running = start(stores, HostOptions::default());
+    let api = Api::new(&running);
+    assert_eq!(api.get("/readyz").status(), StatusCode::OK);
+    // Drop the database under the server: its connections are terminated.
+    let mut admin = server.connect("postgres").unwrap();
+    let name = url.rsplit('/').next().unwrap().to_owned();
+    admin
+        .batch_execute(&format!("DROP DATABASE \"{name}\" WITH (FORCE)"))
+        .unwrap();
+    expect_error(
+        api.get("/readyz"),
+        StatusCode::SERVICE_UNAVAILABLE,
+        "not_ready",
+    );
+}
+
+#[test]
+fn a_busy_server_answers_503_with_retry_after() {
+    // One request slot, a short queue: a second request while the first holds the slot is
+    // refused (the host's --max-concurrent-queries applies to /v1 too).
+    let dir = tempfile::tempdir().unwrap();
+    let options = HostOptions {
+        max_concurrent_queries: 1,
+        queue_timeout: std::time::Duration::from_millis(50),
+        ..HostOptions::default()
+    };
+    let running = start(Stores::open(dir.path()).unwrap(), options);
+    let api = Api::new(&running);
+    // A slow request: a body that trickles in holds nothing, so hold the slot with many
+    // concurrent writes instead and look for at least one 503 among them.
+    let messages: Vec<Value> = (0..2000)
+        .map(|i| json!({"name": "u", "content": format!("message {i} with some words to store")}))
+        .collect();
+    let statuses: Vec<(StatusCode, Option<String>, Value)> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..8)
+            .map(|t| {
+                let api = &api;
+                let messages = messages.clone();
+                scope.spawn(move || {
+                    let response = api.post(
+                        &format!("/v1/memory/sessions/busy{t}/messages"),
+                        json!({"messages": messages}),
+                    );
+                    let retry = response
+                        .headers()
+                        .get("retry-after")
+                        .map(|v| v.to_str().unwrap().to_owned());
+                    let (status, body) = json_of(response);
+                    (status, retry, body)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let busy: Vec<_> = statuses
+        .iter()
+        .filter(|(s, _, _)| *s == StatusCode::SERVICE_UNAVAILABLE)
+        .collect();
+    assert!(!busy.is_empty(), "no request was refused: {statuses:?}");
+    for (_, retry, body) in busy {
+        assert_eq!(retry.as_deref(), Some("1"));
+        assert_eq!(body["error"]["code"], "busy");
+    }
+    assert!(statuses.iter().any(|(s, _, _)| *s == StatusCode::OK));
+}
