@@ -42,7 +42,7 @@ fn newer_schema_is_refused() {
         err,
         MemoryError::SchemaVersion {
             found: 99,
-            supported: 3
+            supported: 4
         }
     );
 }
@@ -997,7 +997,7 @@ fn figures_of_hnsw_build_and_recall_at_scale() {
 /// removed seqs (never a live one) above the smallest live seq and below `next_seq`, every
 /// hole between the smallest and the largest live seq is a gap, so that each message's
 /// `seq − min(seq) − #gaps between` is its index; and, with pgvector, `memory_dims` counts the
-/// messages of each `embedding_dim`.
+/// messages of each dimension, indexed (`embedding_dim`) or pending (`pending_dim`).
 fn assert_counters(client: &mut postgres::Client) {
     let threads: Vec<(i64, i64, i64)> = client
         .query(
@@ -1062,10 +1062,23 @@ fn assert_counters(client: &mut postgres::Client) {
             _ => assert!(gaps.is_empty(), "thread {thread}: empty with gaps {gaps:?}"),
         }
         if vectors {
+            // A row is counted at its dimension whether it is in the index (`embedding_dim`)
+            // or waits for the background indexer (`pending_dim`), never both.
+            let both: i64 = client
+                .query_one(
+                    "SELECT count(*) FROM memory_messages
+                     WHERE thread_id = $1 AND embedding_dim IS NOT NULL
+                       AND pending_dim IS NOT NULL",
+                    &[&thread],
+                )
+                .unwrap()
+                .get(0);
+            assert_eq!(both, 0, "thread {thread}: rows both indexed and pending");
             let counted: HashSet<(i32, i64)> = client
                 .query(
-                    "SELECT embedding_dim, count(*) FROM memory_messages
-                     WHERE thread_id = $1 AND embedding_dim IS NOT NULL GROUP BY 1",
+                    "SELECT COALESCE(embedding_dim, pending_dim), count(*) FROM memory_messages
+                     WHERE thread_id = $1
+                       AND COALESCE(embedding_dim, pending_dim) IS NOT NULL GROUP BY 1",
                     &[&thread],
                 )
                 .unwrap()
@@ -1330,6 +1343,8 @@ fn migration_to_version_3_counts_existing_threads() {
         ])
         .unwrap();
         store.memory(Scope::session("never")).unwrap();
+        // A version 2 build indexed every row as it wrote it: none waits for an indexer.
+        store.flush_index().unwrap();
     }
     client
         .batch_execute(
@@ -1344,7 +1359,9 @@ fn migration_to_version_3_counts_existing_threads() {
         .query_one("SELECT version FROM memory_schema", &[])
         .unwrap()
         .get(0);
-    assert_eq!(version, 3);
+    // Through version 3 to the current one (4, whose column is still there: its migration,
+    // like the vector schema's version 3, adds only what is missing).
+    assert_eq!(version, 4);
     assert_counters(&mut client);
     let live: Vec<i64> = client
         .query("SELECT live FROM memory_threads ORDER BY thread_id", &[])
@@ -1652,4 +1669,272 @@ fn figures_of_store_recall_by_ef_search() {
             );
         }
     }
+}
+
+/// The ids of `memory`'s top 10 for `query`, and the number of recalls the index answered.
+fn top10_ids(
+    store: &PostgresMemoryStore,
+    memory: &dyn Memory,
+    query: &[f32],
+) -> (Vec<String>, u64) {
+    let before = store.index_recalls();
+    let got = memory
+        .retrieve_by_embedding(
+            RetrievalQuery::Vector(query.to_vec()),
+            &RetrieveOptions {
+                top_k: Some(10),
+                preserve_order: false,
+                ..RetrieveOptions::default()
+            },
+            None,
+        )
+        .unwrap();
+    (
+        got.iter().map(|r| r.message.id().to_owned()).collect(),
+        store.index_recalls() - before,
+    )
+}
+
+/// Deferred HNSW maintenance (vector schema version 3; `postgres/indexer.rs`): rows that wait
+/// for the background indexer (here as a writer killed before its indexer ran leaves them: moved
+/// out of the index by hand, through stores without an indexer) are found by every recall
+/// through the index, scored exactly, with the exact path's indices and scores, a pending
+/// message's own embedding finding it first; more pending rows than a recall scans take the
+/// exact path; a store with an indexer moves the leftovers when it opens, after which the
+/// recalls are the same. A store with an indexer writes after its index exists outside it, and
+/// its indexer moves those rows in (each row's version is then not the writer's).
+#[test]
+fn pending_rows_are_recalled_exactly_and_indexed_in_the_background() {
+    let server = mnemon_tests::require_postgres!();
+    let (url, mut client) = fresh(server, "memory_pending");
+    let without_indexer = PostgresMemoryOptions {
+        hnsw_min_messages: 100,
+        background_indexing: false,
+        ..PostgresMemoryOptions::default()
+    };
+    let store = open(&url, without_indexer.clone());
+    let exact = open(
+        &url,
+        PostgresMemoryOptions {
+            hnsw_min_messages: usize::MAX,
+            ..without_indexer.clone()
+        },
+    );
+    let scope = Scope::session("s");
+    let memory = store.memory(scope.clone()).unwrap();
+    let reference = exact.memory(scope.clone()).unwrap();
+    let mut next = vectors(0x9e4d_0001);
+    let mut stored: Vec<Vec<f64>> = Vec::new();
+    let items = (0..500)
+        .map(|i| {
+            let v = next(8);
+            stored.push(v.clone());
+            json!({"id": format!("p{i:04}"), "name": "n", "content": "c", "embedding": v}).into()
+        })
+        .collect();
+    memory.add(items).unwrap();
+    assert_eq!(store.pending_index().unwrap(), 0);
+    // The last 150 wait for an indexer that never ran.
+    let moved = client
+        .execute(
+            "UPDATE memory_messages SET pending_dim = embedding_dim, embedding_dim = NULL
+             WHERE seq > 350",
+            &[],
+        )
+        .unwrap();
+    assert_eq!(moved, 150);
+    assert_eq!(store.pending_index().unwrap(), 150);
+    assert_counters(&mut client);
+    // A fresh handle (database path) and the writer's (mirror path).
+    let fresh_store = open(&url, without_indexer.clone());
+    let fresh_memory = fresh_store.memory(scope.clone()).unwrap();
+    assert_recalls_match_exact(&store, &memory, &reference, 11);
+    assert_recalls_match_exact(&fresh_store, &fresh_memory, &reference, 12);
+    for i in [351_usize, 420, 499, 10] {
+        let query: Vec<f32> = stored[i].iter().map(|&x| x as f32).collect();
+        let want = top10_ids(&exact, &reference, &query).0;
+        assert_eq!(want[0], format!("p{i:04}"));
+        for (s, m) in [(&store, &memory), (&fresh_store, &fresh_memory)] {
+            assert_eq!(top10_ids(s, m, &query), (want.clone(), 1), "query {i}");
+        }
+    }
+    // Too many pending rows for one recall to scan: the exact path answers, the same.
+    let mut many = vectors(0x9e4d_0002);
+    let items = (0..4100)
+        .map(|i| {
+            json!({"id": format!("q{i:04}"), "name": "n", "content": "c", "embedding": many(8)})
+                .into()
+        })
+        .collect();
+    memory.add(items).unwrap();
+    client
+        .execute(
+            "UPDATE memory_messages SET pending_dim = embedding_dim, embedding_dim = NULL
+             WHERE embedding_dim IS NOT NULL AND msg_id LIKE 'q%'",
+            &[],
+        )
+        .unwrap();
+    assert_eq!(store.pending_index().unwrap(), 4250);
+    let query: Vec<f32> = stored[400].iter().map(|&x| x as f32).collect();
+    let want = top10_ids(&exact, &reference, &query).0;
+    assert_eq!(top10_ids(&fresh_store, &fresh_memory, &query), (want, 0));
+
+    // A store with an indexer moves the namespace's leftovers when it opens.
+    let indexing = open(
+        &url,
+        PostgresMemoryOptions {
+            hnsw_min_messages: 100,
+            ..PostgresMemoryOptions::default()
+        },
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while indexing.pending_index().unwrap() > 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "leftovers not indexed"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_counters(&mut client);
+    let indexed = indexing.memory(scope.clone()).unwrap();
+    assert_recalls_match_exact(&indexing, &indexed, &reference, 13);
+    for i in [351_usize, 499] {
+        let query: Vec<f32> = stored[i].iter().map(|&x| x as f32).collect();
+        let want = top10_ids(&exact, &reference, &query).0;
+        assert_eq!(top10_ids(&indexing, &indexed, &query), (want, 1));
+    }
+
+    // Its own writes, once the index exists (it has seen it after its first write), go
+    // outside the index and are moved in by its indexer: after `flush_index`, no row of the
+    // last add is the version its writer inserted (that transaction also bumped the thread's
+    // row, the last write to it).
+    let other = indexing.memory(Scope::session("t")).unwrap();
+    let mut more = vectors(0x9e4d_0003);
+    let mut batch = |from: usize, to: usize| -> Vec<mnemon_memory::MsgInput> {
+        (from..to)
+            .map(|i| {
+                json!({"id": format!("t{i:04}"), "name": "n", "content": "c",
+                       "embedding": more(8)})
+                .into()
+            })
+            .collect()
+    };
+    other.add(batch(0, 200)).unwrap();
+    other.add(batch(200, 400)).unwrap();
+    indexing.flush_index().unwrap();
+    assert_eq!(indexing.pending_index().unwrap(), 0);
+    let written_by_the_adder: i64 = client
+        .query_one(
+            "SELECT count(*) FROM memory_messages m JOIN memory_threads t USING (thread_id)
+             WHERE t.session_id = 't' AND m.seq > 200 AND m.xmin = t.xmin",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(written_by_the_adder, 0);
+    let in_index: i64 = client
+        .query_one(
+            "SELECT count(*) FROM memory_messages m JOIN memory_threads t USING (thread_id)
+             WHERE t.session_id = 't' AND m.embedding_dim = 8 AND m.pending_dim IS NULL",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(in_index, 400);
+    assert_counters(&mut client);
+    let other_reference = exact.memory(Scope::session("t")).unwrap();
+    assert_recalls_match_exact(&indexing, &other, &other_reference, 14);
+}
+
+/// Schema version 4 stores an embedding once: a message whose numbers are `f32`s (widened, or
+/// written as their shortest decimals) keeps a `null` placeholder in its body and its numbers
+/// only in the `vector` column (no bytes), one whose numbers are not keeps them in its body;
+/// both read back and export byte for byte as written, through a fresh handle too. A version 3
+/// database (every body holding its numbers, no `embedding_form`) opens as version 4 and reads
+/// back the same.
+#[test]
+fn embeddings_are_stored_once_and_version_3_bodies_still_read() {
+    let server = mnemon_tests::require_postgres!();
+    let (url, mut client) = fresh(server, "memory_v4");
+    let store = open(&url, PostgresMemoryOptions::default());
+    let memory = store.memory(Scope::session("s")).unwrap();
+    let widened: Vec<f64> = [0.1_f32, -0.25, 3.0e-7]
+        .iter()
+        .map(|&f| f64::from(f))
+        .collect();
+    memory
+        .add(vec![
+            json!({"id": "widened", "name": "n", "content": "c", "embedding": widened}).into(),
+            json!({"id": "shortest", "name": "n", "content": "c",
+                   "embedding": [0.1, -0.25, 3.0e-7]})
+            .into(),
+            json!({"id": "f64", "name": "n", "content": "c",
+                   "embedding": [0.123_456_789_012_345, -0.25, 1.0]})
+            .into(),
+            json!({"id": "none", "name": "n", "content": "c"}).into(),
+        ])
+        .unwrap();
+    let rows: Vec<(String, i16, bool, bool, bool)> = client
+        .query(
+            "SELECT msg_id, embedding_form, body LIKE '%\"embedding\":null%',
+                    embedding IS NULL, embedding_v IS NULL
+             FROM memory_messages ORDER BY seq",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4)))
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            ("widened".to_owned(), 1, true, true, false),
+            ("shortest".to_owned(), 2, true, true, false),
+            ("f64".to_owned(), 0, false, true, false),
+            ("none".to_owned(), 0, false, true, true),
+        ]
+    );
+    let exported = export_json(&memory);
+    let again = open(&url, PostgresMemoryOptions::default());
+    assert_eq!(
+        export_json(&again.memory(Scope::session("s")).unwrap()),
+        exported
+    );
+    assert!(exported.contains("0.10000000149011612"), "{exported}");
+    assert!(exported.contains("0.1,"), "{exported}");
+    assert!(exported.contains("0.123456789012345"), "{exported}");
+
+    // Version 3: only bodies with their numbers, and no form column.
+    let (url, mut client) = fresh(server, "memory_v3_bodies");
+    {
+        let store = open(&url, PostgresMemoryOptions::default());
+        let memory = store.memory(Scope::session("s")).unwrap();
+        memory
+            .add(vec![
+                json!({"id": "a", "name": "n", "content": "c",
+                       "embedding": [0.123_456_789_012_345, -0.25, 1.0]})
+                .into(),
+            ])
+            .unwrap();
+    }
+    let before = {
+        let store = open(&url, PostgresMemoryOptions::default());
+        export_json(&store.memory(Scope::session("s")).unwrap())
+    };
+    client
+        .batch_execute(
+            "ALTER TABLE memory_messages DROP COLUMN embedding_form;
+             UPDATE memory_schema SET version = 3;",
+        )
+        .unwrap();
+    let store = open(&url, PostgresMemoryOptions::default());
+    let version: i64 = client
+        .query_one("SELECT version FROM memory_schema", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(version, 4);
+    assert_eq!(
+        export_json(&store.memory(Scope::session("s")).unwrap()),
+        before
+    );
 }

@@ -50,6 +50,26 @@ impl Entry {
         }
     }
 
+    /// An entry from a message whose `embedding` extra is the `null` placeholder of
+    /// [`Entry::msg_without_embedding`] and the numbers moved out of it (as
+    /// [`Entry::numbers`] gave them): how a store that keeps the numbers apart from the
+    /// message's JSON rebuilds the very same entry. `None` when `msg` has no such placeholder.
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    pub(crate) fn from_parts(msg: Msg, numbers: Box<[f64]>, marks: Vec<String>) -> Option<Self> {
+        matches!(msg.extra(EMBEDDING_KEY), Some(Value::Null)).then_some(Entry {
+            msg,
+            embedding: Some(numbers),
+            marks,
+        })
+    }
+
+    /// The numbers moved out of the message's `embedding` extra, exactly as the message held
+    /// them; `None` when nothing was moved out (no embedding, or one with an integer).
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    pub(crate) fn numbers(&self) -> Option<&[f64]> {
+        self.embedding.as_deref()
+    }
+
     /// The message's id.
     pub(crate) fn id(&self) -> &str {
         self.msg.id()

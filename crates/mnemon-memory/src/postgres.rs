@@ -34,6 +34,20 @@
 //! statement (and their marks with one more), inside the call's one transaction: a batch is
 //! stored whole or not at all.
 //!
+//! **One copy of an embedding** (schema version 4). A message's embedding is stored once: when
+//! its numbers are `f32`s (widened to `f64`, or written as their shortest decimals, which is
+//! what a message built from `f32`s or read from a file written from them holds), the body keeps
+//! a `null` in the `embedding` extra's place and the `f32`s go to the `vector` column (or the
+//! `embedding` bytes without pgvector), from which a read rebuilds the very same numbers, so
+//! exports stay byte-identical; other numbers stay in the body as before (see [`SCHEMA_V4`]).
+//!
+//! **Deferred HNSW maintenance.** With
+//! [`PostgresMemoryOptions::background_indexing`] (default), once a dimension's HNSW index
+//! exists, a write stores its rows outside the index (`pending_dim`) and is acknowledged after its
+//! durable commit; the store's background indexer moves them into the index in small batches
+//! (`postgres/indexer.rs`), and a recall through the index scores the thread's pending rows
+//! exactly beside the index's shortlist, so no written message is ever missing from a result.
+//!
 //! **pgvector.** When the `vector` extension is available and
 //! [`PostgresMemoryOptions::vector_index`] is on, a second schema (`memory_vector_schema`) adds an
 //! `embedding_v vector` column, filled beside the exact `embedding` bytes, with one partial HNSW
@@ -59,11 +73,13 @@
 //! open (`tracing`, target `mnemon_memory::postgres`) and reported by
 //! [`PostgresMemoryStore::vector_mode`].
 
+mod indexer;
+
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use mnemon_db::postgres::{self as pg, Pool, Settings, VectorSupport};
+use mnemon_db::postgres::{self as pg, CachedTransaction, Pool, Settings, VectorSupport};
 use mnemon_db::{DbError, Durability, Migration, Namespace, Schema};
 use mnemon_types::{Msg, MsgFactory, MsgKind};
 use postgres::{IsolationLevel, Row, Transaction};
@@ -98,6 +114,10 @@ static SCHEMA: Schema = Schema {
         Migration {
             version: 3,
             sql: SCHEMA_V3,
+        },
+        Migration {
+            version: 4,
+            sql: SCHEMA_V4,
         },
     ],
 };
@@ -162,6 +182,106 @@ INSERT INTO memory_gaps (thread_id, seq)
                     WHERE m.thread_id = c.thread_id AND m.seq = s);
 ";
 
+/// Version 4 (PostgreSQL only): a message's embedding is stored once. `embedding_form` says
+/// where its numbers are:
+///
+/// - 0 ([`FORM_IN_BODY`], every row before version 4): in the JSON `body`, as decimals;
+/// - 1 ([`FORM_WIDENED`]): the body's `embedding` extra is a `null` placeholder, and the
+///   numbers are the stored `f32`s widened to `f64` (what a message built from `f32`s holds);
+/// - 2 ([`FORM_SHORTEST`]): the placeholder too, and each number is the `f64` read from its
+///   `f32`'s shortest decimal (what a file written from `f32`s holds).
+///
+/// The `f32`s are in `embedding_v` when the row has one, in the `embedding` bytes otherwise. At
+/// 1,536 dimensions the decimals were about 30 KB of JSON per message beside the `f32`s, written,
+/// compressed and parsed again by every read; the forms rebuild the very same numbers, so
+/// exports stay byte-identical (`split_numbers`, `join_numbers`).
+const SCHEMA_V4: &str = "
+ALTER TABLE memory_messages ADD COLUMN IF NOT EXISTS embedding_form SMALLINT NOT NULL DEFAULT 0;
+";
+
+/// `embedding_form` 0: the numbers are in the body (see [`SCHEMA_V4`]).
+const FORM_IN_BODY: i16 = 0;
+/// `embedding_form` 1: the numbers are the stored `f32`s, widened.
+const FORM_WIDENED: i16 = 1;
+/// `embedding_form` 2: the numbers are the `f64`s of the stored `f32`s' shortest decimals.
+const FORM_SHORTEST: i16 = 2;
+
+/// The `f64` that the shortest decimal of `f` reads as: Rust prints an `f32` with the fewest
+/// digits that read back as the same `f32`, and parsing is correctly rounded, so this is a
+/// function of `f` alone.
+fn shortest_f64(f: f32, buffer: &mut String) -> f64 {
+    use std::fmt::Write as _;
+    buffer.clear();
+    // Writing to a String cannot fail; were it to, the number would not match and the
+    // embedding would stay in the body.
+    let _ = write!(buffer, "{f}");
+    buffer.parse().unwrap_or(f64::NAN)
+}
+
+/// How `numbers` (an embedding moved out of its message) can be stored as `f32`s and rebuilt
+/// bit for bit: the form and the `f32`s, or `None` when neither form reproduces every number
+/// (they then stay in the body).
+fn split_numbers(numbers: &[f64]) -> Option<(i16, Vec<f32>)> {
+    let floats: Vec<f32> = numbers.iter().map(|&x| x as f32).collect();
+    let same = |a: f64, b: f64| a.to_bits() == b.to_bits();
+    if numbers
+        .iter()
+        .zip(&floats)
+        .all(|(&x, &f)| same(f64::from(f), x))
+    {
+        return Some((FORM_WIDENED, floats));
+    }
+    let mut buffer = String::new();
+    numbers
+        .iter()
+        .zip(&floats)
+        .all(|(&x, &f)| f.is_finite() && same(shortest_f64(f, &mut buffer), x))
+        .then_some((FORM_SHORTEST, floats))
+}
+
+/// The numbers that `split_numbers` stored as `form` and `floats`; `None` for an unknown form.
+fn join_numbers(form: i16, floats: &[f32]) -> Option<Box<[f64]>> {
+    match form {
+        FORM_WIDENED => Some(floats.iter().map(|&f| f64::from(f)).collect()),
+        FORM_SHORTEST => {
+            let mut buffer = String::new();
+            Some(
+                floats
+                    .iter()
+                    .map(|&f| shortest_f64(f, &mut buffer))
+                    .collect(),
+            )
+        }
+        _ => None,
+    }
+}
+
+/// A message as a row stores it: the body, where its embedding's numbers are, and its
+/// embedding as the `f32`s recall scores (see [`SCHEMA_V4`]).
+struct StoredMessage {
+    body: String,
+    form: i16,
+    embedding: Option<Vec<f32>>,
+}
+
+impl StoredMessage {
+    fn of(entry: &Entry) -> Result<StoredMessage, MemoryError> {
+        match entry.numbers().and_then(split_numbers) {
+            Some((form, floats)) => Ok(StoredMessage {
+                body: serde_json::to_string(entry.msg_without_embedding())
+                    .map_err(|e| corrupt(e.to_string()))?,
+                form,
+                embedding: Some(floats),
+            }),
+            None => Ok(StoredMessage {
+                body: serde_json::to_string(&*entry.full()).map_err(|e| corrupt(e.to_string()))?,
+                form: FORM_IN_BODY,
+                embedding: entry.embedding(),
+            }),
+        }
+    }
+}
+
 /// The pgvector column, in a schema of its own because it exists only where the extension does.
 static VECTOR_SCHEMA: Schema = Schema {
     component: "memory vectors",
@@ -188,6 +308,17 @@ static VECTOR_SCHEMA: Schema = Schema {
                     SELECT thread_id, embedding_dim, count(*) FROM memory_messages
                     WHERE embedding_dim IS NOT NULL GROUP BY thread_id, embedding_dim;",
         },
+        Migration {
+            version: 3,
+            // Deferred HNSW maintenance (`postgres/indexer.rs`): a row written once its
+            // dimension's index exists has `pending_dim` set and `embedding_dim` NULL (outside
+            // the partial indexes) until the background indexer moves it in. `memory_dims`
+            // counts a row by whichever of the two is set. The partial index finds a thread's
+            // pending rows, which a recall scores exactly.
+            sql: "ALTER TABLE memory_messages ADD COLUMN IF NOT EXISTS pending_dim INTEGER;
+                  CREATE INDEX IF NOT EXISTS memory_messages_pending
+                    ON memory_messages (thread_id, seq) WHERE pending_dim IS NOT NULL;",
+        },
     ],
 };
 
@@ -197,6 +328,10 @@ const DEFAULT_EF_SEARCH: usize = 80;
 /// How many candidates beyond `top_k` (at least; `top_k` more when larger) an HNSW recall
 /// re-scores exactly: see `retrieve_from_index`.
 const RESCORE_MARGIN: usize = 10;
+
+/// The most pending rows (see `postgres/indexer.rs`) a recall through the index scores
+/// exactly beside the index's shortlist; a thread with more takes the exact path.
+const PENDING_SCAN_MAX: usize = 4096;
 
 /// pgvector's longest HNSW shortlist (`hnsw.ef_search`).
 const HNSW_MAX_EF_SEARCH: usize = 1000;
@@ -239,6 +374,14 @@ pub struct PostgresMemoryOptions {
     /// 0.43 at 100, 0.67 at 400 and 0.86 at 800. Raise it when your embeddings are less
     /// clustered than that and recall matters more than latency.
     pub hnsw_ef_search: usize,
+    /// Defer HNSW maintenance to a background indexer (default on; `postgres/indexer.rs`):
+    /// once a dimension's index exists, a write stores its vectors outside the index and is
+    /// acknowledged after its durable commit, without the index insertions (milliseconds per
+    /// vector); the store's indexer thread, on a connection of its own, then moves them into
+    /// the index in small batches. Until then a recall scores them exactly beside the index's
+    /// shortlist, so every written message is found as before. Off, every write inserts into
+    /// the index before it commits.
+    pub background_indexing: bool,
 }
 
 impl Default for PostgresMemoryOptions {
@@ -252,6 +395,7 @@ impl Default for PostgresMemoryOptions {
             vector_index: true,
             hnsw_min_messages: 10_000,
             hnsw_ef_search: DEFAULT_EF_SEARCH,
+            background_indexing: true,
         }
     }
 }
@@ -286,6 +430,9 @@ pub struct PostgresMemoryStore {
     hnsw_ef_search: usize,
     /// How many recalls the HNSW path answered.
     index_recalls: AtomicU64,
+    /// The background indexer, with [`PostgresMemoryOptions::background_indexing`] and
+    /// pgvector.
+    indexer: Option<indexer::Indexer>,
 }
 
 impl std::fmt::Debug for PostgresMemoryStore {
@@ -357,6 +504,17 @@ impl PostgresMemoryStore {
                 "memory embeddings: exact scoring only ({reason})"
             ),
         }
+        let indexer = match (&vector, options.background_indexing) {
+            (VectorMode::Pgvector { .. }, true) => Some(indexer::Indexer::start(
+                url.to_owned(),
+                Settings {
+                    pool_size: 1,
+                    ..settings
+                },
+                options.namespace.clone(),
+            )?),
+            _ => None,
+        };
         Ok(Arc::new(PostgresMemoryStore {
             pool,
             factory,
@@ -366,6 +524,7 @@ impl PostgresMemoryStore {
             hnsw_min_messages: options.hnsw_min_messages,
             hnsw_ef_search: options.hnsw_ef_search,
             index_recalls: AtomicU64::new(0),
+            indexer,
         }))
     }
 
@@ -383,6 +542,73 @@ impl PostgresMemoryStore {
     /// scored every candidate): for monitoring, and for tests to know which path ran.
     pub fn index_recalls(&self) -> u64 {
         self.index_recalls.load(Ordering::Relaxed)
+    }
+
+    /// How many messages of the store's namespace wait for the background indexer (see
+    /// [`PostgresMemoryOptions::background_indexing`]); they are found by every recall
+    /// meanwhile.
+    pub fn pending_index(&self) -> Result<u64, MemoryError> {
+        if !matches!(self.vector, VectorMode::Pgvector { .. }) {
+            return Ok(0);
+        }
+        indexer::count_pending(&mut *self.client()?, &self.namespace)
+    }
+
+    /// Moves every pending message of the store's namespace into the HNSW indexes now, on the
+    /// caller's thread (the background indexer may be moving some at the same time); returns
+    /// how many this call moved. For a bulk load that wants its index complete before it
+    /// returns, tests, and benchmarks.
+    pub fn flush_index(&self) -> Result<u64, MemoryError> {
+        if !matches!(self.vector, VectorMode::Pgvector { .. }) {
+            return Ok(0);
+        }
+        let mut client = self.client()?;
+        let mut moved = 0;
+        let started = std::time::Instant::now();
+        loop {
+            let n = indexer::move_pending(&mut client, &self.namespace, indexer::BATCH)?;
+            moved += n;
+            if n > 0 {
+                continue;
+            }
+            // Rows another indexer holds are moved once it commits: wait for them too, but
+            // not forever behind writers that keep adding.
+            if indexer::count_pending(&mut client, &self.namespace)? == 0 {
+                return Ok(moved);
+            }
+            if started.elapsed() > std::time::Duration::from_secs(60) {
+                return Err(MemoryError::Storage {
+                    detail: "messages are still waiting for the HNSW index after 60 s: another \
+                             process's indexer holds them, or writers keep adding"
+                        .into(),
+                });
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+    }
+
+    /// The dimensions a write now stores outside their HNSW index, for the background indexer:
+    /// those whose index this store has seen exist.
+    fn deferred_dims(&self) -> HashSet<i32> {
+        if self.indexer.is_none() {
+            return HashSet::new();
+        }
+        let indexed = self.indexed.lock().unwrap_or_else(PoisonError::into_inner);
+        indexed
+            .iter()
+            .filter_map(|&d| i32::try_from(d).ok())
+            .collect()
+    }
+
+    /// After a committed write: creates missing indexes, and wakes the indexer when the write
+    /// left rows pending.
+    fn after_write(&self, dims: &[usize], pending: bool) {
+        self.index_dims(dims);
+        if pending {
+            if let Some(indexer) = &self.indexer {
+                indexer.wake();
+            }
+        }
     }
 
     /// Makes sure every dimension in `dims` (up to pgvector's HNSW limit) has its index. It
@@ -424,7 +650,7 @@ impl PostgresMemoryStore {
         scope.columns()?;
         {
             let mut client = self.client()?;
-            let mut tx = client.transaction().map_err(pg_error)?;
+            let mut tx = client.transaction_cached().map_err(pg_error)?;
             lock_thread(&mut tx, &self.namespace, &scope, &self.factory)?;
             tx.commit().map_err(pg_error)?;
         }
@@ -575,18 +801,20 @@ struct LockedThread {
 /// The thread's row in `namespace`, created (with `factory`'s clock) when missing, and locked
 /// until the transaction ends: the writers of one thread take turns here.
 fn lock_thread(
-    tx: &mut Transaction<'_>,
+    tx: &mut CachedTransaction<'_>,
     namespace: &Namespace,
     scope: &Scope,
     factory: &MsgFactory,
 ) -> Result<LockedThread, MemoryError> {
     let [user, agent, session] = scope.columns()?;
-    let select = "SELECT thread_id, rev, next_seq FROM memory_threads
+    const SELECT: &str = "SELECT thread_id, rev, next_seq FROM memory_threads
                   WHERE namespace = $1 AND user_id = $2 AND agent_id = $3 AND session_id = $4
                   FOR UPDATE";
     let params: [&(dyn postgres::types::ToSql + Sync); 4] =
         [&namespace.as_str(), &user, &agent, &session];
-    let found = tx.query_opt(select, &params).map_err(pg_error)?;
+    // Prepared once per connection: every write starts here.
+    let select = tx.prepare_cached(SELECT).map_err(pg_error)?;
+    let found = tx.query_opt(&select, &params).map_err(pg_error)?;
     let row = match found {
         Some(row) => row,
         None => {
@@ -599,7 +827,7 @@ fn lock_thread(
                 &[&namespace.as_str(), &user, &agent, &session, &factory.now()],
             )
             .map_err(pg_error)?;
-            tx.query_one(select, &params).map_err(pg_error)?
+            tx.query_one(&select, &params).map_err(pg_error)?
         }
     };
     Ok(LockedThread {
@@ -645,7 +873,7 @@ fn clear_thread(
 /// and `removed` (one entry per message, `None` for one without an indexable embedding), in one
 /// statement at most.
 fn count_dims(
-    tx: &mut Transaction<'_>,
+    tx: &mut CachedTransaction<'_>,
     thread_id: i64,
     added: &[Option<i32>],
     removed: &[Option<i32>],
@@ -691,6 +919,7 @@ impl Mirror {
         tx: &mut Transaction<'_>,
         thread: Option<(i64, i64)>,
         factory: &MsgFactory,
+        vectors: bool,
     ) -> Result<(), MemoryError> {
         match thread {
             None => {
@@ -700,7 +929,7 @@ impl Mirror {
             }
             Some((id, rev)) => {
                 if !self.current(id, rev) {
-                    self.state = load_thread(tx, id, factory)?;
+                    self.state = load_thread(tx, id, factory, vectors)?;
                     self.thread_id = Some(id);
                     self.rev = rev;
                 }
@@ -735,38 +964,121 @@ fn load_thread(
     tx: &mut Transaction<'_>,
     thread_id: i64,
     factory: &MsgFactory,
+    vectors: bool,
 ) -> Result<ThreadState, MemoryError> {
     let mut marks = thread_marks(tx, thread_id)?;
     let rows = tx
         .query(
-            "SELECT msg_id, kind, body FROM memory_messages WHERE thread_id = $1 ORDER BY seq",
+            &format!(
+                "SELECT {} FROM memory_messages m WHERE m.thread_id = $1 ORDER BY m.seq",
+                message_columns(vectors)
+            ),
             &[&thread_id],
         )
         .map_err(pg_error)?;
     let mut entries = Vec::with_capacity(rows.len());
     for row in &rows {
-        let (id, msg) = row_message(factory, row, entries.len())?;
-        let marks = marks.remove(&id).unwrap_or_default();
-        entries.push(Entry::new(msg, marks));
+        let id: &str = row.try_get(0).map_err(pg_error)?;
+        let marks = marks.remove(id).unwrap_or_default();
+        entries.push(row_entry(factory, row, entries.len(), marks)?);
     }
     Ok(ThreadState::from_entries(entries))
 }
 
-/// The id and message of a `SELECT msg_id, kind, body …` row; `p` is its position in the
-/// result, for error messages.
-fn row_message(factory: &MsgFactory, row: &Row, p: usize) -> Result<(String, Msg), MemoryError> {
-    let id: String = row.try_get(0).map_err(pg_error)?;
-    let kind: String = row.try_get(1).map_err(pg_error)?;
-    let body: String = row.try_get(2).map_err(pg_error)?;
+/// The columns of a message row (table alias `m`) that [`row_entry`] reads, in its order: the
+/// id, kind and body, and the embedding's form with its `f32`s (schema version 4), which are
+/// read only when the body does not hold the numbers.
+fn message_columns(vectors: bool) -> &'static str {
+    if vectors {
+        "m.msg_id, m.kind, m.body, m.embedding_form,
+         CASE WHEN m.embedding_form = 0 THEN NULL ELSE m.embedding_v END,
+         CASE WHEN m.embedding_form = 0 THEN NULL ELSE m.embedding END"
+    } else {
+        "m.msg_id, m.kind, m.body, m.embedding_form, NULL::bytea,
+         CASE WHEN m.embedding_form = 0 THEN NULL ELSE m.embedding END"
+    }
+}
+
+/// The entry of a row of [`message_columns`] (later columns are ignored), with `marks`; `p` is
+/// its position in the result, for error messages.
+fn row_entry(
+    factory: &MsgFactory,
+    row: &Row,
+    p: usize,
+    marks: Vec<String>,
+) -> Result<Entry, MemoryError> {
+    let id: &str = row.try_get(0).map_err(pg_error)?;
+    let kind: &str = row.try_get(1).map_err(pg_error)?;
+    let body: &str = row.try_get(2).map_err(pg_error)?;
+    let form: i16 = row.try_get(3).map_err(pg_error)?;
     let value: Value =
-        serde_json::from_str(&body).map_err(|e| corrupt(format!("message {id}: {e}")))?;
+        serde_json::from_str(body).map_err(|e| corrupt(format!("message {id}: {e}")))?;
     let object = value
         .as_object()
         .ok_or_else(|| corrupt(format!("message {id} is not an object")))?;
     let msg = factory
-        .from_object(object, MsgKind::from_marker(&kind).unwrap_or_default(), p)
+        .from_object(object, MsgKind::from_marker(kind).unwrap_or_default(), p)
         .map_err(|e| corrupt(format!("message {id}: {e}")))?;
-    Ok((id, msg))
+    if form == FORM_IN_BODY {
+        return Ok(Entry::new(msg, marks));
+    }
+    let floats = match row
+        .try_get::<_, Option<StoredFloats>>(4)
+        .map_err(pg_error)?
+    {
+        Some(v) => Some(v.0),
+        None => row
+            .try_get::<_, Option<StoredFloats>>(5)
+            .map_err(pg_error)?
+            .map(|v| v.0),
+    };
+    let numbers = floats.and_then(|f| join_numbers(form, &f)).ok_or_else(|| {
+        corrupt(format!(
+            "message {id}: embedding form {form} without its numbers"
+        ))
+    })?;
+    Entry::from_parts(msg, numbers, marks)
+        .ok_or_else(|| corrupt(format!("message {id}: no placeholder for its embedding")))
+}
+
+/// Stored `f32`s read back: a pgvector `vector` in its binary form (`vector_send`: the
+/// dimension and a zero as big-endian `i16`s, then big-endian `f32`s) or the `embedding`
+/// bytes (little-endian `f32`s).
+#[derive(Debug, Clone, PartialEq)]
+struct StoredFloats(Vec<f32>);
+
+impl<'a> postgres::types::FromSql<'a> for StoredFloats {
+    fn from_sql(
+        ty: &postgres::types::Type,
+        raw: &'a [u8],
+    ) -> Result<Self, Box<dyn std::error::Error + Sync + Send>> {
+        if *ty == postgres::types::Type::BYTEA {
+            if raw.len() % 4 != 0 {
+                return Err(format!("{} embedding bytes are not f32s", raw.len()).into());
+            }
+            return Ok(StoredFloats(
+                raw.chunks_exact(4)
+                    .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                    .collect(),
+            ));
+        }
+        let (head, rest) = raw
+            .split_at_checked(4)
+            .ok_or("a vector shorter than its header")?;
+        let dim = usize::from(u16::from_be_bytes([head[0], head[1]]));
+        if rest.len() != dim * 4 {
+            return Err(format!("a vector of {dim} dimensions in {} bytes", rest.len()).into());
+        }
+        Ok(StoredFloats(
+            rest.chunks_exact(4)
+                .map(|c| f32::from_be_bytes([c[0], c[1], c[2], c[3]]))
+                .collect(),
+        ))
+    }
+
+    fn accepts(ty: &postgres::types::Type) -> bool {
+        *ty == postgres::types::Type::BYTEA || ty.name() == "vector"
+    }
 }
 
 /// The last `n` messages of the thread passing the mark filters, in index order, reading only
@@ -778,23 +1090,27 @@ fn recent_rows(
     mark: Option<&str>,
     exclude_mark: Option<&str>,
     n: usize,
+    vectors: bool,
 ) -> Result<Vec<Msg>, MemoryError> {
     let limit = i64::try_from(n).unwrap_or(i64::MAX);
     let rows = tx
         .query(
-            "SELECT m.msg_id, m.kind, m.body FROM memory_messages m
+            &format!(
+                "SELECT {} FROM memory_messages m
              WHERE m.thread_id = $1
                AND ($2::text IS NULL OR EXISTS (SELECT 1 FROM memory_marks k
                     WHERE k.thread_id = m.thread_id AND k.msg_id = m.msg_id AND k.mark = $2))
                AND ($3::text IS NULL OR NOT EXISTS (SELECT 1 FROM memory_marks k
                     WHERE k.thread_id = m.thread_id AND k.msg_id = m.msg_id AND k.mark = $3))
              ORDER BY m.seq DESC LIMIT $4",
+                message_columns(vectors)
+            ),
             &[&thread_id, &mark, &exclude_mark, &limit],
         )
         .map_err(pg_error)?;
     let mut messages = Vec::with_capacity(rows.len());
     for row in &rows {
-        messages.push(row_message(factory, row, messages.len())?.1);
+        messages.push(row_entry(factory, row, messages.len(), Vec::new())?.message());
     }
     messages.reverse();
     Ok(messages)
@@ -820,17 +1136,6 @@ fn indexable_dim(embedding: Option<&[f32]>, representable: bool) -> Option<i32> 
 /// A `seq` as the tie-break key of `rank` (seqs order messages as their indices do).
 fn seq_key(seq: i64) -> usize {
     usize::try_from(seq).unwrap_or(usize::MAX)
-}
-
-/// The `dim` little-endian `f32`s of a stored embedding, `None` when the length disagrees.
-fn floats(bytes: &[u8], dim: usize) -> Option<Vec<f32>> {
-    if bytes.len() != dim.checked_mul(4)? {
-        return None;
-    }
-    bytes
-        .chunks_exact(4)
-        .map(|c| c.try_into().ok().map(f32::from_le_bytes))
-        .collect()
 }
 
 /// An embedding in pgvector's binary form (`vector_recv`: the dimension and a zero as
@@ -876,6 +1181,59 @@ impl postgres::types::ToSql for PgVector {
     postgres::types::to_sql_checked!();
 }
 
+/// The stored columns of one message row (schema version 4): its embedding is stored once, in
+/// the `vector` column when the store has one and it can hold the embedding, else as the
+/// `embedding` bytes.
+struct RowValues {
+    body: String,
+    form: i16,
+    bytes: Option<Vec<u8>>,
+    vector: Option<PgVector>,
+    /// The dimension the row is indexable at (see [`indexable_dim`]), what `memory_dims`
+    /// counts; `None` without the vector column.
+    dim: Option<i32>,
+    /// Whether `dim` is deferred to the background indexer: then the row's `pending_dim` is
+    /// set instead of its `embedding_dim` (vector schema version 3).
+    pending: bool,
+}
+
+impl RowValues {
+    /// The row's columns; `deferred`: the dimensions written outside their index.
+    fn of(stored: StoredMessage, vectors: bool, deferred: &HashSet<i32>) -> RowValues {
+        let embedding = stored.embedding.as_deref();
+        let vector = if vectors {
+            PgVector::new(embedding)
+        } else {
+            None
+        };
+        let dim = if vectors {
+            indexable_dim(embedding, vector.is_some())
+        } else {
+            None
+        };
+        RowValues {
+            bytes: match vector {
+                Some(_) => None,
+                None => embedding_bytes(embedding),
+            },
+            body: stored.body,
+            form: stored.form,
+            vector,
+            pending: dim.is_some_and(|d| deferred.contains(&d)),
+            dim,
+        }
+    }
+
+    /// The row's `embedding_dim` (in the index) and `pending_dim` (waiting for it).
+    fn index_columns(&self) -> (Option<i32>, Option<i32>) {
+        if self.pending {
+            (None, self.dim)
+        } else {
+            (self.dim, None)
+        }
+    }
+}
+
 /// The rows of one batch insert, column by column (the `UNNEST` arrays).
 #[derive(Default)]
 struct Batch {
@@ -883,9 +1241,16 @@ struct Batch {
     ids: Vec<String>,
     kinds: Vec<&'static str>,
     bodies: Vec<String>,
+    forms: Vec<i16>,
     embeddings: Vec<Option<Vec<u8>>>,
     vectors: Vec<Option<PgVector>>,
+    /// Each row's indexable dimension, for `memory_dims`.
     vector_dims: Vec<Option<i32>>,
+    /// Each row's `embedding_dim` and `pending_dim` columns.
+    indexed_dims: Vec<Option<i32>>,
+    pending_dims: Vec<Option<i32>>,
+    /// The dimensions written outside their index (see [`RowValues::of`]).
+    deferred: HashSet<i32>,
     dims: Vec<usize>,
     mark_ids: Vec<String>,
     mark_pos: Vec<i64>,
@@ -894,43 +1259,43 @@ struct Batch {
 
 impl Batch {
     fn push(&mut self, seq: i64, entry: &Entry, vectors: bool) -> Result<(), MemoryError> {
-        let full = entry.full();
-        let body = serde_json::to_string(&*full).map_err(|e| corrupt(e.to_string()))?;
-        let embedding = full.embedding();
         self.push_row(
             seq,
             entry.id(),
             entry.msg_without_embedding().kind(),
-            body,
-            embedding.as_deref(),
+            StoredMessage::of(entry)?,
             vectors,
         );
         self.push_marks(entry.id(), &entry.marks);
         Ok(())
     }
 
+    /// One row; its embedding is stored once (schema version 4): in the `vector` column when
+    /// there is one and it can hold the embedding, else as the `embedding` bytes.
     fn push_row(
         &mut self,
         seq: i64,
         id: &str,
         kind: MsgKind,
-        body: String,
-        embedding: Option<&[f32]>,
+        stored: StoredMessage,
         vectors: bool,
     ) {
+        let row = RowValues::of(stored, vectors, &self.deferred);
+        let (indexed, pending) = row.index_columns();
         self.seqs.push(seq);
         self.ids.push(id.to_owned());
         self.kinds.push(kind.as_str());
-        self.bodies.push(body);
-        self.embeddings.push(embedding_bytes(embedding));
+        self.bodies.push(row.body);
+        self.forms.push(row.form);
+        self.embeddings.push(row.bytes);
         if vectors {
-            let vector = PgVector::new(embedding);
-            let dim = indexable_dim(embedding, vector.is_some());
-            if let Some(d) = dim.and_then(|d| usize::try_from(d).ok()) {
+            if let Some(d) = row.dim.and_then(|d| usize::try_from(d).ok()) {
                 self.dims.push(d);
             }
-            self.vectors.push(vector);
-            self.vector_dims.push(dim);
+            self.vector_dims.push(row.dim);
+            self.indexed_dims.push(indexed);
+            self.pending_dims.push(pending);
+            self.vectors.push(row.vector);
         }
     }
 
@@ -945,7 +1310,7 @@ impl Batch {
     /// Inserts the rows (one statement) and their marks (one more) into the thread.
     fn insert(
         &self,
-        tx: &mut Transaction<'_>,
+        tx: &mut CachedTransaction<'_>,
         thread_id: i64,
         vectors: bool,
     ) -> Result<(), MemoryError> {
@@ -953,12 +1318,18 @@ impl Batch {
             return Ok(());
         }
         if vectors {
-            tx.execute(
-                "INSERT INTO memory_messages
-                   (thread_id, seq, msg_id, kind, body, embedding, embedding_v, embedding_dim)
-                 SELECT $1, s, i, k, b, e, v, d
+            let statement = tx
+                .prepare_cached(
+                    "INSERT INTO memory_messages (thread_id, seq, msg_id, kind, body, embedding,
+                   embedding_v, embedding_dim, embedding_form, pending_dim)
+                 SELECT $1, s, i, k, b, e, v, d, f, p
                  FROM UNNEST($2::bigint[], $3::text[], $4::text[], $5::text[], $6::bytea[],
-                             $7::vector[], $8::integer[]) AS t(s, i, k, b, e, v, d)",
+                             $7::vector[], $8::integer[], $9::smallint[], $10::integer[])
+                   AS t(s, i, k, b, e, v, d, f, p)",
+                )
+                .map_err(pg_error)?;
+            tx.execute(
+                &statement,
                 &[
                     &thread_id,
                     &self.seqs,
@@ -967,16 +1338,25 @@ impl Batch {
                     &self.bodies,
                     &self.embeddings,
                     &self.vectors,
-                    &self.vector_dims,
+                    &self.indexed_dims,
+                    &self.forms,
+                    &self.pending_dims,
                 ],
             )
             .map_err(pg_error)?;
         } else {
+            let statement = tx
+                .prepare_cached(
+                    "INSERT INTO memory_messages
+                   (thread_id, seq, msg_id, kind, body, embedding, embedding_form)
+                 SELECT $1, s, i, k, b, e, f
+                 FROM UNNEST($2::bigint[], $3::text[], $4::text[], $5::text[], $6::bytea[],
+                             $7::smallint[])
+                   AS t(s, i, k, b, e, f)",
+                )
+                .map_err(pg_error)?;
             tx.execute(
-                "INSERT INTO memory_messages (thread_id, seq, msg_id, kind, body, embedding)
-                 SELECT $1, s, i, k, b, e
-                 FROM UNNEST($2::bigint[], $3::text[], $4::text[], $5::text[], $6::bytea[])
-                   AS t(s, i, k, b, e)",
+                &statement,
                 &[
                     &thread_id,
                     &self.seqs,
@@ -984,6 +1364,7 @@ impl Batch {
                     &self.kinds,
                     &self.bodies,
                     &self.embeddings,
+                    &self.forms,
                 ],
             )
             .map_err(pg_error)?;
@@ -1044,16 +1425,22 @@ const HNSW_LOCK_KEY: i64 = 0x6d6e_656d_6f6e_4857;
 /// Writes `change` (planned against `state`) into the open transaction, keeps the thread's
 /// counters (schema version 3: `next_seq`, `live`, the gaps and, with vectors, the dimension
 /// counts) and bumps the rev; returns the dimensions of the vectors written, for
-/// [`PostgresMemoryStore::index_dims`].
+/// [`PostgresMemoryStore::index_dims`], and whether rows were left for the background indexer
+/// (the dimensions in `deferred` are written outside their index).
 fn persist(
-    tx: &mut Transaction<'_>,
+    tx: &mut CachedTransaction<'_>,
     thread: LockedThread,
     state: &ThreadState,
     change: &Change,
     vectors: bool,
-) -> Result<Vec<usize>, MemoryError> {
+    deferred: HashSet<i32>,
+) -> Result<(Vec<usize>, bool), MemoryError> {
     let thread_id = thread.id;
     let mut dims = Vec::new();
+    let mut pending = false;
+    // The thread's counters move in the one statement that bumps its rev, at the end.
+    let mut live_delta: i64 = 0;
+    let mut next_seq: Option<i64> = None;
     let id_at = |i: usize| {
         state
             .entries()
@@ -1069,21 +1456,22 @@ fn persist(
             } else {
                 thread.next_seq
             };
-            let mut batch = Batch::default();
+            let mut batch = Batch {
+                deferred,
+                ..Batch::default()
+            };
             for (seq, entry) in (next..).zip(entries) {
                 batch.push(seq, entry, vectors)?;
             }
             batch.insert(tx, thread_id, vectors)?;
             // Appends only ever add to the counters.
             let added = i64::try_from(batch.seqs.len()).unwrap_or(i64::MAX);
-            tx.execute(
-                "UPDATE memory_threads SET next_seq = $2, live = live + $3 WHERE thread_id = $1",
-                &[&thread_id, &next.saturating_add(added), &added],
-            )
-            .map_err(pg_error)?;
+            live_delta = added;
+            next_seq = Some(next.saturating_add(added));
             if vectors {
                 count_dims(tx, thread_id, &batch.vector_dims, &[])?;
             }
+            pending = batch.pending_dims.iter().any(Option::is_some);
             dims.extend(batch.dims);
         }
         Change::Remove(indices) => {
@@ -1095,7 +1483,7 @@ fn persist(
                 .query(
                     if vectors {
                         "DELETE FROM memory_messages WHERE thread_id = $1 AND msg_id = ANY($2)
-                         RETURNING seq, embedding_dim"
+                         RETURNING seq, COALESCE(embedding_dim, pending_dim)"
                     } else {
                         "DELETE FROM memory_messages WHERE thread_id = $1 AND msg_id = ANY($2)
                          RETURNING seq, NULL::integer"
@@ -1125,11 +1513,7 @@ fn persist(
                 &[&thread_id],
             )
             .map_err(pg_error)?;
-            tx.execute(
-                "UPDATE memory_threads SET live = live - $2 WHERE thread_id = $1",
-                &[&thread_id, &count],
-            )
-            .map_err(pg_error)?;
+            live_delta = -count;
             if vectors {
                 count_dims(tx, thread_id, &[], &removed_dims)?;
             }
@@ -1156,18 +1540,13 @@ fn persist(
             )?;
         }
         Change::SetMessages(updates) => {
-            let mut batch = Batch::default();
+            let mut batch = Batch {
+                deferred,
+                ..Batch::default()
+            };
             for (i, msg) in updates {
-                let body = serde_json::to_string(msg).map_err(|e| corrupt(e.to_string()))?;
-                let embedding = msg.embedding();
-                batch.push_row(
-                    0,
-                    &id_at(*i)?,
-                    msg.kind(),
-                    body,
-                    embedding.as_deref(),
-                    vectors,
-                );
+                let stored = StoredMessage::of(&Entry::new(msg.clone(), Vec::new()))?;
+                batch.push_row(0, &id_at(*i)?, msg.kind(), stored, vectors);
             }
             if vectors {
                 // The old dimensions of the updated rows come back from the statement's own
@@ -1176,20 +1555,24 @@ fn persist(
                 let old = tx
                     .query(
                         "UPDATE memory_messages m SET body = t.b, embedding = t.e,
-                           embedding_v = t.v, embedding_dim = t.d
+                           embedding_v = t.v, embedding_dim = t.d, embedding_form = t.f,
+                           pending_dim = t.p
                          FROM UNNEST($2::text[], $3::text[], $4::bytea[], $5::vector[],
-                                     $6::integer[]) AS t(i, b, e, v, d),
+                                     $6::integer[], $7::smallint[], $8::integer[])
+                                AS t(i, b, e, v, d, f, p),
                               memory_messages o
                          WHERE m.thread_id = $1 AND m.msg_id = t.i
                            AND o.thread_id = m.thread_id AND o.seq = m.seq
-                         RETURNING o.embedding_dim",
+                         RETURNING COALESCE(o.embedding_dim, o.pending_dim)",
                         &[
                             &thread_id,
                             &batch.ids,
                             &batch.bodies,
                             &batch.embeddings,
                             &batch.vectors,
-                            &batch.vector_dims,
+                            &batch.indexed_dims,
+                            &batch.forms,
+                            &batch.pending_dims,
                         ],
                     )
                     .map_err(pg_error)?;
@@ -1198,24 +1581,36 @@ fn persist(
                     .map(|r| r.try_get::<_, Option<i32>>(0).map_err(pg_error))
                     .collect::<Result<Vec<_>, _>>()?;
                 count_dims(tx, thread_id, &batch.vector_dims, &old_dims)?;
+                pending = batch.pending_dims.iter().any(Option::is_some);
                 dims.extend(batch.dims);
             } else {
                 tx.execute(
-                    "UPDATE memory_messages m SET body = t.b, embedding = t.e
-                     FROM UNNEST($2::text[], $3::text[], $4::bytea[]) AS t(i, b, e)
+                    "UPDATE memory_messages m SET body = t.b, embedding = t.e, embedding_form = t.f
+                     FROM UNNEST($2::text[], $3::text[], $4::bytea[], $5::smallint[])
+                       AS t(i, b, e, f)
                      WHERE m.thread_id = $1 AND m.msg_id = t.i",
-                    &[&thread_id, &batch.ids, &batch.bodies, &batch.embeddings],
+                    &[
+                        &thread_id,
+                        &batch.ids,
+                        &batch.bodies,
+                        &batch.embeddings,
+                        &batch.forms,
+                    ],
                 )
                 .map_err(pg_error)?;
             }
         }
     }
-    tx.execute(
-        "UPDATE memory_threads SET rev = rev + 1 WHERE thread_id = $1",
-        &[&thread_id],
-    )
-    .map_err(pg_error)?;
-    Ok(dims)
+    let bump = tx
+        .prepare_cached(
+            "UPDATE memory_threads SET rev = rev + 1, live = live + $2,
+               next_seq = COALESCE($3, next_seq)
+             WHERE thread_id = $1",
+        )
+        .map_err(pg_error)?;
+    tx.execute(&bump, &[&thread_id, &live_delta, &next_seq])
+        .map_err(pg_error)?;
+    Ok((dims, pending))
 }
 
 /// The retrieved messages of `scored` (`(score, seq)`, in the order given), read from the
@@ -1227,32 +1622,36 @@ fn read_retrieved(
     thread_id: i64,
     factory: &MsgFactory,
     scored: Vec<(f64, i64)>,
+    vectors: bool,
 ) -> Result<Option<Vec<Retrieved>>, MemoryError> {
     let seqs: Vec<i64> = scored.iter().map(|&(_, seq)| seq).collect();
     let bodies = tx
         .query(
-            "SELECT m.msg_id, m.kind, m.body, m.seq,
+            &format!(
+                "SELECT {}, m.seq,
                     m.seq - f.lo - (SELECT count(*) FROM memory_gaps g
                                     WHERE g.thread_id = $1 AND g.seq > f.lo AND g.seq < m.seq)
              FROM (SELECT min(seq) AS lo FROM memory_messages WHERE thread_id = $1) f,
                   memory_messages m
              WHERE m.thread_id = $1 AND m.seq = ANY($2)",
+                message_columns(vectors)
+            ),
             &[&thread_id, &seqs],
         )
         .map_err(pg_error)?;
     let mut by_seq = HashMap::with_capacity(bodies.len());
     for row in &bodies {
-        by_seq.insert(row.try_get::<_, i64>(3).map_err(pg_error)?, row);
+        by_seq.insert(row.try_get::<_, i64>(6).map_err(pg_error)?, row);
     }
     let mut found = Vec::with_capacity(scored.len());
     for (score, seq) in scored {
         let Some(row) = by_seq.get(&seq) else {
             return Ok(None);
         };
-        let index: i64 = row.try_get(4).map_err(pg_error)?;
+        let index: i64 = row.try_get(7).map_err(pg_error)?;
         let index = usize::try_from(index)
             .map_err(|_| corrupt(format!("message at seq {seq} has index {index}")))?;
-        let (_, message) = row_message(factory, row, index)?;
+        let message = row_entry(factory, row, index, Vec::new())?.message();
         found.push(Retrieved {
             score,
             index,
@@ -1320,7 +1719,7 @@ impl Backend for PostgresMemory {
         let mut tx = snapshot(&mut client)?;
         let thread = thread_row(&mut tx, &self.store.namespace, &self.scope)?;
         let mut mirror = self.mirror();
-        mirror.sync(&mut tx, thread, &self.store.factory)?;
+        mirror.sync(&mut tx, thread, &self.store.factory, self.vectors())?;
         tx.commit().map_err(pg_error)?;
         drop(client);
         Ok(f(&mirror.state))
@@ -1331,7 +1730,7 @@ impl Backend for PostgresMemory {
         f: impl FnOnce(&ThreadState) -> Result<(Option<Change>, R), MemoryError>,
     ) -> Result<R, MemoryError> {
         let mut client = self.store.client()?;
-        let mut tx = client.transaction().map_err(pg_error)?;
+        let mut tx = client.transaction_cached().map_err(pg_error)?;
         let thread = lock_thread(
             &mut tx,
             &self.store.namespace,
@@ -1339,16 +1738,28 @@ impl Backend for PostgresMemory {
             &self.store.factory,
         )?;
         let mut mirror = self.mirror();
-        mirror.sync(&mut tx, Some((thread.id, thread.rev)), &self.store.factory)?;
+        mirror.sync(
+            &mut tx,
+            Some((thread.id, thread.rev)),
+            &self.store.factory,
+            self.vectors(),
+        )?;
         let (change, result) = f(&mirror.state)?;
         if let Some(change) = change {
-            let dims = persist(&mut tx, thread, &mirror.state, &change, self.vectors())?;
+            let (dims, pending) = persist(
+                &mut tx,
+                thread,
+                &mirror.state,
+                &change,
+                self.vectors(),
+                self.store.deferred_dims(),
+            )?;
             tx.commit().map_err(pg_error)?;
             mirror.state.apply(change);
             mirror.rev = thread.rev + 1;
             drop(mirror);
             drop(client);
-            self.store.index_dims(&dims);
+            self.store.after_write(&dims, pending);
         } else {
             tx.commit().map_err(pg_error)?;
         }
@@ -1378,12 +1789,11 @@ impl Backend for PostgresMemory {
         } else {
             HashMap::new()
         };
-        let portal = tx
-            .bind(
-                "SELECT msg_id, kind, body FROM memory_messages WHERE thread_id = $1 ORDER BY seq",
-                &[&thread_id],
-            )
-            .map_err(pg_error)?;
+        let select = format!(
+            "SELECT {} FROM memory_messages m WHERE m.thread_id = $1 ORDER BY m.seq",
+            message_columns(self.vectors())
+        );
+        let portal = tx.bind(&select, &[&thread_id]).map_err(pg_error)?;
         let mut count = 0;
         loop {
             let rows = tx.query_portal(&portal, 512).map_err(pg_error)?;
@@ -1391,9 +1801,9 @@ impl Backend for PostgresMemory {
                 break;
             }
             for row in &rows {
-                let (id, msg) = row_message(&self.store.factory, row, count)?;
-                let marks = marks.remove(&id).unwrap_or_default();
-                f(&Entry::new(msg, marks))?;
+                let id: &str = row.try_get(0).map_err(pg_error)?;
+                let marks = marks.remove(id).unwrap_or_default();
+                f(&row_entry(&self.store.factory, row, count, marks)?)?;
                 count += 1;
             }
         }
@@ -1425,6 +1835,7 @@ impl Backend for PostgresMemory {
                 mark,
                 exclude_mark,
                 n,
+                self.vectors(),
             )?
         };
         tx.commit().map_err(pg_error)?;
@@ -1547,22 +1958,50 @@ impl Backend for PostgresMemory {
         let embedding_column = if mirror.is_some() {
             "NULL::bytea"
         } else {
-            "m.embedding"
+            // An indexable row's embedding is its vector (schema version 4 stores it once).
+            "m.embedding_v"
         };
         // The dimension and `rescored` are numbers formatted into the statement (the partial
         // index is chosen only when its predicate appears literally).
+        // The second branch: the thread's candidates that wait for the background indexer
+        // (`postgres/indexer.rs`), outside the index, all scored exactly below (up to
+        // [`PENDING_SCAN_MAX`]; more takes the exact path).
+        let scan_limit = PENDING_SCAN_MAX + 1;
         let shortlist = format!(
-            "SELECT m.seq, m.msg_id, {embedding_column} FROM memory_messages m
-             WHERE m.thread_id = $1 AND m.embedding_dim = {dim}
-               AND ($2::text IS NULL OR EXISTS (SELECT 1 FROM memory_marks k
-                    WHERE k.thread_id = m.thread_id AND k.msg_id = m.msg_id AND k.mark = $2))
-             ORDER BY m.embedding_v::vector({dim}) <=> $3::vector({dim})
-             LIMIT {rescored}"
+            "(SELECT m.seq, m.msg_id, {embedding_column}, false FROM memory_messages m
+              WHERE m.thread_id = $1 AND m.embedding_dim = {dim}
+                AND ($2::text IS NULL OR EXISTS (SELECT 1 FROM memory_marks k
+                     WHERE k.thread_id = m.thread_id AND k.msg_id = m.msg_id AND k.mark = $2))
+              ORDER BY m.embedding_v::vector({dim}) <=> $3::vector({dim})
+              LIMIT {rescored})
+             UNION ALL
+             (SELECT m.seq, m.msg_id, {embedding_column}, true FROM memory_messages m
+              WHERE m.thread_id = $1 AND m.pending_dim = {dim}
+                AND ($2::text IS NULL OR EXISTS (SELECT 1 FROM memory_marks k
+                     WHERE k.thread_id = m.thread_id AND k.msg_id = m.msg_id AND k.mark = $2))
+              LIMIT {scan_limit})"
         );
+        // How many rows came from the index; `None` when the pending ones are too many.
+        let from_index = |rows: &[Row]| -> Result<Option<usize>, MemoryError> {
+            let mut pending = 0;
+            for row in rows {
+                if row.try_get::<_, bool>(3).map_err(pg_error)? {
+                    pending += 1;
+                }
+            }
+            Ok((pending <= PENDING_SCAN_MAX).then(|| rows.len() - pending))
+        };
+        // The index must give at least `k` of the thread's indexed candidates (all of them
+        // when fewer): the pending ones complete the exact top `k` only with those.
+        let enough =
+            |indexed: usize, rows: usize| indexed >= k.min(total.saturating_sub(rows - indexed));
         let mut rows = tx
             .query(&shortlist, &[&thread_id, &mark, &vector])
             .map_err(pg_error)?;
-        if rows.len() < k && ef < HNSW_MAX_EF_SEARCH {
+        let Some(mut indexed) = from_index(&rows)? else {
+            return Ok(None);
+        };
+        if !enough(indexed, rows.len()) && ef < HNSW_MAX_EF_SEARCH {
             // The index holds every thread's vectors of this dimension and filters the `ef` it
             // found to this thread (and mark): other threads' neighbours crowded this one's
             // out. Once more with pgvector's longest shortlist before the exact scan.
@@ -1574,8 +2013,12 @@ impl Backend for PostgresMemory {
             rows = tx
                 .query(&shortlist, &[&thread_id, &mark, &vector])
                 .map_err(pg_error)?;
+            let Some(again) = from_index(&rows)? else {
+                return Ok(None);
+            };
+            indexed = again;
         }
-        if rows.len() < k {
+        if !enough(indexed, rows.len()) || rows.len() < k {
             // The index's filtered shortlist came up short: score everything instead.
             return Ok(None);
         }
@@ -1593,8 +2036,8 @@ impl Backend for PostgresMemory {
                     (embedding, index)
                 }
                 None => {
-                    let bytes: Option<&[u8]> = row.try_get(2).map_err(pg_error)?;
-                    (bytes.and_then(|b| floats(b, dim)), None)
+                    let stored: Option<StoredFloats> = row.try_get(2).map_err(pg_error)?;
+                    (stored.map(|v| v.0), None)
                 }
             };
             let Some(embedding) = embedding.filter(|e| e.len() == dim) else {
@@ -1629,7 +2072,13 @@ impl Backend for PostgresMemory {
                     .into_iter()
                     .map(|(score, seq, _)| (score, seq))
                     .collect();
-                read_retrieved(&mut tx, thread_id, &self.store.factory, scored)?
+                read_retrieved(
+                    &mut tx,
+                    thread_id,
+                    &self.store.factory,
+                    scored,
+                    self.vectors(),
+                )?
             }
         };
         drop(mirror);
@@ -1647,7 +2096,7 @@ impl Backend for PostgresMemory {
         let mut client = self.store.client()?;
         // One transaction for the whole document, the thread's creation included: a document
         // that fails anywhere rolls all of it back.
-        let mut tx = client.transaction().map_err(pg_error)?;
+        let mut tx = client.transaction_cached().map_err(pg_error)?;
         let thread = lock_thread(&mut tx, &self.store.namespace, &self.scope, factory)?;
         let thread_id = thread.id;
         let mut seq = if overwrite {
@@ -1658,13 +2107,14 @@ impl Backend for PostgresMemory {
         };
         let insert = tx
             .prepare(if vectors {
-                "INSERT INTO memory_messages
-                   (thread_id, seq, msg_id, kind, body, embedding, embedding_v, embedding_dim)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7::vector, $8)
+                "INSERT INTO memory_messages (thread_id, seq, msg_id, kind, body, embedding,
+                   embedding_form, embedding_v, embedding_dim, pending_dim)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8::vector, $9, $10)
                  ON CONFLICT (thread_id, msg_id) DO NOTHING"
             } else {
-                "INSERT INTO memory_messages (thread_id, seq, msg_id, kind, body, embedding)
-                 VALUES ($1, $2, $3, $4, $5, $6)
+                "INSERT INTO memory_messages
+                   (thread_id, seq, msg_id, kind, body, embedding, embedding_form)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7)
                  ON CONFLICT (thread_id, msg_id) DO NOTHING"
             })
             .map_err(pg_error)?;
@@ -1673,21 +2123,20 @@ impl Backend for PostgresMemory {
         let mut dims = Vec::new();
         // The dimension of each inserted row, for the counts of `memory_dims`.
         let mut inserted_dims = Vec::new();
+        let deferred = self.store.deferred_dims();
+        let mut pending = false;
         // A stored id (or one earlier in the document) is skipped, as `plan_add` does: the
         // unique (thread_id, msg_id) index answers instead of a mirror of every id.
         decode_stream(factory, source, &mut |entry| {
-            let full = entry.full();
-            let body = serde_json::to_string(&*full).map_err(|e| corrupt(e.to_string()))?;
-            let embedding = full.embedding();
-            let bytes = embedding_bytes(embedding.as_deref());
+            // One row as `Batch` writes it: the embedding stored once (schema version 4).
+            let row = RowValues::of(StoredMessage::of(&entry)?, vectors, &deferred);
+            let (body, form, bytes, dim) = (&row.body, &row.form, &row.bytes, row.dim);
+            let (indexed_dim, pending_dim) = row.index_columns();
             let kind = entry.msg_without_embedding().kind().as_str();
-            let mut dim = None;
+            if let Some(d) = dim.and_then(|d| usize::try_from(d).ok()) {
+                dims.push(d);
+            }
             let inserted = if vectors {
-                let vector = PgVector::new(embedding.as_deref());
-                dim = indexable_dim(embedding.as_deref(), vector.is_some());
-                if let Some(d) = dim.and_then(|d| usize::try_from(d).ok()) {
-                    dims.push(d);
-                }
                 tx.execute(
                     &insert,
                     &[
@@ -1695,16 +2144,18 @@ impl Backend for PostgresMemory {
                         &seq,
                         &entry.id(),
                         &kind,
-                        &body,
-                        &bytes,
-                        &vector,
-                        &dim,
+                        body,
+                        bytes,
+                        form,
+                        &row.vector,
+                        &indexed_dim,
+                        &pending_dim,
                     ],
                 )
             } else {
                 tx.execute(
                     &insert,
-                    &[&thread_id, &seq, &entry.id(), &kind, &body, &bytes],
+                    &[&thread_id, &seq, &entry.id(), &kind, body, bytes, form],
                 )
             }
             .map_err(pg_error)?;
@@ -1714,6 +2165,7 @@ impl Backend for PostgresMemory {
             }
             marks.push_marks(entry.id(), &entry.marks);
             inserted_dims.push(dim);
+            pending |= pending_dim.is_some();
             seq += 1;
             report.added += 1;
             Ok(())
@@ -1741,7 +2193,7 @@ impl Backend for PostgresMemory {
         }
         tx.commit().map_err(pg_error)?;
         drop(client);
-        self.store.index_dims(&dims);
+        self.store.after_write(&dims, pending);
         Ok(report)
     }
 }
@@ -1794,6 +2246,134 @@ mod tests {
             prop_assert!(PgVector::new(Some(&[])).is_none());
             prop_assert!(PgVector::new(None).is_none());
         }
+    }
+
+    /// A message with `numbers` as its embedding, as ingest builds it from a JSON value.
+    fn message_with(numbers: &[f64]) -> Msg {
+        let factory = crate::clock::test_factory();
+        let embedding: Vec<Value> = numbers
+            .iter()
+            .map(|&x| serde_json::Number::from_f64(x).map_or(Value::Null, Value::Number))
+            .collect();
+        factory
+            .msg("n", "c")
+            .extra("before", 1)
+            .extra(mnemon_types::msg::EMBEDDING_KEY, Value::Array(embedding))
+            .extra("after", true)
+            .build()
+            .expect("a valid message")
+    }
+
+    /// What a row stores of `entry` and reads back: the body through `from_object`, and the
+    /// numbers through their form (without the database, which only keeps the `f32`s).
+    fn stored_and_read(entry: &Entry) -> (i16, Entry) {
+        let stored = StoredMessage::of(entry).expect("stored");
+        let factory = crate::clock::test_factory();
+        let value: Value = serde_json::from_str(&stored.body).expect("json");
+        let object = value.as_object().expect("object");
+        let msg = factory
+            .from_object(object, entry.msg_without_embedding().kind(), 0)
+            .expect("message");
+        let read = if stored.form == FORM_IN_BODY {
+            Entry::new(msg, entry.marks.clone())
+        } else {
+            let floats = stored.embedding.expect("the f32s");
+            let numbers = join_numbers(stored.form, &floats).expect("a known form");
+            Entry::from_parts(msg, numbers, entry.marks.clone()).expect("a placeholder")
+        };
+        (stored.form, read)
+    }
+
+    proptest! {
+        /// Every embedding comes back bit for bit and the message's JSON byte for byte,
+        /// whichever form stores it: `f32`s widened, `f32`s written as their shortest
+        /// decimals, and any other `f64`s (kept in the body).
+        #[test]
+        fn stored_embeddings_rebuild_the_same_message(
+            floats in proptest::collection::vec(
+                any::<f32>().prop_filter("finite", |x| x.is_finite()), 1..64),
+            wide in proptest::collection::vec(-1.0e300f64..1.0e300, 1..64),
+            how in 0..3u8,
+        ) {
+            let numbers: Vec<f64> = match how {
+                0 => floats.iter().map(|&f| f64::from(f)).collect(),
+                1 => floats.iter().map(|f| f.to_string().parse().expect("f64")).collect(),
+                _ => wide,
+            };
+            let msg = message_with(&numbers);
+            let entry = Entry::new(msg.clone(), vec!["m".into()]);
+            let (form, read) = stored_and_read(&entry);
+            prop_assert_eq!(
+                serde_json::to_string(&read.message()).expect("json"),
+                serde_json::to_string(&msg).expect("json")
+            );
+            prop_assert_eq!(read.message(), msg);
+            prop_assert_eq!(read.embedding(), entry.embedding());
+            prop_assert_eq!(&read.marks, &entry.marks);
+            let expected = match how {
+                0 => FORM_WIDENED,
+                // A shortest decimal may also be an `f32` widened (0.5, 0.25, …).
+                1 if form == FORM_WIDENED => FORM_WIDENED,
+                1 => FORM_SHORTEST,
+                _ => form,
+            };
+            prop_assert_eq!(form, expected);
+        }
+    }
+
+    #[test]
+    fn each_form_is_chosen_where_it_applies() {
+        let widened = f64::from(0.1_f32);
+        assert_eq!(
+            split_numbers(&[widened, 0.5]).map(|s| s.0),
+            Some(FORM_WIDENED)
+        );
+        assert_eq!(split_numbers(&[0.1, 0.5]).map(|s| s.0), Some(FORM_SHORTEST));
+        // More digits than an f32 holds, and beyond an f32's range: kept in the body.
+        assert_eq!(split_numbers(&[0.123_456_789_012_345]), None);
+        assert_eq!(split_numbers(&[1.0e300]), None);
+        // A message without an embedding, or with an integer in it, keeps its body as it is.
+        let factory = crate::clock::test_factory();
+        for extra in [Value::Null, serde_json::json!([1, 2.5])] {
+            let msg = factory
+                .msg("n", "c")
+                .extra(mnemon_types::msg::EMBEDDING_KEY, extra)
+                .build()
+                .expect("valid");
+            let (form, read) = stored_and_read(&Entry::new(msg.clone(), vec![]));
+            assert_eq!(form, FORM_IN_BODY);
+            assert_eq!(read.message(), msg);
+        }
+    }
+
+    #[test]
+    fn stored_floats_read_both_columns() {
+        use postgres::types::{FromSql, Type};
+        let v = [0.25_f32, -1.5, 3.0e-7];
+        let sent = PgVector::new(Some(&v)).expect("representable");
+        let vector_type = Type::new(
+            "vector".into(),
+            0,
+            postgres::types::Kind::Simple,
+            "public".into(),
+        );
+        assert!(StoredFloats::accepts(&vector_type));
+        assert_eq!(
+            StoredFloats::from_sql(&vector_type, &sent.0)
+                .expect("a vector")
+                .0,
+            v
+        );
+        let bytes = embedding_bytes(Some(&v)).expect("bytes");
+        assert_eq!(
+            StoredFloats::from_sql(&Type::BYTEA, &bytes)
+                .expect("bytes")
+                .0,
+            v
+        );
+        assert!(StoredFloats::from_sql(&Type::BYTEA, &bytes[1..]).is_err());
+        assert!(StoredFloats::from_sql(&vector_type, &sent.0[..6]).is_err());
+        assert!(StoredFloats::from_sql(&vector_type, &[0]).is_err());
     }
 
     #[test]

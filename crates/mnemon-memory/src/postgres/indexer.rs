@@ -1,0 +1,211 @@
+//! Deferred HNSW maintenance: the background indexer of a [`PostgresMemoryStore`](super::PostgresMemoryStore).
+//!
+//! Inserting one vector into a built pgvector HNSW index costs milliseconds (at 1,536
+//! dimensions on the 2-core development machine, 110 to 120 a second: docs/postgres.md), far
+//! more than the rest of a durable put. So once a dimension's index exists, a write stores its
+//! rows outside it (`embedding_dim` NULL, `pending_dim` set: the partial index's predicate is on
+//! `embedding_dim`), commits, and is acknowledged; this indexer then moves the pending rows into
+//! the index (`embedding_dim = pending_dim`) in small batches, in transactions of its own. A
+//! recall meanwhile scores the thread's pending rows exactly beside the index's shortlist (see
+//! `retrieve_from_index`), so nothing written is ever missing from a result.
+//!
+//! Moving a row changes no message: the thread's `rev` stays, mirrors stay current, and a move
+//! lost in a crash only leaves the row pending, which the next indexer moves (each store's
+//! indexer looks for leftovers of its namespace when it starts). That is why the move may
+//! commit without waiting for its flush (`synchronous_commit` off for its transaction only):
+//! the acknowledged write it follows was committed durably by the writer. Indexers of several
+//! processes share the work (`FOR UPDATE SKIP LOCKED`): a row is moved once.
+
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use mnemon_db::Namespace;
+use mnemon_db::postgres::{Pool, Settings};
+
+use super::{db_error, pg_error};
+use crate::error::MemoryError;
+
+/// How many pending rows one move takes: each costs an HNSW insertion (milliseconds), so a
+/// batch holds its rows' locks for a fraction of a second, and a writer removing one of them
+/// waits at most that long.
+pub(super) const BATCH: i64 = 32;
+
+/// How long the indexer keeps its connection open without work.
+const IDLE: Duration = Duration::from_secs(2);
+
+/// Moves at most `limit` pending rows of `namespace` into the HNSW indexes, in one transaction;
+/// returns how many it moved (0: none left that another indexer is not moving).
+pub(super) fn move_pending(
+    client: &mut postgres::Client,
+    namespace: &Namespace,
+    limit: i64,
+) -> Result<u64, MemoryError> {
+    let mut tx = client.transaction().map_err(pg_error)?;
+    // See the module docs: a lost move leaves the row pending, never a write lost.
+    tx.batch_execute("SET LOCAL synchronous_commit = off")
+        .map_err(pg_error)?;
+    let moved = tx
+        .execute(
+            "WITH b AS (
+               SELECT m.thread_id, m.seq FROM memory_messages m
+               WHERE m.pending_dim IS NOT NULL
+                 AND m.thread_id IN (SELECT thread_id FROM memory_threads WHERE namespace = $1)
+               ORDER BY m.thread_id, m.seq
+               LIMIT $2
+               FOR UPDATE OF m SKIP LOCKED)
+             UPDATE memory_messages m SET embedding_dim = m.pending_dim, pending_dim = NULL
+             FROM b WHERE m.thread_id = b.thread_id AND m.seq = b.seq",
+            &[&namespace.as_str(), &limit],
+        )
+        .map_err(pg_error)?;
+    tx.commit().map_err(pg_error)?;
+    Ok(moved)
+}
+
+/// How many rows of `namespace` are pending.
+pub(super) fn count_pending(
+    client: &mut postgres::Client,
+    namespace: &Namespace,
+) -> Result<u64, MemoryError> {
+    let row = client
+        .query_one(
+            "SELECT count(*) FROM memory_messages m
+             WHERE m.pending_dim IS NOT NULL
+               AND m.thread_id IN (SELECT thread_id FROM memory_threads WHERE namespace = $1)",
+            &[&namespace.as_str()],
+        )
+        .map_err(pg_error)?;
+    let n: i64 = row.try_get(0).map_err(pg_error)?;
+    Ok(u64::try_from(n).unwrap_or(0))
+}
+
+#[derive(Debug, Default)]
+struct State {
+    /// A write left rows pending since the indexer last looked.
+    wake: bool,
+    /// The store is being dropped.
+    stop: bool,
+}
+
+#[derive(Debug, Default)]
+struct Shared {
+    state: Mutex<State>,
+    changed: Condvar,
+}
+
+impl Shared {
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// The background thread of one store, with a connection of its own (opened when there is
+/// work, closed after [`IDLE`] without), so that it never takes one of the store's.
+#[derive(Debug)]
+pub(super) struct Indexer {
+    shared: Arc<Shared>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Indexer {
+    /// Starts the indexer of `namespace` in the database at `url`; it first looks for rows
+    /// left pending by earlier processes.
+    pub(super) fn start(
+        url: String,
+        settings: Settings,
+        namespace: Namespace,
+    ) -> Result<Indexer, MemoryError> {
+        let shared = Arc::new(Shared::default());
+        shared.lock().wake = true;
+        let worker = Arc::clone(&shared);
+        let thread = std::thread::Builder::new()
+            .name("mnemon-memory-indexer".into())
+            .spawn(move || run(&url, settings, &namespace, &worker))
+            .map_err(|e| MemoryError::Storage {
+                detail: format!("cannot start the memory's background indexer thread: {e}"),
+            })?;
+        Ok(Indexer {
+            shared,
+            thread: Some(thread),
+        })
+    }
+
+    /// Tells the indexer that a committed write left rows pending.
+    pub(super) fn wake(&self) {
+        self.shared.lock().wake = true;
+        self.shared.changed.notify_one();
+    }
+}
+
+impl Drop for Indexer {
+    /// Stops the thread after the batch it is moving (rows still pending stay so, for the next
+    /// indexer of the namespace).
+    fn drop(&mut self) {
+        self.shared.lock().stop = true;
+        self.shared.changed.notify_one();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+fn run(url: &str, settings: Settings, namespace: &Namespace, shared: &Shared) {
+    let mut pool: Option<Pool> = None;
+    loop {
+        {
+            let mut state = shared.lock();
+            while !state.wake && !state.stop {
+                let (next, timeout) = shared
+                    .changed
+                    .wait_timeout(state, IDLE)
+                    .unwrap_or_else(PoisonError::into_inner);
+                state = next;
+                if timeout.timed_out() && !state.wake {
+                    // Idle: give the connection back to the server.
+                    pool = None;
+                }
+            }
+            if state.stop {
+                return;
+            }
+            state.wake = false;
+        }
+        let worked = drain(url, settings, namespace, shared, &mut pool);
+        if let Err(e) = worked {
+            tracing::warn!(
+                target: "mnemon_memory::postgres",
+                "the memory's background indexer stopped a round: {e}; pending rows stay \
+                 searchable exactly and are indexed at the next write or open"
+            );
+            pool = None;
+            // Not in a tight loop against a server that is gone: wait for the next write.
+            let state = shared.lock();
+            let _ = shared
+                .changed
+                .wait_timeout(state, IDLE)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+    }
+}
+
+/// Moves batches until none is left or the store stops.
+fn drain(
+    url: &str,
+    settings: Settings,
+    namespace: &Namespace,
+    shared: &Shared,
+    pool: &mut Option<Pool>,
+) -> Result<(), MemoryError> {
+    let pool = match pool {
+        Some(pool) => pool,
+        None => pool.insert(Pool::connect(url, settings).map_err(db_error)?),
+    };
+    let mut client = pool.get().map_err(db_error)?;
+    while move_pending(&mut client, namespace, BATCH)? > 0 {
+        if shared.lock().stop {
+            break;
+        }
+    }
+    Ok(())
+}
