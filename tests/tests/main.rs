@@ -24,6 +24,7 @@ mod memory_processes;
 mod memory_sqlite;
 mod postgres_server;
 mod refs_store;
+mod store_sweeps;
 
 /// The name the test harness gives the test `name` of the module at `module_path`
 /// (`module_path!()`): the path without this binary's crate name, as `--exact` wants it. The
