@@ -1,9 +1,11 @@
-//! Exact scans of concurrent queries, answered together: one pass over the matrix scores every row
-//! for all the queries waiting (docs/reference/library.md#index-and-performance: the scan is bound
-//! by memory bandwidth, so a large library answers several queries a pass for little more than the
-//! cost of one).
+//! Scans of concurrent queries, answered together: one pass over the matrix scores every row for
+//! all the exact queries waiting, and one pass over the int8 copy bounds every row for all the
+//! fast queries waiting (docs/reference/library.md#index-and-performance: a scan is bound by
+//! memory bandwidth, so a large library answers several queries a pass for little more than the
+//! cost of one; the kernels are register-blocked, so the arithmetic of a full batch stays close
+//! to the memory's pace).
 //!
-//! Only the scoring is shared. Each request plans its query before and builds and serialises
+//! Only the scoring (exact) or the pre-scan (fast) is shared. Each request plans its query before and builds and serialises
 //! its result after, on its own blocking task, so a query with a huge result never holds up
 //! the others' scans.
 
@@ -12,17 +14,39 @@ use std::sync::mpsc;
 
 use tokio::sync::oneshot;
 
+use mnemon_library::Prescan;
+
 use crate::source::Snapshot;
 
 /// At most this many queries share one pass; beyond it the arithmetic, not the memory traffic,
 /// sets the pace.
 const MAX_BATCH: usize = 16;
 
+/// What a job asks for, and where the answer goes.
+enum Reply {
+    /// Every row's exact score ([`mnemon_library::Library::scores_many`]).
+    Scores(oneshot::Sender<Vec<f32>>),
+    /// The fast query's int8 pre-scan ([`mnemon_library::Library::prescan_many`]).
+    Prescan(oneshot::Sender<Prescan>),
+}
+
 /// One query's scan, waiting for its batch.
 struct Job {
     snapshot: Arc<Snapshot>,
     vector: Vec<f32>,
-    reply: oneshot::Sender<Vec<f32>>,
+    reply: Reply,
+}
+
+impl Job {
+    /// Whether `self` and `other` can share a pass: the same library snapshot and the same
+    /// kind of scan.
+    fn shares_pass_with(&self, other: &Job) -> bool {
+        Arc::ptr_eq(&self.snapshot, &other.snapshot)
+            && matches!(
+                (&self.reply, &other.reply),
+                (Reply::Scores(_), Reply::Scores(_)) | (Reply::Prescan(_), Reply::Prescan(_))
+            )
+    }
 }
 
 /// The queue of scans and the thread that runs them.
@@ -53,16 +77,35 @@ impl ScanBatcher {
             .send(Job {
                 snapshot,
                 vector,
-                reply,
+                reply: Reply::Scores(reply),
+            })
+            .ok()?;
+        answer.await.ok()
+    }
+
+    /// The int8 pre-scan of a fast query's `vector` in the snapshot's library, computed in a
+    /// pass shared with the other fast queries waiting. `None` if the scanning thread is gone;
+    /// the caller then pre-scans on its own.
+    pub(crate) async fn prescan(
+        &self,
+        snapshot: Arc<Snapshot>,
+        vector: Vec<f32>,
+    ) -> Option<Prescan> {
+        let (reply, answer) = oneshot::channel();
+        self.jobs
+            .send(Job {
+                snapshot,
+                vector,
+                reply: Reply::Prescan(reply),
             })
             .ok()?;
         answer.await.ok()
     }
 }
 
-/// Takes the waiting jobs, up to [`MAX_BATCH`], and scores them in one pass per snapshot (a
-/// reload can leave requests on the previous one); while a pass runs, new jobs queue up for the
-/// next.
+/// Takes the waiting jobs, up to [`MAX_BATCH`], and runs them in one pass per snapshot and kind
+/// (a reload can leave requests on the previous snapshot); while a pass runs, new jobs queue up
+/// for the next.
 fn run(queue: &mpsc::Receiver<Job>) {
     while let Ok(first) = queue.recv() {
         let mut jobs = vec![first];
@@ -72,22 +115,113 @@ fn run(queue: &mpsc::Receiver<Job>) {
                 Err(_) => break,
             }
         }
-        while let Some(snapshot) = jobs.first().map(|job| Arc::clone(&job.snapshot)) {
-            let (same, rest): (Vec<Job>, Vec<Job>) = jobs
+        while !jobs.is_empty() {
+            let lead = jobs.remove(0);
+            let (mut same, rest): (Vec<Job>, Vec<Job>) = jobs
                 .into_iter()
-                .partition(|job| Arc::ptr_eq(&job.snapshot, &snapshot));
+                .partition(|job| job.shares_pass_with(&lead));
+            same.insert(0, lead);
             jobs = rest;
-            let vectors: Vec<&[f32]> = same.iter().map(|job| job.vector.as_slice()).collect();
+            pass(same);
+        }
+    }
+}
+
+/// One pass for jobs of one snapshot and one kind.
+fn pass(jobs: Vec<Job>) {
+    let Some(snapshot) = jobs.first().map(|job| Arc::clone(&job.snapshot)) else {
+        return;
+    };
+    let vectors: Vec<&[f32]> = jobs.iter().map(|job| job.vector.as_slice()).collect();
+    match jobs.first().map(|job| &job.reply) {
+        Some(Reply::Scores(_)) => {
             // Planned vectors have the library's dimension; if one did not, the whole batch is
             // refused and each requester scores on its own, where the error is its own.
             let Ok(scores) = snapshot.library.scores_many(&vectors) else {
-                continue;
+                return;
             };
-            tracing::trace!(queries = same.len(), "scanned together");
-            for (job, scores) in same.into_iter().zip(scores) {
+            tracing::trace!(queries = jobs.len(), "scanned together");
+            for (job, scores) in jobs.into_iter().zip(scores) {
                 // A requester that went away no longer needs its scores.
-                let _ = job.reply.send(scores);
+                if let Reply::Scores(reply) = job.reply {
+                    let _ = reply.send(scores);
+                }
             }
+        }
+        Some(Reply::Prescan(_)) => {
+            let prescans = snapshot.library.prescan_many(&vectors);
+            tracing::trace!(queries = jobs.len(), "pre-scanned together");
+            for (job, prescan) in jobs.into_iter().zip(prescans) {
+                if let Reply::Prescan(reply) = job.reply {
+                    let _ = reply.send(prescan);
+                }
+            }
+        }
+        None => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::source::{ConfigSource, LibrarySource, Sources};
+    use mnemon_library::synthetic::{unit_vector, write_synthetic};
+    use mnemon_library::{AccessGrant, QueryRequest, wire};
+    use rand::SeedableRng;
+    use rand_chacha::ChaCha8Rng;
+
+    fn snapshot() -> Arc<Snapshot> {
+        let mut bytes = Vec::new();
+        write_synthetic(&mut bytes, "m", 3000, 40, 9).unwrap();
+        let sources = Sources {
+            library: LibrarySource::bytes("test", bytes),
+            config: ConfigSource::Defaults,
+        };
+        Arc::new(sources.load().unwrap())
+    }
+
+    /// Issue 17 item 0: exact and fast queries sent at once are batched (each kind in its own
+    /// pass) and every one gets exactly what it would get alone: the same score bits, and for
+    /// fast queries the same result as the query run by itself.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn mixed_batches_answer_each_query_as_alone() {
+        let snapshot = snapshot();
+        let batcher = Arc::new(ScanBatcher::start().unwrap());
+        let mut rng = ChaCha8Rng::seed_from_u64(4);
+        let vectors: Vec<Vec<f32>> = (0..24).map(|_| unit_vector(&mut rng, 40)).collect();
+        let mut tasks = tokio::task::JoinSet::new();
+        for (i, vector) in vectors.into_iter().enumerate() {
+            let (snapshot, batcher) = (Arc::clone(&snapshot), Arc::clone(&batcher));
+            tasks.spawn(async move {
+                let library = &snapshot.library;
+                if i % 2 == 0 {
+                    let got = batcher
+                        .scores(Arc::clone(&snapshot), vector.clone())
+                        .await
+                        .unwrap();
+                    let alone = library.embeddings().scores(&vector).unwrap();
+                    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                    assert_eq!(bits(&got), bits(&alone));
+                } else {
+                    let mut request = QueryRequest::new("m", vector.clone(), 7);
+                    request.fast = true;
+                    let prescan = batcher
+                        .prescan(Arc::clone(&snapshot), vector)
+                        .await
+                        .unwrap();
+                    let plan = library.plan(&request, AccessGrant::default()).unwrap();
+                    let batched = library.run_prescanned(plan, prescan).unwrap();
+                    request.fast = false;
+                    let alone = library.query(&request, &AccessGrant::default()).unwrap();
+                    assert_eq!(
+                        wire::render(&batched).unwrap(),
+                        wire::render(&alone).unwrap()
+                    );
+                }
+            });
+        }
+        while let Some(done) = tasks.join_next().await {
+            done.unwrap();
         }
     }
 }

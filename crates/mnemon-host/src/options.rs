@@ -61,10 +61,10 @@ pub struct HostOptions {
     /// the exact scan (rows are scored exactly in order of a proven bound), several times faster on
     /// large libraries, for a quarter more memory.
     pub fast: bool,
-    /// Exact scans of libraries holding at least this many floats (bits × dimension) are
-    /// batched: concurrent queries share one pass over the matrix, which multiplies throughput
-    /// on libraries too large for the CPU caches. Results are the same either way. `0` batches
-    /// every library, `usize::MAX` none.
+    /// Scans of libraries holding at least this many floats (bits × dimension) are batched:
+    /// concurrent exact queries share one pass over the matrix, and concurrent fast queries one
+    /// pass of the int8 pre-scan, which multiplies throughput on libraries too large for the CPU
+    /// caches. Results are the same either way. `0` batches every library, `usize::MAX` none.
     pub batch_scans_from: usize,
     /// The most connections open at once (also kept at least 64 below the process's
     /// file-descriptor limit). A new connection beyond it closes the connection idle the

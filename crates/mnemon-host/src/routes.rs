@@ -89,7 +89,8 @@ async fn query(State(state): State<Arc<HostState>>, req: Request) -> Response {
 
 /// Parses the body, then runs the query and serialises its result on the blocking pool, so a
 /// slow scan never holds up the threads that accept and parse other requests. On a large
-/// library, the exact scan is shared with the other queries waiting (see [`crate::batch`]).
+/// library, the exact scan (or, in fast mode, the int8 pre-scan) is shared with the other
+/// queries waiting (see [`crate::batch`]).
 ///
 /// The body's bytes stay held against the shared body budget, and the query holds one of the
 /// query slots, until the result is serialised (`docs/limits.md`).
@@ -129,7 +130,7 @@ async fn run_query(state: &HostState, req: Request) -> Result<(Vec<u8>, usize), 
     let batcher = state
         .batcher
         .as_ref()
-        .filter(|_| !request.fast && floats >= state.options.batch_scans_from);
+        .filter(|_| floats >= state.options.batch_scans_from);
     let outcome = match batcher {
         None => {
             tokio::task::spawn_blocking(move || {
@@ -145,15 +146,30 @@ async fn run_query(state: &HostState, req: Request) -> Result<(Vec<u8>, usize), 
                 .library
                 .plan(&request, grant)
                 .map_err(library_error)?;
-            let scores = match plan.scan_vector() {
-                Some(vector) => batcher.scores(Arc::clone(&snapshot), vector.to_vec()).await,
-                None => None,
-            };
-            tokio::task::spawn_blocking(move || {
-                let result = snapshot.library.run_planned(plan, scores.as_deref())?;
-                serialise(&result, max_result)
-            })
-            .await
+            if let Some(vector) = plan.prescan_vector() {
+                // Fast mode: the int8 pre-scan is shared; the exact re-rank is the query's own.
+                let prescan = batcher
+                    .prescan(Arc::clone(&snapshot), vector.to_vec())
+                    .await;
+                tokio::task::spawn_blocking(move || {
+                    let result = match prescan {
+                        Some(prescan) => snapshot.library.run_prescanned(plan, prescan)?,
+                        None => snapshot.library.run_planned(plan, None)?,
+                    };
+                    serialise(&result, max_result)
+                })
+                .await
+            } else {
+                let scores = match plan.scan_vector() {
+                    Some(vector) => batcher.scores(Arc::clone(&snapshot), vector.to_vec()).await,
+                    None => None,
+                };
+                tokio::task::spawn_blocking(move || {
+                    let result = snapshot.library.run_planned(plan, scores.as_deref())?;
+                    serialise(&result, max_result)
+                })
+                .await
+            }
         }
     };
     match outcome {
