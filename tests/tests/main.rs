@@ -16,6 +16,7 @@ mod host_protocol;
 mod host_queries;
 mod host_signals;
 mod host_support;
+mod keys;
 mod library_conformance;
 mod memory_conformance;
 mod memory_msg_fixtures;

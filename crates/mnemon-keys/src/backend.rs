@@ -93,4 +93,6 @@ pub(crate) trait Backend: Send + Sync + std::fmt::Debug {
     fn touch(&self, id: &str, now_ms: i64) -> Result<(), KeyError>;
     /// Whether any key is not revoked.
     fn any_active(&self) -> Result<bool, KeyError>;
+    /// The database, as a name that every handle on it in this process agrees on.
+    fn location(&self) -> String;
 }

@@ -166,6 +166,10 @@ impl Backend for PostgresBackend {
         Ok(())
     }
 
+    fn location(&self) -> String {
+        format!("postgres:{}", self.pool.target())
+    }
+
     fn any_active(&self) -> Result<bool, KeyError> {
         let mut client = self.client()?;
         let failed = self.failed("counting the keys");

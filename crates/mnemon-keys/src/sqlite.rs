@@ -215,6 +215,12 @@ impl Backend for SqliteBackend {
         Ok(())
     }
 
+    fn location(&self) -> String {
+        // Canonical, so that two spellings of one file share the counter.
+        let path = std::fs::canonicalize(&self.path).unwrap_or_else(|_| self.path.clone());
+        format!("sqlite:{}", path.display())
+    }
+
     fn any_active(&self) -> Result<bool, KeyError> {
         lock(&self.reader)
             .query_row(
