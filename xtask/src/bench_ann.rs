@@ -517,21 +517,23 @@ fn python(
         "  running hnswlib and faiss-cpu (same vectors, m {}, ef_construction {})",
         p.m, p.ef_construction
     );
-    let out = Command::new(&py)
+    // Lines are read as they come, so a long run shows its progress.
+    let mut child = Command::new(&py)
         .arg(&script)
         .args([p.rows, p.dims, p.queries, p.m, p.ef_construction, p.threads].map(|x| x.to_string()))
         .arg(efs.join(","))
         .arg(dir)
         .env("OMP_NUM_THREADS", p.threads.to_string())
-        .output()?;
-    if !out.status.success() {
-        bail!(
-            "the Python benchmark failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
+        .stdout(std::process::Stdio::piped())
+        .spawn()?;
+    let stdout = child
+        .stdout
+        .take()
+        .context("the Python benchmark's output")?;
     let mut libraries: Vec<Library> = Vec::new();
-    for line in String::from_utf8_lossy(&out.stdout).lines() {
+    for line in std::io::BufRead::lines(std::io::BufReader::new(stdout)) {
+        let line = line?;
+        let line = line.as_str();
         let v: Value =
             serde_json::from_str(line).with_context(|| format!("python printed {line:?}"))?;
         let f = |k: &str| v.get(k).and_then(Value::as_f64).unwrap_or(f64::NAN);
@@ -560,6 +562,9 @@ fn python(
                 rows: vec![row],
             }),
         }
+    }
+    if !child.wait()?.success() {
+        bail!("the Python benchmark failed (its error is above)");
     }
     Ok(libraries)
 }
