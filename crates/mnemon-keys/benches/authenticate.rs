@@ -3,7 +3,7 @@
 
 #![allow(missing_docs, clippy::unwrap_used, clippy::expect_used)]
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use mnemon_keys::{KeyStore, KeyStoreOptions, Role};
@@ -32,6 +32,28 @@ fn authenticate(c: &mut Criterion) {
     group.bench_function("malformed", |b| {
         b.iter(|| keys.authenticate("Bearer nonsense").unwrap_err())
     });
+    // The server's steady state: cached checks from several threads at once (2 cores here).
+    for threads in [2usize, 8] {
+        group.bench_function(format!("cached_{threads}_threads"), |b| {
+            b.iter_custom(|iters| {
+                let per_thread = iters.div_ceil(threads as u64);
+                let start = Instant::now();
+                std::thread::scope(|scope| {
+                    for _ in 0..threads {
+                        scope.spawn(|| {
+                            for _ in 0..per_thread {
+                                keys.authenticate(&key).unwrap();
+                            }
+                        });
+                    }
+                });
+                // Time per check, all threads together.
+                start
+                    .elapsed()
+                    .div_f64((per_thread * threads as u64) as f64 / iters as f64)
+            })
+        });
+    }
     let uncached = KeyStore::open_sqlite(
         &path,
         KeyStoreOptions {

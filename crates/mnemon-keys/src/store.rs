@@ -377,17 +377,9 @@ impl KeyStore {
         };
         let grant = check(&entry, &digest)?;
         let now = now_ms();
-        if touch_due(entry.last_used_ms, now) {
+        if touch_due(entry.last_used_ms, now) && self.claim_touch(key.id, now) {
             // Best effort: a failed or skipped write only leaves the last-use time older.
             let _ = self.backend.touch(key.id, now);
-            if let Some(cached) = self
-                .cache
-                .write()
-                .unwrap_or_else(PoisonError::into_inner)
-                .get_mut(key.id)
-            {
-                cached.last_used_ms = Some(now);
-            }
         }
         Ok(grant)
     }
@@ -406,6 +398,21 @@ impl KeyStore {
             // A last-use write is due: that is database work.
             Ok(_) if touch_due(entry.last_used_ms, now_ms()) => None,
             answer => Some(answer),
+        }
+    }
+
+    /// Whether this request should record the use of `id` at `now`: of the requests that find
+    /// a write due at once, only the first, which marks the cached entry, writes.
+    fn claim_touch(&self, id: &str, now: i64) -> bool {
+        let mut cache = self.cache.write().unwrap_or_else(PoisonError::into_inner);
+        match cache.get_mut(id) {
+            Some(cached) if touch_due(cached.last_used_ms, now) => {
+                cached.last_used_ms = Some(now);
+                true
+            }
+            Some(_) => false,
+            // Not cached (a zero time to live): every check writes when due.
+            None => true,
         }
     }
 
