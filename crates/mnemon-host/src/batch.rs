@@ -11,6 +11,7 @@
 
 use std::sync::Arc;
 use std::sync::mpsc;
+use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
 
@@ -106,15 +107,26 @@ impl ScanBatcher {
 /// Takes the waiting jobs, up to [`MAX_BATCH`], and runs them in one pass per snapshot and kind
 /// (a reload can leave requests on the previous snapshot); while a pass runs, new jobs queue up
 /// for the next.
+///
+/// When the last pass served several queries, clients are waiting on each other's passes: the
+/// answers of one pass go out together and their clients' next queries come back within a
+/// moment of each other. Taking only the first of them would start a pass for one query while
+/// the rest queue behind it, and passes would alternate between one query and the others, so
+/// the thread waits up to an eighth of the last pass's time ([`gather_window`]) for the rest.
 fn run(queue: &mpsc::Receiver<Job>) {
+    let mut last = (0usize, Duration::ZERO);
     while let Ok(first) = queue.recv() {
+        let deadline = Instant::now() + gather_window(last.0, last.1);
         let mut jobs = vec![first];
         while jobs.len() < MAX_BATCH {
-            match queue.try_recv() {
+            let wait = deadline.saturating_duration_since(Instant::now());
+            match queue.recv_timeout(wait) {
                 Ok(job) => jobs.push(job),
                 Err(_) => break,
             }
         }
+        let started = Instant::now();
+        let served = jobs.len();
         while !jobs.is_empty() {
             let lead = jobs.remove(0);
             let (mut same, rest): (Vec<Job>, Vec<Job>) = jobs
@@ -124,8 +136,23 @@ fn run(queue: &mpsc::Receiver<Job>) {
             jobs = rest;
             pass(same);
         }
+        last = (served, started.elapsed());
     }
 }
+
+/// How long to wait for more queries after the first, given how many the last pass served and
+/// how long it took: nothing after a lone query (a single client never waits), else an eighth
+/// of the pass, at most [`MAX_GATHER`]: a small share of each query's time, for passes that
+/// serve every waiting client at once.
+fn gather_window(last_served: usize, last_took: Duration) -> Duration {
+    if last_served < 2 {
+        return Duration::ZERO;
+    }
+    (last_took / 8).min(MAX_GATHER)
+}
+
+/// The longest [`gather_window`].
+const MAX_GATHER: Duration = Duration::from_millis(3);
 
 /// One pass for jobs of one snapshot and one kind.
 fn pass(jobs: Vec<Job>) {
@@ -164,6 +191,15 @@ fn pass(jobs: Vec<Job>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn gathers_only_after_shared_passes() {
+        let pass = Duration::from_millis(16);
+        assert_eq!(gather_window(0, Duration::ZERO), Duration::ZERO);
+        assert_eq!(gather_window(1, pass), Duration::ZERO);
+        assert_eq!(gather_window(2, pass), Duration::from_millis(2));
+        assert_eq!(gather_window(8, Duration::from_secs(1)), MAX_GATHER);
+    }
     use crate::source::{ConfigSource, LibrarySource, Sources};
     use mnemon_library::synthetic::{unit_vector, write_synthetic};
     use mnemon_library::{AccessGrant, QueryRequest, wire};
