@@ -1,0 +1,318 @@
+//! The pages in headless Chromium against a server with seeded data: each page loads and shows
+//! what is stored, a session is clicked through, searches run, a reference is resolved, an image
+//! asset is previewed from a blob URL, and stored-XSS payloads in a message, an asset id and an
+//! artifact name render as text without running. Screenshots of each page go to
+//! `target/inspector-screenshots/`.
+
+use std::path::PathBuf;
+
+use reqwest::Method;
+use serde_json::{Value, json};
+
+use crate::support::{call, png, start};
+use crate::webdriver::{self, Browser};
+
+/// Runs when executed: `window.__xss` set, or a `<script>` or `<img src=x>` in the DOM.
+const XSS_MESSAGE: &str =
+    "<img src=x onerror=\"window.__xss='message'\"><script>window.__xss='message script'</script>";
+const XSS_ASSET: &str = "<img src=x onerror=window.__xss='asset'>";
+const XSS_ARTIFACT: &str = "<script>window.__xss='artifact'</script>";
+
+fn screenshots() -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/inspector-screenshots");
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn seed(rest: &str) {
+    let client = reqwest::blocking::Client::new();
+    let post =
+        |path: &str, body: Value| call(&client, Method::POST, &format!("{rest}{path}"), Some(body));
+    post(
+        "/v1/memory/sessions/chat-1/messages",
+        json!({"messages": [
+            {"name": "user", "role": "user", "content": "My cat is called Miso and she sleeps on the mat."},
+            {"name": "assistant", "role": "assistant", "content": "Noted: Miso the cat sleeps on the mat."},
+            {"name": "user", "role": "user", "content": XSS_MESSAGE},
+        ]}),
+    );
+    post(
+        "/v1/memory/sessions/chat-2/messages",
+        json!({"messages": [
+            {"name": "user", "role": "user", "content": "The dog barks at the postman every morning."},
+            {"name": "assistant", "role": "assistant", "content": "Dogs often bark at visitors."},
+        ]}),
+    );
+    let first = call(
+        &client,
+        Method::GET,
+        &format!("{rest}/v1/memory/sessions/chat-1/messages?recent=3"),
+        None,
+    );
+    let first_id = first["messages"][0]["id"].as_str().unwrap().to_owned();
+    post(
+        "/v1/memory/sessions/chat-1/mark",
+        json!({"mark": "important", "ids": [first_id]}),
+    );
+    call(
+        &client,
+        Method::PUT,
+        &format!("{rest}/v1/assets/photo-1"),
+        Some(
+            json!({"asset_type": "image", "description": "a cat on a mat",
+                     "content": {"labels": ["cat", "mat"], "width": 640, "camera": {"make": "Acme", "iso": 200}}}),
+        ),
+    );
+    let put = client
+        .put(format!("{rest}/v1/assets/logo/content"))
+        .header("Content-Type", "image/png")
+        .body(png(96, 64))
+        .send()
+        .unwrap();
+    assert!(put.status().is_success());
+    call(
+        &client,
+        Method::PUT,
+        &format!("{rest}/v1/assets/{}", urlencode(XSS_ASSET)),
+        Some(json!({"asset_type": "note", "content": {"note": XSS_MESSAGE}})),
+    );
+    for (key, name, content) in [
+        ("plan", "Plan v1", json!(["parse"])),
+        ("plan", "Plan v2", json!(["parse", "test", "ship"])),
+        ("xss", XSS_ARTIFACT, json!({"html": XSS_MESSAGE})),
+    ] {
+        post(
+            "/v1/artifacts",
+            json!({"scope": "chat-1", "key": key, "type": "plan", "name": name, "content": content}),
+        );
+    }
+}
+
+fn urlencode(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// Nothing the payloads carry has run or become markup, and the page broke no CSP rule.
+fn assert_no_xss(browser: &Browser) {
+    let state = browser.js(
+        "return {xss: window.__xss === undefined ? null : String(window.__xss),
+                 injected: document.querySelectorAll('img[src=\"x\"], main script, main iframe').length,
+                 scripts: document.scripts.length,
+                 violations: window.__violations || null};",
+    );
+    assert_eq!(state["xss"], Value::Null, "a payload ran: {state}");
+    assert_eq!(state["injected"], 0, "a payload became markup: {state}");
+    assert_eq!(state["scripts"], 1, "{state}");
+    assert_eq!(state["violations"], json!([]), "CSP violations: {state}");
+}
+
+#[test]
+fn every_page_in_headless_chromium() {
+    let Some((chromium, driver)) = webdriver::find() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let running = start(mnemon_ops::Stores::open(dir.path()).unwrap());
+    seed(&running.rest);
+    let shots = screenshots();
+    let browser = Browser::start(&chromium, &driver);
+    let ui = format!("{}/ui/", running.base);
+
+    // Sessions: the list, each row's newest message.
+    browser.goto(&ui);
+    browser.js(
+        "window.__violations = [];
+         document.addEventListener('securitypolicyviolation', (e) => window.__violations.push(e.violatedDirective + ' ' + e.blockedURI));",
+    );
+    browser.wait_for("document.querySelectorAll('#sessions a.session-link').length === 2");
+    browser.wait_for("!document.querySelector('#sessions .pending')");
+    let text = browser.text();
+    assert!(text.contains("chat-1") && text.contains("chat-2"), "{text}");
+    assert!(
+        text.contains("assistant: Dogs often bark at visitors."),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("user: {}", &XSS_MESSAGE[..60])),
+        "{text}"
+    );
+
+    // Search across the listed sessions.
+    browser.type_into(&browser.find("#search-all input[name=q]"), "cat Miso mat");
+    browser.click(&browser.find("#search-all button[type=submit]"));
+    browser.wait_for("document.querySelectorAll('#search-hits .card').length > 0");
+    let hits = browser.js("return document.querySelector('#search-hits').innerText;");
+    let hits = hits.as_str().unwrap();
+    assert!(
+        hits.contains("score") && hits.contains("in chat-1"),
+        "{hits}"
+    );
+    assert!(
+        hits.find("Miso")
+            .is_some_and(|i| hits.find("Dogs").is_none_or(|j| i < j)),
+        "{hits}"
+    );
+    browser.screenshot(&shots.join("sessions.png"));
+
+    // Click through a session: the conversation, marks, a search within it.
+    browser.click(&browser.find_xpath("//a[@class='session-link' and text()='chat-1']"));
+    browser.wait_for("document.querySelectorAll('#messages .card').length === 3");
+    assert_eq!(
+        browser.js("return location.hash;"),
+        json!("#/session/chat-1")
+    );
+    let text = browser.text();
+    assert!(text.contains("My cat is called Miso"), "{text}");
+    assert!(
+        text.contains(XSS_MESSAGE),
+        "the payload is shown as text: {text}"
+    );
+    assert!(text.contains("3 messages"), "{text}");
+    browser.click(&browser.find_xpath("//button[text()='Load marks']"));
+    browser.wait_for("document.querySelectorAll('#messages .mark').length === 1");
+    assert_eq!(
+        browser.js("return document.querySelector('#messages .card .mark').textContent;"),
+        json!("important")
+    );
+    browser.type_into(&browser.find("#search-one input[name=q]"), "Miso the cat");
+    browser.click(&browser.find("#search-one button[type=submit]"));
+    browser.wait_for("document.querySelectorAll('#session-hits .card').length === 3");
+    let first = browser.js("return document.querySelector('#session-hits .card').innerText;");
+    assert!(first.as_str().unwrap().contains("Miso"), "{first}");
+    // Token counts: the newest messages within a budget.
+    browser.type_into(&browser.find("input[name=tokens]"), "1000");
+    browser.click(&browser.find_xpath("//button[text()='Show']"));
+    browser.wait_for("document.body.innerText.includes('cl100k tokens')");
+    browser.screenshot(&shots.join("session.png"));
+    assert_no_xss(&browser);
+
+    // Assets: the list, a pasted reference resolved.
+    browser.goto(&format!("{ui}#/assets"));
+    browser.js("window.__violations = []; document.addEventListener('securitypolicyviolation', (e) => window.__violations.push(e.violatedDirective));");
+    browser.wait_for("document.querySelectorAll('#asset-list a.asset-link').length === 3");
+    assert!(browser.text().contains(XSS_ASSET));
+    browser.type_into(
+        &browser.find("#resolve-input"),
+        "asset://photo-1/content/camera/make",
+    );
+    browser.click(&browser.find("#resolve button[type=submit]"));
+    browser.wait_for("document.querySelector('#resolve-out').innerText.includes('Acme')");
+    browser.screenshot(&shots.join("assets.png"));
+
+    // One asset: its meta as a tree and flattened; a clicked field gives its reference.
+    browser.click(&browser.find_xpath("//a[@class='asset-link' and text()='photo-1']"));
+    browser.wait_for("document.querySelectorAll('#meta-flat tbody tr').length >= 6");
+    browser.click(&browser.find_xpath("//div[@id='meta-tree']//button[text()='iso']"));
+    assert_eq!(
+        browser.js("return document.querySelector('#picked-ref').textContent;"),
+        json!("asset://photo-1/content/camera/iso")
+    );
+    browser.click(&browser.find("#resolve button[type=submit]"));
+    browser.wait_for("document.querySelector('#resolve-out pre') && document.querySelector('#resolve-out pre').textContent === '200'");
+    browser
+        .click(&browser.find_xpath("//table[@id='meta-flat']//button[text()='content/labels/1']"));
+    assert_eq!(
+        browser.js("return document.querySelector('#picked-ref').textContent;"),
+        json!("asset://photo-1/content/labels/1")
+    );
+    browser.screenshot(&shots.join("asset-meta.png"));
+
+    // An image asset: previewed from a blob: URL, never as base64 text.
+    browser.goto(&format!("{ui}#/asset/logo"));
+    browser.wait_for("document.querySelector('#content-image') && document.querySelector('#content-image').naturalWidth === 96");
+    assert!(
+        browser
+            .js("return document.querySelector('#content-image').src;")
+            .as_str()
+            .unwrap()
+            .starts_with("blob:")
+    );
+    assert!(browser.text().contains("image/png"));
+    assert!(!browser.text().contains("iVBOR"), "no base64 on screen");
+    browser.screenshot(&shots.join("asset-image.png"));
+
+    // The asset whose id is a payload.
+    browser.goto(&format!("{ui}#/asset/{}", urlencode(XSS_ASSET)));
+    browser.wait_for("document.querySelectorAll('#meta-flat tbody tr').length > 0");
+    assert_eq!(
+        browser.js("return document.querySelector('#asset-id').textContent;"),
+        json!(XSS_ASSET)
+    );
+    assert_no_xss(&browser);
+
+    // Artifacts: keys with their history, newest first; a record's content; the prompt block.
+    browser.goto(&format!("{ui}#/artifacts?scope=chat-1"));
+    browser.js("window.__violations = []; document.addEventListener('securitypolicyviolation', (e) => window.__violations.push(e.violatedDirective));");
+    browser.wait_for("document.querySelectorAll('.artifact-key').length === 2");
+    let names = browser.js(
+        "return Array.from(document.querySelectorAll('.artifact-name')).map((n) => n.textContent);",
+    );
+    assert_eq!(names, json!(["Plan v2", "Plan v1", XSS_ARTIFACT]));
+    browser.click(&browser.find(".artifact-link"));
+    browser.wait_for("document.querySelector('#artifact-detail pre')");
+    assert!(
+        browser
+            .js("return document.querySelector('#artifact-detail').innerText;")
+            .as_str()
+            .unwrap()
+            .contains("ship")
+    );
+    browser.click(&browser.find("#load-form button[type=submit]"));
+    browser.wait_for("document.querySelector('#prompt-text')");
+    let block = browser.js("return document.querySelector('#prompt-text').textContent;");
+    assert!(
+        block.as_str().unwrap().starts_with("RELATED ARTIFACTS"),
+        "{block}"
+    );
+    assert!(block.as_str().unwrap().contains(XSS_ARTIFACT), "{block}");
+    browser.screenshot(&shots.join("artifacts.png"));
+    assert_no_xss(&browser);
+
+    // Libraries: a question, the bits with their scores and token use.
+    browser.goto(&format!("{ui}#/library"));
+    browser.wait_for("document.querySelector('#library-info').innerText.includes('bits')");
+    browser.type_into(
+        &browser.find("#ask input[name=question]"),
+        "how do bees keep warm in winter",
+    );
+    browser.click(&browser.find("#ask button[type=submit]"));
+    browser.wait_for("document.querySelectorAll('#library-results .bit').length > 0");
+    let results = browser.js("return document.querySelector('#library-results').innerText;");
+    assert!(
+        results.as_str().unwrap().contains("similarity"),
+        "{results}"
+    );
+    assert!(
+        results.as_str().unwrap().contains("tokens used"),
+        "{results}"
+    );
+    browser.screenshot(&shots.join("library.png"));
+
+    // Status.
+    browser.goto(&format!("{ui}#/status"));
+    browser.wait_for("document.querySelector('#status').innerText.includes('recent errors')");
+    let status = browser.text();
+    assert!(
+        status.contains("ready") && status.contains("sessions") && status.contains("2"),
+        "{status}"
+    );
+    browser.screenshot(&shots.join("status.png"));
+
+    // With a key: kept for the browser session, sent as a bearer token (the open server
+    // accepts any request, so the pages still load).
+    browser.type_into(&browser.find("#key-input"), "mk_test_key");
+    browser.click(&browser.find("#key-use"));
+    browser.wait_for("document.querySelector('#key-state').textContent.includes('key set')");
+    assert_eq!(
+        browser.js("return sessionStorage.getItem('mnemon.inspector.key');"),
+        json!("mk_test_key")
+    );
+    assert_no_xss(&browser);
+}
