@@ -9,7 +9,7 @@
 //! alphabet), so a malformed key is refused before any database work and without hashing input
 //! of unbounded size.
 //!
-//! Only [`digest`] of the key is stored. SHA-256 rather than a password hash (argon2, scrypt):
+//! Only a digest of the key is stored. SHA-256 rather than a password hash (argon2, scrypt):
 //! those are slow on purpose, to make guessing a low-entropy password expensive; a 256-bit
 //! random secret cannot be guessed however fast the hash, and the server checks a key on every
 //! request, where argon2's tens of milliseconds would cap it at a few dozen requests per second
