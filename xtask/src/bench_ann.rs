@@ -62,7 +62,7 @@ fn parse(args: &[String]) -> Result<Params> {
         queries: 1000,
         m: 16,
         ef_construction: 128,
-        efs: vec![16, 24, 32, 48, 64, 96, 128, 192, 256],
+        efs: vec![16, 24, 32, 48, 64, 80, 96, 128, 192, 256],
         target_recall: 0.99,
         threads: 2,
         python: true,
@@ -161,7 +161,7 @@ fn run_in_pool(p: &Params, dir: &Path) -> Result<()> {
         ef_construction: p.ef_construction,
         seed: SEED,
     };
-    let path = dir.join("index.mnemann");
+    let path = dir.join(format!("index-{}x{}.mnemann", p.rows, p.dims));
     let reusable = p.reuse_index
         && std::fs::read(&path).is_ok_and(|b| {
             let b = mnemon_ann::IndexBytes::copy_from(&b);
@@ -224,10 +224,14 @@ fn run_in_pool(p: &Params, dir: &Path) -> Result<()> {
     for &ef in &p.efs {
         let row = measure_ours(&index, &queries, &truth, ef, p.threads)?;
         println!(
-            "  mnemon-ann ef {ef:>4}: recall@10 {:.4}, p50 {:.3} ms, p99 {:.3} ms, {:.0} q/s on {} threads",
-            row.recall, row.p50_ms, row.p99_ms, row.qps, p.threads
+            "  mnemon-ann ef {ef:>4}: recall@10 {:.4}, p50 {:.3} ms, p99 {:.3} ms, {:.0} q/s on {} threads, {:.0} rows scored per query",
+            row.recall, row.p50_ms, row.p99_ms, row.qps, p.threads, row.scored
         );
         ours.push(row);
+    }
+
+    for visible_percent in [10u32, 1] {
+        filtered(&index, &data, &queries, visible_percent)?;
     }
 
     let mut table = vec![Library {
@@ -270,6 +274,8 @@ fn truth(data: &Matrix, queries: &Matrix) -> Result<Vec<Vec<u32>>> {
 #[derive(Debug, Clone)]
 struct Row {
     ef: usize,
+    /// Rows scored in int8 per query (NaN for the other libraries).
+    scored: f64,
     recall: f64,
     p50_ms: f64,
     p99_ms: f64,
@@ -307,20 +313,23 @@ fn measure_ours(
         ef,
         ..SearchParams::new(K)
     };
-    let search = |q: usize| -> Result<Vec<u32>> {
+    let search = |q: usize| -> Result<(Vec<u32>, usize)> {
         let o = index.search(queries.row(q).unwrap_or(&[]), &params, |_| true)?;
         if o.method != SearchMethod::Graph {
             bail!("query {q} fell back to {:?}", o.method);
         }
-        Ok(o.hits.iter().map(|h| h.index).collect())
+        Ok((o.hits.iter().map(|h| h.index).collect(), o.scored))
     };
     // Single query latency, one at a time on this thread.
     let mut found = Vec::with_capacity(queries.rows());
     let mut times = Vec::with_capacity(queries.rows());
+    let mut scored = 0;
     for q in 0..queries.rows() {
         let t = Instant::now();
-        found.push(search(q)?);
+        let (hits, s) = search(q)?;
         times.push(t.elapsed());
+        found.push(hits);
+        scored += s;
     }
     times.sort();
     let pct = |p: f64| ms(times[((times.len() - 1) as f64 * p).round() as usize]);
@@ -349,11 +358,50 @@ fn measure_ours(
     let qps = (rounds * queries.rows()) as f64 / t.elapsed().as_secs_f64();
     Ok(Row {
         ef,
+        scored: scored as f64 / queries.rows() as f64,
         recall: recall(&found, truth),
         p50_ms: pct(0.5),
         p99_ms: pct(0.99),
         qps,
     })
+}
+
+/// Searches where only `percent` % of the rows are visible (row ids congruent to 0 modulo
+/// 100 / percent, scattered over every cluster): recall@10 against the exact filtered scan,
+/// latency, and how many searches fell back to the exact scan.
+fn filtered(index: &IndexView<'_>, data: &Matrix, queries: &Matrix, percent: u32) -> Result<()> {
+    let modulo = 100 / percent.max(1);
+    let visible = |i: u32| i.is_multiple_of(modulo);
+    let n = queries.rows().min(100);
+    let (mut hits, mut fallbacks, mut times) = (0usize, 0usize, Vec::with_capacity(n));
+    for q in 0..n {
+        let query = queries.row(q).unwrap_or(&[]);
+        let truth: Vec<u32> = data
+            .view()
+            .top_k(query, K, |i| visible(i as u32))?
+            .iter()
+            .map(|s| s.index as u32)
+            .collect();
+        let t = Instant::now();
+        let o = index.search(query, &SearchParams::new(K), visible)?;
+        times.push(t.elapsed());
+        if o.hits.len() != truth.len() {
+            bail!(
+                "a filtered search returned {} hits, {} are visible",
+                o.hits.len(),
+                truth.len()
+            );
+        }
+        fallbacks += usize::from(matches!(o.method, SearchMethod::ExactFallback(_)));
+        hits += o.hits.iter().filter(|h| truth.contains(&h.index)).count();
+    }
+    times.sort();
+    println!(
+        "  mnemon-ann filtered ({percent}% visible, ef 128, {n} queries): recall@10 {:.4}, p50 {:.3} ms, {fallbacks} exact fallbacks",
+        hits as f64 / (n * K) as f64,
+        ms(times[n / 2])
+    );
+    Ok(())
 }
 
 /// Rounds over the queries so the throughput run lasts about two seconds.
@@ -544,6 +592,7 @@ fn python(
             .to_owned();
         let row = Row {
             ef: f("ef") as usize,
+            scored: f64::NAN,
             recall: f("recall"),
             p50_ms: f("p50_ms"),
             p99_ms: f("p99_ms"),
