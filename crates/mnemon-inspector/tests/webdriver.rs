@@ -13,7 +13,7 @@ use reqwest::blocking::Client;
 use serde_json::{Value, json};
 
 /// The key WebDriver names element references by.
-const ELEMENT: &str = "element-6066-11e4-a52e-4f735466cecb";
+const ELEMENT: &str = "element-6066-11e4-a52e-4f735466cecf";
 
 /// How long a wait for the page lasts before the test fails.
 const WAIT: Duration = Duration::from_secs(15);
@@ -178,7 +178,10 @@ impl Browser {
 
     fn find_by(&self, using: &str, value: &str) -> String {
         let found = self.post("/element", json!({"using": using, "value": value}));
-        found[ELEMENT].as_str().unwrap().to_owned()
+        found[ELEMENT]
+            .as_str()
+            .unwrap_or_else(|| panic!("no element {value}: {found}"))
+            .to_owned()
     }
 
     /// Clicks an element as a person would (scrolled into view, pointer events).
