@@ -39,9 +39,15 @@
     return node;
   }
 
+  // Replaces a node's children (null and false children are skipped, arrays flattened:
+  // `replaceChildren` itself would write them as the text "null").
+  function fill(node, ...children) {
+    node.textContent = '';
+    return append(node, children);
+  }
+
   function show(...children) {
-    main.replaceChildren();
-    append(main, children);
+    fill(main, children);
   }
 
   function errorLine(error) {
@@ -66,7 +72,7 @@
     recentErrors.unshift({at: new Date().toISOString(), what: `${method} ${path.split('?')[0]}`, error: String(error.message || error)});
     recentErrors.length = Math.min(recentErrors.length, MAX_ERRORS);
     const list = document.getElementById('errors');
-    list.replaceChildren(...recentErrors.map((e) => el('li', {}, `${e.at} ${e.what}: ${e.error}`)));
+    fill(list, recentErrors.map((e) => el('li', {}, `${e.at} ${e.what}: ${e.error}`)));
     document.getElementById('errors-box').hidden = false;
   }
 
@@ -165,7 +171,7 @@
     }
     prev.addEventListener('click', () => { const c = stack.pop(); go(c === undefined ? null : c).catch(report); });
     next.addEventListener('click', () => { stack.push(current); go(next.dataset.cursor).catch(report); });
-    function report(e) { info.replaceChildren(errorLine(e)); }
+    function report(e) { fill(info, errorLine(e)); }
     return {bar: el('div', {class: 'bar'}, prev, next, info), start: () => go(null).catch(report)};
   }
 
@@ -178,7 +184,7 @@
     const page = pager(async (cursor) => {
       const out = await api('GET', `/v1/memory/sessions${query({limit: PAGE_SIZE, cursor})}`);
       listed = out.sessions.filter((s) => s.session_id);
-      rows.replaceChildren(...out.sessions.map(sessionRow));
+      fill(rows, ...out.sessions.map(sessionRow));
       status.textContent = out.sessions.length ? '' : 'No sessions in this namespace.';
       return out.next_cursor;
     });
@@ -225,7 +231,7 @@
   }
 
   async function searchAcross(sessions, text, topK, metric, mark, target) {
-    target.replaceChildren(el('p', {class: 'muted'}, `Searching ${sessions.length} sessions…`));
+    fill(target, el('p', {class: 'muted'}, `Searching ${sessions.length} sessions…`));
     const all = [];
     const failures = [];
     await Promise.all(sessions.map(async (s) => {
@@ -237,7 +243,7 @@
       }
     }));
     all.sort((a, b) => b.hit.score - a.hit.score);
-    target.replaceChildren(
+    fill(target, 
       el('p', {class: 'muted'}, `${all.length} hits`),
       failures.map((f) => el('p', {class: 'error'}, f)),
       el('div', {id: 'search-hits'}, all.slice(0, topK).map(({session, hit}) => message(hit.message, {score: hit.score, session}))));
@@ -278,11 +284,11 @@
         const out = await api('GET', `/v1/memory/sessions/${seg(id)}/messages${query({
           recent: recent.value, tokens: tokens.value, mark: mark.value, exclude_mark: exclude.value,
           include_embeddings: withEmb.checked ? 'true' : ''})}`);
-        list.replaceChildren(...out.messages.map((m) => message(m)));
+        fill(list, ...out.messages.map((m) => message(m)));
         info.textContent = `${out.messages.length} messages (newest last)` +
           (out.token_count !== undefined ? `, ${out.token_count} cl100k tokens` : '');
       } catch (e) {
-        list.replaceChildren(errorLine(e));
+        fill(list, errorLine(e));
         info.textContent = '';
       }
     }
@@ -293,7 +299,7 @@
         await Promise.all(cards.slice(i, i + 4).map(async (card) => {
           try {
             const out = await api('GET', `/v1/memory/sessions/${seg(id)}/messages/${seg(card.dataset.id)}/marks`);
-            card.marks.replaceChildren(...(out.marks.length ? out.marks.map((k) => el('span', {class: 'mark'}, k)) : [el('span', {class: 'muted'}, 'no marks')]));
+            fill(card.marks, ...(out.marks.length ? out.marks.map((k) => el('span', {class: 'mark'}, k)) : [el('span', {class: 'muted'}, 'no marks')]));
           } catch (e) { card.marks.textContent = e.message; }
         }));
       }
@@ -310,9 +316,9 @@
       e.preventDefault();
       try {
         const out = await api('POST', `/v1/memory/sessions/${seg(id)}/search`, {query: {text: text.value}, top_k: Number(topK.value) || 5, metric: metric.value});
-        hits.replaceChildren(el('p', {class: 'muted'}, `${out.hits.length} hits, best first`),
+        fill(hits, el('p', {class: 'muted'}, `${out.hits.length} hits, best first`),
           ...out.hits.map((h) => message(h.message, {score: h.score})));
-      } catch (err) { hits.replaceChildren(errorLine(err)); }
+      } catch (err) { fill(hits, errorLine(err)); }
     }}, el('label', {}, 'Search by similarity', text), el('label', {}, 'top k', topK), el('label', {}, 'metric', metric), el('button', {type: 'submit'}, 'Search'));
     show(el('h2', {}, 'Session ', el('span', {id: 'session-id'}, id)),
       el('p', {}, el('a', {href: '#/sessions'}, '← all sessions'), ' · ',
@@ -330,8 +336,8 @@
       e.preventDefault();
       try {
         const value = (await api('GET', `/v1/resolve${query({reference: input.value.trim()})}`)).value;
-        out.replaceChildren(el('p', {class: 'muted'}, 'resolves to'), valueView(value));
-      } catch (err) { out.replaceChildren(errorLine(err)); }
+        fill(out, el('p', {class: 'muted'}, 'resolves to'), valueView(value));
+      } catch (err) { fill(out, errorLine(err)); }
     }}, el('label', {}, 'Resolve a reference', input), el('button', {type: 'submit'}, 'Resolve'));
     return {form, out, input};
   }
@@ -349,8 +355,8 @@
     const type = el('input', {name: 'asset_type', placeholder: 'asset type', value: params.get('type') || ''});
     const page = pager(async (cursor) => {
       const out = await api('GET', `/v1/assets${query({limit: 50, cursor, asset_type: type.value})}`);
-      rows.replaceChildren(...out.asset_ids.map((id) => el('li', {}, el('a', {href: `#/asset/${seg(id)}`, class: 'asset-link'}, id))));
-      if (!out.asset_ids.length) rows.replaceChildren(el('li', {class: 'muted'}, 'No assets.'));
+      fill(rows, ...out.asset_ids.map((id) => el('li', {}, el('a', {href: `#/asset/${seg(id)}`, class: 'asset-link'}, id))));
+      if (!out.asset_ids.length) fill(rows, el('li', {class: 'muted'}, 'No assets.'));
       return out.next_cursor;
     });
     const filter = el('form', {onsubmit: (e) => { e.preventDefault(); location.hash = `#/assets${query({type: type.value})}`; page.start(); }},
@@ -369,7 +375,8 @@
     function pick(path) {
       const url = reference(id, path);
       r.input.value = url;
-      refBox.replaceChildren(el('span', {class: 'muted'}, 'reference: '), el('code', {class: 'ref', id: 'picked-ref'}, url));
+      fill(r.out);
+      fill(refBox, el('span', {class: 'muted'}, 'reference: '), el('code', {class: 'ref', id: 'picked-ref'}, url));
     }
     show(el('h2', {}, 'Asset ', el('span', {id: 'asset-id'}, id)),
       el('p', {}, el('a', {href: '#/assets'}, '← all assets')),
@@ -379,11 +386,11 @@
         el('div', {}, el('h3', {}, 'Flattened'), el('table', {id: 'meta-flat'}, el('thead', {}, el('tr', {}, el('th', {}, 'path'), el('th', {}, 'value'))), flat))),
       el('h3', {}, 'Content'), content);
     api('GET', `/v1/assets/${seg(id)}/meta`).then((out) => {
-      tree.replaceChildren(treeView(out.meta, [], pick, 0));
-      flat.replaceChildren(...flatten(out.meta, []).map(([path, value]) => el('tr', {},
+      fill(tree, treeView(out.meta, [], pick, 0));
+      fill(flat, ...flatten(out.meta, []).map(([path, value]) => el('tr', {},
         el('td', {}, el('button', {type: 'button', class: 'field', onclick: () => pick(path)}, path.join('/') || '(root)')),
         el('td', {class: 'value'}, preview(value, 200)))));
-    }).catch((e) => tree.replaceChildren(errorLine(e)));
+    }).catch((e) => fill(tree, errorLine(e)));
     contentView(id, content);
   }
 
@@ -419,23 +426,23 @@
       const response = await api('GET', `/v1/assets/${seg(id)}/content`, undefined, true);
       const type = (response.headers.get('Content-Type') || '').split(';')[0].trim().toLowerCase();
       if (type === 'application/json') {
-        target.replaceChildren(el('p', {class: 'muted'}, 'JSON'), json(await response.json()));
+        fill(target, el('p', {class: 'muted'}, 'JSON'), json(await response.json()));
         return;
       }
       const blob = await response.blob();
       const head = el('p', {class: 'muted', id: 'content-type'}, `${type || 'unknown type'}, ${blob.size} bytes`);
       if (/^image\/(png|gif|jpeg|webp|bmp|avif)$/.test(type)) {
         const url = URL.createObjectURL(blob);
-        target.replaceChildren(head, el('img', {class: 'preview', id: 'content-image', src: url, alt: `content of ${id}`}));
+        fill(target, head, el('img', {class: 'preview', id: 'content-image', src: url, alt: `content of ${id}`}));
       } else if (type.startsWith('text/')) {
         const text = await blob.slice(0, 64 * 1024).text();
-        target.replaceChildren(head, el('pre', {}, text));
+        fill(target, head, el('pre', {}, text));
       } else {
         const bytes = new Uint8Array(await blob.slice(0, 256).arrayBuffer());
         const hex = Array.from(bytes, (b) => b.toString(16).padStart(2, '0')).join(' ');
-        target.replaceChildren(head, el('pre', {}, hex + (blob.size > 256 ? ' …' : '')));
+        fill(target, head, el('pre', {}, hex + (blob.size > 256 ? ' …' : '')));
       }
-    } catch (e) { target.replaceChildren(errorLine(e)); }
+    } catch (e) { fill(target, errorLine(e)); }
   }
 
   // ---- artifacts ------------------------------------------------------------------------
@@ -454,8 +461,8 @@
     }}, el('label', {}, 'Scope (often a session id)', scope), el('button', {type: 'submit'}, 'List'));
     let byKey = new Map();
     async function list() {
-      if (!scope.value) { keys.replaceChildren(el('p', {class: 'muted'}, 'Enter a scope: the API lists artifacts per scope.')); return; }
-      keys.replaceChildren(el('p', {class: 'muted'}, 'Loading…'));
+      if (!scope.value) { fill(keys, el('p', {class: 'muted'}, 'Enter a scope: the API lists artifacts per scope.')); return; }
+      fill(keys, el('p', {class: 'muted'}, 'Loading…'));
       byKey = new Map();
       try {
         let cursor = null;
@@ -471,11 +478,11 @@
           pages += 1;
         } while (cursor && pages < 10);
         renderKeys(cursor);
-      } catch (err) { keys.replaceChildren(errorLine(err)); }
+      } catch (err) { fill(keys, errorLine(err)); }
     }
     function renderKeys(more) {
-      if (!byKey.size) { keys.replaceChildren(el('p', {class: 'muted'}, 'No artifacts in this scope.')); return; }
-      keys.replaceChildren(more ? el('p', {class: 'muted'}, 'Only the first 2,000 records are shown.') : null,
+      if (!byKey.size) { fill(keys, el('p', {class: 'muted'}, 'No artifacts in this scope.')); return; }
+      fill(keys, more ? el('p', {class: 'muted'}, 'Only the first 2,000 records are shown.') : null,
         ...Array.from(byKey.entries()).map(([k, history]) => el('div', {class: 'card artifact-key'},
           el('h3', {}, 'key ', el('code', {}, k), el('span', {class: 'muted'}, ` · ${history.length} version${history.length === 1 ? '' : 's'}, most recent first`)),
           el('table', {}, el('thead', {}, el('tr', {}, el('th', {}, 'saved'), el('th', {}, 'name'), el('th', {}, 'type'), el('th', {}, 'description'))),
@@ -487,11 +494,11 @@
       try {
         const out = await api('GET', `/v1/artifacts/${seg(artifactId)}`);
         const a = out.artifact;
-        detail.replaceChildren(el('div', {class: 'card'}, el('h3', {}, a.name),
+        fill(detail, el('div', {class: 'card'}, el('h3', {}, a.name),
           el('dl', {class: 'kv'}, ['id', 'key', 'type', 'scope', 'created_at', 'description'].map((f) => [el('dt', {}, f), el('dd', {}, a[f] === undefined ? '' : String(a[f]))]),
             el('dt', {}, 'storage'), el('dd', {}, a.storage ? JSON.stringify(a.storage) : 'inline')),
           el('h3', {}, 'Content'), json(out.content === undefined ? null : out.content)));
-      } catch (err) { detail.replaceChildren(errorLine(err)); }
+      } catch (err) { fill(detail, errorLine(err)); }
     }
     const loadForm = el('form', {id: 'load-form', onsubmit: async (e) => {
       e.preventDefault();
@@ -499,9 +506,9 @@
       const body = {scope: scope.value, keys: wanted.length ? wanted : Array.from(byKey.keys())};
       try {
         const out = await api('POST', '/v1/artifacts/load', body);
-        block.replaceChildren(el('pre', {id: 'prompt-text'}, out.text),
+        fill(block, el('pre', {id: 'prompt-text'}, out.text),
           out.missing_keys.length ? el('p', {class: 'error'}, `missing keys: ${out.missing_keys.join(', ')}`) : null);
-      } catch (err) { block.replaceChildren(errorLine(err)); }
+      } catch (err) { fill(block, errorLine(err)); }
     }}, el('label', {}, 'Load into a prompt', loadKeys), el('button', {type: 'submit'}, 'Render prompt block'));
     show(el('h2', {}, 'Artifacts'), form, el('div', {class: 'cols'}, el('div', {}, keys), el('div', {}, detail)),
       el('h3', {}, 'Prompt block (as ArtifactMemory renders it)'), loadForm, block);
@@ -518,16 +525,16 @@
     const results = el('div', {id: 'library-results'});
     api('GET', `/v1/library/bits${query({limit: 1})}`).then((out) => {
       head.textContent = `Served library: ${out.total} bits, embedded with ${out.model}.`;
-    }).catch((e) => head.replaceChildren(errorLine(e)));
+    }).catch((e) => fill(head, errorLine(e)));
     const form = el('form', {id: 'ask', onsubmit: async (e) => {
       e.preventDefault();
-      results.replaceChildren(el('p', {class: 'muted'}, 'Asking…'));
+      fill(results, el('p', {class: 'muted'}, 'Asking…'));
       try {
         const out = await api('POST', '/v1/library/query', {text: question.value, count: Number(count.value) || 5, count_type: countType.value, omit: 'embedding'});
         const bits = Array.isArray(out.bits) ? out.bits : [];
         const tokens = bits.reduce((n, b) => n + (Number(b.token_count) || 0), 0);
         const facts = Object.entries(out).filter(([, v]) => v === null || typeof v !== 'object');
-        results.replaceChildren(
+        fill(results, 
           el('dl', {class: 'kv', id: 'library-facts'}, el('dt', {}, 'bits'), el('dd', {}, String(bits.length)),
             el('dt', {}, 'tokens used'), el('dd', {}, countType.value === 'token' ? `${tokens} of ${count.value}` : String(tokens)),
             facts.map(([k, v]) => [el('dt', {}, k), el('dd', {}, String(v))])),
@@ -538,7 +545,7 @@
               b.info && b.info.url ? el('span', {class: 'muted'}, b.info.url) : null,
               el('span', {class: 'muted'}, b.id || '')),
             el('p', {class: 'text'}, b.text === undefined ? '' : String(b.text)))));
-      } catch (err) { results.replaceChildren(errorLine(err)); }
+      } catch (err) { fill(results, errorLine(err)); }
     }}, el('label', {}, 'Question (embedded with the library\'s embedder)', question), el('label', {}, 'count', count), el('label', {}, 'count by', countType), el('button', {type: 'submit'}, 'Ask'));
     show(el('h2', {}, 'Libraries'), head, form, results);
   }

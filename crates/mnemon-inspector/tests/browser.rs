@@ -255,6 +255,9 @@ fn every_page_in_headless_chromium() {
         "return Array.from(document.querySelectorAll('.artifact-name')).map((n) => n.textContent);",
     );
     assert_eq!(names, json!(["Plan v2", "Plan v1", XSS_ARTIFACT]));
+    // Regression: `replaceChildren(null)` wrote the text "null" above the keys.
+    let keys = browser.js("return document.querySelector('#artifact-keys').innerText;");
+    assert!(!keys.as_str().unwrap().contains("null"), "{keys}");
     browser.click(&browser.find(".artifact-link"));
     browser.wait_for("document.querySelector('#artifact-detail pre')");
     assert!(
