@@ -171,6 +171,22 @@ mod sqlite {
         });
         assert_eq!(swept.records, N as u64);
         assert_eq!(files_left(&root), 0);
+        // The records alone: every file removal syncs its directory (WriteToFile::delete).
+        let inline = open(Durability::Normal, 1_000);
+        for i in 0..N {
+            inline
+                .save(&Artifact::new(
+                    format!("user-1/s{}", i % 100),
+                    "k",
+                    "t",
+                    "n",
+                ))
+                .unwrap();
+        }
+        let swept = timed("sqlite artifacts forget 100,000 (no files)", || {
+            store.forget("", &registry).unwrap()
+        });
+        assert_eq!(swept.records, N as u64);
     }
 }
 
@@ -270,5 +286,20 @@ mod postgres {
         });
         assert_eq!(swept.records, N as u64);
         assert_eq!(files_left(&root), 0);
+        // The records alone: every file removal syncs its directory (WriteToFile::delete).
+        client
+            .batch_execute(
+                "INSERT INTO artifact_records (id, scope, key, artifact_type, name,
+                   description, created_at, namespace)
+                 SELECT gen_random_uuid()::text,
+                   convert_to('user-1/session-' || (i % 100), 'UTF8'), 'k', 't', 'n', '',
+                   '2026-01-01T00:00:00.000000Z', 'default'
+                 FROM generate_series(0, 99999) AS i",
+            )
+            .unwrap();
+        let swept = timed("postgres artifacts forget 100,000 (no files)", || {
+            store.forget("", &registry).unwrap()
+        });
+        assert_eq!(swept.records, N as u64);
     }
 }

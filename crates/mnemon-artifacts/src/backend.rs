@@ -30,6 +30,15 @@ pub trait StorageBackend: Send + Sync {
 
     /// Removes the content under `storage_id`; `false` if there was none.
     fn delete(&self, storage_id: &str) -> Result<bool, ArtifactError>;
+
+    /// Removes the content under each of `storage_ids`, one result per id in order (what
+    /// [`delete`](Self::delete) would return). The default deletes one by one; a backend that
+    /// can share the cost of making removals durable overrides it ([`WriteToFile`] syncs each
+    /// directory once per call, not once per file), which is what makes a sweep of thousands of
+    /// files take seconds (docs/reference/artifacts.md#sweeps).
+    fn delete_many(&self, storage_ids: &[&str]) -> Vec<Result<bool, ArtifactError>> {
+        storage_ids.iter().map(|id| self.delete(id)).collect()
+    }
 }
 
 /// Where a backend name leads.

@@ -100,6 +100,7 @@ impl InMemoryArtifactStore {
                 }
             }
         }
+        let mut unshared = Vec::new();
         for (backend, id) in locations {
             let location = StorageLocation { backend, id };
             let shared = state
@@ -109,9 +110,10 @@ impl InMemoryArtifactStore {
             if shared {
                 sweep.content_shared += 1;
             } else {
-                sweep.remove_content(&location, backends);
+                unshared.push(location);
             }
         }
+        sweep.remove_contents(&unshared, backends);
         sweep
     }
 }

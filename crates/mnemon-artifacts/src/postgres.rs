@@ -55,7 +55,9 @@ use postgres::error::SqlState;
 use postgres::types::ToSql;
 use uuid::Uuid;
 
-use crate::store::{ArtifactSweep, FILTER_FIELDS, check_required, document, prefix_end};
+use crate::store::{
+    ArtifactSweep, CONTENT_BATCH, FILTER_FIELDS, check_required, document, prefix_end,
+};
 use crate::{ArtifactError, ArtifactStore, BackendRegistry};
 
 /// The artifact tables' schema on PostgreSQL: the same table and version numbers as SQLite's.
@@ -418,29 +420,34 @@ impl PostgresArtifactStore {
                 locations.insert((backend, id));
             }
         }
+        let mut valid = Vec::new();
         for (backend, id) in locations {
-            let (Ok(backend), Ok(id)) = (String::from_utf8(backend), String::from_utf8(id)) else {
-                sweep
+            match (String::from_utf8(backend), String::from_utf8(id)) {
+                (Ok(backend), Ok(id)) => valid.push(StorageLocation { backend, id }),
+                _ => sweep
                     .content_errors
-                    .push("a stored storage location is not UTF-8".to_owned());
-                continue;
-            };
-            let location = StorageLocation { backend, id };
-            if let Err(e) = self.remove_content(&mut client, &location, &mut sweep, backends) {
-                sweep
-                    .content_errors
-                    .push(format!("{}:{}: {e}", location.backend, location.id));
+                    .push("a stored storage location is not UTF-8".to_owned()),
+            }
+        }
+        for batch in valid.chunks(CONTENT_BATCH) {
+            if let Err(e) = self.remove_contents(&mut client, batch, &mut sweep, backends) {
+                for location in batch {
+                    sweep
+                        .content_errors
+                        .push(format!("{}:{}: {e}", location.backend, location.id));
+                }
             }
         }
         Ok(sweep)
     }
 
-    /// Removes the content at `location` unless a record still points at it, holding the
-    /// advisory lock a save to it takes, so no save of it commits in between.
-    fn remove_content(
+    /// Removes the content at each of `batch` (in a stable order) that no record points at
+    /// any more, holding the advisory lock a save of each location takes, so that no save of
+    /// them commits in between.
+    fn remove_contents(
         &self,
         client: &mut pg::PooledClient,
-        location: &StorageLocation,
+        batch: &[StorageLocation],
         sweep: &mut ArtifactSweep,
         backends: &BackendRegistry,
     ) -> Result<(), ArtifactError> {
@@ -449,23 +456,27 @@ impl PostgresArtifactStore {
         let lock = tx
             .prepare_cached(LOCK_STORAGE)
             .map_err(self.failed(ACTION))?;
-        tx.execute(&lock, &[&storage_lock_key(location)])
-            .map_err(self.failed(ACTION))?;
         let in_use = tx
             .prepare_cached(STORAGE_IN_USE)
             .map_err(self.failed(ACTION))?;
-        let shared: bool = tx
-            .query_one(
-                &in_use,
-                &[&location.backend.as_bytes(), &location.id.as_bytes()],
-            )
-            .and_then(|row| row.try_get(0))
-            .map_err(self.failed(ACTION))?;
-        if shared {
-            sweep.content_shared += 1;
-        } else {
-            sweep.remove_content(location, backends);
+        let mut unshared = Vec::new();
+        for location in batch {
+            tx.execute(&lock, &[&storage_lock_key(location)])
+                .map_err(self.failed(ACTION))?;
+            let shared: bool = tx
+                .query_one(
+                    &in_use,
+                    &[&location.backend.as_bytes(), &location.id.as_bytes()],
+                )
+                .and_then(|row| row.try_get(0))
+                .map_err(self.failed(ACTION))?;
+            if shared {
+                sweep.content_shared += 1;
+            } else {
+                unshared.push(location.clone());
+            }
         }
+        sweep.remove_contents(&unshared, backends);
         tx.commit().map_err(self.failed(ACTION))
     }
 

@@ -26,7 +26,7 @@ use rusqlite::types::Value as SqlValue;
 use rusqlite::{Connection, OptionalExtension, Row, params};
 use uuid::Uuid;
 
-use crate::store::{ArtifactSweep, check_required, prefix_end, sqlite_source};
+use crate::store::{ArtifactSweep, CONTENT_BATCH, check_required, prefix_end, sqlite_source};
 use crate::{ArtifactError, ArtifactStore, BackendRegistry};
 
 /// Every table is prefixed `artifact_`, because the database file is shared with other Mnemon
@@ -396,35 +396,43 @@ impl SqliteArtifactStore {
             records: deleted.len() as u64,
             ..ArtifactSweep::default()
         };
-        let locations: BTreeSet<(String, String)> = deleted
+        let locations: Vec<StorageLocation> = deleted
             .into_iter()
             .filter_map(|(backend, id)| Some((backend?, id?)))
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .map(|(backend, id)| StorageLocation { backend, id })
             .collect();
-        for (backend, id) in locations {
-            let location = StorageLocation { backend, id };
-            // Under the write lock, as a save writes content: no save to this location can
+        for batch in locations.chunks(CONTENT_BATCH) {
+            // Under the write lock, as a save writes content: no save to these locations can
             // commit between the check and the removal.
             if let Err(e) = sqlite::begin_immediate(&conn, self.busy_timeout) {
-                sweep
-                    .content_errors
-                    .push(format!("{}:{}: {e}", location.backend, location.id));
+                for location in batch {
+                    sweep
+                        .content_errors
+                        .push(format!("{}:{}: {e}", location.backend, location.id));
+                }
                 continue;
             }
-            let shared = conn
-                .prepare_cached(
-                    "SELECT EXISTS (SELECT 1 FROM artifact_records \
-                     WHERE storage_backend = ?1 AND storage_id = ?2)",
-                )
-                .and_then(|mut s| {
-                    s.query_row([&location.backend, &location.id], |r| r.get::<_, bool>(0))
-                });
-            match shared {
-                Ok(true) => sweep.content_shared += 1,
-                Ok(false) => sweep.remove_content(&location, backends),
-                Err(e) => sweep
-                    .content_errors
-                    .push(format!("{}:{}: {e}", location.backend, location.id)),
+            let mut unshared = Vec::new();
+            for location in batch {
+                let shared = conn
+                    .prepare_cached(
+                        "SELECT EXISTS (SELECT 1 FROM artifact_records \
+                         WHERE storage_backend = ?1 AND storage_id = ?2)",
+                    )
+                    .and_then(|mut s| {
+                        s.query_row([&location.backend, &location.id], |r| r.get::<_, bool>(0))
+                    });
+                match shared {
+                    Ok(true) => sweep.content_shared += 1,
+                    Ok(false) => unshared.push(location.clone()),
+                    Err(e) => sweep
+                        .content_errors
+                        .push(format!("{}:{}: {e}", location.backend, location.id)),
+                }
             }
+            sweep.remove_contents(&unshared, backends);
             // Nothing was written: ending the transaction releases the lock.
             let _ = conn.execute_batch("ROLLBACK");
         }

@@ -158,29 +158,50 @@ pub struct ArtifactSweep {
 }
 
 impl ArtifactSweep {
-    /// Removes the content at `location` from its backend in `backends`, counting the
-    /// outcome. The caller holds the store's exclusion for the location and has checked that
-    /// no record points at it.
-    pub(crate) fn remove_content(
+    /// Removes the content at each of `locations` from its backend in `backends`, counting
+    /// the outcomes; each backend gets one [`delete_many`](crate::StorageBackend::delete_many)
+    /// call. The caller holds the store's exclusion for the locations and has checked that no
+    /// record points at them.
+    pub(crate) fn remove_contents(
         &mut self,
-        location: &StorageLocation,
+        locations: &[StorageLocation],
         backends: &BackendRegistry,
     ) {
-        let outcome = backends
-            .resolve(&location.backend)
-            .and_then(|storage| match storage {
-                Storage::Inline => Ok(false),
-                Storage::External { backend, .. } => backend.delete(&location.id),
-            });
-        match outcome {
-            Ok(true) => self.content_removed += 1,
-            Ok(false) => self.content_missing += 1,
-            Err(e) => self
-                .content_errors
-                .push(format!("{}:{}: {e}", location.backend, location.id)),
+        let mut names: Vec<&str> = locations.iter().map(|l| l.backend.as_str()).collect();
+        names.sort_unstable();
+        names.dedup();
+        for name in names {
+            let ids: Vec<&str> = locations
+                .iter()
+                .filter(|l| l.backend == name)
+                .map(|l| l.id.as_str())
+                .collect();
+            let results = match backends.resolve(name) {
+                Ok(Storage::Inline) => ids.iter().map(|_| Ok(false)).collect(),
+                Ok(Storage::External { backend, .. }) => backend.delete_many(&ids),
+                Err(e) => {
+                    let why = e.to_string();
+                    for id in &ids {
+                        self.content_errors.push(format!("{name}:{id}: {why}"));
+                    }
+                    continue;
+                }
+            };
+            for (id, result) in ids.iter().zip(results) {
+                match result {
+                    Ok(true) => self.content_removed += 1,
+                    Ok(false) => self.content_missing += 1,
+                    Err(e) => self.content_errors.push(format!("{name}:{id}: {e}")),
+                }
+            }
         }
     }
 }
+
+/// How many storage locations a sweep removes under one hold of the store's exclusion: enough
+/// to share a directory sync among many files, few enough that saves are not held up long
+/// and that PostgreSQL's lock table holds the advisory locks.
+pub(crate) const CONTENT_BATCH: usize = 256;
 
 /// The fields of an artifact's filterable document (docs/reference/artifacts.md#filters).
 pub const FILTER_FIELDS: [&str; 11] = [
