@@ -66,14 +66,25 @@ impl Serve {
 
     /// POSTs `body` to `/` and returns the status and the parsed JSON body.
     fn post(&self, content_type: &str, body: &[u8]) -> (u16, Value) {
+        self.send("POST", "/", content_type, body)
+    }
+
+    /// Sends a JSON request to a REST route and returns the status and the parsed JSON body.
+    fn rest(&self, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
+        let body = body.map(|b| b.to_string()).unwrap_or_default();
+        self.send(method, path, "application/json", body.as_bytes())
+    }
+
+    /// Sends one request and returns the status and the parsed JSON body.
+    fn send(&self, method: &str, path: &str, content_type: &str, body: &[u8]) -> (u16, Value) {
         let mut stream = TcpStream::connect(self.addr).unwrap();
         stream
             .set_read_timeout(Some(Duration::from_secs(60)))
             .unwrap();
         write!(
             stream,
-            "POST / HTTP/1.1\r\nHost: {}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n\
-             Connection: close\r\n\r\n",
+            "{method} {path} HTTP/1.1\r\nHost: {}\r\nContent-Type: {content_type}\r\n\
+             Content-Length: {}\r\nConnection: close\r\n\r\n",
             self.addr,
             body.len()
         )
@@ -211,4 +222,132 @@ fn idle_sockets_past_the_fd_limit_do_not_lock_out_healthz() {
         asked.elapsed()
     );
     assert!(response.ends_with(r#"{"status":"ok"}"#), "{response}");
+}
+
+/// The REST side of `mnemon serve` on a data directory: memory and assets through /v1, search by
+/// text with --embedding-model, readiness, and durability across a restart.
+#[test]
+fn serve_runs_the_rest_api_on_the_data_directory() {
+    let cwd = tempfile::tempdir().unwrap();
+    let data = cwd.path().join("data");
+    let args = [
+        "--data-dir",
+        data.to_str().unwrap(),
+        "--embedding-model",
+        "mnemon:hashing-v1-512",
+    ];
+    {
+        let server = Serve::start(cwd.path(), &args);
+        assert_eq!(server.rest("GET", "/readyz", None).0, 200);
+        let messages = serde_json::json!({"messages": [
+            {"name": "user", "content": "my cat is called Miso"},
+            {"name": "user", "content": "the weather is rainy today"}]});
+        let (status, added) = server.rest(
+            "POST",
+            "/v1/memory/sessions/chat-1/messages",
+            Some(messages),
+        );
+        assert_eq!((status, added["added"].as_u64()), (200, Some(2)), "{added}");
+        let query = serde_json::json!({"query": {"text": "what is my cat called"}, "top_k": 1});
+        let (status, hits) = server.rest("POST", "/v1/memory/sessions/chat-1/search", Some(query));
+        assert_eq!(status, 200, "{hits}");
+        assert_eq!(
+            hits["hits"][0]["message"]["content"],
+            "my cat is called Miso"
+        );
+        let asset = serde_json::json!({"content": {"labels": ["cat"]}});
+        assert_eq!(server.rest("PUT", "/v1/assets/a1", Some(asset)).0, 200);
+    }
+    assert!(data.join("mnemon.sqlite3").is_file());
+    // The same data through a new server.
+    let server = Serve::start(cwd.path(), &args);
+    let (status, value) = server.rest(
+        "GET",
+        "/v1/resolve?reference=asset://a1/content/labels/0",
+        None,
+    );
+    assert_eq!(
+        (status, value["value"].as_str()),
+        (200, Some("cat")),
+        "{value}"
+    );
+    let (status, got) = server.rest("GET", "/v1/memory/sessions/chat-1/messages?recent=1", None);
+    assert_eq!(status, 200, "{got}");
+    assert_eq!(got["messages"][0]["content"], "the weather is rainy today");
+    // No --embedding-model on a search by text: a typed error that says what to pass.
+    drop(server);
+    let server = Serve::start(cwd.path(), &["--data-dir", data.to_str().unwrap()]);
+    let query = serde_json::json!({"query": {"text": "cat"}});
+    let (status, error) = server.rest("POST", "/v1/memory/sessions/chat-1/search", Some(query));
+    assert_eq!(status, 422, "{error}");
+    assert_eq!(error["error"]["code"], "embedder_not_configured");
+    assert!(
+        error["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("--embedding-model")
+    );
+}
+
+/// Without API keys the stores are served on loopback only, unless told --insecure.
+#[test]
+fn serve_refuses_a_public_address_without_keys() {
+    let cwd = tempfile::tempdir().unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_mnemon"))
+        .args(["serve", "--addr", "0.0.0.0:0"])
+        .current_dir(cwd.path())
+        .env_remove("MNEMON_DATA_DIR")
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("--insecure"), "{stderr}");
+    assert!(!cwd.path().join("mnemon-data").exists());
+}
+
+/// `mnemon serve --database-url … --namespace …`: what the REST API stores is in that
+/// namespace of the database, where the CLI finds it.
+#[test]
+fn serve_runs_the_rest_api_on_postgresql_in_its_namespace() {
+    let pg = mnemon_tests::require_postgres!();
+    let url = pg.fresh_database("cli_serve_rest").unwrap();
+    let cwd = tempfile::tempdir().unwrap();
+    let data = cwd.path().join("data");
+    let server = Serve::start(
+        cwd.path(),
+        &[
+            "--data-dir",
+            data.to_str().unwrap(),
+            "--database-url",
+            &url,
+            "--namespace",
+            "acme",
+        ],
+    );
+    assert_eq!(server.rest("GET", "/readyz", None).0, 200);
+    let asset = serde_json::json!({"asset_type": "note", "content": "from the server"});
+    assert_eq!(server.rest("PUT", "/v1/assets/n1", Some(asset)).0, 200);
+    let list = |namespace: &str| {
+        let output = Command::new(env!("CARGO_BIN_EXE_mnemon"))
+            .args([
+                "asset",
+                "list",
+                "--database-url",
+                &url,
+                "--namespace",
+                namespace,
+            ])
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8(output.stdout).unwrap()
+    };
+    assert_eq!(list("acme"), "n1\n");
+    assert_eq!(list("default"), "");
+    // Nothing of the stores went to the data directory.
+    assert!(!data.join("mnemon.sqlite3").exists());
 }

@@ -98,7 +98,7 @@ enum Command {
     /// Create, list and revoke the server's API keys (docs/reference/keys.md).
     #[command(subcommand)]
     Keys(keys::KeysCommand),
-    /// Serve embedding libraries over HTTP (the library host).
+    /// Serve the REST API over the stores (/v1/…) and embedding libraries (POST /) over HTTP.
     Serve(serve::ServeArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     Completions {
@@ -171,7 +171,7 @@ pub(crate) fn run() -> ExitCode {
         Command::Memory(cmd) => memory::run(cmd, &target),
         Command::Migrate(args) => migrate::run(args, &target),
         Command::Keys(cmd) => keys::run(cmd, &target, cli.quiet),
-        Command::Serve(args) => serve::run(args, &cli.data_dir, cli.quiet),
+        Command::Serve(args) => serve::run(args, &target, cli.quiet),
         Command::Completions { shell } => {
             let mut command = <Cli as clap::CommandFactory>::command();
             // Generate into memory: clap_complete panics on a write error such as a closed pipe.

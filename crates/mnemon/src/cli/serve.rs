@@ -1,4 +1,6 @@
-//! `mnemon serve`: the library host (docs/reference/host.md#library-host-protocol).
+//! `mnemon serve`: the Mnemon server — the REST API over assets, artifacts and memory
+//! (docs/reference/rest.md) beside the library host (docs/reference/host.md#library-host-protocol),
+//! on the data directory's SQLite file or the `--database-url` PostgreSQL database.
 
 use std::ffi::OsString;
 use std::net::SocketAddr;
@@ -7,14 +9,21 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use std::time::Duration;
 
+use std::sync::Arc;
+
+use mnemon::db::Namespace;
+use mnemon::types::Embedder;
+use mnemon::{Mnemon, OpenError, OpenOptions};
 use mnemon_host::{
     ConfigSource, DEFAULT_HEADER_READ_TIMEOUT, DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_BODY_BYTES,
     DEFAULT_MAX_BUFFERED_BODY_BYTES, DEFAULT_MAX_CONCURRENT_QUERIES, DEFAULT_MAX_CONNECTIONS,
-    DEFAULT_MAX_RESULT_BYTES, DEFAULT_QUEUE_TIMEOUT, Host, HostError, HostOptions, LibrarySource,
+    DEFAULT_MAX_RESULT_BYTES, DEFAULT_QUEUE_TIMEOUT, HostError, HostOptions, LibrarySource,
     Sources,
 };
+use mnemon_ops::{OpsError, Service};
+use mnemon_server::{OpenAccess, Server, ServerConfig, Tenants};
 
-use super::{CliError, CliResult};
+use super::{CliError, CliResult, Target};
 
 /// Where the sample library lives in a source checkout (and in the packaged crate, which is why
 /// it sits inside this crate; `examples/sample-library` at the top of the repository links
@@ -24,9 +33,21 @@ const SAMPLE_PATH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/sample-library/l
 /// The same sample library compiled in, so `serve` works from anywhere.
 const SAMPLE_BYTES: &[u8] = include_bytes!("../../sample-library/library.json");
 
-/// Serve embedding libraries over HTTP, compatible with Polymath clients.
+/// Serve the REST API (assets, artifacts, memory: /v1/…) and embedding libraries
+/// (Polymath-compatible POST /) over HTTP.
 #[derive(Debug, clap::Args)]
 pub(crate) struct ServeArgs {
+    /// The embedding model that turns search text into vectors for memory and library search
+    /// by text, e.g. `mnemon:hashing-v1-512` (offline) or `openai.com:text-embedding-3-small`
+    /// (needs OPENAI_API_KEY). Without it, searches take vectors only.
+    #[arg(long, value_name = "MODEL", env = "MNEMON_EMBEDDING_MODEL")]
+    embedding_model: Option<String>,
+
+    /// Listen on a non-loopback address without API keys: anyone who can reach the address
+    /// can read and change every store of the namespace.
+    #[arg(long)]
+    insecure: bool,
+
     /// The library to serve: a file, or a directory whose `*.json` files are merged in path order
     /// (files under `access/<tag>/` get that access tag). Defaults to $LIBRARY_FILENAME, then
     /// ./libraries if it exists, then <data-dir>/libraries if it exists, then the sample library
@@ -106,9 +127,19 @@ fn seconds(text: &str) -> Result<f64, String> {
     }
 }
 
-/// Runs the host until SIGINT or SIGTERM.
-pub(crate) fn run(args: ServeArgs, data_dir: &Path, quiet: bool) -> CliResult {
+/// Runs the server until SIGINT or SIGTERM.
+pub(crate) fn run(args: ServeArgs, target: &Target<'_>, quiet: bool) -> CliResult {
     init_logging(quiet);
+    let data_dir = target.data_dir;
+    if !args.addr.ip().is_loopback() && !args.insecure {
+        return Err(CliError::input(anyhow::anyhow!(
+            "refusing to serve the stores on {} without API keys: anyone who can reach it could \
+             read and change them; listen on 127.0.0.1 (the default), or pass --insecure if a \
+             proxy in front of the server does the authentication",
+            args.addr
+        )));
+    }
+    let rest = server_config(target, args.embedding_model.as_deref())?;
     let data_dir_libraries = data_dir.join(mnemon::LIBRARIES_DIR);
     let sources = Sources {
         library: library_source(
@@ -137,21 +168,108 @@ pub(crate) fn run(args: ServeArgs, data_dir: &Path, quiet: bool) -> CliResult {
         .build()
         .context("cannot start the async runtime")
         .map_err(CliError::failure)?;
-    runtime.block_on(async move {
+    let namespace = target.namespace.as_str().to_owned();
+    let backend = if target.database_url.is_some() {
+        "PostgreSQL (--database-url)".to_owned()
+    } else {
+        format!("SQLite in {}", data_dir.display())
+    };
+    let insecure = args.insecure;
+    let result = runtime.block_on(async move {
         let library = sources.library.to_string();
         let config = sources.config.to_string();
-        let host = Host::bind(args.addr, sources, options)
+        let server = Server::bind(args.addr, sources, options, rest)
             .await
             .map_err(startup_error)?;
-        let addr = host.local_addr().map_err(CliError::failure)?;
+        let addr = server.local_addr().map_err(CliError::failure)?;
         tracing::info!(
             %library,
             %config,
-            bits = host.bits(),
-            model = %host.model(),
-            "serving on http://{addr}/"
+            bits = server.host().bits(),
+            model = %server.host().model(),
+            stores = %backend,
+            %namespace,
+            "serving on http://{addr}/ (REST under /v1/, its OpenAPI document at /v1/openapi.json)"
         );
-        host.run_until_signal().await.map_err(CliError::failure)
+        if insecure {
+            tracing::warn!(
+                "no API keys and --insecure: every request may read and change namespace \
+                 {namespace:?}"
+            );
+        } else {
+            tracing::info!(
+                "no API keys: open to this machine only, every request is the admin of \
+                 namespace {namespace:?}"
+            );
+        }
+        server.run_until_signal().await.map_err(CliError::failure)
+    });
+    // The stores close their connections with blocking calls: after the runtime is gone.
+    drop(runtime);
+    result
+}
+
+/// The REST side of the server: the stores of `--data-dir` (SQLite) or `--database-url`
+/// (PostgreSQL) for `--namespace`, with the embedder of `--embedding-model`, open to every
+/// request (no keys: loopback only unless `--insecure`).
+///
+/// PostgreSQL, and a data directory whose database exists, are opened now, so a bad URL or a
+/// damaged file stops the start. A data directory without a database is created by the first
+/// request that uses the stores: a server that only ever answers library queries writes
+/// nothing.
+fn server_config(
+    target: &Target<'_>,
+    embedding_model: Option<&str>,
+) -> Result<ServerConfig, CliError> {
+    let mut options = match target.database_url {
+        Some(url) => OpenOptions::postgres(url),
+        None => OpenOptions::default(),
+    }
+    .with_namespace(target.namespace.clone());
+    if let Some(root) = target.artifact_files {
+        options = options.with_write_to_file_root(root);
+    }
+    let embedder: Option<Arc<dyn Embedder>> = match embedding_model {
+        None => None,
+        Some(model) => Some(Arc::from(
+            mnemon_embed::embedder_for_model(model)
+                .with_context(|| format!("cannot use --embedding-model {model:?}"))
+                .map_err(CliError::input)?,
+        )),
+    };
+    let dir = target.data_dir.to_path_buf();
+    let open = move || -> Result<Service, OpenError> {
+        let service = Service::new(Mnemon::open_with(&dir, &options)?);
+        Ok(match &embedder {
+            Some(embedder) => service.with_embedder(Arc::clone(embedder)),
+            None => service,
+        })
+    };
+    let namespace = target.namespace.clone();
+    let authenticator = Arc::new(OpenAccess::new(namespace.clone()));
+    let eager =
+        target.database_url.is_some() || target.data_dir.join(mnemon::DATABASE_FILE).exists();
+    let tenants = if eager {
+        let service = open()
+            .context("cannot open the stores to serve")
+            .map_err(CliError::failure)?;
+        Tenants::single(service)
+    } else {
+        let served = namespace.clone();
+        Tenants::new(move |asked: &Namespace| {
+            if *asked != served {
+                return Err(OpsError::invalid(format!(
+                    "this server serves namespace {:?} only",
+                    served.as_str()
+                )));
+            }
+            open().map_err(|e| OpsError::invalid(format!("cannot open the stores to serve: {e}")))
+        })
+    };
+    Ok(ServerConfig {
+        tenants,
+        authenticator,
+        ready_namespace: namespace,
     })
 }
 
