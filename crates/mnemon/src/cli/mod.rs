@@ -15,6 +15,7 @@ mod asset;
 mod keys;
 mod library;
 mod library_import;
+mod mcp;
 mod memory;
 mod migrate;
 mod prompt;
@@ -95,6 +96,9 @@ enum Command {
     /// Copy a namespace's assets, artifacts and memory between a data directory (SQLite) and a
     /// PostgreSQL database, losing nothing (same ids, order, timestamps, marks, embeddings).
     Migrate(migrate::MigrateArgs),
+    /// Serve memory, assets, artifacts and a library as MCP tools, over stdio (or streamable
+    /// HTTP with --http) (docs/reference/mcp.md).
+    Mcp(mcp::McpArgs),
     /// Create, list and revoke the server's API keys (docs/reference/keys.md).
     #[command(subcommand)]
     Keys(keys::KeysCommand),
@@ -170,6 +174,7 @@ pub(crate) fn run() -> ExitCode {
         Command::Prompt(cmd) => prompt::run(cmd),
         Command::Memory(cmd) => memory::run(cmd, &target),
         Command::Migrate(args) => migrate::run(args, &target),
+        Command::Mcp(args) => mcp::run(args, &target, cli.quiet),
         Command::Keys(cmd) => keys::run(cmd, &target, cli.quiet),
         Command::Serve(args) => serve::run(args, &target, cli.quiet),
         Command::Completions { shell } => {
