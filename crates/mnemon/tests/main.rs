@@ -7,6 +7,7 @@ mod cli_keys;
 mod cli_library;
 mod cli_library_import;
 mod cli_library_text;
+mod cli_mcp;
 mod cli_memory;
 mod cli_postgres;
 mod cli_ref;
