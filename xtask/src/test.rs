@@ -8,7 +8,9 @@
 //! 3. Runs the original clients against what Mnemon serves and writes (`tests/clients/`):
 //!    Polymath's TypeScript client against `mnemon serve` (after `npm ci`), and AgentScope 0.1.6
 //!    loading a `memory export --format agentscope-0.1` file (in a virtual environment under
-//!    `target/client-venv`, created on first use). npm and PyPI are the only network used.
+//!    `target/client-venv`, created on first use), and the official MCP Python SDK driving
+//!    every `mnemon mcp` tool over stdio and streamable HTTP (`tests/clients/mcp.sh`, its own
+//!    virtual environment under `target/mcp-venv`). npm and PyPI are the only network used.
 //!
 //! `--no-clients` skips step 3 (for machines without node or python3).
 
@@ -93,7 +95,8 @@ fn client_checks(root: &Path) -> Result<()> {
             .arg(clients.join("agentscope.sh"))
             .arg(&python)
             .arg(&mnemon),
-    )
+    )?;
+    exec(Command::new("sh").arg(clients.join("mcp.sh")).arg(&mnemon))
 }
 
 /// Fails with what to install when `program` is not on the PATH.
