@@ -42,20 +42,55 @@ pub struct Denied {
     pub message: String,
 }
 
-/// Picks the [`Service`] (the namespace's stores) a tool call runs against: the hook through
-/// which API keys choose the namespace (docs/reference/mcp.md#namespaces).
+/// Whether a tool only reads or also writes: what a key's role is checked against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// The tool only reads (recall, list_sessions, describe_asset, …).
+    Read,
+    /// The tool writes or deletes (remember, forget, put_asset, save_artifact).
+    Write,
+}
+
+/// One tool call, as a [`ServiceResolver`] sees it.
+#[derive(Debug, Clone, Copy)]
+pub struct Call<'a> {
+    /// The HTTP request's head over streamable HTTP (its headers carry the caller's key);
+    /// `None` over stdio.
+    pub request: Option<&'a Parts>,
+    /// The tool's name.
+    pub tool: &'a str,
+    /// Whether the tool writes.
+    pub access: Access,
+}
+
+/// Picks the [`Service`] (the namespace's stores) a tool call runs against, or refuses it: the
+/// hook through which API keys choose the namespace and check the role
+/// (docs/reference/mcp.md#namespaces-and-keys).
 ///
 /// Called on the blocking pool once per tool call, so it may open stores.
 pub trait ServiceResolver: Send + Sync + 'static {
-    /// The service for a call. `request` is the HTTP request's head over streamable HTTP (its
-    /// headers carry the caller's key) and `None` over stdio.
-    fn resolve(&self, request: Option<&Parts>) -> Result<Service, Denied>;
+    /// The service for `call`, or why it may not run.
+    fn resolve(&self, call: &Call<'_>) -> Result<Service, Denied>;
 }
 
 /// One namespace for every call: what `mnemon mcp` and a server without keys use.
 impl ServiceResolver for Service {
-    fn resolve(&self, _request: Option<&Parts>) -> Result<Service, Denied> {
+    fn resolve(&self, _call: &Call<'_>) -> Result<Service, Denied> {
         Ok(self.clone())
+    }
+}
+
+/// A resolver from a function, e.g. a server's key check and tenant lookup:
+/// `ResolveWith(move |call: &Call<'_>| …)`.
+#[derive(Debug, Clone)]
+pub struct ResolveWith<F>(pub F);
+
+impl<F> ServiceResolver for ResolveWith<F>
+where
+    F: Fn(&Call<'_>) -> Result<Service, Denied> + Send + Sync + 'static,
+{
+    fn resolve(&self, call: &Call<'_>) -> Result<Service, Denied> {
+        (self.0)(call)
     }
 }
 

@@ -33,7 +33,7 @@ use rmcp::{ErrorData, RoleServer, ServerHandler, tool, tool_handler, tool_router
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::{Denied, LibrarySource, ServiceResolver};
+use crate::{Access, Call, Denied, LibrarySource, ServiceResolver};
 
 /// Most sessions `recall` searches when no session is named (ten pages of the session list).
 const MAX_SESSIONS_SEARCHED: usize = 10_000;
@@ -257,6 +257,7 @@ impl MnemonMcp {
     async fn run<T, F>(
         &self,
         context: &RequestContext<RoleServer>,
+        (tool, access): (&'static str, Access),
         op: F,
         summary: fn(&T) -> String,
     ) -> Result<CallToolResult, ErrorData>
@@ -267,9 +268,12 @@ impl MnemonMcp {
         let request = context.extensions.get::<Parts>().cloned();
         let resolver = Arc::clone(&self.resolver);
         let joined = tokio::task::spawn_blocking(move || {
-            let service = resolver
-                .resolve(request.as_ref())
-                .map_err(Failure::Denied)?;
+            let call = Call {
+                request: request.as_ref(),
+                tool,
+                access,
+            };
+            let service = resolver.resolve(&call).map_err(Failure::Denied)?;
             op(&service)
         })
         .await;
@@ -430,6 +434,7 @@ impl MnemonMcp {
     ) -> Result<CallToolResult, ErrorData> {
         self.run(
             &context,
+            ("remember", Access::Write),
             move |s| {
                 Ok(s.memory_add(MemoryAddInput {
                     session: input.session,
@@ -469,6 +474,7 @@ impl MnemonMcp {
     ) -> Result<CallToolResult, ErrorData> {
         self.run(
             &context,
+            ("recall", Access::Read),
             move |s| recall(s, input),
             |o: &RecallOutput| format!("Recalled {}.", plural(o.messages.len(), "message")),
         )
@@ -491,6 +497,7 @@ impl MnemonMcp {
     ) -> Result<CallToolResult, ErrorData> {
         self.run(
             &context,
+            ("forget", Access::Write),
             move |s| forget(s, input),
             |o: &ForgetOutput| {
                 if o.session_deleted {
@@ -522,6 +529,7 @@ impl MnemonMcp {
     ) -> Result<CallToolResult, ErrorData> {
         self.run(
             &context,
+            ("list_sessions", Access::Read),
             move |s| Ok(s.memory_sessions(input)?),
             |o: &SessionListOutput| {
                 format!(
@@ -555,6 +563,7 @@ impl MnemonMcp {
     ) -> Result<CallToolResult, ErrorData> {
         self.run(
             &context,
+            ("put_asset", Access::Write),
             move |s| {
                 let asset_id = s.asset_put(input)?.asset_id;
                 let meta = s
@@ -586,6 +595,7 @@ impl MnemonMcp {
     ) -> Result<CallToolResult, ErrorData> {
         self.run(
             &context,
+            ("describe_asset", Access::Read),
             move |s| Ok(s.asset_meta(input)?),
             |_: &AssetMetaOutput| "The asset's meta.".to_owned(),
         )
@@ -607,6 +617,7 @@ impl MnemonMcp {
     ) -> Result<CallToolResult, ErrorData> {
         self.run(
             &context,
+            ("resolve_asset", Access::Read),
             move |s| Ok(s.asset_resolve(input)?),
             |_: &AssetResolveOutput| "The referenced value.".to_owned(),
         )
@@ -627,6 +638,7 @@ impl MnemonMcp {
     ) -> Result<CallToolResult, ErrorData> {
         self.run(
             &context,
+            ("list_assets", Access::Read),
             move |s| Ok(s.asset_list(input)?),
             |o: &AssetListOutput| format!("{}.", plural(o.asset_ids.len(), "asset")),
         )
@@ -649,6 +661,7 @@ impl MnemonMcp {
     ) -> Result<CallToolResult, ErrorData> {
         self.run(
             &context,
+            ("save_artifact", Access::Write),
             move |s| Ok(s.artifact_save(input)?),
             |o: &ArtifactOutput| {
                 format!(
@@ -678,6 +691,7 @@ impl MnemonMcp {
     ) -> Result<CallToolResult, ErrorData> {
         self.run(
             &context,
+            ("load_artifacts", Access::Read),
             move |s| Ok(s.artifact_load(input)?),
             |o: &ArtifactLoadOutput| {
                 let mut line = format!("Loaded {}.", plural(o.artifact_ids.len(), "artifact"));
@@ -706,6 +720,7 @@ impl MnemonMcp {
         let library = self.library.clone();
         self.run(
             &context,
+            ("search_library", Access::Read),
             move |s| {
                 let guard = library
                     .as_ref()

@@ -395,16 +395,19 @@ struct ByToken {
 }
 
 impl mnemon_mcp::ServiceResolver for ByToken {
-    fn resolve(
-        &self,
-        request: Option<&axum::http::request::Parts>,
-    ) -> Result<Service, mnemon_mcp::Denied> {
-        let token = request
+    fn resolve(&self, call: &mnemon_mcp::Call<'_>) -> Result<Service, mnemon_mcp::Denied> {
+        let token = call
+            .request
             .and_then(|r| r.headers.get("authorization"))
             .and_then(|v| v.to_str().ok());
         match token {
             Some("Bearer key-a") => Ok(self.a.clone()),
-            Some("Bearer key-b") => Ok(self.b.clone()),
+            // key-b may only read.
+            Some("Bearer key-b") if call.access == mnemon_mcp::Access::Read => Ok(self.b.clone()),
+            Some("Bearer key-b") => Err(mnemon_mcp::Denied {
+                code: "forbidden".into(),
+                message: format!("{} writes, and this key may only read", call.tool),
+            }),
             _ => Err(mnemon_mcp::Denied {
                 code: "unauthorized".into(),
                 message: "this key is not valid; ask for a key with `mnemon keys create`".into(),
@@ -455,6 +458,16 @@ async fn the_resolver_picks_each_requests_namespace() {
     assert_eq!(seen_by_b["sessions"], json!([]));
     let (code, _) = tool_error(&b, "recall", json!({"session": "s"})).await;
     assert_eq!(code, "session_not_found");
+    let (code, message) = tool_error(
+        &b,
+        "remember",
+        json!({"session": "s", "messages": [{"name": "user", "content": "no"}]}),
+    )
+    .await;
+    assert_eq!(
+        (code.as_str(), message.as_str()),
+        ("forbidden", "remember writes, and this key may only read")
+    );
     let (code, message) = tool_error(&stranger, "list_sessions", json!({})).await;
     assert_eq!(code, "unauthorized");
     assert!(message.contains("mnemon keys create"));
