@@ -29,7 +29,7 @@ pub(crate) struct McpArgs {
     http: Option<SocketAddr>,
 
     /// The embedder `recall` and `search_library` turn text into vectors with (for example
-    /// mnemon:hashing-v1-512, or openai:text-embedding-3-small with OPENAI_API_KEY). Defaults to
+    /// mnemon:hashing-v1-512, or openai.com:text-embedding-3-small with OPENAI_API_KEY). Defaults to
     /// the library's model, else mnemon:hashing-v1-512.
     #[arg(long, env = "MNEMON_EMBEDDING_MODEL", value_name = "MODEL")]
     embedding_model: Option<String>,
