@@ -62,10 +62,17 @@ impl Principal {
 }
 
 /// Turns a request's headers into its principal, or refuses it (401: no or a bad credential).
-/// Blocking lookups (a key store) are fine: it is called on the blocking pool.
+/// Blocking lookups (a key store) are fine: unless [`blocks`](Authenticator::blocks) says
+/// otherwise, it is called on the blocking pool.
 pub trait Authenticator: Send + Sync + 'static {
     /// The request's principal.
     fn authenticate(&self, headers: &axum::http::HeaderMap) -> Result<Principal, RestError>;
+
+    /// Whether [`authenticate`](Authenticator::authenticate) may block (read a database);
+    /// `false` lets the server call it on the async thread and save a hop to the blocking pool.
+    fn blocks(&self) -> bool {
+        true
+    }
 }
 
 /// No keys: every request is the admin of one namespace.
@@ -88,6 +95,10 @@ impl Authenticator for OpenAccess {
             role: Role::Admin,
         })
     }
+
+    fn blocks(&self) -> bool {
+        false
+    }
 }
 
 impl FromRequestParts<AppState> for Principal {
@@ -97,6 +108,9 @@ impl FromRequestParts<AppState> for Principal {
         parts: &mut Parts,
         state: &AppState,
     ) -> Result<Self, Self::Rejection> {
+        if !state.auth.blocks() {
+            return state.auth.authenticate(&parts.headers);
+        }
         let auth = std::sync::Arc::clone(&state.auth);
         let headers = parts.headers.clone();
         tokio::task::spawn_blocking(move || auth.authenticate(&headers))
