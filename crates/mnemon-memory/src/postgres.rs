@@ -329,6 +329,46 @@ const DEFAULT_EF_SEARCH: usize = 80;
 /// re-scores exactly: see `retrieve_from_index`.
 const RESCORE_MARGIN: usize = 10;
 
+/// A recall through the index, first statement: the thread with its counters (schema version 3),
+/// also setting the index query's settings for the transaction only: the shortlist's length,
+/// and no sequential scan or sort, so that the planner takes the HNSW index (the only plan left
+/// that orders by distance) even before the table's first `ANALYZE`, when it would otherwise
+/// prefer to scan and sort the thread exactly.
+const RECALL_THREAD_SQL: &str = "SELECT t.thread_id, t.live, t.rev,
+        COALESCE((SELECT d.n FROM memory_dims d
+                  WHERE d.thread_id = t.thread_id AND d.dim = $5), 0),
+        set_config('hnsw.ef_search', $6, true),
+        set_config('enable_seqscan', 'off', true),
+        set_config('enable_sort', 'off', true)
+ FROM memory_threads t
+ WHERE t.namespace = $1 AND t.user_id = $2 AND t.agent_id = $3 AND t.session_id = $4";
+
+/// A recall through the index, the shortlist: the thread's (`$1`; marked `$2` when given)
+/// indexed candidates closest to `$3` through the HNSW index of `dim`, the closest `$4`
+/// by pgvector's distance, and then every candidate that waits for the background indexer
+/// (`postgres/indexer.rs`), outside the index, all to be scored exactly (up to
+/// [`PENDING_SCAN_MAX`] of them; one more says there are too many). Each row: seq, id,
+/// `embedding` (the vector, or NULL when the mirror has them), whether it is pending. The
+/// dimension is formatted into the text: the partial index is chosen only when its predicate
+/// appears literally.
+fn shortlist_sql(dim: usize, embedding: &str) -> &'static str {
+    let scan_limit = PENDING_SCAN_MAX + 1;
+    interned(format!(
+        "(SELECT m.seq, m.msg_id, {embedding}, false FROM memory_messages m
+          WHERE m.thread_id = $1 AND m.embedding_dim = {dim}
+            AND ($2::text IS NULL OR EXISTS (SELECT 1 FROM memory_marks k
+                 WHERE k.thread_id = m.thread_id AND k.msg_id = m.msg_id AND k.mark = $2))
+          ORDER BY m.embedding_v::vector({dim}) <=> $3::vector({dim})
+          LIMIT $4)
+         UNION ALL
+         (SELECT m.seq, m.msg_id, {embedding}, true FROM memory_messages m
+          WHERE m.thread_id = $1 AND m.pending_dim = {dim}
+            AND ($2::text IS NULL OR EXISTS (SELECT 1 FROM memory_marks k
+                 WHERE k.thread_id = m.thread_id AND k.msg_id = m.msg_id AND k.mark = $2))
+          LIMIT {scan_limit})"
+    ))
+}
+
 /// The most pending rows (see `postgres/indexer.rs`) a recall through the index scores
 /// exactly beside the index's shortlist; a thread with more takes the exact path.
 const PENDING_SCAN_MAX: usize = 4096;
@@ -878,18 +918,10 @@ fn count_dims(
     added: &[Option<i32>],
     removed: &[Option<i32>],
 ) -> Result<(), MemoryError> {
-    let mut counts: HashMap<i32, i64> = HashMap::new();
-    for d in added.iter().flatten() {
-        *counts.entry(*d).or_default() += 1;
-    }
-    for d in removed.iter().flatten() {
-        *counts.entry(*d).or_default() -= 1;
-    }
-    counts.retain(|_, n| *n != 0);
-    if counts.is_empty() {
+    let (keys, values) = dim_counts(added, removed);
+    if keys.is_empty() {
         return Ok(());
     }
-    let (keys, values): (Vec<i32>, Vec<i64>) = counts.into_iter().unzip();
     tx.execute(
         "INSERT INTO memory_dims (thread_id, dim, n)
          SELECT $1, d, n FROM UNNEST($2::integer[], $3::bigint[]) AS t(d, n)
@@ -898,6 +930,21 @@ fn count_dims(
     )
     .map_err(pg_error)?;
     Ok(())
+}
+
+/// How the counts of `memory_dims` move for the messages `added` and `removed` (one entry per
+/// message, `None` for one without an indexable embedding): the dimensions and their changes,
+/// none zero.
+fn dim_counts(added: &[Option<i32>], removed: &[Option<i32>]) -> (Vec<i32>, Vec<i64>) {
+    let mut counts: HashMap<i32, i64> = HashMap::new();
+    for d in added.iter().flatten() {
+        *counts.entry(*d).or_default() += 1;
+    }
+    for d in removed.iter().flatten() {
+        *counts.entry(*d).or_default() -= 1;
+    }
+    counts.retain(|_, n| *n != 0);
+    counts.into_iter().unzip()
 }
 
 /// The in-memory copy of a thread, valid for `(thread_id, rev)`.
@@ -1307,25 +1354,35 @@ impl Batch {
         }
     }
 
-    /// Inserts the rows (one statement) and their marks (one more) into the thread.
-    fn insert(
+    /// Appends the rows to the locked thread, with their dimension counts (`memory_dims`), the
+    /// thread's `live` (moved by `added`), `next_seq` and a new rev, in one statement: a
+    /// durable put is then four round trips and the commit. Marks follow in one more.
+    fn append(
         &self,
         tx: &mut CachedTransaction<'_>,
         thread_id: i64,
         vectors: bool,
+        added: i64,
+        next_seq: i64,
     ) -> Result<(), MemoryError> {
-        if self.seqs.is_empty() {
-            return Ok(());
-        }
         if vectors {
+            let (keys, values) = dim_counts(&self.vector_dims, &[]);
             let statement = tx
                 .prepare_cached(
-                    "INSERT INTO memory_messages (thread_id, seq, msg_id, kind, body, embedding,
-                   embedding_v, embedding_dim, embedding_form, pending_dim)
-                 SELECT $1, s, i, k, b, e, v, d, f, p
-                 FROM UNNEST($2::bigint[], $3::text[], $4::text[], $5::text[], $6::bytea[],
-                             $7::vector[], $8::integer[], $9::smallint[], $10::integer[])
-                   AS t(s, i, k, b, e, v, d, f, p)",
+                    "WITH ins AS (
+                       INSERT INTO memory_messages (thread_id, seq, msg_id, kind, body,
+                         embedding, embedding_v, embedding_dim, embedding_form, pending_dim)
+                       SELECT $1, s, i, k, b, e, v, d, f, p
+                       FROM UNNEST($2::bigint[], $3::text[], $4::text[], $5::text[],
+                                   $6::bytea[], $7::vector[], $8::integer[], $9::smallint[],
+                                   $10::integer[])
+                         AS t(s, i, k, b, e, v, d, f, p)),
+                     dims AS (
+                       INSERT INTO memory_dims (thread_id, dim, n)
+                       SELECT $1, d, n FROM UNNEST($11::integer[], $12::bigint[]) AS t(d, n)
+                       ON CONFLICT (thread_id, dim) DO UPDATE SET n = memory_dims.n + excluded.n)
+                     UPDATE memory_threads SET rev = rev + 1, live = live + $13, next_seq = $14
+                     WHERE thread_id = $1",
                 )
                 .map_err(pg_error)?;
             tx.execute(
@@ -1341,18 +1398,25 @@ impl Batch {
                     &self.indexed_dims,
                     &self.forms,
                     &self.pending_dims,
+                    &keys,
+                    &values,
+                    &added,
+                    &next_seq,
                 ],
             )
             .map_err(pg_error)?;
         } else {
             let statement = tx
                 .prepare_cached(
-                    "INSERT INTO memory_messages
-                   (thread_id, seq, msg_id, kind, body, embedding, embedding_form)
-                 SELECT $1, s, i, k, b, e, f
-                 FROM UNNEST($2::bigint[], $3::text[], $4::text[], $5::text[], $6::bytea[],
-                             $7::smallint[])
-                   AS t(s, i, k, b, e, f)",
+                    "WITH ins AS (
+                       INSERT INTO memory_messages
+                         (thread_id, seq, msg_id, kind, body, embedding, embedding_form)
+                       SELECT $1, s, i, k, b, e, f
+                       FROM UNNEST($2::bigint[], $3::text[], $4::text[], $5::text[],
+                                   $6::bytea[], $7::smallint[])
+                         AS t(s, i, k, b, e, f))
+                     UPDATE memory_threads SET rev = rev + 1, live = live + $8, next_seq = $9
+                     WHERE thread_id = $1",
                 )
                 .map_err(pg_error)?;
             tx.execute(
@@ -1365,6 +1429,8 @@ impl Batch {
                     &self.bodies,
                     &self.embeddings,
                     &self.forms,
+                    &added,
+                    &next_seq,
                 ],
             )
             .map_err(pg_error)?;
@@ -1438,9 +1504,9 @@ fn persist(
     let thread_id = thread.id;
     let mut dims = Vec::new();
     let mut pending = false;
-    // The thread's counters move in the one statement that bumps its rev, at the end.
+    // The thread's count moves in the one statement that bumps its rev, at the end (an append
+    // does all of it in its one statement: `Batch::append`).
     let mut live_delta: i64 = 0;
-    let mut next_seq: Option<i64> = None;
     let id_at = |i: usize| {
         state
             .entries()
@@ -1463,16 +1529,13 @@ fn persist(
             for (seq, entry) in (next..).zip(entries) {
                 batch.push(seq, entry, vectors)?;
             }
-            batch.insert(tx, thread_id, vectors)?;
-            // Appends only ever add to the counters.
+            // Appends only ever add to the counters; the rows, the dimension counts and the
+            // thread's counters and rev go in one statement (its marks in one more).
             let added = i64::try_from(batch.seqs.len()).unwrap_or(i64::MAX);
-            live_delta = added;
-            next_seq = Some(next.saturating_add(added));
-            if vectors {
-                count_dims(tx, thread_id, &batch.vector_dims, &[])?;
-            }
+            batch.append(tx, thread_id, vectors, added, next.saturating_add(added))?;
             pending = batch.pending_dims.iter().any(Option::is_some);
             dims.extend(batch.dims);
+            return Ok((dims, pending));
         }
         Change::Remove(indices) => {
             let ids = indices
@@ -1603,14 +1666,45 @@ fn persist(
     }
     let bump = tx
         .prepare_cached(
-            "UPDATE memory_threads SET rev = rev + 1, live = live + $2,
-               next_seq = COALESCE($3, next_seq)
-             WHERE thread_id = $1",
+            "UPDATE memory_threads SET rev = rev + 1, live = live + $2 WHERE thread_id = $1",
         )
         .map_err(pg_error)?;
-    tx.execute(&bump, &[&thread_id, &live_delta, &next_seq])
+    tx.execute(&bump, &[&thread_id, &live_delta])
         .map_err(pg_error)?;
     Ok((dims, pending))
+}
+
+/// The statement of [`read_retrieved`] (its text depends on the vector column).
+fn retrieved_sql(vectors: bool) -> &'static str {
+    interned(format!(
+        "SELECT {}, m.seq,
+            m.seq - f.lo - (SELECT count(*) FROM memory_gaps g
+                            WHERE g.thread_id = $1 AND g.seq > f.lo AND g.seq < m.seq)
+         FROM (SELECT min(seq) AS lo FROM memory_messages WHERE thread_id = $1) f,
+              memory_messages m
+         WHERE m.thread_id = $1 AND m.seq = ANY($2)",
+        message_columns(vectors)
+    ))
+}
+
+/// `sql` as a `&'static str`, the key of a connection's statement cache
+/// (`PooledClient::prepare_cached`), so that a recall's statements whose text holds a number
+/// (the dimension, which the partial indexes need literally) are prepared once per connection
+/// instead of on every recall. Each distinct text is kept for the life of the process; the texts
+/// vary only with the dimension (at most [`HNSW_MAX_DIM`] on the index path) and two switches,
+/// so a few thousand at most, about a kilobyte each.
+fn interned(sql: String) -> &'static str {
+    static INTERNED: std::sync::OnceLock<Mutex<HashSet<&'static str>>> = std::sync::OnceLock::new();
+    let mut set = INTERNED
+        .get_or_init(Mutex::default)
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner);
+    if let Some(&known) = set.get(sql.as_str()) {
+        return known;
+    }
+    let leaked: &'static str = Box::leak(sql.into_boxed_str());
+    set.insert(leaked);
+    leaked
 }
 
 /// The retrieved messages of `scored` (`(score, seq)`, in the order given), read from the
@@ -1619,25 +1713,14 @@ fn persist(
 /// and a count over gaps only, never over the messages. `None` when a row is missing.
 fn read_retrieved(
     tx: &mut Transaction<'_>,
+    statement: &postgres::Statement,
     thread_id: i64,
     factory: &MsgFactory,
     scored: Vec<(f64, i64)>,
-    vectors: bool,
 ) -> Result<Option<Vec<Retrieved>>, MemoryError> {
     let seqs: Vec<i64> = scored.iter().map(|&(_, seq)| seq).collect();
     let bodies = tx
-        .query(
-            &format!(
-                "SELECT {}, m.seq,
-                    m.seq - f.lo - (SELECT count(*) FROM memory_gaps g
-                                    WHERE g.thread_id = $1 AND g.seq > f.lo AND g.seq < m.seq)
-             FROM (SELECT min(seq) AS lo FROM memory_messages WHERE thread_id = $1) f,
-                  memory_messages m
-             WHERE m.thread_id = $1 AND m.seq = ANY($2)",
-                message_columns(vectors)
-            ),
-            &[&thread_id, &seqs],
-        )
+        .query(statement, &[&thread_id, &seqs])
         .map_err(pg_error)?;
     let mut by_seq = HashMap::with_capacity(bodies.len());
     for row in &bodies {
@@ -1883,23 +1966,22 @@ impl Backend for PostgresMemory {
         let mark = options.mark.as_deref();
         let dim_i32 = i32::try_from(dim).unwrap_or(i32::MAX);
         let mut client = self.store.client()?;
+        // The recall's statements, prepared once per connection (see `interned`): the
+        // shortlist with the candidates' embeddings and without (the mirror has them).
+        let prepared = (|| {
+            Ok::<_, postgres::Error>((
+                client.prepare_cached(RECALL_THREAD_SQL)?,
+                client.prepare_cached(shortlist_sql(dim, "m.embedding_v"))?,
+                client.prepare_cached(shortlist_sql(dim, "NULL::vector"))?,
+                client.prepare_cached(retrieved_sql(true))?,
+            ))
+        })();
+        let (thread_statement, with_embeddings, without_embeddings, retrieved) =
+            prepared.map_err(pg_error)?;
         let mut tx = snapshot(&mut client)?;
-        // One statement reads the thread with its counters (schema version 3) and sets the
-        // index query's settings for this transaction only: the shortlist's length, and no
-        // sequential scan or sort, so that the planner takes the HNSW index (the only plan
-        // left that orders by distance) even before the table's first `ANALYZE`, when it
-        // would otherwise prefer to scan and sort the thread exactly.
         let thread = tx
             .query_opt(
-                "SELECT t.thread_id, t.live, t.rev,
-                        COALESCE((SELECT d.n FROM memory_dims d
-                                  WHERE d.thread_id = t.thread_id AND d.dim = $5), 0),
-                        set_config('hnsw.ef_search', $6, true),
-                        set_config('enable_seqscan', 'off', true),
-                        set_config('enable_sort', 'off', true)
-                 FROM memory_threads t
-                 WHERE t.namespace = $1 AND t.user_id = $2 AND t.agent_id = $3
-                   AND t.session_id = $4",
+                &thread_statement,
                 &[
                     &self.store.namespace.as_str(),
                     &user,
@@ -1955,32 +2037,13 @@ impl Backend for PostgresMemory {
         // current. Otherwise they are read from the snapshot.
         let mirror = self.mirror();
         let mirror = mirror.current(thread_id, rev).then_some(mirror);
-        let embedding_column = if mirror.is_some() {
-            "NULL::bytea"
+        let shortlist = if mirror.is_some() {
+            without_embeddings
         } else {
             // An indexable row's embedding is its vector (schema version 4 stores it once).
-            "m.embedding_v"
+            with_embeddings
         };
-        // The dimension and `rescored` are numbers formatted into the statement (the partial
-        // index is chosen only when its predicate appears literally).
-        // The second branch: the thread's candidates that wait for the background indexer
-        // (`postgres/indexer.rs`), outside the index, all scored exactly below (up to
-        // [`PENDING_SCAN_MAX`]; more takes the exact path).
-        let scan_limit = PENDING_SCAN_MAX + 1;
-        let shortlist = format!(
-            "(SELECT m.seq, m.msg_id, {embedding_column}, false FROM memory_messages m
-              WHERE m.thread_id = $1 AND m.embedding_dim = {dim}
-                AND ($2::text IS NULL OR EXISTS (SELECT 1 FROM memory_marks k
-                     WHERE k.thread_id = m.thread_id AND k.msg_id = m.msg_id AND k.mark = $2))
-              ORDER BY m.embedding_v::vector({dim}) <=> $3::vector({dim})
-              LIMIT {rescored})
-             UNION ALL
-             (SELECT m.seq, m.msg_id, {embedding_column}, true FROM memory_messages m
-              WHERE m.thread_id = $1 AND m.pending_dim = {dim}
-                AND ($2::text IS NULL OR EXISTS (SELECT 1 FROM memory_marks k
-                     WHERE k.thread_id = m.thread_id AND k.msg_id = m.msg_id AND k.mark = $2))
-              LIMIT {scan_limit})"
-        );
+        let rescored_i64 = i64::try_from(rescored).unwrap_or(i64::MAX);
         // How many rows came from the index; `None` when the pending ones are too many.
         let from_index = |rows: &[Row]| -> Result<Option<usize>, MemoryError> {
             let mut pending = 0;
@@ -1996,7 +2059,7 @@ impl Backend for PostgresMemory {
         let enough =
             |indexed: usize, rows: usize| indexed >= k.min(total.saturating_sub(rows - indexed));
         let mut rows = tx
-            .query(&shortlist, &[&thread_id, &mark, &vector])
+            .query(&shortlist, &[&thread_id, &mark, &vector, &rescored_i64])
             .map_err(pg_error)?;
         let Some(mut indexed) = from_index(&rows)? else {
             return Ok(None);
@@ -2011,7 +2074,7 @@ impl Backend for PostgresMemory {
             )
             .map_err(pg_error)?;
             rows = tx
-                .query(&shortlist, &[&thread_id, &mark, &vector])
+                .query(&shortlist, &[&thread_id, &mark, &vector, &rescored_i64])
                 .map_err(pg_error)?;
             let Some(again) = from_index(&rows)? else {
                 return Ok(None);
@@ -2072,13 +2135,7 @@ impl Backend for PostgresMemory {
                     .into_iter()
                     .map(|(score, seq, _)| (score, seq))
                     .collect();
-                read_retrieved(
-                    &mut tx,
-                    thread_id,
-                    &self.store.factory,
-                    scored,
-                    self.vectors(),
-                )?
+                read_retrieved(&mut tx, &retrieved, thread_id, &self.store.factory, scored)?
             }
         };
         drop(mirror);
