@@ -472,3 +472,60 @@ async fn the_resolver_picks_each_requests_namespace() {
     assert_eq!(code, "unauthorized");
     assert!(message.contains("mnemon keys create"));
 }
+
+/// The endpoint mounted on the library host beside `POST /`, as mnemon-server composes its
+/// routes (`Host::with_routes`), searching the host's library snapshot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mounted_on_the_library_host_it_searches_the_served_library() {
+    use mnemon_host::{ConfigSource, Host, HostOptions, LibrarySource as Served, Sources};
+
+    let dir = tempfile::tempdir().unwrap();
+    let embedder = mnemon_embed::embedder_for_model(MODEL).unwrap();
+    let service =
+        Service::new(Stores::open(dir.path()).unwrap()).with_embedder(Arc::from(embedder));
+    let sources = Sources {
+        library: Served::bytes("sample", SAMPLE),
+        config: ConfigSource::Defaults,
+    };
+    let host = Host::bind(
+        "127.0.0.1:0".parse().unwrap(),
+        sources,
+        HostOptions::default(),
+    )
+    .await
+    .unwrap();
+    let handle = host.handle();
+    let mcp = MnemonMcp::new(service)
+        .with_library(move || Some(Box::new(handle.library()) as mnemon_mcp::LibraryGuard));
+    let host = host.with_routes(mnemon_mcp::router(mcp, HttpOptions::default()));
+    let addr = host.local_addr().unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let serving = tokio::spawn(host.run(async move {
+        let _ = stopped.await;
+    }));
+    let client = ()
+        .serve(StreamableHttpClientTransport::from_uri(format!(
+            "http://{addr}/mcp"
+        )))
+        .await
+        .unwrap();
+    let bits = ok(
+        &client,
+        "search_library",
+        json!({"text": "how do bees keep warm in winter", "count": 1}),
+    )
+    .await;
+    assert!(
+        bits["bits"][0]["text"].as_str().unwrap().contains("bee"),
+        "{bits}"
+    );
+    ok(
+        &client,
+        "remember",
+        json!({"session": "s", "messages": [{"name": "user", "content": "hi"}]}),
+    )
+    .await;
+    client.cancel().await.unwrap();
+    stop.send(()).unwrap();
+    serving.await.unwrap().unwrap();
+}
