@@ -1,0 +1,438 @@
+//! Reading a backup into a namespace (docs/reference/backup.md#importing).
+
+use std::collections::HashSet;
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+use mnemon_artifacts::Storage;
+use mnemon_db::Expiry;
+use mnemon_memory::{LoadSource, Scope};
+use mnemon_types::Asset;
+use serde::Serialize;
+
+use crate::NamespaceStores;
+use crate::error::BackupError;
+use crate::format::{ArtifactRecord, FORMAT, Header, Record, ThreadRecord, Trailer, VERSION};
+use crate::io::LineReader;
+
+/// How many assets go into one write (one transaction), at most.
+const ASSET_BATCH: usize = 256;
+
+/// How many conflicting records an error names.
+const EXAMPLES: usize = 5;
+
+/// Options of [`import`].
+#[derive(Debug, Clone, Default)]
+pub struct ImportOptions {
+    /// Where each memory thread's temporary load file goes (default: the system's temporary
+    /// folder).
+    pub temp_dir: Option<PathBuf>,
+}
+
+/// What an import wrote.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct ImportReport {
+    /// Assets written.
+    pub assets: u64,
+    /// Artifact records saved.
+    pub artifacts: u64,
+    /// Memory threads written.
+    pub threads: u64,
+    /// Messages added.
+    pub messages: u64,
+}
+
+/// What a whole, undamaged backup says about itself.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Verified {
+    /// Its header.
+    pub header: Header,
+    /// Its trailer (counts and checksum).
+    pub trailer: Trailer,
+}
+
+/// Checks the backup at `path` end to end (header, every record, the trailer's counts and
+/// checksum) without touching any store.
+pub fn verify(path: &Path) -> Result<Verified, BackupError> {
+    scan(path, &mut |_| Ok(()))
+}
+
+/// Writes the backup at `path` into `stores`' namespace.
+///
+/// First the whole file is checked, as [`verify`] does, together with the target: no asset id,
+/// artifact id or memory thread of the file may exist there already
+/// ([`BackupError::Conflicts`]), and every storage backend an artifact names must exist
+/// ([`BackupError::NoBackend`]); any failure here writes nothing. Then the records are written:
+/// assets in batches of up to 256 (one transaction each), each artifact record with its content,
+/// each memory thread's messages in one transaction. Expiry instants are kept as they are (a
+/// record without one never expires, whatever the target's default time-to-live).
+pub fn import(
+    stores: &dyn NamespaceStores,
+    path: &Path,
+    options: &ImportOptions,
+) -> Result<ImportReport, BackupError> {
+    let checked = check(stores, path)?;
+    let temp_dir = options.temp_dir.clone().unwrap_or_else(std::env::temp_dir);
+    let scratch = tempfile::Builder::new()
+        .prefix(".mnemon-import-")
+        .tempdir_in(&temp_dir)
+        .map_err(BackupError::io(&temp_dir))?;
+    let mut importer = Importer {
+        stores,
+        report: ImportReport::default(),
+        assets: Vec::new(),
+        thread: None,
+        document: scratch.path().join("thread.json"),
+    };
+    let result = scan(path, &mut |record| importer.write(record));
+    let written = result.and_then(|verified| {
+        importer.flush()?;
+        Ok(verified)
+    });
+    match written {
+        Ok(verified) if verified.trailer == checked.trailer => Ok(importer.report),
+        Ok(_) | Err(BackupError::Mismatch { .. } | BackupError::Damaged { .. }) => {
+            Err(BackupError::ChangedDuringImport)
+        }
+        Err(other) => Err(other),
+    }
+}
+
+/// The first pass of [`import`]: the file is whole, and it fits the target.
+fn check(stores: &dyn NamespaceStores, path: &Path) -> Result<Verified, BackupError> {
+    let existing: HashSet<Scope> = stores
+        .threads()
+        .map_err(|error| BackupError::Memory {
+            thread: "(listing threads)".to_owned(),
+            error,
+        })?
+        .into_iter()
+        .collect();
+    let mut conflicts = 0u64;
+    let mut examples = Vec::new();
+    let mut conflict = |what: String| {
+        conflicts += 1;
+        if examples.len() < EXAMPLES {
+            examples.push(what);
+        }
+    };
+    let verified = scan(path, &mut |record| {
+        match record {
+            Record::Asset(record) => {
+                let asset = record.decode()?;
+                if stores
+                    .assets()
+                    .expires_at(&asset.asset_id)
+                    .map_err(BackupError::Assets)?
+                    .is_some()
+                {
+                    conflict(format!("asset {:?}", asset.asset_id));
+                }
+            }
+            Record::Artifact(record) => {
+                let artifact = &record.artifact;
+                if stores
+                    .artifacts()
+                    .expires_at(artifact.id)
+                    .map_err(BackupError::Artifacts)?
+                    .is_some()
+                {
+                    conflict(format!("artifact {}", artifact.id));
+                }
+                if let Some(location) = &artifact.storage
+                    && stores.backends().resolve(&location.backend).is_err()
+                {
+                    return Err(BackupError::NoBackend {
+                        id: artifact.id.to_string(),
+                        backend: location.backend.clone(),
+                    });
+                }
+            }
+            Record::Thread(thread) if existing.contains(&scope_of(thread)) => {
+                conflict(format!("thread {}", thread.display()));
+            }
+            _ => {}
+        }
+        Ok(())
+    })?;
+    if conflicts > 0 {
+        return Err(BackupError::Conflicts {
+            total: conflicts,
+            examples: examples.join(", "),
+        });
+    }
+    Ok(verified)
+}
+
+fn scope_of(thread: &ThreadRecord) -> Scope {
+    Scope {
+        user_id: thread.user_id.clone(),
+        agent_id: thread.agent_id.clone(),
+        session_id: thread.session_id.clone(),
+    }
+}
+
+/// Reads every line of the backup at `path`, handing each body record (not the header or the
+/// trailer) to `each`, and checks the structure, the counts and the checksum.
+fn scan(
+    path: &Path,
+    each: &mut dyn FnMut(&Record) -> Result<(), BackupError>,
+) -> Result<Verified, BackupError> {
+    let mut reader = LineReader::open(path)?;
+    let mut header = None;
+    let mut counts = Trailer {
+        assets: 0,
+        artifacts: 0,
+        threads: 0,
+        messages: 0,
+        sha256: String::new(),
+    };
+    let mut in_thread = false;
+    loop {
+        let Some(complete) = reader.next(path)? else {
+            return Err(BackupError::Truncated {
+                lines: reader.number,
+            });
+        };
+        if !complete {
+            return Err(BackupError::Truncated {
+                lines: reader.number.saturating_sub(1),
+            });
+        }
+        let line = reader.number;
+        let damaged = |reason: String| BackupError::Damaged { line, reason };
+        let record: Record = match serde_json::from_slice(&reader.line) {
+            Ok(record) => record,
+            Err(_) if header.is_none() => return Err(BackupError::NotABackup),
+            Err(error) => return Err(damaged(error.to_string())),
+        };
+        match (&record, &header) {
+            (Record::Header(found), None) => {
+                if found.format != FORMAT {
+                    return Err(BackupError::NotABackup);
+                }
+                if found.version != VERSION {
+                    return Err(BackupError::UnsupportedVersion {
+                        found: found.version,
+                        supported: VERSION,
+                    });
+                }
+                header = Some(found.clone());
+                continue;
+            }
+            (_, None) => return Err(BackupError::NotABackup),
+            (Record::Header(_), Some(_)) => {
+                return Err(damaged("a second header".to_owned()));
+            }
+            (Record::Trailer(trailer), Some(header)) => {
+                counts.sha256 = reader.digest_before();
+                let compare = |what, expected: String, actual: String| {
+                    if expected == actual {
+                        Ok(())
+                    } else {
+                        Err(BackupError::Mismatch {
+                            what,
+                            expected,
+                            actual,
+                        })
+                    }
+                };
+                compare(
+                    "the checksum",
+                    trailer.sha256.clone(),
+                    counts.sha256.clone(),
+                )?;
+                for (what, expected, actual) in [
+                    ("the asset count", trailer.assets, counts.assets),
+                    ("the artifact count", trailer.artifacts, counts.artifacts),
+                    ("the thread count", trailer.threads, counts.threads),
+                    ("the message count", trailer.messages, counts.messages),
+                ] {
+                    compare(what, expected.to_string(), actual.to_string())?;
+                }
+                if reader.next(path)?.is_some() {
+                    return Err(BackupError::Damaged {
+                        line: reader.number,
+                        reason: "a line after the trailer".to_owned(),
+                    });
+                }
+                return Ok(Verified {
+                    header: header.clone(),
+                    trailer: counts,
+                });
+            }
+            (Record::Asset(_), _) => counts.assets += 1,
+            (Record::Artifact(_), _) => counts.artifacts += 1,
+            (Record::Thread(_), _) => counts.threads += 1,
+            (Record::Message(message), _) => {
+                if !in_thread {
+                    return Err(damaged("a message before any thread".to_owned()));
+                }
+                if message.expires_at.is_some() {
+                    return Err(damaged(
+                        "a message with an expiry, which this version of memory cannot keep"
+                            .to_owned(),
+                    ));
+                }
+                counts.messages += 1;
+            }
+        }
+        match &record {
+            Record::Thread(_) => in_thread = true,
+            Record::Message(_) => {}
+            _ => in_thread = false,
+        }
+        each(&record)?;
+    }
+}
+
+/// The second pass of [`import`]: writes the records, batching assets and gathering each
+/// thread's messages into a load document.
+struct Importer<'a> {
+    stores: &'a dyn NamespaceStores,
+    report: ImportReport,
+    assets: Vec<(Asset, Option<i64>)>,
+    thread: Option<OpenThread>,
+    document: PathBuf,
+}
+
+/// The thread whose messages are being gathered.
+struct OpenThread {
+    record: ThreadRecord,
+    out: BufWriter<File>,
+    messages: u64,
+}
+
+impl Importer<'_> {
+    fn write(&mut self, record: &Record) -> Result<(), BackupError> {
+        if !matches!(record, Record::Asset(_)) {
+            self.flush_assets()?;
+        }
+        if !matches!(record, Record::Message(_)) {
+            self.finish_thread()?;
+        }
+        match record {
+            Record::Asset(record) => {
+                self.assets.push((record.decode()?, record.expires_at));
+                if self.assets.len() >= ASSET_BATCH {
+                    self.flush_assets()?;
+                }
+            }
+            Record::Artifact(record) => self.save_artifact(record)?,
+            Record::Thread(thread) => {
+                let file = File::create(&self.document).map_err(BackupError::io(&self.document))?;
+                let mut out = BufWriter::with_capacity(1 << 16, file);
+                out.write_all(b"[")
+                    .map_err(BackupError::io(&self.document))?;
+                self.thread = Some(OpenThread {
+                    record: thread.clone(),
+                    out,
+                    messages: 0,
+                });
+            }
+            Record::Message(message) => {
+                let Some(thread) = self.thread.as_mut() else {
+                    // `scan` refuses a message outside a thread before it gets here.
+                    return Ok(());
+                };
+                if thread.messages > 0 {
+                    thread
+                        .out
+                        .write_all(b",")
+                        .map_err(BackupError::io(&self.document))?;
+                }
+                serde_json::to_writer(&mut thread.out, &message.message)
+                    .map_err(BackupError::Encode)?;
+                thread.messages += 1;
+            }
+            Record::Header(_) | Record::Trailer(_) => {}
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self) -> Result<(), BackupError> {
+        self.flush_assets()?;
+        self.finish_thread()
+    }
+
+    /// Writes the gathered assets, one transaction per run of equal expiry.
+    fn flush_assets(&mut self) -> Result<(), BackupError> {
+        let pending = std::mem::take(&mut self.assets);
+        let mut rest = pending.as_slice();
+        while let Some((_, expires_at)) = rest.first() {
+            let run = rest
+                .iter()
+                .take_while(|(_, e)| e == expires_at)
+                .map(|(asset, _)| asset.clone())
+                .collect::<Vec<_>>();
+            let expiry = match expires_at {
+                Some(at) => Expiry::At(*at),
+                None => Expiry::Never,
+            };
+            self.stores
+                .assets()
+                .put_batch_expiring(&run, expiry)
+                .map_err(BackupError::Assets)?;
+            self.report.assets += run.len() as u64;
+            rest = rest.get(run.len()..).unwrap_or_default();
+        }
+        Ok(())
+    }
+
+    /// Loads the gathered thread's messages in one transaction.
+    fn finish_thread(&mut self) -> Result<(), BackupError> {
+        let Some(mut thread) = self.thread.take() else {
+            return Ok(());
+        };
+        thread
+            .out
+            .write_all(b"]")
+            .and_then(|()| thread.out.flush())
+            .map_err(BackupError::io(&self.document))?;
+        drop(thread.out);
+        let name = thread.record.display();
+        let added = self
+            .stores
+            .memory(scope_of(&thread.record))
+            .and_then(|memory| memory.load(LoadSource::Path(self.document.clone()), false))
+            .map_err(|error| BackupError::Memory {
+                thread: name,
+                error,
+            })?;
+        self.report.threads += 1;
+        self.report.messages += added.added as u64;
+        Ok(())
+    }
+
+    fn save_artifact(&mut self, record: &ArtifactRecord) -> Result<(), BackupError> {
+        let artifact = &record.artifact;
+        let expiry = match record.expires_at {
+            Some(at) => Expiry::At(at),
+            None => Expiry::Never,
+        };
+        let external = match &artifact.storage {
+            Some(location) => match self.stores.backends().resolve(&location.backend) {
+                Ok(Storage::External { backend, .. }) => Some((backend, location.id.clone())),
+                Ok(Storage::Inline) => None,
+                Err(_) => {
+                    return Err(BackupError::NoBackend {
+                        id: artifact.id.to_string(),
+                        backend: location.backend.clone(),
+                    });
+                }
+            },
+            None => None,
+        };
+        let mut write_content = || match (&external, &record.content) {
+            (Some((backend, storage_id)), Some(content)) => backend.write(storage_id, content),
+            _ => Ok(()),
+        };
+        self.stores
+            .artifacts()
+            .save_expiring(artifact, expiry, &mut write_content)
+            .map_err(BackupError::Artifacts)?;
+        self.report.artifacts += 1;
+        Ok(())
+    }
+}
