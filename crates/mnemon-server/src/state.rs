@@ -151,3 +151,35 @@ pub(crate) fn to_json(value: &impl Serialize) -> Result<Vec<u8>, RestError> {
         )
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_single_tenant_serves_its_namespace_only_and_others_open_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let service = Service::new(mnemon_ops::Stores::open(dir.path()).unwrap());
+        let single = Tenants::single(service);
+        assert!(single.get(&Namespace::default()).is_ok());
+        let acme: Namespace = "acme".parse().unwrap();
+        let refused = single.get(&acme).unwrap_err();
+        assert!(refused.to_string().contains("acme"), "{refused}");
+
+        let opened = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counter = Arc::clone(&opened);
+        let root = dir.path().to_path_buf();
+        let many = Tenants::new(move |namespace: &Namespace| {
+            counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let options = mnemon_ops::OpenOptions::default().with_namespace(namespace.clone());
+            Ok(Service::new(
+                mnemon_ops::Stores::open_with(&root, &options)
+                    .map_err(|e| OpsError::invalid(e.to_string()))?,
+            ))
+        });
+        assert_eq!(many.get(&acme).unwrap().stores().namespace(), &acme);
+        many.get(&acme).unwrap();
+        many.get(&Namespace::default()).unwrap();
+        assert_eq!(opened.load(std::sync::atomic::Ordering::SeqCst), 2);
+    }
+}
