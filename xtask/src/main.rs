@@ -19,6 +19,7 @@ mod bench_library;
 mod bench_memory;
 mod bench_stores;
 mod cargo;
+mod chromium;
 mod ci;
 mod codegen;
 mod postgres;
@@ -34,7 +35,8 @@ tasks:
   release <VERSION> [--dry-run]   bump all crate versions, check the CHANGELOG, cargo package
   bench <library|host|memory-stream|stores|ann>
                                   run a benchmark and print its report
-  postgres install                download PostgreSQL 16 + pgvector into target/postgres (tests)";
+  postgres install                download PostgreSQL 16 + pgvector into target/postgres (tests)
+  chromium install                apt-get Chromium + chromedriver (the inspector's browser tests)";
 
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -46,6 +48,7 @@ fn main() -> Result<()> {
         Some("release") => release::run(rest),
         Some("bench") => bench(rest),
         Some("postgres") => postgres::run(rest),
+        Some("chromium") => chromium::run(rest),
         Some("-h" | "--help" | "help") => {
             println!("{USAGE}");
             Ok(())
