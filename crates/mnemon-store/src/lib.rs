@@ -10,6 +10,33 @@
 //! Durable stores are opened for one namespace (tenant, `mnemon_db::Namespace`) and never
 //! reach another's assets.
 //!
+//! Filters, expiry and forgetting (issue 14; docs/reference/assets.md#filters, #expiry,
+//! #forget) work the same on every store:
+//!
+//! ```
+//! use std::sync::Arc;
+//! use std::time::Duration;
+//! use mnemon_store::{AssetStore, Expiry, Filter, InMemoryStore, ManualClock};
+//! use mnemon_types::Asset;
+//!
+//! let clock = Arc::new(ManualClock::new(1_000));
+//! let store = InMemoryStore::with_expiry(clock.clone(), None);
+//! let doc = |id: &str, owner: &str| {
+//!     Asset::from_json(serde_json::json!({"asset_id": id, "owner": owner, "content": 1}))
+//! };
+//! store.put(&doc("u1/a", "alice")?)?;
+//! store.put_expiring(&doc("u1/b", "alice")?, Expiry::After(Duration::from_millis(10)))?;
+//! store.put(&doc("u2/a", "bob")?)?;
+//! let alice: Filter = r#"{"eq": {"path": "owner", "value": "alice"}}"#.parse()?;
+//! assert_eq!(store.list_where(Some(&alice), Some(10))?, ["u1/a", "u1/b"]);
+//! clock.set(1_010); // the boundary instant: u1/b is gone for every read
+//! assert_eq!(store.count_where(Some(&alice))?, 1);
+//! assert_eq!(store.gc()?, 1);
+//! assert_eq!(store.forget("u1/")?, 1);
+//! assert_eq!(store.list_ids(None)?, ["u2/a"]);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
 //! Resolution of references ([`resolve_in`], [`resolve_asset`], [`ResolveError`]) lives here
 //! because [`AssetStore::resolve`] needs it; `mnemon-refs` builds tool-parameter and
 //! message-text substitution on top.
