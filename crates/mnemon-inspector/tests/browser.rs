@@ -119,10 +119,34 @@ fn every_page_in_headless_chromium() {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    let running = start(mnemon_ops::Stores::open(dir.path()).unwrap());
+    let stores = mnemon_ops::Stores::open(dir.path()).unwrap();
+    every_page(stores, &chromium, &driver, &screenshots());
+}
+
+#[test]
+fn every_page_in_headless_chromium_on_postgres() {
+    let Some((chromium, driver)) = webdriver::find() else {
+        return;
+    };
+    let server = mnemon_tests::require_postgres!();
+    let url = server.fresh_database("inspector_pages").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let options = mnemon_ops::OpenOptions::postgres(url);
+    let stores = mnemon_ops::Stores::open_with(dir.path(), &options).unwrap();
+    let shots = screenshots().join("postgres");
+    std::fs::create_dir_all(&shots).unwrap();
+    every_page(stores, &chromium, &driver, &shots);
+}
+
+fn every_page(
+    stores: mnemon_ops::Stores,
+    chromium: &std::path::Path,
+    driver: &std::path::Path,
+    shots: &std::path::Path,
+) {
+    let running = start(stores);
     seed(&running.rest);
-    let shots = screenshots();
-    let browser = Browser::start(&chromium, &driver);
+    let browser = Browser::start(chromium, driver);
     let ui = format!("{}/ui/", running.base);
 
     // Sessions: the list, each row's newest message.
