@@ -34,6 +34,11 @@ pub(super) const BATCH: i64 = 32;
 /// How long the indexer keeps its connection open without work.
 const IDLE: Duration = Duration::from_secs(2);
 
+/// How long the indexer lets rows gather after a write woke it, so that a stream of single
+/// puts is moved a batch per transaction instead of a transaction per put (four round trips
+/// and a commit each), the index insertions themselves being the same.
+const GATHER: Duration = Duration::from_millis(50);
+
 /// Moves at most `limit` pending rows of `namespace` into the HNSW indexes, in one transaction;
 /// returns how many it moved (0: none left that another indexer is not moving).
 pub(super) fn move_pending(
@@ -166,6 +171,15 @@ fn run(url: &str, settings: Settings, namespace: &Namespace, shared: &Shared) {
                     pool = None;
                 }
             }
+            if state.stop {
+                return;
+            }
+            // Let the writes of the next moments join this batch (a stop still ends it).
+            let (next, _) = shared
+                .changed
+                .wait_timeout_while(state, GATHER, |s| !s.stop)
+                .unwrap_or_else(PoisonError::into_inner);
+            state = next;
             if state.stop {
                 return;
             }
