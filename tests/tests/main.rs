@@ -10,6 +10,7 @@ mod artifacts_store;
 mod asset_crash;
 mod asset_sqlite;
 mod asset_store;
+mod backup;
 mod db_postgres;
 mod filter_sql;
 mod host_protocol;

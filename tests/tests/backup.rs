@@ -1,0 +1,560 @@
+//! `mnemon-backup` (docs/reference/backup.md): a namespace exported from SQLite, imported into
+//! PostgreSQL, exported again and imported into SQLite again is the same, field by field; a
+//! damaged or cut file is refused and imports nothing; peak memory of a large export and
+//! import (ignored measurement).
+
+use std::path::Path;
+use std::sync::Arc;
+
+use mnemon_artifacts::{ArtifactStore, BackendRegistry, Expiry};
+use mnemon_backup::{BackupError, ExportOptions, ImportOptions, NamespaceStores, Selection};
+use mnemon_memory::{ExportFormat, ExportTarget, Exported, Memory, MemoryError, MsgInput, Scope};
+use mnemon_ops::{OpenOptions, Stores};
+use mnemon_store::AssetStore;
+use mnemon_types::artifact::{Artifact, StorageLocation};
+use mnemon_types::{Asset, Bytes, Value};
+use serde_json::json;
+
+/// A handle as the backup crate sees it.
+struct Handle {
+    stores: Stores,
+    artifacts: Arc<dyn ArtifactStore>,
+    source: &'static str,
+}
+
+impl Handle {
+    fn sqlite(dir: &Path) -> Handle {
+        let stores = Stores::open(dir).unwrap();
+        Handle {
+            artifacts: stores.artifacts(),
+            stores,
+            source: "sqlite",
+        }
+    }
+
+    fn postgres(url: &str, files: &Path) -> Handle {
+        let options = OpenOptions::postgres(url).with_write_to_file_root(files);
+        let stores = Stores::open_with(files, &options).unwrap();
+        Handle {
+            artifacts: stores.artifacts(),
+            stores,
+            source: "postgres",
+        }
+    }
+}
+
+impl NamespaceStores for Handle {
+    fn namespace(&self) -> String {
+        self.stores.namespace().to_string()
+    }
+    fn source(&self) -> String {
+        self.source.to_owned()
+    }
+    fn assets(&self) -> &dyn AssetStore {
+        self.stores.assets()
+    }
+    fn artifacts(&self) -> &dyn ArtifactStore {
+        self.artifacts.as_ref()
+    }
+    fn backends(&self) -> &BackendRegistry {
+        self.stores.backends()
+    }
+    fn threads(&self) -> Result<Vec<Scope>, MemoryError> {
+        self.stores.threads()
+    }
+    fn memory(&self, scope: Scope) -> Result<Box<dyn Memory>, MemoryError> {
+        self.stores.memory(scope)
+    }
+}
+
+/// Far in the future, so nothing expires during the test.
+const LATER: i64 = 4_102_444_800_000;
+
+/// Assets with bytes (with and without a media type) deep inside, extra fields, expiry;
+/// artifacts inline and in files, with expiry; two threads with embeddings that are not f32
+/// values, marks, and an empty thread.
+fn fill(handle: &Handle) {
+    let mut photo = Asset::new(Value::Bytes(Bytes::with_media_type(
+        (0..=255u8).collect::<Vec<_>>(),
+        "image/png",
+    )))
+    .with_id("photo-1")
+    .with_type("image")
+    .with_content_type("image/png");
+    photo
+        .extra
+        .insert("x_caption".into(), Value::String("a cat".into()));
+    let table = Asset::from_json(json!({
+        "asset_id": "table-1",
+        "asset_type": "table",
+        "content": {"rows": [[1, 2.5, "x"], [null, true, {"k": [0.1, 1e300]}]]},
+        "x_note": "ünïcödé"
+    }))
+    .unwrap();
+    let mut mixed = Asset::new(Value::Array(vec![
+        Value::Bytes(Bytes::new(vec![0u8, 1, 2])),
+        Value::String("between".into()),
+        Value::Bytes(Bytes::new(Vec::new())),
+    ]))
+    .with_id("mixed-1");
+    mixed.description = Some("bytes in a list".into());
+    let assets = handle.assets();
+    assets.put_expiring(&photo, Expiry::Never).unwrap();
+    assets.put_expiring(&table, Expiry::At(LATER)).unwrap();
+    assets.put_expiring(&mixed, Expiry::Never).unwrap();
+
+    let artifacts = handle.artifacts();
+    let inline = Artifact::new("chat-1", "plan", "plan", "The plan")
+        .with_description("steps")
+        .with_data(json!(["parse", "test"]));
+    artifacts
+        .save_expiring(&inline, Expiry::Never, &mut || Ok(()))
+        .unwrap();
+    let later =
+        Artifact::new("chat-1", "plan", "plan", "The plan, again").with_data(json!({"v": 2}));
+    artifacts
+        .save_expiring(&later, Expiry::At(LATER), &mut || Ok(()))
+        .unwrap();
+    let file = Artifact::new("chat-2", "report", "file", "Report")
+        .with_storage(StorageLocation::new("write_to_file", "reports/r1.json"));
+    let backend = match handle.backends().resolve("write_to_file").unwrap() {
+        mnemon_artifacts::Storage::External { backend, .. } => backend,
+        mnemon_artifacts::Storage::Inline => panic!("write_to_file is not external"),
+    };
+    artifacts
+        .save_expiring(&file, Expiry::Never, &mut || {
+            backend.write("reports/r1.json", &json!({"total": 42, "items": [1, 2, 3]}))
+        })
+        .unwrap();
+
+    let session = handle.memory(Scope::session("s1")).unwrap();
+    let messages = (0..5)
+        .map(|i| {
+            MsgInput::Json(json!({
+                "id": format!("m{i}"),
+                "name": if i % 2 == 0 { "user" } else { "assistant" },
+                "role": if i % 2 == 0 { "user" } else { "assistant" },
+                "content": format!("message {i}"),
+                "timestamp": format!("2026-01-0{} 10:00:0{i}", i + 1),
+                "embedding": [0.1 * f64::from(i), 1.0 / 3.0, -2.5e-8, f64::from(i).sqrt()],
+            }))
+        })
+        .collect();
+    session.add(messages).unwrap();
+    session.mark(&["m1", "m3"], "important").unwrap();
+    session.mark(&["m3"], "done").unwrap();
+    let scoped = handle
+        .memory(Scope {
+            user_id: Some("u1".into()),
+            agent_id: Some("a1".into()),
+            session_id: Some("s2".into()),
+        })
+        .unwrap();
+    scoped
+        .add(vec![MsgInput::Json(json!({
+            "id": "only", "name": "system", "role": "system",
+            "content": [{"type": "text", "text": "hi"}],
+            "timestamp": "2026-02-01 00:00:00", "metadata": {"k": 1}
+        }))])
+        .unwrap();
+    handle.memory(Scope::session("empty")).unwrap();
+}
+
+/// Everything of a namespace, in the stores' own orders, embeddings as bits.
+#[derive(Debug, PartialEq)]
+struct Snapshot {
+    assets: Vec<(Asset, Option<Option<i64>>)>,
+    artifacts: Vec<(Artifact, Option<serde_json::Value>, Option<Option<i64>>)>,
+    threads: Vec<(Scope, String, Vec<Vec<u64>>, Vec<Option<Vec<String>>>)>,
+}
+
+fn snapshot(handle: &Handle) -> Snapshot {
+    let assets = handle
+        .assets()
+        .list_ids(None)
+        .unwrap()
+        .into_iter()
+        .map(|id| {
+            let asset = handle.assets().get(&id).unwrap().unwrap();
+            (asset, handle.assets().expires_at(&id).unwrap())
+        })
+        .collect();
+    let mut artifacts = Vec::new();
+    for scope in handle.artifacts().scopes().unwrap() {
+        for artifact in handle.artifacts().list(&scope, None).unwrap() {
+            let content = handle.backends().read_content(&artifact).unwrap();
+            let expires = handle.artifacts().expires_at(artifact.id).unwrap();
+            artifacts.push((artifact, content, expires));
+        }
+    }
+    let mut threads = Vec::new();
+    let mut scopes = handle.threads().unwrap();
+    scopes.sort_by_key(|s| (s.user_id.clone(), s.agent_id.clone(), s.session_id.clone()));
+    for scope in scopes {
+        let memory = handle.memory(scope.clone()).unwrap();
+        let Exported::Json(document) = memory
+            .export(
+                ExportTarget::Json,
+                &mnemon_memory::ExportOptions {
+                    include_marks: true,
+                    format: ExportFormat::AgentScope00,
+                },
+            )
+            .unwrap()
+        else {
+            panic!("not a document")
+        };
+        let embeddings = memory
+            .get_embeddings(None)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|e| e.into_iter().map(|x| u64::from(x.to_bits())).collect())
+            .collect();
+        let Exported::Messages(messages) = memory
+            .export(
+                ExportTarget::Messages,
+                &mnemon_memory::ExportOptions::default(),
+            )
+            .unwrap()
+        else {
+            panic!("not messages")
+        };
+        let marks = messages
+            .iter()
+            .map(|m| memory.marks_of(m.id()).unwrap())
+            .collect();
+        threads.push((scope, document, embeddings, marks));
+    }
+    Snapshot {
+        assets,
+        artifacts,
+        threads,
+    }
+}
+
+/// The embeddings of thread `s1` as the stored f64 numbers, read from its export document.
+fn stored_embeddings(snapshot: &Snapshot) -> Vec<Vec<u64>> {
+    let (_, document, _, _) = snapshot
+        .threads
+        .iter()
+        .find(|(scope, ..)| scope.session_id.as_deref() == Some("s1"))
+        .unwrap();
+    let messages: serde_json::Value = serde_json::from_str(document).unwrap();
+    messages
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| {
+            m["embedding"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_f64().unwrap().to_bits())
+                .collect()
+        })
+        .collect()
+}
+
+/// The lines of a backup between its header (which names the source and the time) and its
+/// trailer (whose checksum covers the header).
+fn body(path: &Path) -> Vec<String> {
+    let text = std::fs::read_to_string(path).unwrap();
+    let lines: Vec<String> = text.lines().map(str::to_owned).collect();
+    lines[1..lines.len() - 1].to_vec()
+}
+
+fn is_empty(handle: &Handle) -> bool {
+    handle.assets().list_ids(None).unwrap().is_empty()
+        && handle.artifacts().scopes().unwrap().is_empty()
+        && handle.threads().unwrap().is_empty()
+}
+
+#[test]
+fn sqlite_to_postgres_to_sqlite_is_the_same_field_by_field() {
+    let server = mnemon_tests::require_postgres!();
+    let url = server.fresh_database("backup_round_trip").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let first = Handle::sqlite(&dir.path().join("first"));
+    fill(&first);
+    let before = snapshot(&first);
+    assert_eq!(before.assets.len(), 3);
+    assert_eq!(before.artifacts.len(), 3);
+    assert_eq!(before.threads.len(), 3);
+
+    let file1 = dir.path().join("one.jsonl");
+    let exported = mnemon_backup::export(&first, &file1, &ExportOptions::default()).unwrap();
+    assert_eq!(
+        (
+            exported.assets,
+            exported.artifacts,
+            exported.threads,
+            exported.messages
+        ),
+        (3, 3, 3, 6)
+    );
+
+    let pg = Handle::postgres(&url, &dir.path().join("pg-files"));
+    assert!(is_empty(&pg));
+    let imported = mnemon_backup::import(&pg, &file1, &ImportOptions::default()).unwrap();
+    assert_eq!(
+        (
+            imported.assets,
+            imported.artifacts,
+            imported.threads,
+            imported.messages
+        ),
+        (3, 3, 3, 6)
+    );
+    let middle = snapshot(&pg);
+    assert_eq!(middle, before);
+
+    let file2 = dir.path().join("two.jsonl.gz");
+    mnemon_backup::export(&pg, &file2, &ExportOptions::default()).unwrap();
+    let last = Handle::sqlite(&dir.path().join("last"));
+    mnemon_backup::import(&last, &file2, &ImportOptions::default()).unwrap();
+    let after = snapshot(&last);
+    assert_eq!(after, before);
+
+    // Embeddings bit for bit, f64s that are not f32 values included.
+    let bits = stored_embeddings(&after);
+    assert_eq!(bits, stored_embeddings(&before));
+    assert_eq!(bits[1][1], (1.0f64 / 3.0).to_bits());
+    assert_eq!(bits[4][3], 2.0f64.to_bits());
+
+    // The two files carry the same records in the same order.
+    let file3 = dir.path().join("three.jsonl");
+    mnemon_backup::export(&pg, &file3, &ExportOptions::default()).unwrap();
+    assert_eq!(body(&file3), body(&file1));
+}
+
+#[test]
+fn a_damaged_or_cut_backup_is_refused_and_imports_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let source = Handle::sqlite(&dir.path().join("source"));
+    fill(&source);
+    let file = dir.path().join("backup.jsonl");
+    mnemon_backup::export(&source, &file, &ExportOptions::default()).unwrap();
+    let bytes = std::fs::read(&file).unwrap();
+    let target = Handle::sqlite(&dir.path().join("target"));
+
+    let damaged = dir.path().join("damaged.jsonl");
+    let refused = |content: &[u8]| {
+        std::fs::write(&damaged, content).unwrap();
+        let error = mnemon_backup::import(&target, &damaged, &ImportOptions::default())
+            .expect_err("a damaged backup was imported");
+        assert!(is_empty(&target), "a refused import wrote something");
+        error
+    };
+
+    // Cut anywhere: before the trailer, inside a line, at a line end.
+    for cut in [bytes.len() - 1, bytes.len() / 2, bytes.len() / 3, 10] {
+        let error = refused(&bytes[..cut]);
+        assert!(
+            matches!(
+                error,
+                BackupError::Truncated { .. } | BackupError::Damaged { .. }
+            ),
+            "cut at {cut}: {error}"
+        );
+    }
+    let without_trailer = bytes[..bytes.len() - 1]
+        .iter()
+        .rposition(|&b| b == b'\n')
+        .unwrap();
+    let error = refused(&bytes[..=without_trailer]);
+    assert!(matches!(error, BackupError::Truncated { .. }), "{error}");
+    assert!(error.to_string().contains("truncated"), "{error}");
+
+    // One character changed inside a record that still parses: the checksum catches it.
+    let text = String::from_utf8(bytes.clone()).unwrap();
+    let changed = text.replacen("message 3", "message 4", 1);
+    assert_ne!(changed, text);
+    let error = refused(changed.as_bytes());
+    assert!(
+        matches!(
+            error,
+            BackupError::Mismatch {
+                what: "the checksum",
+                ..
+            }
+        ),
+        "{error}"
+    );
+
+    // A line dropped from the middle: the checksum again.
+    let lines: Vec<&str> = text.lines().collect();
+    let mut dropped = lines.clone();
+    dropped.remove(3);
+    let error = refused((dropped.join("\n") + "\n").as_bytes());
+    assert!(matches!(error, BackupError::Mismatch { .. }), "{error}");
+
+    // Not a backup at all.
+    let error = refused(b"{\"hello\": 1}\n");
+    assert!(matches!(error, BackupError::NotABackup), "{error}");
+
+    // A cut gzip file.
+    let gz = dir.path().join("backup.jsonl.gz");
+    mnemon_backup::export(&source, &gz, &ExportOptions::default()).unwrap();
+    let compressed = std::fs::read(&gz).unwrap();
+    let cut_gz = dir.path().join("cut.jsonl.gz");
+    std::fs::write(&cut_gz, &compressed[..compressed.len() * 2 / 3]).unwrap();
+    let error = mnemon_backup::import(&target, &cut_gz, &ImportOptions::default()).unwrap_err();
+    assert!(is_empty(&target), "{error}");
+
+    // The whole file still imports.
+    mnemon_backup::import(&target, &file, &ImportOptions::default()).unwrap();
+    assert_eq!(snapshot(&target), snapshot(&source));
+}
+
+#[test]
+fn an_import_over_existing_records_is_refused_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let source = Handle::sqlite(&dir.path().join("source"));
+    fill(&source);
+    let file = dir.path().join("backup.jsonl");
+    mnemon_backup::export(&source, &file, &ExportOptions::default()).unwrap();
+    let target = Handle::sqlite(&dir.path().join("target"));
+    target
+        .assets()
+        .put(&Asset::new(Value::Null).with_id("table-1"))
+        .unwrap();
+    let error = mnemon_backup::import(&target, &file, &ImportOptions::default()).unwrap_err();
+    assert!(
+        matches!(error, BackupError::Conflicts { total: 1, .. }),
+        "{error}"
+    );
+    assert!(error.to_string().contains("table-1"), "{error}");
+    assert_eq!(target.assets().list_ids(None).unwrap(), ["table-1"]);
+    assert!(target.threads().unwrap().is_empty());
+    // Into the source itself: every record conflicts.
+    let error = mnemon_backup::import(&source, &file, &ImportOptions::default()).unwrap_err();
+    assert!(
+        matches!(error, BackupError::Conflicts { total: 9, .. }),
+        "{error}"
+    );
+}
+
+#[test]
+fn a_selection_exports_only_its_parts() {
+    let dir = tempfile::tempdir().unwrap();
+    let source = Handle::sqlite(&dir.path().join("source"));
+    fill(&source);
+    let file = dir.path().join("part.jsonl");
+    let selection = Selection {
+        asset_id_prefix: Some("photo".into()),
+        artifact_scope_prefix: Some("chat-2".into()),
+        memory: Some(mnemon_backup::ThreadFilter {
+            user_id: Some("u1".into()),
+            ..Default::default()
+        }),
+    };
+    let report = mnemon_backup::export(
+        &source,
+        &file,
+        &ExportOptions {
+            selection: selection.clone(),
+            ..ExportOptions::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(
+        (
+            report.assets,
+            report.artifacts,
+            report.threads,
+            report.messages
+        ),
+        (1, 1, 1, 1)
+    );
+    let verified = mnemon_backup::verify(&file).unwrap();
+    assert_eq!(verified.header.selection, selection);
+    let target = Handle::sqlite(&dir.path().join("target"));
+    mnemon_backup::import(&target, &file, &ImportOptions::default()).unwrap();
+    assert_eq!(target.assets().list_ids(None).unwrap(), ["photo-1"]);
+    assert_eq!(target.artifacts().scopes().unwrap(), ["chat-2"]);
+    assert_eq!(target.threads().unwrap().len(), 1);
+}
+
+/// Peak resident memory of exporting and importing a large namespace (SQLite, in this test
+/// process): `MNEMON_BACKUP_BENCH_MB` MB of asset bytes (default 1024) plus 100,000 messages
+/// with 64-dimension embeddings. Run alone:
+/// `cargo test -p mnemon-tests --test integration backup::peak_memory -- --ignored --nocapture`.
+#[test]
+#[ignore = "measurement: writes several GB to the temporary folder"]
+fn peak_memory_of_a_large_export_and_import() {
+    let megabytes: usize = std::env::var("MNEMON_BACKUP_BENCH_MB")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1024);
+    let dir = tempfile::tempdir_in(
+        std::env::var("MNEMON_BACKUP_BENCH_DIR")
+            .unwrap_or_else(|_| std::env::temp_dir().to_string_lossy().into_owned()),
+    )
+    .unwrap();
+    let source = Handle::sqlite(&dir.path().join("source"));
+    let blob: Vec<u8> = (0..1 << 20)
+        .map(|i: u32| (i.wrapping_mul(2_654_435_761) >> 24) as u8)
+        .collect();
+    for chunk in 0..megabytes.div_ceil(16) {
+        let assets: Vec<Asset> = (0..16.min(megabytes - chunk * 16))
+            .map(|i| {
+                Asset::new(Value::Bytes(Bytes::new(blob.clone())))
+                    .with_id(format!("blob-{chunk:05}-{i:02}"))
+            })
+            .collect();
+        source.assets().put_batch(&assets).unwrap();
+    }
+    for thread in 0..10 {
+        let memory = source.memory(Scope::session(format!("t{thread}"))).unwrap();
+        let messages = (0..10_000)
+            .map(|i| {
+                MsgInput::Json(json!({
+                    "id": format!("m{i}"), "name": "user", "role": "user",
+                    "content": format!("message {i} of thread {thread}"),
+                    "timestamp": "2026-01-01 00:00:00",
+                    "embedding": (0..64).map(|d| f64::from(i * 64 + d) / 7.0).collect::<Vec<_>>(),
+                }))
+            })
+            .collect();
+        memory.add(messages).unwrap();
+    }
+    let file = dir.path().join("big.jsonl");
+    reset_peak();
+    let start = std::time::Instant::now();
+    let report = mnemon_backup::export(&source, &file, &ExportOptions::default()).unwrap();
+    let export_peak = peak_kib();
+    let export_time = start.elapsed();
+    drop(source);
+    let target = Handle::sqlite(&dir.path().join("target"));
+    reset_peak();
+    let start = std::time::Instant::now();
+    let imported = mnemon_backup::import(&target, &file, &ImportOptions::default()).unwrap();
+    let import_peak = peak_kib();
+    eprintln!(
+        "backup of {megabytes} MB of assets + {} messages: file {} MB; export {:.1?}, peak RSS \
+         {} MiB; import {:.1?}, peak RSS {} MiB",
+        report.messages,
+        report.bytes >> 20,
+        export_time,
+        export_peak >> 10,
+        start.elapsed(),
+        import_peak >> 10,
+    );
+    assert_eq!(imported.assets, report.assets);
+    assert_eq!(imported.messages, report.messages);
+}
+
+/// Resets this process's peak resident set size (`VmHWM`), Linux 4.0 and later.
+fn reset_peak() {
+    std::fs::write("/proc/self/clear_refs", "5").unwrap();
+}
+
+/// This process's peak resident set size since the last [`reset_peak`], in KiB.
+fn peak_kib() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmHWM:"))
+        .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap()
+}
