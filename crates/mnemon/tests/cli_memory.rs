@@ -257,8 +257,18 @@ fn show_selects_by_recency_mark_and_tokens_from_a_session_or_a_file() {
             args.extend_from_slice(extra);
             ok_json(&data, &args)
         };
-        // Messages print as stored: the fixture's objects, without marks.
-        assert_eq!(show(&[]), read_json(V004), "{source:?}");
+        // Messages print as stored: the fixture's objects, without marks; embeddings only
+        // when asked for.
+        assert_eq!(
+            show(&["--include-embeddings"]),
+            read_json(V004),
+            "{source:?}"
+        );
+        let mut plain = read_json(V004);
+        for m in plain.as_array_mut().unwrap() {
+            m.as_object_mut().unwrap().shift_remove("embedding");
+        }
+        assert_eq!(show(&[]), plain, "{source:?}");
         assert_eq!(ids(&show(&["--recent", "2"])), all[5..], "{source:?}");
         assert_eq!(ids(&show(&["--recent", "0"])), Vec::<String>::new());
         assert_eq!(ids(&show(&["--recent", "100"])), all);

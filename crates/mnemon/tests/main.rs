@@ -9,6 +9,7 @@ mod cli_library_import;
 mod cli_library_text;
 mod cli_mcp;
 mod cli_memory;
+mod cli_ops;
 mod cli_postgres;
 mod cli_ref;
 mod cli_serve;

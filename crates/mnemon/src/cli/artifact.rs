@@ -18,6 +18,9 @@ use mnemon_artifacts::{
 use mnemon_types::Artifact;
 use serde_json::{Map, Value};
 
+use mnemon_ops::artifacts::ArtifactIdInput;
+
+use super::format::{FormatArg, Table, emit, ops_error, service_for_reading};
 use super::{CliError, CliResult, Target, print_json};
 // The data directory's layout is the `Mnemon` handle's (src/handle.rs).
 use mnemon::{ARTIFACTS_DIR, DATABASE_FILE};
@@ -63,6 +66,13 @@ pub(crate) enum ArtifactCommand {
         /// The artifact's id (a UUID).
         id: String,
     },
+    /// Remove an artifact record (and content it keeps in the database).
+    Rm {
+        /// The artifact's id (a UUID).
+        id: String,
+        #[command(flatten)]
+        output: FormatArg,
+    },
 }
 
 /// Runs an `artifact` command.
@@ -95,6 +105,17 @@ pub(crate) fn run(command: ArtifactCommand, target: &Target<'_>, quiet: bool) ->
             artifact_type,
         } => print_json(&list(target, &scope, artifact_type.as_deref())?),
         ArtifactCommand::Show { id } => print_json(&show(target, &id)?),
+        ArtifactCommand::Rm { id, output } => {
+            let service = service_for_reading(target)?;
+            let removed = service
+                .artifact_delete(ArtifactIdInput { id: id.clone() })
+                .map_err(ops_error)?;
+            emit(output.format, &removed, |r| {
+                let mut table = Table::new(&["id", "deleted"]);
+                table.row(vec![id, r.deleted.to_string()]);
+                table
+            })
+        }
     }
 }
 

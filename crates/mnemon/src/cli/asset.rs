@@ -11,6 +11,11 @@ use mnemon_store::{
 };
 use mnemon_types::{Asset, AssetRef, MetaOptions, flatten, meta_with};
 
+use mnemon_ops::assets::{
+    AssetBody, AssetContent, AssetIdInput, AssetMetaInput, AssetPutBytesInput, AssetPutInput,
+};
+
+use super::format::{ops_error, service_for_reading, service_for_writing};
 use super::{CliError, CliResult, Target, print_json};
 // The data directory's layout is the `Mnemon` handle's (src/handle.rs).
 use mnemon::DATABASE_FILE;
@@ -20,8 +25,12 @@ use mnemon::DATABASE_FILE;
 pub(crate) enum AssetCommand {
     /// Print an asset's meta: its shape, with bytes and objects replaced by type strings.
     Meta {
-        /// A JSON file holding one asset.
+        /// A JSON file holding one asset, or (when no such file exists, or with --stored) the
+        /// id of a stored asset.
         file: PathBuf,
+        /// Read the stored asset with this id, even if a file of that name exists.
+        #[arg(long)]
+        stored: bool,
         /// Print the flattened meta: one entry per path, in order.
         #[arg(long)]
         flatten: bool,
@@ -38,15 +47,34 @@ pub(crate) enum AssetCommand {
     /// Store asset JSON files; prints each asset's id on its own line once it is durable.
     ///
     /// Every file is read and checked before the first is stored, so a bad file stores nothing.
+    ///
+    /// With --id, stores binary content instead: the bytes of --file, or of a base64 `data:` URL
+    /// given with --data-url.
     Put {
         /// JSON files, each holding one asset (a missing `asset_id` gets a fresh UUID).
-        #[arg(required = true)]
+        #[arg(required_unless_present = "id", conflicts_with = "id")]
         files: Vec<PathBuf>,
+        /// The id of the asset whose whole content is the bytes of --file or --data-url.
+        #[arg(long, requires = "bytes")]
+        id: Option<String>,
+        /// A file whose bytes are the content (any file: an image, a PDF…).
+        #[arg(long = "file", value_name = "F", group = "bytes", requires = "id")]
+        bytes_file: Option<PathBuf>,
+        /// The content as a `data:[<media type>];base64,<data>` URL.
+        #[arg(long, value_name = "URL", group = "bytes", requires = "id")]
+        data_url: Option<String>,
+        /// The media type of the bytes (for --data-url, overrides the URL's).
+        #[arg(long, value_name = "TYPE")]
+        content_type: Option<String>,
     },
-    /// Print a stored asset as JSON (bytes as `data:` URLs).
+    /// Print a stored asset as JSON (bytes as `data:` URLs), or write its content to a file.
     Get {
         /// The asset's id.
         id: String,
+        /// Write the asset's content to this file instead: binary content byte for byte, any
+        /// other content as JSON.
+        #[arg(long, value_name = "F")]
+        out: Option<PathBuf>,
     },
     /// Print the ids of stored assets, one per line, in ascending order.
     List {
@@ -135,13 +163,26 @@ pub(crate) fn run(command: AssetCommand, target: &Target<'_>) -> CliResult {
     match command {
         AssetCommand::Meta {
             file,
+            stored,
             flatten: flat,
             sep,
             no_container_types,
             max_string_len,
         } => {
-            let asset = read_asset(&file)?;
-            let meta = meta_with(&asset, &MetaOptions { max_string_len });
+            let meta = if stored || !file.exists() {
+                // The stored asset's meta, through the operation REST and MCP also use.
+                let service = service_for_reading(target)?;
+                service
+                    .asset_meta(AssetMetaInput {
+                        asset_id: file.to_string_lossy().into_owned(),
+                        max_string_len,
+                    })
+                    .map_err(ops_error)?
+                    .meta
+            } else {
+                let asset = read_asset(&file)?;
+                meta_with(&asset, &MetaOptions { max_string_len })
+            };
             if flat {
                 let flat = flatten(&meta, &sep, !no_container_types).map_err(CliError::input)?;
                 print_json(&flat)
@@ -149,7 +190,52 @@ pub(crate) fn run(command: AssetCommand, target: &Target<'_>) -> CliResult {
                 print_json(&meta)
             }
         }
-        AssetCommand::Put { files } => {
+        AssetCommand::Put {
+            id: Some(asset_id),
+            bytes_file,
+            data_url,
+            content_type,
+            ..
+        } => {
+            let output = match (bytes_file, data_url) {
+                (Some(file), _) => {
+                    let data = std::fs::read(&file)
+                        .with_context(|| format!("cannot read {}", file.display()))
+                        .map_err(CliError::input)?;
+                    service_for_writing(target)?.asset_put_bytes(AssetPutBytesInput {
+                        asset_id,
+                        content_type,
+                        data,
+                    })
+                }
+                (None, Some(url)) => {
+                    let (media, base64) = split_data_url(&url).map_err(CliError::input)?;
+                    // The operation decodes the base64, as it does for REST's content_base64.
+                    let body = AssetBody {
+                        asset_id: Some(asset_id),
+                        asset_type: None,
+                        asset_name: None,
+                        description: None,
+                        content_type: content_type.or(media),
+                        content: None,
+                        content_base64: Some(base64.to_owned()),
+                        extra: serde_json::Map::new(),
+                    };
+                    service_for_writing(target)?.asset_put(AssetPutInput { asset: body })
+                }
+                (None, None) => {
+                    return Err(CliError::input(anyhow::anyhow!(
+                        "--id needs the content: --file F or --data-url URL"
+                    )));
+                }
+            }
+            .map_err(ops_error)?;
+            let mut out = std::io::stdout().lock();
+            writeln!(out, "{}", output.asset_id)
+                .and_then(|()| out.flush())
+                .map_err(CliError::failure)
+        }
+        AssetCommand::Put { files, .. } => {
             let assets = files
                 .iter()
                 .map(|f| read_asset(f))
@@ -166,7 +252,23 @@ pub(crate) fn run(command: AssetCommand, target: &Target<'_>) -> CliResult {
             }
             Ok(())
         }
-        AssetCommand::Get { id } => {
+        AssetCommand::Get { id, out: Some(out) } => {
+            let service = service_for_reading(target)?;
+            let content = service
+                .asset_content(AssetIdInput { asset_id: id })
+                .map_err(ops_error)?;
+            let data = match content {
+                AssetContent::Bytes { data, .. } => data,
+                AssetContent::Json(json) => {
+                    serde_json::to_vec_pretty(&json).map_err(CliError::failure)?
+                }
+            };
+            mnemon::db::atomic_file::write_atomic(&out, |w| w.write_all(&data))
+                .map_err(std::io::Error::from)
+                .with_context(|| format!("cannot write {}", out.display()))
+                .map_err(CliError::failure)
+        }
+        AssetCommand::Get { id, out: None } => {
             let store = open_store_for_reading(target)?;
             let asset = store
                 .get(&id)
@@ -206,6 +308,27 @@ fn not_found(id: &str) -> CliError {
     ))
 }
 
+/// Splits a `data:[<media type>][;params];base64,<data>` URL into its media type and its
+/// base64 text (not decoded: the operation decodes it). Only base64 URLs carry arbitrary bytes,
+/// so others are refused with a message saying so.
+fn split_data_url(url: &str) -> Result<(Option<String>, &str), anyhow::Error> {
+    let rest = url
+        .strip_prefix("data:")
+        .ok_or_else(|| anyhow::anyhow!("--data-url must start with `data:`"))?;
+    let (header, data) = rest
+        .split_once(',')
+        .ok_or_else(|| anyhow::anyhow!("--data-url has no `,` before its data"))?;
+    let mut params = header.split(';');
+    let media = params.next().unwrap_or("").trim();
+    if !params.any(|p| p.trim().eq_ignore_ascii_case("base64")) {
+        return Err(anyhow::anyhow!(
+            "--data-url must be base64 (`data:<type>;base64,<data>`); encode the bytes with base64"
+        ));
+    }
+    let media = (!media.is_empty()).then(|| media.to_owned());
+    Ok((media, data))
+}
+
 /// Reads one asset from a JSON file; a missing file or bad JSON is an input error.
 pub(crate) fn read_asset(file: &Path) -> Result<Asset, CliError> {
     let text = std::fs::read_to_string(file)
@@ -217,4 +340,37 @@ pub(crate) fn read_asset(file: &Path) -> Result<Asset, CliError> {
     Asset::from_json(json)
         .with_context(|| format!("{} is not a valid asset", file.display()))
         .map_err(CliError::input)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn data_urls_split_into_type_and_base64() {
+        assert_eq!(
+            split_data_url("data:image/png;base64,AAEC").unwrap(),
+            (Some("image/png".to_owned()), "AAEC")
+        );
+        assert_eq!(split_data_url("data:;base64,").unwrap(), (None, ""));
+        assert!(split_data_url("data:text/plain,hello").is_err());
+        assert!(split_data_url("http://x").is_err());
+        assert!(split_data_url("data:image/png;base64").is_err());
+    }
+
+    proptest! {
+        #[test]
+        fn data_url_split_round_trips(media in "[a-z]{1,8}/[a-z0-9.+-]{1,12}", data in "[A-Za-z0-9+/=]{0,40}") {
+            let url = format!("data:{media};base64,{data}");
+            let (m, d) = split_data_url(&url).unwrap();
+            prop_assert_eq!(m.as_deref(), Some(media.as_str()));
+            prop_assert_eq!(d, data.as_str());
+        }
+
+        #[test]
+        fn data_url_split_never_panics(s in "\\PC{0,60}") {
+            let _ = split_data_url(&s);
+        }
+    }
 }

@@ -12,6 +12,15 @@ use mnemon_memory::{
 };
 use serde::Serialize;
 
+use mnemon_ops::memory::{
+    DeleteMessagesInput, MarkInput, MemoryAddInput, MemorySearchInput, MessageBody, MetricName,
+    SearchQuery, SessionInput, SessionListInput,
+};
+
+use super::format::{
+    FormatArg as OutputArg, Table, cell, emit, ops_error, service_for_reading, service_for_writing,
+    with_embedder,
+};
 use super::{CliError, CliResult, Target, print_json};
 
 /// Commands on conversation memory.
@@ -56,6 +65,115 @@ pub(crate) enum MemoryCommand {
         /// Only the most recent messages that fit in N cl100k_base tokens.
         #[arg(long, value_name = "N")]
         tokens: Option<usize>,
+        /// Also print each message's embedding (left out by default: it is long and rarely
+        /// read).
+        #[arg(long)]
+        include_embeddings: bool,
+    },
+    /// Append messages to a session (created if needed), atomically.
+    Add {
+        /// The session to add to.
+        #[arg(long)]
+        session: String,
+        /// A JSON file holding one message object or an array of them (`-` for stdin).
+        #[arg(long, value_name = "F", conflicts_with = "content")]
+        json: Option<PathBuf>,
+        /// The text of one message to add.
+        #[arg(long, required_unless_present = "json")]
+        content: Option<String>,
+        /// With --content: the speaker's name.
+        #[arg(long, default_value = "user", requires = "content")]
+        name: String,
+        /// With --content: the role (`user`, `assistant` or `system`).
+        #[arg(long, default_value = "user", requires = "content")]
+        role: String,
+        /// A mark to put on every added message (repeatable).
+        #[arg(long = "mark", value_name = "M")]
+        marks: Vec<String>,
+        #[command(flatten)]
+        output: OutputArg,
+    },
+    /// Remove messages from a session by id.
+    Delete {
+        /// The session.
+        #[arg(long)]
+        session: String,
+        /// The messages' ids.
+        #[arg(required = true)]
+        ids: Vec<String>,
+        #[command(flatten)]
+        output: OutputArg,
+    },
+    /// Delete a session with all its messages and marks.
+    Clear {
+        /// The session.
+        #[arg(long)]
+        session: String,
+        #[command(flatten)]
+        output: OutputArg,
+    },
+    /// Put a mark on messages.
+    Mark {
+        /// The session.
+        #[arg(long)]
+        session: String,
+        /// The mark.
+        #[arg(long = "mark", value_name = "M")]
+        mark: String,
+        /// The messages' ids.
+        #[arg(required = true)]
+        ids: Vec<String>,
+        #[command(flatten)]
+        output: OutputArg,
+    },
+    /// Take a mark off messages (off every message of the session when no id is given).
+    Unmark {
+        /// The session.
+        #[arg(long)]
+        session: String,
+        /// The mark.
+        #[arg(long = "mark", value_name = "M")]
+        mark: String,
+        /// The messages' ids.
+        ids: Vec<String>,
+        #[command(flatten)]
+        output: OutputArg,
+    },
+    /// List the namespace's memory threads, oldest first.
+    Sessions {
+        #[command(flatten)]
+        output: OutputArg,
+    },
+    /// Rank a session's messages by embedding similarity to a text or a vector.
+    Search {
+        /// The session.
+        #[arg(long)]
+        session: String,
+        /// The query text, embedded with --embedding-model.
+        #[arg(long, required_unless_present = "vector", conflicts_with = "vector")]
+        text: Option<String>,
+        /// The query vector, as a JSON array of numbers.
+        #[arg(long, value_name = "JSON")]
+        vector: Option<String>,
+        /// The model that embeds --text, e.g. `mnemon:hashing-v1-256` (offline) or
+        /// `openai.com:text-embedding-3-small` (with OPENAI_API_KEY); it must be the model the
+        /// session's embeddings were made with.
+        #[arg(long, env = "MNEMON_EMBEDDING_MODEL", value_name = "MODEL")]
+        embedding_model: Option<String>,
+        /// How to score.
+        #[arg(long, value_enum, default_value_t = MetricArg::Cosine)]
+        metric: MetricArg,
+        /// How many results.
+        #[arg(long, value_name = "K", default_value_t = 5)]
+        top_k: usize,
+        /// Only messages carrying this mark.
+        #[arg(long, value_name = "M")]
+        mark: Option<String>,
+        /// Also print each message's embedding.
+        #[arg(long)]
+        include_embeddings: bool,
+        #[command(flatten)]
+        output: OutputArg,
     },
     /// Rank messages by embedding similarity to a query vector; prints [{score, index, id}].
     Retrieve {
@@ -119,6 +237,43 @@ struct Hit {
     score: f64,
     index: usize,
     id: String,
+}
+
+/// Parses a query vector given as a JSON array of numbers; `option` names it in the message.
+fn parse_vector(text: &str, option: &str) -> Result<Vec<f32>, CliError> {
+    serde_json::from_str(text).map_err(|e| {
+        CliError::input(anyhow::anyhow!(
+            "{option} must be a JSON array of numbers, e.g. [0.2, -0.4]: {e}"
+        ))
+    })
+}
+
+/// Reads `memory add --json`: one message object or an array of them, from a file or stdin.
+fn read_messages(file: &std::path::Path) -> Result<Vec<MessageBody>, CliError> {
+    let text = if file == std::path::Path::new("-") {
+        std::io::read_to_string(std::io::stdin())
+            .map_err(|e| CliError::input(anyhow::anyhow!("cannot read stdin: {e}")))?
+    } else {
+        std::fs::read_to_string(file)
+            .map_err(|e| CliError::input(anyhow::anyhow!("cannot read {}: {e}", file.display())))?
+    };
+    let json: serde_json::Value = serde_json::from_str(&text).map_err(|e| {
+        CliError::input(anyhow::anyhow!(
+            "{} is not valid JSON: {e}; give one message object or an array of them",
+            file.display()
+        ))
+    })?;
+    Ok(match json {
+        serde_json::Value::Array(items) => items.into_iter().map(MessageBody).collect(),
+        other => vec![MessageBody(other)],
+    })
+}
+
+/// The table of a mark or unmark: how many messages changed.
+fn changed_table(output: &mnemon_ops::memory::MarkOutput) -> Table {
+    let mut table = Table::new(&["changed"]);
+    table.row(vec![output.changed.to_string()]);
+    table
 }
 
 /// Maps a memory error to an exit code: storage trouble is a failure, the rest bad input.
@@ -299,6 +454,7 @@ pub(crate) fn run(command: MemoryCommand, target: &Target<'_>) -> CliResult {
             recent,
             mark,
             tokens,
+            include_embeddings,
         } => {
             let memory = open_source(target, source)?;
             let mut messages = match tokens {
@@ -324,7 +480,190 @@ pub(crate) fn run(command: MemoryCommand, target: &Target<'_>) -> CliResult {
             if let Some(n) = recent {
                 messages.drain(..messages.len().saturating_sub(n));
             }
+            let messages: Vec<serde_json::Value> = messages
+                .iter()
+                .map(|m| {
+                    let mut json = m.to_json();
+                    if !include_embeddings && let Some(object) = json.as_object_mut() {
+                        object.shift_remove("embedding");
+                    }
+                    json
+                })
+                .collect();
             print_json(&messages)
+        }
+        MemoryCommand::Add {
+            session,
+            json,
+            content,
+            name,
+            role,
+            marks,
+            output,
+        } => {
+            let messages = match (json, content) {
+                (Some(file), _) => read_messages(&file)?,
+                (None, Some(content)) => vec![MessageBody(
+                    serde_json::json!({"name": name, "content": content, "role": role}),
+                )],
+                (None, None) => Vec::new(),
+            };
+            let service = service_for_writing(target)?;
+            let added = service
+                .memory_add(MemoryAddInput {
+                    session,
+                    messages,
+                    marks,
+                })
+                .map_err(ops_error)?;
+            emit(output.format, &added, |a| {
+                let mut table = Table::new(&["added", "skipped_duplicates"]);
+                table.row(vec![a.added.to_string(), a.skipped_duplicates.join(", ")]);
+                table
+            })
+        }
+        MemoryCommand::Delete {
+            session,
+            ids,
+            output,
+        } => {
+            let service = service_for_reading(target)?;
+            let report = service
+                .memory_delete_messages(DeleteMessagesInput { session, ids })
+                .map_err(ops_error)?;
+            emit(output.format, &report, |r| {
+                let mut table = Table::new(&["id", "outcome"]);
+                for id in &r.deleted {
+                    table.row(vec![id.clone(), "deleted".into()]);
+                }
+                for id in &r.not_found {
+                    table.row(vec![id.clone(), "not found".into()]);
+                }
+                table
+            })
+        }
+        MemoryCommand::Clear { session, output } => {
+            let service = service_for_reading(target)?;
+            let report = service
+                .memory_session_delete(SessionInput {
+                    session: session.clone(),
+                })
+                .map_err(ops_error)?;
+            emit(output.format, &report, |r| {
+                let mut table = Table::new(&["session", "deleted"]);
+                table.row(vec![session, r.deleted.to_string()]);
+                table
+            })
+        }
+        MemoryCommand::Mark {
+            session,
+            mark,
+            ids,
+            output,
+        } => {
+            let service = service_for_reading(target)?;
+            let report = service
+                .memory_mark(MarkInput {
+                    session,
+                    mark,
+                    ids: Some(ids),
+                })
+                .map_err(ops_error)?;
+            emit(output.format, &report, changed_table)
+        }
+        MemoryCommand::Unmark {
+            session,
+            mark,
+            ids,
+            output,
+        } => {
+            let service = service_for_reading(target)?;
+            let report = service
+                .memory_unmark(MarkInput {
+                    session,
+                    mark,
+                    ids: (!ids.is_empty()).then_some(ids),
+                })
+                .map_err(ops_error)?;
+            emit(output.format, &report, changed_table)
+        }
+        MemoryCommand::Sessions { output } => {
+            let service = service_for_reading(target)?;
+            // Every page: the CLI prints the whole list.
+            let mut all = service
+                .memory_sessions(SessionListInput::default())
+                .map_err(ops_error)?;
+            while let Some(cursor) = all.next_cursor.take() {
+                let next = service
+                    .memory_sessions(SessionListInput {
+                        cursor: Some(cursor),
+                        ..SessionListInput::default()
+                    })
+                    .map_err(ops_error)?;
+                all.sessions.extend(next.sessions);
+                all.next_cursor = next.next_cursor;
+            }
+            emit(output.format, &all, |a| {
+                let mut table = Table::new(&["session_id", "user_id", "agent_id"]);
+                for s in &a.sessions {
+                    table.row(vec![
+                        s.session_id.clone().unwrap_or_default(),
+                        s.user_id.clone().unwrap_or_default(),
+                        s.agent_id.clone().unwrap_or_default(),
+                    ]);
+                }
+                table
+            })
+        }
+        MemoryCommand::Search {
+            session,
+            text,
+            vector,
+            embedding_model,
+            metric,
+            top_k,
+            mark,
+            include_embeddings,
+            output,
+        } => {
+            let query = match (text, vector) {
+                (Some(text), _) => SearchQuery::Text(text),
+                (None, Some(vector)) => SearchQuery::Vector(parse_vector(&vector, "--vector")?),
+                (None, None) => {
+                    return Err(CliError::input(anyhow::anyhow!(
+                        "give the query as --text or --vector"
+                    )));
+                }
+            };
+            let service = with_embedder(service_for_reading(target)?, embedding_model.as_deref())?;
+            let found = service
+                .memory_search(MemorySearchInput {
+                    session,
+                    query,
+                    top_k: Some(top_k),
+                    metric: match metric {
+                        MetricArg::Cosine => MetricName::Cosine,
+                        MetricArg::Dot => MetricName::Dot,
+                        MetricArg::L2 => MetricName::L2,
+                    },
+                    mark,
+                    include_embeddings,
+                })
+                .map_err(ops_error)?;
+            emit(output.format, &found, |f| {
+                let mut table = Table::new(&["score", "index", "id", "name", "content"]);
+                for hit in &f.hits {
+                    let m = &hit.message.0;
+                    table.row(vec![
+                        format!("{:.4}", hit.score),
+                        hit.index.to_string(),
+                        cell(m.get("id")),
+                        cell(m.get("name")),
+                        cell(m.get("content")),
+                    ]);
+                }
+                table
+            })
         }
         MemoryCommand::Retrieve {
             source,
@@ -334,11 +673,7 @@ pub(crate) fn run(command: MemoryCommand, target: &Target<'_>) -> CliResult {
             preserve_order,
             mark,
         } => {
-            let vector: Vec<f32> = serde_json::from_str(&query).map_err(|e| {
-                CliError::input(anyhow::anyhow!(
-                    "--query must be a JSON array of numbers, e.g. [0.2, -0.4]: {e}"
-                ))
-            })?;
+            let vector = parse_vector(&query, "--query")?;
             let memory = open_source(target, source)?;
             let options = RetrieveOptions {
                 metric: match metric {

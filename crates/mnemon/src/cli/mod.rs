@@ -12,6 +12,7 @@ use mnemon::db::Namespace;
 
 mod artifact;
 mod asset;
+mod format;
 mod keys;
 mod library;
 mod library_import;

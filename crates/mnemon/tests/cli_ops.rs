@@ -1,0 +1,519 @@
+//! The commands built on the typed operations (`mnemon-ops`): `memory add|delete|clear|mark|
+//! unmark|sessions|search`, `artifact rm`, `asset meta <stored id>`, binary asset content in
+//! (`--file`, `--data-url`) and out (`--out`), and `--format json|table`; run as a user would.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use serde_json::{Value, json};
+
+fn mnemon_env(dir: &Path, env: &[(&str, &str)], args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_mnemon"))
+        .arg("--data-dir")
+        .arg(dir.join("data"))
+        .args(args)
+        .current_dir(dir)
+        .env_remove("MNEMON_DATA_DIR")
+        .env_remove("MNEMON_DATABASE_URL")
+        .env_remove("MNEMON_NAMESPACE")
+        .env_remove("MNEMON_EMBEDDING_MODEL")
+        .envs(env.iter().copied())
+        .output()
+        .expect("the mnemon binary runs")
+}
+
+fn mnemon(dir: &Path, args: &[&str]) -> Output {
+    mnemon_env(dir, &[], args)
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn ok(out: &Output) -> String {
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    text(&out.stdout)
+}
+
+fn ok_json(dir: &Path, args: &[&str]) -> Value {
+    let out = mnemon(dir, args);
+    serde_json::from_str(&ok(&out)).expect("stdout is JSON")
+}
+
+/// Runs a command that must fail with exit code 2; returns stderr.
+fn input_error(dir: &Path, args: &[&str]) -> String {
+    let out = mnemon(dir, args);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+    assert!(out.stdout.is_empty(), "{args:?}");
+    assert!(stderr.starts_with("error: "), "{stderr}");
+    stderr
+}
+
+fn message(id: &str, content: &str, embedding: Option<Vec<f32>>) -> Value {
+    let mut m = json!({"id": id, "name": "user", "content": content, "role": "user"});
+    if let Some(e) = embedding {
+        m["embedding"] = json!(e);
+    }
+    m
+}
+
+#[test]
+fn memory_add_mark_unmark_delete_clear_and_sessions() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    // Nothing yet: the list is empty, and reading created no data directory.
+    assert_eq!(
+        ok_json(d, &["memory", "sessions", "--format", "json"]),
+        json!({"sessions": []})
+    );
+    assert!(!d.join("data").exists());
+
+    std::fs::write(
+        d.join("msgs.json"),
+        serde_json::to_string(&json!([
+            message("m1", "one", None),
+            message("m2", "two", None)
+        ]))
+        .unwrap(),
+    )
+    .unwrap();
+    let added = ok_json(
+        d,
+        &[
+            "memory",
+            "add",
+            "--session",
+            "s",
+            "--json",
+            "msgs.json",
+            "--mark",
+            "pin",
+            "--format",
+            "json",
+        ],
+    );
+    assert_eq!(added, json!({"added": 2, "skipped_duplicates": []}));
+    let added = ok_json(
+        d,
+        &[
+            "memory",
+            "add",
+            "--session",
+            "s",
+            "--content",
+            "three",
+            "--role",
+            "assistant",
+            "--name",
+            "bot",
+            "--format",
+            "json",
+        ],
+    );
+    assert_eq!(added["added"], 1);
+    // Table by default: a header and a row.
+    let table = ok(&mnemon(
+        d,
+        &["memory", "add", "--session", "t", "--content", "x"],
+    ));
+    assert_eq!(table, "added  skipped_duplicates\n1\n");
+
+    let show = ok_json(d, &["memory", "show", "--session", "s"]);
+    let shown = show.as_array().unwrap();
+    assert_eq!(shown.len(), 3);
+    assert_eq!(shown[2]["content"], "three");
+    assert_eq!(shown[2]["role"], "assistant");
+    assert_eq!(shown[2]["name"], "bot");
+    let pinned = ok_json(d, &["memory", "show", "--session", "s", "--mark", "pin"]);
+    assert_eq!(pinned.as_array().unwrap().len(), 2);
+
+    let third = shown[2]["id"].as_str().unwrap().to_owned();
+    let marked = ok_json(
+        d,
+        &[
+            "memory",
+            "mark",
+            "--session",
+            "s",
+            "--mark",
+            "pin",
+            &third,
+            "--format",
+            "json",
+        ],
+    );
+    assert_eq!(marked, json!({"changed": 1}));
+    let unmarked = ok_json(
+        d,
+        &[
+            "memory",
+            "unmark",
+            "--session",
+            "s",
+            "--mark",
+            "pin",
+            "m1",
+            "--format",
+            "json",
+        ],
+    );
+    assert_eq!(unmarked, json!({"changed": 1}));
+    let pinned = ok_json(d, &["memory", "show", "--session", "s", "--mark", "pin"]);
+    let ids: Vec<&str> = pinned
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["m2", third.as_str()]);
+    // Unmark without ids: off every message.
+    let table = ok(&mnemon(
+        d,
+        &["memory", "unmark", "--session", "s", "--mark", "pin"],
+    ));
+    assert_eq!(table, "changed\n2\n");
+
+    let deleted = ok_json(
+        d,
+        &[
+            "memory",
+            "delete",
+            "--session",
+            "s",
+            "m1",
+            "nope",
+            "--format",
+            "json",
+        ],
+    );
+    assert_eq!(deleted, json!({"deleted": ["m1"], "not_found": ["nope"]}));
+    assert_eq!(
+        ok_json(d, &["memory", "show", "--session", "s"])
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
+
+    let sessions = ok_json(d, &["memory", "sessions", "--format", "json"]);
+    assert_eq!(
+        sessions,
+        json!({"sessions": [{"session_id": "s"}, {"session_id": "t"}]})
+    );
+    let table = ok(&mnemon(d, &["memory", "sessions"]));
+    assert_eq!(table, "session_id  user_id  agent_id\ns\nt\n");
+
+    let cleared = ok_json(
+        d,
+        &["memory", "clear", "--session", "s", "--format", "json"],
+    );
+    assert_eq!(cleared, json!({"deleted": true}));
+    let sessions = ok_json(d, &["memory", "sessions", "--format", "json"]);
+    assert_eq!(sessions, json!({"sessions": [{"session_id": "t"}]}));
+
+    // The operations' errors, with exit code 2.
+    let err = input_error(d, &["memory", "clear", "--session", "s"]);
+    assert!(err.contains("no memory session \"s\""), "{err}");
+    let err = input_error(
+        d,
+        &["memory", "mark", "--session", "gone", "--mark", "x", "m"],
+    );
+    assert!(err.contains("no memory session \"gone\""), "{err}");
+    let err = input_error(d, &["memory", "add", "--session", "", "--content", "x"]);
+    assert!(err.contains("must not be empty"), "{err}");
+    std::fs::write(d.join("bad.json"), "{not json").unwrap();
+    let err = input_error(
+        d,
+        &["memory", "add", "--session", "t", "--json", "bad.json"],
+    );
+    assert!(err.contains("not valid JSON"), "{err}");
+}
+
+#[test]
+fn memory_show_leaves_embeddings_out_unless_asked_and_search_by_text() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let model = "mnemon:hashing-v1-64";
+    let embedder = mnemon::embed::embedder_for_model(model).unwrap();
+    let texts = [
+        "the cat sat on the sofa",
+        "quarterly tax report",
+        "a dog in the park",
+    ];
+    let vectors = embedder.embed(&texts).unwrap();
+    let messages: Vec<Value> = texts
+        .iter()
+        .zip(&vectors)
+        .enumerate()
+        .map(|(i, (t, v))| message(&format!("m{i}"), t, Some(v.clone())))
+        .collect();
+    std::fs::write(d.join("msgs.json"), Value::Array(messages).to_string()).unwrap();
+    ok(&mnemon(
+        d,
+        &["memory", "add", "--session", "s", "--json", "msgs.json"],
+    ));
+
+    let plain = ok_json(d, &["memory", "show", "--session", "s"]);
+    assert!(
+        plain
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|m| m.get("embedding").is_none()),
+        "{plain}"
+    );
+    let full = ok_json(
+        d,
+        &["memory", "show", "--session", "s", "--include-embeddings"],
+    );
+    let first: Vec<f32> = serde_json::from_value(full[0]["embedding"].clone()).unwrap();
+    assert_eq!(first, vectors[0]);
+
+    // By text, with the model the embeddings were made with: the tax report ranks first.
+    let found = ok_json(
+        d,
+        &[
+            "memory",
+            "search",
+            "--session",
+            "s",
+            "--text",
+            "quarterly tax report",
+            "--embedding-model",
+            model,
+            "--top-k",
+            "2",
+            "--format",
+            "json",
+        ],
+    );
+    let hits = found["hits"].as_array().unwrap();
+    assert_eq!(hits.len(), 2);
+    assert_eq!(hits[0]["message"]["id"], "m1");
+    assert_eq!(hits[0]["index"], 1);
+    assert!(hits[0]["message"].get("embedding").is_none());
+    // By vector, as a table.
+    let vector = serde_json::to_string(&vectors[2]).unwrap();
+    let table = ok(&mnemon(
+        d,
+        &[
+            "memory",
+            "search",
+            "--session",
+            "s",
+            "--vector",
+            &vector,
+            "--top-k",
+            "1",
+        ],
+    ));
+    let lines: Vec<&str> = table.lines().collect();
+    assert_eq!(lines.len(), 2, "{table}");
+    assert!(
+        lines[0].starts_with("score  index  id  name  content"),
+        "{table}"
+    );
+    assert!(
+        lines[1].ends_with("2      m2  user  a dog in the park"),
+        "{table}"
+    );
+    // Text without an embedder: the operation's message, exit code 2.
+    let err = input_error(d, &["memory", "search", "--session", "s", "--text", "x"]);
+    assert!(err.contains("needs an embedder"), "{err}");
+}
+
+#[test]
+fn binary_assets_in_by_file_and_data_url_and_out_byte_identical() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    // Every byte value, including invalid UTF-8.
+    let bytes: Vec<u8> = (0..=255u8).chain((0..=255u8).rev()).collect();
+    std::fs::write(d.join("blob.bin"), &bytes).unwrap();
+    let id = ok(&mnemon(
+        d,
+        &[
+            "asset",
+            "put",
+            "--id",
+            "img",
+            "--file",
+            "blob.bin",
+            "--content-type",
+            "image/png",
+        ],
+    ));
+    assert_eq!(id, "img\n");
+    ok(&mnemon(d, &["asset", "get", "img", "--out", "back.bin"]));
+    assert_eq!(std::fs::read(d.join("back.bin")).unwrap(), bytes);
+    let got = ok_json(d, &["asset", "get", "img"]);
+    assert_eq!(got["content_type"], "image/png");
+
+    // The same bytes as a data URL (base64 of 0..=255 then 255..=0).
+    let b64 = base64_encode(&bytes);
+    let url = format!("data:application/octet-stream;base64,{b64}");
+    assert_eq!(
+        ok(&mnemon(
+            d,
+            &["asset", "put", "--id", "blob", "--data-url", &url]
+        )),
+        "blob\n"
+    );
+    ok(&mnemon(d, &["asset", "get", "blob", "--out", "blob.out"]));
+    assert_eq!(std::fs::read(d.join("blob.out")).unwrap(), bytes);
+
+    // JSON content goes out as JSON.
+    std::fs::write(
+        d.join("a1.json"),
+        r#"{"asset_id": "a1", "content": {"labels": ["cat", "sofa"], "note": "a long note"}}"#,
+    )
+    .unwrap();
+    ok(&mnemon(d, &["asset", "put", "a1.json"]));
+    ok(&mnemon(d, &["asset", "get", "a1", "--out", "a1.out"]));
+    let out: Value =
+        serde_json::from_str(&std::fs::read_to_string(d.join("a1.out")).unwrap()).unwrap();
+    assert_eq!(
+        out,
+        json!({"labels": ["cat", "sofa"], "note": "a long note"})
+    );
+
+    // Mistakes: not base64, not a data URL, unknown id.
+    let err = input_error(
+        d,
+        &[
+            "asset",
+            "put",
+            "--id",
+            "x",
+            "--data-url",
+            "data:text/plain,hi",
+        ],
+    );
+    assert!(err.contains("must be base64"), "{err}");
+    let err = input_error(
+        d,
+        &[
+            "asset",
+            "put",
+            "--id",
+            "x",
+            "--data-url",
+            "data:;base64,@@@",
+        ],
+    );
+    assert!(err.contains("not standard base64"), "{err}");
+    let err = input_error(d, &["asset", "get", "nope", "--out", "nope.out"]);
+    assert!(err.contains("no asset with id \"nope\""), "{err}");
+    assert!(!d.join("nope.out").exists());
+}
+
+#[test]
+fn asset_meta_of_a_stored_id_and_artifact_rm() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(
+        d.join("a1.json"),
+        r#"{"asset_id": "a1", "content": {"labels": ["cat", "sofa"], "note": "a long note"}}"#,
+    )
+    .unwrap();
+    ok(&mnemon(d, &["asset", "put", "a1.json"]));
+    // The stored asset's meta equals the file's.
+    let from_file = ok_json(d, &["asset", "meta", "a1.json"]);
+    let stored = ok_json(d, &["asset", "meta", "a1"]);
+    assert_eq!(stored, from_file);
+    assert_eq!(stored["content"]["labels"], json!(["cat", "sofa"]));
+    let flat_file = ok_json(d, &["asset", "meta", "a1.json", "--flatten"]);
+    let flat_stored = ok_json(d, &["asset", "meta", "a1", "--flatten"]);
+    assert_eq!(flat_file, flat_stored);
+    let short = ok_json(d, &["asset", "meta", "a1", "--max-string-len", "4"]);
+    assert_ne!(short["content"]["note"], "a long note");
+    // --stored reads the store even when a file of that name exists.
+    std::fs::write(d.join("a1"), r#"{"asset_id": "other", "content": 1}"#).unwrap();
+    assert_eq!(ok_json(d, &["asset", "meta", "a1", "--stored"]), stored);
+    let err = input_error(d, &["asset", "meta", "missing"]);
+    assert!(err.contains("no asset with id \"missing\""), "{err}");
+
+    // artifact rm, through artifact_delete.
+    std::fs::write(
+        d.join("cfg.json"),
+        r#"{"artifact_key": "plan", "artifact_type": "plan", "artifact_name": "The plan"}"#,
+    )
+    .unwrap();
+    std::fs::write(d.join("in.json"), r#"{"content": "1. parse"}"#).unwrap();
+    let saved = ok_json(
+        d,
+        &[
+            "artifact", "save", "--config", "cfg.json", "--inputs", "in.json", "--scope", "c",
+        ],
+    );
+    let id = saved["artifact"]["id"].as_str().unwrap().to_owned();
+    let removed = ok_json(d, &["artifact", "rm", &id, "--format", "json"]);
+    assert_eq!(removed, json!({"deleted": true}));
+    assert_eq!(ok_json(d, &["artifact", "list", "--scope", "c"]), json!([]));
+    let err = input_error(d, &["artifact", "rm", &id]);
+    assert!(err.contains("no artifact with id"), "{err}");
+    let err = input_error(d, &["artifact", "rm", "not-a-uuid"]);
+    assert!(!err.is_empty());
+}
+
+#[test]
+fn new_commands_run_on_postgresql() {
+    let server = mnemon_tests::require_postgres!();
+    let url = server.fresh_database("cli_ops").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let env = [
+        ("MNEMON_DATABASE_URL", url.as_str()),
+        ("MNEMON_NAMESPACE", "acme"),
+    ];
+    let run = |args: &[&str]| ok(&mnemon_env(d, &env, args));
+    run(&["memory", "add", "--session", "s", "--content", "hi"]);
+    assert_eq!(
+        run(&["memory", "sessions", "--format", "json"])
+            .parse::<Value>()
+            .unwrap(),
+        json!({"sessions": [{"session_id": "s"}]})
+    );
+    // Another namespace does not see it.
+    let other = mnemon_env(
+        d,
+        &[("MNEMON_DATABASE_URL", url.as_str())],
+        &["memory", "sessions", "--format", "json"],
+    );
+    assert_eq!(
+        ok(&other).parse::<Value>().unwrap(),
+        json!({"sessions": []})
+    );
+    let bytes: Vec<u8> = (0..=255u8).collect();
+    std::fs::write(d.join("b.bin"), &bytes).unwrap();
+    run(&["asset", "put", "--id", "b", "--file", "b.bin"]);
+    run(&["asset", "get", "b", "--out", "b.out"]);
+    assert_eq!(std::fs::read(d.join("b.out")).unwrap(), bytes);
+    run(&["memory", "clear", "--session", "s"]);
+    assert!(!d.join("data").exists());
+}
+
+/// Standard base64 with padding, written out here so the test does not share the code under
+/// test.
+fn base64_encode(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::new();
+    for chunk in bytes.chunks(3) {
+        let b = [
+            chunk[0],
+            chunk.get(1).copied().unwrap_or(0),
+            chunk.get(2).copied().unwrap_or(0),
+        ];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(char::from(ALPHABET[((n >> (18 - 6 * i)) & 63) as usize]));
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
