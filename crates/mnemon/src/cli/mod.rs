@@ -12,6 +12,7 @@ use mnemon::db::Namespace;
 
 mod artifact;
 mod asset;
+mod backup;
 mod format;
 mod keys;
 mod library;
@@ -97,6 +98,13 @@ enum Command {
     /// Copy a namespace's assets, artifacts and memory between a data directory (SQLite) and a
     /// PostgreSQL database, losing nothing (same ids, order, timestamps, marks, embeddings).
     Migrate(migrate::MigrateArgs),
+    /// Write the namespace (or part of it) to one portable backup file: assets with their
+    /// bytes, artifacts with their content, memory with embeddings and marks
+    /// (docs/reference/backup.md).
+    Export(backup::ExportArgs),
+    /// Import a backup file written by `mnemon export` into the namespace (checked whole first;
+    /// records that already exist are refused).
+    Import(backup::ImportArgs),
     /// Serve memory, assets, artifacts and a library as MCP tools, over stdio (or streamable
     /// HTTP with --http) (docs/reference/mcp.md).
     Mcp(mcp::McpArgs),
@@ -175,6 +183,8 @@ pub(crate) fn run() -> ExitCode {
         Command::Prompt(cmd) => prompt::run(cmd),
         Command::Memory(cmd) => memory::run(cmd, &target),
         Command::Migrate(args) => migrate::run(args, &target),
+        Command::Export(args) => backup::run_export(args, &target),
+        Command::Import(args) => backup::run_import(args, &target),
         Command::Mcp(args) => mcp::run(args, &target, cli.quiet),
         Command::Keys(cmd) => keys::run(cmd, &target, cli.quiet),
         Command::Serve(args) => serve::run(args, &target, cli.quiet),
