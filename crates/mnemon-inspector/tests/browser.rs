@@ -269,6 +269,19 @@ fn every_page(
         browser.js("return document.querySelector('#asset-id').textContent;"),
         json!(XSS_ASSET)
     );
+    // Its field's reference is canonical (percent-encoded as `AssetRef::to_url` writes it)
+    // and the server resolves it.
+    browser.click(&browser.find_xpath("//table[@id='meta-flat']//button[text()='content/note']"));
+    assert_eq!(
+        browser.js("return document.querySelector('#picked-ref').textContent;"),
+        json!(format!("asset://{}/content/note", urlencode(XSS_ASSET)))
+    );
+    browser.click(&browser.find("#resolve button[type=submit]"));
+    browser.wait_for("document.querySelector('#resolve-out pre')");
+    assert_eq!(
+        browser.js("return document.querySelector('#resolve-out pre').textContent;"),
+        json!(serde_json::to_string(XSS_MESSAGE).unwrap())
+    );
     assert_no_xss(&browser);
 
     // Artifacts: keys with their history, newest first; a record's content; the prompt block.

@@ -1,7 +1,7 @@
 //! The server time of the REST calls each inspector page makes, on a SQLite namespace of
-//! 100,000 messages (one session of 50,000 and 500 of 100), 1,000 assets and 300 artifacts:
+//! 100,000 messages, on SQLite and on PostgreSQL (one session of 50,000 and 500 of 100), 1,000 assets and 300 artifacts:
 //! the target is at most 100 ms per page. Ignored (it seeds for a while); run it with
-//! `cargo test --release -p mnemon-inspector --test inspector -- --ignored --nocapture page_times`.
+//! `cargo test --release -p mnemon-inspector --test inspector -- --ignored --nocapture --test-threads 1 page_times`.
 //! Times are measured on the client over loopback, so they include the HTTP round trip.
 
 use std::time::{Duration, Instant};
@@ -128,9 +128,22 @@ impl Timer {
 
 #[test]
 #[ignore = "seeds 100,000 messages; run with --ignored --nocapture (release build)"]
-fn page_times() {
+fn page_times_sqlite() {
     let dir = tempfile::tempdir().unwrap();
-    let stores = mnemon_ops::Stores::open(dir.path()).unwrap();
+    page_times(mnemon_ops::Stores::open(dir.path()).unwrap());
+}
+
+#[test]
+#[ignore = "seeds 100,000 messages; run with --ignored --nocapture (release build)"]
+fn page_times_postgres() {
+    let server = mnemon_tests::require_postgres!();
+    let url = server.fresh_database("inspector_page_times").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let options = mnemon_ops::OpenOptions::postgres(url);
+    page_times(mnemon_ops::Stores::open_with(dir.path(), &options).unwrap());
+}
+
+fn page_times(stores: mnemon_ops::Stores) {
     let started = Instant::now();
     seed(&Service::new(stores.clone()));
     println!(
