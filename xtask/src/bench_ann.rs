@@ -49,11 +49,12 @@ struct Params {
     threads: usize,
     python: bool,
     reuse_index: bool,
+    rerank: Option<usize>,
 }
 
 const USAGE: &str = "usage: cargo xtask bench ann [--rows N] [--dims D] [--queries Q] [--m M] \
 [--ef-construction E] [--ef 32,64,128] [--target-recall 0.99] [--threads 2] [--no-python] \
-[--reuse-index]";
+[--reuse-index] [--rerank R]";
 
 fn parse(args: &[String]) -> Result<Params> {
     let mut p = Params {
@@ -67,6 +68,7 @@ fn parse(args: &[String]) -> Result<Params> {
         threads: 2,
         python: true,
         reuse_index: false,
+        rerank: None,
     };
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -99,6 +101,7 @@ fn parse(args: &[String]) -> Result<Params> {
             }
             "--no-python" => p.python = false,
             "--reuse-index" => p.reuse_index = true,
+            "--rerank" => p.rerank = Some(number(a, value(a)?)?),
             other => bail!("unknown argument {other:?}\n{USAGE}"),
         }
     }
@@ -222,7 +225,7 @@ fn run_in_pool(p: &Params, dir: &Path) -> Result<()> {
 
     let mut ours = Vec::new();
     for &ef in &p.efs {
-        let row = measure_ours(&index, &queries, &truth, ef, p.threads)?;
+        let row = measure_ours(&index, &queries, &truth, ef, p.rerank, p.threads)?;
         println!(
             "  mnemon-ann ef {ef:>4}: recall@10 {:.4}, p50 {:.3} ms, p99 {:.3} ms, {:.0} q/s on {} threads, {:.0} rows scored per query",
             row.recall, row.p50_ms, row.p99_ms, row.qps, p.threads, row.scored
@@ -307,10 +310,12 @@ fn measure_ours(
     queries: &Matrix,
     truth: &[Vec<u32>],
     ef: usize,
+    rerank: Option<usize>,
     threads: usize,
 ) -> Result<Row> {
     let params = SearchParams {
         ef,
+        rerank,
         ..SearchParams::new(K)
     };
     let search = |q: usize| -> Result<(Vec<u32>, usize)> {
@@ -371,7 +376,7 @@ fn measure_ours(
 /// latency, and how many searches fell back to the exact scan.
 fn filtered(index: &IndexView<'_>, data: &Matrix, queries: &Matrix, percent: u32) -> Result<()> {
     let modulo = 100 / percent.max(1);
-    let visible = |i: u32| i.is_multiple_of(modulo);
+    let visible = |i: u32| i % modulo == 0;
     let n = queries.rows().min(100);
     let (mut hits, mut fallbacks, mut times) = (0usize, 0usize, Vec::with_capacity(n));
     for q in 0..n {

@@ -100,6 +100,37 @@ fn recall_on_clustered_vectors_is_high_and_scores_are_exact() {
 }
 
 #[test]
+fn a_shallow_rerank_keeps_exact_scores_and_most_of_the_recall() {
+    let m = clustered(3_000, 32, 30, 8);
+    let bytes = build_default(&m);
+    let index = IndexView::open(bytes.as_bytes(), m.view(), &OpenOptions::default()).unwrap();
+    let queries = clustered(50, 32, 30, 9);
+    let params = SearchParams {
+        rerank: Some(3),
+        ..SearchParams::new(10)
+    };
+    let mut found = 0;
+    for q in 0..queries.rows() {
+        let query = queries.row(q).unwrap();
+        let o = index.search(query, &params, |_| true).unwrap();
+        // At least `count` are re-ranked, whatever the depth asked.
+        assert_eq!(o.hits.len(), 10);
+        assert!(o.hits.windows(2).all(|w| w[0].score >= w[1].score));
+        for h in &o.hits {
+            let row = m.row(h.index as usize).unwrap();
+            assert_eq!(h.score, mnemon_vector::dot(query, row).unwrap());
+        }
+        let truth = exact(&m, query, 10, |_| true);
+        found += indices(&o).iter().filter(|i| truth.contains(i)).count();
+    }
+    assert!(
+        found as f64 / 500.0 >= 0.9,
+        "recall@10 {}",
+        found as f64 / 500.0
+    );
+}
+
+#[test]
 fn progress_reaches_the_total_and_exact_mode_scans() {
     let m = clustered(500, 8, 5, 4);
     let last = std::sync::Mutex::new(None);
