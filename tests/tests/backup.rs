@@ -476,8 +476,9 @@ fn a_selection_exports_only_its_parts() {
 }
 
 /// Peak resident memory of exporting and importing a large namespace (SQLite, in this test
-/// process): `MNEMON_BACKUP_BENCH_MB` MB of asset bytes (default 1024) plus 100,000 messages
-/// with 64-dimension embeddings. Run alone:
+/// process): `MNEMON_BACKUP_BENCH_MB` MB of asset bytes (default 1024) plus
+/// `MNEMON_BACKUP_BENCH_MESSAGES` messages (default 100,000) in 10 threads, with 64-dimension
+/// embeddings. Run alone:
 /// `cargo test -p mnemon-tests --test integration backup::peak_memory -- --ignored --nocapture`.
 #[test]
 #[ignore = "measurement: writes several GB to the temporary folder"]
@@ -486,6 +487,11 @@ fn peak_memory_of_a_large_export_and_import() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(1024);
+    let per_thread: usize = std::env::var("MNEMON_BACKUP_BENCH_MESSAGES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(100_000)
+        / 10;
     let dir = tempfile::tempdir_in(
         std::env::var("MNEMON_BACKUP_BENCH_DIR")
             .unwrap_or_else(|_| std::env::temp_dir().to_string_lossy().into_owned()),
@@ -506,13 +512,13 @@ fn peak_memory_of_a_large_export_and_import() {
     }
     for thread in 0..10 {
         let memory = source.memory(Scope::session(format!("t{thread}"))).unwrap();
-        let messages = (0..10_000)
+        let messages = (0..per_thread)
             .map(|i| {
                 MsgInput::Json(json!({
                     "id": format!("m{i}"), "name": "user", "role": "user",
                     "content": format!("message {i} of thread {thread}"),
                     "timestamp": "2026-01-01 00:00:00",
-                    "embedding": (0..64).map(|d| f64::from(i * 64 + d) / 7.0).collect::<Vec<_>>(),
+                    "embedding": (0..64usize).map(|d| (i * 64 + d) as f64 / 7.0).collect::<Vec<_>>(),
                 }))
             })
             .collect();

@@ -31,6 +31,7 @@ fn generate() -> Result<Vec<(String, String)>> {
         schema::<QueryArgs>("query-arguments.schema.json")?,
         schema::<QueryResultJson>("query-result.schema.json")?,
         schema::<HostConfig>("host-config.schema.json")?,
+        schema::<mnemon_backup::Record>("backup.schema.json")?,
         // The same text the server serves at /v1/openapi.json.
         (
             "openapi.json".to_owned(),
