@@ -86,6 +86,9 @@ pub struct HostOptions {
     /// The largest serialised query result; larger ones get 400 telling the client to lower
     /// `count` or omit fields.
     pub max_result_bytes: usize,
+    /// Links shown on the `GET /` query page, as `(href, text)`: a server that composes more
+    /// routes (`mnemon serve` mounts the inspector at `/ui/`) points people at them.
+    pub page_links: Vec<(String, String)>,
 }
 
 /// The default [`HostOptions::batch_scans_from`]: 1 Mi floats (4 MiB of embeddings), below
@@ -109,6 +112,7 @@ impl Default for HostOptions {
             max_concurrent_queries: DEFAULT_MAX_CONCURRENT_QUERIES,
             queue_timeout: DEFAULT_QUEUE_TIMEOUT,
             max_result_bytes: DEFAULT_MAX_RESULT_BYTES,
+            page_links: Vec::new(),
         }
     }
 }

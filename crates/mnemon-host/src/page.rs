@@ -152,8 +152,19 @@ pub(crate) fn escape_html(text: &str) -> String {
 /// The page: a form that posts a query to `/`, prefilled with the served library's model. It
 /// needs nothing but itself (no scripts, styles or images from elsewhere); the browser shows
 /// the JSON result. `<link rel="polymath">` names `/` as the endpoint for discovering clients.
-pub(crate) fn index(model: &str, bits: usize) -> Response {
+/// `links` (`HostOptions::page_links`) are listed under the heading.
+pub(crate) fn index(model: &str, bits: usize, links: &[(String, String)]) -> Response {
     let model = escape_html(model);
+    let links: String = links
+        .iter()
+        .map(|(href, text)| {
+            format!(
+                "<p><a href=\"{}\">{}</a></p>\n",
+                escape_html(href),
+                escape_html(text)
+            )
+        })
+        .collect();
     let body = format!(
         r#"<!DOCTYPE html>
 <html lang="en">
@@ -171,7 +182,7 @@ button {{ margin-top: 1rem; }}
 </head>
 <body>
 <h1>Polymath host</h1>
-<p>Serving {bits} bits embedded with <code>{model}</code>. Run a query: the result opens as
+{links}<p>Serving {bits} bits embedded with <code>{model}</code>. Run a query: the result opens as
 JSON. Leave the embedding empty for a random query vector.</p>
 <form method="post" action="/" enctype="application/x-www-form-urlencoded">
 <input type="hidden" name="version" value="1">
@@ -248,7 +259,7 @@ mod tests {
 
     #[test]
     fn the_page_escapes_the_model() {
-        let response = index("<script>alert('x')</script>&", 3);
+        let response = index("<script>alert('x')</script>&", 3, &[]);
         assert_eq!(
             response.headers()[header::CONTENT_TYPE],
             "text/html; charset=utf-8"

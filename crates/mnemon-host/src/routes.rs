@@ -224,7 +224,11 @@ async fn index(State(state): State<Arc<HostState>>, req: Request) -> Response {
         return page::replayed_error(error);
     }
     let snapshot = state.snapshot();
-    page::index(snapshot.library.model(), snapshot.library.len())
+    page::index(
+        snapshot.library.model(),
+        snapshot.library.len(),
+        &state.options.page_links,
+    )
 }
 
 /// A failed query: 400 with the message for the caller's mistakes, else a logged 500.

@@ -73,6 +73,34 @@ pub trait Authenticator: Send + Sync + 'static {
     fn blocks(&self) -> bool {
         true
     }
+
+    /// The answer when it can be given without blocking (from a cache), else `None` and the
+    /// server calls [`authenticate`](Authenticator::authenticate) on the blocking pool.
+    fn authenticate_now(
+        &self,
+        _headers: &axum::http::HeaderMap,
+    ) -> Option<Result<Principal, RestError>> {
+        None
+    }
+}
+
+/// `auth`'s principal for `headers`: on this thread when it does not block or can answer from
+/// memory, else on the blocking pool.
+pub(crate) async fn authenticate(
+    auth: &std::sync::Arc<dyn Authenticator>,
+    headers: &axum::http::HeaderMap,
+) -> Result<Principal, RestError> {
+    if !auth.blocks() {
+        return auth.authenticate(headers);
+    }
+    if let Some(answer) = auth.authenticate_now(headers) {
+        return answer;
+    }
+    let auth = std::sync::Arc::clone(auth);
+    let headers = headers.clone();
+    tokio::task::spawn_blocking(move || auth.authenticate(&headers))
+        .await
+        .map_err(|e| RestError::internal(&e))?
 }
 
 /// No keys: every request is the admin of one namespace.
@@ -108,14 +136,11 @@ impl FromRequestParts<AppState> for Principal {
         parts: &mut Parts,
         state: &AppState,
     ) -> Result<Self, Self::Rejection> {
-        if !state.auth.blocks() {
-            return state.auth.authenticate(&parts.headers);
+        // Authenticated already by the route's `authorize` layer.
+        if let Some(principal) = parts.extensions.get::<Principal>() {
+            return Ok(principal.clone());
         }
-        let auth = std::sync::Arc::clone(&state.auth);
-        let headers = parts.headers.clone();
-        tokio::task::spawn_blocking(move || auth.authenticate(&headers))
-            .await
-            .map_err(|e| RestError::internal(&e))?
+        authenticate(&state.auth, &parts.headers).await
     }
 }
 

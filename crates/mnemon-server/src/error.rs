@@ -99,6 +99,13 @@ impl IntoResponse for RestError {
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/json"),
         );
+        if self.status == StatusCode::UNAUTHORIZED {
+            // RFC 6750: a 401 names the scheme the client must use.
+            response.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static("Bearer realm=\"mnemon\""),
+            );
+        }
         if let Some(seconds) = self.retry_after {
             response
                 .headers_mut()

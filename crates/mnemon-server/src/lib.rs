@@ -8,15 +8,21 @@
 //! * `POST /` and the host's other routes are unchanged; the host's limits (connection count,
 //!   header and idle timeouts, body size and time, the shared body budget, the request slots)
 //!   apply to every route (`mnemon_host::Host::with_routes`, docs/limits.md).
+//! * `/mcp`: the streamable-HTTP MCP endpoint of `mnemon-mcp` (docs/reference/mcp.md), under
+//!   the same authenticator: a refused key is a 401 before MCP sees the request, and each tool
+//!   call runs in the key's namespace and needs a write key for a writing tool.
+//! * `/ui/`: the inspector (docs/reference/inspector.md), linked from the `GET /` page.
 //! * `/healthz` (the host's) and `/readyz` (the database answers).
 //! * Each request's [`Principal`] comes from the [`Authenticator`]: one namespace and a role.
-//!   Without keys, [`OpenAccess`] makes every request the admin of one namespace.
+//!   Without keys, [`OpenAccess`] makes every request the admin of one namespace; with keys,
+//!   [`KeyAuthenticator`] checks `Authorization: Bearer <key>` (docs/reference/keys.md).
 //!
 //! Operations run on tokio's blocking pool (the stores are synchronous), each holding one of
 //! the host's request slots.
 
 mod auth;
 mod error;
+mod keys;
 pub mod openapi;
 mod routes;
 mod state;
@@ -26,11 +32,18 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::Router;
+use axum::extract::{Request, State};
+use axum::http::HeaderMap;
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
 use mnemon_db::Namespace;
 use mnemon_host::{Host, HostError, HostOptions, Sources};
+use mnemon_mcp::{Access, Call, Denied, HttpOptions, LibraryGuard, MnemonMcp, ResolveWith};
+use mnemon_ops::Service;
 
 pub use auth::{Authenticator, OpenAccess, Principal, Role};
 pub use error::{RestError, status_of};
+pub use keys::KeyAuthenticator;
 pub use state::{ServiceOpener, Tenants};
 
 use crate::state::AppState;
@@ -43,6 +56,11 @@ pub struct ServerConfig {
     pub authenticator: Arc<dyn Authenticator>,
     /// The namespace whose database `/readyz` checks.
     pub ready_namespace: Namespace,
+    /// The `Host` header values `/mcp` accepts (`mnemon_mcp::HttpOptions::allowed_hosts`):
+    /// `None` keeps the loopback names only (DNS-rebinding protection for a server on
+    /// loopback), `Some(vec![])` accepts any (a server on another address, where keys or a
+    /// proxy protect it).
+    pub mcp_allowed_hosts: Option<Vec<String>>,
 }
 
 impl std::fmt::Debug for ServerConfig {
@@ -61,6 +79,7 @@ impl ServerConfig {
             tenants: Tenants::single(service),
             authenticator: Arc::new(OpenAccess::new(namespace.clone())),
             ready_namespace: namespace,
+            mcp_allowed_hosts: None,
         }
     }
 }
@@ -76,9 +95,13 @@ impl Server {
     pub async fn bind(
         addr: SocketAddr,
         sources: Sources,
-        options: HostOptions,
+        mut options: HostOptions,
         config: ServerConfig,
     ) -> Result<Server, HostError> {
+        options.page_links.push((
+            mnemon_inspector::PREFIX.to_owned(),
+            "Open the Mnemon inspector: see and search what agents remember".to_owned(),
+        ));
         let host = Host::bind(addr, sources, options).await?;
         let state = AppState {
             tenants: Arc::new(config.tenants),
@@ -87,7 +110,9 @@ impl Server {
             host: host.handle(),
             ready_namespace: config.ready_namespace,
         };
-        let host = host.with_routes(router(state));
+        let mcp = mcp_router(&state, config.mcp_allowed_hosts);
+        let routes = router(state).merge(mcp).merge(mnemon_inspector::router());
+        let host = host.with_routes(routes);
         Ok(Server { host })
     }
 
@@ -115,11 +140,19 @@ impl Server {
     }
 }
 
-/// The REST routes with their state, and a JSON 404 for every other `/v1/…` path.
+/// The REST routes with their state, and a JSON 404 for every other `/v1/…` path. A route
+/// that needs a role is behind [`authorize`]: 401 and 403 come before its body is read.
 fn router(state: AppState) -> Router {
     let mut router = Router::new();
     for route in routes::table() {
-        router = router.route(route.path, route.handler);
+        let handler = match route.role {
+            Some(role) => route.handler.route_layer(middleware::from_fn_with_state(
+                (state.clone(), role),
+                authorize,
+            )),
+            None => route.handler,
+        };
+        router = router.route(route.path, handler);
     }
     router
         .route("/v1", axum::routing::any(routes::not_found))
@@ -127,4 +160,71 @@ fn router(state: AppState) -> Router {
         .route("/v1/{*rest}", axum::routing::any(routes::not_found))
         .method_not_allowed_fallback(routes::method_not_allowed)
         .with_state(state)
+}
+
+/// Authenticates a request and checks its role before the route reads anything: 401 without
+/// an accepted key, 403 when the key's role is below `role`. The principal is kept in the
+/// request's extensions, so the handler does not authenticate again.
+async fn authorize(
+    State((state, role)): State<(AppState, Role)>,
+    mut request: Request,
+    next: Next,
+) -> Response {
+    let principal = match auth::authenticate(&state.auth, request.headers()).await {
+        Ok(principal) => principal,
+        Err(refused) => return refused.into_response(),
+    };
+    if let Err(refused) = principal.require(role) {
+        return refused.into_response();
+    }
+    request.extensions_mut().insert(principal);
+    next.run(request).await
+}
+
+/// `/mcp`: the MCP endpoint over the same tenants and authenticator as the REST routes, and
+/// the host's library for `search_library`.
+fn mcp_router(state: &AppState, allowed_hosts: Option<Vec<String>>) -> Router {
+    let tenants = Arc::clone(&state.tenants);
+    let auth = Arc::clone(&state.auth);
+    // Called on the blocking pool once per tool call: the key check may read the key store.
+    let resolver = ResolveWith(move |call: &Call<'_>| -> Result<Service, Denied> {
+        let none = HeaderMap::new();
+        let headers = call.request.map_or(&none, |parts| &parts.headers);
+        let principal = auth.authenticate(headers).map_err(denied)?;
+        let needed = match call.access {
+            Access::Read => Role::Read,
+            Access::Write => Role::Write,
+        };
+        principal.require(needed).map_err(denied)?;
+        tenants.get(&principal.namespace).map_err(|e| Denied {
+            code: e.code().to_owned(),
+            message: e.to_string(),
+        })
+    });
+    let handle = state.host.clone();
+    let server = MnemonMcp::new(resolver)
+        .with_library(move || Some(Box::new(handle.library()) as LibraryGuard));
+    let mut options = HttpOptions::default();
+    if let Some(hosts) = allowed_hosts {
+        options = options.with_allowed_hosts(hosts);
+    }
+    mnemon_mcp::router(server, options)
+        .layer(middleware::from_fn_with_state(state.clone(), mcp_gate))
+}
+
+/// A tool error from a REST refusal (its code and message).
+fn denied(error: RestError) -> Denied {
+    Denied {
+        code: error.code.to_owned(),
+        message: error.message,
+    }
+}
+
+/// Refuses an MCP request whose key is refused with the REST 401 (or 503) before MCP reads
+/// it, so an HTTP client learns at once that its key is wrong; the role is checked per tool.
+async fn mcp_gate(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    match auth::authenticate(&state.auth, request.headers()).await {
+        Ok(_) => next.run(request).await,
+        Err(refused) => refused.into_response(),
+    }
 }

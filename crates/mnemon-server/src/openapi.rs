@@ -107,17 +107,28 @@ pub fn document() -> Value {
                 json!({"description": "Not modified: the If-None-Match ETag is current."}),
             );
         }
+        if route.role.is_some() {
+            responses.insert(
+                "401".into(),
+                json!({"description": "No API key, or a malformed, unknown, wrong or revoked one (when the server has keys).",
+                    "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}),
+            );
+            responses.insert(
+                "403".into(),
+                json!({"description": "The key's role is below the route's `x-mnemon-role`.",
+                    "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}),
+            );
+        }
         responses.insert(
             "default".into(),
             json!({"description": "An error.", "content": {"application/json": {
                 "schema": {"$ref": "#/components/schemas/Error"}}}}),
         );
         operation.insert("responses".into(), Value::Object(responses));
-        if route.role.is_some() {
-            operation.insert(
-                "x-mnemon-role".into(),
-                json!(route.role.map(|r| r.as_str())),
-            );
+        if let Some(role) = route.role {
+            operation.insert("x-mnemon-role".into(), json!(role.as_str()));
+            // Keys are required when the server has any (docs/reference/rest.md#authentication).
+            operation.insert("security".into(), json!([{"bearer": []}]));
         }
         let entry = paths
             .entry(route.path.to_owned())
@@ -152,7 +163,14 @@ pub fn document() -> Value {
         },
         "jsonSchemaDialect": "https://json-schema.org/draft/2020-12/schema",
         "paths": paths,
-        "components": {"schemas": schemas}
+        "components": {
+            "schemas": schemas,
+            "securitySchemes": {"bearer": {
+                "type": "http",
+                "scheme": "bearer",
+                "description": "An API key from `mnemon keys create`, as `Authorization: Bearer <key>`: required on every route with an `x-mnemon-role` when the server has any key; its namespace is the only one the request sees, and its role must include the route's (docs/reference/rest.md#authentication)."
+            }}
+        }
     })
 }
 

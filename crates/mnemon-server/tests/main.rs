@@ -16,6 +16,8 @@ use reqwest::StatusCode;
 use reqwest::blocking::{Client, Response};
 use serde_json::{Value, json};
 
+mod keys;
+
 /// The sample library `mnemon serve` answers from by default.
 const SAMPLE: &[u8] = include_bytes!("../../mnemon/sample-library/library.json");
 
@@ -42,9 +44,18 @@ fn sample_model() -> String {
     library["embedding_model"].as_str().unwrap().to_owned()
 }
 
-fn start(stores: Stores, options: HostOptions) -> Running {
+/// The service of `stores`, with the sample library's embedder.
+fn service_of(stores: Stores) -> Service {
     let embedder = HashingEmbedder::from_model_name(&sample_model()).unwrap();
-    let service = Service::new(stores).with_embedder(Arc::new(embedder));
+    Service::new(stores).with_embedder(Arc::new(embedder))
+}
+
+fn start(stores: Stores, options: HostOptions) -> Running {
+    start_with(ServerConfig::open(service_of(stores)), options)
+}
+
+/// The real server with `config` on 127.0.0.1:0, on a runtime of its own.
+fn start_with(config: ServerConfig, options: HostOptions) -> Running {
     let (addr_tx, addr_rx) = std::sync::mpsc::channel::<SocketAddr>();
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let thread = std::thread::spawn(move || {
@@ -58,14 +69,9 @@ fn start(stores: Stores, options: HostOptions) -> Running {
                 library: LibrarySource::bytes("sample", SAMPLE),
                 config: ConfigSource::Defaults,
             };
-            let server = Server::bind(
-                "127.0.0.1:0".parse().unwrap(),
-                sources,
-                options,
-                ServerConfig::open(service),
-            )
-            .await
-            .unwrap();
+            let server = Server::bind("127.0.0.1:0".parse().unwrap(), sources, options, config)
+                .await
+                .unwrap();
             addr_tx.send(server.local_addr().unwrap()).unwrap();
             server
                 .run(async move {
@@ -883,4 +889,81 @@ fn a_busy_server_answers_503_with_retry_after() {
         assert_eq!(body["error"]["code"], "busy");
     }
     assert!(statuses.iter().any(|(s, _, _)| *s == StatusCode::OK));
+}
+
+#[test]
+fn the_inspector_and_mcp_are_mounted_beside_the_library_host() {
+    let dir = tempfile::tempdir().unwrap();
+    let running = start(Stores::open(dir.path()).unwrap(), HostOptions::default());
+    let api = Api::new(&running);
+    // A browser's GET / is still the host's query page, now with a link to the inspector.
+    let page = api
+        .client
+        .get(api.url("/"))
+        .header("accept", "text/html")
+        .send()
+        .unwrap();
+    assert_eq!(page.status(), StatusCode::OK);
+    let text = page.text().unwrap();
+    assert!(text.contains(r#"<form method="post" action="/""#), "{text}");
+    assert!(text.contains(r#"<a href="/ui/">"#), "{text}");
+    // The inspector.
+    let ui = api.get("/ui/");
+    assert_eq!(ui.status(), StatusCode::OK);
+    assert!(
+        ui.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/html")
+    );
+    assert!(
+        ui.text()
+            .unwrap()
+            .contains("<title>Mnemon inspector</title>")
+    );
+    assert_eq!(api.get("/ui/app.js").status(), StatusCode::OK);
+    // The Polymath endpoint answers queries as before.
+    let answer = ok(
+        api.post(
+            "/",
+            json!({"version": 1, "query_embedding_model": sample_model(), "count": 2}),
+        ),
+        StatusCode::OK,
+    );
+    assert!(
+        answer["bits"].as_array().is_some_and(|b| !b.is_empty()),
+        "{answer}"
+    );
+    // MCP at /mcp: a real client lists the tools and searches the host's library.
+    let base = running.base.clone();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async move {
+        use rmcp::ServiceExt as _;
+        let client = ()
+            .serve(rmcp::transport::StreamableHttpClientTransport::from_uri(
+                format!("{base}/mcp"),
+            ))
+            .await
+            .unwrap();
+        let tools = client.list_all_tools().await.unwrap();
+        let names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
+        for tool in ["remember", "recall", "put_asset", "search_library"] {
+            assert!(names.contains(&tool), "{names:?}");
+        }
+        let Value::Object(arguments) = json!({"text": "how do bees keep warm", "count": 1}) else {
+            unreachable!()
+        };
+        let found = client
+            .call_tool(
+                rmcp::model::CallToolRequestParams::new("search_library").with_arguments(arguments),
+            )
+            .await
+            .unwrap();
+        assert_ne!(found.is_error, Some(true), "{found:?}");
+        assert!(format!("{found:?}").contains("bee"), "{found:?}");
+    });
 }

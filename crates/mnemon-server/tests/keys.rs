@@ -1,0 +1,414 @@
+//! API keys on every route and every MCP tool (docs/reference/rest.md#authentication): the real
+//! server on 127.0.0.1:0 with a key store, on SQLite and on PostgreSQL. Every route refuses no
+//! key, a wrong, malformed or revoked key (401), a read key on a writing route (403), and a key
+//! of another namespace sees only its own namespace.
+
+use std::path::Path;
+
+use mnemon_keys::{KeyStore, KeyStoreOptions, Namespace, Role as KeyRole};
+use mnemon_ops::OpsError;
+use mnemon_server::{KeyAuthenticator, Tenants};
+use rmcp::model::{CallToolRequestParams, CallToolResult};
+use rmcp::service::{Peer, RoleClient};
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+
+use super::*;
+
+/// A server with keys, and one key of each kind.
+struct Keyed {
+    running: Running,
+    /// acme, admin.
+    admin: String,
+    /// acme, write.
+    write: String,
+    /// acme, read.
+    read: String,
+    /// globex, admin.
+    other: String,
+    /// acme, admin, revoked.
+    revoked: String,
+    /// acme's write key with a wrong secret.
+    wrong: String,
+}
+
+/// Starts a keyed server whose stores live in `root` (SQLite) or at `postgres`.
+fn keyed(root: &Path, postgres: Option<String>) -> Keyed {
+    let options = KeyStoreOptions::default();
+    let store = match &postgres {
+        Some(url) => KeyStore::open_postgres(url, options),
+        None => KeyStore::open_sqlite(root.join("mnemon.sqlite3"), options),
+    }
+    .unwrap();
+    let acme: Namespace = "acme".parse().unwrap();
+    let globex: Namespace = "globex".parse().unwrap();
+    let key = |namespace: &Namespace, role| {
+        store
+            .create(namespace, role, "test")
+            .unwrap()
+            .key()
+            .to_owned()
+    };
+    let admin = key(&acme, KeyRole::Admin);
+    let write = key(&acme, KeyRole::Write);
+    let read = key(&acme, KeyRole::Read);
+    let other = key(&globex, KeyRole::Admin);
+    let revoked = key(&acme, KeyRole::Admin);
+    // The key's id: between `mnk_` and the second `_` (docs/reference/keys.md).
+    store.revoke(&revoked[4..20]).unwrap();
+    let last = if write.ends_with('0') { '1' } else { '0' };
+    let wrong = format!("{}{last}", &write[..write.len() - 1]);
+    assert!(!store.any_keys().unwrap() || store.authenticate(&wrong).is_err());
+
+    let root = root.to_path_buf();
+    let base = match postgres {
+        Some(url) => OpenOptions::postgres(url),
+        None => OpenOptions::default(),
+    };
+    let tenants = Tenants::new(move |namespace: &Namespace| {
+        let options = base.clone().with_namespace(namespace.clone());
+        let stores =
+            Stores::open_with(&root, &options).map_err(|e| OpsError::invalid(e.to_string()))?;
+        Ok(service_of(stores))
+    });
+    let config = ServerConfig {
+        tenants,
+        authenticator: Arc::new(KeyAuthenticator::new(Arc::new(store))),
+        ready_namespace: acme,
+        mcp_allowed_hosts: None,
+    };
+    Keyed {
+        running: start_with(config, HostOptions::default()),
+        admin,
+        write,
+        read,
+        other,
+        revoked,
+        wrong,
+    }
+}
+
+/// A client sending `Authorization: Bearer <key>` on every request.
+fn api_with(running: &Running, key: &str) -> Api {
+    let mut headers = reqwest::header::HeaderMap::new();
+    headers.insert(
+        reqwest::header::AUTHORIZATION,
+        format!("Bearer {key}").parse().unwrap(),
+    );
+    Api {
+        client: Client::builder().default_headers(headers).build().unwrap(),
+        base: running.base.clone(),
+    }
+}
+
+/// Every documented route that needs a role, as (method, concrete path, role).
+fn guarded_routes(api: &Api) -> Vec<(reqwest::Method, String, String)> {
+    let document = ok(api.get("/v1/openapi.json"), StatusCode::OK);
+    let mut routes = Vec::new();
+    for (path, methods) in document["paths"].as_object().unwrap() {
+        for (method, operation) in methods.as_object().unwrap() {
+            let Some(role) = operation["x-mnemon-role"].as_str() else {
+                continue;
+            };
+            assert_eq!(
+                operation["security"],
+                json!([{"bearer": []}]),
+                "{method} {path} declares the bearer scheme"
+            );
+            let concrete = path
+                .replace("{asset_id}", "a1")
+                .replace("{id}", "m1")
+                .replace("{session}", "s1");
+            let method = reqwest::Method::from_bytes(method.to_uppercase().as_bytes()).unwrap();
+            routes.push((method, concrete, role.to_owned()));
+        }
+    }
+    routes
+}
+
+/// A refused key: 401, the error shape, `WWW-Authenticate: Bearer`.
+fn expect_401(response: Response, what: &str) {
+    let challenge = response
+        .headers()
+        .get("www-authenticate")
+        .map(|v| v.to_str().unwrap().to_owned());
+    let (status, body) = json_of(response);
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "{what}: {body}");
+    assert_eq!(body["error"]["code"], "unauthorized", "{what}: {body}");
+    assert!(body["error"]["message"].is_string(), "{what}: {body}");
+    assert!(
+        challenge.unwrap_or_default().starts_with("Bearer"),
+        "{what}"
+    );
+}
+
+fn every_route_refuses_bad_keys(keyed: &Keyed) {
+    let anonymous = Api::new(&keyed.running);
+    let routes = guarded_routes(&anonymous);
+    // Every documented route but the document itself and `/readyz`.
+    assert_eq!(routes.len(), 31, "{routes:?}");
+    let wrong = api_with(&keyed.running, &keyed.wrong);
+    let revoked = api_with(&keyed.running, &keyed.revoked);
+    let malformed = api_with(&keyed.running, "mnk_not_a_key");
+    let read = api_with(&keyed.running, &keyed.read);
+    let write = api_with(&keyed.running, &keyed.write);
+    let basic = {
+        let mut headers = reqwest::header::HeaderMap::new();
+        headers.insert(
+            reqwest::header::AUTHORIZATION,
+            "Basic dTpw".parse().unwrap(),
+        );
+        Api {
+            client: Client::builder().default_headers(headers).build().unwrap(),
+            base: keyed.running.base.clone(),
+        }
+    };
+    let mut writing = 0;
+    for (method, path, role) in &routes {
+        let what = |who: &str| format!("{method} {path} with {who}");
+        for (who, api) in [
+            ("no key", &anonymous),
+            ("a wrong key", &wrong),
+            ("a revoked key", &revoked),
+            ("a malformed key", &malformed),
+            ("Basic credentials", &basic),
+        ] {
+            let response = api
+                .client
+                .request(method.clone(), api.url(path))
+                .json(&json!({}))
+                .send()
+                .unwrap();
+            expect_401(response, &what(who));
+        }
+        if role != "read" {
+            writing += 1;
+            let response = read
+                .client
+                .request(method.clone(), read.url(path))
+                .json(&json!({}))
+                .send()
+                .unwrap();
+            let message = expect_error(response, StatusCode::FORBIDDEN, "forbidden");
+            assert!(
+                message.contains(role.as_str()),
+                "{}: {message}",
+                what("a read key")
+            );
+        }
+        if role == "admin" {
+            let response = write
+                .client
+                .request(method.clone(), write.url(path))
+                .json(&json!({}))
+                .send()
+                .unwrap();
+            expect_error(response, StatusCode::FORBIDDEN, "forbidden");
+        }
+    }
+    assert!(writing >= 10, "{writing} writing routes");
+    // The open routes stay open: liveness, readiness, the document.
+    assert_eq!(anonymous.get("/healthz").status(), StatusCode::OK);
+    assert_eq!(anonymous.get("/readyz").status(), StatusCode::OK);
+}
+
+fn namespaces_are_isolated(keyed: &Keyed) {
+    let acme = api_with(&keyed.running, &keyed.write);
+    let globex = api_with(&keyed.running, &keyed.other);
+    ok(
+        acme.put(
+            "/v1/assets/iso1",
+            json!({"asset_type": "labels", "content": {"labels": ["acme secret"]}}),
+        ),
+        StatusCode::OK,
+    );
+    ok(
+        acme.post(
+            "/v1/memory/sessions/iso/messages",
+            json!({"messages": [{"id": "iso-m1", "name": "user", "content": "acme's plans"}]}),
+        ),
+        StatusCode::OK,
+    );
+    // globex sees none of it.
+    expect_error(
+        globex.get("/v1/assets/iso1"),
+        StatusCode::NOT_FOUND,
+        "asset_not_found",
+    );
+    for path in [
+        "/v1/assets",
+        "/v1/memory/sessions",
+        "/v1/memory/sessions/iso/messages",
+    ] {
+        let response = globex.get(path);
+        let text = response.text().unwrap();
+        assert!(
+            !text.contains("acme"),
+            "{path} shows acme's data to globex: {text}"
+        );
+    }
+    // Its own asset of the same id is its own.
+    ok(
+        globex.put(
+            "/v1/assets/iso1",
+            json!({"asset_type": "labels", "content": {"labels": ["globex"]}}),
+        ),
+        StatusCode::OK,
+    );
+    let mine = ok(acme.get("/v1/assets/iso1"), StatusCode::OK);
+    assert_eq!(mine["asset"]["content"], json!({"labels": ["acme secret"]}));
+    let theirs = ok(globex.get("/v1/assets/iso1"), StatusCode::OK);
+    assert_eq!(theirs["asset"]["content"], json!({"labels": ["globex"]}));
+    // A read key reads its namespace.
+    let read = api_with(&keyed.running, &keyed.read);
+    ok(read.get("/v1/assets/iso1"), StatusCode::OK);
+}
+
+async fn call(peer: &Peer<RoleClient>, tool: &str, arguments: Value) -> CallToolResult {
+    let Value::Object(arguments) = arguments else {
+        panic!("arguments must be an object")
+    };
+    peer.call_tool(CallToolRequestParams::new(tool.to_owned()).with_arguments(arguments))
+        .await
+        .unwrap_or_else(|e| panic!("{tool}: protocol error {e}"))
+}
+
+/// The text of a tool result.
+fn text_of(result: &CallToolResult) -> String {
+    result
+        .content
+        .iter()
+        .filter_map(|c| c.as_text().map(|t| t.text.clone()))
+        .collect()
+}
+
+/// A tool error's code.
+fn tool_error_code(result: &CallToolResult, what: &str) -> String {
+    assert_eq!(result.is_error, Some(true), "{what}: {}", text_of(result));
+    let body: Value = serde_json::from_str(&text_of(result)).unwrap();
+    body["error"]["code"].as_str().unwrap().to_owned()
+}
+
+fn mcp_tools_obey_keys(keyed: &Keyed) {
+    let base = keyed.running.base.clone();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        use rmcp::ServiceExt as _;
+        let connect = |key: &str| {
+            let config = StreamableHttpClientTransportConfig::with_uri(format!("{base}/mcp"))
+                .auth_header(key.to_owned());
+            ().serve(StreamableHttpClientTransport::from_config(config))
+        };
+        // Refused keys never reach MCP: the HTTP answer is the REST 401.
+        let http = reqwest::Client::new();
+        let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "test", "version": "1"}}});
+        for (who, key) in [
+            ("no key", None),
+            ("a wrong key", Some(&keyed.wrong)),
+            ("a revoked key", Some(&keyed.revoked)),
+        ] {
+            let mut request = http
+                .post(format!("{base}/mcp"))
+                .header("accept", "application/json, text/event-stream")
+                .json(&initialize);
+            if let Some(key) = key {
+                request = request.bearer_auth(key);
+            }
+            let response = request.send().await.unwrap();
+            assert_eq!(response.status(), StatusCode::UNAUTHORIZED, "{who}");
+            let body: Value = response.json().await.unwrap();
+            assert_eq!(body["error"]["code"], "unauthorized", "{who}");
+            assert!(
+                connect(key.map_or("", String::as_str)).await.is_err(),
+                "{who}"
+            );
+        }
+
+        let writer = connect(&keyed.write).await.unwrap();
+        let reader = connect(&keyed.read).await.unwrap();
+        let stranger = connect(&keyed.other).await.unwrap();
+        let remembered = call(
+            &writer,
+            "remember",
+            json!({"session": "chat", "messages": [{"name": "user", "content": "acme only"}]}),
+        )
+        .await;
+        assert_ne!(remembered.is_error, Some(true), "{}", text_of(&remembered));
+        let put = call(
+            &writer,
+            "put_asset",
+            json!({"asset": {"asset_id": "report", "content": {"n": 1}}}),
+        )
+        .await;
+        assert_ne!(put.is_error, Some(true), "{}", text_of(&put));
+
+        // A read key: every writing tool is a `forbidden` tool error; reading tools work.
+        for (tool, arguments) in [
+            (
+                "remember",
+                json!({"session": "chat", "messages": [{"name": "user", "content": "no"}]}),
+            ),
+            ("forget", json!({"session": "chat"})),
+            (
+                "put_asset",
+                json!({"asset": {"asset_id": "x", "content": {"n": 2}}}),
+            ),
+            (
+                "save_artifact",
+                json!({"scope": "s", "key": "k", "type": "plan", "name": "P", "content": "c"}),
+            ),
+        ] {
+            let result = call(&reader, tool, arguments).await;
+            assert_eq!(tool_error_code(&result, tool), "forbidden", "{tool}");
+        }
+        let sessions = call(&reader, "list_sessions", json!({})).await;
+        assert_ne!(sessions.is_error, Some(true), "{}", text_of(&sessions));
+        assert!(text_of(&sessions).contains("chat"));
+
+        // Another namespace's key sees only its own (empty) namespace.
+        let theirs = call(&stranger, "list_sessions", json!({})).await;
+        assert_eq!(
+            theirs.structured_content.as_ref().unwrap()["sessions"],
+            json!([])
+        );
+        let recalled = call(&stranger, "recall", json!({"session": "chat"})).await;
+        assert_eq!(tool_error_code(&recalled, "recall"), "session_not_found");
+        let described = call(&stranger, "describe_asset", json!({"asset_id": "report"})).await;
+        assert_eq!(
+            tool_error_code(&described, "describe_asset"),
+            "asset_not_found"
+        );
+        let listed = call(&stranger, "list_assets", json!({})).await;
+        assert!(!text_of(&listed).contains("report"), "{}", text_of(&listed));
+    });
+}
+
+fn keys_suite(keyed: &Keyed) {
+    // With the namespace's admin key, every route works as without keys.
+    exercise_every_route(&api_with(&keyed.running, &keyed.admin));
+    every_route_refuses_bad_keys(keyed);
+    namespaces_are_isolated(keyed);
+    mcp_tools_obey_keys(keyed);
+}
+
+#[test]
+fn keys_guard_every_route_and_tool_on_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    let keyed = keyed(dir.path(), None);
+    keys_suite(&keyed);
+}
+
+#[test]
+fn keys_guard_every_route_and_tool_on_postgres() {
+    let server = mnemon_tests::require_postgres!();
+    let url = server.fresh_database("server_keys").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let keyed = keyed(dir.path(), Some(url));
+    keys_suite(&keyed);
+}
