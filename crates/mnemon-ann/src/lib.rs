@@ -163,8 +163,9 @@ pub fn build(
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Verify {
     /// Every checksum, including the two large sections (the codes and level 0): reads the
-    /// whole file (measured 6-8 ms per 100,000 rows of 1,536 dimensions from a warm page
-    /// cache on 2 cores, `cargo xtask bench ann`).
+    /// whole file (measured from a warm page cache on 2 cores, `cargo xtask bench ann`: 7–13 ms
+    /// at 100,000 × 1,536, 240–330 ms at 1,000,000 × 1,536, so a host that must open within
+    /// 100 ms opens with [`Verify::Structure`] and verifies in the background).
     #[default]
     Full,
     /// The header, the section table, the small sections' checksums and the structure, but not
