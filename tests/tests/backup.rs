@@ -3,6 +3,8 @@
 //! damaged or cut file is refused and imports nothing; peak memory of a large export and
 //! import (ignored measurement).
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::path::Path;
 use std::sync::Arc;
 
@@ -165,8 +167,11 @@ fn fill(handle: &Handle) {
 struct Snapshot {
     assets: Vec<(Asset, Option<Option<i64>>)>,
     artifacts: Vec<(Artifact, Option<serde_json::Value>, Option<Option<i64>>)>,
-    threads: Vec<(Scope, String, Vec<Vec<u64>>, Vec<Option<Vec<String>>>)>,
+    threads: Vec<Thread>,
 }
+
+/// One thread: its scope, its export document, its embeddings as bits, each message's marks.
+type Thread = (Scope, String, Vec<Vec<u64>>, Vec<Option<Vec<String>>>);
 
 fn snapshot(handle: &Handle) -> Snapshot {
     let assets = handle
