@@ -77,13 +77,38 @@ impl Serve {
 
     /// Sends one request and returns the status and the parsed JSON body.
     fn send(&self, method: &str, path: &str, content_type: &str, body: &[u8]) -> (u16, Value) {
+        self.send_with(method, path, content_type, "", body)
+    }
+
+    /// A JSON request to a REST route with `Authorization: Bearer <key>`.
+    fn rest_with_key(
+        &self,
+        key: &str,
+        method: &str,
+        path: &str,
+        body: Option<Value>,
+    ) -> (u16, Value) {
+        let body = body.map(|b| b.to_string()).unwrap_or_default();
+        let header = format!("Authorization: Bearer {key}\r\n");
+        self.send_with(method, path, "application/json", &header, body.as_bytes())
+    }
+
+    /// Sends one request with `extra` header lines and returns the status and the JSON body.
+    fn send_with(
+        &self,
+        method: &str,
+        path: &str,
+        content_type: &str,
+        extra: &str,
+        body: &[u8],
+    ) -> (u16, Value) {
         let mut stream = TcpStream::connect(self.addr).unwrap();
         stream
             .set_read_timeout(Some(Duration::from_secs(60)))
             .unwrap();
         write!(
             stream,
-            "{method} {path} HTTP/1.1\r\nHost: {}\r\nContent-Type: {content_type}\r\n\
+            "{method} {path} HTTP/1.1\r\nHost: {}\r\nContent-Type: {content_type}\r\n{extra}\
              Content-Length: {}\r\nConnection: close\r\n\r\n",
             self.addr,
             body.len()
@@ -287,6 +312,73 @@ fn serve_runs_the_rest_api_on_the_data_directory() {
             .unwrap()
             .contains("--embedding-model")
     );
+}
+
+/// Once the data directory has an API key, every REST request needs one and runs in its
+/// namespace; with keys a non-loopback address is allowed.
+#[test]
+fn serve_requires_keys_once_the_data_directory_has_some() {
+    let cwd = tempfile::tempdir().unwrap();
+    let data = cwd.path().join("data");
+    let data_dir = data.to_str().unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_mnemon"))
+        .args([
+            "keys",
+            "create",
+            "--data-dir",
+            data_dir,
+            "--namespace",
+            "acme",
+            "--role",
+            "write",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let created: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let key = created["key"].as_str().unwrap().to_owned();
+    let server = Serve::start(cwd.path(), &["--data-dir", data_dir]);
+    let (status, error) = server.rest("GET", "/v1/assets", None);
+    assert_eq!(
+        (status, error["error"]["code"].as_str()),
+        (401, Some("unauthorized")),
+        "{error}"
+    );
+    let asset = serde_json::json!({"content": {"labels": ["cat"]}});
+    let (status, put) = server.rest_with_key(&key, "PUT", "/v1/assets/a1", Some(asset));
+    assert_eq!(status, 200, "{put}");
+    drop(server);
+    // The asset went to the key's namespace, where the CLI finds it.
+    let output = Command::new(env!("CARGO_BIN_EXE_mnemon"))
+        .args([
+            "asset",
+            "list",
+            "--data-dir",
+            data_dir,
+            "--namespace",
+            "acme",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&output.stdout), "a1\n");
+    // With keys, a non-loopback address starts without --insecure.
+    let mut command = Command::new(env!("CARGO_BIN_EXE_mnemon"));
+    command.args(["serve", "--addr", "0.0.0.0:0", "--data-dir", data_dir]);
+    let public = Serve::spawn(command, cwd.path());
+    let port = public.addr.port();
+    let local = Serve {
+        child: Command::new("true").spawn().unwrap(),
+        addr: SocketAddr::from(([127, 0, 0, 1], port)),
+    };
+    let (status, list) = local.rest_with_key(&key, "GET", "/v1/assets", None);
+    assert_eq!(status, 200, "{list}");
+    assert_eq!(list["asset_ids"], serde_json::json!(["a1"]), "{list}");
+    assert_eq!(local.rest("GET", "/v1/assets", None).0, 401);
+    drop(public);
 }
 
 /// Without API keys the stores are served on loopback only, unless told --insecure.

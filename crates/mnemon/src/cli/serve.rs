@@ -20,8 +20,9 @@ use mnemon_host::{
     DEFAULT_MAX_RESULT_BYTES, DEFAULT_QUEUE_TIMEOUT, HostError, HostOptions, LibrarySource,
     Sources,
 };
+use mnemon_keys::{KeyStore, KeyStoreOptions};
 use mnemon_ops::{OpsError, Service};
-use mnemon_server::{OpenAccess, Server, ServerConfig, Tenants};
+use mnemon_server::{KeyAuthenticator, OpenAccess, Server, ServerConfig, Tenants};
 
 use super::{CliError, CliResult, Target};
 
@@ -33,8 +34,15 @@ const SAMPLE_PATH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/sample-library/l
 /// The same sample library compiled in, so `serve` works from anywhere.
 const SAMPLE_BYTES: &[u8] = include_bytes!("../../sample-library/library.json");
 
-/// Serve the REST API (assets, artifacts, memory: /v1/…) and embedding libraries
-/// (Polymath-compatible POST /) over HTTP.
+/// Serve the REST API (assets, artifacts, memory: /v1/…), the MCP endpoint (/mcp), the
+/// inspector (/ui/) and embedding libraries (Polymath-compatible POST /) over HTTP.
+///
+/// When the key store (the data directory's database, or --database-url) has any API key,
+/// every /v1 and /mcp request needs `Authorization: Bearer <key>` and runs in that key's
+/// namespace only; read keys cannot write (403). Create keys with `mnemon keys create`. Without
+/// keys the server runs open (every request is the admin of --namespace), on a loopback
+/// address only unless --insecure. Keys are bearer secrets: off this machine, put a TLS
+/// reverse proxy in front (docs/reference/keys.md#transport-tls-and-reverse-proxies).
 #[derive(Debug, clap::Args)]
 pub(crate) struct ServeArgs {
     /// The embedding model that turns search text into vectors for memory and library search
@@ -44,7 +52,7 @@ pub(crate) struct ServeArgs {
     embedding_model: Option<String>,
 
     /// Listen on a non-loopback address without API keys: anyone who can reach the address
-    /// can read and change every store of the namespace.
+    /// can read and change every store of the namespace. Not needed once keys exist.
     #[arg(long)]
     insecure: bool,
 
@@ -131,15 +139,24 @@ fn seconds(text: &str) -> Result<f64, String> {
 pub(crate) fn run(args: ServeArgs, target: &Target<'_>, quiet: bool) -> CliResult {
     init_logging(quiet);
     let data_dir = target.data_dir;
-    if !args.addr.ip().is_loopback() && !args.insecure {
+    let loopback = args.addr.ip().is_loopback();
+    let keys = key_store(target)?;
+    if !loopback && !args.insecure && keys.is_none() {
         return Err(CliError::input(anyhow::anyhow!(
             "refusing to serve the stores on {} without API keys: anyone who can reach it could \
-             read and change them; listen on 127.0.0.1 (the default), or pass --insecure if a \
-             proxy in front of the server does the authentication",
+             read and change them; create a key with `mnemon keys create --namespace <ns> --role \
+             write`, listen on 127.0.0.1 (the default), or pass --insecure if a proxy in front \
+             of the server does the authentication",
             args.addr
         )));
     }
-    let rest = server_config(target, args.embedding_model.as_deref())?;
+    let keyed = keys.is_some();
+    let mut rest = server_config(target, args.embedding_model.as_deref(), keys)?;
+    if !loopback {
+        // Reached under names we cannot know: keys (or the proxy of --insecure) protect /mcp,
+        // not the Host check, which only guards loopback servers against DNS rebinding.
+        rest.mcp_allowed_hosts = Some(Vec::new());
+    }
     let data_dir_libraries = data_dir.join(mnemon::LIBRARIES_DIR);
     let sources = Sources {
         library: library_source(
@@ -189,9 +206,21 @@ pub(crate) fn run(args: ServeArgs, target: &Target<'_>, quiet: bool) -> CliResul
             model = %server.host().model(),
             stores = %backend,
             %namespace,
-            "serving on http://{addr}/ (REST under /v1/, its OpenAPI document at /v1/openapi.json)"
+            "serving on http://{addr}/ (REST under /v1/, its OpenAPI document at \
+             /v1/openapi.json; MCP at /mcp; the inspector at /ui/)"
         );
-        if insecure {
+        if keyed {
+            tracing::info!(
+                "API keys required: every /v1, /mcp and /metrics request needs \
+                 `Authorization: Bearer <key>` and runs in its key's namespace"
+            );
+            if !addr.ip().is_loopback() {
+                tracing::warn!(
+                    "API keys travel in clear over plain HTTP on {addr}: put a TLS-terminating \
+                     reverse proxy in front (docs/reference/keys.md#transport-tls-and-reverse-proxies)"
+                );
+            }
+        } else if insecure {
             tracing::warn!(
                 "no API keys and --insecure: every request may read and change namespace \
                  {namespace:?}"
@@ -220,6 +249,7 @@ pub(crate) fn run(args: ServeArgs, target: &Target<'_>, quiet: bool) -> CliResul
 fn server_config(
     target: &Target<'_>,
     embedding_model: Option<&str>,
+    keys: Option<Arc<KeyStore>>,
 ) -> Result<ServerConfig, CliError> {
     let mut options = match target.database_url {
         Some(url) => OpenOptions::postgres(url),
@@ -238,6 +268,26 @@ fn server_config(
         )),
     };
     let dir = target.data_dir.to_path_buf();
+    let namespace = target.namespace.clone();
+    if let Some(store) = keys {
+        // Every key's namespace is served, each opened on its first request.
+        let tenants = Tenants::new(move |asked: &Namespace| {
+            let options = options.clone().with_namespace(asked.clone());
+            let stores = Mnemon::open_with(&dir, &options)
+                .map_err(|e| OpsError::invalid(format!("cannot open the stores to serve: {e}")))?;
+            let service = Service::new(stores);
+            Ok(match &embedder {
+                Some(embedder) => service.with_embedder(Arc::clone(embedder)),
+                None => service,
+            })
+        });
+        return Ok(ServerConfig {
+            tenants,
+            authenticator: Arc::new(KeyAuthenticator::new(store)),
+            ready_namespace: namespace,
+            mcp_allowed_hosts: None,
+        });
+    }
     let open = move || -> Result<Service, OpenError> {
         let service = Service::new(Mnemon::open_with(&dir, &options)?);
         Ok(match &embedder {
@@ -245,7 +295,6 @@ fn server_config(
             None => service,
         })
     };
-    let namespace = target.namespace.clone();
     let authenticator = Arc::new(OpenAccess::new(namespace.clone()));
     let eager =
         target.database_url.is_some() || target.data_dir.join(mnemon::DATABASE_FILE).exists();
@@ -270,7 +319,31 @@ fn server_config(
         tenants,
         authenticator,
         ready_namespace: namespace,
+        mcp_allowed_hosts: None,
     })
+}
+
+/// The key store, when it holds any valid key (docs/reference/keys.md#running-open): the
+/// `--database-url` database's, or the data directory's `mnemon.sqlite3` when that exists (a
+/// data directory without a database has no keys, and is not created here).
+fn key_store(target: &Target<'_>) -> Result<Option<Arc<KeyStore>>, CliError> {
+    let store = match target.database_url {
+        Some(url) => KeyStore::open_postgres(url, KeyStoreOptions::default()),
+        None => {
+            let path = target.data_dir.join(mnemon::DATABASE_FILE);
+            if !path.exists() {
+                return Ok(None);
+            }
+            KeyStore::open_sqlite(&path, KeyStoreOptions::default())
+        }
+    }
+    .context("cannot open the API key store")
+    .map_err(CliError::failure)?;
+    let any = store
+        .any_keys()
+        .context("cannot read the API key store")
+        .map_err(CliError::failure)?;
+    Ok(any.then(|| Arc::new(store)))
 }
 
 /// The library to serve (docs/reference/host.md#serving-libraries): `--library`, then
