@@ -92,9 +92,16 @@ pub fn import(
     });
     match written {
         Ok(verified) if verified.trailer == checked.trailer => Ok(importer.report),
-        Ok(_) | Err(BackupError::Mismatch { .. } | BackupError::Damaged { .. }) => {
-            Err(BackupError::ChangedDuringImport)
-        }
+        // The first pass found the file whole: damage now means it changed since, and what
+        // was written before the damage stays.
+        Ok(_)
+        | Err(
+            BackupError::Mismatch { .. }
+            | BackupError::Damaged { .. }
+            | BackupError::Truncated { .. }
+            | BackupError::NotABackup
+            | BackupError::UnsupportedVersion { .. },
+        ) => Err(BackupError::ChangedDuringImport),
         Err(other) => Err(other),
     }
 }
