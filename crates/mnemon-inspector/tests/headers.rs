@@ -39,6 +39,15 @@ fn every_ui_response_has_the_security_headers() {
             assert_eq!(headers["location"], "/ui/");
         }
     }
+    // The library host's `GET /` page links to the inspector.
+    let page = client
+        .get(format!("{}/", running.base))
+        .header("Accept", "text/html")
+        .send()
+        .unwrap()
+        .text()
+        .unwrap();
+    assert!(page.contains("\"/ui/\""), "{page}");
     let script = client
         .get(format!("{}/ui/app.js", running.base))
         .send()

@@ -1,15 +1,9 @@
-//! A running server for the tests: the REST server of `mnemon-server` on 127.0.0.1:0, and in
-//! front of it, on another loopback port, the inspector's router with every other path passed
-//! through to the REST server, so the page and `/v1` share one origin as they do when the
-//! server mounts the inspector itself.
+//! A running server for the tests: the real server of `mnemon-server` on 127.0.0.1:0, which
+//! mounts the inspector at `/ui/` beside `/v1`, so the page and the API share one origin.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use axum::body::Body;
-use axum::extract::{Request, State};
-use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
 use mnemon_embed::HashingEmbedder;
 use mnemon_host::{ConfigSource, HostOptions, LibrarySource, Sources};
 use mnemon_ops::{Service, Stores};
@@ -23,7 +17,7 @@ pub const SAMPLE: &[u8] = include_bytes!("../../mnemon/sample-library/library.js
 pub struct Running {
     /// The REST server, `http://127.0.0.1:port`.
     pub rest: String,
-    /// The inspector's origin, `http://127.0.0.1:port` (`/ui/` and `/v1` passed through).
+    /// The inspector's origin: the same server.
     pub base: String,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
@@ -45,50 +39,11 @@ fn sample_model() -> String {
     library["embedding_model"].as_str().unwrap().to_owned()
 }
 
-#[derive(Clone)]
-struct Upstream {
-    client: reqwest::Client,
-    base: String,
-}
-
-/// Passes a request through to the REST server unchanged, and its answer back.
-async fn pass_through(State(up): State<Upstream>, req: Request) -> Response {
-    let (parts, body) = req.into_parts();
-    let Ok(bytes) = axum::body::to_bytes(body, 64 << 20).await else {
-        return (StatusCode::BAD_REQUEST, "body").into_response();
-    };
-    let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
-    let mut request = up
-        .client
-        .request(parts.method, format!("{}{path}", up.base))
-        .body(bytes);
-    for (name, value) in &parts.headers {
-        if name != axum::http::header::HOST {
-            request = request.header(name, value);
-        }
-    }
-    let Ok(answer) = request.send().await else {
-        return (StatusCode::BAD_GATEWAY, "upstream").into_response();
-    };
-    let status = answer.status();
-    let headers = answer.headers().clone();
-    let bytes = answer.bytes().await.unwrap_or_default();
-    let mut response = Response::new(Body::from(bytes));
-    *response.status_mut() = status;
-    for (name, value) in &headers {
-        if name != axum::http::header::TRANSFER_ENCODING {
-            response.headers_mut().append(name, value.clone());
-        }
-    }
-    response
-}
-
-/// Starts the REST server over `stores` (hashing embedder of the sample library's model) and
-/// the inspector in front of it.
+/// Starts the server over `stores` (hashing embedder of the sample library's model).
 pub fn start(stores: Stores) -> Running {
     let embedder = HashingEmbedder::from_model_name(&sample_model()).unwrap();
     let service = Service::new(stores).with_embedder(Arc::new(embedder));
-    let (addr_tx, addr_rx) = std::sync::mpsc::channel::<(SocketAddr, SocketAddr)>();
+    let (addr_tx, addr_rx) = std::sync::mpsc::channel::<SocketAddr>();
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let thread = std::thread::spawn(move || {
         let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -109,42 +64,19 @@ pub fn start(stores: Stores) -> Running {
             )
             .await
             .unwrap();
-            let rest = server.local_addr().unwrap();
-            let upstream = Upstream {
-                client: reqwest::Client::new(),
-                base: format!("http://{rest}"),
-            };
-            let front = mnemon_inspector::router().merge(
-                axum::Router::new()
-                    .fallback(pass_through)
-                    .with_state(upstream),
-            );
-            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-            let ui = listener.local_addr().unwrap();
-            addr_tx.send((rest, ui)).unwrap();
-            let (front_stop_tx, front_stop_rx) = tokio::sync::oneshot::channel::<()>();
-            let front = tokio::spawn(async move {
-                axum::serve(listener, front)
-                    .with_graceful_shutdown(async move {
-                        let _ = front_stop_rx.await;
-                    })
-                    .await
-                    .unwrap();
-            });
+            addr_tx.send(server.local_addr().unwrap()).unwrap();
             server
                 .run(async move {
                     let _ = stop_rx.await;
-                    let _ = front_stop_tx.send(());
                 })
                 .await
                 .unwrap();
-            let _ = front.await;
         });
     });
-    let (rest, ui) = addr_rx.recv().unwrap();
+    let addr = addr_rx.recv().unwrap();
     Running {
-        rest: format!("http://{rest}"),
-        base: format!("http://{ui}"),
+        rest: format!("http://{addr}"),
+        base: format!("http://{addr}"),
         stop: Some(stop_tx),
         thread: Some(thread),
     }
