@@ -12,7 +12,8 @@
 //!   the same authenticator: a refused key is a 401 before MCP sees the request, and each tool
 //!   call runs in the key's namespace and needs a write key for a writing tool.
 //! * `/ui/`: the inspector (docs/reference/inspector.md), linked from the `GET /` page.
-//! * `/healthz` (the host's) and `/readyz` (the database answers).
+//! * `/healthz` (the host's) and `/readyz` (the database answers); `/metrics` (Prometheus text:
+//!   requests by route and status, latency, in flight; an admin key when keys are in use).
 //! * Each request's [`Principal`] comes from the [`Authenticator`]: one namespace and a role.
 //!   Without keys, [`OpenAccess`] makes every request the admin of one namespace; with keys,
 //!   [`KeyAuthenticator`] checks `Authorization: Bearer <key>` (docs/reference/keys.md).
@@ -23,6 +24,7 @@
 mod auth;
 mod error;
 mod keys;
+mod metrics;
 pub mod openapi;
 mod routes;
 mod state;
@@ -109,9 +111,14 @@ impl Server {
             limits: host.limits(),
             host: host.handle(),
             ready_namespace: config.ready_namespace,
+            metrics: Arc::default(),
         };
         let mcp = mcp_router(&state, config.mcp_allowed_hosts);
-        let routes = router(state).merge(mcp).merge(mnemon_inspector::router());
+        let metrics = Arc::clone(&state.metrics);
+        let routes = router(state)
+            .merge(mcp)
+            .merge(mnemon_inspector::router())
+            .layer(middleware::from_fn_with_state(metrics, metrics::track));
         let host = host.with_routes(routes);
         Ok(Server { host })
     }
@@ -154,12 +161,30 @@ fn router(state: AppState) -> Router {
         };
         router = router.route(route.path, handler);
     }
+    // Traffic of every namespace: for administrators.
+    let metrics = axum::routing::get(metrics_text).route_layer(middleware::from_fn_with_state(
+        (state.clone(), Role::Admin),
+        authorize,
+    ));
     router
+        .route("/metrics", metrics)
         .route("/v1", axum::routing::any(routes::not_found))
         .route("/v1/", axum::routing::any(routes::not_found))
         .route("/v1/{*rest}", axum::routing::any(routes::not_found))
         .method_not_allowed_fallback(routes::method_not_allowed)
         .with_state(state)
+}
+
+/// `GET /metrics`: the Prometheus text format.
+async fn metrics_text(State(state): State<AppState>) -> Response {
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        state.metrics.render(),
+    )
+        .into_response()
 }
 
 /// Authenticates a request and checks its role before the route reads anything: 401 without

@@ -112,6 +112,8 @@ pub(crate) struct AppState {
     pub(crate) host: HostHandle,
     /// The namespace `/readyz` checks.
     pub(crate) ready_namespace: Namespace,
+    /// What `/metrics` reports.
+    pub(crate) metrics: Arc<crate::metrics::Metrics>,
 }
 
 impl AppState {

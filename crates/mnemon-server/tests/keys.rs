@@ -207,6 +207,19 @@ fn every_route_refuses_bad_keys(keyed: &Keyed) {
         }
     }
     assert!(writing >= 10, "{writing} writing routes");
+    // Metrics: traffic of every namespace, for admin keys only; no key in them.
+    expect_401(anonymous.get("/metrics"), "/metrics with no key");
+    expect_error(write.get("/metrics"), StatusCode::FORBIDDEN, "forbidden");
+    let metrics = api_with(&keyed.running, &keyed.admin).get("/metrics");
+    assert_eq!(metrics.status(), StatusCode::OK);
+    let text = metrics.text().unwrap();
+    assert!(text.contains("status=\"401\""), "{text}");
+    for key in [&keyed.admin, &keyed.write, &keyed.read, &keyed.wrong] {
+        assert!(
+            !text.contains(&key[4..20]),
+            "a key id in the metrics: {text}"
+        );
+    }
     // The open routes stay open: liveness, readiness, the document.
     assert_eq!(anonymous.get("/healthz").status(), StatusCode::OK);
     assert_eq!(anonymous.get("/readyz").status(), StatusCode::OK);

@@ -967,3 +967,54 @@ fn the_inspector_and_mcp_are_mounted_beside_the_library_host() {
         assert!(format!("{found:?}").contains("bee"), "{found:?}");
     });
 }
+
+#[test]
+fn metrics_count_requests_by_route_and_status() {
+    let dir = tempfile::tempdir().unwrap();
+    let running = start(Stores::open(dir.path()).unwrap(), HostOptions::default());
+    let api = Api::new(&running);
+    assert_eq!(
+        api.get("/v1/assets/secret-id-1").status(),
+        StatusCode::NOT_FOUND
+    );
+    assert_eq!(
+        api.get("/v1/assets/secret-id-2").status(),
+        StatusCode::NOT_FOUND
+    );
+    assert_eq!(api.get("/v1/assets").status(), StatusCode::OK);
+    let response = api.get("/metrics");
+    assert_eq!(response.status(), StatusCode::OK);
+    assert!(
+        response.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/plain; version=0.0.4")
+    );
+    let text = response.text().unwrap();
+    assert!(
+        text.contains(
+            "mnemon_http_requests_total{method=\"GET\",route=\"/v1/assets/{asset_id}\",status=\"404\"} 2\n"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "mnemon_http_requests_total{method=\"GET\",route=\"/v1/assets\",status=\"200\"} 1\n"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "mnemon_http_request_duration_seconds_count{route=\"/v1/assets/{asset_id}\"} 2\n"
+        ),
+        "{text}"
+    );
+    assert!(text.contains("# TYPE mnemon_http_request_duration_seconds histogram"));
+    // The /metrics request itself is in flight while it renders.
+    assert!(
+        text.contains("mnemon_http_requests_in_flight 1\n"),
+        "{text}"
+    );
+    // Patterns, never concrete paths.
+    assert!(!text.contains("secret-id"), "{text}");
+}
