@@ -4,7 +4,10 @@
 //! 1. Installs the PostgreSQL 16 + pgvector binaries the PostgreSQL suites start
 //!    (`cargo xtask postgres install`, docs/postgres.md) and sets `MNEMON_REQUIRE_POSTGRES=1`,
 //!    so those suites fail instead of skipping when the server cannot start.
-//! 2. Runs `cargo test --workspace`.
+//! 2. Installs headless Chromium and chromedriver for the inspector's browser tests
+//!    (`cargo xtask chromium install`, Debian packages) and sets `MNEMON_REQUIRE_BROWSER=1`, so
+//!    those tests fail instead of skipping when the browser cannot start; then runs
+//!    `cargo test --workspace`.
 //! 3. Runs the original clients against what Mnemon serves and writes (`tests/clients/`):
 //!    Polymath's TypeScript client against `mnemon serve` (after `npm ci`), and AgentScope 0.1.6
 //!    loading a `memory export --format agentscope-0.1` file (in a virtual environment under
@@ -20,7 +23,7 @@ use std::process::Command;
 use anyhow::{Context, Result, bail};
 
 use crate::cargo::{run_in, run_in_with_env, workspace_root};
-use crate::postgres;
+use crate::{chromium, postgres};
 
 const USAGE: &str = "usage: cargo xtask test [--no-clients]";
 
@@ -37,10 +40,19 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
     let root = workspace_root();
     let bin = postgres::install(&root)?;
     eprintln!("PostgreSQL for the tests: {}", bin.display());
+    let (browser, driver) = chromium::install()?;
+    eprintln!(
+        "Browser for the tests: {} (driver {})",
+        browser.display(),
+        driver.display()
+    );
     run_in_with_env(
         &root,
         &["test", "--workspace"],
-        &[("MNEMON_REQUIRE_POSTGRES", "1")],
+        &[
+            ("MNEMON_REQUIRE_POSTGRES", "1"),
+            ("MNEMON_REQUIRE_BROWSER", "1"),
+        ],
     )?;
     if clients {
         client_checks(&root)?;
