@@ -67,7 +67,9 @@ fn bench(args: &[String]) -> Result<()> {
         Some("stores") => bench_stores::run(rest),
         Some("ann") => bench_ann::run(rest),
         Some(other) => {
-            bail!("unknown benchmark {other:?}; available: library, host, memory-stream, stores, ann")
+            bail!(
+                "unknown benchmark {other:?}; available: library, host, memory-stream, stores, ann"
+            )
         }
         None => bail!("usage: cargo xtask bench <name>"),
     }
