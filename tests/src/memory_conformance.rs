@@ -137,7 +137,7 @@ pub fn get_memory_cases(make: Maker<'_>) {
     build(memory.as_ref());
     let by_role = |_: usize, m: &Msg| m.role() == "user";
     let by_name = |_: usize, m: &Msg| m.name() == "Harbourmaster";
-    let even = |i: usize, _: &Msg| i % 2 == 0;
+    let even = |i: usize, _: &Msg| i.is_multiple_of(2);
     let embedded = |_: usize, m: &Msg| m.extra("embedding").is_some();
     let cases = cases();
     for case in cases["get_memory"].as_array().unwrap() {

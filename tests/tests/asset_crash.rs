@@ -43,7 +43,7 @@ fn crash_child() {
     let mut out = std::io::stdout().lock();
     let mut n = start;
     loop {
-        if n % 3 == 0 {
+        if n.is_multiple_of(3) {
             let batch: Vec<Asset> = (n..n + 5).map(crash_asset).collect();
             store.put_batch(&batch).unwrap();
             for a in &batch {
@@ -161,7 +161,7 @@ mod postgres {
         let mut out = Vec::new();
         let mut n = start;
         while n < end {
-            let len = if n % 3 == 0 { 5 } else { 1 };
+            let len = if n.is_multiple_of(3) { 5 } else { 1 };
             out.push(
                 (n..n + len)
                     .map(|i| crash_asset(i).asset_id)
@@ -183,7 +183,7 @@ mod postgres {
         let mut out = std::io::stdout().lock();
         let mut n = start;
         loop {
-            let len = if n % 3 == 0 { 5 } else { 1 };
+            let len = if n.is_multiple_of(3) { 5 } else { 1 };
             let assets: Vec<Asset> = (n..n + len).map(crash_asset).collect();
             if len == 1 {
                 store.put(&assets[0]).unwrap();

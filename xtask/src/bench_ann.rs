@@ -376,7 +376,7 @@ fn measure_ours(
 /// latency, and how many searches fell back to the exact scan.
 fn filtered(index: &IndexView<'_>, data: &Matrix, queries: &Matrix, percent: u32) -> Result<()> {
     let modulo = 100 / percent.max(1);
-    let visible = |i: u32| i % modulo == 0;
+    let visible = |i: u32| i.is_multiple_of(modulo);
     let n = queries.rows().min(100);
     let (mut hits, mut fallbacks, mut times) = (0usize, 0usize, Vec::with_capacity(n));
     for q in 0..n {

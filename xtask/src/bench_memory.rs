@@ -221,7 +221,7 @@ fn write_export(path: &PathBuf, prefix: &str, limit: Limit) -> Result<u64> {
             content.push_str(WORDS[w % WORDS.len()]);
             w = w / 3 + 7;
         }
-        let (name, role) = if i % 2 == 0 {
+        let (name, role) = if i.is_multiple_of(2) {
             ("Mara", "user")
         } else {
             ("Harbourmaster", "assistant")

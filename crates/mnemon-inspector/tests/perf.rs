@@ -23,8 +23,8 @@ const RUNS: usize = 10;
 fn seed(service: &Service) {
     let message = |session: &str, i: usize| {
         MessageBody(
-            json!({"name": if i % 2 == 0 { "user" } else { "assistant" },
-            "role": if i % 2 == 0 { "user" } else { "assistant" },
+            json!({"name": if i.is_multiple_of(2) { "user" } else { "assistant" },
+            "role": if i.is_multiple_of(2) { "user" } else { "assistant" },
             "content": format!("message {i} of {session}: the weather, the cat, the plan and step {}", i % 97)}),
         )
     };

@@ -71,11 +71,11 @@ fn sentences(text: &str) -> Vec<Unit> {
             }
             i += 1;
         }
-        if newlines >= 2 {
-            if let Some(last) = units.last_mut() {
-                let last: &mut Unit = last;
-                last.paragraph_end = true;
-            }
+        if newlines >= 2
+            && let Some(last) = units.last_mut()
+        {
+            let last: &mut Unit = last;
+            last.paragraph_end = true;
         }
         let Some(&(start, _)) = chars.get(i) else {
             break;
@@ -288,13 +288,13 @@ mod tests {
             let chunk = &text[r.clone()];
             assert_eq!(chunk, chunk.trim(), "untrimmed chunk");
             assert!(len(chunk) <= max, "chunk of {} > {max}", len(chunk));
-            if len(chunk) < min {
-                if let Some(next) = ranges.get(i + 1) {
-                    assert!(
-                        len(&text[r.start..next.end]) > max,
-                        "short chunk {chunk:?} could have taken more"
-                    );
-                }
+            if len(chunk) < min
+                && let Some(next) = ranges.get(i + 1)
+            {
+                assert!(
+                    len(&text[r.start..next.end]) > max,
+                    "short chunk {chunk:?} could have taken more"
+                );
             }
             at = r.end;
         }

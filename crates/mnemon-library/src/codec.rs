@@ -71,7 +71,7 @@ fn decode_strict_slow(s: &str) -> Result<Vec<u8>, Base64Error> {
         .filter(|(_, c)| !is_b64_space(*c))
         .collect();
     let n = cleaned.len();
-    if n % 4 != 0 {
+    if !n.is_multiple_of(4) {
         return Err(Base64Error::IncorrectPadding);
     }
     let pad = cleaned.iter().rev().take_while(|(_, c)| *c == '=').count();

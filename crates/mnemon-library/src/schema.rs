@@ -278,25 +278,25 @@ mod tests {
             }
             _ => {}
         }
-        if let Some(c) = s.get("const") {
-            if c != value {
-                problems.push(format!("{at}: not {c}"));
-            }
+        if let Some(c) = s.get("const")
+            && c != value
+        {
+            problems.push(format!("{at}: not {c}"));
         }
-        if let Some(Json::Array(options)) = s.get("enum") {
-            if !options.contains(value) {
-                problems.push(format!("{at}: not in {options:?}"));
-            }
+        if let Some(Json::Array(options)) = s.get("enum")
+            && !options.contains(value)
+        {
+            problems.push(format!("{at}: not in {options:?}"));
         }
-        if let (Some(min), Some(text)) = (s.get("minLength"), value.as_str()) {
-            if (text.chars().count() as u64) < min.as_u64().unwrap() {
-                problems.push(format!("{at}: too short"));
-            }
+        if let (Some(min), Some(text)) = (s.get("minLength"), value.as_str())
+            && (text.chars().count() as u64) < min.as_u64().unwrap()
+        {
+            problems.push(format!("{at}: too short"));
         }
-        if let (Some(min), Some(n)) = (s.get("minimum"), value.as_f64()) {
-            if n < min.as_f64().unwrap() {
-                problems.push(format!("{at}: below minimum"));
-            }
+        if let (Some(min), Some(n)) = (s.get("minimum"), value.as_f64())
+            && n < min.as_f64().unwrap()
+        {
+            problems.push(format!("{at}: below minimum"));
         }
         if let Some(Json::Array(all)) = s.get("allOf") {
             for sub in all {
@@ -327,10 +327,10 @@ mod tests {
             }
         }
         if let Some(items) = value.as_array() {
-            if let Some(max) = s.get("maxItems").and_then(Json::as_u64) {
-                if items.len() as u64 > max {
-                    problems.push(format!("{at}: too many items"));
-                }
+            if let Some(max) = s.get("maxItems").and_then(Json::as_u64)
+                && items.len() as u64 > max
+            {
+                problems.push(format!("{at}: too many items"));
             }
             if let Some(item_schema) = s.get("items") {
                 for (i, item) in items.iter().enumerate() {

@@ -78,7 +78,9 @@ pub(crate) fn mapped_floats(map: &Mmap, offset: usize, floats: usize) -> &[f32] 
     else {
         return &[];
     };
-    if bytes.as_ptr() as usize % std::mem::align_of::<f32>() != 0 || cfg!(target_endian = "big") {
+    if !(bytes.as_ptr() as usize).is_multiple_of(std::mem::align_of::<f32>())
+        || cfg!(target_endian = "big")
+    {
         return &[];
     }
     // SAFETY: the slice is in bounds, 4-byte aligned and `floats * 4` bytes long; every bit

@@ -644,10 +644,8 @@ impl PostgresMemoryStore {
     /// left rows pending.
     fn after_write(&self, dims: &[usize], pending: bool) {
         self.index_dims(dims);
-        if pending {
-            if let Some(indexer) = &self.indexer {
-                indexer.wake();
-            }
+        if pending && let Some(indexer) = &self.indexer {
+            indexer.wake();
         }
     }
 
@@ -1100,7 +1098,7 @@ impl<'a> postgres::types::FromSql<'a> for StoredFloats {
         raw: &'a [u8],
     ) -> Result<Self, Box<dyn std::error::Error + Sync + Send>> {
         if *ty == postgres::types::Type::BYTEA {
-            if raw.len() % 4 != 0 {
+            if !raw.len().is_multiple_of(4) {
                 return Err(format!("{} embedding bytes are not f32s", raw.len()).into());
             }
             return Ok(StoredFloats(

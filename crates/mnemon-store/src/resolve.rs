@@ -401,11 +401,9 @@ mod tests {
             let mut asset = Asset::new(Value::from_json(content)).with_id("p");
             asset.asset_name = name;
             asset.extra.insert("x".into(), Value::from_json(extra));
-            if let Some(first) = field_path.first_mut() {
-                if let PathSegment::Key(k) = first {
-                    if k.is_empty() { *first = PathSegment::from("content"); }
-                }
-            }
+            if let Some(first) = field_path.first_mut()
+                && let PathSegment::Key(k) = first
+                    && k.is_empty() { *first = PathSegment::from("content"); }
             let reference = AssetRef { asset_id: "p".into(), field_path };
             let root = asset.to_value();
             let expected = resolve_in(&root, &reference).cloned();

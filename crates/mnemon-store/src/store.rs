@@ -153,19 +153,19 @@ fn first_deeper_than(value: &Value, limit: usize) -> Option<Vec<PathSegment>> {
     let mut frames: Vec<(&Value, usize)> = Vec::new();
     let mut entering = Some(value);
     loop {
-        if let Some(node) = entering.take() {
-            if matches!(node, Value::Map(_) | Value::Array(_)) {
-                if frames.len() >= limit {
-                    // Each frame's last visited child (index - 1) is a step of the path.
-                    return Some(
-                        frames
-                            .iter()
-                            .filter_map(|&(node, next)| segment_at(node, next.checked_sub(1)?))
-                            .collect(),
-                    );
-                }
-                frames.push((node, 0));
+        if let Some(node) = entering.take()
+            && matches!(node, Value::Map(_) | Value::Array(_))
+        {
+            if frames.len() >= limit {
+                // Each frame's last visited child (index - 1) is a step of the path.
+                return Some(
+                    frames
+                        .iter()
+                        .filter_map(|&(node, next)| segment_at(node, next.checked_sub(1)?))
+                        .collect(),
+                );
             }
+            frames.push((node, 0));
         }
         let (node, next) = frames.last_mut()?;
         match child_at(node, *next) {

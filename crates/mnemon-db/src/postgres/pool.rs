@@ -103,11 +103,11 @@ impl StatementCache {
         prepare: impl FnOnce(&str, &[Type]) -> Result<Statement, ::postgres::Error>,
     ) -> Result<Statement, ::postgres::Error> {
         self.clock += 1;
-        if let Some(cached) = self.entries.get_mut(sql) {
-            if cached.statement.params().get(..types.len()) == Some(types) {
-                cached.used = self.clock;
-                return Ok(cached.statement.clone());
-            }
+        if let Some(cached) = self.entries.get_mut(sql)
+            && cached.statement.params().get(..types.len()) == Some(types)
+        {
+            cached.used = self.clock;
+            return Ok(cached.statement.clone());
         }
         let statement = prepare(sql, types)?;
         self.prepared += 1;

@@ -146,10 +146,10 @@ impl MsgBuilder<'_> {
     pub fn extra(mut self, key: impl Into<String>, value: impl Into<Value>) -> Self {
         let key = key.into();
         let value = value.into();
-        if self.error.is_none() {
-            if let Err(e) = check_extra(&key, &value, 0) {
-                self.error = Some(e);
-            }
+        if self.error.is_none()
+            && let Err(e) = check_extra(&key, &value, 0)
+        {
+            self.error = Some(e);
         }
         self.extras.insert(key, value);
         self
