@@ -10,7 +10,7 @@
 //!   ([`http_service`] / [`router`], an axum-compatible service the server mounts at `/mcp`).
 //! * Which namespace a request runs in is a [`ServiceResolver`]'s choice: over HTTP it sees the
 //!   request's head (its headers, e.g. an API key), over stdio nothing. A plain
-//!   [`Service`](mnemon_ops::Service) is a resolver that serves its one namespace.
+//!   [`Service`] is a resolver that serves its one namespace.
 //! * The library tool searches what a [`LibrarySource`] hands out at the moment of the call, so
 //!   a server that reloads its library serves the new one at once.
 //!
