@@ -25,6 +25,7 @@ fn screenshots() -> PathBuf {
 }
 
 fn seed(rest: &str) {
+    crate::support::crypto();
     let client = reqwest::blocking::Client::new();
     let post =
         |path: &str, body: Value| call(&client, Method::POST, &format!("{rest}{path}"), Some(body));

@@ -7,6 +7,7 @@ use crate::support::start;
 fn every_ui_response_has_the_security_headers() {
     let dir = tempfile::tempdir().unwrap();
     let running = start(mnemon_ops::Stores::open(dir.path()).unwrap());
+    crate::support::crypto();
     let client = reqwest::blocking::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .build()

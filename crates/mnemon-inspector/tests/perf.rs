@@ -152,6 +152,7 @@ fn page_times(stores: mnemon_ops::Stores) {
         started.elapsed().as_secs_f64()
     );
     let running = start(stores);
+    crate::support::crypto();
     let t = Timer {
         client: reqwest::blocking::Client::new(),
         base: running.rest.clone(),

@@ -10,6 +10,15 @@ use mnemon_ops::{Service, Stores};
 use mnemon_server::{Server, ServerConfig};
 use serde_json::Value;
 
+/// Installs ring as the process-wide rustls provider if none is: the workspace builds reqwest
+/// without a default provider (see `mnemon_embed`), and a test's HTTP client needs one even for
+/// plain `http://` URLs once a workspace build unifies reqwest's TLS features.
+pub fn crypto() {
+    if rustls::crypto::CryptoProvider::get_default().is_none() {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    }
+}
+
 /// The sample library `mnemon serve` answers from by default.
 pub const SAMPLE: &[u8] = include_bytes!("../../mnemon/sample-library/library.json");
 

@@ -78,6 +78,7 @@ impl Browser {
             .stderr(Stdio::null())
             .spawn()
             .unwrap_or_else(|e| panic!("cannot start {}: {e}", driver.display()));
+        crate::support::crypto();
         let client = Client::builder()
             .timeout(Duration::from_secs(60))
             .build()
