@@ -322,6 +322,7 @@ pub(crate) async fn exercise(peer: &Peer<RoleClient>) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_tool_over_streamable_http() {
+    crypto();
     let dir = tempfile::tempdir().unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -348,6 +349,7 @@ async fn every_tool_over_streamable_http() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_tool_over_the_stdio_transport() {
+    crypto();
     let dir = tempfile::tempdir().unwrap();
     let (client_end, server_end) = tokio::io::duplex(1 << 16);
     let running = tokio::spawn(async move {
@@ -362,6 +364,7 @@ async fn every_tool_over_the_stdio_transport() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_foreign_host_header_is_refused_by_default() {
+    crypto();
     let dir = tempfile::tempdir().unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -418,6 +421,7 @@ impl mnemon_mcp::ServiceResolver for ByToken {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_resolver_picks_each_requests_namespace() {
+    crypto();
     use mnemon_mcp::mnemon_ops::OpenOptions;
     use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 
@@ -477,6 +481,7 @@ async fn the_resolver_picks_each_requests_namespace() {
 /// routes (`Host::with_routes`), searching the host's library snapshot.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mounted_on_the_library_host_it_searches_the_served_library() {
+    crypto();
     use mnemon_host::{ConfigSource, Host, HostOptions, LibrarySource as Served, Sources};
 
     let dir = tempfile::tempdir().unwrap();
@@ -528,4 +533,13 @@ async fn mounted_on_the_library_host_it_searches_the_served_library() {
     client.cancel().await.unwrap();
     stop.send(()).unwrap();
     serving.await.unwrap().unwrap();
+}
+
+/// Installs ring as the process-wide rustls provider if none is: the workspace builds reqwest
+/// without a default provider (mnemon-embed's `rustls-no-provider`), and once a workspace build
+/// unifies that feature every reqwest client (rmcp's too) needs one, even for `http://` URLs.
+fn crypto() {
+    if rustls::crypto::CryptoProvider::get_default().is_none() {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    }
 }

@@ -412,6 +412,7 @@ fn keys_suite(keyed: &Keyed) {
 
 #[test]
 fn keys_guard_every_route_and_tool_on_sqlite() {
+    crate::crypto();
     let dir = tempfile::tempdir().unwrap();
     let keyed = keyed(dir.path(), None);
     keys_suite(&keyed);
@@ -419,6 +420,7 @@ fn keys_guard_every_route_and_tool_on_sqlite() {
 
 #[test]
 fn keys_guard_every_route_and_tool_on_postgres() {
+    crate::crypto();
     let server = mnemon_tests::require_postgres!();
     let url = server.fresh_database("server_keys").unwrap();
     let dir = tempfile::tempdir().unwrap();

@@ -786,6 +786,7 @@ fn openapi_lists_every_route(api: &Api) {
 
 #[test]
 fn every_route_on_sqlite() {
+    crypto();
     let dir = tempfile::tempdir().unwrap();
     let running = start(Stores::open(dir.path()).unwrap(), HostOptions::default());
     let api = Api::new(&running);
@@ -795,6 +796,7 @@ fn every_route_on_sqlite() {
 
 #[test]
 fn every_route_on_postgres() {
+    crypto();
     let server = mnemon_tests::require_postgres!();
     let url = server.fresh_database("server_routes").unwrap();
     let dir = tempfile::tempdir().unwrap();
@@ -807,6 +809,7 @@ fn every_route_on_postgres() {
 
 #[test]
 fn the_served_document_equals_the_checked_in_file() {
+    crypto();
     let checked_in = std::fs::read_to_string(concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/../../docs/openapi.json"
@@ -821,6 +824,7 @@ fn the_served_document_equals_the_checked_in_file() {
 
 #[test]
 fn readiness_fails_when_the_database_is_gone() {
+    crypto();
     let server = mnemon_tests::require_postgres!();
     let url = server.fresh_database("server_ready").unwrap();
     let dir = tempfile::tempdir().unwrap();
@@ -843,6 +847,7 @@ fn readiness_fails_when_the_database_is_gone() {
 
 #[test]
 fn a_busy_server_answers_503_with_retry_after() {
+    crypto();
     // One request slot, a short queue: a second request while the first holds the slot is
     // refused (the host's --max-concurrent-queries applies to /v1 too).
     let dir = tempfile::tempdir().unwrap();
@@ -893,6 +898,7 @@ fn a_busy_server_answers_503_with_retry_after() {
 
 #[test]
 fn the_inspector_and_mcp_are_mounted_beside_the_library_host() {
+    crypto();
     let dir = tempfile::tempdir().unwrap();
     let running = start(Stores::open(dir.path()).unwrap(), HostOptions::default());
     let api = Api::new(&running);
@@ -970,6 +976,7 @@ fn the_inspector_and_mcp_are_mounted_beside_the_library_host() {
 
 #[test]
 fn metrics_count_requests_by_route_and_status() {
+    crypto();
     let dir = tempfile::tempdir().unwrap();
     let running = start(Stores::open(dir.path()).unwrap(), HostOptions::default());
     let api = Api::new(&running);
@@ -1017,4 +1024,13 @@ fn metrics_count_requests_by_route_and_status() {
     );
     // Patterns, never concrete paths.
     assert!(!text.contains("secret-id"), "{text}");
+}
+
+/// Installs ring as the process-wide rustls provider if none is: the workspace builds reqwest
+/// without a default provider (mnemon-embed's `rustls-no-provider`), and once a workspace build
+/// unifies that feature every reqwest client (rmcp's too) needs one, even for `http://` URLs.
+fn crypto() {
+    if rustls::crypto::CryptoProvider::get_default().is_none() {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    }
 }
