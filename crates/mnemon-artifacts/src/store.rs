@@ -283,40 +283,11 @@ pub(crate) fn check_filter(filter: &Filter) -> Result<(), ArtifactError> {
     Ok(())
 }
 
-/// The least string greater than every string starting with `prefix`, in byte order; `None`
-/// when there is none (the empty prefix, or only U+10FFFF). Scopes starting with `prefix`
-/// are exactly those `>= prefix` and `<` this bound, which an index on the scope serves.
-pub(crate) fn prefix_end(prefix: &str) -> Option<String> {
-    let mut chars: Vec<char> = prefix.chars().collect();
-    while let Some(last) = chars.pop() {
-        // The next scalar value, skipping the surrogate gap.
-        let next = match last as u32 {
-            0xD7FF => Some('\u{E000}'),
-            n => char::from_u32(n + 1),
-        };
-        if let Some(next) = next {
-            chars.push(next);
-            return Some(chars.into_iter().collect());
-        }
-    }
-    None
-}
+pub(crate) use mnemon_db::prefix::prefix_end;
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use proptest::prelude::*;
-
-    proptest! {
-        /// `prefix <= s < prefix_end(prefix)` in byte order holds exactly for the strings
-        /// starting with the prefix.
-        #[test]
-        fn the_scope_range_is_the_prefix(prefix in "\\PC{0,3}", s in "\\PC{0,5}") {
-            let in_range = s.as_bytes() >= prefix.as_bytes()
-                && prefix_end(&prefix).is_none_or(|end| s.as_bytes() < end.as_bytes());
-            prop_assert_eq!(in_range, s.starts_with(&prefix));
-        }
-    }
 
     #[test]
     fn every_document_field_is_filterable() {

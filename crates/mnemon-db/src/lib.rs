@@ -86,6 +86,7 @@ pub mod expiry;
 pub mod namespace;
 #[cfg(feature = "postgres")]
 pub mod postgres;
+pub mod prefix;
 pub mod schema;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
