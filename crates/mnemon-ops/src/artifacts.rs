@@ -1,4 +1,4 @@
-//! Artifact operations: save, get, latest, list, delete, load into a prompt
+//! Artifact operations: save, get, latest, list, scopes, delete, load into a prompt
 //! (docs/reference/rest.md#artifacts, docs/reference/artifacts.md).
 
 use mnemon_artifacts::{
@@ -86,6 +86,27 @@ pub struct ArtifactListInput {
 pub struct ArtifactListOutput {
     /// The records, in save order (content not included: get one to read it).
     pub artifacts: Vec<Artifact>,
+    /// The cursor of the next page; absent on the last page.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
+}
+
+/// Input of [`Service::artifact_scopes`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct ArtifactScopesInput {
+    /// The `next_cursor` of the previous page.
+    #[serde(default)]
+    pub cursor: Option<String>,
+    /// At most this many scopes (default 100, at most 1,000).
+    #[serde(default)]
+    pub limit: Option<usize>,
+}
+
+/// Output of [`Service::artifact_scopes`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct ArtifactScopesOutput {
+    /// The scopes that hold live artifact records, each once, in ascending byte order.
+    pub scopes: Vec<String>,
     /// The cursor of the next page; absent on the last page.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next_cursor: Option<String>,
@@ -199,6 +220,23 @@ impl Service {
             })?;
         Ok(ArtifactListOutput {
             artifacts,
+            next_cursor,
+        })
+    }
+
+    /// One page of the scopes that hold artifact records, in ascending byte order: what to
+    /// list with [`artifact_list`](Self::artifact_list).
+    pub fn artifact_scopes(
+        &self,
+        input: ArtifactScopesInput,
+    ) -> Result<ArtifactScopesOutput, OpsError> {
+        let limit = page::limit(input.limit)?;
+        let all = self.stores().artifacts().scopes()?;
+        // Sorted by the store, so a cursor whose scope has since emptied keeps its place.
+        let (scopes, next_cursor) =
+            page::page(all, input.cursor.as_deref(), limit, true, String::clone)?;
+        Ok(ArtifactScopesOutput {
+            scopes,
             next_cursor,
         })
     }

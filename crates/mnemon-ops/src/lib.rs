@@ -12,6 +12,7 @@
 //!   delete, meta, resolve), [`refs`] (parameters, render), [`artifacts`] (save, get, latest,
 //!   list, delete, load into a prompt), [`memory`] (sessions, add, get, search, marks, export,
 //!   import) and [`library`] (list, query).
+//! * [`status`]: the version, the backend (no secrets) and the namespace's sizes.
 //! * Every failure is an [`OpsError`] with a stable [`code`](OpsError::code) and an
 //!   [`ErrorKind`] a transport maps to its status.
 //! * Lists page with opaque cursors ([`page`]).
@@ -43,6 +44,7 @@ pub mod memory;
 pub mod page;
 pub mod refs;
 mod service;
+pub mod status;
 mod stores;
 
 pub use error::{ErrorKind, OpsError};

@@ -409,6 +409,36 @@ impl Stores {
         }
     }
 
+    /// How memory search scores embeddings: exactly with SQLite; with PostgreSQL, through
+    /// pgvector when the database has it (the memory store's vector mode).
+    pub fn vector_search(&self) -> crate::status::VectorSearch {
+        match &self.memory {
+            MemoryStore::Sqlite(_) => crate::status::VectorSearch {
+                mode: "exact".to_owned(),
+                pgvector_version: None,
+                reason: Some("SQLite scores every embedding exactly".to_owned()),
+            },
+            #[cfg(feature = "postgres")]
+            MemoryStore::Postgres(store) => match store.vector_mode() {
+                mnemon_memory::VectorMode::Pgvector { version } => crate::status::VectorSearch {
+                    mode: "pgvector".to_owned(),
+                    pgvector_version: Some(version.clone()),
+                    reason: None,
+                },
+                mnemon_memory::VectorMode::Exact { reason } => crate::status::VectorSearch {
+                    mode: "exact".to_owned(),
+                    pgvector_version: None,
+                    reason: Some(reason.clone()),
+                },
+                other => crate::status::VectorSearch {
+                    mode: "exact".to_owned(),
+                    pgvector_version: None,
+                    reason: Some(format!("{other:?}")),
+                },
+            },
+        }
+    }
+
     /// The memory thread of `scope` if it exists, without creating it: for readers, so that a
     /// mistyped session id is reported instead of becoming an empty session.
     pub fn existing_memory(&self, scope: Scope) -> Result<Option<Box<dyn Memory>>, MemoryError> {
