@@ -284,6 +284,12 @@ pub(crate) struct Parsed<'a> {
     pub upper: Vec<Level<'a>>,
     /// Sections whose checksums [`Parsed::verify_large`] checks (the codes and level 0).
     large: [Section<'a>; 2],
+    /// The stored header checksum (it covers the header and the section table, with every
+    /// section's checksum).
+    pub header_checksum: u64,
+    /// The buffer's address and length.
+    pub bytes_at: usize,
+    pub len: usize,
 }
 
 impl<'a> Parsed<'a> {
@@ -330,8 +336,9 @@ fn cast<'a, T: bytemuck::Pod>(bytes: &'a [u8], name: &str) -> Result<&'a [T], An
 }
 
 /// Parses and checks everything but the checksums of the two large sections (which
-/// [`Parsed::verify_large`] checks).
-pub(crate) fn parse(bytes: &[u8]) -> Result<Parsed<'_>, AnnError> {
+/// [`Parsed::verify_large`] checks); the small sections' checksums only when `small_sums` (a
+/// re-view of bytes already verified skips them, see `IndexView::reopen`).
+pub(crate) fn parse(bytes: &[u8], small_sums: bool) -> Result<Parsed<'_>, AnnError> {
     if cfg!(target_endian = "big") {
         return Err(AnnError::Unsupported {
             what: "a big-endian CPU (the format is little-endian and viewed in place)".into(),
@@ -503,7 +510,7 @@ pub(crate) fn parse(bytes: &[u8]) -> Result<Parsed<'_>, AnnError> {
 
     // The small sections are verified here, always: they are read by every search.
     let verify = |s: &Section<'_>| -> Result<(), AnnError> {
-        if checksum(s.bytes) == s.checksum {
+        if !small_sums || checksum(s.bytes) == s.checksum {
             Ok(())
         } else {
             Err(corrupt(format!(
@@ -555,5 +562,8 @@ pub(crate) fn parse(bytes: &[u8]) -> Result<Parsed<'_>, AnnError> {
         level0: cast(level0_s.bytes, level0_s.name)?,
         upper,
         large: [*codes_s, *level0_s],
+        header_checksum: u64_at(bytes, 120),
+        bytes_at: bytes.as_ptr() as usize,
+        len: bytes.len(),
     })
 }

@@ -185,6 +185,24 @@ pub struct OpenOptions {
     pub expected_fingerprint: Option<u64>,
 }
 
+/// What [`IndexView::open`] checked: the bytes (where and how long, their header checksum) and
+/// the vectors (where, rows, dimension, stride), for [`IndexView::reopen`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Verified {
+    header_checksum: u64,
+    bytes_at: usize,
+    len: usize,
+    vectors: (usize, usize, usize, usize),
+    count: usize,
+}
+
+/// The address, rows, dimension and stride of a matrix view: the same for a re-view of the
+/// same matrix, different for any other.
+fn vectors_identity(v: MatrixView<'_>) -> (usize, usize, usize, usize) {
+    let at = v.row(0).map_or(0, |r| r.as_ptr() as usize);
+    (at, v.rows(), v.dim(), v.stride())
+}
+
 /// Rows [`IndexView::open`] re-quantises to check the index matches the vectors.
 const STALE_SAMPLE: usize = 64;
 
@@ -303,7 +321,7 @@ impl<'a> IndexView<'a> {
         vectors: MatrixView<'a>,
         options: &OpenOptions,
     ) -> Result<Self, AnnError> {
-        let parsed = format::parse(bytes)?;
+        let parsed = format::parse(bytes, true)?;
         if options.verify == Verify::Full {
             parsed.verify_large()?;
         }
@@ -353,6 +371,50 @@ impl<'a> IndexView<'a> {
                     "row {r} differs from the one the index was built over"
                 ));
             }
+        }
+        Ok(IndexView { parsed, vectors })
+    }
+
+    /// What this open checked, for [`IndexView::reopen`] of the same bytes over the same
+    /// vectors.
+    pub fn verified(&self) -> Verified {
+        let h = self.parsed.header;
+        Verified {
+            header_checksum: self.parsed.header_checksum,
+            bytes_at: self.parsed.bytes_at,
+            len: self.parsed.len,
+            vectors: vectors_identity(self.vectors),
+            count: h.count as usize,
+        }
+    }
+
+    /// Views again the bytes an earlier [`IndexView::open`] checked (`verified` is what that
+    /// view's [`IndexView::verified`] returned), without reading them again: the same buffer
+    /// (same address and length, same header and section table) over the same vectors (same
+    /// address, rows, dimension and stride) is only parsed, which costs no reads proportional
+    /// to the size and no re-quantised sample. An owner that keeps the bytes and the vectors
+    /// side by side (a library: a view borrows both, so it cannot be stored beside them) opens
+    /// once and re-views per query. Anything else is refused with [`AnnError::Stale`].
+    pub fn reopen(
+        bytes: &'a [u8],
+        vectors: MatrixView<'a>,
+        verified: &Verified,
+    ) -> Result<Self, AnnError> {
+        if bytes.as_ptr() as usize != verified.bytes_at
+            || bytes.len() != verified.len
+            || vectors_identity(vectors) != verified.vectors
+        {
+            return Err(AnnError::Stale {
+                what: "not the bytes and vectors it was verified over".into(),
+            });
+        }
+        let parsed = format::parse(bytes, false)?;
+        if parsed.header_checksum != verified.header_checksum
+            || parsed.header.count as usize != verified.count
+        {
+            return Err(AnnError::Stale {
+                what: "its header changed since it was verified".into(),
+            });
         }
         Ok(IndexView { parsed, vectors })
     }

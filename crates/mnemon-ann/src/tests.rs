@@ -272,6 +272,51 @@ fn a_stale_index_is_refused() {
 }
 
 #[test]
+fn a_reopened_view_searches_as_the_opened_one_and_only_over_the_same_buffers() {
+    let m = clustered(400, 16, 5, 9);
+    let bytes = build_default(&m);
+    let opened = IndexView::open(bytes.as_bytes(), m.view(), &OpenOptions::default()).unwrap();
+    let verified = opened.verified();
+    let again = IndexView::reopen(bytes.as_bytes(), m.view(), &verified).unwrap();
+    assert_eq!(again.info(), opened.info());
+    let q = m.view().row(17).unwrap().to_vec();
+    let params = SearchParams::new(10);
+    assert_eq!(
+        again.search(&q, &params, |i| i % 3 != 0).unwrap(),
+        opened.search(&q, &params, |i| i % 3 != 0).unwrap()
+    );
+    // A copy of the same bytes, or a copy of the same vectors, is another buffer: refused.
+    let copy = bytes.clone();
+    assert!(matches!(
+        IndexView::reopen(copy.as_bytes(), m.view(), &verified),
+        Err(AnnError::Stale { .. })
+    ));
+    let other = m.clone();
+    assert!(matches!(
+        IndexView::reopen(bytes.as_bytes(), other.view(), &verified),
+        Err(AnnError::Stale { .. })
+    ));
+    // The same buffer with its header changed in place: refused.
+    let mut words = vec![0u64; bytes.len().div_ceil(8)];
+    let len = bytes.len();
+    bytemuck::cast_slice_mut::<u64, u8>(&mut words)[..len].copy_from_slice(bytes.as_bytes());
+    let buf = |w: &[u64]| -> Vec<u8> { bytemuck::cast_slice::<u64, u8>(w)[..len].to_vec() };
+    assert_eq!(buf(&words), bytes.as_bytes());
+    let verified_here = {
+        let view: &[u8] = &bytemuck::cast_slice::<u64, u8>(&words)[..len];
+        IndexView::open(view, m.view(), &OpenOptions::default())
+            .unwrap()
+            .verified()
+    };
+    bytemuck::cast_slice_mut::<u64, u8>(&mut words)[48] ^= 1; // the seed
+    let view: &[u8] = &bytemuck::cast_slice::<u64, u8>(&words)[..len];
+    assert!(IndexView::reopen(view, m.view(), &verified_here).is_err());
+    bytemuck::cast_slice_mut::<u64, u8>(&mut words)[48] ^= 1;
+    let view: &[u8] = &bytemuck::cast_slice::<u64, u8>(&words)[..len];
+    assert!(IndexView::reopen(view, m.view(), &verified_here).is_ok());
+}
+
+#[test]
 fn a_misaligned_buffer_is_refused_not_copied() {
     let m = clustered(50, 8, 2, 7);
     let bytes = build_default(&m);
