@@ -138,6 +138,17 @@ pub enum LibraryError {
     /// `count_type` is neither `bit` nor `token`.
     #[error("count_type {0} is not one of the legal options: {{'bit', 'token'}}")]
     BadCountType(String),
+    /// `exact` is neither a boolean nor `"true"` / `"false"` (docs/reference/library.md#query-arguments).
+    #[error("exact must be true or false, not {0}")]
+    BadExact(String),
+    /// The approximate index could not be built (docs/reference/library.md#ann-index).
+    #[error("cannot build the ANN index of {path}: {reason}")]
+    IndexBuild {
+        /// The library file.
+        path: String,
+        /// Why.
+        reason: String,
+    },
     /// `query_embedding` has the wrong number of dimensions.
     #[error("query_embedding has {found} dimensions but the library's embeddings have {expected}")]
     QueryDimension {

@@ -10,7 +10,10 @@
 //! * Embeddings live in one 64-byte-aligned matrix scanned by [`mnemon_vector`]; the optional
 //!   fast mode ([`QueryRequest::fast`]) pre-scans an int8 copy and scores exactly only the rows
 //!   whose proven score bound could reach the result, so it returns the exact scan's result.
-//! * [`Library::pack`] writes a memory-mappable sidecar that [`Library::open`] picks up.
+//! * [`Library::pack`] writes a memory-mappable sidecar that [`Library::open`] picks up, and
+//!   [`Library::pack_index`] an approximate index (HNSW, [`mnemon_ann`]) beside it, which large
+//!   libraries are then searched through unless a query asks for the exact scan
+//!   ([`QueryRequest::exact`], [`IndexUse`]).
 //!
 //! ```
 //! use mnemon_library::{AccessGrant, Library, NewBit, QueryRequest};
@@ -30,6 +33,7 @@
 //! ```
 
 mod access;
+mod ann;
 mod builder;
 mod chunk;
 mod codec;
@@ -56,19 +60,20 @@ pub mod synthetic;
 pub mod wire;
 
 pub use access::{AccessGrant, AccessPolicy, DEFAULT_PRIVATE_TAG};
+pub use ann::index_path;
 pub use chunk::{ChunkBounds, chunk_ranges, chunk_text};
 pub use cut::CountType;
 pub use error::{LibraryError, Located, Result};
 pub use id::BitId;
 pub use library::{
-    BLANK_LIBRARY_MODEL, BitRef, InsertOutcome, Library, NewBit, OpenOptions, Progress,
+    BLANK_LIBRARY_MODEL, BitRef, IndexState, InsertOutcome, Library, NewBit, OpenOptions, Progress,
     tag_from_path, tag_from_relative_path,
 };
 pub use omit::{Omit, OmitKey};
 pub use problems::{Problem, ProblemKind};
 pub use query::{PlannedQuery, Prescan};
-pub use request::QueryRequest;
-pub use result::{Hit, QueryResult};
+pub use request::{DEFAULT_INDEX_EF, DEFAULT_INDEX_MIN_BITS, IndexUse, QueryRequest};
+pub use result::{Hit, QueryMethod, QueryResult};
 pub use sidecar::sidecar_path;
 pub use wire::QueryOptions;
 

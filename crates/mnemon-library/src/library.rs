@@ -13,6 +13,7 @@ use serde::Serialize;
 use serde::ser::{SerializeMap, SerializeSeq, Serializer};
 use serde_json::{Map, Value};
 
+use crate::ann::AnnFile;
 use crate::builder::{Builder, EmbeddingField, FieldValue, Pushed, RawBit};
 use crate::codec::encode_vector;
 use crate::cut::CountType;
@@ -103,6 +104,19 @@ pub fn tag_from_path(path: &Path) -> Option<String> {
     tag_from_relative_path(&absolute)
 }
 
+/// The state of a library's approximate index ([`Library::index_state`],
+/// docs/reference/library.md#ann-index).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum IndexState {
+    /// No `<file>.ann` beside the library (or the library was edited or built in memory).
+    Absent,
+    /// Verified: queries above the size threshold use it.
+    Ready,
+    /// Damaged, truncated or stale: never used; the reason, as logged.
+    Refused(String),
+}
+
 /// A bit as typed values, for [`Library::insert_bit`]: what an importer has in hand.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct NewBit<'a> {
@@ -144,6 +158,9 @@ pub struct Library {
     upgraded: bool,
     /// The int8 copy for fast mode, built by the first fast query.
     pub(crate) int8: OnceLock<Int8Matrix>,
+    /// The approximate index opened beside the file (`<file>.ann`), verified by its first use;
+    /// dropped by every edit (docs/reference/library.md#ann-index).
+    pub(crate) ann: Option<AnnFile>,
     /// The largest Euclidean length of a stored embedding (in f64), computed by the first query
     /// that needs it; see [`Library::max_row_norm`].
     pub(crate) max_norm: OnceLock<f64>,
@@ -175,6 +192,7 @@ impl Clone for Library {
             store: self.store.reordered(&order, &|_| None),
             upgraded: self.upgraded,
             int8: OnceLock::new(),
+            ann: None,
             max_norm: OnceLock::new(),
         }
     }
@@ -189,6 +207,7 @@ impl Library {
             store: l.store,
             upgraded: l.upgraded,
             int8: OnceLock::new(),
+            ann: None,
             max_norm: OnceLock::new(),
         }
     }
@@ -206,6 +225,7 @@ impl Library {
             store,
             upgraded: false,
             int8: OnceLock::new(),
+            ann: None,
             max_norm: OnceLock::new(),
         }
     }
@@ -261,15 +281,23 @@ impl Library {
             _ => options,
         };
         // A sidecar holds the tags as packed; a forced tag needs the JSON.
-        if !options.ignore_sidecar
-            && options.force_tag.is_none()
-            && let Some(loaded) = crate::sidecar::open_if_fresh(path)?
-        {
-            return Ok(Self::from_loaded(loaded));
-        }
-        let progress = options.progress.as_deref();
-        crate::mapped::load_file(path, options.force_tag.as_deref(), progress)
-            .map(Self::from_loaded)
+        let sidecar = if options.ignore_sidecar || options.force_tag.is_some() {
+            None
+        } else {
+            crate::sidecar::open_if_fresh(path)?
+        };
+        let loaded = match sidecar {
+            Some(loaded) => loaded,
+            None => {
+                let progress = options.progress.as_deref();
+                crate::mapped::load_file(path, options.force_tag.as_deref(), progress)?
+            }
+        };
+        let mut library = Self::from_loaded(loaded);
+        // The index covers the vectors only, so it serves a library loaded either way (and
+        // with any forced tag); it is checked against these vectors before its first use.
+        library.ann = AnnFile::open_beside(path);
+        Ok(library)
     }
 
     /// Whether the source was a version-0 file that was upgraded on load.
@@ -399,6 +427,8 @@ impl Library {
         let bit = self.bit_json(i, true, true)?;
         self.store.remove(i);
         self.int8 = OnceLock::new();
+        // The index was built over the vectors as they were.
+        self.ann = None;
         self.max_norm = OnceLock::new();
         Ok(Some(bit))
     }
@@ -446,6 +476,8 @@ impl Library {
         let pushed = builder.push(builder.store.len(), bit);
         self.store = builder.into_store();
         self.int8 = OnceLock::new();
+        // The index was built over the vectors as they were.
+        self.ann = None;
         self.max_norm = OnceLock::new();
         Ok(match pushed? {
             Pushed::Added => {
@@ -563,6 +595,8 @@ impl Library {
     fn reorder(&mut self, order: &[usize]) {
         self.store = self.store.reordered(order, &|_| None);
         self.int8 = OnceLock::new();
+        // The index was built over the vectors as they were.
+        self.ann = None;
         self.max_norm = OnceLock::new();
     }
 
@@ -571,6 +605,51 @@ impl Library {
     /// size and modification time it has now.
     pub fn pack(&self, source: impl AsRef<Path>) -> Result<PathBuf> {
         crate::sidecar::write(source.as_ref(), &self.top, &self.store)
+    }
+
+    /// Builds the approximate index over this library's vectors and writes it next to `source`
+    /// as `<source>.ann` (replaced atomically), returning its path
+    /// (docs/reference/library.md#ann-index). `progress` gets the bits inserted so far and the
+    /// total after each batch. The build is parallel (rayon) and deterministic: the same vectors
+    /// give the same bytes. [`Library::open`] of `source` maps it and uses it while it matches
+    /// the vectors the library then holds.
+    pub fn pack_index(
+        &self,
+        source: impl AsRef<Path>,
+        progress: &(dyn Fn(usize, usize) + Sync),
+    ) -> Result<PathBuf> {
+        let source = source.as_ref();
+        let failed = |reason: String| LibraryError::IndexBuild {
+            path: source.display().to_string(),
+            reason,
+        };
+        if self.is_empty() {
+            return Err(failed("the library has no bits".into()));
+        }
+        let bytes = mnemon_ann::build(
+            self.embeddings(),
+            &mnemon_ann::BuildParams::default(),
+            &|p: mnemon_ann::BuildProgress| progress(p.inserted, p.total),
+        )
+        .map_err(|e| failed(e.to_string()))?;
+        let target = crate::ann::index_path(source);
+        mnemon_db::atomic_file::write_atomic(&target, |w| w.write_all(bytes.as_bytes()))
+            .map_err(|e| LibraryError::io(&target, e.into()))?;
+        Ok(target)
+    }
+
+    /// The state of the approximate index opened with this library, verifying it (every
+    /// checksum, and that it was built over the vectors the library holds) the first time:
+    /// that reads the whole index and every vector once, so a host calls it after loading,
+    /// before serving, rather than leave it to the first query.
+    pub fn index_state(&self) -> IndexState {
+        match &self.ann {
+            None => IndexState::Absent,
+            Some(ann) => match ann.verify(self.embeddings()) {
+                Ok(()) => IndexState::Ready,
+                Err(why) => IndexState::Refused(why),
+            },
+        }
     }
 
     /// Sorts bits by stored similarity, descending (stable), and sets `sort` to `similarity`.

@@ -1,6 +1,7 @@
 //! The query engine (`docs/reference/library.md#query-pipeline`) on typed requests: check, score,
 //! cut. The JSON arguments and result are parsed and written by [`crate::wire`].
 
+use mnemon_ann::{SearchMethod, SearchParams};
 use mnemon_vector::{Scored, top_k_of_scores};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -13,7 +14,7 @@ use crate::fast::{self, Need};
 use crate::library::{Library, norm_f64};
 use crate::omit::{Omit, OmitKey};
 use crate::request::QueryRequest;
-use crate::result::{Hit, QueryResult};
+use crate::result::{Hit, QueryMethod, QueryResult};
 use crate::storage::NO_TAG;
 
 /// A query whose request has been checked: the first half of [`Library::query`], made by
@@ -35,6 +36,11 @@ pub struct PlannedQuery {
     fast: bool,
     rows: usize,
     grant: AccessGrant,
+    /// The approximate index will answer (the library has one not yet refused, is at least
+    /// [`IndexUse::min_bits`] large, and the query did not ask for the exact scan).
+    indexed: bool,
+    /// The index's beam width.
+    ef: usize,
 }
 
 impl PlannedQuery {
@@ -42,7 +48,7 @@ impl PlannedQuery {
     /// non-empty library: pass it to [`Library::scores_many`], and the scores to
     /// [`Library::run_planned`]. `None` when no full scan is needed.
     pub fn scan_vector(&self) -> Option<&[f32]> {
-        if self.fast || self.rows == 0 {
+        if self.fast || self.rows == 0 || self.indexed {
             return None;
         }
         self.query.as_deref()
@@ -52,10 +58,17 @@ impl PlannedQuery {
     /// library: pass it to [`Library::prescan_many`], and the result to
     /// [`Library::run_prescanned`]. `None` when the query does not run in fast mode.
     pub fn prescan_vector(&self) -> Option<&[f32]> {
-        if !self.fast || self.rows == 0 {
+        if !self.fast || self.rows == 0 || self.indexed {
             return None;
         }
         self.query.as_deref()
+    }
+
+    /// Whether the library's approximate index is to answer this query (it may still give way
+    /// to the exact scan: see [`QueryMethod`]). Such a query has no [`PlannedQuery::scan_vector`]
+    /// or [`PlannedQuery::prescan_vector`]: it reads only its candidates.
+    pub fn indexed(&self) -> bool {
+        self.indexed
     }
 
     /// The grant the query will run under.
@@ -127,6 +140,12 @@ impl Library {
                 Some((0..d).map(|_| rng.random::<f32>()).collect())
             }
         };
+        // A negative count ranks every visible bit: only a scan does that.
+        let indexed = !request.exact
+            && request.count > 0
+            && query.is_some()
+            && self.len() >= request.index.min_bits
+            && self.ann.as_ref().is_some_and(|ann| !ann.refused());
         Ok(PlannedQuery {
             query,
             count: request.count,
@@ -135,6 +154,8 @@ impl Library {
             fast: request.fast,
             rows: self.len(),
             grant,
+            indexed,
+            ef: request.index.ef,
         })
     }
 
@@ -283,14 +304,21 @@ impl Library {
         let restricted = (0..self.len()).filter(|&i| !keep(i)).count();
         let visible = self.len() - restricted;
 
-        let (chosen, truncate) = match &plan.query {
-            Some(query) if !self.is_empty() => {
+        let indexed = match &plan.query {
+            Some(query) if plan.indexed && !self.is_empty() => {
+                self.select_indexed(query, plan.count, plan.count_type, plan.ef, &keep, visible)
+            }
+            _ => None,
+        };
+        let (chosen, truncate, method) = match (indexed, &plan.query) {
+            (Some(found), _) => found,
+            (None, Some(query)) if !self.is_empty() => {
                 let scan = match (scores, plan.fast) {
                     (Some(scores), _) => Scan::Scored(scores),
                     (None, true) => Scan::Fast,
                     (None, false) => Scan::Exact,
                 };
-                self.select(
+                let (chosen, truncate) = self.select(
                     query,
                     plan.count,
                     plan.count_type,
@@ -298,9 +326,10 @@ impl Library {
                     visible,
                     scan,
                     prescan,
-                )?
+                )?;
+                (chosen, truncate, QueryMethod::Scan)
             }
-            _ => (Vec::new(), None),
+            _ => (Vec::new(), None, QueryMethod::Scan),
         };
         let hits = chosen
             .iter()
@@ -320,6 +349,7 @@ impl Library {
             restricted,
             grant: plan.grant,
             omit: plan.omit,
+            method,
         })
     }
 
@@ -389,6 +419,98 @@ impl Library {
 }
 
 impl Library {
+    /// The approximate index (docs/reference/library.md#ann-index): the `count` visible bits it
+    /// finds (bit mode), or the ranked bits it finds cut by the token budget, asking it for
+    /// twice as many until the budget is decided (token mode); every similarity is the exact
+    /// `f32` score. Access is applied during the walk, and the index itself scans exactly when
+    /// its walk finds fewer visible bits than wanted. `None` when the index cannot be used
+    /// (refused, or its file changed under the map): the caller scans.
+    fn select_indexed<F>(
+        &self,
+        query: &[f32],
+        count: i64,
+        count_type: CountType,
+        ef: usize,
+        keep: &F,
+        visible: usize,
+    ) -> Option<(Vec<Scored>, Option<usize>, QueryMethod)>
+    where
+        F: Fn(usize) -> bool + Sync,
+    {
+        let ann = self.ann.as_ref()?;
+        let index = match ann.view(self.store.embeddings.view()) {
+            Ok(index) => index,
+            Err(why) => {
+                // A refusal by verification was logged once, when it happened.
+                if ann.refusal() != Some(why.as_str()) {
+                    tracing::warn!(
+                        "not using the ANN index {} for this query: {why}; scanning exactly",
+                        ann.path().display()
+                    );
+                }
+                return None;
+            }
+        };
+        let mut method = QueryMethod::Index;
+        let mut search = |k: usize| -> Option<Vec<Scored>> {
+            let params = SearchParams {
+                ef: ef.max(k),
+                ..SearchParams::new(k)
+            };
+            let found = index
+                .search(query, &params, |i| keep(i as usize))
+                .map_err(|e| tracing::warn!("the ANN index search failed ({e}): scanning exactly"))
+                .ok()?;
+            if let SearchMethod::ExactFallback(reason) = found.method {
+                tracing::debug!(?reason, "the ANN index gave way to an exact scan");
+                method = QueryMethod::IndexFallback;
+            }
+            Some(
+                found
+                    .hits
+                    .into_iter()
+                    .map(|h| Scored {
+                        index: h.index as usize,
+                        score: h.score,
+                    })
+                    .collect(),
+            )
+        };
+        let found = match count_type {
+            CountType::Bit => {
+                let k = (count.max(0) as u64).min(visible as u64) as usize;
+                (search(k)?, None)
+            }
+            CountType::Token => {
+                let token_counts = &self.store.token_counts;
+                let mut k = visible.min(64);
+                loop {
+                    let mut ranked = search(k)?;
+                    let (kept, truncate, more) = cut_ranked(
+                        ranked.iter().map(|s| s.index),
+                        count,
+                        count_type,
+                        token_counts,
+                    );
+                    if !more || ranked.len() < k || k >= visible {
+                        ranked.truncate(kept);
+                        break (ranked, truncate);
+                    }
+                    k = k.saturating_mul(2).min(visible);
+                }
+            }
+        };
+        // The file may have changed while the walk read it.
+        if let Some(changed) = ann.changed() {
+            tracing::warn!(
+                "not using the ANN index {} for this query: {changed}; scanning exactly",
+                ann.path().display()
+            );
+            return None;
+        }
+        Some((found.0, found.1, method))
+    }
+
     /// Fast mode (docs/reference/library.md#fast-mode): the int8 pre-scan with proven bounds, see
     /// [`crate::fast`]. The
     /// result equals the exact scan's; `None` when the exact scan should run instead.

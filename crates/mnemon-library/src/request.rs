@@ -32,6 +32,42 @@ pub struct QueryRequest {
     /// differs. Falls back to the exact scan when the bounds would make it score a quarter of the
     /// rows.
     pub fast: bool,
+    /// Never use the library's approximate index: scan (`exact: true` in the arguments,
+    /// docs/reference/library.md#ann-index). Fast mode, when on, still applies: its results are
+    /// the exact scan's.
+    pub exact: bool,
+    /// When the library's approximate index answers (when it has one, verified, and `exact` is
+    /// off).
+    pub index: IndexUse,
+}
+
+/// The default [`IndexUse::min_bits`]: libraries of 50,000 bits and more are searched through
+/// their index (docs/reference/library.md#ann-index). Below it an exact scan takes a few
+/// milliseconds (about 11 ms at 50,000 × 1,536 on 2 cores), which is worth exact results.
+pub const DEFAULT_INDEX_MIN_BITS: usize = 50_000;
+
+/// The default [`IndexUse::ef`]: the candidates an indexed query collects and re-ranks exactly.
+pub const DEFAULT_INDEX_EF: usize = 128;
+
+/// When and how a query uses a library's approximate index (docs/reference/library.md#ann-index).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IndexUse {
+    /// Libraries with fewer bits are scanned exactly even when they have an index; `0` uses the
+    /// index on every library that has one, `usize::MAX` never.
+    pub min_bits: usize,
+    /// The search's beam width (at least the bits wanted is used): the candidates re-ranked
+    /// with the exact `f32` score. When it covers the library (`ef` ≥ bits) the result is the
+    /// exact scan's.
+    pub ef: usize,
+}
+
+impl Default for IndexUse {
+    fn default() -> Self {
+        IndexUse {
+            min_bits: DEFAULT_INDEX_MIN_BITS,
+            ef: DEFAULT_INDEX_EF,
+        }
+    }
 }
 
 impl QueryRequest {
@@ -45,6 +81,8 @@ impl QueryRequest {
             omit: Omit::default(),
             seed: None,
             fast: false,
+            exact: false,
+            index: IndexUse::default(),
         }
     }
 }

@@ -18,6 +18,20 @@ pub struct Hit {
     pub text_limit: Option<usize>,
 }
 
+/// How a query found its bits (docs/reference/library.md#ann-index).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum QueryMethod {
+    /// A scan of every visible bit: the exact scan, or fast mode (whose result is the exact
+    /// scan's).
+    Scan,
+    /// The approximate index, its candidates re-ranked with their exact scores.
+    Index,
+    /// The index was asked, but its walk could not find `count` visible bits (the access tags
+    /// hid too many of them), so the exact scan answered.
+    IndexFallback,
+}
+
 /// The result of [`Library::query`](crate::Library::query): the bits chosen, best first, and
 /// what the result reports about the bits the grant hid.
 #[derive(Debug, Clone)]
@@ -27,6 +41,7 @@ pub struct QueryResult<'a> {
     pub(crate) restricted: usize,
     pub(crate) grant: AccessGrant,
     pub(crate) omit: Omit,
+    pub(crate) method: QueryMethod,
 }
 
 impl<'a> QueryResult<'a> {
@@ -61,6 +76,11 @@ impl<'a> QueryResult<'a> {
     /// The grant the query ran under.
     pub fn grant(&self) -> &AccessGrant {
         &self.grant
+    }
+
+    /// How the bits were found: whether the approximate index answered.
+    pub fn method(&self) -> QueryMethod {
+        self.method
     }
 
     /// The fields left out of each bit.

@@ -33,7 +33,7 @@ use crate::error::{LibraryError, Result};
 use crate::library::Library;
 use crate::omit::{Omit, OmitKey};
 use crate::python::{display_value, int_like};
-use crate::request::QueryRequest;
+use crate::request::{IndexUse, QueryRequest};
 use crate::result::{Hit, QueryResult};
 
 /// How JSON arguments become a request, beyond the arguments themselves.
@@ -48,6 +48,11 @@ pub struct QueryOptions {
     /// Copied into [`QueryRequest::fast`]: use the int8 pre-scan, whose result equals the
     /// exact scan's.
     pub fast: bool,
+    /// Copied into [`QueryRequest::exact`] (or-ed with the `exact` argument): never use the
+    /// library's approximate index.
+    pub exact: bool,
+    /// Copied into [`QueryRequest::index`]: when the library's approximate index answers.
+    pub index: IndexUse,
 }
 
 /// JSON arguments parsed: the typed request, and the token that chooses its grant.
@@ -134,6 +139,15 @@ pub fn parse_query(
         None | Some(Value::Null) => Omit::default(),
         Some(v) => Omit::parse_value(v)?,
     };
+    // Mnemon's own argument: Polymath ignores unknown keys, so its clients never send it and
+    // its hosts ignore it (docs/reference/library.md#query-arguments).
+    let exact = match args.get("exact") {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) => *b,
+        Some(Value::String(s)) if s == "true" => true,
+        Some(Value::String(s)) if s == "false" => false,
+        Some(v) => return Err(LibraryError::BadExact(display_value(v))),
+    };
     let access_token = args
         .get("access_token")
         .and_then(Value::as_str)
@@ -147,6 +161,8 @@ pub fn parse_query(
             omit,
             seed: options.seed,
             fast: options.fast,
+            exact: exact || options.exact,
+            index: options.index,
         },
         access_token,
     })
@@ -486,10 +502,13 @@ mod tests {
                 seed: Some(4),
                 default_count: None,
                 fast: true,
+                ..QueryOptions::default()
             },
         )
         .unwrap();
         let request = parsed.request;
+        assert!(!request.exact);
+        assert_eq!(request.index, IndexUse::default());
         assert_eq!(request.embedding, Some(vec![0.0, 1.0]));
         assert_eq!((request.count, request.count_type), (2, CountType::Bit));
         assert_eq!(request.omit.echo(), "info,similarity");
@@ -510,6 +529,50 @@ mod tests {
             assert_eq!(parsed.access_token, None);
             assert_eq!(parsed.request.count_type, CountType::Token);
         }
+    }
+
+    /// `exact` (Mnemon's own argument): a boolean, or `"true"` / `"false"` from a form; `null`
+    /// is absent; anything else is refused, after every reference check. The option forces it.
+    #[test]
+    fn exact_argument_parses_and_the_option_forces_it() {
+        let lib = library();
+        let exact = |value: Value, forced: bool| {
+            let mut a = args(
+                json!({"version": 1, "query_embedding_model": "m", "count": 1,
+                                    "query_embedding": encode_vector(&[0.0, 1.0])}),
+            );
+            a.insert("exact".into(), value);
+            let options = QueryOptions {
+                exact: forced,
+                ..QueryOptions::default()
+            };
+            parse_query(&lib, &a, &options).map(|p| p.request.exact)
+        };
+        assert!(exact(json!(true), false).unwrap());
+        assert!(exact(json!("true"), false).unwrap());
+        assert!(!exact(json!(false), false).unwrap());
+        assert!(!exact(json!("false"), false).unwrap());
+        assert!(!exact(json!(null), false).unwrap());
+        assert!(exact(json!(false), true).unwrap());
+        for bad in [json!(1), json!("yes"), json!([true])] {
+            assert_eq!(
+                exact(bad.clone(), false).unwrap_err().to_string(),
+                format!("exact must be true or false, not {}", display_value(&bad))
+            );
+        }
+        // A reference error comes first.
+        let mut a = args(
+            json!({"version": 0, "query_embedding_model": "m", "count": 1,
+                                "exact": "maybe"}),
+        );
+        assert_eq!(
+            parse_query(&lib, &a, &QueryOptions::default())
+                .unwrap_err()
+                .to_string(),
+            "version must be at least 1"
+        );
+        a.insert("version".into(), json!(1));
+        assert!(parse_query(&lib, &a, &QueryOptions::default()).is_err());
     }
 
     /// Errors keep the reference's order: a query wrong in several ways fails on the first.

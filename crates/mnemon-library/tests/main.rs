@@ -3,4 +3,5 @@
 
 mod fast;
 mod files;
+mod index;
 mod sidecar;
