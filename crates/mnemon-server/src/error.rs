@@ -95,6 +95,11 @@ impl IntoResponse for RestError {
     fn into_response(self) -> Response {
         let body = serde_json::json!({"error": {"code": self.code, "message": self.message}});
         let mut response = (self.status, body.to_string()).into_response();
+        // For the ring of recent errors (`GET /v1/status`), which cannot read the body.
+        response.extensions_mut().insert(crate::status::ErrorNote {
+            code: self.code,
+            message: self.message,
+        });
         response.headers_mut().insert(
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/json"),

@@ -12,6 +12,8 @@
 //!   the same authenticator: a refused key is a 401 before MCP sees the request, and each tool
 //!   call runs in the key's namespace and needs a write key for a writing tool.
 //! * `/ui/`: the inspector (docs/reference/inspector.md), linked from the `GET /` page.
+//! * `/v1/status`: version, backend (no secrets), the caller's namespace sizes, the limits, and
+//!   the recent error responses (a ring of 50 in memory, each namespace seeing its own).
 //! * `/healthz` (the host's) and `/readyz` (the database answers); `/metrics` (Prometheus text:
 //!   requests by route and status, latency, in flight; an admin key when keys are in use).
 //! * Each request's [`Principal`] comes from the [`Authenticator`]: one namespace and a role.
@@ -28,6 +30,7 @@ mod metrics;
 pub mod openapi;
 mod routes;
 mod state;
+mod status;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -47,6 +50,7 @@ pub use auth::{Authenticator, OpenAccess, Principal, Role};
 pub use error::{RestError, status_of};
 pub use keys::KeyAuthenticator;
 pub use state::{ServiceOpener, Tenants};
+pub use status::{LimitsStatus, RecentError, ServerStatus};
 
 use crate::state::AppState;
 
@@ -104,6 +108,7 @@ impl Server {
             mnemon_inspector::PREFIX.to_owned(),
             "Open the Mnemon inspector: see and search what agents remember".to_owned(),
         ));
+        let limits_status = status::LimitsStatus::of(&options);
         let host = Host::bind(addr, sources, options).await?;
         let state = AppState {
             tenants: Arc::new(config.tenants),
@@ -112,12 +117,19 @@ impl Server {
             host: host.handle(),
             ready_namespace: config.ready_namespace,
             metrics: Arc::default(),
+            errors: Arc::default(),
+            limits_status,
         };
         let mcp = mcp_router(&state, config.mcp_allowed_hosts);
         let metrics = Arc::clone(&state.metrics);
+        let errors = Arc::clone(&state.errors);
         let routes = router(state)
             .merge(mcp)
             .merge(mnemon_inspector::router())
+            .layer(middleware::from_fn_with_state(
+                errors,
+                status::record_errors,
+            ))
             .layer(middleware::from_fn_with_state(metrics, metrics::track));
         let host = host.with_routes(routes);
         Ok(Server { host })
@@ -199,11 +211,17 @@ async fn authorize(
         Ok(principal) => principal,
         Err(refused) => return refused.into_response(),
     };
-    if let Err(refused) = principal.require(role) {
-        return refused.into_response();
-    }
-    request.extensions_mut().insert(principal);
-    next.run(request).await
+    // The answer's namespace, so the ring of recent errors shows it to that namespace only.
+    let answered = status::AnsweredNamespace(principal.namespace.clone());
+    let mut response = match principal.require(role) {
+        Err(refused) => refused.into_response(),
+        Ok(()) => {
+            request.extensions_mut().insert(principal);
+            next.run(request).await
+        }
+    };
+    response.extensions_mut().insert(answered);
+    response
 }
 
 /// `/mcp`: the MCP endpoint over the same tenants and authenticator as the REST routes, and

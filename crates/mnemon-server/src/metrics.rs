@@ -40,7 +40,7 @@ pub(crate) struct Metrics {
 }
 
 /// The method as a label: the standard ones, else `other` (extension methods are unbounded).
-fn method_label(method: &Method) -> &'static str {
+pub(crate) fn method_label(method: &Method) -> &'static str {
     match *method {
         Method::GET => "GET",
         Method::POST => "POST",
@@ -54,7 +54,7 @@ fn method_label(method: &Method) -> &'static str {
 }
 
 /// The route pattern of a request (`/mcp` for everything under the MCP endpoint).
-fn route_label(request: &Request) -> String {
+pub(crate) fn route_label(request: &Request) -> String {
     match request.extensions().get::<MatchedPath>() {
         Some(path) if path.as_str().starts_with("/mcp") => "/mcp".to_owned(),
         Some(path) => path.as_str().to_owned(),

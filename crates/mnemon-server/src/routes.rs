@@ -10,7 +10,8 @@ use mnemon_host::HeldBody;
 use mnemon_ops::Service;
 use mnemon_ops::artifacts::{
     ArtifactIdInput, ArtifactLatestInput, ArtifactListInput, ArtifactListOutput, ArtifactLoadInput,
-    ArtifactLoadOutput, ArtifactOutput, ArtifactSaveInput,
+    ArtifactLoadOutput, ArtifactOutput, ArtifactSaveInput, ArtifactScopesInput,
+    ArtifactScopesOutput,
 };
 use mnemon_ops::assets::{
     AssetBody, AssetContent, AssetGetOutput, AssetIdInput, AssetListInput, AssetListOutput,
@@ -35,6 +36,7 @@ use sha2::{Digest, Sha256};
 use crate::auth::{Principal, Role};
 use crate::error::RestError;
 use crate::state::{AppState, to_json};
+use crate::status::ServerStatus;
 
 /// Makes the JSON Schema of a type, for the OpenAPI document.
 pub(crate) type SchemaFn = fn(&mut SchemaGenerator) -> Schema;
@@ -282,6 +284,18 @@ pub(crate) fn table() -> Vec<Route> {
         .query(schema::<ArtifactListInput>),
         route(
             Method::GET,
+            "/v1/artifacts/scopes",
+            "listArtifactScopes",
+            "The scopes that hold artifact records (ascending), a page at a time",
+            "artifacts",
+            R,
+            OK,
+            Json(schema::<ArtifactScopesOutput>),
+            get(artifact_scopes),
+        )
+        .query(schema::<ArtifactScopesInput>),
+        route(
+            Method::GET,
             "/v1/artifacts/latest",
             "latestArtifact",
             "The newest artifact of a key in a scope, with its content",
@@ -493,6 +507,17 @@ pub(crate) fn table() -> Vec<Route> {
         )
         .body(Json(schema::<LibraryQueryInput>)),
         // Service.
+        route(
+            Method::GET,
+            "/v1/status",
+            "getStatus",
+            "Version, backend, the namespace's sizes, limits and recent errors",
+            "service",
+            R,
+            OK,
+            Json(schema::<ServerStatus>),
+            get(status),
+        ),
         route(
             Method::GET,
             "/v1/openapi.json",
@@ -810,6 +835,19 @@ async fn artifact_list(State(s): State<AppState>, p: Principal, uri: Uri, h: Hea
     read_json(&h, &out)
 }
 
+async fn artifact_scopes(
+    State(s): State<AppState>,
+    p: Principal,
+    uri: Uri,
+    h: HeaderMap,
+) -> Answer {
+    let input: ArtifactScopesInput = query(&uri)?;
+    let out = s
+        .call(&p, Role::Read, move |svc| svc.artifact_scopes(input))
+        .await?;
+    read_json(&h, &out)
+}
+
 async fn artifact_latest(
     State(s): State<AppState>,
     p: Principal,
@@ -1084,6 +1122,19 @@ async fn openapi(h: HeaderMap) -> Response {
         HeaderValue::from_static("application/json"),
         crate::openapi::document_text().into_bytes(),
     )
+}
+
+async fn status(State(s): State<AppState>, p: Principal, h: HeaderMap) -> Answer {
+    let out = s.call(&p, Role::Read, |svc| svc.status()).await?;
+    let status = ServerStatus {
+        version: env!("CARGO_PKG_VERSION").to_owned(),
+        namespace: out.namespace,
+        backend: out.backend,
+        sizes: out.sizes,
+        limits: s.limits_status.clone(),
+        recent_errors: s.errors.visible_to(&p),
+    };
+    read_json(&h, &status)
 }
 
 async fn readyz(State(s): State<AppState>) -> Answer {

@@ -114,6 +114,10 @@ pub(crate) struct AppState {
     pub(crate) ready_namespace: Namespace,
     /// What `/metrics` reports.
     pub(crate) metrics: Arc<crate::metrics::Metrics>,
+    /// The recent error responses `GET /v1/status` shows.
+    pub(crate) errors: Arc<crate::status::ErrorLog>,
+    /// The limits the server was started with, as `GET /v1/status` shows them.
+    pub(crate) limits_status: crate::status::LimitsStatus,
 }
 
 impl AppState {

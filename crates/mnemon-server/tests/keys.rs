@@ -146,7 +146,7 @@ fn every_route_refuses_bad_keys(keyed: &Keyed) {
     let anonymous = Api::new(&keyed.running);
     let routes = guarded_routes(&anonymous);
     // Every documented route but the document itself and `/readyz`.
-    assert_eq!(routes.len(), 31, "{routes:?}");
+    assert_eq!(routes.len(), 33, "{routes:?}");
     let wrong = api_with(&keyed.running, &keyed.wrong);
     let revoked = api_with(&keyed.running, &keyed.revoked);
     let malformed = api_with(&keyed.running, "mnk_not_a_key");
@@ -275,6 +275,48 @@ fn namespaces_are_isolated(keyed: &Keyed) {
     // A read key reads its namespace.
     let read = api_with(&keyed.running, &keyed.read);
     ok(read.get("/v1/assets/iso1"), StatusCode::OK);
+
+    // The status: a read key reads it, with its namespace's errors only; the errors of
+    // requests without an accepted key are for admin keys.
+    expect_error(
+        read.get("/v1/assets/acme-missing-1"),
+        StatusCode::NOT_FOUND,
+        "asset_not_found",
+    );
+    expect_error(
+        globex.get("/v1/assets/globex-missing-1"),
+        StatusCode::NOT_FOUND,
+        "asset_not_found",
+    );
+    expect_401(
+        Api::new(&keyed.running).get("/v1/status"),
+        "/v1/status with no key",
+    );
+    let mine = ok(read.get("/v1/status"), StatusCode::OK);
+    assert_eq!(mine["namespace"], "acme", "{mine}");
+    let text = mine["recent_errors"].to_string();
+    assert!(text.contains("acme-missing-1"), "{mine}");
+    assert!(!text.contains("globex-missing-1"), "{mine}");
+    assert!(!text.contains("\"status\":401"), "{mine}");
+    let theirs = ok(globex.get("/v1/status"), StatusCode::OK).to_string();
+    assert!(theirs.contains("globex-missing-1"), "{theirs}");
+    assert!(!theirs.contains("acme-missing-1"), "{theirs}");
+    let admin = ok(
+        api_with(&keyed.running, &keyed.admin).get("/v1/status"),
+        StatusCode::OK,
+    );
+    assert!(
+        admin["recent_errors"]
+            .to_string()
+            .contains("\"status\":401"),
+        "{admin}"
+    );
+    for key in [&keyed.admin, &keyed.write, &keyed.read, &keyed.wrong] {
+        assert!(
+            !admin.to_string().contains(&key[4..]),
+            "a key in the status: {admin}"
+        );
+    }
 }
 
 async fn call(peer: &Peer<RoleClient>, tool: &str, arguments: Value) -> CallToolResult {
