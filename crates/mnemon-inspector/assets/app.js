@@ -7,7 +7,6 @@
 
 (function () {
   const KEY_ITEM = 'mnemon.inspector.key';
-  const SCOPE_ITEM = 'mnemon.inspector.scope';
   const PAGE_SIZE = 25;
   const MAX_ERRORS = 20;
   // A list of at least this many numbers is an embedding: summarised, never dumped.
@@ -448,20 +447,24 @@
   // ---- artifacts ------------------------------------------------------------------------
 
   function artifactsPage(params) {
-    const scope = el('input', {id: 'scope', name: 'scope', required: true, placeholder: 'scope', value: params.get('scope') || sessionStorage.getItem(SCOPE_ITEM) || ''});
+    // The scope shown comes from the link clicked in the scope list (`#/artifacts?scope=…`).
+    const scope = {value: params.get('scope') || ''};
     const keys = el('div', {id: 'artifact-keys'});
     const detail = el('div', {id: 'artifact-detail'});
     const block = el('div', {id: 'prompt-block'});
     const loadKeys = el('input', {name: 'keys', placeholder: 'keys, comma-separated (empty: every key)'});
-    const form = el('form', {onsubmit: (e) => {
-      e.preventDefault();
-      sessionStorage.setItem(SCOPE_ITEM, scope.value);
-      if (location.hash !== `#/artifacts${query({scope: scope.value})}`) location.hash = `#/artifacts${query({scope: scope.value})}`;
-      else list();
-    }}, el('label', {}, 'Scope (often a session id)', scope), el('button', {type: 'submit'}, 'List'));
+    // The scopes that hold artifacts, a page at a time (GET /v1/artifacts/scopes).
+    const scopeList = el('ul', {id: 'artifact-scopes', class: 'scopes'});
+    const scopes = pager(async (cursor) => {
+      const out = await api('GET', `/v1/artifacts/scopes${query({limit: 50, cursor})}`);
+      fill(scopeList, ...out.scopes.map((s) => el('li', {},
+        el('a', {href: `#/artifacts${query({scope: s})}`, class: s === scope.value ? 'scope-link active' : 'scope-link'}, s))));
+      if (!out.scopes.length) fill(scopeList, el('li', {class: 'muted'}, 'No artifacts in this namespace.'));
+      return out.next_cursor;
+    });
     let byKey = new Map();
     async function list() {
-      if (!scope.value) { fill(keys, el('p', {class: 'muted'}, 'Enter a scope: the API lists artifacts per scope.')); return; }
+      if (!scope.value) { fill(keys, el('p', {class: 'muted'}, 'Pick a scope on the left.')); return; }
       fill(keys, el('p', {class: 'muted'}, 'Loading…'));
       byKey = new Map();
       try {
@@ -510,8 +513,13 @@
           out.missing_keys.length ? el('p', {class: 'error'}, `missing keys: ${out.missing_keys.join(', ')}`) : null);
       } catch (err) { fill(block, errorLine(err)); }
     }}, el('label', {}, 'Load into a prompt', loadKeys), el('button', {type: 'submit'}, 'Render prompt block'));
-    show(el('h2', {}, 'Artifacts'), form, el('div', {class: 'cols'}, el('div', {}, keys), el('div', {}, detail)),
+    show(el('h2', {}, 'Artifacts'),
+      el('div', {class: 'cols3'},
+        el('div', {}, el('h3', {}, 'Scopes'), scopeList, scopes.bar),
+        el('div', {}, el('h3', {}, scope.value ? el('span', {}, 'Scope ', el('code', {id: 'artifact-scope'}, scope.value)) : 'Keys'), keys),
+        el('div', {}, detail)),
       el('h3', {}, 'Prompt block (as ArtifactMemory renders it)'), loadForm, block);
+    scopes.start();
     list();
   }
 
@@ -552,31 +560,64 @@
 
   // ---- status ---------------------------------------------------------------------------
 
+  // A backend as one line: never a password (the server does not send one).
+  function backendText(b) {
+    if (!b) return '';
+    if (b.kind === 'sqlite') return `sqlite, data directory ${b.data_dir}`;
+    if (b.kind === 'postgres') return `postgres, database ${b.database} on ${(b.hosts || []).join(', ')}`;
+    return String(b.kind);
+  }
+
+  function vectorText(v) {
+    if (!v) return '';
+    return v.mode === 'pgvector' ? `pgvector ${v.pgvector_version || ''}`.trim() : `exact scoring${v.reason ? ` (${v.reason})` : ''}`;
+  }
+
+  // Limits as the server reports them: `_ms` in milliseconds, `_bytes` in bytes.
+  function limitText(name, value) {
+    if (name.endsWith('_ms')) return value >= 1000 ? `${value / 1000} s` : `${value} ms`;
+    if (name.endsWith('_bytes')) return value >= 1048576 ? `${(value / 1048576).toFixed(1)} MiB (${value} bytes)` : `${value} bytes`;
+    return String(value);
+  }
+
   function statusPage() {
     const facts = el('dl', {class: 'kv', id: 'status'});
-    function fact(name, value) { append(facts, [el('dt', {}, name), el('dd', {}, value)]); }
-    show(el('h2', {}, 'Status'), facts,
-      el('p', {class: 'muted'}, 'Backend, store sizes and limits are not reported by the /v1 API yet; errors listed below are those this browser session met.'));
+    const limits = el('dl', {class: 'kv', id: 'status-limits'});
+    const errors = el('tbody');
+    function fact(list, name, value) { append(list, [el('dt', {}, name), el('dd', {}, value)]); }
+    show(el('h2', {}, 'Status'), facts, el('h3', {}, 'Limits'), limits,
+      el('h3', {}, 'Recent errors'),
+      el('p', {class: 'muted'}, 'Error responses the server gave for this namespace (the last 50, newest first; an admin key also sees refused keys and unknown routes).'),
+      el('table', {id: 'status-errors'}, el('thead', {}, el('tr', {}, ['time', 'method', 'route', 'status', 'code', 'message'].map((h) => el('th', {}, h)))), errors));
     (async () => {
       const health = await fetch('/healthz', {cache: 'no-store'}).then((r) => r.ok ? 'ok' : `${r.status}`).catch((e) => String(e));
-      fact('process', health);
+      fact(facts, 'process', health);
       const ready = await fetch('/readyz', {cache: 'no-store'}).then(async (r) => r.ok ? 'ready' : `${r.status} ${JSON.stringify(await r.json().catch(() => null))}`).catch((e) => String(e));
-      fact('database', ready);
+      fact(facts, 'database', ready);
+      let recent = null;
       try {
-        const doc = await api('GET', '/v1/openapi.json');
-        fact('API', `${doc.info && doc.info.title || ''} ${doc.info && doc.info.version || ''}`);
-        fact('routes', String(Object.keys(doc.paths || {}).length));
-      } catch (e) { fact('API', e.message); }
+        const s = await api('GET', '/v1/status');
+        fact(facts, 'version', el('span', {id: 'status-version'}, s.version));
+        fact(facts, 'backend', el('span', {id: 'status-backend'}, backendText(s.backend)));
+        fact(facts, 'vector search', vectorText(s.backend && s.backend.vector_search));
+        fact(facts, 'namespace', s.namespace);
+        fact(facts, 'assets', String(s.sizes.assets));
+        fact(facts, 'artifacts', String(s.sizes.artifacts));
+        fact(facts, 'sessions', String(s.sizes.memory_threads));
+        if (s.sizes.messages !== undefined) fact(facts, 'messages', String(s.sizes.messages));
+        for (const [name, value] of Object.entries(s.limits || {})) fact(limits, name.replace(/_ms$/, '').replace(/_/g, ' '), limitText(name, value));
+        recent = s.recent_errors || [];
+        fill(errors, ...(recent.length ? recent.map((e) => el('tr', {},
+          el('td', {}, new Date(e.at_ms).toISOString()), el('td', {}, e.method), el('td', {}, el('code', {}, e.route)),
+          el('td', {}, String(e.status)), el('td', {}, e.code), el('td', {class: 'error'}, e.message)))
+          : [el('tr', {}, el('td', {class: 'muted', colspan: 6}, 'No error responses.'))]));
+      } catch (e) { fact(facts, 'status', e.message); }
       try {
         const bits = await api('GET', `/v1/library/bits${query({limit: 1})}`);
-        fact('library', `${bits.total} bits, ${bits.model}`);
-      } catch (e) { fact('library', e.message); }
-      try {
-        const sessions = await api('GET', `/v1/memory/sessions${query({limit: 1000})}`);
-        fact('sessions', sessions.next_cursor ? 'more than 1,000' : String(sessions.sessions.length));
-      } catch (e) { fact('sessions', e.message); }
-      fact('key', key() ? 'a key is set for this browser session' : 'no key (open server)');
-      fact('recent errors', String(recentErrors.length));
+        fact(facts, 'library', `${bits.total} bits, ${bits.model}`);
+      } catch (e) { fact(facts, 'library', e.message); }
+      fact(facts, 'key', key() ? 'a key is set for this browser session' : 'no key (open server)');
+      fact(facts, 'recent errors', recent === null ? 'unknown' : String(recent.length));
     })();
   }
 

@@ -87,6 +87,11 @@ fn seed(rest: &str) {
             json!({"scope": "chat-1", "key": key, "type": "plan", "name": name, "content": content}),
         );
     }
+    // A scope that is a payload, listed on the Artifacts page.
+    post(
+        "/v1/artifacts",
+        json!({"scope": XSS_ASSET, "key": "k", "type": "plan", "name": "n", "content": "c"}),
+    );
 }
 
 fn urlencode(text: &str) -> String {
@@ -121,7 +126,7 @@ fn every_page_in_headless_chromium() {
     };
     let dir = tempfile::tempdir().unwrap();
     let stores = mnemon_ops::Stores::open(dir.path()).unwrap();
-    every_page(stores, &chromium, &driver, &screenshots());
+    every_page(stores, "sqlite", &chromium, &driver, &screenshots());
 }
 
 #[test]
@@ -136,11 +141,12 @@ fn every_page_in_headless_chromium_on_postgres() {
     let stores = mnemon_ops::Stores::open_with(dir.path(), &options).unwrap();
     let shots = screenshots().join("postgres");
     std::fs::create_dir_all(&shots).unwrap();
-    every_page(stores, &chromium, &driver, &shots);
+    every_page(stores, "postgres", &chromium, &driver, &shots);
 }
 
 fn every_page(
     stores: mnemon_ops::Stores,
+    backend: &str,
     chromium: &std::path::Path,
     driver: &std::path::Path,
     shots: &std::path::Path,
@@ -285,10 +291,26 @@ fn every_page(
     );
     assert_no_xss(&browser);
 
-    // Artifacts: keys with their history, newest first; a record's content; the prompt block.
-    browser.goto(&format!("{ui}#/artifacts?scope=chat-1"));
+    // Artifacts: the scopes to click (GET /v1/artifacts/scopes), sorted, the payload as text.
+    browser.goto(&format!("{ui}#/artifacts"));
     browser.js("window.__violations = []; document.addEventListener('securitypolicyviolation', (e) => window.__violations.push(e.violatedDirective));");
+    browser.wait_for("document.querySelectorAll('#artifact-scopes a.scope-link').length === 2");
+    let scopes = browser.js(
+        "return Array.from(document.querySelectorAll('#artifact-scopes a.scope-link')).map((n) => n.textContent);",
+    );
+    assert_eq!(scopes, json!([XSS_ASSET, "chat-1"]));
+    assert_no_xss(&browser);
+    // Keys with their history, newest first; a record's content; the prompt block.
+    browser.click(&browser.find_xpath("//a[@class='scope-link' and text()='chat-1']"));
     browser.wait_for("document.querySelectorAll('.artifact-key').length === 2");
+    assert_eq!(
+        browser.js("return location.hash;"),
+        json!("#/artifacts?scope=chat-1")
+    );
+    assert_eq!(
+        browser.js("return document.querySelector('#artifact-scope').textContent;"),
+        json!("chat-1")
+    );
     let names = browser.js(
         "return Array.from(document.querySelectorAll('.artifact-name')).map((n) => n.textContent);",
     );
@@ -336,7 +358,13 @@ fn every_page(
     );
     browser.screenshot(&shots.join("library.png"));
 
-    // Status.
+    // Status: from GET /v1/status, with the server's recent errors (a provoked one).
+    let client = reqwest::blocking::Client::new();
+    let missing = client
+        .get(format!("{}/v1/assets/status-probe-missing", running.rest))
+        .send()
+        .unwrap();
+    assert_eq!(missing.status(), reqwest::StatusCode::NOT_FOUND);
     browser.goto(&format!("{ui}#/status"));
     browser.wait_for("document.querySelector('#status').innerText.includes('recent errors')");
     let status = browser.text();
@@ -344,6 +372,22 @@ fn every_page(
         status.contains("ready") && status.contains("sessions") && status.contains("2"),
         "{status}"
     );
+    assert_eq!(
+        browser.js("return document.querySelector('#status-version').textContent;"),
+        json!(env!("CARGO_PKG_VERSION"))
+    );
+    let shown = browser.js("return document.querySelector('#status-backend').textContent;");
+    assert!(
+        shown.as_str().unwrap().starts_with(&format!("{backend}, ")),
+        "{shown}"
+    );
+    let errors = browser.js("return document.querySelector('#status-errors').innerText;");
+    assert!(
+        errors.as_str().unwrap().contains("/v1/assets/{asset_id}")
+            && errors.as_str().unwrap().contains("asset_not_found"),
+        "{errors}"
+    );
+    assert!(status.contains("max body bytes"), "{status}");
     browser.screenshot(&shots.join("status.png"));
 
     // With a key: kept for the browser session, sent as a bearer token (the open server

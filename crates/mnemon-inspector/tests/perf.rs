@@ -2,6 +2,8 @@
 //! 100,000 messages, on SQLite and on PostgreSQL (one session of 50,000 and 500 of 100), 1,000 assets and 300 artifacts:
 //! the target is at most 100 ms per page. Ignored (it seeds for a while); run it with
 //! `cargo test --release -p mnemon-inspector --test inspector -- --ignored --nocapture --test-threads 1 page_times`.
+//! `status_counts` times `GET /v1/status` (whose sizes are counts) over 100,000 assets and
+//! 100,000 artifact records.
 //! Times are measured on the client over loopback, so they include the HTTP round trip.
 
 use std::time::{Duration, Instant};
@@ -256,7 +258,85 @@ fn page_times(stores: mnemon_ops::Stores) {
         "/v1/library/query",
         Some(json!({"text": "how do bees keep warm in winter", "count": 5})),
     );
-    t.measure("status", get.clone(), "/v1/openapi.json", None);
+    t.measure(
+        "artifacts",
+        get.clone(),
+        "/v1/artifacts/scopes?limit=50",
+        None,
+    );
+    t.measure("status", get.clone(), "/v1/status", None);
     t.measure("status", get.clone(), "/readyz", None);
-    t.measure("status", get, "/v1/memory/sessions?limit=1000", None);
+    t.measure("status", get, "/v1/library/bits?limit=1", None);
+}
+
+/// Records for [`status_counts`]: 100,000 assets and 100,000 artifact records.
+const COUNTED: usize = 100_000;
+
+#[test]
+#[ignore = "seeds 200,000 records; run with --ignored --nocapture (release build)"]
+fn status_counts_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    status_counts(mnemon_ops::Stores::open(dir.path()).unwrap());
+}
+
+#[test]
+#[ignore = "seeds 200,000 records; run with --ignored --nocapture (release build)"]
+fn status_counts_postgres() {
+    let server = mnemon_tests::require_postgres!();
+    let url = server.fresh_database("inspector_status_counts").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let options = mnemon_ops::OpenOptions::postgres(url);
+    status_counts(mnemon_ops::Stores::open_with(dir.path(), &options).unwrap());
+}
+
+/// The time of `GET /v1/status` over 100,000 assets and 100,000 artifact records: its asset
+/// and artifact sizes are `COUNT(*)`s over the namespace (docs/reference/rest.md#status).
+fn status_counts(stores: mnemon_ops::Stores) {
+    let started = Instant::now();
+    for start in (0..COUNTED).step_by(1_000) {
+        let batch: Vec<mnemon_types::Asset> = (start..start + 1_000)
+            .map(|i| {
+                mnemon_types::Asset::new(json!({"title": format!("asset {i}")}))
+                    .with_id(format!("asset-{i:06}"))
+            })
+            .collect();
+        stores.assets().put_batch(&batch).unwrap();
+    }
+    let artifacts = stores.artifacts();
+    for i in 0..COUNTED {
+        let record = mnemon_types::Artifact::new(
+            format!("scope-{:04}", i % 1_000),
+            format!("key-{}", i % 7),
+            "plan",
+            "P",
+        )
+        .with_data(json!("c"));
+        artifacts.save(&record).unwrap();
+    }
+    println!(
+        "seeded {COUNTED} assets and {COUNTED} artifacts in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    let running = start(stores);
+    crate::support::crypto();
+    let t = Timer {
+        client: reqwest::blocking::Client::new(),
+        base: running.rest.clone(),
+    };
+    let status: Value = t
+        .client
+        .get(format!("{}/v1/status", t.base))
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    assert_eq!(status["sizes"]["assets"], COUNTED as u64, "{status}");
+    assert_eq!(status["sizes"]["artifacts"], COUNTED as u64, "{status}");
+    t.measure("status", Method::GET, "/v1/status", None);
+    t.measure(
+        "artifacts",
+        Method::GET,
+        "/v1/artifacts/scopes?limit=50",
+        None,
+    );
 }
