@@ -5,6 +5,8 @@
 
 use crate::host_support;
 
+use std::path::PathBuf;
+
 use host_support::{
     Reply, Server, assert_json_close, assert_result, client, expected_errors, post_form, post_json,
     read_json, send, tie_texts,
@@ -166,4 +168,199 @@ fn recorded_host_exchanges_replay() {
     }
     assert_eq!(checked, 4);
     server.stop().unwrap();
+}
+
+/// Issue 17: a host whose library has an ANN index (`library pack --index`).
+mod indexed {
+    use super::*;
+
+    use mnemon_host::{ConfigSource, LibrarySource, Sources};
+    use mnemon_library::synthetic::write_synthetic;
+    use mnemon_library::{
+        AccessGrant, IndexState, IndexUse, QueryMethod, QueryRequest, encode_embedding, index_path,
+    };
+    use serde_json::json;
+
+    /// Every query case through a host that searches the fixture library's index for every
+    /// query (60 bits, a beam of 128 covers them): every result is the exact scan's. Scans are
+    /// batched, so an indexed query must also leave the batcher alone.
+    #[test]
+    fn every_query_case_through_the_index() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("library.json");
+        std::fs::copy(fixture("polymath/library.json"), &path).unwrap();
+        let lib = Library::open(&path).unwrap();
+        lib.pack(&path).unwrap();
+        lib.pack_index(&path, &|_, _| {}).unwrap();
+        assert_eq!(
+            Library::open(&path).unwrap().index_state(),
+            IndexState::Ready
+        );
+        let options = HostOptions {
+            index: IndexUse {
+                min_bits: 0,
+                ef: 128,
+            },
+            batch_scans_from: 0,
+            ..HostOptions::default()
+        };
+        let sources = Sources {
+            library: LibrarySource::Path(path),
+            config: ConfigSource::File(fixture("polymath/host.SECRET.json")),
+        };
+        every_query_case_on(Server::start(sources, options));
+    }
+
+    /// A library of `bits` random 16-dimension unit vectors, bits whose index `tagged` holds
+    /// tagged `secret`, packed with its index.
+    fn synthetic(dir: &std::path::Path, bits: usize, tagged: impl Fn(usize) -> bool) -> PathBuf {
+        let path = dir.join("lib.json");
+        let mut bytes = Vec::new();
+        write_synthetic(&mut bytes, "m", bits, 16, 11).unwrap();
+        let mut value: Value = serde_json::from_slice(&bytes).unwrap();
+        for i in (0..bits).filter(|&i| tagged(i)) {
+            value["bits"][i]["access_tag"] = json!("secret");
+        }
+        std::fs::write(&path, serde_json::to_vec(&value).unwrap()).unwrap();
+        let lib = Library::open(&path).unwrap();
+        lib.pack(&path).unwrap();
+        lib.pack_index(&path, &|_, _| {}).unwrap();
+        path
+    }
+
+    fn args(lib: &Library, row: usize, count: i64, exact: Option<bool>) -> Value {
+        let mut a = json!({"version": 1, "query_embedding_model": "m", "count": count,
+                           "count_type": "bit", "omit": "embedding",
+                           "query_embedding": encode_embedding(lib.embeddings().row(row).unwrap())});
+        if let Some(exact) = exact {
+            a["exact"] = json!(exact);
+        }
+        a
+    }
+
+    fn in_process(lib: &Library, a: &Value, index: IndexUse) -> (Value, QueryMethod) {
+        let options = QueryOptions {
+            index,
+            ..QueryOptions::default()
+        };
+        let parsed = wire::parse_query(lib, a.as_object().unwrap(), &options).unwrap();
+        let result = lib.query(&parsed.request, &AccessGrant::default()).unwrap();
+        (
+            Value::Object(wire::render(&result).unwrap()),
+            result.method(),
+        )
+    }
+
+    /// Above the threshold the host answers from the index (the same bits as the library's own
+    /// indexed query, which with a narrow beam differ from the exact scan's for some queries),
+    /// and `exact: true` gets the exact scan's. A restricted client still gets `count` bits, all
+    /// visible. Below the threshold the host scans.
+    #[test]
+    fn the_host_searches_the_index_and_exact_true_scans() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = synthetic(dir.path(), 3000, |i| i % 5 == 0);
+        let lib = Library::open(&path).unwrap();
+        let narrow = IndexUse {
+            min_bits: 3000,
+            ef: 10,
+        };
+        let options = HostOptions {
+            index: narrow,
+            ..HostOptions::default()
+        };
+        let server = Server::start(host_support::file_sources(&path), options);
+        let visible_urls: std::collections::HashSet<String> = lib
+            .bits()
+            .filter(|b| b.access_tag().is_none())
+            .map(|b| {
+                b.info().unwrap().unwrap()["url"]
+                    .as_str()
+                    .unwrap()
+                    .to_owned()
+            })
+            .collect();
+        let mut differed = 0;
+        for row in (0..3000).step_by(97) {
+            let indexed = post_json(&server, &args(&lib, row, 10, None));
+            assert_eq!(indexed.status, 200);
+            let (want, method) = in_process(&lib, &args(&lib, row, 10, None), narrow);
+            assert_eq!(method, QueryMethod::Index);
+            assert_eq!(indexed.json(), want, "row {row}");
+            let scanned = post_json(&server, &args(&lib, row, 10, Some(true)));
+            let exact = QueryRequest {
+                exact: true,
+                ..QueryRequest::new("m", lib.embeddings().row(row).unwrap().to_vec(), 10)
+            };
+            let exact = wire::render(&lib.query(&exact, &AccessGrant::default()).unwrap()).unwrap();
+            assert_eq!(scanned.json(), Value::Object(exact), "row {row}");
+            if indexed.json() != scanned.json() {
+                differed += 1;
+            }
+            let bits = indexed.json()["bits"].as_array().unwrap().clone();
+            assert_eq!(bits.len(), 10, "row {row}: never fewer than count");
+            for bit in bits {
+                assert!(visible_urls.contains(bit["info"]["url"].as_str().unwrap()));
+            }
+        }
+        // A beam of 10 over 3,000 bits misses some true neighbours: the two paths really differ.
+        assert!(differed > 0, "the index and the scan never differed");
+        server.stop().unwrap();
+        // One bit above the library: the host scans.
+        let options = HostOptions {
+            index: IndexUse {
+                min_bits: 3001,
+                ef: 10,
+            },
+            ..HostOptions::default()
+        };
+        let server = Server::start(host_support::file_sources(&path), options);
+        for row in (0..3000).step_by(311) {
+            let reply = post_json(&server, &args(&lib, row, 10, None));
+            let scanned = post_json(&server, &args(&lib, row, 10, Some(true)));
+            assert_eq!(reply.json(), scanned.json());
+        }
+        server.stop().unwrap();
+    }
+
+    /// A damaged or stale index is never used by the host: results are the exact scan's.
+    #[test]
+    fn a_damaged_or_stale_index_is_not_used_by_the_host() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = synthetic(dir.path(), 2000, |_| false);
+        let options = HostOptions {
+            index: IndexUse {
+                min_bits: 0,
+                ef: 10,
+            },
+            ..HostOptions::default()
+        };
+        let check = |path: &std::path::Path| {
+            let lib = Library::open(path).unwrap();
+            assert!(matches!(lib.index_state(), IndexState::Refused(_)));
+            let server = Server::start(host_support::file_sources(path), options.clone());
+            for row in (0..2000).step_by(153) {
+                let reply = post_json(&server, &args(&lib, row, 10, None));
+                let exact = QueryRequest {
+                    exact: true,
+                    ..QueryRequest::new("m", lib.embeddings().row(row).unwrap().to_vec(), 10)
+                };
+                let exact = wire::render(&lib.query(&exact, &AccessGrant::default()).unwrap());
+                assert_eq!(reply.json(), Value::Object(exact.unwrap()), "row {row}");
+            }
+            server.stop().unwrap();
+        };
+        let index = index_path(&path);
+        let good = std::fs::read(&index).unwrap();
+        let mut damaged = good.clone();
+        let middle = damaged.len() / 2;
+        damaged[middle] ^= 1;
+        std::fs::write(&index, &damaged).unwrap();
+        check(&path);
+        // Stale: the library's first vector changed after the index was built.
+        std::fs::write(&index, &good).unwrap();
+        let mut value: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        value["bits"][0]["embedding"] = json!(encode_embedding(&[0.25; 16]));
+        std::fs::write(&path, serde_json::to_vec(&value).unwrap()).unwrap();
+        check(&path);
+    }
 }

@@ -6,7 +6,9 @@ use crate::host_support;
 
 use std::fs;
 
-use mnemon_library::{AccessPolicy, BitId, Library, QueryOptions, wire};
+use mnemon_library::{
+    AccessPolicy, BitId, IndexState, IndexUse, Library, QueryMethod, QueryOptions, wire,
+};
 use mnemon_tests::fixture;
 use serde_json::{Map, Value};
 
@@ -192,6 +194,9 @@ enum Mode {
     /// `plan`, one `scores_many` pass for the scan vector, then `run_planned`, as a batching
     /// host does.
     Planned,
+    /// Through the library's ANN index (`library pack --index`), used for every query, with a
+    /// beam covering the library (docs/reference/library.md#ann-index).
+    Indexed,
 }
 
 fn run_case(
@@ -202,8 +207,21 @@ fn run_case(
 ) -> Result<serde_json::Map<String, Value>, mnemon_library::LibraryError> {
     let options = QueryOptions {
         fast: mode == Mode::Fast,
+        index: IndexUse {
+            min_bits: if mode == Mode::Indexed { 0 } else { usize::MAX },
+            ef: 128,
+        },
         ..QueryOptions::default()
     };
+    if mode == Mode::Indexed {
+        // Every case that reaches the engine with a vector runs through the index.
+        if let Ok(parsed) = wire::parse_query(lib, args, &options)
+            && parsed.request.count > 0
+            && let Ok(result) = lib.query(&parsed.request, &parsed.grant(policy))
+        {
+            assert_eq!(result.method(), QueryMethod::Index, "{args:?}");
+        }
+    }
     if mode != Mode::Planned {
         return wire::query(lib, args, policy, &options);
     }
@@ -222,7 +240,18 @@ fn run_case(
 
 fn run_all_cases(mode: Mode) -> usize {
     let queries = read_json("polymath/queries.json");
-    let lib = library();
+    let dir = tempfile::tempdir().unwrap();
+    let lib = match mode {
+        Mode::Indexed => {
+            let path = dir.path().join("library.json");
+            fs::copy(fixture("polymath/library.json"), &path).unwrap();
+            library().pack_index(&path, &|_, _| {}).unwrap();
+            let lib = Library::open(&path).unwrap();
+            assert_eq!(lib.index_state(), IndexState::Ready);
+            lib
+        }
+        _ => library(),
+    };
     let policy = policy();
     let ties = tie_texts(&queries);
     let tie_cases: Vec<&str> = queries["tie_cases"]
@@ -263,6 +292,14 @@ fn every_query_case_matches_the_reference() {
 #[test]
 fn fast_mode_matches_the_reference() {
     assert_eq!(run_all_cases(Mode::Fast), 37);
+}
+
+/// Issue 17: when the index's beam covers the library (60 bits, beam 128) its walk reaches every
+/// visible bit, so every case returns the exact scan's result, access tags and token budgets
+/// included.
+#[test]
+fn indexed_queries_match_the_reference() {
+    assert_eq!(run_all_cases(Mode::Indexed), 37);
 }
 
 #[test]

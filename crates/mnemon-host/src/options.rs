@@ -4,6 +4,8 @@
 use std::net::{Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
+use mnemon_library::IndexUse;
+
 /// The default listening address: loopback only.
 pub const DEFAULT_ADDR: SocketAddr =
     SocketAddr::new(std::net::IpAddr::V4(Ipv4Addr::LOCALHOST), DEFAULT_PORT);
@@ -61,6 +63,11 @@ pub struct HostOptions {
     /// the exact scan (rows are scored exactly in order of a proven bound), several times faster on
     /// large libraries, for a quarter more memory.
     pub fast: bool,
+    /// When a library's approximate index answers (docs/reference/library.md#ann-index): a
+    /// library opened with a verified `<file>.ann` and at least `index.min_bits` bits (default
+    /// 50,000) is searched through it, unless a query sends `exact: true`; `index.ef` is the
+    /// beam width. `min_bits: usize::MAX` never uses an index.
+    pub index: IndexUse,
     /// Scans of libraries holding at least this many floats (bits × dimension) are batched:
     /// concurrent exact queries share one pass over the matrix, and concurrent fast queries one
     /// pass of the int8 pre-scan, which multiplies throughput on libraries too large for the CPU
@@ -104,6 +111,7 @@ impl Default for HostOptions {
             drain_timeout: Duration::from_secs(10),
             admin_reload: true,
             fast: false,
+            index: IndexUse::default(),
             batch_scans_from: DEFAULT_BATCH_SCANS_FROM,
             max_connections: DEFAULT_MAX_CONNECTIONS,
             header_read_timeout: DEFAULT_HEADER_READ_TIMEOUT,

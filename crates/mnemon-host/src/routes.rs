@@ -90,7 +90,8 @@ async fn query(State(state): State<Arc<HostState>>, req: Request) -> Response {
 /// Parses the body, then runs the query and serialises its result on the blocking pool, so a
 /// slow scan never holds up the threads that accept and parse other requests. On a large
 /// library, the exact scan (or, in fast mode, the int8 pre-scan) is shared with the other
-/// queries waiting (see [`crate::batch`]).
+/// queries waiting (see [`crate::batch`]); a query the library's approximate index answers
+/// reads only its candidates, so it is not batched (docs/reference/library.md#ann-index).
 ///
 /// The body's bytes stay held against the shared body budget, and the query holds one of the
 /// query slots, until the result is serialised (`docs/limits.md`).
@@ -113,6 +114,8 @@ async fn run_query(state: &HostState, req: Request) -> Result<(Vec<u8>, usize), 
         seed: None,
         default_count: Some(DEFAULT_COUNT),
         fast: state.options.fast,
+        exact: false,
+        index: state.options.index,
     };
     // The arguments are parsed once, into a typed request: a random query vector (no
     // embedding given) takes its seed from the host's seeded stream.

@@ -40,7 +40,8 @@ impl Host {
         options: HostOptions,
     ) -> Result<Host, HostError> {
         let loader = sources.clone();
-        let snapshot = tokio::task::spawn_blocking(move || loader.load())
+        let index = options.index;
+        let snapshot = tokio::task::spawn_blocking(move || loader.load_serving(&index))
             .await
             .map_err(|_| HostError::LoaderPanicked)??;
         let listener = TcpListener::bind(addr)

@@ -4,7 +4,7 @@ use std::fmt;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use mnemon_library::{AccessPolicy, Library};
+use mnemon_library::{AccessPolicy, IndexState, IndexUse, Library};
 use serde_json::Value;
 
 use crate::error::HostError;
@@ -160,5 +160,24 @@ impl Sources {
         let policy = self.config.load()?;
         let library = self.library.load()?;
         Ok(Snapshot { library, policy })
+    }
+
+    /// Loads library and config, and verifies the library's approximate index when queries
+    /// would use it (a library of at least `index.min_bits` bits), so the first query does not
+    /// pay for reading the whole index (docs/reference/library.md#ann-index). Blocking.
+    pub(crate) fn load_serving(&self, index: &IndexUse) -> Result<Snapshot, HostError> {
+        let snapshot = self.load()?;
+        let library = &snapshot.library;
+        if library.len() >= index.min_bits {
+            // A refusal is logged by the library, with its reason.
+            if library.index_state() == IndexState::Ready {
+                tracing::info!(
+                    library = %self.library,
+                    bits = library.len(),
+                    "queries search the library's ANN index (`exact: true` scans)"
+                );
+            }
+        }
+        Ok(snapshot)
     }
 }

@@ -83,7 +83,8 @@ impl HostState {
         let _one_at_a_time = self.reload_lock.lock().await;
         let sources = self.sources.clone();
         let started = std::time::Instant::now();
-        let snapshot = tokio::task::spawn_blocking(move || sources.load())
+        let index = self.options.index;
+        let snapshot = tokio::task::spawn_blocking(move || sources.load_serving(&index))
             .await
             .map_err(|_| HostError::LoaderPanicked)??;
         let bits = snapshot.library.len();

@@ -117,6 +117,29 @@ pub struct QueryArgs {
     pub omit: Option<OmitList>,
     /// A token from the host config; anything but a known token grants nothing.
     pub access_token: Option<serde_json::Value>,
+    /// Mnemon's own: true never uses the library's approximate index (the exact scan answers).
+    /// Polymath hosts ignore it.
+    pub exact: Option<ExactArg>,
+}
+
+/// `exact`: a boolean, or "true" / "false" from a form.
+#[derive(JsonSchema)]
+#[schemars(untagged)]
+pub enum ExactArg {
+    /// A JSON boolean.
+    Bool(bool),
+    /// A form value.
+    Text(ExactText),
+}
+
+/// `exact` as form text.
+#[derive(JsonSchema)]
+#[schemars(rename_all = "lowercase")]
+pub enum ExactText {
+    /// `"true"`.
+    True,
+    /// `"false"`.
+    False,
 }
 
 /// An integer, or a value Python's int() accepts: a float (truncated), a boolean, or a decimal
@@ -435,6 +458,10 @@ mod tests {
         );
         assert!(!problems(&args_schema, &json!({"count": 1})).is_empty());
         assert!(!problems(&args_schema, &json!({"version": 1, "count_type": "chars"})).is_empty());
+        for exact in [json!(true), json!("false")] {
+            assert!(problems(&args_schema, &json!({"version": 1, "exact": exact})).is_empty());
+        }
+        assert!(!problems(&args_schema, &json!({"version": 1, "exact": "yes"})).is_empty());
     }
 
     #[test]
