@@ -361,3 +361,376 @@ mod postgres {
         });
     }
 }
+
+/// Thread summaries (docs/reference/memory.md#thread-summaries): one test body, run against
+/// the SQLite and the PostgreSQL stores.
+mod summaries {
+    use std::collections::HashSet;
+    use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+    use mnemon_memory::{LoadSource, Memory, MemoryError, Scope, ThreadPage, ThreadSummary};
+    use serde_json::json;
+
+    /// The stores of one database, by namespace.
+    pub(super) trait SummaryStores {
+        /// The memory of `scope` in `namespace`, creating the thread.
+        fn memory(&self, namespace: &str, scope: &Scope) -> Box<dyn Memory>;
+        /// `thread_summaries` of `namespace`'s store.
+        fn summaries(
+            &self,
+            namespace: &str,
+            limit: usize,
+            after: Option<&str>,
+        ) -> Result<ThreadPage, MemoryError>;
+        /// `drop_thread` of `namespace`'s store.
+        fn drop_thread(&self, namespace: &str, scope: &Scope) -> bool;
+    }
+
+    fn now_ms() -> i64 {
+        let elapsed = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
+        i64::try_from(elapsed.as_millis()).unwrap()
+    }
+
+    /// Every page of `namespace`, `limit` at a time, checking that only the last has no
+    /// cursor.
+    fn all_pages(stores: &dyn SummaryStores, namespace: &str, limit: usize) -> Vec<ThreadSummary> {
+        let mut all = Vec::new();
+        let mut after: Option<String> = None;
+        loop {
+            let page = stores
+                .summaries(namespace, limit, after.as_deref())
+                .unwrap();
+            assert!(page.threads.len() <= limit);
+            all.extend(page.threads.iter().cloned());
+            match page.next {
+                Some(next) => {
+                    assert_eq!(page.threads.len(), limit, "a page before the last is full");
+                    after = Some(next);
+                }
+                None => return all,
+            }
+        }
+    }
+
+    fn listed(stores: &dyn SummaryStores, namespace: &str) -> Vec<(Scope, u64)> {
+        all_pages(stores, namespace, 1000)
+            .into_iter()
+            .map(|s| (s.scope, s.messages))
+            .collect()
+    }
+
+    fn msg(id: &str) -> mnemon_memory::MsgInput {
+        json!({"id": id, "name": "n", "content": format!("text of {id}"),
+               "embedding": [0.5, 0.25, -1.0]})
+        .into()
+    }
+
+    /// Long enough between writes that their millisecond times differ on any clock.
+    fn tick() {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+
+    pub(super) fn thread_summaries(stores: &dyn SummaryStores) {
+        let scopes = [
+            Scope::session("s0"),
+            Scope {
+                user_id: Some("u1".into()),
+                agent_id: Some("a".into()),
+                session_id: Some("s1".into()),
+            },
+            Scope {
+                user_id: Some("u10".into()),
+                ..Scope::default()
+            },
+            Scope::default(),
+            Scope {
+                agent_id: Some("a".into()),
+                ..Scope::default()
+            },
+        ];
+        assert!(
+            stores
+                .summaries("alpha", 10, None)
+                .unwrap()
+                .threads
+                .is_empty()
+        );
+        let started = now_ms();
+        for (i, scope) in scopes.iter().enumerate() {
+            let memory = stores.memory("alpha", scope);
+            let items = (0..=i).map(|j| msg(&format!("m{j}"))).collect();
+            assert_eq!(memory.add(items).unwrap().added, i + 1);
+            tick();
+        }
+        // The same scopes in another namespace, with other counts, written after alpha's.
+        for scope in scopes.iter().rev() {
+            stores
+                .memory("beta", scope)
+                .add(vec![msg("b0"), msg("b1"), msg("b2"), msg("b3"), msg("b4")])
+                .unwrap();
+            tick();
+        }
+        let ended = now_ms();
+        let alpha = all_pages(stores, "alpha", 1000);
+        let want: Vec<(Scope, u64)> = scopes
+            .iter()
+            .enumerate()
+            .rev()
+            .map(|(i, s)| (s.clone(), i as u64 + 1))
+            .collect();
+        assert_eq!(listed(stores, "alpha"), want, "newest activity first");
+        for (a, b) in alpha.iter().zip(alpha.iter().skip(1)) {
+            assert!(a.last_active_ms > b.last_active_ms, "{alpha:?}");
+        }
+        for summary in &alpha {
+            // The server's clock (PostgreSQL) is this machine's: allow a second either way.
+            assert!(
+                (started - 1000..=ended + 1000).contains(&summary.last_active_ms),
+                "{summary:?} outside {started}..={ended}"
+            );
+            assert!(summary.last_active_rfc3339().ends_with('Z'));
+        }
+        let beta_want: Vec<(Scope, u64)> = scopes.iter().map(|s| (s.clone(), 5)).collect();
+        assert_eq!(listed(stores, "beta"), beta_want);
+        assert!(
+            stores
+                .summaries("gamma", 10, None)
+                .unwrap()
+                .threads
+                .is_empty()
+        );
+
+        // Every kind of write moves its thread to the front; counts follow.
+        let front = |namespace: &str| listed(stores, namespace)[0].clone();
+        let alpha_memory = |i: usize| stores.memory("alpha", &scopes[i]);
+        alpha_memory(1).add(vec![msg("new")]).unwrap();
+        assert_eq!(front("alpha"), (scopes[1].clone(), 3));
+        tick();
+        alpha_memory(3).delete(&[0, 2]).unwrap();
+        assert_eq!(front("alpha"), (scopes[3].clone(), 2));
+        tick();
+        assert_eq!(alpha_memory(0).mark(&["m0"], "pin").unwrap(), 1);
+        assert_eq!(front("alpha"), (scopes[0].clone(), 1));
+        tick();
+        alpha_memory(2).clear().unwrap();
+        assert_eq!(front("alpha"), (scopes[2].clone(), 0));
+        tick();
+        let document = serde_json::to_string(&json!([
+            {"id": "l0", "name": "n", "content": "c"},
+            {"id": "l1", "name": "n", "content": "c"}
+        ]))
+        .unwrap();
+        alpha_memory(4)
+            .load(LoadSource::Json(document.clone()), true)
+            .unwrap();
+        assert_eq!(front("alpha"), (scopes[4].clone(), 2));
+        tick();
+        alpha_memory(1)
+            .load(LoadSource::Json(document), false)
+            .unwrap();
+        assert_eq!(front("alpha"), (scopes[1].clone(), 5));
+        tick();
+        alpha_memory(3).delete_by_id(&["m1"]).unwrap();
+        assert_eq!(front("alpha"), (scopes[3].clone(), 1));
+        tick();
+        // A write that changes nothing (a duplicate id, a delete of nothing) is no activity.
+        let before = listed(stores, "alpha");
+        let times: Vec<i64> = all_pages(stores, "alpha", 1000)
+            .iter()
+            .map(|s| s.last_active_ms)
+            .collect();
+        assert_eq!(alpha_memory(0).add(vec![msg("m0")]).unwrap().added, 0);
+        alpha_memory(0).delete_by_id(&["missing"]).unwrap();
+        alpha_memory(0).unmark(None, "never-set").unwrap();
+        assert_eq!(listed(stores, "alpha"), before);
+        let times_after: Vec<i64> = all_pages(stores, "alpha", 1000)
+            .iter()
+            .map(|s| s.last_active_ms)
+            .collect();
+        assert_eq!(times_after, times);
+        // Beta saw none of it.
+        assert_eq!(listed(stores, "beta"), beta_want);
+
+        // A dropped thread is no longer listed; creating a thread lists it, empty, in front.
+        assert!(stores.drop_thread("alpha", &scopes[3]));
+        assert!(!listed(stores, "alpha").iter().any(|(s, _)| *s == scopes[3]));
+        tick();
+        let fresh = Scope::session("fresh");
+        stores.memory("alpha", &fresh);
+        assert_eq!(front("alpha"), (fresh, 0));
+        assert_eq!(listed(stores, "beta").len(), 5);
+
+        // Cursors.
+        for text in ["", "nonsense", "1.x", "1"] {
+            assert!(
+                matches!(
+                    stores.summaries("alpha", 2, Some(text)),
+                    Err(MemoryError::InvalidCursor { .. })
+                ),
+                "{text:?}"
+            );
+        }
+        let empty = stores.summaries("alpha", 0, None).unwrap();
+        assert!(empty.threads.is_empty() && empty.next.is_none());
+
+        // Many threads, read a page at a time: each exactly once, in order.
+        for i in 0..137 {
+            stores.memory("many", &Scope::session(format!("t{i:03}")));
+        }
+        let whole = all_pages(stores, "many", 1000);
+        assert_eq!(whole.len(), 137);
+        for limit in [1, 7, 50, 136, 137, 138] {
+            let paged = all_pages(stores, "many", limit);
+            assert_eq!(paged, whole, "limit {limit}");
+        }
+        let unique: HashSet<&Scope> = whole.iter().map(|s| &s.scope).collect();
+        assert_eq!(unique.len(), 137);
+        for (a, b) in whole.iter().zip(whole.iter().skip(1)) {
+            assert!(a.last_active_ms >= b.last_active_ms);
+        }
+        // Later threads first: their times are later or equal, and within one millisecond the
+        // newest-created comes first.
+        let position = |session: &str| {
+            whole
+                .iter()
+                .position(|s| s.scope.session_id.as_deref() == Some(session))
+                .unwrap()
+        };
+        for i in 1..137 {
+            let (newer, older) = (format!("t{i:03}"), format!("t{:03}", i - 1));
+            assert!(
+                position(&newer) < position(&older),
+                "{newer} before {older}"
+            );
+        }
+        // A cursor from another namespace's listing only says where to start: nothing leaks.
+        let beta_cursor = stores.summaries("beta", 1, None).unwrap().next.unwrap();
+        let from_beta = stores.summaries("many", 1000, Some(&beta_cursor)).unwrap();
+        assert!(from_beta.threads.iter().all(|s| unique.contains(&s.scope)));
+    }
+}
+
+mod sqlite_summaries {
+    use std::collections::HashMap;
+    use std::path::PathBuf;
+    use std::sync::{Arc, Mutex};
+
+    use mnemon_memory::{
+        Memory, MemoryError, Namespace, Scope, SqliteMemoryOptions, SqliteMemoryStore, ThreadPage,
+    };
+    use mnemon_tests::memory_conformance::test_factory;
+
+    use super::summaries::{SummaryStores, thread_summaries};
+
+    struct Stores {
+        path: PathBuf,
+        open: Mutex<HashMap<String, Arc<SqliteMemoryStore>>>,
+    }
+
+    impl Stores {
+        fn store(&self, namespace: &str) -> Arc<SqliteMemoryStore> {
+            let mut open = self.open.lock().unwrap();
+            Arc::clone(open.entry(namespace.to_owned()).or_insert_with(|| {
+                let options = SqliteMemoryOptions {
+                    namespace: Namespace::new(namespace).unwrap(),
+                    ..SqliteMemoryOptions::default()
+                };
+                SqliteMemoryStore::open_with_factory(&self.path, options, test_factory()).unwrap()
+            }))
+        }
+    }
+
+    impl SummaryStores for Stores {
+        fn memory(&self, namespace: &str, scope: &Scope) -> Box<dyn Memory> {
+            Box::new(self.store(namespace).memory(scope.clone()).unwrap())
+        }
+
+        fn summaries(
+            &self,
+            namespace: &str,
+            limit: usize,
+            after: Option<&str>,
+        ) -> Result<ThreadPage, MemoryError> {
+            self.store(namespace).thread_summaries(limit, after)
+        }
+
+        fn drop_thread(&self, namespace: &str, scope: &Scope) -> bool {
+            self.store(namespace).drop_thread(scope).unwrap()
+        }
+    }
+
+    #[test]
+    fn thread_summaries_sqlite() {
+        let dir = tempfile::tempdir().unwrap();
+        thread_summaries(&Stores {
+            path: dir.path().join("mnemon.sqlite3"),
+            open: Mutex::new(HashMap::new()),
+        });
+    }
+}
+
+mod postgres_summaries {
+    use std::collections::HashMap;
+    use std::sync::{Arc, Mutex};
+
+    use mnemon_memory::{
+        Memory, MemoryError, Namespace, PostgresMemoryOptions, PostgresMemoryStore, Scope,
+        ThreadPage,
+    };
+    use mnemon_tests::memory_conformance::test_factory;
+
+    use super::summaries::{SummaryStores, thread_summaries};
+
+    struct Stores {
+        url: String,
+        vector_index: bool,
+        open: Mutex<HashMap<String, Arc<PostgresMemoryStore>>>,
+    }
+
+    impl Stores {
+        fn store(&self, namespace: &str) -> Arc<PostgresMemoryStore> {
+            let mut open = self.open.lock().unwrap();
+            Arc::clone(open.entry(namespace.to_owned()).or_insert_with(|| {
+                let options = PostgresMemoryOptions {
+                    namespace: Namespace::new(namespace).unwrap(),
+                    vector_index: self.vector_index,
+                    ..PostgresMemoryOptions::default()
+                };
+                PostgresMemoryStore::open_with_factory(&self.url, options, test_factory())
+                    .unwrap_or_else(|e| panic!("{e}"))
+            }))
+        }
+    }
+
+    impl SummaryStores for Stores {
+        fn memory(&self, namespace: &str, scope: &Scope) -> Box<dyn Memory> {
+            Box::new(self.store(namespace).memory(scope.clone()).unwrap())
+        }
+
+        fn summaries(
+            &self,
+            namespace: &str,
+            limit: usize,
+            after: Option<&str>,
+        ) -> Result<ThreadPage, MemoryError> {
+            self.store(namespace).thread_summaries(limit, after)
+        }
+
+        fn drop_thread(&self, namespace: &str, scope: &Scope) -> bool {
+            self.store(namespace).drop_thread(scope).unwrap()
+        }
+    }
+
+    /// With pgvector (the vector column's append statement) and without it (the other one).
+    #[test]
+    fn thread_summaries_postgres() {
+        let server = mnemon_tests::require_postgres!();
+        for vector_index in [true, false] {
+            thread_summaries(&Stores {
+                url: server.fresh_database("memory_summaries").unwrap(),
+                vector_index,
+                open: Mutex::new(HashMap::new()),
+            });
+        }
+    }
+}

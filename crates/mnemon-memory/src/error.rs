@@ -131,6 +131,15 @@ pub enum MemoryError {
         /// `user_id`, `agent_id` or `session_id`.
         field: String,
     },
+    /// A thread-summary cursor that no listing returned (see
+    /// docs/reference/memory.md#thread-summaries).
+    #[error(
+        "invalid thread cursor \"{cursor}\": pass the next cursor of the previous page as it was returned, or none for the first page"
+    )]
+    InvalidCursor {
+        /// The cursor given.
+        cursor: String,
+    },
     /// The storage engine failed (including `SQLITE_BUSY` after the busy timeout).
     #[error("storage error: {detail}")]
     Storage {

@@ -50,6 +50,8 @@
 //! # Ok::<(), mnemon_memory::MemoryError>(())
 //! ```
 
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+mod activity;
 mod clock;
 mod document;
 mod embedding_cache;
@@ -68,11 +70,15 @@ mod report;
 mod retrieval;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod scope;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+mod search;
 #[cfg(feature = "sqlite")]
 mod sqlite;
 mod thread;
 mod tokens;
 
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub use activity::{ThreadPage, ThreadSummary};
 pub use clock::{SystemClock, default_factory};
 pub use document::{ExportFormat, ExportOptions, ExportTarget, Exported, LoadSource, MsgInput};
 pub use error::MemoryError;
@@ -90,6 +96,8 @@ pub use report::{AddReport, DeleteByIdReport, DeleteReport};
 pub use retrieval::{Metric, RetrievalQuery, RetrieveOptions, Retrieved, ScoreFn};
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub use scope::Scope;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub use search::{ScopeFilter, SearchHit};
 #[cfg(feature = "sqlite")]
 pub use sqlite::{SqliteMemory, SqliteMemoryOptions, SqliteMemoryStore};
 pub use tokens::{BudgetOptions, BudgetRecall};

@@ -85,6 +85,7 @@ use mnemon_types::{Msg, MsgFactory, MsgKind};
 use postgres::{IsolationLevel, Row, Transaction};
 use serde_json::Value;
 
+use crate::activity::{Cursor, ThreadPage, ThreadSummary, fetch_count, page};
 use crate::clock::default_factory;
 use crate::document::LoadSource;
 use crate::entry::Entry;
@@ -119,8 +120,33 @@ static SCHEMA: Schema = Schema {
             version: 4,
             sql: SCHEMA_V4,
         },
+        Migration {
+            version: 5,
+            sql: SCHEMA_V5,
+        },
     ],
 };
+
+/// The server's clock in milliseconds since the Unix epoch: every write's activity time
+/// (schema version 5). `clock_timestamp()` rather than `now()`, the transaction's start, so that
+/// a write that waited for a thread's lock is not dated before the write it waited for.
+macro_rules! now_ms_sql {
+    () => {
+        "(extract(epoch FROM clock_timestamp()) * 1000)::bigint"
+    };
+}
+
+/// Ends a write of a thread: the activity time that every statement bumping `rev` also sets;
+/// a server clock stepping back never lowers it.
+macro_rules! touch_sql {
+    () => {
+        concat!(
+            "last_active_ms = GREATEST(last_active_ms, ",
+            now_ms_sql!(),
+            ")"
+        )
+    };
+}
 
 const SCHEMA_V1: &str = "
 CREATE TABLE memory_threads (
@@ -198,6 +224,23 @@ INSERT INTO memory_gaps (thread_id, seq)
 const SCHEMA_V4: &str = "
 ALTER TABLE memory_messages ADD COLUMN IF NOT EXISTS embedding_form SMALLINT NOT NULL DEFAULT 0;
 ";
+
+/// Version 5: the thread summaries (docs/reference/memory.md#thread-summaries), as SQLite's
+/// version 3: `last_active_ms`, set by every write in its own transaction beside `live`
+/// (version 3), and the index that lists a namespace's threads by activity without reading a
+/// message. Existing threads get the migration's time (a message's `timestamp` is free text in
+/// the writer's local time, not a reliable clock): they tie, and list newest-created first,
+/// until they are written again. Like version 4 it adds only what is missing, so that a
+/// database whose recorded version was set back migrates again without failing.
+const SCHEMA_V5: &str = concat!(
+    "ALTER TABLE memory_threads ADD COLUMN IF NOT EXISTS last_active_ms BIGINT NOT NULL
+       DEFAULT 0;
+     UPDATE memory_threads SET last_active_ms = ",
+    now_ms_sql!(),
+    " WHERE last_active_ms = 0;
+     CREATE INDEX IF NOT EXISTS memory_threads_activity
+       ON memory_threads (namespace, last_active_ms DESC, thread_id DESC);"
+);
 
 /// `embedding_form` 0: the numbers are in the body (see [`SCHEMA_V4`]).
 const FORM_IN_BODY: i16 = 0;
@@ -747,6 +790,70 @@ impl PostgresMemoryStore {
             .collect()
     }
 
+    /// One page of the namespace's threads with their message counts and last activity,
+    /// the most recently written first (ties: the newest-created first); at most `limit`,
+    /// after the thread that `after` (a previous page's [`ThreadPage::next`]) points at, or
+    /// from the start for `None`. Both numbers are kept in the thread's row by every write
+    /// (`live`, schema version 3; `last_active_ms`, version 5), so a page is one index range
+    /// read, never a count or a scan of the messages. A thread written while pages are being
+    /// read moves to the front, so the pages that follow do not list it again (or at all, if
+    /// it had not been listed yet). See docs/reference/memory.md#thread-summaries.
+    ///
+    /// A malformed `after` is [`MemoryError::InvalidCursor`].
+    pub fn thread_summaries(
+        &self,
+        limit: usize,
+        after: Option<&str>,
+    ) -> Result<ThreadPage, MemoryError> {
+        let after = after.map(Cursor::decode).transpose()?;
+        let mut client = self.client()?;
+        let namespace = self.namespace.as_str();
+        let count = fetch_count(limit);
+        const COLUMNS: &str = "SELECT thread_id, user_id, agent_id, session_id, live,
+                last_active_ms FROM memory_threads";
+        let rows = match after {
+            Some(cursor) => client.query(
+                &format!(
+                    "{COLUMNS} WHERE namespace = $1 AND (last_active_ms, thread_id) < ($2, $3)
+                     ORDER BY last_active_ms DESC, thread_id DESC LIMIT $4"
+                ),
+                &[
+                    &namespace,
+                    &cursor.last_active_ms,
+                    &cursor.thread_id,
+                    &count,
+                ],
+            ),
+            None => client.query(
+                &format!(
+                    "{COLUMNS} WHERE namespace = $1
+                     ORDER BY last_active_ms DESC, thread_id DESC LIMIT $2"
+                ),
+                &[&namespace, &count],
+            ),
+        }
+        .map_err(pg_error)?;
+        let rows = rows
+            .iter()
+            .map(|r| {
+                let live: i64 = r.try_get(4).map_err(pg_error)?;
+                Ok((
+                    ThreadSummary {
+                        scope: Scope::from_columns(
+                            r.try_get(1).map_err(pg_error)?,
+                            r.try_get(2).map_err(pg_error)?,
+                            r.try_get(3).map_err(pg_error)?,
+                        ),
+                        messages: u64::try_from(live).unwrap_or(0),
+                        last_active_ms: r.try_get(5).map_err(pg_error)?,
+                    },
+                    r.try_get::<_, i64>(0).map_err(pg_error)?,
+                ))
+            })
+            .collect::<Result<Vec<_>, MemoryError>>()?;
+        Ok(page(rows, limit))
+    }
+
     /// Deletes a thread of the store's namespace with its messages and marks; returns whether
     /// it existed.
     pub fn drop_thread(&self, scope: &Scope) -> Result<bool, MemoryError> {
@@ -859,9 +966,14 @@ fn lock_thread(
             // Two processes may create it at once: the loser's insert does nothing, and its
             // select then waits for the winner's commit.
             tx.execute(
-                "INSERT INTO memory_threads (namespace, user_id, agent_id, session_id, created_at)
-                 VALUES ($1, $2, $3, $4, $5)
-                 ON CONFLICT (namespace, user_id, agent_id, session_id) DO NOTHING",
+                // A new thread's creation is its first activity.
+                concat!(
+                    "INSERT INTO memory_threads
+                       (namespace, user_id, agent_id, session_id, created_at, last_active_ms)
+                     VALUES ($1, $2, $3, $4, $5, ",
+                    now_ms_sql!(),
+                    ") ON CONFLICT (namespace, user_id, agent_id, session_id) DO NOTHING"
+                ),
                 &[&namespace.as_str(), &user, &agent, &session, &factory.now()],
             )
             .map_err(pg_error)?;
@@ -1366,7 +1478,7 @@ impl Batch {
         if vectors {
             let (keys, values) = dim_counts(&self.vector_dims, &[]);
             let statement = tx
-                .prepare_cached(
+                .prepare_cached(concat!(
                     "WITH ins AS (
                        INSERT INTO memory_messages (thread_id, seq, msg_id, kind, body,
                          embedding, embedding_v, embedding_dim, embedding_form, pending_dim)
@@ -1379,9 +1491,10 @@ impl Batch {
                        INSERT INTO memory_dims (thread_id, dim, n)
                        SELECT $1, d, n FROM UNNEST($11::integer[], $12::bigint[]) AS t(d, n)
                        ON CONFLICT (thread_id, dim) DO UPDATE SET n = memory_dims.n + excluded.n)
-                     UPDATE memory_threads SET rev = rev + 1, live = live + $13, next_seq = $14
-                     WHERE thread_id = $1",
-                )
+                     UPDATE memory_threads SET rev = rev + 1, live = live + $13, next_seq = $14, ",
+                    touch_sql!(),
+                    " WHERE thread_id = $1"
+                ))
                 .map_err(pg_error)?;
             tx.execute(
                 &statement,
@@ -1405,7 +1518,7 @@ impl Batch {
             .map_err(pg_error)?;
         } else {
             let statement = tx
-                .prepare_cached(
+                .prepare_cached(concat!(
                     "WITH ins AS (
                        INSERT INTO memory_messages
                          (thread_id, seq, msg_id, kind, body, embedding, embedding_form)
@@ -1413,9 +1526,10 @@ impl Batch {
                        FROM UNNEST($2::bigint[], $3::text[], $4::text[], $5::text[],
                                    $6::bytea[], $7::smallint[])
                          AS t(s, i, k, b, e, f))
-                     UPDATE memory_threads SET rev = rev + 1, live = live + $8, next_seq = $9
-                     WHERE thread_id = $1",
-                )
+                     UPDATE memory_threads SET rev = rev + 1, live = live + $8, next_seq = $9, ",
+                    touch_sql!(),
+                    " WHERE thread_id = $1"
+                ))
                 .map_err(pg_error)?;
             tx.execute(
                 &statement,
@@ -1663,9 +1777,11 @@ fn persist(
         }
     }
     let bump = tx
-        .prepare_cached(
-            "UPDATE memory_threads SET rev = rev + 1, live = live + $2 WHERE thread_id = $1",
-        )
+        .prepare_cached(concat!(
+            "UPDATE memory_threads SET rev = rev + 1, live = live + $2, ",
+            touch_sql!(),
+            " WHERE thread_id = $1"
+        ))
         .map_err(pg_error)?;
     tx.execute(&bump, &[&thread_id, &live_delta])
         .map_err(pg_error)?;
@@ -2237,8 +2353,11 @@ impl Backend for PostgresMemory {
             // thread (this one included) reload.
             let added = i64::try_from(report.added).unwrap_or(i64::MAX);
             tx.execute(
-                "UPDATE memory_threads SET rev = rev + 1, next_seq = $2, live = live + $3
-                 WHERE thread_id = $1",
+                concat!(
+                    "UPDATE memory_threads SET rev = rev + 1, next_seq = $2, live = live + $3, ",
+                    touch_sql!(),
+                    " WHERE thread_id = $1"
+                ),
                 &[&thread_id, &seq, &added],
             )
             .map_err(pg_error)?;

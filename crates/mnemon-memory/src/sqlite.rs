@@ -31,23 +31,49 @@ use std::time::Duration;
 
 use mnemon_db::sqlite::{self, Migration, Schema, Settings};
 use mnemon_db::{DbError, Durability, Namespace};
-use mnemon_types::{Msg, MsgFactory, MsgKind};
+use mnemon_types::{Embedder, Msg, MsgFactory, MsgKind};
 use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior, params};
 use serde_json::Value;
 
+use crate::activity::{Cursor, ThreadPage, ThreadSummary, fetch_count, now_ms, page};
 use crate::clock::default_factory;
 use crate::document::LoadSource;
 use crate::entry::Entry;
 use crate::error::MemoryError;
+use crate::exact;
 use crate::load::decode_stream;
 use crate::ops::Backend;
 use crate::report::AddReport;
+use crate::retrieval::{RetrievalQuery, query_vector};
 pub use crate::scope::Scope;
+use crate::search::{Candidate, ScopeFilter, SearchHit, TopK, cosine, dimension_mismatch};
 use crate::thread::{Change, ThreadState};
 
 /// The memory tables' schema: `memory_schema` holds the version (its key column is `id`, as in
 /// files written before `mnemon-db`).
 static SCHEMA: Schema = Schema {
+    component: "memory",
+    table: "memory_schema",
+    key_column: "id",
+    migrations: &[
+        Migration {
+            version: 1,
+            sql: SCHEMA_V1,
+        },
+        Migration {
+            version: 2,
+            sql: SCHEMA_V2,
+        },
+        Migration {
+            version: 3,
+            sql: SCHEMA_V3,
+        },
+    ],
+};
+
+/// The schema as files written before thread summaries have it (version 2): what a reader
+/// opens such a file with (see [`SqliteMemoryStore::open_read_only`]).
+static SCHEMA_BEFORE_ACTIVITY: Schema = Schema {
     component: "memory",
     table: "memory_schema",
     key_column: "id",
@@ -134,6 +160,41 @@ ALTER TABLE memory_messages_v2 RENAME TO memory_messages;
 ALTER TABLE memory_marks_v2 RENAME TO memory_marks;
 ";
 
+/// Version 3: the thread summaries (docs/reference/memory.md#thread-summaries). Every thread
+/// row keeps its `live` message count and its `last_active_ms` (milliseconds since the Unix
+/// epoch), moved by every write in its own transaction, and the index lists a namespace's
+/// threads by activity without reading any message. The migration counts each thread's
+/// messages; it gives every existing thread the migration's time as its last activity (a
+/// message's `timestamp` is free text in the writer's local time, not a reliable clock), so
+/// those threads tie and list newest-created first until they are written again. PostgreSQL
+/// has the same columns from its own versions 3 (`live`) and 5 (`last_active_ms`).
+const SCHEMA_V3: &str = "
+ALTER TABLE memory_threads ADD COLUMN live INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE memory_threads ADD COLUMN last_active_ms INTEGER NOT NULL DEFAULT 0;
+UPDATE memory_threads SET
+  live = (SELECT COUNT(*) FROM memory_messages m WHERE m.thread_id = memory_threads.thread_id),
+  last_active_ms = CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER);
+CREATE INDEX memory_threads_activity
+  ON memory_threads (namespace, last_active_ms DESC, thread_id DESC);
+";
+
+/// A page of thread summaries after a cursor: `?1` namespace, `?2`/`?3` the cursor's time and
+/// thread id, `?4` the row count. One statement per case rather than one with `?2 IS NULL OR
+/// …`, which would keep SQLite from starting the index range at the cursor.
+const PAGE_AFTER_SQL: &str = "SELECT thread_id, user_id, agent_id, session_id, live, last_active_ms
+ FROM memory_threads INDEXED BY memory_threads_activity
+ WHERE namespace = ?1 AND (last_active_ms, thread_id) < (?2, ?3)
+ ORDER BY last_active_ms DESC, thread_id DESC
+ LIMIT ?4";
+
+/// The first page of thread summaries, with [`PAGE_AFTER_SQL`]'s parameters (`?2` and `?3`
+/// NULL).
+const FIRST_PAGE_SQL: &str = "SELECT thread_id, user_id, agent_id, session_id, live, last_active_ms
+ FROM memory_threads INDEXED BY memory_threads_activity
+ WHERE namespace = ?1 AND ?2 IS NULL AND ?3 IS NULL
+ ORDER BY last_active_ms DESC, thread_id DESC
+ LIMIT ?4";
+
 /// Options of [`SqliteMemoryStore::open`].
 #[derive(Debug, Clone)]
 pub struct SqliteMemoryOptions {
@@ -179,6 +240,9 @@ pub struct SqliteMemoryStore {
     /// The tables predate namespaces (a version-1 file opened read-only): every thread is the
     /// default namespace's.
     before_namespaces: bool,
+    /// The tables predate thread summaries (a version-1 or -2 file opened read-only): no
+    /// `live` or `last_active_ms` column.
+    before_activity: bool,
 }
 
 impl std::fmt::Debug for SqliteMemoryStore {
@@ -213,6 +277,7 @@ impl SqliteMemoryStore {
             factory,
             namespace: options.namespace,
             before_namespaces: false,
+            before_activity: false,
         }))
     }
 
@@ -228,21 +293,30 @@ impl SqliteMemoryStore {
         let settings = options.settings();
         // A file from before namespaces cannot be migrated without writing: it is read as it
         // is, all of it in the default namespace.
-        let (read, before_namespaces) = match sqlite::open_read_only(&path, &settings, &SCHEMA) {
-            Ok(read) => (read, false),
-            Err(DbError::NeedsUpgrade { found: 1, .. }) => (
-                sqlite::open_read_only(&path, &settings, &SCHEMA_BEFORE_NAMESPACES)
-                    .map_err(db_error)?,
-                true,
-            ),
-            Err(other) => return Err(db_error(other)),
-        };
+        let (read, before_namespaces, before_activity) =
+            match sqlite::open_read_only(&path, &settings, &SCHEMA) {
+                Ok(read) => (read, false, false),
+                Err(DbError::NeedsUpgrade { found: 1, .. }) => (
+                    sqlite::open_read_only(&path, &settings, &SCHEMA_BEFORE_NAMESPACES)
+                        .map_err(db_error)?,
+                    true,
+                    true,
+                ),
+                Err(DbError::NeedsUpgrade { found: 2, .. }) => (
+                    sqlite::open_read_only(&path, &settings, &SCHEMA_BEFORE_ACTIVITY)
+                        .map_err(db_error)?,
+                    false,
+                    true,
+                ),
+                Err(other) => return Err(db_error(other)),
+            };
         Ok(Arc::new(SqliteMemoryStore {
             conn: Mutex::new(read.conn),
             path,
             factory: default_factory(),
             namespace: options.namespace,
             before_namespaces,
+            before_activity,
         }))
     }
 
@@ -331,6 +405,176 @@ impl SqliteMemoryStore {
         Ok(rows.collect::<Result<Vec<_>, _>>()?)
     }
 
+    /// One page of the namespace's threads with their message counts and last activity,
+    /// the most recently written first (ties: the newest-created first); at most `limit`,
+    /// after the thread that `after` (a previous page's [`ThreadPage::next`]) points at, or
+    /// from the start for `None`. Both numbers are kept in the thread's row by every write
+    /// (schema version 3), so a page is one index range read, never a count or a scan of the
+    /// messages, whatever the size of the namespace. A thread written while pages are being
+    /// read moves to the front, so the pages that follow do not list it again (or at all, if
+    /// it had not been listed yet). See docs/reference/memory.md#thread-summaries.
+    ///
+    /// A file opened read-only at schema version 1 or 2 (written before summaries, and not
+    /// migrated since) fails with [`MemoryError::Storage`] saying so: open it writable once.
+    /// A malformed `after` is [`MemoryError::InvalidCursor`].
+    pub fn thread_summaries(
+        &self,
+        limit: usize,
+        after: Option<&str>,
+    ) -> Result<ThreadPage, MemoryError> {
+        let after = after.map(Cursor::decode).transpose()?;
+        if self.before_activity {
+            return Err(MemoryError::Storage {
+                detail: format!(
+                    "{} predates thread summaries (memory schema version 3) and is open \
+                     read-only: open it once with write access to migrate it",
+                    self.path.display()
+                ),
+            });
+        }
+        let conn = self.lock();
+        let mut stmt = conn.prepare_cached(if after.is_some() {
+            PAGE_AFTER_SQL
+        } else {
+            FIRST_PAGE_SQL
+        })?;
+        let rows = stmt.query_map(
+            params![
+                self.namespace.as_str(),
+                after.map(|c| c.last_active_ms),
+                after.map(|c| c.thread_id),
+                fetch_count(limit)
+            ],
+            |r| {
+                let live: i64 = r.get(4)?;
+                Ok((
+                    ThreadSummary {
+                        scope: Scope::from_columns(r.get(1)?, r.get(2)?, r.get(3)?),
+                        messages: u64::try_from(live).unwrap_or(0),
+                        last_active_ms: r.get(5)?,
+                    },
+                    r.get::<_, i64>(0)?,
+                ))
+            },
+        )?;
+        Ok(page(rows.collect::<Result<Vec<_>, _>>()?, limit))
+    }
+
+    /// Search across sessions (docs/reference/memory.md#search-across-sessions): the `top_k`
+    /// messages closest by cosine to `query` among every thread of the store's namespace that
+    /// `within` selects, best first, each with its thread's scope and its index in the thread.
+    ///
+    /// Scores are the per-thread recall's exactly (`f64` cosine over the stored `f32`s); ties
+    /// keep the lower index first within a thread, and otherwise follow the threads' scopes
+    /// (user, agent, session ids, in byte order, an absent id first). Messages without an
+    /// embedding are skipped (nothing is embedded or stored: `embedder` only embeds a text or
+    /// message query); a stored embedding whose length differs from the query's is
+    /// [`MemoryError::DimensionMismatch`], as in the per-thread recall. The scan reads each
+    /// message's stored vector only, keeps `top_k` candidates in memory, and decodes the
+    /// winners' bodies alone; it runs in one read transaction, a snapshot of every thread.
+    pub fn search(
+        &self,
+        within: &ScopeFilter,
+        query: RetrievalQuery,
+        top_k: usize,
+        embedder: Option<&dyn Embedder>,
+    ) -> Result<Vec<SearchHit>, MemoryError> {
+        let [user, agent, session] = within.columns()?;
+        let query = query_vector(query, embedder)?;
+        let query_norm = exact::norm(&query);
+        if top_k == 0 {
+            return Ok(Vec::new());
+        }
+        let mut conn = self.lock();
+        let tx = conn.transaction()?;
+        let mut threads: Vec<(i64, [String; 3])> = {
+            let mut stmt = tx.prepare_cached(if self.before_namespaces {
+                "SELECT thread_id, user_id, agent_id, session_id FROM memory_threads
+                 WHERE ?1 = 'default' AND (?2 IS NULL OR user_id = ?2)
+                   AND (?3 IS NULL OR agent_id = ?3) AND (?4 IS NULL OR session_id = ?4)"
+            } else {
+                "SELECT thread_id, user_id, agent_id, session_id FROM memory_threads
+                 WHERE namespace = ?1 AND (?2 IS NULL OR user_id = ?2)
+                   AND (?3 IS NULL OR agent_id = ?3) AND (?4 IS NULL OR session_id = ?4)"
+            })?;
+            let rows = stmt.query_map(
+                params![self.namespace.as_str(), user, agent, session],
+                |r| Ok((r.get(0)?, [r.get(1)?, r.get(2)?, r.get(3)?])),
+            )?;
+            rows.collect::<Result<_, _>>()?
+        };
+        // The tie order between threads: their scopes' columns (`''` for an absent id).
+        threads.sort_by(|a, b| a.1.cmp(&b.1));
+        let mut top = TopK::new(top_k);
+        {
+            // The body, before the embedding in the row, is never read here.
+            let mut stmt = tx.prepare_cached(
+                "SELECT seq, embedding, msg_id FROM memory_messages
+                 WHERE thread_id = ?1 ORDER BY seq",
+            )?;
+            let mut floats: Vec<f32> = Vec::with_capacity(query.len());
+            for (ordinal, (thread_id, _)) in threads.iter().enumerate() {
+                let mut rows = stmt.query([thread_id])?;
+                let mut index = 0;
+                while let Some(row) = rows.next()? {
+                    let blob = row.get_ref(1)?.as_blob_or_null().map_err(|e| {
+                        corrupt(format!("the embedding of a message at index {index}: {e}"))
+                    })?;
+                    if let Some(blob) = blob {
+                        if blob.len() != query.len() * 4 {
+                            let id: String = row.get(2)?;
+                            if blob.len() % 4 != 0 {
+                                return Err(corrupt(format!(
+                                    "message {id}: embedding of {} bytes",
+                                    blob.len()
+                                )));
+                            }
+                            return Err(dimension_mismatch(id, query.len(), blob.len() / 4));
+                        }
+                        floats.clear();
+                        floats.extend(
+                            blob.chunks_exact(4).map(|b| {
+                                <[u8; 4]>::try_from(b).map_or(f32::NAN, f32::from_le_bytes)
+                            }),
+                        );
+                        top.offer(Candidate {
+                            score: cosine(&query, query_norm, &floats),
+                            thread: ordinal,
+                            index,
+                            seq: row.get(0)?,
+                        });
+                    }
+                    index += 1;
+                }
+            }
+        }
+        let mut read = tx.prepare_cached(
+            "SELECT msg_id, kind, body FROM memory_messages WHERE thread_id = ?1 AND seq = ?2",
+        )?;
+        let mut hits = Vec::with_capacity(top_k.min(4096));
+        for winner in top.into_sorted() {
+            let Some((thread_id, [user, agent, session])) = threads.get(winner.thread) else {
+                return Err(corrupt(format!("no thread at {}", winner.thread)));
+            };
+            let message = read
+                .query_row(params![thread_id, winner.seq], |row| {
+                    let id: String = row.get(0)?;
+                    Ok(row_message(&self.factory, &id, row, winner.index))
+                })
+                .optional()?
+                .ok_or_else(|| corrupt(format!("no message at seq {}", winner.seq)))??;
+            hits.push(SearchHit {
+                scope: Scope::from_columns(user.clone(), agent.clone(), session.clone()),
+                index: winner.index,
+                score: winner.score,
+                message,
+            });
+        }
+        drop(read);
+        tx.commit()?;
+        Ok(hits)
+    }
+
     /// Deletes a thread of the store's namespace with its messages and marks; returns whether
     /// it existed.
     pub fn drop_thread(&self, scope: &Scope) -> Result<bool, MemoryError> {
@@ -412,12 +656,27 @@ fn thread_row(
                      VALUES (?1, ?2, ?3, ?4)",
                     params![user, agent, session, factory.now()],
                 )?;
-            } else {
+            } else if store.before_activity {
                 tx.execute(
                     "INSERT INTO memory_threads
                        (namespace, user_id, agent_id, session_id, created_at)
                      VALUES (?1, ?2, ?3, ?4, ?5)",
                     params![namespace.as_str(), user, agent, session, factory.now()],
+                )?;
+            } else {
+                // A new thread's creation is its first activity.
+                tx.execute(
+                    "INSERT INTO memory_threads
+                       (namespace, user_id, agent_id, session_id, created_at, last_active_ms)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                    params![
+                        namespace.as_str(),
+                        user,
+                        agent,
+                        session,
+                        factory.now(),
+                        now_ms()
+                    ],
                 )?;
             }
             Ok(Some((tx.last_insert_rowid(), 0)))
@@ -659,21 +918,28 @@ fn persist(
             .map(Entry::id)
             .ok_or_else(|| corrupt(format!("no message at index {i}")))
     };
+    // The thread's count: set to `live_set` when given, else moved by `live_delta`.
+    let mut live_delta: i64 = 0;
+    let mut live_set: Option<i64> = None;
     match change {
-        Change::Append(entries) => insert_entries(tx, thread_id, entries)?,
+        Change::Append(entries) => {
+            insert_entries(tx, thread_id, entries)?;
+            live_delta = count_i64(entries.len());
+        }
         Change::Replace(entries) => {
             tx.execute(
                 "DELETE FROM memory_messages WHERE thread_id = ?1",
                 [thread_id],
             )?;
             insert_entries(tx, thread_id, entries)?;
+            live_set = Some(count_i64(entries.len()));
         }
         Change::Remove(indices) => {
             let mut delete = tx.prepare_cached(
                 "DELETE FROM memory_messages WHERE thread_id = ?1 AND msg_id = ?2",
             )?;
             for &i in indices {
-                delete.execute(params![thread_id, id_at(i)?])?;
+                live_delta -= count_i64(delete.execute(params![thread_id, id_at(i)?])?);
             }
         }
         Change::SetMarks(updates) => {
@@ -697,11 +963,29 @@ fn persist(
             }
         }
     }
-    tx.execute(
-        "UPDATE memory_threads SET rev = rev + 1 WHERE thread_id = ?1",
-        [thread_id],
-    )?;
+    bump(tx, thread_id, live_set, live_delta)
+}
+
+/// Ends a write of the thread (schema version 3): a new rev, the count set to `live_set` or
+/// moved by `live_delta`, and the activity time, which a clock stepping back never lowers.
+fn bump(
+    tx: &Transaction<'_>,
+    thread_id: i64,
+    live_set: Option<i64>,
+    live_delta: i64,
+) -> Result<(), MemoryError> {
+    tx.prepare_cached(
+        "UPDATE memory_threads SET rev = rev + 1, live = COALESCE(?2, live + ?3),
+           last_active_ms = MAX(last_active_ms, ?4)
+         WHERE thread_id = ?1",
+    )?
+    .execute(params![thread_id, live_set, live_delta, now_ms()])?;
     Ok(())
+}
+
+/// A row count as SQL's integer.
+fn count_i64(n: usize) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
 }
 
 /// One thread of a [`SqliteMemoryStore`]; implements [`Memory`](crate::Memory) with the same
@@ -879,10 +1163,12 @@ impl Backend for SqliteMemory {
         }
         if overwrite || report.added > 0 {
             // The new rev makes every mirror of the thread (this one included) reload.
-            tx.execute(
-                "UPDATE memory_threads SET rev = rev + 1 WHERE thread_id = ?1",
-                [thread_id],
-            )?;
+            let added = count_i64(report.added);
+            if overwrite {
+                bump(&tx, thread_id, Some(added), 0)?;
+            } else {
+                bump(&tx, thread_id, None, added)?;
+            }
         }
         tx.commit()?;
         Ok(report)
@@ -1263,5 +1549,156 @@ mod namespace_tests {
         let theirs = acme.memory(Scope::session("s")).unwrap();
         assert_eq!(theirs.size().unwrap(), 0);
         assert_eq!(acme.threads().unwrap(), [Scope::session("s")]);
+    }
+}
+
+/// Thread summaries (schema version 3): a file at version 2 migrates with exact counts, and a
+/// page is an index range from the cursor, never a scan of the namespace.
+#[cfg(test)]
+mod summary_tests {
+    use super::*;
+    use crate::Memory;
+
+    /// A file at version 2 with threads `a` (3 messages, one removed) and `b` (none) in the
+    /// default namespace, and `a` (1 message) in `acme`.
+    fn version_2_file(path: &Path) {
+        let v2 = Schema {
+            migrations: &SCHEMA.migrations[..2],
+            ..SCHEMA
+        };
+        let conn = sqlite::open(path, &SqliteMemoryOptions::default().settings(), &v2).unwrap();
+        let body = |id: &str| {
+            format!(
+                "{{\"id\":\"{id}\",\"name\":\"n\",\"content\":\"c\",\"role\":\"user\",\
+                 \"metadata\":null,\"timestamp\":\"t\"}}"
+            )
+        };
+        conn.execute_batch(
+            "INSERT INTO memory_threads (thread_id, namespace, user_id, agent_id, session_id,
+               rev, created_at) VALUES (1, 'default', '', '', 'a', 4, 't'),
+               (2, 'default', '', '', 'b', 0, 't'), (3, 'acme', '', '', 'a', 1, 't');",
+        )
+        .unwrap();
+        for (thread, seq, id) in [(1, 1, "x"), (1, 3, "y"), (1, 4, "z"), (3, 1, "w")] {
+            conn.execute(
+                "INSERT INTO memory_messages (thread_id, seq, msg_id, kind, body)
+                 VALUES (?1, ?2, ?3, 'msg', ?4)",
+                params![thread, seq, id, body(id)],
+            )
+            .unwrap();
+        }
+    }
+
+    #[test]
+    fn a_version_2_file_migrates_with_counts_and_the_migration_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("v2.sqlite3");
+        version_2_file(&path);
+        // Read-only, the file cannot migrate: summaries say so, everything else still reads.
+        let reader =
+            SqliteMemoryStore::open_read_only(&path, SqliteMemoryOptions::default()).unwrap();
+        let error = reader.thread_summaries(10, None).unwrap_err();
+        assert!(
+            matches!(&error, MemoryError::Storage { detail } if detail.contains("write access")),
+            "{error:?}"
+        );
+        assert_eq!(
+            reader.threads().unwrap(),
+            [Scope::session("a"), Scope::session("b")]
+        );
+        let a = reader
+            .existing_memory(Scope::session("a"))
+            .unwrap()
+            .unwrap();
+        assert_eq!(a.size().unwrap(), 3);
+        assert!(reader.memory(Scope::session("new")).is_err());
+        drop((a, reader));
+
+        let before = now_ms();
+        let store = SqliteMemoryStore::open(&path, SqliteMemoryOptions::default()).unwrap();
+        let after = now_ms();
+        let page = store.thread_summaries(10, None).unwrap();
+        // Equal times: the newest-created thread first.
+        let listed: Vec<(Scope, u64)> = page
+            .threads
+            .iter()
+            .map(|s| (s.scope.clone(), s.messages))
+            .collect();
+        assert_eq!(listed, [(Scope::session("b"), 0), (Scope::session("a"), 3)]);
+        for summary in &page.threads {
+            // julianday's resolution: allow a millisecond either side.
+            assert!(
+                (before - 1..=after + 1).contains(&summary.last_active_ms),
+                "{summary:?} not within {before}..={after}"
+            );
+        }
+        assert_eq!(
+            page.threads[0].last_active_ms,
+            page.threads[1].last_active_ms
+        );
+        let acme = SqliteMemoryStore::open(
+            &path,
+            SqliteMemoryOptions {
+                namespace: Namespace::new("acme").unwrap(),
+                ..SqliteMemoryOptions::default()
+            },
+        )
+        .unwrap();
+        let theirs = acme.thread_summaries(10, None).unwrap();
+        assert_eq!(theirs.threads.len(), 1);
+        assert_eq!(theirs.threads[0].messages, 1);
+        // The counts move with writes from there.
+        let a = store.existing_memory(Scope::session("a")).unwrap().unwrap();
+        a.delete(&[1]).unwrap();
+        let first = &store.thread_summaries(1, None).unwrap().threads[0];
+        assert_eq!(
+            (first.scope.clone(), first.messages),
+            (Scope::session("a"), 2)
+        );
+    }
+
+    /// The plan of each page statement: a search of the activity index bounded by the
+    /// namespace (and the cursor), in the index's order, with no sort and no scan.
+    #[test]
+    fn pages_are_index_ranges() {
+        let dir = tempfile::tempdir().unwrap();
+        let store =
+            SqliteMemoryStore::open(dir.path().join("m.sqlite3"), SqliteMemoryOptions::default())
+                .unwrap();
+        for i in 0..50 {
+            store.memory(Scope::session(format!("s{i}"))).unwrap();
+        }
+        let conn = store.lock();
+        let plan = |sql: &str| -> String {
+            let mut stmt = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).unwrap();
+            let rows = stmt
+                .query_map(params!["default", 5_i64, 3_i64, 11_i64], |r| {
+                    r.get::<_, String>(3)
+                })
+                .unwrap();
+            rows.collect::<Result<Vec<_>, _>>().unwrap().join("; ")
+        };
+        let with_cursor = plan(PAGE_AFTER_SQL);
+        assert!(
+            with_cursor.contains("SEARCH memory_threads USING INDEX memory_threads_activity")
+                && with_cursor.contains("namespace=?")
+                && with_cursor.contains("<?")
+                && !with_cursor.contains("TEMP B-TREE"),
+            "{with_cursor}"
+        );
+        let first = plan(FIRST_PAGE_SQL);
+        assert!(
+            first.contains("SEARCH memory_threads USING INDEX memory_threads_activity")
+                && first.contains("namespace=?")
+                && !first.contains("TEMP B-TREE"),
+            "{first}"
+        );
+        drop(conn);
+        // And the statements `thread_summaries` runs are those: a cursor far into a namespace
+        // of 50 threads returns the rest.
+        let first = store.thread_summaries(45, None).unwrap();
+        let rest = store.thread_summaries(45, first.next.as_deref()).unwrap();
+        assert_eq!(rest.threads.len(), 5);
+        assert_eq!(rest.next, None);
     }
 }

@@ -1,0 +1,293 @@
+//! Search across sessions (docs/reference/memory.md#search-across-sessions): one recall by
+//! cosine over every thread of a store's namespace that a [`ScopeFilter`] selects.
+//!
+//! What both backends share: the filter, the hit, the exact score (the per-thread recall's:
+//! `f64` cosine over the stored `f32`s, `crate::exact`) and the bounded top-k that keeps only
+//! `k` candidates in memory while the stored vectors stream past, so that no message body is
+//! decoded before it is known to be a winner.
+
+use std::cmp::Ordering;
+use std::collections::BinaryHeap;
+
+use mnemon_types::Msg;
+use serde::Serialize;
+
+use crate::error::MemoryError;
+use crate::exact;
+use crate::retrieval::rank;
+use crate::scope::Scope;
+
+/// Which threads a search covers: each given field must equal the thread's; a field left `None`
+/// matches any value, absent included. [`ScopeFilter::all`] is every thread of the namespace;
+/// `ScopeFilter::user("u1")` every thread of user `u1` (whatever its agent and session; not
+/// those of `u10`: fields are compared whole, never as string prefixes); `.agent("a")` narrows
+/// it to agent `a`. A search never leaves the store's namespace.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize)]
+pub struct ScopeFilter {
+    /// The user every selected thread has, or any.
+    pub user_id: Option<String>,
+    /// The agent every selected thread has, or any.
+    pub agent_id: Option<String>,
+    /// The session every selected thread has, or any.
+    pub session_id: Option<String>,
+}
+
+impl ScopeFilter {
+    /// Every thread of the namespace.
+    pub fn all() -> Self {
+        ScopeFilter::default()
+    }
+
+    /// Every thread of user `user_id`.
+    pub fn user(user_id: impl Into<String>) -> Self {
+        ScopeFilter {
+            user_id: Some(user_id.into()),
+            ..ScopeFilter::default()
+        }
+    }
+
+    /// This filter, narrowed to agent `agent_id`.
+    pub fn agent(mut self, agent_id: impl Into<String>) -> Self {
+        self.agent_id = Some(agent_id.into());
+        self
+    }
+
+    /// This filter, narrowed to session `session_id`.
+    pub fn session(mut self, session_id: impl Into<String>) -> Self {
+        self.session_id = Some(session_id.into());
+        self
+    }
+
+    /// Whether the thread of `scope` is selected.
+    pub fn matches(&self, scope: &Scope) -> bool {
+        let field = |want: &Option<String>, have: &Option<String>| {
+            want.as_ref().is_none_or(|w| have.as_ref() == Some(w))
+        };
+        field(&self.user_id, &scope.user_id)
+            && field(&self.agent_id, &scope.agent_id)
+            && field(&self.session_id, &scope.session_id)
+    }
+
+    /// The stored column each given field must equal (`None`: any); `Some("")` is
+    /// [`MemoryError::InvalidScope`], as in a [`Scope`], since no thread can have it.
+    pub(crate) fn columns(&self) -> Result<[Option<&str>; 3], MemoryError> {
+        fn column<'a>(
+            value: &'a Option<String>,
+            field: &str,
+        ) -> Result<Option<&'a str>, MemoryError> {
+            match value.as_deref() {
+                Some("") => Err(MemoryError::InvalidScope {
+                    field: field.into(),
+                }),
+                other => Ok(other),
+            }
+        }
+        Ok([
+            column(&self.user_id, "user_id")?,
+            column(&self.agent_id, "agent_id")?,
+            column(&self.session_id, "session_id")?,
+        ])
+    }
+}
+
+/// One message found by a search across sessions.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SearchHit {
+    /// The thread holding it.
+    pub scope: Scope,
+    /// Its position in its thread (0-based, as
+    /// [`Retrieved::index`](crate::Retrieved::index)).
+    pub index: usize,
+    /// Its cosine with the query, exactly as the thread's own recall scores it.
+    pub score: f64,
+    /// The message.
+    pub message: Msg,
+}
+
+/// The exact cosine of the per-thread recall (`crate::retrieval`'s scorer): `f64` over the
+/// `f32`s, in `crate::exact`'s fixed order.
+pub(crate) fn cosine(query: &[f32], query_norm: f64, embedding: &[f32]) -> f64 {
+    exact::cosine_with_norms(
+        exact::dot(query, embedding),
+        query_norm,
+        exact::norm(embedding),
+    )
+}
+
+/// A candidate's place in the result: the score (as the per-thread recall ranks it: highest
+/// first, NaN last), then its thread's place in the search's thread order, then its index.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Candidate {
+    pub(crate) score: f64,
+    /// The thread's position in the search's sorted thread list.
+    pub(crate) thread: usize,
+    pub(crate) index: usize,
+    /// Where the row is (a seq), for reading the winners.
+    pub(crate) seq: i64,
+}
+
+impl Candidate {
+    /// Before `other` in the result (`Less`), as the per-thread recall's `rank` orders one
+    /// thread's messages, threads in their list order on ties.
+    pub(crate) fn order(&self, other: &Candidate) -> Ordering {
+        rank(&(self.score, 0), &(other.score, 0))
+            .then(self.thread.cmp(&other.thread))
+            .then(self.index.cmp(&other.index))
+    }
+}
+
+/// Max-heap by result order: the top is the worst kept candidate.
+struct Worst(Candidate);
+
+impl PartialEq for Worst {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == Ordering::Equal
+    }
+}
+
+impl Eq for Worst {}
+
+impl PartialOrd for Worst {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Worst {
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.0.order(&other.0)
+    }
+}
+
+/// The best `k` candidates offered, in `k` entries of memory.
+pub(crate) struct TopK {
+    k: usize,
+    heap: BinaryHeap<Worst>,
+}
+
+impl TopK {
+    pub(crate) fn new(k: usize) -> Self {
+        TopK {
+            k,
+            heap: BinaryHeap::with_capacity(k.min(4096).saturating_add(1)),
+        }
+    }
+
+    pub(crate) fn offer(&mut self, candidate: Candidate) {
+        if self.k == 0 {
+            return;
+        }
+        if self.heap.len() < self.k {
+            self.heap.push(Worst(candidate));
+        } else if let Some(mut worst) = self.heap.peek_mut()
+            && candidate.order(&worst.0) == Ordering::Less
+        {
+            *worst = Worst(candidate);
+        }
+    }
+
+    /// The kept candidates, best first.
+    pub(crate) fn into_sorted(self) -> Vec<Candidate> {
+        let mut kept: Vec<Candidate> = self.heap.into_iter().map(|w| w.0).collect();
+        kept.sort_by(Candidate::order);
+        kept
+    }
+}
+
+/// The error for a stored embedding whose length differs from the query's, as the per-thread
+/// recall gives it.
+pub(crate) fn dimension_mismatch(id: String, expected: usize, found: usize) -> MemoryError {
+    MemoryError::DimensionMismatch {
+        id,
+        expected,
+        found,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn candidate(score: f64, thread: usize, index: usize) -> Candidate {
+        Candidate {
+            score,
+            thread,
+            index,
+            seq: 0,
+        }
+    }
+
+    proptest! {
+        /// The heap keeps exactly the first `k` of a full sort, in order.
+        #[test]
+        fn top_k_is_the_head_of_a_full_sort(
+            scores in proptest::collection::vec(
+                prop_oneof![Just(f64::NAN), Just(0.5), -1.0f64..1.0], 0..200),
+            k in 0usize..50,
+        ) {
+            let all: Vec<Candidate> = scores
+                .iter()
+                .enumerate()
+                .map(|(i, &s)| candidate(s, i % 3, i))
+                .collect();
+            let mut top = TopK::new(k);
+            for c in &all {
+                top.offer(*c);
+            }
+            let mut sorted = all.clone();
+            sorted.sort_by(Candidate::order);
+            sorted.truncate(k);
+            let key = |c: &Candidate| (c.score.to_bits(), c.thread, c.index);
+            let got: Vec<_> = top.into_sorted().iter().map(key).collect();
+            let want: Vec<_> = sorted.iter().map(key).collect();
+            prop_assert_eq!(got, want);
+        }
+    }
+
+    #[test]
+    fn order_is_score_then_thread_then_index_with_nan_last() {
+        let mut v = [
+            candidate(f64::NAN, 0, 0),
+            candidate(0.5, 1, 0),
+            candidate(0.5, 0, 7),
+            candidate(0.9, 2, 3),
+            candidate(0.5, 0, 2),
+        ];
+        v.sort_by(Candidate::order);
+        let got: Vec<(usize, usize)> = v.iter().map(|c| (c.thread, c.index)).collect();
+        assert_eq!(got, [(2, 3), (0, 2), (0, 7), (1, 0), (0, 0)]);
+    }
+
+    #[test]
+    fn filters_compare_whole_fields() {
+        let scope = |u: Option<&str>, a: Option<&str>| Scope {
+            user_id: u.map(str::to_owned),
+            agent_id: a.map(str::to_owned),
+            session_id: Some("s".into()),
+        };
+        assert!(ScopeFilter::all().matches(&scope(None, None)));
+        assert!(ScopeFilter::user("u1").matches(&scope(Some("u1"), None)));
+        assert!(!ScopeFilter::user("u1").matches(&scope(Some("u10"), None)));
+        assert!(!ScopeFilter::user("u1").matches(&scope(None, None)));
+        assert!(
+            ScopeFilter::user("u1")
+                .agent("a")
+                .matches(&scope(Some("u1"), Some("a")))
+        );
+        assert!(
+            !ScopeFilter::user("u1")
+                .agent("a")
+                .matches(&scope(Some("u1"), None))
+        );
+        assert!(ScopeFilter::all().session("s").matches(&scope(None, None)));
+        assert!(matches!(
+            ScopeFilter::user("").columns(),
+            Err(MemoryError::InvalidScope { .. })
+        ));
+        assert_eq!(
+            ScopeFilter::user("u").agent("a").columns().unwrap(),
+            [Some("u"), Some("a"), None]
+        );
+    }
+}
