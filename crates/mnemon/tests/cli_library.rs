@@ -398,3 +398,62 @@ fn query_of_a_file_under_access_tags_its_bits() {
         assert_eq!(titles(&result), Vec::<String>::new(), "{}", file.display());
     }
 }
+
+/// Issue 17: `library pack --index` writes `<FILE>.ann`; `library query` searches it from
+/// `--index-min-bits` bits up (the default is far above this library), `--exact` (or the
+/// argument `exact: true`) never does, and a damaged index is refused with a warning while the
+/// query scans.
+#[test]
+fn pack_index_then_query_through_the_index() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = write_library(dir.path());
+    let args = write_args(dir.path(), "args.json", &query_args(&json!({"count": 3})));
+    let exact_args = write_args(
+        dir.path(),
+        "exact.json",
+        &query_args(&json!({"count": 3, "exact": true})),
+    );
+    let out = mnemon(dir.path(), &["library", "pack", path_arg(&file), "--index"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let index = dir.path().join("lib.json.ann");
+    assert!(index.is_file());
+    assert!(stderr(&out).contains("lib.json.ann"), "{}", stderr(&out));
+    let scanned = json_out(&query(dir.path(), &file, path_arg(&args), &["--exact"]));
+    assert_eq!(titles(&scanned), ["alpha", "beta", "delta"]);
+    let through_index = query(
+        dir.path(),
+        &file,
+        path_arg(&args),
+        &["--index-min-bits", "0"],
+    );
+    assert_eq!(json_out(&through_index), scanned);
+    assert_eq!(stderr(&through_index), "");
+
+    // Damaged: refused with a warning, and the scan answers.
+    let mut bytes = std::fs::read(&index).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 1;
+    std::fs::write(&index, &bytes).unwrap();
+    let out = query(
+        dir.path(),
+        &file,
+        path_arg(&args),
+        &["--index-min-bits", "0"],
+    );
+    assert_eq!(json_out(&out), scanned);
+    let warning = stderr(&out);
+    assert!(
+        warning.contains("not using the ANN index") && warning.contains("damaged"),
+        "{warning}"
+    );
+    // Never looked at: below the default threshold, with --exact, or with `exact: true`.
+    for (a, extra) in [
+        (&args, &[][..]),
+        (&args, &["--index-min-bits", "0", "--exact"][..]),
+        (&exact_args, &["--index-min-bits", "0"][..]),
+    ] {
+        let out = query(dir.path(), &file, path_arg(a), extra);
+        assert_eq!(json_out(&out), scanned);
+        assert_eq!(stderr(&out), "", "{extra:?}");
+    }
+}

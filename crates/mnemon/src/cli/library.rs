@@ -45,6 +45,13 @@ pub(crate) enum LibraryCommand {
         /// Use the fast int8 pre-scan with exact re-ranking.
         #[arg(long)]
         fast: bool,
+        /// Never use the library's ANN index (`<FILE>.ann`): scan exactly, as the argument
+        /// `exact: true` does.
+        #[arg(long)]
+        exact: bool,
+        /// Search the library's ANN index (when it has a current one) from this many bits up.
+        #[arg(long, value_name = "BITS", default_value_t = mnemon_library::DEFAULT_INDEX_MIN_BITS)]
+        index_min_bits: usize,
         /// Seed for the random query vector drawn when no embedding is given.
         #[arg(long)]
         seed: Option<u64>,
@@ -58,10 +65,14 @@ pub(crate) enum LibraryCommand {
         #[command(flatten)]
         question: QuestionArgs,
     },
-    /// Write `<FILE>.mnx`, a binary sidecar that later opens memory-mapped.
+    /// Write `<FILE>.mnx`, a binary sidecar that later opens memory-mapped; with `--index`,
+    /// also `<FILE>.ann`, the approximate index large libraries are searched through.
     Pack {
         /// The library JSON file.
         file: PathBuf,
+        /// Also build the ANN index (HNSW over int8 codes, exact re-rank) into `<FILE>.ann`.
+        #[arg(long)]
+        index: bool,
     },
     /// Build a library from Markdown and text files: split into chunks of 1,000 to 2,000
     /// characters at sentence ends, count cl100k_base tokens, embed, and write the library.
@@ -150,6 +161,32 @@ fn open(file: &Path, quiet: bool) -> Result<Library, CliError> {
     })
 }
 
+/// Builds the library's ANN index beside `file`. On a terminal, and unless `--quiet`, a bar
+/// shows the bits inserted into the graph.
+fn pack_index(lib: &Library, file: &Path, quiet: bool) -> Result<PathBuf, CliError> {
+    let bar = (!quiet && std::io::stderr().is_terminal()).then(|| {
+        let bar = indicatif::ProgressBar::new(lib.len() as u64);
+        if let Ok(style) = indicatif::ProgressStyle::with_template(
+            "{msg} {bar:40} {pos}/{len} bits, {elapsed} elapsed, ETA {eta}",
+        ) {
+            bar.set_style(style);
+        }
+        bar.set_message("indexing");
+        bar.enable_steady_tick(Duration::from_millis(200));
+        bar
+    });
+    let progress = |done: usize, _total: usize| {
+        if let Some(bar) = &bar {
+            bar.set_position(done as u64);
+        }
+    };
+    let result = lib.pack_index(file, &progress);
+    if let Some(bar) = bar {
+        bar.finish_and_clear();
+    }
+    result.map_err(CliError::failure)
+}
+
 /// Sends the library's warnings (such as a stale sidecar being ignored) to stderr, unless
 /// `--quiet`; `RUST_LOG` overrides the level.
 fn show_warnings(quiet: bool) {
@@ -220,6 +257,8 @@ pub(crate) fn run(command: LibraryCommand, quiet: bool) -> CliResult {
             question,
             host_config,
             fast,
+            exact,
+            index_min_bits,
             seed,
         } => {
             let mut arguments = match &args {
@@ -241,6 +280,11 @@ pub(crate) fn run(command: LibraryCommand, quiet: bool) -> CliResult {
                 seed,
                 default_count: Some(HOST_DEFAULT_COUNT),
                 fast,
+                exact,
+                index: mnemon_library::IndexUse {
+                    min_bits: index_min_bits,
+                    ..mnemon_library::IndexUse::default()
+                },
             };
             let parsed = wire::parse_query(&lib, &arguments, &options).map_err(CliError::input)?;
             let grant = parsed.grant(&policy);
@@ -272,11 +316,17 @@ pub(crate) fn run(command: LibraryCommand, quiet: bool) -> CliResult {
             println!("{text}");
             Ok(())
         }
-        LibraryCommand::Pack { file } => {
+        LibraryCommand::Pack { file, index } => {
             let lib = open(&file, quiet)?;
             let path = lib.pack(&file).map_err(CliError::failure)?;
             if !quiet {
                 eprintln!("wrote {}", path.display());
+            }
+            if index {
+                let path = pack_index(&lib, &file, quiet)?;
+                if !quiet {
+                    eprintln!("wrote {}", path.display());
+                }
             }
             Ok(())
         }
