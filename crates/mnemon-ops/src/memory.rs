@@ -5,10 +5,12 @@
 //! new variants of [`SearchQuery`] and new operations here, beside the ones below.
 
 use std::borrow::Cow;
+use std::collections::HashMap;
 
 use mnemon_memory::{
     AddOptions, BudgetOptions, ExportFormat, ExportOptions, ExportTarget, Exported, LoadSource,
-    Memory, MemoryQuery, Metric, MsgInput, RetrievalQuery, RetrieveOptions, Scope,
+    Memory, MemoryError, MemoryQuery, Metric, MsgInput, RetrievalQuery, RetrieveOptions, Scope,
+    ThreadSummary,
 };
 use mnemon_types::Msg;
 use schemars::{JsonSchema, Schema, SchemaGenerator};
@@ -45,7 +47,8 @@ impl MessageBody {
     }
 }
 
-/// A memory thread's scope.
+/// A memory thread's scope, with its message count and last activity when the store reports
+/// them.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct SessionBody {
     /// The session id.
@@ -57,6 +60,41 @@ pub struct SessionBody {
     /// The agent id, for threads created with one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent_id: Option<String>,
+    /// How many messages the thread holds (a count the store keeps per thread). Absent when the
+    /// store cannot say (a SQLite file opened read-only from before thread summaries).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub messages: Option<u64>,
+    /// When a write last changed the thread, in milliseconds since the Unix epoch. Absent as
+    /// `messages` is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_active_ms: Option<i64>,
+    /// `last_active_ms` as an RFC 3339 UTC time (`2026-11-24T00:41:07.123Z`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_active: Option<String>,
+}
+
+impl SessionBody {
+    fn of(scope: Scope, summary: Option<&ThreadSummary>) -> SessionBody {
+        SessionBody {
+            session_id: scope.session_id,
+            user_id: scope.user_id,
+            agent_id: scope.agent_id,
+            messages: summary.map(|s| s.messages),
+            last_active_ms: summary.map(|s| s.last_active_ms),
+            last_active: summary.map(ThreadSummary::last_active_rfc3339),
+        }
+    }
+}
+
+/// The order of a sessions listing.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum SessionOrder {
+    /// Oldest thread first ([`Service::memory_sessions_with_counts`]).
+    #[default]
+    Created,
+    /// Most recently written first ([`Service::memory_sessions_by_activity`]).
+    Activity,
 }
 
 /// Input of [`Service::memory_sessions`].
@@ -73,7 +111,8 @@ pub struct SessionListInput {
 /// Output of [`Service::memory_sessions`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct SessionListOutput {
-    /// The namespace's threads, oldest first.
+    /// The namespace's threads, oldest first (by last activity, newest first, for
+    /// [`Service::memory_sessions_by_activity`]).
     pub sessions: Vec<SessionBody>,
     /// The cursor of the next page; absent on the last page.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -336,17 +375,37 @@ impl Service {
             })
     }
 
-    /// One page of the namespace's memory threads, oldest first.
+    /// One page of the namespace's memory threads, oldest first: their scopes only (as the CLI
+    /// and the MCP `list_sessions` tool show them; [`memory_sessions_with_counts`] adds the
+    /// message counts and last activity).
+    ///
+    /// [`memory_sessions_with_counts`]: Self::memory_sessions_with_counts
     pub fn memory_sessions(&self, input: SessionListInput) -> Result<SessionListOutput, OpsError> {
+        self.sessions_oldest_first(input, &HashMap::new())
+    }
+
+    /// [`memory_sessions`](Self::memory_sessions) with each thread's message count and last
+    /// activity, from the summaries the store keeps per thread (no message is read or counted).
+    pub fn memory_sessions_with_counts(
+        &self,
+        input: SessionListInput,
+    ) -> Result<SessionListOutput, OpsError> {
+        self.sessions_oldest_first(input, &self.all_thread_summaries())
+    }
+
+    fn sessions_oldest_first(
+        &self,
+        input: SessionListInput,
+        summaries: &HashMap<Scope, ThreadSummary>,
+    ) -> Result<SessionListOutput, OpsError> {
         let limit = page::limit(input.limit)?;
         let all: Vec<SessionBody> = self
             .stores()
             .threads()?
             .into_iter()
-            .map(|s| SessionBody {
-                session_id: s.session_id,
-                user_id: s.user_id,
-                agent_id: s.agent_id,
+            .map(|scope| {
+                let summary = summaries.get(&scope);
+                SessionBody::of(scope, summary)
             })
             .collect();
         // The key of a thread: its three ids, which together are unique.
@@ -357,6 +416,57 @@ impl Service {
         Ok(SessionListOutput {
             sessions,
             next_cursor,
+        })
+    }
+
+    /// Every thread's summary, by scope: the pages of the store's summaries (one index range
+    /// read each, no message read). Empty when the store cannot list them (a SQLite file
+    /// opened read-only from before thread summaries): the listing then goes without counts
+    /// rather than failing.
+    pub(crate) fn all_thread_summaries(&self) -> HashMap<Scope, ThreadSummary> {
+        let mut all = HashMap::new();
+        let mut after: Option<String> = None;
+        loop {
+            let Ok(page) = self
+                .stores()
+                .thread_summaries(page::MAX_LIMIT, after.as_deref())
+            else {
+                return HashMap::new();
+            };
+            for summary in page.threads {
+                all.insert(summary.scope.clone(), summary);
+            }
+            match page.next {
+                Some(next) => after = Some(next),
+                None => return all,
+            }
+        }
+    }
+
+    /// One page of the namespace's threads with their message counts and last activity, the
+    /// most recently written first: one index range read per page, never a count of messages
+    /// (docs/reference/memory.md#thread-summaries). A thread written while pages are read moves
+    /// to the front, so later pages do not list it again.
+    pub fn memory_sessions_by_activity(
+        &self,
+        input: SessionListInput,
+    ) -> Result<SessionListOutput, OpsError> {
+        let limit = page::limit(input.limit)?;
+        let after = input.cursor.as_deref().map(page::decode).transpose()?;
+        let found = self
+            .stores()
+            .thread_summaries(limit, after.as_deref())
+            .map_err(|e| match e {
+                MemoryError::InvalidCursor { .. } => OpsError::InvalidCursor,
+                other => other.into(),
+            })?;
+        Ok(SessionListOutput {
+            sessions: found
+                .threads
+                .into_iter()
+                .map(|summary| SessionBody::of(summary.scope.clone(), Some(&summary)))
+                .collect(),
+            next_cursor: found.next.as_deref().map(page::encode),
         })
     }
 
@@ -550,5 +660,84 @@ impl Service {
             added: report.added,
             skipped_duplicates: report.skipped_duplicates,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stores::Stores;
+
+    fn add(service: &Service, session: &str, n: usize) {
+        service
+            .memory_add(MemoryAddInput {
+                session: session.into(),
+                messages: (0..n)
+                    .map(|i| {
+                        MessageBody(serde_json::json!({"name": "u", "content": format!("{i}")}))
+                    })
+                    .collect(),
+                marks: vec![],
+            })
+            .unwrap();
+        // Apart in time, so last activity orders them.
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+
+    fn ids(out: &SessionListOutput) -> Vec<&str> {
+        out.sessions
+            .iter()
+            .filter_map(|s| s.session_id.as_deref())
+            .collect()
+    }
+
+    #[test]
+    fn sessions_carry_counts_and_last_activity_when_asked() {
+        let dir = tempfile::tempdir().unwrap();
+        let service = Service::new(Stores::open(dir.path()).unwrap());
+        add(&service, "a", 3);
+        add(&service, "b", 1);
+        add(&service, "c", 2);
+        add(&service, "b", 1);
+        let all = |limit| SessionListInput {
+            cursor: None,
+            limit,
+        };
+
+        // The plain listing is unchanged: scopes only, oldest first.
+        let plain = service.memory_sessions(all(None)).unwrap();
+        assert_eq!(ids(&plain), ["a", "b", "c"]);
+        assert!(plain.sessions.iter().all(|s| s.messages.is_none()));
+
+        let counted = service.memory_sessions_with_counts(all(None)).unwrap();
+        assert_eq!(ids(&counted), ["a", "b", "c"]);
+        let counts: Vec<_> = counted.sessions.iter().map(|s| s.messages).collect();
+        assert_eq!(counts, [Some(3), Some(2), Some(2)]);
+        let a = &counted.sessions[0];
+        assert!(a.last_active_ms.unwrap() > 1_700_000_000_000);
+        assert!(a.last_active.as_deref().unwrap().ends_with('Z'));
+
+        // By activity: b (written last), c, a; a page at a time.
+        let first = service.memory_sessions_by_activity(all(Some(2))).unwrap();
+        assert_eq!(ids(&first), ["b", "c"]);
+        assert_eq!(first.sessions[0].messages, Some(2));
+        let second = service
+            .memory_sessions_by_activity(SessionListInput {
+                cursor: first.next_cursor,
+                limit: Some(2),
+            })
+            .unwrap();
+        assert_eq!(ids(&second), ["a"]);
+        assert!(second.next_cursor.is_none());
+        for bad in ["!!", &page::encode("not a cursor")] {
+            let refused = service.memory_sessions_by_activity(SessionListInput {
+                cursor: Some(bad.to_owned()),
+                limit: None,
+            });
+            assert!(
+                matches!(refused, Err(OpsError::InvalidCursor)),
+                "{refused:?}"
+            );
+        }
     }
 }

@@ -74,7 +74,9 @@ pub struct Sizes {
     pub artifacts: u64,
     /// Memory threads (sessions).
     pub memory_threads: u64,
-    /// Messages across the memory threads, when the store keeps a count per thread.
+    /// Messages across the memory threads: the sum of the counts the store keeps per thread
+    /// (absent when it cannot list them: a SQLite file opened read-only from before thread
+    /// summaries).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub messages: Option<u64>,
 }
@@ -99,11 +101,17 @@ impl Service {
                 }
             }
         };
+        let threads = stores.threads()?.len();
+        // The counts the store keeps per thread: one row read per thread, no message read.
+        // None listed for a namespace with threads: the store cannot list them.
+        let summaries = self.all_thread_summaries();
+        let messages = (threads == 0 || !summaries.is_empty())
+            .then(|| summaries.values().map(|s| s.messages).sum());
         let sizes = Sizes {
             assets: stores.assets().count_where(None)?,
             artifacts: stores.artifacts().count_where(None, None)?,
-            memory_threads: u64::try_from(stores.threads()?.len()).unwrap_or(u64::MAX),
-            messages: None,
+            memory_threads: u64::try_from(threads).unwrap_or(u64::MAX),
+            messages,
         };
         Ok(StatusOutput {
             version: env!("CARGO_PKG_VERSION").to_owned(),
@@ -168,6 +176,7 @@ mod tests {
         let service = Service::new(Stores::open(dir.path()).unwrap());
         let empty = service.status().unwrap();
         assert_eq!(empty.sizes.assets + empty.sizes.artifacts, 0);
+        assert_eq!(empty.sizes.messages, Some(0));
         assert_eq!(empty.version, env!("CARGO_PKG_VERSION"));
         assert_eq!(empty.namespace, "default");
         let BackendStatus::Sqlite {
@@ -214,6 +223,7 @@ mod tests {
             (sizes.assets, sizes.artifacts, sizes.memory_threads),
             (1, 3, 1)
         );
+        assert_eq!(sizes.messages, Some(1));
 
         // The scopes, a page at a time, each once, sorted.
         let first = service

@@ -439,6 +439,21 @@ impl Stores {
         }
     }
 
+    /// One page of the namespace's threads with their live message counts and last activity,
+    /// the most recently written first, after the thread the cursor `after` (a previous page's
+    /// `next`) points at (docs/reference/memory.md#thread-summaries).
+    pub fn thread_summaries(
+        &self,
+        limit: usize,
+        after: Option<&str>,
+    ) -> Result<mnemon_memory::ThreadPage, MemoryError> {
+        match &self.memory {
+            MemoryStore::Sqlite(store) => store.thread_summaries(limit, after),
+            #[cfg(feature = "postgres")]
+            MemoryStore::Postgres(store) => store.thread_summaries(limit, after),
+        }
+    }
+
     /// The memory thread of `scope` if it exists, without creating it: for readers, so that a
     /// mistyped session id is reported instead of becoming an empty session.
     pub fn existing_memory(&self, scope: Scope) -> Result<Option<Box<dyn Memory>>, MemoryError> {
