@@ -102,31 +102,48 @@ impl Serve {
         extra: &str,
         body: &[u8],
     ) -> (u16, Value) {
-        let mut stream = TcpStream::connect(self.addr).unwrap();
-        stream
-            .set_read_timeout(Some(Duration::from_secs(60)))
-            .unwrap();
+        self.try_send_with(method, path, content_type, extra, body)
+            .unwrap_or_else(|e| panic!("{method} {path}: {e}"))
+    }
+
+    /// [`Serve::send_with`], with a refused connection or a cut response as an error (the
+    /// server may have been killed).
+    fn try_send_with(
+        &self,
+        method: &str,
+        path: &str,
+        content_type: &str,
+        extra: &str,
+        body: &[u8],
+    ) -> std::io::Result<(u16, Value)> {
+        let mut stream = TcpStream::connect(self.addr)?;
+        stream.set_read_timeout(Some(Duration::from_secs(60)))?;
         write!(
             stream,
             "{method} {path} HTTP/1.1\r\nHost: {}\r\nContent-Type: {content_type}\r\n{extra}\
              Content-Length: {}\r\nConnection: close\r\n\r\n",
             self.addr,
             body.len()
-        )
-        .unwrap();
-        stream.write_all(body).unwrap();
+        )?;
+        stream.write_all(body)?;
         let mut response = Vec::new();
-        stream.read_to_end(&mut response).unwrap();
-        let text = String::from_utf8(response).unwrap();
-        let (head, body) = text.split_once("\r\n\r\n").expect("a complete response");
-        let status = head.split(' ').nth(1).unwrap().parse().unwrap();
+        stream.read_to_end(&mut response)?;
+        let cut = |what: &str| std::io::Error::other(format!("a cut response: {what}"));
+        let text = String::from_utf8(response).map_err(|_| cut("not UTF-8"))?;
+        let (head, body) = text.split_once("\r\n\r\n").ok_or_else(|| cut("no head"))?;
+        let status = head
+            .split(' ')
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(|| cut("no status"))?;
         assert!(
             !head
                 .to_ascii_lowercase()
                 .contains("transfer-encoding: chunked"),
             "{head}"
         );
-        (status, serde_json::from_str(body).expect("a JSON body"))
+        let value = serde_json::from_str(body).map_err(|_| cut("no JSON body"))?;
+        Ok((status, value))
     }
 }
 
@@ -442,4 +459,294 @@ fn serve_runs_the_rest_api_on_postgresql_in_its_namespace() {
     assert_eq!(list("default"), "");
     // Nothing of the stores went to the data directory.
     assert!(!data.join("mnemon.sqlite3").exists());
+}
+
+/// Scale-out on one PostgreSQL database (docs/postgres.md#running-several-servers): two
+/// `mnemon serve` processes share memory, assets and keys, and killing one with SIGKILL while
+/// a client writes through it loses nothing it acknowledged.
+#[test]
+fn two_servers_share_one_postgresql_database_and_a_killed_one_loses_no_acknowledged_write() {
+    let pg = mnemon_tests::require_postgres!();
+    let url = pg.fresh_database("cli_serve_scale_out").unwrap();
+    let cwd = tempfile::tempdir().unwrap();
+    // One key, created once, in the shared database.
+    let output = Command::new(env!("CARGO_BIN_EXE_mnemon"))
+        .args([
+            "keys",
+            "create",
+            "--database-url",
+            &url,
+            "--namespace",
+            "acme",
+            "--role",
+            "write",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let created: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let key = created["key"].as_str().unwrap().to_owned();
+    // Each server has a data directory of its own: nothing is shared but the database.
+    let start = |name: &str| {
+        let data = cwd.path().join(name);
+        Serve::start(
+            cwd.path(),
+            &[
+                "--data-dir",
+                data.to_str().unwrap(),
+                "--database-url",
+                &url,
+                "--embedding-model",
+                "mnemon:hashing-v1-512",
+            ],
+        )
+    };
+    let mut one = start("one");
+    let two = start("two");
+    for server in [&one, &two] {
+        assert_eq!(server.rest("GET", "/readyz", None).0, 200);
+        // Keys are required on both: the database has one.
+        assert_eq!(server.rest("GET", "/v1/assets", None).0, 401);
+    }
+
+    // A memory added through one is recalled through the other at once.
+    let messages = serde_json::json!({"messages": [
+        {"name": "user", "content": "my cat is called Miso"},
+        {"name": "user", "content": "the weather is rainy today"}]});
+    let (status, added) = one.rest_with_key(
+        &key,
+        "POST",
+        "/v1/memory/sessions/chat-1/messages",
+        Some(messages),
+    );
+    assert_eq!((status, added["added"].as_u64()), (200, Some(2)), "{added}");
+    let query = serde_json::json!({"query": {"text": "what is my cat called"}, "top_k": 1});
+    let (status, hits) = two.rest_with_key(
+        &key,
+        "POST",
+        "/v1/memory/sessions/chat-1/search",
+        Some(query),
+    );
+    assert_eq!(status, 200, "{hits}");
+    assert_eq!(
+        hits["hits"][0]["message"]["content"],
+        "my cat is called Miso"
+    );
+    // An asset put through one resolves through the other.
+    let asset = serde_json::json!({"content": {"labels": ["cat", "dog"]}});
+    let (status, put) = one.rest_with_key(&key, "PUT", "/v1/assets/a1", Some(asset));
+    assert_eq!(status, 200, "{put}");
+    let (status, value) = two.rest_with_key(
+        &key,
+        "GET",
+        "/v1/resolve?reference=asset://a1/content/labels/1",
+        None,
+    );
+    assert_eq!(
+        (status, value["value"].as_str()),
+        (200, Some("dog")),
+        "{value}"
+    );
+
+    // A client writes through `one`, one message per request; `one` is killed (SIGKILL) while
+    // the client is still writing. Every write it acknowledged is then read through `two`.
+    let addr = one.addr;
+    let writer_key = key.clone();
+    let (acked_tx, acked_rx) = mpsc::channel::<usize>();
+    let writer = std::thread::spawn(move || {
+        let client = Serve {
+            child: Command::new("true").spawn().unwrap(),
+            addr,
+        };
+        let mut acknowledged = Vec::new();
+        for i in 0..10_000 {
+            let body = serde_json::json!({"messages": [
+                {"id": format!("w-{i}"), "name": "writer", "content": format!("write {i}")}]});
+            let header = format!("Authorization: Bearer {writer_key}\r\n");
+            let answer = client.try_send_with(
+                "POST",
+                "/v1/memory/sessions/writes/messages",
+                "application/json",
+                &header,
+                body.to_string().as_bytes(),
+            );
+            match answer {
+                Ok((200, _)) => {
+                    acknowledged.push(i);
+                    let _ = acked_tx.send(i);
+                }
+                Ok((status, body)) => panic!("write {i} answered {status}: {body}"),
+                // A refused connection or a cut response: the server is gone.
+                Err(_) => break,
+            }
+        }
+        acknowledged
+    });
+    // Let it get going, then kill the server mid-stream.
+    for _ in 0..50 {
+        acked_rx
+            .recv_timeout(Duration::from_secs(60))
+            .expect("the writer's first acknowledgements");
+    }
+    one.child.kill().unwrap();
+    one.child.wait().unwrap();
+    let acknowledged = writer.join().expect("the writer thread");
+    assert!(
+        acknowledged.len() >= 50 && acknowledged.len() < 10_000,
+        "the kill did not land mid-stream: {} acknowledged",
+        acknowledged.len()
+    );
+    let (status, got) = two.rest_with_key(&key, "GET", "/v1/memory/sessions/writes/messages", None);
+    assert_eq!(status, 200, "{got}");
+    let stored: Vec<String> = got["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_str().unwrap().to_owned())
+        .collect();
+    let expected: Vec<String> = acknowledged.iter().map(|i| format!("w-{i}")).collect();
+    // In order, and at most the one write in flight at the kill beyond what was acknowledged.
+    assert!(
+        stored.starts_with(&expected),
+        "an acknowledged write is missing after the kill: {} acknowledged, {} stored",
+        expected.len(),
+        stored.len()
+    );
+    assert!(stored.len() <= expected.len() + 1, "{stored:?}");
+    // The surviving server still writes to the same session (no lock left behind).
+    let more =
+        serde_json::json!({"messages": [{"id": "after", "name": "user", "content": "after"}]});
+    let (status, added) = two.rest_with_key(
+        &key,
+        "POST",
+        "/v1/memory/sessions/writes/messages",
+        Some(more),
+    );
+    assert_eq!((status, added["added"].as_u64()), (200, Some(1)), "{added}");
+    // A restarted server sees everything.
+    let one = start("one");
+    let (status, got) = one.rest_with_key(
+        &key,
+        "GET",
+        "/v1/memory/sessions/writes/messages?recent=1",
+        None,
+    );
+    assert_eq!(status, 200, "{got}");
+    assert_eq!(got["messages"][0]["id"], "after", "{got}");
+    // The key revoked once (from the command line) is refused by both servers within the key
+    // cache's lifetime (1 s by default).
+    let output = Command::new(env!("CARGO_BIN_EXE_mnemon"))
+        .args([
+            "keys",
+            "revoke",
+            "--database-url",
+            &url,
+            created["id"].as_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let revoked = std::time::Instant::now();
+    for server in [&one, &two] {
+        loop {
+            let (status, _) = server.rest_with_key(&key, "GET", "/v1/assets", None);
+            if status == 401 {
+                break;
+            }
+            assert_eq!(status, 200);
+            assert!(
+                revoked.elapsed() < Duration::from_secs(5),
+                "a revoked key still works after {:?}",
+                revoked.elapsed()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    eprintln!(
+        "scale-out: {} writes acknowledged before the kill, {} stored",
+        expected.len(),
+        stored.len()
+    );
+}
+
+/// `mnemon.toml` in the current directory configures `mnemon serve` and the global options;
+/// a flag or the environment overrides it; a mistake in it stops the command with exit code 2
+/// (docs/reference/config.md).
+#[test]
+fn mnemon_toml_configures_serve_below_flags_and_environment() {
+    let cwd = tempfile::tempdir().unwrap();
+    std::fs::write(
+        cwd.path().join("mnemon.toml"),
+        "data-dir = \"from-file\"\nnamespace = \"acme\"\n\n[serve]\nmax-body-bytes = 64\n",
+    )
+    .unwrap();
+    let big = vec![b' '; 200];
+    {
+        let server = Serve::start(cwd.path(), &[]);
+        let (status, _) = server.send("POST", "/", "application/json", &big);
+        assert_eq!(status, 413, "the file's max-body-bytes is not applied");
+        let asset = serde_json::json!({"content": "configured"});
+        assert_eq!(server.rest("PUT", "/v1/assets/c1", Some(asset)).0, 200);
+    }
+    // The server used the file's data directory and namespace.
+    assert!(cwd.path().join("from-file/mnemon.sqlite3").is_file());
+    let list = |extra: &[&str], env: &[(&str, &str)]| {
+        let output = Command::new(env!("CARGO_BIN_EXE_mnemon"))
+            .args(["asset", "list"])
+            .args(extra)
+            .current_dir(cwd.path())
+            .env_remove("MNEMON_DATA_DIR")
+            .env_remove("MNEMON_NAMESPACE")
+            .envs(env.iter().copied())
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        (
+            String::from_utf8(output.stdout).unwrap(),
+            String::from_utf8(output.stderr).unwrap(),
+        )
+    };
+    let (listed, said) = list(&[], &[]);
+    assert_eq!(listed, "c1\n");
+    assert!(
+        said.contains("settings from mnemon.toml: data-dir, namespace"),
+        "{said}"
+    );
+    // The environment and the command line each override the file.
+    assert_eq!(list(&[], &[("MNEMON_NAMESPACE", "default")]).0, "");
+    assert_eq!(list(&["--namespace", "default"], &[]).0, "");
+    // A flag beats the file's [serve] value.
+    let server = Serve::start(cwd.path(), &["--max-body-bytes", "100000"]);
+    let (status, _) = server.send("POST", "/", "application/json", &big);
+    assert_ne!(status, 413);
+    drop(server);
+    // A mistake names the file and the key.
+    std::fs::write(
+        cwd.path().join("mnemon.toml"),
+        "[serve]\nmax-bodybytes = 64\n",
+    )
+    .unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_mnemon"))
+        .arg("serve")
+        .current_dir(cwd.path())
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("mnemon.toml") && stderr.contains("unknown setting `serve.max-bodybytes`"),
+        "{stderr}"
+    );
 }

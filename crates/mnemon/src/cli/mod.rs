@@ -13,6 +13,7 @@ use mnemon::db::Namespace;
 mod artifact;
 mod asset;
 mod backup;
+mod config_file;
 mod format;
 mod keys;
 mod library;
@@ -70,6 +71,12 @@ pub(crate) struct Cli {
     /// Print nothing on stderr but errors.
     #[arg(long, short, global = true)]
     pub(crate) quiet: bool,
+
+    /// Settings file (default: ./mnemon.toml when it exists): top-level keys are these global
+    /// options, `[serve]` holds `mnemon serve`'s flags; flags and environment variables override
+    /// it (docs/reference/config.md).
+    #[arg(long, global = true, env = "MNEMON_CONFIG_FILE", value_name = "FILE")]
+    pub(crate) config_file: Option<PathBuf>,
 
     #[command(subcommand)]
     command: Command,
@@ -168,7 +175,24 @@ pub(crate) fn print_json(value: &impl serde::Serialize) -> CliResult {
 
 /// Parses the command line, runs the command and maps the outcome to an exit code.
 pub(crate) fn run() -> ExitCode {
-    let cli = Cli::parse();
+    let (argv, settings) = match config_file::apply(std::env::args_os().collect()) {
+        Ok(applied) => applied,
+        Err(CliError::Input(e) | CliError::Failure(e)) => {
+            eprintln!("error: {e:#}");
+            return ExitCode::from(2);
+        }
+    };
+    let cli = Cli::parse_from(argv);
+    if let Some(settings) = settings
+        && !cli.quiet
+        && !settings.keys.is_empty()
+    {
+        eprintln!(
+            "mnemon: settings from {}: {}",
+            settings.path.display(),
+            settings.keys.join(", ")
+        );
+    }
     let target = Target {
         data_dir: &cli.data_dir,
         database_url: cli.database_url.as_deref(),
