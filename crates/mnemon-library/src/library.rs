@@ -164,6 +164,10 @@ pub struct Library {
     /// The largest Euclidean length of a stored embedding (in f64), computed by the first query
     /// that needs it; see [`Library::max_row_norm`].
     pub(crate) max_norm: OnceLock<f64>,
+    /// Bits per tag index (one more slot for indices past the tag table), counted by the first
+    /// query: a query's restricted count is then a sum over the tags its grant closes, not a
+    /// pass over every bit (which would cost an indexed query more than its search).
+    pub(crate) tag_counts: OnceLock<Vec<usize>>,
 }
 
 impl std::fmt::Debug for Library {
@@ -194,6 +198,7 @@ impl Clone for Library {
             int8: OnceLock::new(),
             ann: None,
             max_norm: OnceLock::new(),
+            tag_counts: OnceLock::new(),
         }
     }
 }
@@ -209,6 +214,7 @@ impl Library {
             int8: OnceLock::new(),
             ann: None,
             max_norm: OnceLock::new(),
+            tag_counts: OnceLock::new(),
         }
     }
 
@@ -227,6 +233,7 @@ impl Library {
             int8: OnceLock::new(),
             ann: None,
             max_norm: OnceLock::new(),
+            tag_counts: OnceLock::new(),
         }
     }
 
@@ -430,6 +437,7 @@ impl Library {
         // The index was built over the vectors as they were.
         self.ann = None;
         self.max_norm = OnceLock::new();
+        self.tag_counts = OnceLock::new();
         Ok(Some(bit))
     }
 
@@ -479,6 +487,7 @@ impl Library {
         // The index was built over the vectors as they were.
         self.ann = None;
         self.max_norm = OnceLock::new();
+        self.tag_counts = OnceLock::new();
         Ok(match pushed? {
             Pushed::Added => {
                 let id = self.store.ids.last().copied().unwrap_or(BitId([0; 32]));
@@ -598,6 +607,7 @@ impl Library {
         // The index was built over the vectors as they were.
         self.ann = None;
         self.max_norm = OnceLock::new();
+        self.tag_counts = OnceLock::new();
     }
 
     /// Writes the sidecar for this library, loaded from `source`, next to it as

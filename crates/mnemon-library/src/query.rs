@@ -301,7 +301,27 @@ impl Library {
             let t = tags[i];
             t == NO_TAG || open_tag.get(t as usize).copied().unwrap_or(false)
         };
-        let restricted = (0..self.len()).filter(|&i| !keep(i)).count();
+        // Exactly the bits `keep` refuses: tagged with a tag the grant does not open, or with a
+        // tag index past the table.
+        let counts = self.tag_counts.get_or_init(|| {
+            let mut counts = vec![0usize; self.store.tag_names.len() + 1];
+            let past = self.store.tag_names.len();
+            for &t in tags {
+                if t != NO_TAG {
+                    let slot = (t as usize).min(past);
+                    if let Some(c) = counts.get_mut(slot) {
+                        *c += 1;
+                    }
+                }
+            }
+            counts
+        });
+        let restricted: usize = counts
+            .iter()
+            .enumerate()
+            .filter(|&(t, _)| !open_tag.get(t).copied().unwrap_or(false))
+            .map(|(_, &c)| c)
+            .sum();
         let visible = self.len() - restricted;
 
         let indexed = match &plan.query {

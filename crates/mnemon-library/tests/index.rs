@@ -378,3 +378,55 @@ proptest! {
         prop_assert_eq!(index(false), index(true));
     }
 }
+
+/// The restricted count comes from per-tag counts kept beside the library (so an indexed query
+/// does not pass over every bit): every edit must recount them.
+#[test]
+fn restricted_counts_follow_edits() {
+    let p = packed(30, 4, 10, |i| i % 3 == 0);
+    let mut lib = Library::open(&p.json).unwrap();
+    let q = lib.embeddings().row(1).unwrap().to_vec();
+    let restricted = |lib: &Library| {
+        let r = QueryRequest::new("m", q.clone(), 3);
+        let open = lib.query(&r, &secret()).unwrap().restricted();
+        (
+            lib.query(&r, &AccessGrant::default()).unwrap().restricted(),
+            open,
+        )
+    };
+    assert_eq!(restricted(&lib), (10, 0));
+    let tagged = lib
+        .bits()
+        .find(|b| b.access_tag() == Some("secret"))
+        .unwrap()
+        .id();
+    lib.remove(&tagged).unwrap();
+    assert_eq!(restricted(&lib), (9, 0));
+    for (n, tag) in [(0, Some("secret")), (1, Some("other")), (2, None)] {
+        lib.insert_bit(&mnemon_library::NewBit {
+            text: &format!("new {n}"),
+            embedding: &[0.5, 0.5, 0.5, 0.5],
+            token_count: 1,
+            url: "https://x",
+            title: None,
+            access_tag: tag,
+        })
+        .unwrap();
+    }
+    assert_eq!(restricted(&lib), (11, 1));
+    lib.set_sort("random").unwrap();
+    assert_eq!(restricted(&lib), (11, 1));
+    let mut other = Library::blank("m");
+    other
+        .insert_bit(&mnemon_library::NewBit {
+            text: "more",
+            embedding: &[0.1, 0.2, 0.3, 0.4],
+            token_count: 1,
+            url: "https://y",
+            title: None,
+            access_tag: Some("secret"),
+        })
+        .unwrap();
+    lib.extend(&other).unwrap();
+    assert_eq!(restricted(&lib), (12, 1));
+}
