@@ -25,7 +25,7 @@ use mnemon_ops::memory::{
     DeleteMessagesInput, DeleteMessagesOutput, MarkInput, MarkOutput, MarksOutput, MemoryAddInput,
     MemoryAddOutput, MemoryExportInput, MemoryGetInput, MemoryGetOutput, MemoryImportInput,
     MemorySearchInput, MemorySearchOutput, MessageInput, SessionCreateOutput, SessionInput,
-    SessionListInput, SessionListOutput,
+    SessionListInput, SessionListOutput, SessionOrder,
 };
 use mnemon_ops::refs::{RenderInput, RenderOutput, ResolveParamsInput, ResolveParamsOutput};
 use schemars::{JsonSchema, Schema, SchemaGenerator};
@@ -345,14 +345,15 @@ pub(crate) fn table() -> Vec<Route> {
             Method::GET,
             "/v1/memory/sessions",
             "listSessions",
-            "The namespace's memory sessions, oldest first, a page at a time",
+            "The namespace's memory sessions with message counts and last activity, oldest \
+             first or most recently active first, a page at a time",
             "memory",
             R,
             OK,
             Json(schema::<SessionListOutput>),
             get(sessions),
         )
-        .query(schema::<SessionListInput>),
+        .query(schema::<SessionsQuery>),
         route(
             Method::PUT,
             "/v1/memory/sessions/{session}",
@@ -560,6 +561,20 @@ struct ExportQuery {
     /// Also write each message's marks, as `"__marks"`.
     #[serde(default)]
     include_marks: bool,
+}
+
+/// The query of `GET /v1/memory/sessions`.
+#[derive(Debug, serde::Deserialize, JsonSchema)]
+struct SessionsQuery {
+    /// The `next_cursor` of the previous page (of the same `order`).
+    #[serde(default)]
+    cursor: Option<String>,
+    /// At most this many sessions (default 100, at most 1,000).
+    #[serde(default)]
+    limit: Option<usize>,
+    /// `created` (default: oldest first) or `activity` (most recently written first).
+    #[serde(default)]
+    order: SessionOrder,
 }
 
 /// The answer of `/readyz`.
@@ -904,9 +919,16 @@ async fn artifact_delete(
 // ---- Memory ----------------------------------------------------------------------------------
 
 async fn sessions(State(s): State<AppState>, p: Principal, uri: Uri, h: HeaderMap) -> Answer {
-    let input: SessionListInput = query(&uri)?;
+    let q: SessionsQuery = query(&uri)?;
+    let input = SessionListInput {
+        cursor: q.cursor,
+        limit: q.limit,
+    };
     let out = s
-        .call(&p, Role::Read, move |svc| svc.memory_sessions(input))
+        .call(&p, Role::Read, move |svc| match q.order {
+            SessionOrder::Created => svc.memory_sessions_with_counts(input),
+            SessionOrder::Activity => svc.memory_sessions_by_activity(input),
+        })
         .await?;
     read_json(&h, &out)
 }

@@ -1,7 +1,8 @@
-//! `GET /v1/status` and `GET /v1/artifacts/scopes` (docs/reference/rest.md#status,
-//! docs/reference/rest.md#artifacts) on SQLite and on PostgreSQL: the version, the backend
-//! without a password, the namespace's sizes, the limits, a provoked error in the recent
-//! errors (by route pattern, never the raw path), and the artifact scopes a page at a time.
+//! `GET /v1/status`, `GET /v1/artifacts/scopes` and the counts of `GET /v1/memory/sessions`
+//! (docs/reference/rest.md#status, #artifacts, #memory) on SQLite and on PostgreSQL: the
+//! version, the backend without a password, the namespace's sizes, the limits, a provoked error
+//! in the recent errors (by route pattern, never the raw path), the artifact scopes a page at a
+//! time, and each session's message count and last activity in both orders.
 
 use super::*;
 
@@ -57,6 +58,7 @@ fn status_suite(api: &Api, kind: &str) -> Value {
     assert_eq!(status["sizes"]["assets"], 1, "{status}");
     assert_eq!(status["sizes"]["artifacts"], 3, "{status}");
     assert_eq!(status["sizes"]["memory_threads"], 2, "{status}");
+    assert_eq!(status["sizes"]["messages"], 2, "{status}");
     let defaults = HostOptions::default();
     assert_eq!(
         status["limits"]["max_body_bytes"], defaults.max_body_bytes as u64,
@@ -141,7 +143,93 @@ fn status_suite(api: &Api, kind: &str) -> Value {
         StatusCode::BAD_REQUEST,
         "invalid_cursor",
     );
+    sessions_with_counts(api);
     status
+}
+
+fn add(api: &Api, session: &str, n: usize) {
+    let messages: Vec<Value> = (0..n)
+        .map(|i| json!({"name": "user", "content": format!("message {i}")}))
+        .collect();
+    ok(
+        api.post(
+            &format!("/v1/memory/sessions/{session}/messages"),
+            json!({"messages": messages}),
+        ),
+        StatusCode::OK,
+    );
+    // Apart in time, so last activity orders them.
+    std::thread::sleep(std::time::Duration::from_millis(5));
+}
+
+fn session_ids(page: &Value) -> Vec<String> {
+    page["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["session_id"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// `GET /v1/memory/sessions`: counts and last activity on every row, oldest first by default,
+/// most recently written first with `order=activity`, paged in both orders.
+fn sessions_with_counts(api: &Api) {
+    // After st-chat-1 and st-chat-2 (one message each, written by the suite above).
+    add(api, "sc-a", 3);
+    add(api, "sc-b", 1);
+    add(api, "sc-c", 2);
+    add(api, "sc-b", 1);
+    let created = ok(api.get("/v1/memory/sessions"), StatusCode::OK);
+    assert_eq!(
+        session_ids(&created),
+        ["st-chat-1", "st-chat-2", "sc-a", "sc-b", "sc-c"],
+        "{created}"
+    );
+    let counts: Vec<u64> = created["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["messages"].as_u64().unwrap())
+        .collect();
+    assert_eq!(counts, [1, 1, 3, 2, 2], "{created}");
+    for session in created["sessions"].as_array().unwrap() {
+        assert!(session["last_active_ms"].as_i64().unwrap() > 1_700_000_000_000);
+        assert!(session["last_active"].as_str().unwrap().ends_with('Z'));
+    }
+    let by_activity = ok(
+        api.get("/v1/memory/sessions?order=activity"),
+        StatusCode::OK,
+    );
+    assert_eq!(
+        session_ids(&by_activity),
+        ["sc-b", "sc-c", "sc-a", "st-chat-2", "st-chat-1"],
+        "{by_activity}"
+    );
+    let first = ok(
+        api.get("/v1/memory/sessions?order=activity&limit=2"),
+        StatusCode::OK,
+    );
+    assert_eq!(session_ids(&first), ["sc-b", "sc-c"], "{first}");
+    assert_eq!(first["sessions"][0]["messages"], 2, "{first}");
+    let cursor = first["next_cursor"].as_str().unwrap();
+    let second = ok(
+        api.get(&format!(
+            "/v1/memory/sessions?order=activity&limit=2&cursor={cursor}"
+        )),
+        StatusCode::OK,
+    );
+    assert_eq!(session_ids(&second), ["sc-a", "st-chat-2"], "{second}");
+    expect_error(
+        api.get("/v1/memory/sessions?order=activity&cursor=!!"),
+        StatusCode::BAD_REQUEST,
+        "invalid_cursor",
+    );
+    let message = expect_error(
+        api.get("/v1/memory/sessions?order=newest"),
+        StatusCode::BAD_REQUEST,
+        "invalid_query",
+    );
+    assert!(message.contains("activity"), "{message}");
 }
 
 #[test]
