@@ -181,7 +181,8 @@
     const status = el('p', {class: 'muted'});
     let listed = [];
     const page = pager(async (cursor) => {
-      const out = await api('GET', `/v1/memory/sessions${query({limit: PAGE_SIZE, cursor})}`);
+      // Most recently written first, each with its message count and last activity.
+      const out = await api('GET', `/v1/memory/sessions${query({limit: PAGE_SIZE, cursor, order: 'activity'})}`);
       listed = out.sessions.filter((s) => s.session_id);
       fill(rows, ...out.sessions.map(sessionRow));
       status.textContent = out.sessions.length ? '' : 'No sessions in this namespace.';
@@ -199,7 +200,7 @@
     el('label', {}, 'Search the sessions listed', text), el('label', {}, 'top k', topK),
     el('label', {}, 'metric', metric), el('label', {}, 'mark', mark), el('button', {type: 'submit'}, 'Search'));
     show(el('h2', {}, 'Sessions'),
-      el('table', {id: 'sessions'}, el('thead', {}, el('tr', {}, el('th', {}, 'session'), el('th', {}, 'user'), el('th', {}, 'agent'), el('th', {}, 'last message'), el('th', {}, 'last activity'))), rows),
+      el('table', {id: 'sessions'}, el('thead', {}, el('tr', {}, el('th', {}, 'session'), el('th', {}, 'user'), el('th', {}, 'agent'), el('th', {}, 'messages'), el('th', {}, 'last activity ↓'), el('th', {}, 'last message'))), rows),
       status, page.bar, el('h3', {}, 'Search across sessions'),
       el('p', {class: 'muted'}, 'By embedding similarity, in every session on this page (the API searches one session at a time); results merged by score.'),
       form, hits);
@@ -209,19 +210,20 @@
   function sessionRow(session) {
     const id = session.session_id;
     const last = el('td', {class: 'muted pending'}, '…');
-    const activity = el('td', {class: 'muted'});
+    const count = el('td', {class: 'count'}, session.messages === undefined ? '' : String(session.messages));
+    const activity = el('td', {class: 'muted activity'}, session.last_active || '');
     if (id) {
       // The newest message only: `recent=1`, so the row costs one small read.
       api('GET', `/v1/memory/sessions/${seg(id)}/messages${query({recent: 1})}`).then((out) => {
         const m = out.messages[out.messages.length - 1];
         last.classList.remove('pending');
         last.textContent = m ? `${m.name}: ${preview(m.content, 80)}` : '(empty)';
-        activity.textContent = m ? when(m.timestamp) : '';
+        if (!activity.textContent && m) activity.textContent = when(m.timestamp);
       }).catch((e) => { last.classList.remove('pending'); last.textContent = String(e.message); });
     }
     return el('tr', {},
       el('td', {}, id ? el('a', {href: `#/session/${seg(id)}`, class: 'session-link'}, id) : '(none)'),
-      el('td', {}, session.user_id || ''), el('td', {}, session.agent_id || ''), last, activity);
+      el('td', {}, session.user_id || ''), el('td', {}, session.agent_id || ''), count, activity, last);
   }
 
   function preview(content, n) {

@@ -55,6 +55,19 @@ fn seed(rest: &str) {
         "/v1/memory/sessions/chat-1/mark",
         json!({"mark": "important", "ids": [first_id]}),
     );
+    // A later write to chat-2, so it is the most recently active session (a mark is a write).
+    std::thread::sleep(std::time::Duration::from_millis(5));
+    let second = call(
+        &client,
+        Method::GET,
+        &format!("{rest}/v1/memory/sessions/chat-2/messages?recent=1"),
+        None,
+    );
+    let second_id = second["messages"][0]["id"].as_str().unwrap().to_owned();
+    post(
+        "/v1/memory/sessions/chat-2/mark",
+        json!({"mark": "later", "ids": [second_id]}),
+    );
     call(
         &client,
         Method::PUT,
@@ -173,6 +186,22 @@ fn every_page(
     assert!(
         text.contains(&format!("user: {}", &XSS_MESSAGE[..60])),
         "{text}"
+    );
+    // Sorted by last activity (chat-2 was written last), with each session's message count
+    // and last activity from the listing.
+    let rows = browser.js(
+        "return Array.from(document.querySelectorAll('#sessions tbody tr')).map((r) =>
+           [r.querySelector('a.session-link').textContent, r.querySelector('.count').textContent,
+            r.querySelector('.activity').textContent]);",
+    );
+    assert_eq!(rows[0][0], "chat-2", "{rows}");
+    assert_eq!(rows[0][1], "2", "{rows}");
+    assert_eq!(rows[1][0], "chat-1", "{rows}");
+    assert_eq!(rows[1][1], "3", "{rows}");
+    let activity = |row: usize| rows[row][2].as_str().unwrap().to_owned();
+    assert!(
+        activity(0).ends_with('Z') && activity(0) > activity(1),
+        "{rows}"
     );
 
     // Search across the listed sessions.

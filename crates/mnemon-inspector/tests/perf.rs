@@ -164,12 +164,15 @@ fn page_times(stores: mnemon_ops::Stores) {
     t.measure(
         "sessions",
         get.clone(),
-        "/v1/memory/sessions?limit=25",
+        "/v1/memory/sessions?limit=25&order=activity",
         None,
     );
     let page: Value = t
         .client
-        .get(format!("{}/v1/memory/sessions?limit=250", t.base))
+        .get(format!(
+            "{}/v1/memory/sessions?limit=250&order=activity",
+            t.base
+        ))
         .send()
         .unwrap()
         .json()
@@ -178,7 +181,7 @@ fn page_times(stores: mnemon_ops::Stores) {
     t.measure(
         "sessions",
         get.clone(),
-        &format!("/v1/memory/sessions?limit=25&cursor={cursor}"),
+        &format!("/v1/memory/sessions?limit=25&order=activity&cursor={cursor}"),
         None,
     );
     t.measure(
