@@ -368,7 +368,10 @@ mod summaries {
     use std::collections::HashSet;
     use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-    use mnemon_memory::{LoadSource, Memory, MemoryError, Scope, ThreadPage, ThreadSummary};
+    use mnemon_memory::{
+        LoadSource, Memory, MemoryError, RetrievalQuery, RetrieveOptions, Scope, ScopeFilter,
+        SearchHit, ThreadPage, ThreadSummary,
+    };
     use serde_json::json;
 
     /// The stores of one database, by namespace.
@@ -384,6 +387,14 @@ mod summaries {
         ) -> Result<ThreadPage, MemoryError>;
         /// `drop_thread` of `namespace`'s store.
         fn drop_thread(&self, namespace: &str, scope: &Scope) -> bool;
+        /// `search` of `namespace`'s store, with a vector query.
+        fn search(
+            &self,
+            namespace: &str,
+            within: &ScopeFilter,
+            query: Vec<f32>,
+            top_k: usize,
+        ) -> Result<Vec<SearchHit>, MemoryError>;
     }
 
     fn now_ms() -> i64 {
@@ -608,6 +619,354 @@ mod summaries {
         let from_beta = stores.summaries("many", 1000, Some(&beta_cursor)).unwrap();
         assert!(from_beta.threads.iter().all(|s| unique.contains(&s.scope)));
     }
+    /// A deterministic pseudo-random number in [-1, 1) from `seed`.
+    fn unit(seed: u64) -> f32 {
+        let mut x = seed
+            .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+            .wrapping_add(0x632B_E59B_D9B4_E019);
+        x ^= x >> 31;
+        x = x.wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        x ^= x >> 29;
+        ((x >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+    }
+
+    fn vector(seed: u64, dim: usize) -> Vec<f32> {
+        (0..dim as u64).map(|i| unit(seed * 131 + i)).collect()
+    }
+
+    fn scope(user: Option<&str>, agent: Option<&str>, session: Option<&str>) -> Scope {
+        Scope {
+            user_id: user.map(str::to_owned),
+            agent_id: agent.map(str::to_owned),
+            session_id: session.map(str::to_owned),
+        }
+    }
+
+    /// The threads of the search data: users `u1`, `u10` (whose id starts with `u1`) and `u2`,
+    /// agents, sessions, and threads without a user or without anything.
+    pub(super) fn search_scopes() -> Vec<Scope> {
+        vec![
+            scope(Some("u1"), Some("a"), Some("s0")),
+            scope(Some("u1"), Some("a"), Some("s1")),
+            scope(Some("u1"), Some("b"), Some("s0")),
+            scope(Some("u1"), None, Some("s2")),
+            scope(Some("u10"), Some("a"), Some("s0")),
+            scope(Some("u2"), Some("a"), Some("s0")),
+            scope(None, Some("a"), Some("s0")),
+            scope(None, None, None),
+        ]
+    }
+
+    pub(super) const DIM: usize = 8;
+
+    /// Fills `namespace` with the search data: 24 messages per thread, every 5th without an
+    /// embedding, every embedded one marked `e` (the per-thread oracle's candidates), two
+    /// removed (so indices are not seqs), and the same vector at index 3 of two threads (a tie
+    /// across threads).
+    pub(super) fn fill_search_data(stores: &dyn SummaryStores, namespace: &str) {
+        for (t, scope) in search_scopes().iter().enumerate() {
+            let memory = stores.memory(namespace, scope);
+            let items = (0..24u64)
+                .map(|i| {
+                    let id = format!("t{t}m{i}");
+                    let mut m = json!({"id": id, "name": "n", "content": format!("c {t} {i}")});
+                    if i % 5 != 4 {
+                        let seed = if i == 3 && (t == 0 || t == 2) {
+                            99_999
+                        } else {
+                            t as u64 * 100 + i
+                        };
+                        m["embedding"] = json!(vector(seed, DIM));
+                        m["__marks"] = json!(["e"]);
+                    }
+                    m.into()
+                })
+                .collect();
+            memory.add(items).unwrap();
+            memory.delete(&[1, 10]).unwrap();
+        }
+    }
+
+    /// The expected hits: each selected thread's own recall (over its embedded messages),
+    /// merged by score, then the threads' scope columns, then the index.
+    fn oracle(
+        stores: &dyn SummaryStores,
+        namespace: &str,
+        within: &ScopeFilter,
+        query: &[f32],
+        k: usize,
+    ) -> Vec<(Scope, usize, f64, String)> {
+        let columns = |s: &Scope| {
+            [&s.user_id, &s.agent_id, &s.session_id].map(|f| f.clone().unwrap_or_default())
+        };
+        let mut all = Vec::new();
+        for scope in search_scopes().iter().filter(|s| within.matches(s)) {
+            let options = RetrieveOptions {
+                top_k: None,
+                preserve_order: false,
+                mark: Some("e".into()),
+                ..RetrieveOptions::default()
+            };
+            let found = stores
+                .memory(namespace, scope)
+                .retrieve_by_embedding(RetrievalQuery::Vector(query.to_vec()), &options, None)
+                .unwrap();
+            for r in found {
+                all.push((scope.clone(), r.index, r.score, r.message.id().to_owned()));
+            }
+        }
+        all.sort_by(|a, b| {
+            b.2.partial_cmp(&a.2)
+                .unwrap()
+                .then(columns(&a.0).cmp(&columns(&b.0)))
+                .then(a.1.cmp(&b.1))
+        });
+        all.truncate(k);
+        all
+    }
+
+    fn flat(hits: &[SearchHit]) -> Vec<(Scope, usize, f64, String)> {
+        hits.iter()
+            .map(|h| (h.scope.clone(), h.index, h.score, h.message.id().to_owned()))
+            .collect()
+    }
+
+    /// The filters the search tests run.
+    pub(super) fn search_filters() -> Vec<ScopeFilter> {
+        vec![
+            ScopeFilter::all(),
+            ScopeFilter::user("u1"),
+            ScopeFilter::user("u10"),
+            ScopeFilter::user("u1").agent("a"),
+            ScopeFilter::all().agent("a"),
+            ScopeFilter::all().session("s0"),
+            ScopeFilter::user("u1").agent("a").session("s1"),
+            ScopeFilter::user("nobody"),
+        ]
+    }
+
+    pub(super) fn search_across_sessions(stores: &dyn SummaryStores) {
+        fill_search_data(stores, "alpha");
+        // The same data in another namespace, plus a thread of exact matches there.
+        fill_search_data(stores, "beta");
+        let queries: Vec<Vec<f32>> = vec![vector(99_999, DIM), vector(4242, DIM), vector(205, DIM)];
+        let intruder = stores.memory("beta", &scope(Some("u1"), Some("a"), Some("s0x")));
+        intruder
+            .add(
+                queries
+                    .iter()
+                    .enumerate()
+                    .map(|(i, q)| {
+                        json!({"id": format!("x{i}"), "name": "n", "content": "c",
+                                         "embedding": q})
+                        .into()
+                    })
+                    .collect(),
+            )
+            .unwrap();
+        for query in &queries {
+            for within in search_filters() {
+                for k in [1, 3, 10, 1000] {
+                    let want = oracle(stores, "alpha", &within, query, k);
+                    let got = stores.search("alpha", &within, query.clone(), k).unwrap();
+                    assert_eq!(flat(&got), want, "{within:?} k={k}");
+                    for hit in &got {
+                        assert!(within.matches(&hit.scope), "{hit:?} outside {within:?}");
+                        // The message is whole: its embedding came back with it.
+                        assert!(hit.message.embedding().is_some());
+                    }
+                }
+            }
+        }
+        // All embedded messages: 8 threads × (24 − 2 removed) messages, those without an
+        // embedding skipped.
+        let everything = stores
+            .search("alpha", &ScopeFilter::all(), queries[0].clone(), 10_000)
+            .unwrap();
+        let embedded_per_thread = (0..24)
+            .filter(|i| i % 5 != 4 && *i != 1 && *i != 10)
+            .count();
+        assert_eq!(everything.len(), 8 * embedded_per_thread);
+        // u1 never reaches u10.
+        let u1 = stores
+            .search(
+                "alpha",
+                &ScopeFilter::user("u1"),
+                queries[0].clone(),
+                10_000,
+            )
+            .unwrap();
+        assert_eq!(u1.len(), 4 * embedded_per_thread);
+        assert!(u1.iter().all(|h| h.scope.user_id.as_deref() == Some("u1")));
+        // The tie at index 3 of threads 0 and 2 (same vector, score 1 for query 0): thread 0's
+        // scope (agent "a") sorts before thread 2's (agent "b").
+        let ties: Vec<(Scope, usize)> =
+            u1[..2].iter().map(|h| (h.scope.clone(), h.index)).collect();
+        assert_eq!(
+            ties,
+            [
+                (scope(Some("u1"), Some("a"), Some("s0")), 2),
+                (scope(Some("u1"), Some("b"), Some("s0")), 2)
+            ]
+        );
+        // Beta's exact matches stay in beta.
+        let best = stores
+            .search("beta", &ScopeFilter::user("u1"), queries[1].clone(), 1)
+            .unwrap();
+        assert_eq!(best[0].message.id(), "x1");
+        assert!((best[0].score - 1.0).abs() < 1e-6);
+        let alpha_best = stores
+            .search("alpha", &ScopeFilter::user("u1"), queries[1].clone(), 1)
+            .unwrap();
+        assert_ne!(alpha_best[0].message.id(), "x1");
+        assert!(
+            stores
+                .search("gamma", &ScopeFilter::all(), queries[0].clone(), 5)
+                .unwrap()
+                .is_empty()
+        );
+
+        // Bad input.
+        assert!(
+            stores
+                .search("alpha", &ScopeFilter::all(), queries[0].clone(), 0)
+                .unwrap()
+                .is_empty()
+        );
+        assert!(matches!(
+            stores.search("alpha", &ScopeFilter::all(), Vec::new(), 3),
+            Err(MemoryError::InvalidQuery { .. })
+        ));
+        assert!(matches!(
+            stores.search("alpha", &ScopeFilter::user(""), queries[0].clone(), 3),
+            Err(MemoryError::InvalidScope { .. })
+        ));
+        // Another dimension among the selected threads is an error, as in a thread's recall;
+        // a filter that leaves that thread out is not.
+        stores
+            .memory("alpha", &scope(Some("u3"), None, Some("short")))
+            .add(vec![
+                json!({"id": "short", "name": "n", "content": "c",
+                             "embedding": [0.5, 0.5]})
+                .into(),
+            ])
+            .unwrap();
+        assert!(matches!(
+            stores.search("alpha", &ScopeFilter::all(), queries[0].clone(), 3),
+            Err(MemoryError::DimensionMismatch {
+                expected: 8,
+                found: 2,
+                ..
+            })
+        ));
+        assert_eq!(
+            flat(
+                &stores
+                    .search("alpha", &ScopeFilter::user("u1"), queries[0].clone(), 3)
+                    .unwrap()
+            ),
+            oracle(stores, "alpha", &ScopeFilter::user("u1"), &queries[0], 3)
+        );
+    }
+
+    /// A filtered top-k whose user's messages are all farther from the query than 1,500
+    /// other users' ones: the search still returns `k` of that user's.
+    /// The query of [`search_reaches_past_other_users`].
+    pub(super) fn crowd_query() -> Vec<f32> {
+        vector(1, DIM)
+    }
+
+    pub(super) fn search_reaches_past_other_users(stores: &dyn SummaryStores) {
+        let query = crowd_query();
+        for batch in 0..3u64 {
+            let memory = stores.memory(
+                "crowd",
+                &scope(Some("near"), None, Some(&format!("n{batch}"))),
+            );
+            let items = (0..500u64)
+                .map(|i| {
+                    // The query, nudged: cosine above 0.99.
+                    let nudge = vector(10_000 + batch * 1000 + i, DIM);
+                    let e: Vec<f32> = query
+                        .iter()
+                        .zip(&nudge)
+                        .map(|(q, n)| q + 0.01 * n)
+                        .collect();
+                    json!({"id": format!("n{batch}-{i}"), "name": "n", "content": "c",
+                           "embedding": e})
+                    .into()
+                })
+                .collect();
+            memory.add(items).unwrap();
+        }
+        let far = stores.memory("crowd", &scope(Some("target"), Some("a"), Some("t")));
+        let opposite: Vec<f32> = query.iter().map(|q| -q).collect();
+        far.add(
+            (0..30u64)
+                .map(|i| {
+                    let nudge = vector(90_000 + i, DIM);
+                    let e: Vec<f32> = opposite
+                        .iter()
+                        .zip(&nudge)
+                        .map(|(q, n)| q + 0.3 * n)
+                        .collect();
+                    json!({"id": format!("t{i}"), "name": "n", "content": "c",
+                           "embedding": e})
+                    .into()
+                })
+                .collect(),
+        )
+        .unwrap();
+        for k in [1, 10, 30] {
+            let hits = stores
+                .search("crowd", &ScopeFilter::user("target"), query.clone(), k)
+                .unwrap();
+            assert_eq!(hits.len(), k);
+            assert!(
+                hits.iter()
+                    .all(|h| h.scope.user_id.as_deref() == Some("target"))
+            );
+            let want = oracle_on(
+                stores,
+                "crowd",
+                &scope(Some("target"), Some("a"), Some("t")),
+                &query,
+                k,
+            );
+            assert_eq!(flat(&hits), want);
+        }
+        // Unfiltered, the near ones win.
+        let hits = stores
+            .search("crowd", &ScopeFilter::all(), query.clone(), 10)
+            .unwrap();
+        assert!(
+            hits.iter()
+                .all(|h| h.scope.user_id.as_deref() == Some("near"))
+        );
+        assert!(hits.iter().all(|h| h.score > 0.99));
+    }
+
+    /// One thread's own recall, as search hits.
+    fn oracle_on(
+        stores: &dyn SummaryStores,
+        namespace: &str,
+        scope: &Scope,
+        query: &[f32],
+        k: usize,
+    ) -> Vec<(Scope, usize, f64, String)> {
+        let options = RetrieveOptions {
+            top_k: Some(k),
+            preserve_order: false,
+            ..RetrieveOptions::default()
+        };
+        stores
+            .memory(namespace, scope)
+            .retrieve_by_embedding(RetrievalQuery::Vector(query.to_vec()), &options, None)
+            .unwrap()
+            .into_iter()
+            .map(|r| (scope.clone(), r.index, r.score, r.message.id().to_owned()))
+            .collect()
+    }
 }
 
 mod sqlite_summaries {
@@ -616,13 +975,14 @@ mod sqlite_summaries {
     use std::sync::{Arc, Mutex};
 
     use mnemon_memory::{
-        Memory, MemoryError, Namespace, Scope, SqliteMemoryOptions, SqliteMemoryStore, ThreadPage,
+        Memory, MemoryError, Namespace, RetrievalQuery, Scope, ScopeFilter, SearchHit,
+        SqliteMemoryOptions, SqliteMemoryStore, ThreadPage,
     };
     use mnemon_tests::memory_conformance::test_factory;
 
     use super::summaries::{SummaryStores, thread_summaries};
 
-    struct Stores {
+    pub(super) struct Stores {
         path: PathBuf,
         open: Mutex<HashMap<String, Arc<SqliteMemoryStore>>>,
     }
@@ -657,6 +1017,36 @@ mod sqlite_summaries {
         fn drop_thread(&self, namespace: &str, scope: &Scope) -> bool {
             self.store(namespace).drop_thread(scope).unwrap()
         }
+
+        fn search(
+            &self,
+            namespace: &str,
+            within: &ScopeFilter,
+            query: Vec<f32>,
+            top_k: usize,
+        ) -> Result<Vec<SearchHit>, MemoryError> {
+            self.store(namespace)
+                .search(within, RetrievalQuery::Vector(query), top_k, None)
+        }
+    }
+
+    pub(super) fn stores(dir: &tempfile::TempDir) -> Stores {
+        Stores {
+            path: dir.path().join("mnemon.sqlite3"),
+            open: Mutex::new(HashMap::new()),
+        }
+    }
+
+    #[test]
+    fn search_across_sessions_sqlite() {
+        let dir = tempfile::tempdir().unwrap();
+        super::summaries::search_across_sessions(&stores(&dir));
+    }
+
+    #[test]
+    fn search_reaches_past_other_users_sqlite() {
+        let dir = tempfile::tempdir().unwrap();
+        super::summaries::search_reaches_past_other_users(&stores(&dir));
     }
 
     #[test]
@@ -674,17 +1064,33 @@ mod postgres_summaries {
     use std::sync::{Arc, Mutex};
 
     use mnemon_memory::{
-        Memory, MemoryError, Namespace, PostgresMemoryOptions, PostgresMemoryStore, Scope,
-        ThreadPage,
+        Memory, MemoryError, Namespace, PostgresMemoryOptions, PostgresMemoryStore, RetrievalQuery,
+        Scope, ScopeFilter, SearchHit, ThreadPage,
     };
     use mnemon_tests::memory_conformance::test_factory;
+
+    use serde_json::json;
 
     use super::summaries::{SummaryStores, thread_summaries};
 
     struct Stores {
         url: String,
         vector_index: bool,
+        /// `PostgresMemoryOptions::hnsw_min_messages`: 0 sends every search the index can
+        /// answer through it.
+        hnsw_min_messages: usize,
         open: Mutex<HashMap<String, Arc<PostgresMemoryStore>>>,
+    }
+
+    impl Stores {
+        fn new(url: String, vector_index: bool, hnsw_min_messages: usize) -> Self {
+            Stores {
+                url,
+                vector_index,
+                hnsw_min_messages,
+                open: Mutex::new(HashMap::new()),
+            }
+        }
     }
 
     impl Stores {
@@ -694,6 +1100,7 @@ mod postgres_summaries {
                 let options = PostgresMemoryOptions {
                     namespace: Namespace::new(namespace).unwrap(),
                     vector_index: self.vector_index,
+                    hnsw_min_messages: self.hnsw_min_messages,
                     ..PostgresMemoryOptions::default()
                 };
                 PostgresMemoryStore::open_with_factory(&self.url, options, test_factory())
@@ -719,6 +1126,17 @@ mod postgres_summaries {
         fn drop_thread(&self, namespace: &str, scope: &Scope) -> bool {
             self.store(namespace).drop_thread(scope).unwrap()
         }
+
+        fn search(
+            &self,
+            namespace: &str,
+            within: &ScopeFilter,
+            query: Vec<f32>,
+            top_k: usize,
+        ) -> Result<Vec<SearchHit>, MemoryError> {
+            self.store(namespace)
+                .search(within, RetrievalQuery::Vector(query), top_k, None)
+        }
     }
 
     /// With pgvector (the vector column's append statement) and without it (the other one).
@@ -726,11 +1144,154 @@ mod postgres_summaries {
     fn thread_summaries_postgres() {
         let server = mnemon_tests::require_postgres!();
         for vector_index in [true, false] {
-            thread_summaries(&Stores {
-                url: server.fresh_database("memory_summaries").unwrap(),
+            thread_summaries(&Stores::new(
+                server.fresh_database("memory_summaries").unwrap(),
                 vector_index,
-                open: Mutex::new(HashMap::new()),
-            });
+                10_000,
+            ));
+        }
+    }
+
+    /// Through the HNSW index wherever it can answer (pgvector, `hnsw_min_messages` 0), and
+    /// exactly (without pgvector).
+    #[test]
+    fn search_across_sessions_postgres() {
+        let server = mnemon_tests::require_postgres!();
+        for vector_index in [true, false] {
+            let stores = Stores::new(
+                server.fresh_database("memory_search").unwrap(),
+                vector_index,
+                0,
+            );
+            super::summaries::search_across_sessions(&stores);
+        }
+    }
+
+    #[test]
+    fn search_reaches_past_other_users_postgres() {
+        let server = mnemon_tests::require_postgres!();
+        for vector_index in [true, false] {
+            let stores = Stores::new(
+                server.fresh_database("memory_search_crowd").unwrap(),
+                vector_index,
+                0,
+            );
+            super::summaries::search_reaches_past_other_users(&stores);
+            if vector_index {
+                // The unfiltered search is answered by the index.
+                let store = stores.store("crowd");
+                let query = super::summaries::crowd_query();
+                let hits = store
+                    .search(
+                        &ScopeFilter::user("target"),
+                        RetrievalQuery::Vector(query.clone()),
+                        10,
+                        None,
+                    )
+                    .unwrap();
+                assert_eq!(hits.len(), 10);
+                let before = store.index_recalls();
+                store
+                    .search(&ScopeFilter::all(), RetrievalQuery::Vector(query), 10, None)
+                    .unwrap();
+                assert_eq!(store.index_recalls(), before + 1);
+            }
+        }
+    }
+
+    /// Every message embedded, at a dimension of its own (6: an HNSW index holding only these
+    /// 80 vectors, fewer than the shortlist, so the index finds them all): with pgvector, the
+    /// index answers every search, filtered ones included, with SQLite's exact hits.
+    fn compare_every_embedded(
+        sqlite: &super::sqlite_summaries::Stores,
+        postgres: &Stores,
+        vector_index: bool,
+    ) {
+        use super::summaries::{search_filters, search_scopes};
+        for store in [sqlite as &dyn SummaryStores, postgres] {
+            for (t, scope) in search_scopes().iter().enumerate() {
+                let items = (0..10u64)
+                    .map(|i| {
+                        let e: Vec<f32> = (0..6u64)
+                            .map(|d| (((t as u64 * 10 + i) * 7 + d * 13) % 19) as f32 / 9.0 - 1.0)
+                            .collect();
+                        json!({"id": format!("f{t}-{i}"), "name": "n", "content": "c",
+                               "embedding": e})
+                        .into()
+                    })
+                    .collect();
+                store.memory("full", scope).add(items).unwrap();
+            }
+        }
+        postgres.store("full").flush_index().unwrap();
+        let before = postgres.store("full").index_recalls();
+        let mut searches = 0;
+        for within in search_filters() {
+            for k in [1, 5, 20] {
+                let query = vec![0.3, -0.2, 0.9, 0.1, -0.5, 0.25];
+                let a = sqlite.search("full", &within, query.clone(), k).unwrap();
+                let b = postgres.search("full", &within, query, k).unwrap();
+                assert_eq!(a, b, "{within:?} k={k} pgvector={vector_index}");
+                // The index answers whenever there are more candidates than `k`.
+                let candidates = sqlite
+                    .search("full", &within, vec![1.0; 6], 10_000)
+                    .unwrap()
+                    .len();
+                if candidates > k {
+                    searches += 1;
+                }
+            }
+        }
+        let through_index = postgres.store("full").index_recalls() - before;
+        if vector_index {
+            assert!(
+                through_index >= searches - 2,
+                "{through_index} of {searches}"
+            );
+        } else {
+            assert_eq!(through_index, 0);
+        }
+    }
+
+    /// The same data in SQLite and PostgreSQL (with and without pgvector) gives the same hits:
+    /// ids, scopes, indices, and scores within 1e-6.
+    #[test]
+    fn search_agrees_with_sqlite() {
+        use super::summaries::{DIM, fill_search_data, search_filters};
+        let server = mnemon_tests::require_postgres!();
+        let dir = tempfile::tempdir().unwrap();
+        let sqlite = super::sqlite_summaries::stores(&dir);
+        fill_search_data(&sqlite, "alpha");
+        for vector_index in [true, false] {
+            let postgres = Stores::new(
+                server.fresh_database("memory_search_agree").unwrap(),
+                vector_index,
+                0,
+            );
+            fill_search_data(&postgres, "alpha");
+            postgres.store("alpha").flush_index().unwrap();
+            compare_every_embedded(&sqlite, &postgres, vector_index);
+            for seed in 0..5u64 {
+                let query: Vec<f32> = (0..DIM as u64)
+                    .map(|i| ((seed * 31 + i * 17) % 23) as f32 / 11.0 - 1.0)
+                    .collect();
+                for within in search_filters() {
+                    for k in [1, 5, 50] {
+                        let a = sqlite.search("alpha", &within, query.clone(), k).unwrap();
+                        let b = postgres.search("alpha", &within, query.clone(), k).unwrap();
+                        assert_eq!(a.len(), b.len(), "{within:?} k={k}");
+                        for (x, y) in a.iter().zip(&b) {
+                            assert_eq!(
+                                (&x.scope, x.index, x.message.id()),
+                                (&y.scope, y.index, y.message.id()),
+                                "{within:?} k={k} pgvector={vector_index}"
+                            );
+                            assert!((x.score - y.score).abs() <= 1e-6, "{x:?} {y:?}");
+                            assert_eq!(x.message, y.message);
+                        }
+                    }
+                }
+            }
         }
     }
 }

@@ -74,6 +74,7 @@
 //! [`PostgresMemoryStore::vector_mode`].
 
 mod indexer;
+mod search;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -621,8 +622,9 @@ impl PostgresMemoryStore {
         &self.vector
     }
 
-    /// How many recalls through this store's memories the HNSW index shortlisted (the others
-    /// scored every candidate): for monitoring, and for tests to know which path ran.
+    /// How many recalls through this store's memories, and searches across its sessions
+    /// ([`search`](Self::search)), the HNSW index shortlisted (the others scored every
+    /// candidate): for monitoring, and for tests to know which path ran.
     pub fn index_recalls(&self) -> u64 {
         self.index_recalls.load(Ordering::Relaxed)
     }

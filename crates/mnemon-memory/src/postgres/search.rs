@@ -1,0 +1,375 @@
+//! Search across sessions on PostgreSQL (docs/reference/memory.md#search-across-sessions).
+//!
+//! With pgvector, when every message of the selected threads has an indexable embedding of the
+//! query's dimension (the threads' counters say so without a count: `live` and `memory_dims`),
+//! the HNSW index of that dimension shortlists across every selected thread at once, joined to
+//! the scope filter, beside the rows still waiting for the background indexer, which are scored
+//! exactly; the shortlist is re-scored exactly. The index is shared by every thread and
+//! namespace and filtered after its search, so a shortlist holding fewer than `top_k` of the
+//! selected messages is retried at pgvector's longest `ef_search`, and then the exact scan
+//! answers: a search never returns fewer than `top_k` when that many exist. Without pgvector, or
+//! when the counters rule the index out, the exact scan streams every selected message's stored
+//! `f32`s (never its body) through a bounded top-k.
+
+use std::collections::HashMap;
+
+use mnemon_types::Embedder;
+use postgres::Transaction;
+use postgres::fallible_iterator::FallibleIterator;
+use postgres::types::ToSql;
+
+use super::{
+    HNSW_MAX_DIM, HNSW_MAX_EF_SEARCH, PENDING_SCAN_MAX, PgVector, PostgresMemoryStore,
+    RESCORE_MARGIN, StoredFloats, VectorMode, corrupt, interned, pg_error, read_retrieved,
+    retrieved_sql, seq_key, snapshot,
+};
+use crate::error::MemoryError;
+use crate::exact;
+use crate::retrieval::{RetrievalQuery, query_vector};
+use crate::scope::Scope;
+use crate::search::{Candidate, ScopeFilter, SearchHit, TopK, cosine, dimension_mismatch};
+
+/// The threads a filter selects (`$1` namespace; `$2`–`$4` user, agent, session or NULL for
+/// any), with their live count and, with pgvector, how many of their messages are indexable at
+/// dimension `$5`.
+const THREADS_WITH_DIMS_SQL: &str = "SELECT t.thread_id, t.user_id, t.agent_id, t.session_id,
+        t.live, COALESCE(d.n, 0)
+ FROM memory_threads t
+ LEFT JOIN memory_dims d ON d.thread_id = t.thread_id AND d.dim = $5
+ WHERE t.namespace = $1 AND ($2::text IS NULL OR t.user_id = $2)
+   AND ($3::text IS NULL OR t.agent_id = $3) AND ($4::text IS NULL OR t.session_id = $4)";
+
+/// [`THREADS_WITH_DIMS_SQL`] without the vector tables (no `$5`).
+const THREADS_SQL: &str = "SELECT t.thread_id, t.user_id, t.agent_id, t.session_id, t.live,
+        0::bigint
+ FROM memory_threads t
+ WHERE t.namespace = $1 AND ($2::text IS NULL OR t.user_id = $2)
+   AND ($3::text IS NULL OR t.agent_id = $3) AND ($4::text IS NULL OR t.session_id = $4)";
+
+/// The filter of the exact scan and the shortlist, on `t` (`$1`–`$4` as above).
+const FILTER: &str = "t.namespace = $1 AND ($2::text IS NULL OR t.user_id = $2)
+   AND ($3::text IS NULL OR t.agent_id = $3) AND ($4::text IS NULL OR t.session_id = $4)";
+
+/// The exact scan: every selected message's thread, seq, id and stored `f32`s (the vector
+/// column, or NULL without it, then the bytes), in each thread's order, so that a row's index
+/// is its position in the stream. The body is not read.
+fn scan_sql(vectors: bool) -> &'static str {
+    let vector = if vectors {
+        "m.embedding_v"
+    } else {
+        "NULL::bytea"
+    };
+    interned(format!(
+        "SELECT m.thread_id, m.seq, m.msg_id, {vector}, m.embedding
+         FROM memory_threads t JOIN memory_messages m ON m.thread_id = t.thread_id
+         WHERE {FILTER}
+         ORDER BY m.thread_id, m.seq"
+    ))
+}
+
+/// The shortlist: the selected threads' indexed messages of dimension `dim` closest to `$5`
+/// through its HNSW index, the closest `$6` by pgvector's distance, then every selected message
+/// waiting for the background indexer (up to [`PENDING_SCAN_MAX`]; one more says too many).
+/// Each row: thread, seq, vector, whether pending. The dimension is in the text: the partial
+/// index is chosen only when its predicate appears literally.
+fn shortlist_sql(dim: usize) -> &'static str {
+    let scan_limit = PENDING_SCAN_MAX + 1;
+    interned(format!(
+        "(SELECT m.thread_id, m.seq, m.embedding_v, false
+          FROM memory_messages m JOIN memory_threads t ON t.thread_id = m.thread_id
+          WHERE m.embedding_dim = {dim} AND {FILTER}
+          ORDER BY m.embedding_v::vector({dim}) <=> $5::vector({dim})
+          LIMIT $6)
+         UNION ALL
+         (SELECT m.thread_id, m.seq, m.embedding_v, true
+          FROM memory_messages m JOIN memory_threads t ON t.thread_id = m.thread_id
+          WHERE m.pending_dim = {dim} AND {FILTER}
+          LIMIT {scan_limit})"
+    ))
+}
+
+/// A selected thread.
+struct Thread {
+    id: i64,
+    columns: [String; 3],
+    live: i64,
+    /// Messages indexable at the query's dimension (0 without pgvector).
+    usable: i64,
+}
+
+impl PostgresMemoryStore {
+    /// Search across sessions (docs/reference/memory.md#search-across-sessions): the `top_k`
+    /// messages closest by cosine to `query` among every thread of the store's namespace that
+    /// `within` selects, best first, each with its thread's scope and its index in the thread.
+    ///
+    /// Scores are the per-thread recall's exactly (`f64` cosine over the stored `f32`s, equal
+    /// to the SQLite store's); ties keep the lower index first within a thread, and otherwise
+    /// follow the threads' scopes (user, agent, session ids, in byte order, an absent id
+    /// first). Messages without an embedding are skipped (nothing is embedded or stored:
+    /// `embedder` only embeds a text or message query); a stored embedding whose length
+    /// differs from the query's is [`MemoryError::DimensionMismatch`], as in the per-thread
+    /// recall. With pgvector the HNSW index shortlists when it can answer for every selected
+    /// message (see the module docs of `postgres/search.rs`); which messages come back is then
+    /// as good as the index's recall, never fewer than `top_k` when that many exist. The whole
+    /// search reads one snapshot.
+    pub fn search(
+        &self,
+        within: &ScopeFilter,
+        query: RetrievalQuery,
+        top_k: usize,
+        embedder: Option<&dyn Embedder>,
+    ) -> Result<Vec<SearchHit>, MemoryError> {
+        let [user, agent, session] = within.columns()?;
+        let query = query_vector(query, embedder)?;
+        if top_k == 0 {
+            return Ok(Vec::new());
+        }
+        let vectors = matches!(self.vector, VectorMode::Pgvector { .. });
+        let namespace = self.namespace.as_str();
+        let filter: [&(dyn ToSql + Sync); 4] = [&namespace, &user, &agent, &session];
+        let mut client = self.client()?;
+        let mut tx = snapshot(&mut client)?;
+        let rows = if vectors {
+            let dim = i32::try_from(query.len()).unwrap_or(i32::MAX);
+            let mut params = filter.to_vec();
+            params.push(&dim);
+            tx.query(THREADS_WITH_DIMS_SQL, &params)
+        } else {
+            tx.query(THREADS_SQL, &filter)
+        }
+        .map_err(pg_error)?;
+        let mut threads = rows
+            .iter()
+            .map(|r| {
+                Ok(Thread {
+                    id: r.try_get(0).map_err(pg_error)?,
+                    columns: [
+                        r.try_get(1).map_err(pg_error)?,
+                        r.try_get(2).map_err(pg_error)?,
+                        r.try_get(3).map_err(pg_error)?,
+                    ],
+                    live: r.try_get(4).map_err(pg_error)?,
+                    usable: r.try_get(5).map_err(pg_error)?,
+                })
+            })
+            .collect::<Result<Vec<_>, MemoryError>>()?;
+        // The tie order between threads: their scopes' columns (`''` for an absent id).
+        threads.sort_by(|a, b| a.columns.cmp(&b.columns));
+        let ordinal: HashMap<i64, usize> =
+            threads.iter().enumerate().map(|(i, t)| (t.id, i)).collect();
+        let from_index = if vectors {
+            self.shortlist(&mut tx, &filter, &query, top_k, &threads, &ordinal)?
+        } else {
+            None
+        };
+        let winners = match from_index {
+            Some(winners) => {
+                self.index_recalls
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                winners
+            }
+            None => exact_scan(&mut tx, vectors, &filter, &query, top_k, &ordinal)?,
+        };
+        // The winners' messages and indices, a statement per thread.
+        let retrieved = retrieved_sql(vectors);
+        let statement = tx.prepare(retrieved).map_err(pg_error)?;
+        let mut by_thread: HashMap<usize, Vec<(f64, i64)>> = HashMap::new();
+        for w in &winners {
+            by_thread
+                .entry(w.thread)
+                .or_default()
+                .push((w.score, w.seq));
+        }
+        let mut found = HashMap::with_capacity(winners.len());
+        for (thread, scored) in by_thread {
+            let Some(t) = threads.get(thread) else {
+                return Err(corrupt(format!("no thread at {thread}")));
+            };
+            let seqs: Vec<i64> = scored.iter().map(|&(_, seq)| seq).collect();
+            let read = read_retrieved(&mut tx, &statement, t.id, &self.factory, scored)?
+                .ok_or_else(|| corrupt("a found message vanished from its snapshot".into()))?;
+            for (seq, r) in seqs.into_iter().zip(read) {
+                found.insert((thread, seq), r);
+            }
+        }
+        let mut hits = Vec::with_capacity(winners.len());
+        for w in winners {
+            let (Some(r), Some(t)) = (found.remove(&(w.thread, w.seq)), threads.get(w.thread))
+            else {
+                return Err(corrupt(format!("message at seq {} not read", w.seq)));
+            };
+            let [user, agent, session] = t.columns.clone();
+            hits.push(SearchHit {
+                scope: Scope::from_columns(user, agent, session),
+                index: r.index,
+                score: w.score,
+                message: r.message,
+            });
+        }
+        tx.commit().map_err(pg_error)?;
+        Ok(hits)
+    }
+
+    /// The winners through the HNSW index, or `None` when the index cannot answer for every
+    /// selected message or its filtered shortlist came up short (the exact scan answers then).
+    /// A winner's `index` is its seq, which orders a thread's messages as their indices do.
+    fn shortlist(
+        &self,
+        tx: &mut Transaction<'_>,
+        filter: &[&(dyn ToSql + Sync); 4],
+        query: &[f32],
+        k: usize,
+        threads: &[Thread],
+        ordinal: &HashMap<i64, usize>,
+    ) -> Result<Option<Vec<Candidate>>, MemoryError> {
+        let dim = query.len();
+        let query_norm = exact::norm(query);
+        let Some(vector) = PgVector::new(Some(query)) else {
+            return Ok(None);
+        };
+        // As the per-thread recall (`retrieve_from_index`): the closest `rescored` by
+        // pgvector's distance are re-scored exactly, from a shortlist of `ef`.
+        let rescored = k.saturating_add(k.max(RESCORE_MARGIN));
+        let ef = self
+            .hnsw_ef_search
+            .max(rescored)
+            .clamp(1, HNSW_MAX_EF_SEARCH);
+        let rescored = rescored.min(ef);
+        if k > ef || dim > HNSW_MAX_DIM || query_norm == 0.0 || self.hnsw_min_messages == usize::MAX
+        {
+            return Ok(None);
+        }
+        // Every selected message must have an indexable embedding of the query's dimension: a
+        // missing one is skipped, another dimension is an error, a zero vector scores 0, all of
+        // which the exact scan does.
+        let total: i64 = threads.iter().map(|t| t.live).sum();
+        let usable: i64 = threads.iter().map(|t| t.usable).sum();
+        let total = usize::try_from(total).unwrap_or(0);
+        if i64::try_from(total).ok() != Some(usable) || total < self.hnsw_min_messages || k >= total
+        {
+            return Ok(None);
+        }
+        let shortlist = tx.prepare(shortlist_sql(dim)).map_err(pg_error)?;
+        let rescored_i64 = i64::try_from(rescored).unwrap_or(i64::MAX);
+        let mut params: Vec<&(dyn ToSql + Sync)> = filter.to_vec();
+        params.push(&vector);
+        params.push(&rescored_i64);
+        // No sequential scan or sort for this transaction: the planner takes the HNSW index,
+        // the only plan left that orders by distance (see `RECALL_THREAD_SQL`).
+        let settings = |tx: &mut Transaction<'_>, ef: usize| {
+            tx.execute(
+                "SELECT set_config('hnsw.ef_search', $1, true),
+                        set_config('enable_seqscan', 'off', true),
+                        set_config('enable_sort', 'off', true)",
+                &[&ef.to_string()],
+            )
+            .map_err(pg_error)
+        };
+        // How many rows came from the index; `None` when the pending ones are too many.
+        let indexed_of = |rows: &[postgres::Row]| -> Result<Option<usize>, MemoryError> {
+            let mut pending = 0;
+            for row in rows {
+                if row.try_get::<_, bool>(3).map_err(pg_error)? {
+                    pending += 1;
+                }
+            }
+            Ok((pending <= PENDING_SCAN_MAX).then(|| rows.len() - pending))
+        };
+        // The index must give at least `k` of the selected indexed messages (all of them when
+        // fewer): the pending ones complete the exact top `k` only with those.
+        let enough =
+            |indexed: usize, rows: usize| indexed >= k.min(total.saturating_sub(rows - indexed));
+        settings(tx, ef)?;
+        let mut rows = tx.query(&shortlist, &params).map_err(pg_error)?;
+        let Some(mut indexed) = indexed_of(&rows)? else {
+            return Ok(None);
+        };
+        if !enough(indexed, rows.len()) && ef < HNSW_MAX_EF_SEARCH {
+            // Other threads' (or namespaces') neighbours crowded the selected ones out of the
+            // index's shortlist: once more with pgvector's longest.
+            settings(tx, HNSW_MAX_EF_SEARCH)?;
+            rows = tx.query(&shortlist, &params).map_err(pg_error)?;
+            let Some(again) = indexed_of(&rows)? else {
+                return Ok(None);
+            };
+            indexed = again;
+        }
+        if !enough(indexed, rows.len()) || rows.len() < k {
+            return Ok(None);
+        }
+        let mut top = TopK::new(k);
+        for row in &rows {
+            let thread_id: i64 = row.try_get(0).map_err(pg_error)?;
+            let seq: i64 = row.try_get(1).map_err(pg_error)?;
+            let stored: Option<StoredFloats> = row.try_get(2).map_err(pg_error)?;
+            let (Some(stored), Some(&thread)) = (stored, ordinal.get(&thread_id)) else {
+                return Ok(None);
+            };
+            if stored.0.len() != dim {
+                return Ok(None);
+            }
+            top.offer(Candidate {
+                score: cosine(query, query_norm, &stored.0),
+                thread,
+                index: seq_key(seq),
+                seq,
+            });
+        }
+        Ok(Some(top.into_sorted()))
+    }
+}
+
+/// The winners of scoring every selected message's stored `f32`s, streamed (a row at a time,
+/// `k` candidates kept).
+fn exact_scan(
+    tx: &mut Transaction<'_>,
+    vectors: bool,
+    filter: &[&(dyn ToSql + Sync); 4],
+    query: &[f32],
+    k: usize,
+    ordinal: &HashMap<i64, usize>,
+) -> Result<Vec<Candidate>, MemoryError> {
+    let query_norm = exact::norm(query);
+    let statement = tx.prepare(scan_sql(vectors)).map_err(pg_error)?;
+    let mut rows = tx
+        .query_raw(&statement, filter.iter().copied())
+        .map_err(pg_error)?;
+    let mut top = TopK::new(k);
+    let mut current: Option<i64> = None;
+    let mut index = 0;
+    while let Some(row) = rows.next().map_err(pg_error)? {
+        let thread_id: i64 = row.try_get(0).map_err(pg_error)?;
+        if current != Some(thread_id) {
+            current = Some(thread_id);
+            index = 0;
+        }
+        let position = index;
+        index += 1;
+        let floats = match row
+            .try_get::<_, Option<StoredFloats>>(3)
+            .map_err(pg_error)?
+        {
+            Some(v) => Some(v),
+            None => row
+                .try_get::<_, Option<StoredFloats>>(4)
+                .map_err(pg_error)?,
+        };
+        let Some(floats) = floats else {
+            continue;
+        };
+        if floats.0.len() != query.len() {
+            let id: String = row.try_get(2).map_err(pg_error)?;
+            return Err(dimension_mismatch(id, query.len(), floats.0.len()));
+        }
+        let Some(&thread) = ordinal.get(&thread_id) else {
+            return Err(corrupt(format!("thread {thread_id} was not selected")));
+        };
+        top.offer(Candidate {
+            score: cosine(query, query_norm, &floats.0),
+            thread,
+            index: position,
+            seq: row.try_get(1).map_err(pg_error)?,
+        });
+    }
+    Ok(top.into_sorted())
+}
