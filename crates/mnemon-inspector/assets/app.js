@@ -575,6 +575,12 @@
     return v.mode === 'pgvector' ? `pgvector ${v.pgvector_version || ''}`.trim() : `exact scoring${v.reason ? ` (${v.reason})` : ''}`;
   }
 
+  // A bounded count: `{count, more}`, "more than N" when counting stopped at its cap.
+  function countText(c) {
+    if (!c) return '';
+    return c.more ? `more than ${c.count.toLocaleString('en')}` : String(c.count);
+  }
+
   // Limits as the server reports them: `_ms` in milliseconds, `_bytes` in bytes.
   function limitText(name, value) {
     if (name.endsWith('_ms')) return value >= 1000 ? `${value / 1000} s` : `${value} ms`;
@@ -603,9 +609,8 @@
         fact(facts, 'backend', el('span', {id: 'status-backend'}, backendText(s.backend)));
         fact(facts, 'vector search', vectorText(s.backend && s.backend.vector_search));
         fact(facts, 'namespace', s.namespace);
-        fact(facts, 'assets', String(s.sizes.assets));
-        fact(facts, 'artifacts', String(s.sizes.artifacts));
-        fact(facts, 'sessions', String(s.sizes.memory_threads));
+        fact(facts, 'assets', countText(s.sizes.assets));
+        fact(facts, 'sessions', countText(s.sizes.memory_threads));
         if (s.sizes.messages !== undefined) fact(facts, 'messages', String(s.sizes.messages));
         for (const [name, value] of Object.entries(s.limits || {})) fact(limits, name.replace(/_ms$/, '').replace(/_/g, ' '), limitText(name, value));
         recent = s.recent_errors || [];

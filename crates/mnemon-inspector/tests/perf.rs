@@ -292,8 +292,9 @@ fn status_counts_postgres() {
     status_counts(mnemon_ops::Stores::open_with(dir.path(), &options).unwrap());
 }
 
-/// The time of `GET /v1/status` over 100,000 assets and 100,000 artifact records: its asset
-/// and artifact sizes are `COUNT(*)`s over the namespace (docs/reference/rest.md#status).
+/// The time of `GET /v1/status` over 100,000 assets and 100,000 artifact records: its sizes
+/// are bounded reads (docs/reference/rest.md#status), so it stays as fast as on a small
+/// namespace.
 fn status_counts(stores: mnemon_ops::Stores) {
     let started = Instant::now();
     for start in (0..COUNTED).step_by(1_000) {
@@ -333,8 +334,11 @@ fn status_counts(stores: mnemon_ops::Stores) {
         .unwrap()
         .json()
         .unwrap();
-    assert_eq!(status["sizes"]["assets"], COUNTED as u64, "{status}");
-    assert_eq!(status["sizes"]["artifacts"], COUNTED as u64, "{status}");
+    assert_eq!(
+        status["sizes"]["assets"],
+        json!({"count": 1_000, "more": true}),
+        "{status}"
+    );
     t.measure("status", Method::GET, "/v1/status", None);
     t.measure(
         "artifacts",

@@ -63,22 +63,50 @@ pub struct VectorSearch {
     pub reason: Option<String>,
 }
 
-/// How much a namespace holds. Each figure is a count the database answers from an index or a
-/// stored counter; a figure that would need a read of every record is absent
-/// (docs/reference/rest.md#status).
+/// The most assets [`Sizes::assets`] counts: it reads at most one more id than this, so the
+/// status costs the same on any namespace.
+pub const ASSET_COUNT_CAP: u64 = 1_000;
+
+/// The most threads [`Sizes::memory_threads`] counts (and sums the messages of), reading their
+/// summaries a page of 1,000 at a time.
+pub const THREAD_COUNT_CAP: u64 = 10_000;
+
+/// How much a namespace holds, from reads that stay bounded whatever its size
+/// (docs/reference/rest.md#status): a count stops at its cap and says there are more. Artifact
+/// records are not counted: no index or stored counter gives their number without reading
+/// every record of the namespace.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct Sizes {
-    /// Live assets.
-    pub assets: u64,
-    /// Live artifact records.
-    pub artifacts: u64,
-    /// Memory threads (sessions).
-    pub memory_threads: u64,
-    /// Messages across the memory threads: the sum of the counts the store keeps per thread
-    /// (absent when it cannot list them: a SQLite file opened read-only from before thread
-    /// summaries).
+    /// Live assets, counted up to 1,000 (their ids read in order, nothing else).
+    pub assets: Count,
+    /// Memory threads (sessions), counted up to 10,000 from the summaries the store keeps per
+    /// thread.
+    pub memory_threads: Count,
+    /// Messages across the memory threads: the sum of the counts the store keeps per thread (no
+    /// message read). Absent when the threads were not all counted (over 10,000), or the store
+    /// cannot list summaries (a SQLite file opened read-only from before thread summaries).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub messages: Option<u64>,
+}
+
+/// A bounded count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct Count {
+    /// How many were counted.
+    pub count: u64,
+    /// True when counting stopped at its cap: there are more than `count`.
+    pub more: bool,
+}
+
+impl Count {
+    /// The count of `found` items read with a limit of `cap + 1`.
+    fn capped(found: usize, cap: u64) -> Count {
+        let found = u64::try_from(found).unwrap_or(u64::MAX);
+        Count {
+            count: found.min(cap),
+            more: found > cap,
+        }
+    }
 }
 
 impl Service {
@@ -101,16 +129,14 @@ impl Service {
                 }
             }
         };
-        let threads = stores.threads()?.len();
-        // The counts the store keeps per thread: one row read per thread, no message read.
-        // None listed for a namespace with threads: the store cannot list them.
-        let summaries = self.all_thread_summaries();
-        let messages = (threads == 0 || !summaries.is_empty())
-            .then(|| summaries.values().map(|s| s.messages).sum());
+        let cap = usize::try_from(ASSET_COUNT_CAP).unwrap_or(usize::MAX);
+        let assets = stores
+            .assets()
+            .list_where(None, Some(cap.saturating_add(1)))?;
+        let (memory_threads, messages) = self.thread_sizes()?;
         let sizes = Sizes {
-            assets: stores.assets().count_where(None)?,
-            artifacts: stores.artifacts().count_where(None, None)?,
-            memory_threads: u64::try_from(threads).unwrap_or(u64::MAX),
+            assets: Count::capped(assets.len(), ASSET_COUNT_CAP),
+            memory_threads,
             messages,
         };
         Ok(StatusOutput {
@@ -119,6 +145,52 @@ impl Service {
             backend,
             sizes,
         })
+    }
+}
+
+impl Service {
+    /// The thread count (capped) and the message total, from the thread summaries, a page at a
+    /// time; without summaries (an old read-only SQLite file), the thread list's length and no
+    /// total.
+    fn thread_sizes(&self) -> Result<(Count, Option<u64>), OpsError> {
+        let mut threads: u64 = 0;
+        let mut messages: u64 = 0;
+        let mut after: Option<String> = None;
+        loop {
+            let Ok(page) = self
+                .stores()
+                .thread_summaries(crate::page::MAX_LIMIT, after.as_deref())
+            else {
+                let all = self.stores().threads()?.len();
+                let capped = all.min(usize::try_from(THREAD_COUNT_CAP + 1).unwrap_or(usize::MAX));
+                return Ok((Count::capped(capped, THREAD_COUNT_CAP), None));
+            };
+            for summary in &page.threads {
+                threads += 1;
+                messages = messages.saturating_add(summary.messages);
+            }
+            match page.next {
+                Some(_) if threads >= THREAD_COUNT_CAP => {
+                    return Ok((
+                        Count {
+                            count: THREAD_COUNT_CAP.min(threads),
+                            more: true,
+                        },
+                        None,
+                    ));
+                }
+                Some(next) => after = Some(next),
+                None => {
+                    return Ok((
+                        Count {
+                            count: threads,
+                            more: false,
+                        },
+                        Some(messages),
+                    ));
+                }
+            }
+        }
     }
 }
 
@@ -175,7 +247,13 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let service = Service::new(Stores::open(dir.path()).unwrap());
         let empty = service.status().unwrap();
-        assert_eq!(empty.sizes.assets + empty.sizes.artifacts, 0);
+        assert_eq!(
+            empty.sizes.assets,
+            Count {
+                count: 0,
+                more: false
+            }
+        );
         assert_eq!(empty.sizes.messages, Some(0));
         assert_eq!(empty.version, env!("CARGO_PKG_VERSION"));
         assert_eq!(empty.namespace, "default");
@@ -219,11 +297,23 @@ mod tests {
             })
             .unwrap();
         let sizes = service.status().unwrap().sizes;
-        assert_eq!(
-            (sizes.assets, sizes.artifacts, sizes.memory_threads),
-            (1, 3, 1)
-        );
+        assert_eq!((sizes.assets.count, sizes.memory_threads.count), (1, 1));
+        assert!(!sizes.assets.more && !sizes.memory_threads.more);
         assert_eq!(sizes.messages, Some(1));
+
+        // Over the cap: the count stops and says there are more.
+        let many: Vec<mnemon_types::Asset> = (0..ASSET_COUNT_CAP + 5)
+            .map(|i| mnemon_types::Asset::new("x").with_id(format!("b{i:05}")))
+            .collect();
+        service.stores().assets().put_batch(&many).unwrap();
+        let assets = service.status().unwrap().sizes.assets;
+        assert_eq!(
+            assets,
+            Count {
+                count: ASSET_COUNT_CAP,
+                more: true
+            }
+        );
 
         // The scopes, a page at a time, each once, sorted.
         let first = service
