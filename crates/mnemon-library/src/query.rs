@@ -477,8 +477,10 @@ impl Library {
                 ef: ef.max(k),
                 ..SearchParams::new(k)
             };
+            // Ids come from the index file: the view bounds-checks them, and so does this.
+            let rows = self.len();
             let found = index
-                .search(query, &params, |i| keep(i as usize))
+                .search(query, &params, |i| (i as usize) < rows && keep(i as usize))
                 .map_err(|e| tracing::warn!("the ANN index search failed ({e}): scanning exactly"))
                 .ok()?;
             if let SearchMethod::ExactFallback(reason) = found.method {
