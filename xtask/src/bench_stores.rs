@@ -1095,7 +1095,7 @@ fn cell<T>(value: Option<T>, show: impl FnOnce(T) -> String) -> String {
 }
 
 /// A whole number with thousands separators: 12,345.
-fn thousands(v: f64) -> String {
+pub(crate) fn thousands(v: f64) -> String {
     let digits = format!("{:.0}", v.abs());
     let mut out = String::new();
     for (i, c) in digits.chars().enumerate() {
@@ -1108,7 +1108,7 @@ fn thousands(v: f64) -> String {
 }
 
 /// `met` or `UNMET`.
-fn verdict(met: bool) -> &'static str {
+pub(crate) fn verdict(met: bool) -> &'static str {
     if met { "met" } else { "UNMET" }
 }
 

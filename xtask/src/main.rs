@@ -6,7 +6,7 @@
 //! - `codegen [--check]`: JSON Schemas of the wire formats into `docs/schemas/`.
 //! - `release <VERSION> [--dry-run]`: bump every crate together and package them in dependency
 //!   order.
-//! - `bench <library|host|memory-stream|stores|ann>`: the benchmarks that check the issues'
+//! - `bench <library|host|memory-stream|stores|ann|server>`: the benchmarks that check the issues'
 //!   performance targets.
 //! - `postgres install`: the PostgreSQL 16 + pgvector binaries the tests start themselves
 //!   (docs/postgres.md).
@@ -17,6 +17,7 @@ mod bench_ann;
 mod bench_host;
 mod bench_library;
 mod bench_memory;
+mod bench_server;
 mod bench_stores;
 mod cargo;
 mod chromium;
@@ -33,7 +34,7 @@ tasks:
   test [--no-clients]             every test: PostgreSQL install, cargo test, the original clients
   codegen [--check]               write JSON Schemas to docs/schemas (--check: fail if stale)
   release <VERSION> [--dry-run]   bump all crate versions, check the CHANGELOG, cargo package
-  bench <library|host|memory-stream|stores|ann>
+  bench <library|host|memory-stream|stores|ann|server>
                                   run a benchmark and print its report
   postgres install                download PostgreSQL 16 + pgvector into target/postgres (tests)
   chromium install                apt-get Chromium + chromedriver (the inspector's browser tests)";
@@ -66,9 +67,10 @@ fn bench(args: &[String]) -> Result<()> {
         Some("memory-stream") => bench_memory::run(rest),
         Some("stores") => bench_stores::run(rest),
         Some("ann") => bench_ann::run(rest),
+        Some("server") => bench_server::run(rest),
         Some(other) => {
             bail!(
-                "unknown benchmark {other:?}; available: library, host, memory-stream, stores, ann"
+                "unknown benchmark {other:?}; available: library, host, memory-stream, stores, ann, server"
             )
         }
         None => bail!("usage: cargo xtask bench <name>"),

@@ -1,0 +1,94 @@
+// `cargo xtask bench server`'s MCP client (docs/bench-server.md): the official MCP TypeScript
+// SDK's client (@modelcontextprotocol/sdk, installed with @modelcontextprotocol/server-memory
+// under target/mcp-node) calling one server's add and search tools a fixed number of times each,
+// `concurrency` calls in flight on one session, and printing the raw timings as JSON on stdout.
+// The same client drives both servers, so the calls/s compare the servers, not the clients.
+//
+// Usage: node mcp_calls.cjs '<config JSON>' with
+//   node_dir     the npm prefix holding node_modules/@modelcontextprotocol/sdk
+//   kind         "mnemon" (remember / recall) or "reference" (add_observations / search_nodes)
+//   transport    "http" (url) or "stdio" (command, args, env)
+//   calls        adds, then as many searches
+//   groups       sessions (mnemon) or entities (reference) the calls are spread over
+//   concurrency  calls in flight at once
+"use strict";
+const path = require("node:path");
+const { createRequire } = require("node:module");
+
+async function main() {
+  const config = JSON.parse(process.argv[2] || "{}");
+  const sdk = createRequire(path.join(config.node_dir, "package.json"));
+  const { Client } = sdk("@modelcontextprotocol/sdk/client/index.js");
+  let transport;
+  if (config.transport === "http") {
+    const { StreamableHTTPClientTransport } = sdk("@modelcontextprotocol/sdk/client/streamableHttp.js");
+    transport = new StreamableHTTPClientTransport(new URL(config.url));
+  } else {
+    const { StdioClientTransport } = sdk("@modelcontextprotocol/sdk/client/stdio.js");
+    transport = new StdioClientTransport({
+      command: config.command,
+      args: config.args || [],
+      env: { ...process.env, ...(config.env || {}) },
+      stderr: "ignore",
+    });
+  }
+  const client = new Client({ name: "mnemon-bench-server", version: "1.0.0" });
+  await client.connect(transport);
+
+  const groups = Math.max(1, config.groups | 0);
+  const group = (i) => `topic-${String(i % groups).padStart(2, "0")}`;
+  const content = (i) => `note ${i}: the build on host ${i % 17} took ${i % 60} s`;
+  let add, search;
+  if (config.kind === "reference") {
+    // One entity per group, made before the clock starts.
+    await client.callTool({
+      name: "create_entities",
+      arguments: {
+        entities: Array.from({ length: groups }, (_, g) => ({
+          name: group(g), entityType: "log", observations: [],
+        })),
+      },
+    });
+    add = (i) => ({ name: "add_observations", arguments: {
+      observations: [{ entityName: group(i), contents: [content(i)] }] } });
+    search = (i) => ({ name: "search_nodes", arguments: { query: group(i) } });
+  } else {
+    add = (i) => ({ name: "remember", arguments: {
+      session: group(i), messages: [{ name: "user", role: "user", content: content(i) }] } });
+    search = (i) => ({ name: "recall", arguments: {
+      session: group(i), query: `build on host ${i % 17}`, top_k: 5 } });
+  }
+
+  async function phase(make) {
+    const seconds = [];
+    let errors = 0;
+    let next = 0;
+    const started = process.hrtime.bigint();
+    const worker = async () => {
+      for (;;) {
+        const i = next++;
+        if (i >= config.calls) return;
+        const sent = process.hrtime.bigint();
+        try {
+          const result = await client.callTool(make(i));
+          if (result.isError) errors += 1;
+          else seconds.push(Number(process.hrtime.bigint() - sent) / 1e9);
+        } catch (_) {
+          errors += 1;
+        }
+      }
+    };
+    await Promise.all(Array.from({ length: Math.max(1, config.concurrency | 0) }, worker));
+    return { wall_seconds: Number(process.hrtime.bigint() - started) / 1e9, seconds, errors };
+  }
+
+  const adds = await phase(add);
+  const searches = await phase(search);
+  await client.close();
+  process.stdout.write(JSON.stringify({ adds, searches }) + "\n");
+}
+
+main().catch((error) => {
+  process.stderr.write(`mcp_calls.cjs: ${error && error.stack ? error.stack : error}\n`);
+  process.exit(1);
+});

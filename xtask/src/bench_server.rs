@@ -1,0 +1,1860 @@
+//! `cargo xtask bench server`: the load benchmark of `mnemon serve` (issue 15, item 6;
+//! docs/bench-server.md).
+//!
+//! Builds `mnemon` in release mode and starts the real server on 127.0.0.1 (a port the OS
+//! picks), on SQLite (a fresh data directory) and on PostgreSQL (a server the test harness
+//! starts, `mnemon_tests::postgres::PgServer`: the binaries of `cargo xtask postgres install`,
+//! loopback only; docs/postgres.md), with `--embedding-model mnemon:hashing-v1-512`. Each server
+//! is seeded through the REST API (`--sessions` sessions of `--messages` messages, embedded by a
+//! first recall, and `--assets` assets), then loaded for `--seconds` per run by each count of
+//! `--clients` keep-alive HTTP/1.1 connections, each sending its next request when the last was
+//! answered (closed loop):
+//!
+//! - **resolves**: `GET /v1/resolve?reference=asset://…` only;
+//! - **mix**: asset resolve, memory add (`POST /v1/memory/sessions/{s}/messages`, one message)
+//!   and recall (`POST /v1/memory/sessions/{s}/search`, a text query, top 5) in the `--mix`
+//!   proportions (default equal thirds), into the seeded sessions (which grow as the run adds).
+//!
+//! MCP, side by side on a fresh SQLite server: the official MCP TypeScript SDK's client
+//! (xtask/bench/mcp_calls.cjs) makes `--mcp-calls` adds and then as many searches against
+//! `mnemon serve`'s `/mcp` (`remember`, `recall`) and against the reference memory server
+//! `@modelcontextprotocol/server-memory` from npm over stdio (`add_observations`,
+//! `search_nodes`), spread over the same 16 groups (sessions / entities); and the same raw
+//! HTTP client as above sends `tools/call` requests (`remember` and `recall`, half each) to
+//! `/mcp` from each count of `--clients` for `--seconds`.
+//!
+//! Every run reports answers/s (2xx answers over the wall time), p50 and p99 latency, errors
+//! (non-2xx, I/O, MCP tool errors), the server's RSS sampled every 100 ms (start, peak, end) and
+//! the CPU the server and this process (the load generator: one thread) used. The issue's
+//! targets are judged from the figures. The client is a minimal HTTP/1.1 client over tokio's
+//! `TcpStream` on one thread, so that it costs the 2-core machine as little as possible.
+//!
+//! Timings need an optimised build: a debug xtask re-runs itself with `cargo run --release`.
+//! Everything is bounded: each run by `--seconds` (at most 120) and each request by a 10 s
+//! timeout; the server processes are stopped and the temporary directory removed on error too.
+
+use std::io::{BufRead, BufReader, Read};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, anyhow, bail};
+use mnemon_tests::postgres::PgServer;
+use serde_json::json;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use crate::bench_stores::{thousands, verdict};
+use crate::cargo;
+
+const USAGE: &str = "usage: cargo xtask bench server [--clients C[,C…]] [--seconds S] \
+                     [--sessions N] [--messages N] [--assets N] [--mix R:A:S] [--mcp-calls N] \
+                     [--mcp-concurrency C] [--skip-postgres] [--skip-reference]
+  --clients C[,C…]     keep-alive connections of each run (default 8,64; each 1 to 256)
+  --seconds S          length of each run (default 10; 0.5 to 120)
+  --sessions N         memory sessions seeded, and used by the adds and recalls (default 16)
+  --messages N         messages seeded into each session (default 50)
+  --assets N           assets seeded, resolved by the load (default 200)
+  --mix R:A:S          resolves : adds : recalls in the mixed runs (default 1:1:1)
+  --mcp-calls N        MCP adds, then as many searches, per server (default 1000)
+  --mcp-concurrency C  MCP SDK calls in flight at once, both servers (default 1)
+  --skip-postgres      SQLite only (no PostgreSQL server)
+  --skip-reference     no Node.js reference server (no npm)";
+
+/// The embedder of every server: offline and deterministic.
+const EMBEDDING_MODEL: &str = "mnemon:hashing-v1-512";
+/// Results per recall.
+const TOP_K: usize = 5;
+/// Labels per seeded asset (the resolves cycle through them).
+const LABELS: u64 = 8;
+/// Groups (sessions, entities) the MCP SDK calls are spread over, on both servers.
+const MCP_GROUPS: usize = 16;
+/// The longest a request may take before it counts as an error and its connection is replaced.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+/// The longest the MCP SDK client may run, per server.
+const NODE_TIMEOUT: Duration = Duration::from_secs(600);
+/// How often the server's RSS is sampled.
+const RSS_PERIOD: Duration = Duration::from_millis(100);
+/// The largest response head accepted.
+const MAX_HEAD: usize = 64 * 1024;
+/// The reference MCP server, from npm.
+const REFERENCE_PACKAGE: &str = "@modelcontextprotocol/server-memory";
+
+/// Issue 15's targets (2 cores): asset resolves/s on SQLite,
+const TARGET_RESOLVES: f64 = 10_000.0;
+/// mixed requests/s on SQLite,
+const TARGET_MIX_SQLITE: f64 = 3_000.0;
+/// at this p99 (ms),
+const TARGET_MIX_P99_MS: f64 = 10.0;
+/// mixed requests/s on PostgreSQL,
+const TARGET_MIX_POSTGRES: f64 = 1_500.0;
+/// and MCP tool calls over the reference memory server's rate.
+const TARGET_MCP_RATIO: f64 = 5.0;
+
+#[derive(Debug, PartialEq)]
+struct Params {
+    clients: Vec<usize>,
+    seconds: f64,
+    sessions: usize,
+    messages: usize,
+    assets: usize,
+    /// Resolves, adds and recalls per cycle of the mixed runs.
+    mix: [u32; 3],
+    mcp_calls: usize,
+    mcp_concurrency: usize,
+    skip_postgres: bool,
+    skip_reference: bool,
+}
+
+/// The arguments, or `None` for `--help`.
+fn parse(args: &[String]) -> Result<Option<Params>> {
+    let mut p = Params {
+        clients: vec![8, 64],
+        seconds: 10.0,
+        sessions: 16,
+        messages: 50,
+        assets: 200,
+        mix: [1, 1, 1],
+        mcp_calls: 1_000,
+        mcp_concurrency: 1,
+        skip_postgres: false,
+        skip_reference: false,
+    };
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let mut text = |name: &str| -> Result<&String> {
+            it.next()
+                .with_context(|| format!("{name} needs a value; {USAGE}"))
+        };
+        let whole = |name: &str, value: &str, least: usize, most: usize| -> Result<usize> {
+            let n: usize = value
+                .parse()
+                .with_context(|| format!("{name} needs a whole number; {USAGE}"))?;
+            if n < least || n > most {
+                bail!("{name} takes {least} to {most}, not {n}; {USAGE}");
+            }
+            Ok(n)
+        };
+        match a.as_str() {
+            "--help" | "-h" => return Ok(None),
+            "--clients" => {
+                let value = text("--clients")?;
+                p.clients = value
+                    .split(',')
+                    .map(|c| whole("--clients", c.trim(), 1, 256))
+                    .collect::<Result<_>>()?;
+            }
+            "--seconds" => {
+                let value = text("--seconds")?;
+                let s: f64 = value
+                    .parse()
+                    .with_context(|| format!("--seconds needs a number; {USAGE}"))?;
+                if !(0.5..=120.0).contains(&s) {
+                    bail!("--seconds takes 0.5 to 120, not {value}; {USAGE}");
+                }
+                p.seconds = s;
+            }
+            "--sessions" => p.sessions = whole("--sessions", text("--sessions")?, 1, 1_000)?,
+            "--messages" => p.messages = whole("--messages", text("--messages")?, 0, 10_000)?,
+            "--assets" => p.assets = whole("--assets", text("--assets")?, 1, 100_000)?,
+            "--mix" => {
+                let value = text("--mix")?;
+                let parts: Vec<u32> = value
+                    .split(':')
+                    .map(|w| w.trim().parse::<u32>())
+                    .collect::<Result<_, _>>()
+                    .with_context(|| format!("--mix takes three whole numbers R:A:S; {USAGE}"))?;
+                match parts.as_slice() {
+                    &[r, a, s] if r + a + s > 0 && r.max(a).max(s) <= 100 => p.mix = [r, a, s],
+                    _ => bail!(
+                        "--mix takes three whole numbers R:A:S of at most 100, not all 0, not \
+                         {value:?}; {USAGE}"
+                    ),
+                }
+            }
+            "--mcp-calls" => p.mcp_calls = whole("--mcp-calls", text("--mcp-calls")?, 1, 100_000)?,
+            "--mcp-concurrency" => {
+                p.mcp_concurrency = whole("--mcp-concurrency", text("--mcp-concurrency")?, 1, 64)?
+            }
+            "--skip-postgres" => p.skip_postgres = true,
+            "--skip-reference" => p.skip_reference = true,
+            other => bail!("unknown argument {other:?}; {USAGE}"),
+        }
+    }
+    Ok(Some(p))
+}
+
+/// Runs the benchmark. `args` are the words after `bench server`.
+pub(crate) fn run(args: &[String]) -> Result<()> {
+    let Some(params) = parse(args)? else {
+        println!("{USAGE}");
+        return Ok(());
+    };
+    let root = cargo::workspace_root();
+    if cfg!(debug_assertions) {
+        let status = cargo::command(&root)
+            .args([
+                "run",
+                "--release",
+                "--quiet",
+                "--package",
+                "xtask",
+                "--",
+                "bench",
+                "server",
+            ])
+            .args(args)
+            .status()
+            .context("running the release build of xtask")?;
+        if !status.success() {
+            bail!("the release benchmark failed ({status})");
+        }
+        return Ok(());
+    }
+    cargo::run_in(
+        &root,
+        &["build", "--release", "--quiet", "--package", "mnemon"],
+    )?;
+    let target =
+        std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), PathBuf::from);
+    let binary = target.join("release").join("mnemon");
+    let dir = target.join("bench-server");
+    if dir.exists() {
+        std::fs::remove_dir_all(&dir).with_context(|| format!("removing {}", dir.display()))?;
+    }
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let load_before = load_average();
+    let clock = Instant::now();
+    let result = measure(&params, &binary, &dir, &target);
+    let removed = std::fs::remove_dir_all(&dir);
+    let mut report = result?;
+    removed.with_context(|| format!("removing {}", dir.display()))?;
+    report.load = (load_before, load_average());
+    report.print(&params);
+    println!(
+        "(the measurements took {:.1} min)",
+        clock.elapsed().as_secs_f64() / 60.0
+    );
+    Ok(())
+}
+
+/// The three load averages of `/proc/loadavg`.
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|| "unknown".to_owned())
+}
+
+/// One kind of request the load sends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Op {
+    Resolve,
+    Add,
+    Recall,
+    McpRemember,
+    McpRecall,
+}
+
+impl Op {
+    const ALL: [Op; 5] = [
+        Op::Resolve,
+        Op::Add,
+        Op::Recall,
+        Op::McpRemember,
+        Op::McpRecall,
+    ];
+
+    fn name(self) -> &'static str {
+        match self {
+            Op::Resolve => "resolve",
+            Op::Add => "add",
+            Op::Recall => "recall",
+            Op::McpRemember => "MCP remember",
+            Op::McpRecall => "MCP recall",
+        }
+    }
+
+    fn index(self) -> usize {
+        self as usize
+    }
+
+    fn is_mcp(self) -> bool {
+        matches!(self, Op::McpRemember | Op::McpRecall)
+    }
+}
+
+/// What a run sends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Workload {
+    Resolves,
+    Mix,
+    Mcp,
+}
+
+impl Workload {
+    fn name(self) -> &'static str {
+        match self {
+            Workload::Resolves => "resolves",
+            Workload::Mix => "mix",
+            Workload::Mcp => "MCP tools/call",
+        }
+    }
+
+    /// The operations of one cycle, interleaved (R:A:S = 2:1:1 is resolve, add, recall,
+    /// resolve), which every connection walks from its own starting point.
+    fn cycle(self, mix: [u32; 3]) -> Vec<Op> {
+        match self {
+            Workload::Resolves => vec![Op::Resolve],
+            Workload::Mcp => vec![Op::McpRemember, Op::McpRecall],
+            Workload::Mix => {
+                let mut left = mix;
+                let mut ops = Vec::new();
+                while left.iter().any(|&n| n > 0) {
+                    for (slot, op) in left.iter_mut().zip([Op::Resolve, Op::Add, Op::Recall]) {
+                        if *slot > 0 {
+                            *slot -= 1;
+                            ops.push(op);
+                        }
+                    }
+                }
+                ops
+            }
+        }
+    }
+}
+
+/// What the requests are spread over: the seeded sessions and assets.
+#[derive(Debug, Clone, Copy)]
+struct Shape {
+    sessions: usize,
+    assets: usize,
+}
+
+impl Shape {
+    fn of(p: &Params) -> Shape {
+        Shape {
+            sessions: p.sessions.max(1),
+            assets: p.assets.max(1),
+        }
+    }
+}
+
+/// The session request `n` uses.
+fn session_of(n: u64, shape: Shape) -> String {
+    format!("s-{}", n % shape.sessions as u64)
+}
+
+fn note(n: u64) -> String {
+    format!("note {n}: the build on host {} took {} s", n % 17, n % 60)
+}
+
+fn query_text(n: u64) -> String {
+    format!("build on host {}", n % 17)
+}
+
+/// The raw HTTP/1.1 request `n` of `op` against `host` (`127.0.0.1:port`).
+fn request(op: Op, n: u64, shape: Shape, host: &str) -> Vec<u8> {
+    let session = session_of(n, shape);
+    let (method, path, body) = match op {
+        Op::Resolve => (
+            "GET",
+            format!(
+                "/v1/resolve?reference=asset://bench-{}/content/labels/{}",
+                n % shape.assets as u64,
+                n % LABELS
+            ),
+            None,
+        ),
+        Op::Add => (
+            "POST",
+            format!("/v1/memory/sessions/{session}/messages"),
+            Some(json!({"messages": [{"name": "user", "role": "user", "content": note(n)}]})),
+        ),
+        Op::Recall => (
+            "POST",
+            format!("/v1/memory/sessions/{session}/search"),
+            Some(json!({"query": {"text": query_text(n)}, "top_k": TOP_K})),
+        ),
+        Op::McpRemember => (
+            "POST",
+            "/mcp".to_owned(),
+            Some(
+                json!({"jsonrpc": "2.0", "id": n, "method": "tools/call", "params": {
+                "name": "remember", "arguments": {"session": session, "messages": [
+                    {"name": "user", "role": "user", "content": note(n)}]}}}),
+            ),
+        ),
+        Op::McpRecall => (
+            "POST",
+            "/mcp".to_owned(),
+            Some(
+                json!({"jsonrpc": "2.0", "id": n, "method": "tools/call", "params": {
+                "name": "recall", "arguments": {"session": session, "query": query_text(n),
+                                                "top_k": TOP_K}}}),
+            ),
+        ),
+    };
+    http_request(method, &path, host, body.map(|b| b.to_string()).as_deref())
+}
+
+/// An HTTP/1.1 request with a JSON body (or none); keep-alive is HTTP/1.1's default.
+fn http_request(method: &str, path: &str, host: &str, body: Option<&str>) -> Vec<u8> {
+    let mut out = format!("{method} {path} HTTP/1.1\r\nHost: {host}\r\n");
+    if let Some(body) = body {
+        out.push_str(&format!(
+            "Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\n\
+             Content-Length: {}\r\n\r\n{body}",
+            body.len()
+        ));
+    } else {
+        out.push_str("\r\n");
+    }
+    out.into_bytes()
+}
+
+/// How a response's body is delimited.
+#[derive(Debug, PartialEq, Eq)]
+enum Framing {
+    Length(usize),
+    Chunked,
+}
+
+/// A parsed response head.
+#[derive(Debug, PartialEq, Eq)]
+struct Head {
+    status: u16,
+    /// Bytes of the head, up to and including the blank line.
+    len: usize,
+    framing: Framing,
+}
+
+/// The response head at the start of `buf`: `Ok(None)` while it is incomplete.
+fn parse_head(buf: &[u8]) -> Result<Option<Head>, String> {
+    let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
+        if buf.len() > MAX_HEAD {
+            return Err(format!("a response head over {MAX_HEAD} bytes"));
+        }
+        return Ok(None);
+    };
+    let text = std::str::from_utf8(&buf[..end]).map_err(|_| "a non-UTF-8 head".to_owned())?;
+    let mut lines = text.split("\r\n");
+    let status_line = lines.next().unwrap_or_default();
+    let status = status_line
+        .strip_prefix("HTTP/1.1 ")
+        .and_then(|rest| rest.get(..3))
+        .and_then(|code| code.parse::<u16>().ok())
+        .ok_or_else(|| format!("a malformed status line {status_line:?}"))?;
+    let mut framing = None;
+    for line in lines {
+        let Some((name, value)) = line.split_once(':') else {
+            return Err(format!("a malformed header line {line:?}"));
+        };
+        let value = value.trim();
+        if name.eq_ignore_ascii_case("content-length") {
+            let n = value
+                .parse()
+                .map_err(|_| format!("a malformed Content-Length {value:?}"))?;
+            framing = Some(Framing::Length(n));
+        } else if name.eq_ignore_ascii_case("transfer-encoding")
+            && value.eq_ignore_ascii_case("chunked")
+        {
+            framing = Some(Framing::Chunked);
+        }
+    }
+    let framing = match framing {
+        Some(f) => f,
+        // No body by definition.
+        None if status == 204 || status == 304 || (100..200).contains(&status) => {
+            Framing::Length(0)
+        }
+        None => return Err(format!("a {status} response without a length")),
+    };
+    Ok(Some(Head {
+        status,
+        len: end + 4,
+        framing,
+    }))
+}
+
+/// The bytes a complete chunked body at the start of `buf` takes (with its last chunk and
+/// blank line; no trailers are expected), or `Ok(None)` while it is incomplete.
+fn chunked_len(buf: &[u8]) -> Result<Option<usize>, String> {
+    let mut at = 0;
+    loop {
+        let Some(eol) = buf
+            .get(at..)
+            .and_then(|rest| rest.windows(2).position(|w| w == b"\r\n"))
+        else {
+            return Ok(None);
+        };
+        let line = std::str::from_utf8(&buf[at..at + eol]).map_err(|_| "a bad chunk size")?;
+        let size_text = line.split(';').next().unwrap_or_default().trim();
+        let size = usize::from_str_radix(size_text, 16)
+            .map_err(|_| format!("a malformed chunk size {line:?}"))?;
+        at += eol + 2;
+        if size == 0 {
+            // The blank line after the last chunk.
+            return Ok((buf.len() >= at + 2).then_some(at + 2));
+        }
+        if buf.len() < at + size + 2 {
+            return Ok(None);
+        }
+        at += size + 2;
+    }
+}
+
+/// Whether an MCP `tools/call` answer is a success: a JSON-RPC result that is no tool error.
+fn mcp_ok(body: &[u8]) -> bool {
+    serde_json::from_slice::<serde_json::Value>(body).is_ok_and(|v| {
+        v.get("result")
+            .is_some_and(|r| r.get("isError") != Some(&serde_json::Value::Bool(true)))
+    })
+}
+
+/// One keep-alive connection.
+struct Conn {
+    stream: TcpStream,
+    buf: Vec<u8>,
+}
+
+impl Conn {
+    async fn connect(addr: SocketAddr) -> std::io::Result<Conn> {
+        let stream = TcpStream::connect(addr).await?;
+        stream.set_nodelay(true)?;
+        Ok(Conn {
+            stream,
+            buf: Vec::with_capacity(16 * 1024),
+        })
+    }
+
+    /// Sends `request` and reads its answer: its status and body.
+    async fn exchange(&mut self, request: &[u8]) -> Result<(u16, Vec<u8>)> {
+        self.stream.write_all(request).await?;
+        let head = loop {
+            if let Some(head) = parse_head(&self.buf).map_err(|e| anyhow!(e))? {
+                break head;
+            }
+            self.fill().await?;
+        };
+        let body_len = loop {
+            let rest = self.buf.get(head.len..).unwrap_or_default();
+            let have = match head.framing {
+                Framing::Length(n) => (rest.len() >= n).then_some(n),
+                Framing::Chunked => chunked_len(rest).map_err(|e| anyhow!(e))?,
+            };
+            if let Some(n) = have {
+                break n;
+            }
+            self.fill().await?;
+        };
+        let body = self.buf[head.len..head.len + body_len].to_vec();
+        self.buf.drain(..head.len + body_len);
+        Ok((head.status, body))
+    }
+
+    async fn fill(&mut self) -> Result<()> {
+        if self.stream.read_buf(&mut self.buf).await? == 0 {
+            bail!("the server closed the connection");
+        }
+        Ok(())
+    }
+}
+
+/// CPU time (user + system) of a process in clock ticks, from the text of `/proc/<pid>/stat`.
+fn cpu_ticks(stat: &str) -> Option<u64> {
+    // The command name (field 2) may hold spaces and parentheses: count from the last `)`.
+    let rest = stat.get(stat.rfind(')')? + 1..)?;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // Fields 14 and 15 of the line are utime and stime: 11 and 12 after the name.
+    let utime: u64 = fields.get(11)?.parse().ok()?;
+    let stime: u64 = fields.get(12)?.parse().ok()?;
+    Some(utime + stime)
+}
+
+fn process_ticks(pid: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| cpu_ticks(&s))
+        .unwrap_or(0)
+}
+
+/// Clock ticks per second (`getconf CLK_TCK`, else Linux's usual 100).
+fn ticks_per_second() -> f64 {
+    Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .and_then(|s| s.trim().parse::<f64>().ok())
+        .filter(|&t| t > 0.0)
+        .unwrap_or(100.0)
+}
+
+/// A `/proc/<pid>/status` field in kB (Linux), or 0.
+fn proc_status_kb(pid: u32, field: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with(field))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|n| n.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// The value of percentile `p` (0 to 100) of sorted microseconds, in milliseconds (nearest
+/// rank); NaN when there are none.
+fn percentile_ms(sorted_us: &[u32], p: f64) -> f64 {
+    if sorted_us.is_empty() {
+        return f64::NAN;
+    }
+    let rank = ((p / 100.0) * (sorted_us.len() - 1) as f64).round() as usize;
+    sorted_us
+        .get(rank.min(sorted_us.len() - 1))
+        .map_or(f64::NAN, |&us| f64::from(us) / 1e3)
+}
+
+/// RSS in kB sampled over a run: the first, the largest and the last sample.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Rss {
+    start: u64,
+    peak: u64,
+    end: u64,
+}
+
+impl Rss {
+    fn of(samples: &[u64]) -> Rss {
+        Rss {
+            start: samples.first().copied().unwrap_or(0),
+            peak: samples.iter().copied().max().unwrap_or(0),
+            end: samples.last().copied().unwrap_or(0),
+        }
+    }
+}
+
+/// What one run measured.
+#[derive(Debug, Default)]
+struct Outcome {
+    /// Latencies of the successful answers per [`Op`], sorted, in microseconds.
+    latencies_us: [Vec<u32>; 5],
+    errors: usize,
+    /// From the first request to the last answer.
+    elapsed: Duration,
+    rss: Rss,
+    /// Cores' worth of CPU the server and this process used over the run.
+    server_cpu: f64,
+    client_cpu: f64,
+}
+
+impl Outcome {
+    fn ok(&self) -> usize {
+        self.latencies_us.iter().map(Vec::len).sum()
+    }
+
+    fn rate(&self) -> f64 {
+        self.ok() as f64 / self.elapsed.as_secs_f64().max(f64::MIN_POSITIVE)
+    }
+
+    fn all_sorted(&self) -> Vec<u32> {
+        let mut all: Vec<u32> = self.latencies_us.iter().flatten().copied().collect();
+        all.sort_unstable();
+        all
+    }
+}
+
+/// A running `mnemon serve`, killed if dropped before [`ServerProcess::stop`].
+struct ServerProcess {
+    child: Child,
+    addr: SocketAddr,
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl ServerProcess {
+    /// Starts `mnemon serve` on 127.0.0.1 over `dir/data` (or `database_url`), with `dir` as
+    /// its working directory so that no `mnemon.toml` or `./libraries` of the checkout applies.
+    fn start(binary: &Path, dir: &Path, database_url: Option<&str>) -> Result<ServerProcess> {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        let mut cmd = Command::new(binary);
+        cmd.arg("--data-dir").arg(dir.join("data"));
+        if let Some(url) = database_url {
+            cmd.args(["--database-url", url]);
+        }
+        cmd.args([
+            "serve",
+            "--addr",
+            "127.0.0.1:0",
+            "--embedding-model",
+            EMBEDDING_MODEL,
+        ])
+        .current_dir(dir)
+        // The access log (one line a request) off: it would cost both processes CPU.
+        .env("RUST_LOG", "info,mnemon_host::access=off")
+        .env_remove("MNEMON_DATABASE_URL")
+        .env_remove("MNEMON_NAMESPACE")
+        .env_remove("MNEMON_CONFIG_FILE")
+        .env_remove("LIBRARY_FILENAME")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+        let mut child = cmd
+            .spawn()
+            .with_context(|| format!("starting {}", binary.display()))?;
+        let stderr = child.stderr.take().context("no stderr pipe")?;
+        let (addr_tx, addr_rx) = std::sync::mpsc::channel();
+        // Drains the log for the whole run: a full pipe would stall the server.
+        std::thread::spawn(move || {
+            let mut shown = 0;
+            for line in BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                if let Some(rest) = line.split("serving on http://").nth(1) {
+                    let addr = rest.split('/').next().unwrap_or_default().to_owned();
+                    let _ = addr_tx.send(addr);
+                } else if (line.contains("ERROR") || line.contains("WARN")) && shown < 20 {
+                    shown += 1;
+                    eprintln!("server: {line}");
+                }
+            }
+        });
+        let mut server = ServerProcess {
+            child,
+            addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+        };
+        server.addr = addr_rx
+            .recv_timeout(Duration::from_secs(60))
+            .context("the server did not report its address within 60 s")?
+            .parse()
+            .context("the server logged an unparsable address")?;
+        Ok(server)
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// SIGTERM, and up to 15 s to exit (then Drop kills it).
+    fn stop(mut self) -> Result<()> {
+        let pid = self.pid().to_string();
+        let status = Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .context("running kill")?;
+        if !status.success() {
+            bail!("kill -TERM {pid} failed");
+        }
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while Instant::now() < deadline {
+            if self.child.try_wait()?.is_some() {
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        bail!("the server was still running 15 s after SIGTERM")
+    }
+}
+
+/// Sends `request`s on one connection, one after the other, failing on any non-2xx answer.
+async fn send_all(addr: SocketAddr, requests: Vec<(String, Vec<u8>)>) -> Result<()> {
+    let mut conn = Conn::connect(addr).await?;
+    for (what, request) in requests {
+        let (status, body) = tokio::time::timeout(REQUEST_TIMEOUT, conn.exchange(&request))
+            .await
+            .with_context(|| format!("{what}: no answer within {REQUEST_TIMEOUT:?}"))??;
+        if !(200..300).contains(&status) {
+            bail!("{what}: {status} {}", String::from_utf8_lossy(&body));
+        }
+    }
+    Ok(())
+}
+
+/// Seeds the server: the assets, each session's messages (in batches of 100), and one recall
+/// per session, so that the seeded messages are embedded before the clock starts.
+fn seed(runtime: &tokio::runtime::Runtime, addr: SocketAddr, p: &Params) -> Result<()> {
+    let host = addr.to_string();
+    let mut requests = Vec::new();
+    for a in 0..p.assets {
+        let labels: Vec<String> = (0..LABELS).map(|l| format!("label {l} of {a}")).collect();
+        let body = json!({"asset_type": "bench", "description": format!("bench asset {a}"),
+                          "content": {"labels": labels, "width": a}});
+        requests.push((
+            format!("putting asset bench-{a}"),
+            http_request(
+                "PUT",
+                &format!("/v1/assets/bench-{a}"),
+                &host,
+                Some(&body.to_string()),
+            ),
+        ));
+    }
+    for s in 0..p.sessions {
+        let ids: Vec<usize> = (0..p.messages).collect();
+        for chunk in ids.chunks(100) {
+            let messages: Vec<_> = chunk
+                .iter()
+                .map(|&m| json!({"name": "user", "role": "user", "content": note((m * p.sessions + s) as u64)}))
+                .collect();
+            requests.push((
+                format!("adding messages to s-{s}"),
+                http_request(
+                    "POST",
+                    &format!("/v1/memory/sessions/s-{s}/messages"),
+                    &host,
+                    Some(&json!({ "messages": messages }).to_string()),
+                ),
+            ));
+        }
+        requests.push((
+            format!("recalling in s-{s}"),
+            http_request(
+                "POST",
+                &format!("/v1/memory/sessions/s-{s}/search"),
+                &host,
+                Some(&json!({"query": {"text": "seed"}, "top_k": TOP_K}).to_string()),
+            ),
+        ));
+    }
+    runtime.block_on(send_all(addr, requests))
+}
+
+/// One run: `clients` connections walking `workload`'s cycle for `seconds`.
+fn load(
+    runtime: &tokio::runtime::Runtime,
+    server: &ServerProcess,
+    workload: Workload,
+    clients: usize,
+    p: &Params,
+) -> Outcome {
+    let cycle = Arc::new(workload.cycle(p.mix));
+    let addr = server.addr;
+    let host = Arc::new(addr.to_string());
+    let duration = Duration::from_secs_f64(p.seconds);
+    let pid = server.pid();
+    let stop = Arc::new(AtomicBool::new(false));
+    let sampler = {
+        let stop = Arc::clone(&stop);
+        std::thread::spawn(move || {
+            let mut samples = vec![proc_status_kb(pid, "VmRSS:")];
+            while !stop.load(Ordering::Relaxed) {
+                std::thread::sleep(RSS_PERIOD);
+                samples.push(proc_status_kb(pid, "VmRSS:"));
+            }
+            samples
+        })
+    };
+    let server_ticks = process_ticks(&pid.to_string());
+    let client_ticks = process_ticks("self");
+    let started = Instant::now();
+    let deadline = started + duration;
+    let (latencies, errors) = runtime.block_on(async {
+        let workers: Vec<_> = (0..clients)
+            .map(|w| {
+                let cycle = Arc::clone(&cycle);
+                let host = Arc::clone(&host);
+                let shape = Shape::of(p);
+                tokio::spawn(async move {
+                    let mut latencies: [Vec<u32>; 5] = Default::default();
+                    let mut errors = 0usize;
+                    let mut conn = None;
+                    let mut step = 0u64;
+                    while Instant::now() < deadline {
+                        let n = step * clients as u64 + w as u64;
+                        let op = cycle
+                            .get((w + step as usize) % cycle.len().max(1))
+                            .copied()
+                            .unwrap_or(Op::Resolve);
+                        step += 1;
+                        let c = match conn.take() {
+                            Some(c) => c,
+                            None => match Conn::connect(addr).await {
+                                Ok(c) => c,
+                                Err(_) => {
+                                    errors += 1;
+                                    tokio::time::sleep(Duration::from_millis(10)).await;
+                                    continue;
+                                }
+                            },
+                        };
+                        let mut c = c;
+                        let bytes = request(op, n, shape, &host);
+                        let sent = Instant::now();
+                        let answer =
+                            tokio::time::timeout(REQUEST_TIMEOUT, c.exchange(&bytes)).await;
+                        let took = sent.elapsed().as_micros().min(u128::from(u32::MAX)) as u32;
+                        match answer {
+                            Ok(Ok((status, body))) => {
+                                let ok =
+                                    (200..300).contains(&status) && (!op.is_mcp() || mcp_ok(&body));
+                                if ok {
+                                    latencies[op.index()].push(took);
+                                } else {
+                                    errors += 1;
+                                }
+                                conn = Some(c);
+                            }
+                            // An I/O error or a timeout: the connection is replaced.
+                            _ => errors += 1,
+                        }
+                    }
+                    (latencies, errors)
+                })
+            })
+            .collect();
+        let mut all: [Vec<u32>; 5] = Default::default();
+        let mut errors = 0;
+        for worker in workers {
+            match worker.await {
+                Ok((latencies, e)) => {
+                    for (into, from) in all.iter_mut().zip(latencies) {
+                        into.extend(from);
+                    }
+                    errors += e;
+                }
+                Err(_) => errors += 1,
+            }
+        }
+        (all, errors)
+    });
+    let elapsed = started.elapsed();
+    let ticks = ticks_per_second();
+    let server_cpu = (process_ticks(&pid.to_string()).saturating_sub(server_ticks)) as f64 / ticks;
+    let client_cpu = (process_ticks("self").saturating_sub(client_ticks)) as f64 / ticks;
+    stop.store(true, Ordering::Relaxed);
+    let samples = sampler.join().unwrap_or_default();
+    let mut latencies_us = latencies;
+    for l in &mut latencies_us {
+        l.sort_unstable();
+    }
+    Outcome {
+        latencies_us,
+        errors,
+        elapsed,
+        rss: Rss::of(&samples),
+        server_cpu: server_cpu / elapsed.as_secs_f64(),
+        client_cpu: client_cpu / elapsed.as_secs_f64(),
+    }
+}
+
+/// One row of the table.
+#[derive(Debug)]
+struct Run {
+    backend: &'static str,
+    workload: Workload,
+    clients: usize,
+    outcome: Outcome,
+}
+
+/// One phase of the MCP SDK client's calls.
+#[derive(Debug, Default)]
+struct Phase {
+    /// Latencies of the successful calls, sorted, in microseconds.
+    latencies_us: Vec<u32>,
+    errors: usize,
+    wall: Duration,
+}
+
+impl Phase {
+    fn rate(&self) -> f64 {
+        self.latencies_us.len() as f64 / self.wall.as_secs_f64().max(f64::MIN_POSITIVE)
+    }
+}
+
+/// The MCP SDK client's adds and searches against one server.
+#[derive(Debug, Default)]
+struct Side {
+    adds: Phase,
+    searches: Phase,
+}
+
+impl Side {
+    /// Every successful call over the time of both phases.
+    fn rate(&self) -> f64 {
+        let calls = self.adds.latencies_us.len() + self.searches.latencies_us.len();
+        calls as f64
+            / (self.adds.wall + self.searches.wall)
+                .as_secs_f64()
+                .max(f64::MIN_POSITIVE)
+    }
+
+    /// From mcp_calls.cjs's report.
+    fn from_report(report: &serde_json::Value) -> Result<Side> {
+        let phase = |key: &str| -> Result<Phase> {
+            let p = &report[key];
+            let wall = p["wall_seconds"]
+                .as_f64()
+                .with_context(|| format!("no {key}.wall_seconds"))?;
+            let mut latencies_us: Vec<u32> = p["seconds"]
+                .as_array()
+                .with_context(|| format!("no {key}.seconds"))?
+                .iter()
+                .map(|s| {
+                    s.as_f64()
+                        .filter(|s| s.is_finite() && *s >= 0.0)
+                        .map(|s| (s * 1e6).round().min(f64::from(u32::MAX)) as u32)
+                        .with_context(|| format!("{key}.seconds holds {s}"))
+                })
+                .collect::<Result<_>>()?;
+            latencies_us.sort_unstable();
+            Ok(Phase {
+                latencies_us,
+                errors: p["errors"]
+                    .as_u64()
+                    .and_then(|e| usize::try_from(e).ok())
+                    .with_context(|| format!("no {key}.errors"))?,
+                wall: Duration::try_from_secs_f64(wall)
+                    .map_err(|e| anyhow!("{key}.wall_seconds = {wall}: {e}"))?,
+            })
+        };
+        Ok(Side {
+            adds: phase("adds")?,
+            searches: phase("searches")?,
+        })
+    }
+}
+
+/// The MCP comparison: the SDK client against both servers.
+#[derive(Debug)]
+struct McpReport {
+    mnemon: Side,
+    /// The reference server's figures, or why there are none.
+    reference: Result<Side, String>,
+}
+
+#[derive(Debug, Default)]
+struct Report {
+    runs: Vec<Run>,
+    mcp: Option<McpReport>,
+    /// The load average before and after.
+    load: (String, String),
+}
+
+fn measure(p: &Params, binary: &Path, dir: &Path, target: &Path) -> Result<Report> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let mut report = Report::default();
+    let backend_runs =
+        |backend: &'static str, server: &ServerProcess, report: &mut Report| -> Result<()> {
+            eprintln!("{backend}: seeding ...");
+            seed(&runtime, server.addr, p).with_context(|| format!("seeding {backend}"))?;
+            for &clients in &p.clients {
+                for workload in [Workload::Resolves, Workload::Mix] {
+                    eprintln!(
+                        "{backend}: {} from {clients} clients for {} s ...",
+                        workload.name(),
+                        p.seconds
+                    );
+                    let outcome = load(&runtime, server, workload, clients, p);
+                    report.runs.push(Run {
+                        backend,
+                        workload,
+                        clients,
+                        outcome,
+                    });
+                }
+            }
+            Ok(())
+        };
+
+    let server = ServerProcess::start(binary, &dir.join("sqlite"), None)?;
+    backend_runs("SQLite", &server, &mut report)?;
+    server.stop()?;
+
+    if !p.skip_postgres {
+        eprintln!("PostgreSQL: starting the server ...");
+        let pg = PgServer::start().context("starting PostgreSQL (see docs/postgres.md)")?;
+        let url = pg
+            .fresh_database("bench_server")
+            .context("creating the benchmark database")?;
+        let server = ServerProcess::start(binary, &dir.join("postgres"), Some(&url))?;
+        backend_runs("PostgreSQL", &server, &mut report)?;
+        server.stop()?;
+        drop(pg);
+    }
+
+    // MCP: a fresh SQLite server, so that the SDK's sessions start empty as the reference's
+    // entities do.
+    let server = ServerProcess::start(binary, &dir.join("mcp"), None)?;
+    let node_dir = target.join("mcp-node");
+    let script = cargo::workspace_root().join("xtask/bench/mcp_calls.cjs");
+    eprintln!(
+        "MCP: the SDK client, {} adds and {} searches against mnemon /mcp ...",
+        p.mcp_calls, p.mcp_calls
+    );
+    let reference = if p.skip_reference {
+        Err("--skip-reference".to_owned())
+    } else {
+        install_reference(&node_dir)
+    };
+    let mnemon = match &reference {
+        Ok(_) => node_calls(
+            &script,
+            &json!({"node_dir": node_dir, "kind": "mnemon", "transport": "http",
+                    "url": format!("http://{}/mcp", server.addr), "calls": p.mcp_calls,
+                    "groups": MCP_GROUPS, "concurrency": p.mcp_concurrency}),
+        )
+        .context("the MCP SDK client against mnemon")?,
+        Err(_) => Side::default(),
+    };
+    let reference = match reference {
+        Ok(index) => {
+            eprintln!("MCP: the same against {REFERENCE_PACKAGE} ...");
+            let file = dir.join("mcp").join("reference-memory.jsonl");
+            node_calls(
+                &script,
+                &json!({"node_dir": node_dir, "kind": "reference", "transport": "stdio",
+                        "command": "node", "args": [index],
+                        "env": {"MEMORY_FILE_PATH": file}, "calls": p.mcp_calls,
+                        "groups": MCP_GROUPS, "concurrency": p.mcp_concurrency}),
+            )
+            .map_err(|e| format!("{e:#}"))
+        }
+        Err(why) => Err(why),
+    };
+    report.mcp = Some(McpReport { mnemon, reference });
+    for &clients in &p.clients {
+        eprintln!(
+            "MCP: tools/call from {clients} raw HTTP clients for {} s ...",
+            p.seconds
+        );
+        let outcome = load(&runtime, &server, Workload::Mcp, clients, p);
+        report.runs.push(Run {
+            backend: "SQLite",
+            workload: Workload::Mcp,
+            clients,
+            outcome,
+        });
+    }
+    server.stop()?;
+    Ok(report)
+}
+
+/// The reference server's entry point under `node_dir`, installed from npm on first use; or
+/// why it cannot be.
+fn install_reference(node_dir: &Path) -> Result<PathBuf, String> {
+    let index = node_dir.join("node_modules/@modelcontextprotocol/server-memory/dist/index.js");
+    let sdk = node_dir.join("node_modules/@modelcontextprotocol/sdk/package.json");
+    if index.is_file() && sdk.is_file() {
+        return Ok(index);
+    }
+    std::fs::create_dir_all(node_dir)
+        .map_err(|e| format!("creating {}: {e}", node_dir.display()))?;
+    eprintln!(
+        "installing {REFERENCE_PACKAGE} into {} (npm) ...",
+        node_dir.display()
+    );
+    let status = Command::new("npm")
+        .arg("install")
+        .arg("--prefix")
+        .arg(node_dir)
+        .args([
+            "--no-audit",
+            "--no-fund",
+            "--loglevel=error",
+            REFERENCE_PACKAGE,
+        ])
+        .stdout(Stdio::null())
+        .status()
+        .map_err(|e| format!("running npm (install Node.js and npm): {e}"))?;
+    if !status.success() || !index.is_file() || !sdk.is_file() {
+        return Err(format!("npm install {REFERENCE_PACKAGE} failed ({status})"));
+    }
+    Ok(index)
+}
+
+/// Runs xtask/bench/mcp_calls.cjs with `config` (at most [`NODE_TIMEOUT`]) and reads its report.
+fn node_calls(script: &Path, config: &serde_json::Value) -> Result<Side> {
+    let mut child = Command::new("node")
+        .arg(script)
+        .arg(config.to_string())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .context("running node (install Node.js)")?;
+    let mut stdout = child.stdout.take().context("no stdout pipe")?;
+    let reader = std::thread::spawn(move || {
+        let mut out = String::new();
+        stdout.read_to_string(&mut out).map(|_| out)
+    });
+    let deadline = Instant::now() + NODE_TIMEOUT;
+    let status = loop {
+        if let Some(status) = child.try_wait()? {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            bail!("{} ran for more than {NODE_TIMEOUT:?}", script.display());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let out = reader
+        .join()
+        .map_err(|_| anyhow!("the reader thread panicked"))??;
+    if !status.success() {
+        bail!(
+            "{} failed ({status}): see its output above",
+            script.display()
+        );
+    }
+    let report: serde_json::Value = serde_json::from_str(out.trim())
+        .with_context(|| format!("{} printed no JSON report: {out:?}", script.display()))?;
+    Side::from_report(&report)
+}
+
+/// Milliseconds with two decimals, `–` for none.
+fn ms(v: f64) -> String {
+    if v.is_nan() {
+        "–".to_owned()
+    } else {
+        format!("{v:.2}")
+    }
+}
+
+fn mb(kb: u64) -> String {
+    format!("{:.0}", kb as f64 / 1024.0)
+}
+
+impl Run {
+    /// The table's cells for this run.
+    fn cells(&self) -> Vec<String> {
+        let o = &self.outcome;
+        let all = o.all_sorted();
+        vec![
+            self.backend.to_owned(),
+            self.workload.name().to_owned(),
+            self.clients.to_string(),
+            thousands(o.ok() as f64),
+            thousands(o.rate()),
+            ms(percentile_ms(&all, 50.0)),
+            ms(percentile_ms(&all, 99.0)),
+            o.errors.to_string(),
+            format!(
+                "{} / {} / {}",
+                mb(o.rss.start),
+                mb(o.rss.peak),
+                mb(o.rss.end)
+            ),
+            format!("{:.2}", o.server_cpu),
+            format!("{:.2}", o.client_cpu),
+        ]
+    }
+
+    /// p50 / p99 of each operation the run sent.
+    fn per_op(&self) -> String {
+        Op::ALL
+            .iter()
+            .filter(|op| !self.outcome.latencies_us[op.index()].is_empty())
+            .map(|op| {
+                let l = &self.outcome.latencies_us[op.index()];
+                format!(
+                    "{} {} × {} / {} ms",
+                    op.name(),
+                    thousands(l.len() as f64),
+                    ms(percentile_ms(l, 50.0)),
+                    ms(percentile_ms(l, 99.0))
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("; ")
+    }
+}
+
+const HEADERS: [&str; 11] = [
+    "backend",
+    "workload",
+    "clients",
+    "answers",
+    "answers/s",
+    "p50 ms",
+    "p99 ms",
+    "errors",
+    "server RSS MB start / peak / end",
+    "server CPU (cores)",
+    "client CPU (cores)",
+];
+
+/// A markdown table of `rows` under [`HEADERS`], columns padded to their widest cell.
+fn table(rows: &[Vec<String>]) -> String {
+    let widths: Vec<usize> = (0..HEADERS.len())
+        .map(|c| {
+            rows.iter()
+                .filter_map(|r| r.get(c))
+                .map(|s| s.chars().count())
+                .chain([HEADERS[c].chars().count()])
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let line = |cells: &[String]| -> String {
+        let padded: Vec<String> = cells
+            .iter()
+            .zip(&widths)
+            .enumerate()
+            .map(|(c, (s, &w))| {
+                // Text columns to the left, figures to the right.
+                if c < 2 {
+                    format!("{s:<w$}")
+                } else {
+                    format!("{s:>w$}")
+                }
+            })
+            .collect();
+        format!("| {} |", padded.join(" | "))
+    };
+    let mut out = line(&HEADERS.map(str::to_owned));
+    out.push('\n');
+    let rule: Vec<String> = widths
+        .iter()
+        .enumerate()
+        .map(|(c, &w)| {
+            if c < 2 {
+                "-".repeat(w + 2)
+            } else {
+                format!("{}:", "-".repeat(w + 1))
+            }
+        })
+        .collect();
+    out.push_str(&format!("|{}|", rule.join("|")));
+    for row in rows {
+        out.push('\n');
+        out.push_str(&line(row));
+    }
+    out
+}
+
+impl Report {
+    fn runs_of(&self, backend: &str, workload: Workload) -> impl Iterator<Item = &Run> {
+        self.runs
+            .iter()
+            .filter(move |r| r.backend == backend && r.workload == workload)
+    }
+
+    /// Issue 15's targets, each with the figures it is judged on and whether they meet it. A
+    /// run with errors does not meet a target.
+    fn targets(&self) -> Vec<String> {
+        let mut lines = Vec::new();
+        let judge = |runs: Vec<&Run>, least: f64, p99_ms: Option<f64>| -> String {
+            if runs.is_empty() {
+                return "not measured".to_owned();
+            }
+            runs.iter()
+                .map(|r| {
+                    let o = &r.outcome;
+                    let p99 = percentile_ms(&o.all_sorted(), 99.0);
+                    let mut met = o.rate() >= least && o.errors == 0;
+                    let mut text = format!("{} clients {}/s", r.clients, thousands(o.rate()));
+                    if let Some(most) = p99_ms {
+                        met &= p99 <= most;
+                        text.push_str(&format!(" p99 {} ms", ms(p99)));
+                    }
+                    if o.errors > 0 {
+                        text.push_str(&format!(" ({} errors)", o.errors));
+                    }
+                    format!("{text} {}", verdict(met))
+                })
+                .collect::<Vec<_>>()
+                .join("; ")
+        };
+        lines.push(format!(
+            "SQLite ≥ {} asset resolves/s: {}",
+            thousands(TARGET_RESOLVES),
+            judge(
+                self.runs_of("SQLite", Workload::Resolves).collect(),
+                TARGET_RESOLVES,
+                None
+            )
+        ));
+        lines.push(format!(
+            "SQLite ≥ {} mixed requests/s at p99 ≤ {TARGET_MIX_P99_MS} ms: {}",
+            thousands(TARGET_MIX_SQLITE),
+            judge(
+                self.runs_of("SQLite", Workload::Mix).collect(),
+                TARGET_MIX_SQLITE,
+                Some(TARGET_MIX_P99_MS)
+            )
+        ));
+        lines.push(format!(
+            "PostgreSQL ≥ {} mixed requests/s: {}",
+            thousands(TARGET_MIX_POSTGRES),
+            judge(
+                self.runs_of("PostgreSQL", Workload::Mix).collect(),
+                TARGET_MIX_POSTGRES,
+                None
+            )
+        ));
+        let mcp = match &self.mcp {
+            None => "not measured".to_owned(),
+            Some(McpReport {
+                reference: Err(why),
+                ..
+            }) => format!("not measured: the reference server could not run ({why})"),
+            Some(McpReport {
+                mnemon,
+                reference: Ok(reference),
+            }) => {
+                let errors = mnemon.adds.errors + mnemon.searches.errors;
+                let judged = |what: &str, m: f64, r: f64| -> String {
+                    let ratio = if r > 0.0 { m / r } else { f64::NAN };
+                    let met = ratio >= TARGET_MCP_RATIO && errors == 0;
+                    format!(
+                        "{what} {}/s vs {}/s = {ratio:.2}× {}",
+                        thousands(m),
+                        thousands(r),
+                        verdict(met)
+                    )
+                };
+                let mut text = [
+                    judged("adds", mnemon.adds.rate(), reference.adds.rate()),
+                    judged(
+                        "searches",
+                        mnemon.searches.rate(),
+                        reference.searches.rate(),
+                    ),
+                    judged("all calls", mnemon.rate(), reference.rate()),
+                ]
+                .join("; ");
+                if errors > 0 {
+                    text.push_str(&format!(" ({errors} mnemon errors)"));
+                }
+                text
+            }
+        };
+        lines.push(format!(
+            "MCP tool calls ≥ {TARGET_MCP_RATIO}× the reference memory server's rate (same SDK \
+             client, same calls): {mcp}"
+        ));
+        lines
+    }
+
+    fn print(&self, p: &Params) {
+        println!(
+            "\nmnemon serve under load: {} s per run, keep-alive HTTP/1.1 clients {:?}, \
+             {} sessions × {} seeded messages, {} assets, mix resolve:add:recall = {}:{}:{}, \
+             embedder {EMBEDDING_MODEL}",
+            p.seconds, p.clients, p.sessions, p.messages, p.assets, p.mix[0], p.mix[1], p.mix[2]
+        );
+        println!(
+            "load average before: {}; after: {} (the machine is shared: indicative figures)",
+            self.load.0, self.load.1
+        );
+        let rows: Vec<Vec<String>> = self.runs.iter().map(Run::cells).collect();
+        println!("{}", table(&rows));
+        println!(
+            "answers/s: 2xx answers (MCP: no tool error) over the wall time of the run; \
+             latency from the request's first byte written to its answer's last byte read; CPU: \
+             cores' worth over the run (the client is this process, one thread)."
+        );
+        println!("per operation (answers × p50 / p99):");
+        for run in &self.runs {
+            println!(
+                "- {} {} {} clients: {}",
+                run.backend,
+                run.workload.name(),
+                run.clients,
+                run.per_op()
+            );
+        }
+        if let Some(mcp) = &self.mcp {
+            println!(
+                "\nMCP, the official TypeScript SDK client, {} adds then {} searches, {} in \
+                 flight, over {MCP_GROUPS} sessions / entities:",
+                p.mcp_calls, p.mcp_calls, p.mcp_concurrency
+            );
+            println!(
+                "| server | adds/s | add p50 / p99 ms | searches/s | search p50 / p99 ms | \
+                 errors |"
+            );
+            println!("|---|---:|---:|---:|---:|---:|");
+            let side = |name: &str, s: &Side| {
+                println!(
+                    "| {name} | {} | {} / {} | {} | {} / {} | {} |",
+                    thousands(s.adds.rate()),
+                    ms(percentile_ms(&s.adds.latencies_us, 50.0)),
+                    ms(percentile_ms(&s.adds.latencies_us, 99.0)),
+                    thousands(s.searches.rate()),
+                    ms(percentile_ms(&s.searches.latencies_us, 50.0)),
+                    ms(percentile_ms(&s.searches.latencies_us, 99.0)),
+                    s.adds.errors + s.searches.errors
+                );
+            };
+            match &mcp.reference {
+                Ok(r) => {
+                    side(
+                        "mnemon serve /mcp (streamable HTTP): remember, recall",
+                        &mcp.mnemon,
+                    );
+                    side(
+                        "@modelcontextprotocol/server-memory (stdio): add_observations, \
+                         search_nodes",
+                        r,
+                    );
+                }
+                Err(why) => println!(
+                    "| (not measured: the SDK and {REFERENCE_PACKAGE} could not run: {why}) | | \
+                     | | | |"
+                ),
+            }
+        }
+        println!("\nissue 15's targets:");
+        for line in self.targets() {
+            println!("- {line}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(words: &str) -> Vec<String> {
+        words.split_whitespace().map(str::to_owned).collect()
+    }
+
+    fn parsed(words: &str) -> Params {
+        match parse(&args(words)) {
+            Ok(Some(p)) => p,
+            other => panic!("{words:?}: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn arguments_parse_with_their_defaults() {
+        let p = parsed("");
+        assert_eq!(p.clients, vec![8, 64]);
+        assert!((p.seconds - 10.0).abs() < 1e-12);
+        assert_eq!((p.sessions, p.messages, p.assets), (16, 50, 200));
+        assert_eq!(p.mix, [1, 1, 1]);
+        assert_eq!((p.mcp_calls, p.mcp_concurrency), (1_000, 1));
+        let p = parsed(
+            "--clients 4,16 --seconds 2.5 --sessions 3 --messages 0 --assets 9 --mix 2:1:0 \
+             --mcp-calls 50 --mcp-concurrency 4 --skip-postgres --skip-reference",
+        );
+        assert_eq!(p.clients, vec![4, 16]);
+        assert!((p.seconds - 2.5).abs() < 1e-12);
+        assert_eq!(
+            (p.sessions, p.messages, p.assets, p.mix),
+            (3, 0, 9, [2, 1, 0])
+        );
+        assert_eq!((p.mcp_calls, p.mcp_concurrency), (50, 4));
+        assert!(p.skip_postgres && p.skip_reference);
+        assert!(matches!(parse(&args("--help")), Ok(None)));
+    }
+
+    #[test]
+    fn bad_arguments_say_what_to_fix() {
+        for (words, says) in [
+            ("--clients", "needs a value"),
+            ("--clients 0", "1 to 256"),
+            ("--clients 8,x", "whole number"),
+            ("--clients 300", "1 to 256"),
+            ("--seconds 0.1", "0.5 to 120"),
+            ("--seconds 1000", "0.5 to 120"),
+            ("--seconds soon", "needs a number"),
+            ("--mix 1:1", "R:A:S"),
+            ("--mix 0:0:0", "not all 0"),
+            ("--mix a:b:c", "three whole numbers"),
+            ("--sessions 0", "1 to 1000"),
+            ("--fast", "unknown argument"),
+        ] {
+            match parse(&args(words)) {
+                Err(error) => assert!(error.to_string().contains(says), "{words}: {error}"),
+                Ok(p) => panic!("{words:?} was accepted: {p:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn percentiles_are_nearest_rank_in_ms() {
+        let sorted: Vec<u32> = (1..=100).map(|ms| ms * 1000).collect();
+        assert!((percentile_ms(&sorted, 50.0) - 51.0).abs() < 1e-9);
+        assert!((percentile_ms(&sorted, 99.0) - 99.0).abs() < 1e-9);
+        assert!((percentile_ms(&sorted, 100.0) - 100.0).abs() < 1e-9);
+        assert!((percentile_ms(&[1500], 99.0) - 1.5).abs() < 1e-9);
+        assert!(percentile_ms(&[], 50.0).is_nan());
+        assert_eq!(ms(f64::NAN), "–");
+    }
+
+    #[test]
+    fn the_mix_interleaves_its_proportions() {
+        use Op::*;
+        assert_eq!(Workload::Mix.cycle([1, 1, 1]), vec![Resolve, Add, Recall]);
+        assert_eq!(
+            Workload::Mix.cycle([3, 1, 1]),
+            vec![Resolve, Add, Recall, Resolve, Resolve]
+        );
+        assert_eq!(Workload::Mix.cycle([0, 2, 1]), vec![Add, Recall, Add]);
+        assert_eq!(Workload::Resolves.cycle([1, 1, 1]), vec![Resolve]);
+        assert_eq!(Workload::Mcp.cycle([1, 1, 1]), vec![McpRemember, McpRecall]);
+    }
+
+    #[test]
+    fn requests_are_http_1_1_with_their_bodies() {
+        let p = parsed("--sessions 4 --assets 10");
+        let text = |op, n| {
+            String::from_utf8(request(op, n, Shape::of(&p), "127.0.0.1:9")).unwrap_or_default()
+        };
+        let resolve = text(Op::Resolve, 13);
+        assert!(
+            resolve.starts_with(
+                "GET /v1/resolve?reference=asset://bench-3/content/labels/5 HTTP/1.1\r\n\
+                 Host: 127.0.0.1:9\r\n\r\n"
+            ),
+            "{resolve}"
+        );
+        let add = text(Op::Add, 6);
+        let (head, body) = add.split_once("\r\n\r\n").unwrap_or_default();
+        assert!(
+            head.starts_with("POST /v1/memory/sessions/s-2/messages HTTP/1.1"),
+            "{head}"
+        );
+        assert!(
+            head.contains(&format!("Content-Length: {}", body.len())),
+            "{head}"
+        );
+        let body: serde_json::Value = serde_json::from_str(body).unwrap_or_default();
+        assert_eq!(body["messages"][0]["content"], note(6));
+        let mcp = text(Op::McpRecall, 5);
+        let body: serde_json::Value =
+            serde_json::from_str(mcp.split_once("\r\n\r\n").unwrap_or_default().1)
+                .unwrap_or_default();
+        assert_eq!(body["method"], "tools/call");
+        assert_eq!(body["params"]["name"], "recall");
+        assert_eq!(body["params"]["arguments"]["session"], "s-1");
+    }
+
+    #[test]
+    fn response_heads_parse() {
+        let head = parse_head(b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\nx: y\r\n\r\nhello");
+        assert_eq!(
+            head,
+            Ok(Some(Head {
+                status: 200,
+                len: 44,
+                framing: Framing::Length(5)
+            }))
+        );
+        assert_eq!(parse_head(b"HTTP/1.1 200 OK\r\ncontent-len"), Ok(None));
+        let chunked = parse_head(b"HTTP/1.1 404 Not Found\r\nTransfer-Encoding: chunked\r\n\r\n");
+        assert!(matches!(
+            chunked,
+            Ok(Some(Head {
+                status: 404,
+                framing: Framing::Chunked,
+                ..
+            }))
+        ));
+        let not_modified = parse_head(b"HTTP/1.1 304 Not Modified\r\netag: x\r\n\r\n");
+        assert!(matches!(
+            not_modified,
+            Ok(Some(Head {
+                framing: Framing::Length(0),
+                ..
+            }))
+        ));
+        assert!(parse_head(b"HTTP/1.1 200 OK\r\n\r\n").is_err());
+        assert!(parse_head(b"SPDY 200\r\n\r\n").is_err());
+        assert!(parse_head(b"HTTP/1.1 200 OK\r\ncontent-length: lots\r\n\r\n").is_err());
+        assert!(parse_head(&vec![b'a'; MAX_HEAD + 1]).is_err());
+    }
+
+    #[test]
+    fn chunked_bodies_are_measured_when_complete() {
+        let body = b"5\r\nhello\r\n3;ext\r\nabc\r\n0\r\n\r\nNEXT";
+        assert_eq!(chunked_len(body), Ok(Some(body.len() - 4)));
+        for cut in 0..body.len() - 4 {
+            assert_eq!(chunked_len(&body[..cut]), Ok(None), "cut at {cut}");
+        }
+        assert!(chunked_len(b"zz\r\n").is_err());
+    }
+
+    #[test]
+    fn mcp_answers_are_judged_by_their_result() {
+        assert!(mcp_ok(
+            br#"{"jsonrpc":"2.0","id":1,"result":{"content":[],"isError":false}}"#
+        ));
+        assert!(mcp_ok(
+            br#"{"jsonrpc":"2.0","id":1,"result":{"content":[]}}"#
+        ));
+        assert!(!mcp_ok(
+            br#"{"jsonrpc":"2.0","id":1,"result":{"content":[],"isError":true}}"#
+        ));
+        assert!(!mcp_ok(
+            br#"{"jsonrpc":"2.0","id":1,"error":{"code":-32602,"message":"no tool"}}"#
+        ));
+        assert!(!mcp_ok(b"not json"));
+    }
+
+    #[test]
+    fn cpu_ticks_come_from_the_stat_line() {
+        // A command name with a space and a parenthesis; utime 250, stime 50.
+        let stat = "1234 (my (proc) x) S 1 1234 1234 0 -1 4194560 100 0 0 0 250 50 0 0 20 0 1 0";
+        assert_eq!(cpu_ticks(stat), Some(300));
+        assert_eq!(cpu_ticks("1234 (short) S 1"), None);
+        // This process's own line parses (Linux).
+        if let Ok(own) = std::fs::read_to_string("/proc/self/stat") {
+            assert!(cpu_ticks(&own).is_some(), "{own}");
+        }
+    }
+
+    #[test]
+    fn rss_is_start_peak_and_end() {
+        assert_eq!(
+            Rss::of(&[100, 300, 200]),
+            Rss {
+                start: 100,
+                peak: 300,
+                end: 200
+            }
+        );
+        assert_eq!(Rss::of(&[]), Rss::default());
+    }
+
+    fn outcome(ok: usize, latency_us: u32, errors: usize) -> Outcome {
+        let mut latencies_us: [Vec<u32>; 5] = Default::default();
+        latencies_us[0] = vec![latency_us; ok];
+        Outcome {
+            latencies_us,
+            errors,
+            elapsed: Duration::from_secs(1),
+            ..Outcome::default()
+        }
+    }
+
+    fn run(backend: &'static str, workload: Workload, clients: usize, o: Outcome) -> Run {
+        Run {
+            backend,
+            workload,
+            clients,
+            outcome: o,
+        }
+    }
+
+    fn side(adds: usize, searches: usize) -> Side {
+        let phase = |n| Phase {
+            latencies_us: vec![1_000; n],
+            errors: 0,
+            wall: Duration::from_secs(1),
+        };
+        Side {
+            adds: phase(adds),
+            searches: phase(searches),
+        }
+    }
+
+    #[test]
+    fn targets_are_judged_on_the_figures() {
+        let report = Report {
+            runs: vec![
+                run("SQLite", Workload::Resolves, 8, outcome(12_000, 500, 0)),
+                run("SQLite", Workload::Resolves, 64, outcome(9_000, 500, 0)),
+                // Fast enough, but p99 over 10 ms.
+                run("SQLite", Workload::Mix, 8, outcome(4_000, 12_000, 0)),
+                // Fast enough, but with errors.
+                run("SQLite", Workload::Mix, 64, outcome(4_000, 2_000, 3)),
+                run("PostgreSQL", Workload::Mix, 8, outcome(1_600, 2_000, 0)),
+            ],
+            mcp: Some(McpReport {
+                mnemon: side(600, 100),
+                reference: Ok(side(100, 100)),
+            }),
+            load: Default::default(),
+        };
+        let t = report.targets();
+        assert_eq!(t.len(), 4, "{t:#?}");
+        assert!(t[0].contains("8 clients 12,000/s met"), "{}", t[0]);
+        assert!(t[0].contains("64 clients 9,000/s UNMET"), "{}", t[0]);
+        assert!(
+            t[1].contains("8 clients 4,000/s p99 12.00 ms UNMET"),
+            "{}",
+            t[1]
+        );
+        assert!(
+            t[1].contains("64 clients 4,000/s p99 2.00 ms (3 errors) UNMET"),
+            "{}",
+            t[1]
+        );
+        assert!(t[2].contains("8 clients 1,600/s met"), "{}", t[2]);
+        assert!(t[3].contains("adds 600/s vs 100/s = 6.00× met"), "{}", t[3]);
+        assert!(
+            t[3].contains("searches 100/s vs 100/s = 1.00× UNMET"),
+            "{}",
+            t[3]
+        );
+        assert!(
+            t[3].contains("all calls 350/s vs 100/s = 3.50× UNMET"),
+            "{}",
+            t[3]
+        );
+
+        let missing = Report {
+            mcp: Some(McpReport {
+                mnemon: Side::default(),
+                reference: Err("npm not found".to_owned()),
+            }),
+            ..Report::default()
+        };
+        let t = missing.targets();
+        assert!(t[0].ends_with("not measured"), "{}", t[0]);
+        assert!(t[3].contains("could not run (npm not found)"), "{}", t[3]);
+    }
+
+    #[test]
+    fn the_table_is_markdown_with_aligned_columns() {
+        let r = run("SQLite", Workload::Mix, 8, outcome(2_500, 1_500, 1));
+        let text = table(&[r.cells()]);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 3, "{text}");
+        assert!(
+            lines[0].starts_with("| backend | workload |"),
+            "{}",
+            lines[0]
+        );
+        assert!(lines[1].starts_with("|---------|"), "{}", lines[1]);
+        assert!(lines[1].ends_with(":|"), "{}", lines[1]);
+        let cells: Vec<&str> = lines[2].split('|').map(str::trim).collect();
+        assert_eq!(
+            &cells[1..9],
+            &["SQLite", "mix", "8", "2,500", "2,500", "1.50", "1.50", "1"]
+        );
+        // Every line has the same width: the columns line up.
+        let width = lines[0].chars().count();
+        assert!(lines.iter().all(|l| l.chars().count() == width), "{text}");
+        assert_eq!(
+            r.per_op(),
+            "resolve 2,500 × 1.50 / 1.50 ms",
+            "only the operations sent"
+        );
+    }
+
+    #[test]
+    fn mcp_sides_read_the_scripts_report() {
+        let report = json!({
+            "adds": {"wall_seconds": 2.0, "seconds": [0.003, 0.001], "errors": 1},
+            "searches": {"wall_seconds": 1.0, "seconds": [0.002, 0.002], "errors": 0},
+        });
+        let s = Side::from_report(&report).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(s.adds.latencies_us, vec![1_000, 3_000]);
+        assert_eq!(s.adds.errors, 1);
+        assert!((s.adds.rate() - 1.0).abs() < 1e-9);
+        assert!((s.searches.rate() - 2.0).abs() < 1e-9);
+        // 4 calls in 3 s.
+        assert!((s.rate() - 4.0 / 3.0).abs() < 1e-9);
+        assert!(Side::from_report(&json!({"adds": {}})).is_err());
+        let negative = json!({
+            "adds": {"wall_seconds": 1.0, "seconds": [-1.0], "errors": 0},
+            "searches": {"wall_seconds": 1.0, "seconds": [], "errors": 0},
+        });
+        assert!(Side::from_report(&negative).is_err());
+    }
+}
