@@ -166,7 +166,8 @@ pub struct Library {
     pub(crate) max_norm: OnceLock<f64>,
     /// Bits per tag index (one more slot for indices past the tag table), counted by the first
     /// query: a query's restricted count is then a sum over the tags its grant closes, not a
-    /// pass over every bit (which would cost an indexed query more than its search).
+    /// pass over every bit, which an indexed query (reading only its candidates) would
+    /// otherwise pay on top of its search.
     pub(crate) tag_counts: OnceLock<Vec<usize>>,
 }
 

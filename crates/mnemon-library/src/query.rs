@@ -322,7 +322,7 @@ impl Library {
             .filter(|&(t, _)| !open_tag.get(t).copied().unwrap_or(false))
             .map(|(_, &c)| c)
             .sum();
-        let visible = self.len() - restricted;
+        let visible = self.len().saturating_sub(restricted);
 
         let indexed = match &plan.query {
             Some(query) if plan.indexed && !self.is_empty() => {
