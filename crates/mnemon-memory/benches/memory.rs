@@ -144,5 +144,71 @@ fn retrieval(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, in_memory_add, sqlite_add, retrieval);
+/// The server's similarity search over one SQLite session of 50,000 messages with 512-dimensional
+/// embeddings (the hashing embedder's size): every request opens a fresh handle on the thread
+/// (`existing_memory`), whose mirror is empty, then recalls the top 5 by cosine.
+fn sqlite_fresh_handle_recall(c: &mut Criterion) {
+    const N: usize = 50_000;
+    const DIM: usize = 512;
+    let mut rng = Pcg64::seed_from_u64(7);
+    let f = factory();
+    let mut unit = move || {
+        let v: Vec<f32> = (0..DIM).map(|_| rng.random_range(-1.0f32..1.0)).collect();
+        let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+        v.into_iter().map(|x| x / norm).collect::<Vec<f32>>()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteMemoryStore::open_with_factory(
+        dir.path().join("m.sqlite3"),
+        SqliteMemoryOptions::default(),
+        factory(),
+    )
+    .unwrap();
+    let memory = store.memory(Scope::session("big")).unwrap();
+    for batch in 0..N / 1000 {
+        let items: Vec<MsgInput> = (0..1000)
+            .map(|i| {
+                f.msg(
+                    "n",
+                    format!("message {batch} {i}: the ferry leaves at nine thirty"),
+                )
+                .embedding(unit())
+                .build()
+                .unwrap()
+                .into()
+            })
+            .collect();
+        memory.add(items).unwrap();
+    }
+    drop(memory);
+    let query = unit();
+    let options = RetrieveOptions {
+        top_k: Some(5),
+        preserve_order: false,
+        ..RetrieveOptions::default()
+    };
+    let mut group = c.benchmark_group("sqlite_recall");
+    group.sample_size(10);
+    group.bench_function("fresh_handle_50k_x_512_top5", |b| {
+        b.iter(|| {
+            let memory = store
+                .existing_memory(Scope::session("big"))
+                .unwrap()
+                .unwrap();
+            let found = memory
+                .retrieve_by_embedding(RetrievalQuery::Vector(query.clone()), &options, None)
+                .unwrap();
+            assert_eq!(found.len(), 5);
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(
+    benches,
+    in_memory_add,
+    sqlite_add,
+    retrieval,
+    sqlite_fresh_handle_recall
+);
 criterion_main!(benches);
