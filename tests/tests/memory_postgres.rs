@@ -1942,3 +1942,63 @@ fn embeddings_are_stored_once_and_version_3_bodies_still_read() {
         before
     );
 }
+
+/// Thread summaries on 50,000 threads: a page deep into the listing is an index range read from
+/// the cursor (the plan of the statement `thread_summaries` runs, copied here), and every page
+/// reads each thread once. Prints the time of a first and a deep page.
+#[test]
+fn thread_summary_pages_are_index_ranges_at_50000_threads() {
+    let server = mnemon_tests::require_postgres!();
+    let (url, mut client) = fresh(server, "memory_summary_pages");
+    let store = open(&url, PostgresMemoryOptions::default());
+    client
+        .batch_execute(
+            "INSERT INTO memory_threads (namespace, user_id, agent_id, session_id, created_at,
+               last_active_ms, live)
+             SELECT CASE WHEN i % 10 = 0 THEN 'other' ELSE 'default' END, 'u' || (i % 97), '',
+                    's' || i, 't', 1700000000000 + (i * 7919) % 100000, i % 13
+             FROM generate_series(1, 50000) AS i;
+             ANALYZE memory_threads;",
+        )
+        .unwrap();
+    let plan: Vec<String> = client
+        .query(
+            "EXPLAIN SELECT thread_id, user_id, agent_id, session_id, live,
+                last_active_ms FROM memory_threads WHERE namespace = $1
+                AND (last_active_ms, thread_id) < ($2, $3)
+                ORDER BY last_active_ms DESC, thread_id DESC LIMIT $4",
+            &[&"default", &1_700_000_050_000_i64, &25_000_i64, &51_i64],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    let plan = plan.join("\n");
+    assert!(
+        plan.contains("Index Scan using memory_threads_activity") && !plan.contains("Sort"),
+        "{plan}"
+    );
+    assert!(plan.contains("Index Cond"), "{plan}");
+    let started = std::time::Instant::now();
+    let first = store.thread_summaries(50, None).unwrap();
+    let first_page = started.elapsed();
+    let mut seen = HashSet::new();
+    let mut after = first.next.clone();
+    for t in &first.threads {
+        assert!(seen.insert(t.scope.clone()));
+    }
+    let mut deep_page = Duration::ZERO;
+    while let Some(cursor) = after {
+        let started = std::time::Instant::now();
+        let page = store.thread_summaries(500, Some(&cursor)).unwrap();
+        deep_page = started.elapsed();
+        for t in &page.threads {
+            assert!(seen.insert(t.scope.clone()), "{t:?} listed twice");
+        }
+        after = page.next;
+    }
+    assert_eq!(seen.len(), 45_000);
+    eprintln!(
+        "50,000 threads: first page of 50 in {first_page:?}, last page of 500 in {deep_page:?}"
+    );
+}
