@@ -795,11 +795,23 @@ mod tests {
             count_type in prop_oneof![Just(json!(null)), Just(json!("bit")), Just(json!("token")), "[a-z]{0,5}".prop_map(|v| json!(v))],
             omit in prop_oneof![Just(json!(null)), "[a-z_,*]{0,20}".prop_map(|v| json!(v)), Just(json!(["info", "similarity"])), Just(json!(7))],
             token in prop_oneof![Just(json!(null)), Just(json!("team-secret")), Just(json!(1))],
+            exact in prop_oneof![Just(json!(null)), any::<bool>().prop_map(|v| json!(v)), "[a-z]{0,5}".prop_map(|v| json!(v)), Just(json!(0))],
         ) {
             let lib = library();
             let a = args(json!({"version": version, "count": count, "query_embedding_model": model,
                                 "query_embedding": embedding, "count_type": count_type,
-                                "omit": omit, "access_token": token}));
+                                "omit": omit, "access_token": token, "exact": exact.clone()}));
+            // `exact` parses exactly when it is absent, a boolean, or "true" / "false".
+            let exact_ok = matches!(&exact, Value::Null | Value::Bool(_))
+                || exact == json!("true")
+                || exact == json!("false");
+            if let Err(e) = parse_query(&lib, &a, &QueryOptions::default()) {
+                if matches!(e.kind(), LibraryError::BadExact(_)) {
+                    prop_assert!(!exact_ok);
+                }
+            } else {
+                prop_assert!(exact_ok);
+            }
             let policy = AccessPolicy::new();
             if let Ok(parsed) = parse_query(&lib, &a, &QueryOptions::default()) {
                 let result = lib.query(&parsed.request, &parsed.grant(&policy)).unwrap();
