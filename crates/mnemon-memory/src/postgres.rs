@@ -4,8 +4,10 @@
 //!
 //! **Tables.** `memory_threads`, `memory_messages` and `memory_marks`, versioned in
 //! `memory_schema` with the same numbering as SQLite's (1: the tables; 2: the namespace), so a
-//! copy between the backends can rely on version `n` meaning the same tables on both; version 3
-//! (PostgreSQL only) adds the counters recall reads instead of counting (below). The migrations
+//! copy between the backends can rely on versions 1 and 2 meaning the same tables on both; from
+//! 3 the numbering is each backend's own: here 3 adds the counters recall reads instead of
+//! counting (below), 4 one copy of an embedding, 5 the thread summaries' `last_active_ms` (SQLite
+//! has `live` and `last_active_ms` from its version 3; see `crate::activity`). The migrations
 //! run through `mnemon_db::postgres::migrate`, under an advisory lock: processes opening a new
 //! database at once never race.
 //!

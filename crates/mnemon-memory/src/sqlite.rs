@@ -22,7 +22,15 @@
 //!
 //! **Caching.** Each [`SqliteMemory`] mirrors its thread in memory (messages, marks, the
 //! embedding matrix) and checks the thread's `rev` counter, which every write increments, at the
-//! start of each call; writes by other handles or processes are therefore always seen.
+//! start of each call; writes by other handles or processes are therefore always seen. A cut to
+//! `top_k` through a handle whose mirror is not current (a fresh handle, as each server request
+//! opens) does not load the mirror: it scores the stored `f32` vectors as they stream past and
+//! decodes only the winners' bodies (`retrieve_from_index` below).
+//!
+//! **Summaries and search.** Every write also keeps the thread's `live` count and
+//! `last_active_ms` (schema version 3) for [`SqliteMemoryStore::thread_summaries`], and
+//! [`SqliteMemoryStore::search`] recalls across the threads a `ScopeFilter` selects
+//! (docs/reference/memory.md#thread-summaries, #search-across-sessions).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

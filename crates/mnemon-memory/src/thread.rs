@@ -40,7 +40,7 @@ pub(crate) struct ThreadState {
 
 impl ThreadState {
     /// A state holding these entries (ids must be unique).
-    #[cfg(any(feature = "sqlite", test))]
+    #[cfg(any(feature = "sqlite", feature = "postgres", test))]
     pub(crate) fn from_entries(entries: Vec<Entry>) -> Self {
         let mut state = ThreadState {
             entries,
