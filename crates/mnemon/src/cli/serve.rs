@@ -123,6 +123,12 @@ pub(crate) struct ServeArgs {
     /// The largest serialised result; larger ones get 400 asking for a lower count or omit.
     #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_RESULT_BYTES)]
     max_result_bytes: usize,
+
+    /// Libraries of at least this many bits are searched through their ANN index (built by
+    /// `mnemon library pack --index`) when it is current; smaller ones, and queries asking
+    /// `exact: true`, scan exactly. `0` uses every index (docs/reference/library.md#ann-index).
+    #[arg(long, value_name = "BITS", default_value_t = mnemon::library::DEFAULT_INDEX_MIN_BITS)]
+    index_min_bits: usize,
 }
 
 /// A positive, finite number of seconds.
@@ -178,6 +184,10 @@ pub(crate) fn run(args: ServeArgs, target: &Target<'_>, quiet: bool) -> CliResul
         max_concurrent_queries: args.max_concurrent_queries,
         queue_timeout: Duration::from_secs_f64(args.queue_timeout),
         max_result_bytes: args.max_result_bytes,
+        index: mnemon::library::IndexUse {
+            min_bits: args.index_min_bits,
+            ..mnemon::library::IndexUse::default()
+        },
         ..HostOptions::default()
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
