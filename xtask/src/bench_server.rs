@@ -343,9 +343,15 @@ impl Shape {
     }
 }
 
+/// `n` scrambled (Fibonacci hashing), so that which session or asset a request uses does not
+/// follow which client sends it or which operation it is.
+fn spread(n: u64, salt: u64) -> u64 {
+    (n ^ salt).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32
+}
+
 /// The session request `n` uses.
 fn session_of(n: u64, shape: Shape) -> String {
-    format!("s-{}", n % shape.sessions as u64)
+    format!("s-{}", spread(n, 1) % shape.sessions as u64)
 }
 
 fn note(n: u64) -> String {
@@ -364,8 +370,8 @@ fn request(op: Op, n: u64, shape: Shape, host: &str) -> Vec<u8> {
             "GET",
             format!(
                 "/v1/resolve?reference=asset://bench-{}/content/labels/{}",
-                n % shape.assets as u64,
-                n % LABELS
+                spread(n, 2) % shape.assets as u64,
+                spread(n, 3) % LABELS
             ),
             None,
         ),
@@ -507,6 +513,29 @@ fn chunked_len(buf: &[u8]) -> Result<Option<usize>, String> {
     }
 }
 
+/// Errors counted by kind.
+type Failures = std::collections::BTreeMap<String, usize>;
+
+/// What kind of error an unsuccessful answer is: the operation, the status and the error code
+/// of the body (`{"error": {"code"}}`; for an MCP tool error the code in its text block).
+fn failure_kind(op: Op, status: u16, body: &[u8]) -> String {
+    let value: serde_json::Value = serde_json::from_slice(body).unwrap_or_default();
+    let code = if op.is_mcp() {
+        let text = value["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap_or_default();
+        let tool: serde_json::Value = serde_json::from_str(text).unwrap_or_default();
+        tool["error"]["code"]
+            .as_str()
+            .or(value["error"]["message"].as_str())
+            .unwrap_or("?")
+            .to_owned()
+    } else {
+        value["error"]["code"].as_str().unwrap_or("?").to_owned()
+    };
+    format!("{} {status} {code}", op.name())
+}
+
 /// Whether an MCP `tools/call` answer is a success: a JSON-RPC result that is no tool error.
 fn mcp_ok(body: &[u8]) -> bool {
     serde_json::from_slice::<serde_json::Value>(body).is_ok_and(|v| {
@@ -643,6 +672,8 @@ struct Outcome {
     /// Latencies of the successful answers per [`Op`], sorted, in microseconds.
     latencies_us: [Vec<u32>; 5],
     errors: usize,
+    /// The errors by kind (operation, status and error code, or I/O error, timeout).
+    failures: Failures,
     /// From the first request to the last answer.
     elapsed: Duration,
     rss: Rss,
@@ -797,6 +828,11 @@ fn seed(runtime: &tokio::runtime::Runtime, addr: SocketAddr, p: &Params) -> Resu
         ));
     }
     for s in 0..p.sessions {
+        // Created even without messages, so that recalls in it find it.
+        requests.push((
+            format!("creating session s-{s}"),
+            http_request("PUT", &format!("/v1/memory/sessions/s-{s}"), &host, None),
+        ));
         let ids: Vec<usize> = (0..p.messages).collect();
         for chunk in ids.chunks(100) {
             let messages: Vec<_> = chunk
@@ -855,7 +891,7 @@ fn load(
     let client_ticks = process_ticks("self");
     let started = Instant::now();
     let deadline = started + duration;
-    let (latencies, errors) = runtime.block_on(async {
+    let (latencies, failures) = runtime.block_on(async {
         let workers: Vec<_> = (0..clients)
             .map(|w| {
                 let cycle = Arc::clone(&cycle);
@@ -863,7 +899,8 @@ fn load(
                 let shape = Shape::of(p);
                 tokio::spawn(async move {
                     let mut latencies: [Vec<u32>; 5] = Default::default();
-                    let mut errors = 0usize;
+                    let mut failures = Failures::new();
+                    let mut fail = |kind: String| *failures.entry(kind).or_insert(0) += 1;
                     let mut conn = None;
                     let mut step = 0u64;
                     while Instant::now() < deadline {
@@ -878,7 +915,7 @@ fn load(
                             None => match Conn::connect(addr).await {
                                 Ok(c) => c,
                                 Err(_) => {
-                                    errors += 1;
+                                    fail("connect".to_owned());
                                     tokio::time::sleep(Duration::from_millis(10)).await;
                                     continue;
                                 }
@@ -897,32 +934,35 @@ fn load(
                                 if ok {
                                     latencies[op.index()].push(took);
                                 } else {
-                                    errors += 1;
+                                    fail(failure_kind(op, status, &body));
                                 }
                                 conn = Some(c);
                             }
                             // An I/O error or a timeout: the connection is replaced.
-                            _ => errors += 1,
+                            Ok(Err(_)) => fail(format!("{} I/O error", op.name())),
+                            Err(_) => fail(format!("{} timeout", op.name())),
                         }
                     }
-                    (latencies, errors)
+                    (latencies, failures)
                 })
             })
             .collect();
         let mut all: [Vec<u32>; 5] = Default::default();
-        let mut errors = 0;
+        let mut failures = Failures::new();
         for worker in workers {
             match worker.await {
-                Ok((latencies, e)) => {
+                Ok((latencies, f)) => {
                     for (into, from) in all.iter_mut().zip(latencies) {
                         into.extend(from);
                     }
-                    errors += e;
+                    for (kind, n) in f {
+                        *failures.entry(kind).or_insert(0) += n;
+                    }
                 }
-                Err(_) => errors += 1,
+                Err(_) => *failures.entry("a client panicked".to_owned()).or_insert(0) += 1,
             }
         }
-        (all, errors)
+        (all, failures)
     });
     let elapsed = started.elapsed();
     let ticks = ticks_per_second();
@@ -936,7 +976,8 @@ fn load(
     }
     Outcome {
         latencies_us,
-        errors,
+        errors: failures.values().sum(),
+        failures,
         elapsed,
         rss: Rss::of(&samples),
         server_cpu: server_cpu / elapsed.as_secs_f64(),
@@ -1121,6 +1162,8 @@ fn measure(p: &Params, binary: &Path, dir: &Path, target: &Path) -> Result<Repor
         Err(why) => Err(why),
     };
     report.mcp = Some(McpReport { mnemon, reference });
+    // The raw runs recall in the seeded sessions (s-<i>), not the SDK's (topic-<i>).
+    seed(&runtime, server.addr, p).context("seeding the MCP server")?;
     for &clients in &p.clients {
         eprintln!(
             "MCP: tools/call from {clients} raw HTTP clients for {} s ...",
@@ -1265,6 +1308,12 @@ impl Run {
                     ms(percentile_ms(l, 99.0))
                 )
             })
+            .chain(
+                self.outcome
+                    .failures
+                    .iter()
+                    .map(|(kind, n)| format!("errors: {kind} × {n}")),
+            )
             .collect::<Vec<_>>()
             .join("; ")
     }
@@ -1605,17 +1654,21 @@ mod tests {
             String::from_utf8(request(op, n, Shape::of(&p), "127.0.0.1:9")).unwrap_or_default()
         };
         let resolve = text(Op::Resolve, 13);
-        assert!(
-            resolve.starts_with(
-                "GET /v1/resolve?reference=asset://bench-3/content/labels/5 HTTP/1.1\r\n\
-                 Host: 127.0.0.1:9\r\n\r\n"
-            ),
-            "{resolve}"
+        let (asset, label) = (spread(13, 2) % 10, spread(13, 3) % LABELS);
+        assert_eq!(
+            resolve,
+            format!(
+                "GET /v1/resolve?reference=asset://bench-{asset}/content/labels/{label} \
+                 HTTP/1.1\r\nHost: 127.0.0.1:9\r\n\r\n"
+            )
         );
         let add = text(Op::Add, 6);
         let (head, body) = add.split_once("\r\n\r\n").unwrap_or_default();
+        let session = format!("s-{}", spread(6, 1) % 4);
         assert!(
-            head.starts_with("POST /v1/memory/sessions/s-2/messages HTTP/1.1"),
+            head.starts_with(&format!(
+                "POST /v1/memory/sessions/{session}/messages HTTP/1.1"
+            )),
             "{head}"
         );
         assert!(
@@ -1630,7 +1683,52 @@ mod tests {
                 .unwrap_or_default();
         assert_eq!(body["method"], "tools/call");
         assert_eq!(body["params"]["name"], "recall");
-        assert_eq!(body["params"]["arguments"]["session"], "s-1");
+        assert_eq!(
+            body["params"]["arguments"]["session"],
+            format!("s-{}", spread(5, 1) % 4)
+        );
+    }
+
+    #[test]
+    fn every_client_and_operation_reaches_every_session() {
+        // Client w of 8 sends request n = step * 8 + w; a 2-step cycle alternates operations.
+        // Each (client, operation) pair must still reach all 16 sessions.
+        let shape = Shape {
+            sessions: 16,
+            assets: 200,
+        };
+        for w in 0..8u64 {
+            for op in 0..2u64 {
+                let sessions: std::collections::BTreeSet<String> = (0..400u64)
+                    .filter(|step| (w + step) % 2 == op)
+                    .map(|step| session_of(step * 8 + w, shape))
+                    .collect();
+                assert_eq!(
+                    sessions.len(),
+                    16,
+                    "client {w}, operation {op}: {sessions:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn failures_are_named_by_operation_status_and_code() {
+        let rest = br#"{"error":{"code":"busy","message":"try again"}}"#;
+        assert_eq!(failure_kind(Op::Add, 503, rest), "add 503 busy");
+        assert_eq!(failure_kind(Op::Recall, 500, b"oops"), "recall 500 ?");
+        let text = json!({"error": {"code": "session_not_found", "message": "m"}}).to_string();
+        let tool = json!({"jsonrpc": "2.0", "id": 1, "result": {"isError": true, "content": [
+            {"type": "text", "text": text}]}});
+        assert_eq!(
+            failure_kind(Op::McpRecall, 200, tool.to_string().as_bytes()),
+            "MCP recall 200 session_not_found"
+        );
+        let protocol = br#"{"jsonrpc":"2.0","id":1,"error":{"code":-32602,"message":"no tool"}}"#;
+        assert_eq!(
+            failure_kind(Op::McpRemember, 200, protocol),
+            "MCP remember 200 no tool"
+        );
     }
 
     #[test]
