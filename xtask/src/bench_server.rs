@@ -513,8 +513,16 @@ fn chunked_len(buf: &[u8]) -> Result<Option<usize>, String> {
     }
 }
 
-/// Errors counted by kind.
-type Failures = std::collections::BTreeMap<String, usize>;
+/// Errors counted by kind, with the first answer's message of each (cut at 300 characters).
+type Failures = std::collections::BTreeMap<String, (usize, String)>;
+
+/// Counts one error of `kind` in `failures`, keeping the first `message` of each kind.
+fn count_failure(failures: &mut Failures, kind: String, message: impl FnOnce() -> String) {
+    failures
+        .entry(kind)
+        .and_modify(|(n, _)| *n += 1)
+        .or_insert_with(|| (1, message().chars().take(300).collect()));
+}
 
 /// What kind of error an unsuccessful answer is: the operation, the status and the error code
 /// of the body (`{"error": {"code"}}`; for an MCP tool error the code in its text block).
@@ -900,7 +908,6 @@ fn load(
                 tokio::spawn(async move {
                     let mut latencies: [Vec<u32>; 5] = Default::default();
                     let mut failures = Failures::new();
-                    let mut fail = |kind: String| *failures.entry(kind).or_insert(0) += 1;
                     let mut conn = None;
                     let mut step = 0u64;
                     while Instant::now() < deadline {
@@ -915,7 +922,7 @@ fn load(
                             None => match Conn::connect(addr).await {
                                 Ok(c) => c,
                                 Err(_) => {
-                                    fail("connect".to_owned());
+                                    count_failure(&mut failures, "connect".to_owned(), String::new);
                                     tokio::time::sleep(Duration::from_millis(10)).await;
                                     continue;
                                 }
@@ -934,13 +941,25 @@ fn load(
                                 if ok {
                                     latencies[op.index()].push(took);
                                 } else {
-                                    fail(failure_kind(op, status, &body));
+                                    count_failure(
+                                        &mut failures,
+                                        failure_kind(op, status, &body),
+                                        || String::from_utf8_lossy(&body).into_owned(),
+                                    );
                                 }
                                 conn = Some(c);
                             }
                             // An I/O error or a timeout: the connection is replaced.
-                            Ok(Err(_)) => fail(format!("{} I/O error", op.name())),
-                            Err(_) => fail(format!("{} timeout", op.name())),
+                            Ok(Err(e)) => count_failure(
+                                &mut failures,
+                                format!("{} I/O error", op.name()),
+                                || format!("{e:#}"),
+                            ),
+                            Err(_) => count_failure(
+                                &mut failures,
+                                format!("{} timeout", op.name()),
+                                String::new,
+                            ),
                         }
                     }
                     (latencies, failures)
@@ -955,11 +974,14 @@ fn load(
                     for (into, from) in all.iter_mut().zip(latencies) {
                         into.extend(from);
                     }
-                    for (kind, n) in f {
-                        *failures.entry(kind).or_insert(0) += n;
+                    for (kind, (n, message)) in f {
+                        failures
+                            .entry(kind)
+                            .and_modify(|(count, _)| *count += n)
+                            .or_insert((n, message));
                     }
                 }
-                Err(_) => *failures.entry("a client panicked".to_owned()).or_insert(0) += 1,
+                Err(_) => count_failure(&mut failures, "a client panicked".to_owned(), String::new),
             }
         }
         (all, failures)
@@ -976,7 +998,7 @@ fn load(
     }
     Outcome {
         latencies_us,
-        errors: failures.values().sum(),
+        errors: failures.values().map(|(n, _)| n).sum(),
         failures,
         elapsed,
         rss: Rss::of(&samples),
@@ -1312,7 +1334,7 @@ impl Run {
                 self.outcome
                     .failures
                     .iter()
-                    .map(|(kind, n)| format!("errors: {kind} × {n}")),
+                    .map(|(kind, (n, message))| format!("errors: {kind} × {n} (first: {message})")),
             )
             .collect::<Vec<_>>()
             .join("; ")
@@ -1729,6 +1751,20 @@ mod tests {
             failure_kind(Op::McpRemember, 200, protocol),
             "MCP remember 200 no tool"
         );
+    }
+
+    #[test]
+    fn failures_count_and_keep_the_first_message() {
+        let mut failures = Failures::new();
+        count_failure(&mut failures, "add 503 busy".to_owned(), || {
+            "first".to_owned()
+        });
+        count_failure(&mut failures, "add 503 busy".to_owned(), || {
+            "second".to_owned()
+        });
+        count_failure(&mut failures, "connect".to_owned(), || "x".repeat(400));
+        assert_eq!(failures["add 503 busy"], (2, "first".to_owned()));
+        assert_eq!(failures["connect"].1.len(), 300);
     }
 
     #[test]
