@@ -1064,6 +1064,89 @@ pub fn embedder_fills_missing(make: Maker<'_>) {
     assert_eq!(got[0].message.id(), "a");
 }
 
+/// A hashing embedder that, like a writer racing a recall, adds one message without an
+/// embedding to `memory` every time it is called.
+struct Interfering<'a> {
+    memory: &'a dyn Memory,
+    inner: HashingEmbedder,
+    calls: std::sync::atomic::AtomicUsize,
+}
+
+impl mnemon_types::Embedder for Interfering<'_> {
+    fn model(&self) -> &str {
+        self.inner.model()
+    }
+
+    fn dimension(&self) -> usize {
+        self.inner.dimension()
+    }
+
+    fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, mnemon_types::EmbedError> {
+        let call = self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.memory
+            .add(vec![
+                json!({"id": format!("late-{call}"), "name": "w", "content": "a late boat"}).into(),
+            ])
+            .map_err(|e| mnemon_types::EmbedError::new("test:interfering", e.to_string()))?;
+        self.inner.embed(texts)
+    }
+}
+
+/// A recall by text while other writers keep adding messages without embeddings: it scores
+/// every message present when it began and never fails on a message added meanwhile (found by
+/// `cargo xtask bench server`: recalls racing adds answered 422 "no embedder was given").
+pub fn recall_while_messages_arrive(make: Maker<'_>) {
+    use mnemon_types::Embedder as _;
+    let memory = make();
+    memory
+        .add(vec![
+            json!({"id": "a", "name": "Mara", "content": "the morning ferry"}).into(),
+            json!({"id": "b", "name": "Kenji", "content": "last boat to the island"}).into(),
+        ])
+        .unwrap();
+    let embedder = Interfering {
+        memory: memory.as_ref(),
+        inner: HashingEmbedder::new(32).unwrap(),
+        calls: std::sync::atomic::AtomicUsize::new(0),
+    };
+    let got = memory
+        .retrieve_by_embedding(
+            RetrievalQuery::Text("Island boat".into()),
+            &RetrieveOptions {
+                top_k: None,
+                ..RetrieveOptions::default()
+            },
+            Some(&embedder),
+        )
+        .unwrap();
+    let ids: Vec<&str> = got.iter().map(|r| r.message.id()).collect();
+    assert!(ids.contains(&"a") && ids.contains(&"b"), "{ids:?}");
+    let calls = embedder.calls.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(
+        calls >= 2,
+        "the embedder ran {calls} times: nothing raced the recall"
+    );
+    // Every message returned is scored against its stored embedding.
+    let query = embedder.inner.embed(&["Island boat"]).unwrap().remove(0);
+    for r in &got {
+        let stored = r.message.embedding().unwrap();
+        let dot: f64 = stored
+            .iter()
+            .zip(&query)
+            .map(|(x, y)| f64::from(*x) * f64::from(*y))
+            .sum();
+        let norm = |v: &[f32]| v.iter().map(|x| f64::from(*x).powi(2)).sum::<f64>().sqrt();
+        let cosine = dot / (norm(&stored) * norm(&query));
+        assert!(
+            (r.score - cosine).abs() < 1e-6,
+            "{}: {}",
+            r.message.id(),
+            r.score
+        );
+    }
+    assert_eq!(memory.size().unwrap(), 2 + calls);
+}
+
 /// An embedder that breaks in one of the ways retrieval must survive.
 struct BrokenEmbedder {
     /// How it breaks.
@@ -1313,7 +1396,7 @@ macro_rules! memory_conformance_tests {
             retrieval_matches_fixture, serialize_matches_fixture, to_str_matches_fixture,
             load_v016, export_v016_round_trip, token_budgets, dedupe, bad_input_changes_nothing, delete_variants,
             load_overwrite, marks, export_file_round_trip, retrieval_behaviour,
-            embedder_fills_missing, embedder_errors_store_nothing);
+            embedder_fills_missing, embedder_errors_store_nothing, recall_while_messages_arrive);
     };
     (@each $make:expr; $($name:ident),*) => {
         $(

@@ -188,7 +188,14 @@ impl<B: Backend> Memory for B {
             return Ok(found);
         }
         ensure_embeddings(self, options.mark.as_deref(), embedder)?;
-        self.read(|s| retrieval::score(s, &query, options))?
+        if embedder.is_some() {
+            // Every message present when this recall began has been embedded by now; one
+            // still without an embedding was added by another writer while the embedder ran,
+            // so the recall is ordered before that add instead of failing on it.
+            self.read(|s| retrieval::score_embedded(s, &query, options))?
+        } else {
+            self.read(|s| retrieval::score(s, &query, options))?
+        }
     }
 
     fn get_embeddings(

@@ -189,7 +189,27 @@ pub(crate) fn score(
     query: &[f32],
     options: &RetrieveOptions,
 ) -> Result<Vec<Retrieved>, MemoryError> {
-    score_with(state, query, options, TWO_PHASE_WORK)
+    score_with(state, query, options, TWO_PHASE_WORK, Unembedded::Refuse)
+}
+
+/// [`score`] over the candidates that have an embedding, leaving out those without one: for a
+/// recall that has embedded every message it found without one, so that any still without one
+/// was added by another writer while it ran (docs/reference/memory.md#retrieval-steps).
+pub(crate) fn score_embedded(
+    state: &ThreadState,
+    query: &[f32],
+    options: &RetrieveOptions,
+) -> Result<Vec<Retrieved>, MemoryError> {
+    score_with(state, query, options, TWO_PHASE_WORK, Unembedded::Skip)
+}
+
+/// What scoring does with a candidate without an embedding.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Unembedded {
+    /// Refuse the recall ([`MemoryError::MissingEmbedding`]).
+    Refuse,
+    /// Leave the candidate out.
+    Skip,
 }
 
 /// [`score`], taking the two-phase path from `two_phase_work` multiply-adds on (tests lower it).
@@ -198,9 +218,13 @@ fn score_with(
     query: &[f32],
     options: &RetrieveOptions,
     two_phase_work: usize,
+    unembedded: Unembedded,
 ) -> Result<Vec<Retrieved>, MemoryError> {
     let cache = state.embedding_cache();
-    let chosen = candidates(state, options.mark.as_deref());
+    let mut chosen = candidates(state, options.mark.as_deref());
+    if unembedded == Unembedded::Skip {
+        chosen.retain(|&i| cache.has(i));
+    }
     let id_of = |i: usize| {
         state
             .entries()
@@ -476,8 +500,17 @@ mod tests {
                                 .map(|r| (r.index, r.score))
                                 .collect::<Vec<_>>()
                         };
-                        let fast = key(score_with(&state, &query, &options, 0).unwrap());
-                        let slow = key(score_with(&state, &query, &options, usize::MAX).unwrap());
+                        let fast =
+                            key(score_with(&state, &query, &options, 0, Unembedded::Refuse)
+                                .unwrap());
+                        let slow = key(score_with(
+                            &state,
+                            &query,
+                            &options,
+                            usize::MAX,
+                            Unembedded::Refuse,
+                        )
+                        .unwrap());
                         assert_eq!(fast, slow, "{metric:?} top {top_k} dim {dim}");
                     }
                 }
@@ -511,8 +544,8 @@ mod tests {
                 mark: None,
             };
             let key = |r: Vec<Retrieved>| r.into_iter().map(|r| (r.index, r.score)).collect::<Vec<_>>();
-            let fast = key(score_with(&state, &query, &options, 0).unwrap());
-            let slow = key(score_with(&state, &query, &options, usize::MAX).unwrap());
+            let fast = key(score_with(&state, &query, &options, 0, Unembedded::Refuse).unwrap());
+            let slow = key(score_with(&state, &query, &options, usize::MAX, Unembedded::Refuse).unwrap());
             proptest::prop_assert_eq!(fast, slow);
         }
     }
@@ -555,7 +588,14 @@ mod tests {
         let (q64, e64) = (wide(&q), wide(&e));
         let dot: f64 = q64.iter().zip(&e64).map(|(a, b)| a * b).sum();
         let norm = |v: &[f64]| v.iter().map(|x| x * x).sum::<f64>().sqrt();
-        let got = score_with(&state, &q, &RetrieveOptions::default(), 0).unwrap();
+        let got = score_with(
+            &state,
+            &q,
+            &RetrieveOptions::default(),
+            0,
+            Unembedded::Refuse,
+        )
+        .unwrap();
         assert!((got[0].score - dot / (norm(&q64) * norm(&e64))).abs() < 1e-15);
     }
 
@@ -567,7 +607,7 @@ mod tests {
             top_k: Some(3),
             ..RetrieveOptions::default()
         };
-        let got = score_with(&state, &query, &options, 0).unwrap();
+        let got = score_with(&state, &query, &options, 0, Unembedded::Refuse).unwrap();
         assert_eq!(got.len(), 3);
         assert!(got.iter().all(|r| r.score.is_nan()));
         assert_eq!(
