@@ -111,15 +111,7 @@ fn parse(args: &[String]) -> Result<Params> {
 /// Runs the benchmark. `args` are the words after `bench ann`.
 pub(crate) fn run(args: &[String]) -> Result<()> {
     let p = parse(args)?;
-    if cfg!(debug_assertions) {
-        let status = Command::new(env!("CARGO"))
-            .args(["run", "--release", "-p", "xtask", "--", "bench", "ann"])
-            .args(args)
-            .status()
-            .context("re-running the benchmark with --release")?;
-        if !status.success() {
-            bail!("the release benchmark failed");
-        }
+    if crate::cargo::rerun_bench_in_release("ann", args)? {
         return Ok(());
     }
     let dir = crate::cargo::workspace_root().join("target/bench-ann");

@@ -87,33 +87,11 @@ fn parse(args: &[String]) -> Result<Params> {
 pub(crate) fn run(args: &[String]) -> Result<()> {
     let params = parse(args)?;
     let root = cargo::workspace_root();
-    if cfg!(debug_assertions) {
-        let status = cargo::command(&root)
-            .args([
-                "run",
-                "--release",
-                "--quiet",
-                "--package",
-                "xtask",
-                "--",
-                "bench",
-                "host",
-            ])
-            .args(args)
-            .status()
-            .context("running the release build of xtask")?;
-        if !status.success() {
-            bail!("the release benchmark failed ({status})");
-        }
+    if cargo::rerun_bench_in_release("host", args)? {
         return Ok(());
     }
-    cargo::run_in(
-        &root,
-        &["build", "--release", "--quiet", "--package", "mnemon"],
-    )?;
-    let target =
-        std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), PathBuf::from);
-    let binary = target.join("release").join("mnemon");
+    let binary = cargo::release_mnemon()?;
+    let target = cargo::target_dir();
 
     let fixture = root.join("tests/fixtures/polymath/library.json");
     if params.only.as_deref() == Some("limits") {

@@ -9,7 +9,6 @@
 //! Timings need an optimised build: a debug xtask re-runs itself with `cargo run --release`.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
@@ -59,26 +58,7 @@ fn parse(args: &[String]) -> Result<Params> {
 /// Runs the benchmark. `args` are the words after `bench library`.
 pub(crate) fn run(args: &[String]) -> Result<()> {
     let params = parse(args)?;
-    if cfg!(debug_assertions) {
-        let root = workspace_root();
-        let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-            .current_dir(&root)
-            .args([
-                "run",
-                "--release",
-                "--quiet",
-                "--package",
-                "xtask",
-                "--",
-                "bench",
-                "library",
-            ])
-            .args(args)
-            .status()
-            .context("running the release build of xtask")?;
-        if !status.success() {
-            bail!("the release benchmark failed ({status})");
-        }
+    if crate::cargo::rerun_bench_in_release("library", args)? {
         return Ok(());
     }
     measure(&params)

@@ -193,34 +193,11 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
         println!("{USAGE}");
         return Ok(());
     };
-    let root = cargo::workspace_root();
-    if cfg!(debug_assertions) {
-        let status = cargo::command(&root)
-            .args([
-                "run",
-                "--release",
-                "--quiet",
-                "--package",
-                "xtask",
-                "--",
-                "bench",
-                "server",
-            ])
-            .args(args)
-            .status()
-            .context("running the release build of xtask")?;
-        if !status.success() {
-            bail!("the release benchmark failed ({status})");
-        }
+    if cargo::rerun_bench_in_release("server", args)? {
         return Ok(());
     }
-    cargo::run_in(
-        &root,
-        &["build", "--release", "--quiet", "--package", "mnemon"],
-    )?;
-    let target =
-        std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), PathBuf::from);
-    let binary = target.join("release").join("mnemon");
+    let binary = cargo::release_mnemon()?;
+    let target = cargo::target_dir();
     let dir = target.join("bench-server");
     if dir.exists() {
         std::fs::remove_dir_all(&dir).with_context(|| format!("removing {}", dir.display()))?;

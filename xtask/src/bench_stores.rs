@@ -193,24 +193,7 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
         println!("{USAGE}");
         return Ok(());
     };
-    if cfg!(debug_assertions) {
-        let status = cargo::command(&cargo::workspace_root())
-            .args([
-                "run",
-                "--release",
-                "--quiet",
-                "--package",
-                "xtask",
-                "--",
-                "bench",
-                "stores",
-            ])
-            .args(args)
-            .status()
-            .context("running the release build of xtask")?;
-        if !status.success() {
-            bail!("the release benchmark failed ({status})");
-        }
+    if cargo::rerun_bench_in_release("stores", args)? {
         return Ok(());
     }
     let dir = cargo::workspace_root().join("target/bench-stores");

@@ -40,3 +40,46 @@ pub(crate) fn run_in_with_env(dir: &Path, args: &[&str], env: &[(&str, &str)]) -
     }
     Ok(())
 }
+
+/// Re-runs `cargo xtask bench <name> ARGS` from a release build of xtask when this process is a
+/// debug build, so that a benchmark always measures optimised code: `true` when the release run
+/// took over (and succeeded), `false` when this process is the release build and should measure.
+pub(crate) fn rerun_bench_in_release(name: &str, args: &[String]) -> Result<bool> {
+    if !cfg!(debug_assertions) {
+        return Ok(false);
+    }
+    let status = command(&workspace_root())
+        .args([
+            "run",
+            "--release",
+            "--quiet",
+            "--package",
+            "xtask",
+            "--",
+            "bench",
+            name,
+        ])
+        .args(args)
+        .status()
+        .context("running the release build of xtask")?;
+    if !status.success() {
+        bail!("the release benchmark failed ({status})");
+    }
+    Ok(true)
+}
+
+/// The build's target directory: `CARGO_TARGET_DIR` when set, else `target/` in the workspace.
+pub(crate) fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map_or_else(|| workspace_root().join("target"), PathBuf::from)
+}
+
+/// Builds the `mnemon` binary in release and returns its path, for the benchmarks that measure
+/// it as a separate process.
+pub(crate) fn release_mnemon() -> Result<PathBuf> {
+    run_in(
+        &workspace_root(),
+        &["build", "--release", "--quiet", "--package", "mnemon"],
+    )?;
+    Ok(target_dir().join("release").join("mnemon"))
+}
