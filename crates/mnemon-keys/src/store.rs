@@ -671,7 +671,13 @@ mod tests {
         }
         assert_eq!(ids, expected);
         assert!(b_team.iter().any(|k| k.id == c.info.id && k.is_revoked()));
-        assert_eq!(b_team[0].label, "first");
+        // Keys created in the same millisecond list by id, so "first" need not lead.
+        let first_label = if b_team[0].id == a.info.id {
+            "first"
+        } else {
+            "third"
+        };
+        assert_eq!(b_team[0].label, first_label);
         assert!(keys.list(Some(&ns("nobody"))).unwrap().is_empty());
         let json = serde_json::to_string(&all).unwrap();
         for created in [&a, &b, &c] {
