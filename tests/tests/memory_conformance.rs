@@ -369,8 +369,8 @@ mod summaries {
     use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
     use mnemon_memory::{
-        LoadSource, Memory, MemoryError, RetrievalQuery, RetrieveOptions, Scope, ScopeFilter,
-        SearchHit, ThreadPage, ThreadSummary,
+        Forgotten, LoadSource, Memory, MemoryError, RetrievalQuery, RetrieveOptions, Scope,
+        ScopeFilter, SearchHit, ThreadPage, ThreadSummary,
     };
     use serde_json::json;
 
@@ -395,6 +395,12 @@ mod summaries {
             query: Vec<f32>,
             top_k: usize,
         ) -> Result<Vec<SearchHit>, MemoryError>;
+        /// `forget` of `namespace`'s store.
+        fn forget(&self, namespace: &str, within: &ScopeFilter) -> Result<Forgotten, MemoryError>;
+        /// The result of `sql`, a `SELECT` of one integer, run on the database directly.
+        fn count(&self, sql: &str) -> i64;
+        /// Every memory table with a `thread_id` column, `memory_threads` excepted.
+        fn thread_tables(&self) -> Vec<String>;
     }
 
     fn now_ms() -> i64 {
@@ -946,6 +952,120 @@ mod summaries {
         assert!(hits.iter().all(|h| h.score > 0.99));
     }
 
+    /// Rows of every memory table whose thread is gone (none may be left by a forget).
+    fn orphans(stores: &dyn SummaryStores) -> Vec<(String, i64)> {
+        let tables = stores.thread_tables();
+        assert!(tables.contains(&"memory_messages".to_owned()), "{tables:?}");
+        tables
+            .into_iter()
+            .map(|table| {
+                let n = stores.count(&format!(
+                    "SELECT COUNT(*) FROM {table} x WHERE NOT EXISTS
+                       (SELECT 1 FROM memory_threads t WHERE t.thread_id = x.thread_id)"
+                ));
+                (table, n)
+            })
+            .filter(|(_, n)| *n != 0)
+            .collect()
+    }
+
+    /// Issue 14, item 5: `forget` deletes the selected threads of one namespace with every row
+    /// of theirs, counts them, and leaves other users and other namespaces alone; a handle
+    /// open on a forgotten thread reads an empty memory.
+    pub(super) fn forget_subjects(stores: &dyn SummaryStores) {
+        fill_search_data(stores, "alpha");
+        fill_search_data(stores, "beta");
+        let per_thread = 22u64;
+        let u1 = scope(Some("u1"), Some("a"), Some("s0"));
+        let open = stores.memory("alpha", &u1);
+        assert_eq!(open.size().unwrap(), 22);
+        let u10 = stores.memory("alpha", &scope(Some("u10"), Some("a"), Some("s0")));
+        let all_rows = |table: &str| stores.count(&format!("SELECT COUNT(*) FROM {table}"));
+        let messages_before = all_rows("memory_messages");
+        let marks_before = all_rows("memory_marks");
+        assert_eq!(messages_before, 2 * 8 * 22);
+
+        let gone = stores.forget("alpha", &ScopeFilter::user("u1")).unwrap();
+        assert_eq!(
+            gone,
+            Forgotten {
+                threads: 4,
+                messages: 4 * per_thread
+            }
+        );
+        assert_eq!(orphans(stores), []);
+        assert_eq!(all_rows("memory_messages"), messages_before - 4 * 22);
+        // 18 of each thread's 22 messages are marked.
+        assert_eq!(all_rows("memory_marks"), marks_before - 4 * 18);
+        // Nothing of it is readable: the open handle, a search, the listings.
+        assert_eq!(open.size().unwrap(), 0);
+        assert!(
+            open.get_memory(&mnemon_memory::MemoryQuery::default())
+                .unwrap()
+                .is_empty()
+        );
+        let query = vector(99_999, DIM);
+        let hits = stores
+            .search("alpha", &ScopeFilter::all(), query.clone(), 1000)
+            .unwrap();
+        assert!(
+            hits.iter()
+                .all(|h| h.scope.user_id.as_deref() != Some("u1"))
+        );
+        assert_eq!(hits.len(), 4 * 18);
+        let listed = listed(stores, "alpha");
+        assert_eq!(listed.len(), 4);
+        assert!(
+            listed
+                .iter()
+                .all(|(s, _)| s.user_id.as_deref() != Some("u1"))
+        );
+        // `u10` (whose id starts with `u1`) and the other namespace keep everything.
+        assert_eq!(u10.size().unwrap(), 22);
+        assert_eq!(
+            stores
+                .search("beta", &ScopeFilter::user("u1"), query.clone(), 1000)
+                .unwrap()
+                .len(),
+            4 * 18
+        );
+        // Forgetting again finds nothing; a bad filter is refused.
+        assert_eq!(
+            stores.forget("alpha", &ScopeFilter::user("u1")).unwrap(),
+            Forgotten::default()
+        );
+        assert!(matches!(
+            stores.forget("alpha", &ScopeFilter::user("")),
+            Err(MemoryError::InvalidScope { .. })
+        ));
+        // One session of one agent.
+        let one = stores
+            .forget("alpha", &ScopeFilter::all().agent("a").session("s0"))
+            .unwrap();
+        assert_eq!(one.threads, 3, "u10/a/s0, u2/a/s0, -/a/s0");
+        assert_eq!(u10.size().unwrap(), 0);
+        // The whole namespace, never another.
+        let rest = stores.forget("alpha", &ScopeFilter::all()).unwrap();
+        assert_eq!(
+            rest,
+            Forgotten {
+                threads: 1,
+                messages: per_thread
+            }
+        );
+        assert!(listed_all(stores, "alpha").is_empty());
+        assert_eq!(all_rows("memory_messages"), 8 * 22);
+        assert_eq!(orphans(stores), []);
+        assert_eq!(listed_all(stores, "beta").len(), 8);
+        // A write through the open handle starts the thread again, empty but for it.
+        open.add(vec![msg("again")]).unwrap();
+        assert_eq!(open.size().unwrap(), 1);
+    }
+
+    fn listed_all(stores: &dyn SummaryStores, namespace: &str) -> Vec<(Scope, u64)> {
+        listed(stores, namespace)
+    }
+
     /// One thread's own recall, as search hits.
     fn oracle_on(
         stores: &dyn SummaryStores,
@@ -975,7 +1095,7 @@ mod sqlite_summaries {
     use std::sync::{Arc, Mutex};
 
     use mnemon_memory::{
-        Memory, MemoryError, Namespace, RetrievalQuery, Scope, ScopeFilter, SearchHit,
+        Forgotten, Memory, MemoryError, Namespace, RetrievalQuery, Scope, ScopeFilter, SearchHit,
         SqliteMemoryOptions, SqliteMemoryStore, ThreadPage,
     };
     use mnemon_tests::memory_conformance::test_factory;
@@ -1028,6 +1148,28 @@ mod sqlite_summaries {
             self.store(namespace)
                 .search(within, RetrievalQuery::Vector(query), top_k, None)
         }
+
+        fn forget(&self, namespace: &str, within: &ScopeFilter) -> Result<Forgotten, MemoryError> {
+            self.store(namespace).forget(within)
+        }
+
+        fn count(&self, sql: &str) -> i64 {
+            let conn = rusqlite::Connection::open(&self.path).unwrap();
+            conn.query_row(sql, [], |r| r.get(0)).unwrap()
+        }
+
+        fn thread_tables(&self) -> Vec<String> {
+            let conn = rusqlite::Connection::open(&self.path).unwrap();
+            let mut stmt = conn
+                .prepare(
+                    "SELECT m.name FROM sqlite_master m, pragma_table_info(m.name) c
+                     WHERE m.type = 'table' AND m.name LIKE 'memory%'
+                       AND m.name != 'memory_threads' AND c.name = 'thread_id'",
+                )
+                .unwrap();
+            let rows = stmt.query_map([], |r| r.get(0)).unwrap();
+            rows.collect::<Result<_, _>>().unwrap()
+        }
     }
 
     pub(super) fn stores(dir: &tempfile::TempDir) -> Stores {
@@ -1041,6 +1183,12 @@ mod sqlite_summaries {
     fn search_across_sessions_sqlite() {
         let dir = tempfile::tempdir().unwrap();
         super::summaries::search_across_sessions(&stores(&dir));
+    }
+
+    #[test]
+    fn forget_subjects_sqlite() {
+        let dir = tempfile::tempdir().unwrap();
+        super::summaries::forget_subjects(&stores(&dir));
     }
 
     #[test]
@@ -1064,8 +1212,8 @@ mod postgres_summaries {
     use std::sync::{Arc, Mutex};
 
     use mnemon_memory::{
-        Memory, MemoryError, Namespace, PostgresMemoryOptions, PostgresMemoryStore, RetrievalQuery,
-        Scope, ScopeFilter, SearchHit, ThreadPage,
+        Forgotten, Memory, MemoryError, Namespace, PostgresMemoryOptions, PostgresMemoryStore,
+        RetrievalQuery, Scope, ScopeFilter, SearchHit, ThreadPage,
     };
     use mnemon_tests::memory_conformance::test_factory;
 
@@ -1137,6 +1285,30 @@ mod postgres_summaries {
             self.store(namespace)
                 .search(within, RetrievalQuery::Vector(query), top_k, None)
         }
+
+        fn forget(&self, namespace: &str, within: &ScopeFilter) -> Result<Forgotten, MemoryError> {
+            self.store(namespace).forget(within)
+        }
+
+        fn count(&self, sql: &str) -> i64 {
+            let mut client = postgres::Client::connect(&self.url, postgres::NoTls).unwrap();
+            client.query_one(sql, &[]).unwrap().get(0)
+        }
+
+        fn thread_tables(&self) -> Vec<String> {
+            let mut client = postgres::Client::connect(&self.url, postgres::NoTls).unwrap();
+            client
+                .query(
+                    "SELECT table_name::text FROM information_schema.columns
+                     WHERE table_schema = current_schema() AND table_name LIKE 'memory%'
+                       AND table_name != 'memory_threads' AND column_name = 'thread_id'",
+                    &[],
+                )
+                .unwrap()
+                .iter()
+                .map(|r| r.get(0))
+                .collect()
+        }
     }
 
     /// With pgvector (the vector column's append statement) and without it (the other one).
@@ -1164,6 +1336,19 @@ mod postgres_summaries {
                 0,
             );
             super::summaries::search_across_sessions(&stores);
+        }
+    }
+
+    #[test]
+    fn forget_subjects_postgres() {
+        let server = mnemon_tests::require_postgres!();
+        for vector_index in [true, false] {
+            let stores = Stores::new(
+                server.fresh_database("memory_forget").unwrap(),
+                vector_index,
+                0,
+            );
+            super::summaries::forget_subjects(&stores);
         }
     }
 

@@ -74,6 +74,8 @@ mod scope;
 mod search;
 #[cfg(feature = "sqlite")]
 mod sqlite;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+mod sweep;
 mod thread;
 mod tokens;
 
@@ -100,4 +102,6 @@ pub use scope::Scope;
 pub use search::{ScopeFilter, SearchHit};
 #[cfg(feature = "sqlite")]
 pub use sqlite::{SqliteMemory, SqliteMemoryOptions, SqliteMemoryStore};
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub use sweep::Forgotten;
 pub use tokens::{BudgetOptions, BudgetRecall};

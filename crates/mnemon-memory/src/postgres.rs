@@ -99,6 +99,8 @@ use crate::ops::Backend;
 use crate::report::AddReport;
 use crate::retrieval::{Metric, RetrieveOptions, Retrieved, rank};
 use crate::scope::Scope;
+use crate::search::ScopeFilter;
+use crate::sweep::Forgotten;
 use crate::thread::{Change, ThreadState};
 
 /// The memory tables' schema on PostgreSQL: the same table and version numbers as SQLite's.
@@ -871,6 +873,60 @@ impl PostgresMemoryStore {
             )
             .map_err(pg_error)?;
         Ok(n > 0)
+    }
+
+    /// Forgets a subject (docs/reference/memory.md#forget): deletes every thread of the store's
+    /// namespace that `within` selects ([`ScopeFilter::all`]: the whole namespace, never
+    /// another), with all their messages, marks, gaps, dimension counts and index entries, in
+    /// one transaction; returns the counts. The threads are locked first (`FOR UPDATE`, as
+    /// every writer of a thread does), so no write slips in between the count and the deletes;
+    /// the deletes are set-based (one statement per table over the locked thread ids), so
+    /// 100,000 messages go in seconds. A handle already open on a forgotten thread finds the
+    /// thread gone at its next call and reads an empty memory.
+    pub fn forget(&self, within: &ScopeFilter) -> Result<Forgotten, MemoryError> {
+        let [user, agent, session] = within.columns()?;
+        let mut client = self.client()?;
+        let mut tx = client.transaction().map_err(pg_error)?;
+        let ids: Vec<i64> = tx
+            .query(
+                "SELECT thread_id FROM memory_threads
+                 WHERE namespace = $1 AND ($2::text IS NULL OR user_id = $2)
+                   AND ($3::text IS NULL OR agent_id = $3)
+                   AND ($4::text IS NULL OR session_id = $4)
+                 ORDER BY thread_id FOR UPDATE",
+                &[&self.namespace.as_str(), &user, &agent, &session],
+            )
+            .map_err(pg_error)?
+            .iter()
+            .map(|r| r.try_get(0).map_err(pg_error))
+            .collect::<Result<_, _>>()?;
+        if ids.is_empty() {
+            tx.commit().map_err(pg_error)?;
+            return Ok(Forgotten::default());
+        }
+        let messages: i64 = tx
+            .query_one(
+                "SELECT count(*) FROM memory_messages WHERE thread_id = ANY($1)",
+                &[&ids],
+            )
+            .map_err(pg_error)?
+            .try_get(0)
+            .map_err(pg_error)?;
+        // Children first, so that the cascades from the threads find nothing left to do row
+        // by row; `memory_dims` exists only with pgvector (its rows cascade from the threads).
+        for sql in [
+            "DELETE FROM memory_marks WHERE thread_id = ANY($1)",
+            "DELETE FROM memory_messages WHERE thread_id = ANY($1)",
+            "DELETE FROM memory_gaps WHERE thread_id = ANY($1)",
+            "DELETE FROM memory_threads WHERE thread_id = ANY($1)",
+        ] {
+            tx.execute(sql, &[&ids]).map_err(pg_error)?;
+        }
+        tx.commit().map_err(pg_error)?;
+        Ok(Forgotten {
+            threads: u64::try_from(ids.len()).unwrap_or(u64::MAX),
+            messages: u64::try_from(messages).unwrap_or(0),
+        })
     }
 }
 

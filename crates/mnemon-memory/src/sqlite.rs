@@ -55,6 +55,7 @@ use crate::report::AddReport;
 use crate::retrieval::{Metric, RetrievalQuery, RetrieveOptions, Retrieved, query_vector};
 pub use crate::scope::Scope;
 use crate::search::{Candidate, ScopeFilter, SearchHit, TopK, cosine, dimension_mismatch};
+use crate::sweep::Forgotten;
 use crate::thread::{Change, ThreadState};
 
 /// The memory tables' schema: `memory_schema` holds the version (its key column is `id`, as in
@@ -600,7 +601,62 @@ impl SqliteMemoryStore {
         )?;
         Ok(n > 0)
     }
+
+    /// Forgets a subject (docs/reference/memory.md#forget): deletes every thread of the store's
+    /// namespace that `within` selects ([`ScopeFilter::all`]: the whole namespace, never
+    /// another), with all their messages and marks, in one transaction; returns the counts.
+    /// The deletes are set-based (one statement per table, reaching rows through the threads'
+    /// keys), so 100,000 messages go in seconds. Nothing of it is readable afterwards: a handle
+    /// already open on a forgotten thread finds the thread gone at its next call and reads an
+    /// empty memory (a later write through it starts a new thread, with a new id).
+    pub fn forget(&self, within: &ScopeFilter) -> Result<Forgotten, MemoryError> {
+        let [user, agent, session] = within.columns()?;
+        let mut conn = self.lock();
+        if self.before_namespaces {
+            // Read-only: the write fails as every write through a reader does.
+            conn.execute("DELETE FROM memory_threads WHERE 0", [])?;
+            return Ok(Forgotten::default());
+        }
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        // The selected threads, kept for the transaction in a temporary table so that every
+        // delete below is one join on a key.
+        tx.execute_batch(
+            "CREATE TEMP TABLE IF NOT EXISTS memory_forget (thread_id INTEGER PRIMARY KEY);
+             DELETE FROM temp.memory_forget;",
+        )?;
+        let threads = tx
+            .prepare_cached(
+                "INSERT INTO temp.memory_forget (thread_id)
+                 SELECT thread_id FROM memory_threads
+                 WHERE namespace = ?1 AND (?2 IS NULL OR user_id = ?2)
+                   AND (?3 IS NULL OR agent_id = ?3) AND (?4 IS NULL OR session_id = ?4)",
+            )?
+            .execute(params![self.namespace.as_str(), user, agent, session])?;
+        let messages: i64 = tx
+            .prepare_cached(
+                "SELECT COUNT(*) FROM memory_messages
+                 WHERE thread_id IN (SELECT thread_id FROM temp.memory_forget)",
+            )?
+            .query_row([], |r| r.get(0))?;
+        for sql in FORGET_SQL {
+            tx.prepare_cached(sql)?.execute([])?;
+        }
+        tx.execute("DELETE FROM temp.memory_forget", [])?;
+        tx.commit()?;
+        Ok(Forgotten {
+            threads: u64::try_from(threads).unwrap_or(u64::MAX),
+            messages: u64::try_from(messages).unwrap_or(0),
+        })
+    }
 }
+
+/// The deletes of [`SqliteMemoryStore::forget`], children first, each over the threads in
+/// `temp.memory_forget`: the marks, the messages, the threads.
+const FORGET_SQL: &[&str] = &[
+    "DELETE FROM memory_marks WHERE thread_id IN (SELECT thread_id FROM temp.memory_forget)",
+    "DELETE FROM memory_messages WHERE thread_id IN (SELECT thread_id FROM temp.memory_forget)",
+    "DELETE FROM memory_threads WHERE thread_id IN (SELECT thread_id FROM temp.memory_forget)",
+];
 
 impl Drop for SqliteMemoryStore {
     fn drop(&mut self) {
