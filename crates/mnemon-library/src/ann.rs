@@ -1,5 +1,5 @@
 //! The approximate index beside a library file (docs/reference/library.md#ann-index):
-//! `<file>.ann`, an HNSW graph over int8 codes of the library's vectors ([`mnemon_ann`]),
+//! `<file>.ann` (or `<dir>/.library.ann` for a directory served as one library), an HNSW graph over int8 codes of the library's vectors ([`mnemon_ann`]),
 //! written by [`crate::Library::pack_index`] and memory-mapped when the library opens.
 //!
 //! It is tied to the library's content, not to file dates: before the first query uses it, the
@@ -18,8 +18,17 @@ use mnemon_vector::MatrixView;
 
 use crate::storage::Backing;
 
-/// The index path for a library file: `<file>.ann`.
+/// The name of a served directory's index, inside it: the leading dot keeps
+/// [`crate::Library::open_dir`] from reading it as a library.
+pub const DIR_INDEX_NAME: &str = ".library.ann";
+
+/// The index path for a library: `<file>.ann` beside a file, and [`DIR_INDEX_NAME`] inside a
+/// directory served as one library (docs/reference/library.md#ann-index), so that the index
+/// moves with the directory it was built over.
 pub fn index_path(library: &Path) -> PathBuf {
+    if library.is_dir() {
+        return library.join(DIR_INDEX_NAME);
+    }
     let mut s = library.as_os_str().to_owned();
     s.push(".ann");
     PathBuf::from(s)
@@ -46,8 +55,9 @@ pub(crate) struct AnnFile {
 }
 
 impl AnnFile {
-    /// Opens `<library>.ann` when it exists; `None` (with a warning when one was found but
-    /// could not be read) otherwise. Nothing is verified here: [`AnnFile::view`] verifies.
+    /// Opens the index of `library` (a file or a served directory, see [`index_path`]) when it
+    /// exists; `None` (with a warning when one was found but could not be read) otherwise.
+    /// Nothing is verified here: [`AnnFile::view`] verifies.
     pub(crate) fn open_beside(library: &Path) -> Option<AnnFile> {
         if cfg!(target_endian = "big") {
             return None;

@@ -11,23 +11,13 @@ impl Library {
     /// `.`, following symlinks without looping), in path order compared component-wise by bytes,
     /// and extends them into one library with the first file's model. A file under
     /// `access/<tag>/` gets `<tag>` on every bit (see [`crate::tag_from_path`]). Across files the first copy of an id wins. An
-    /// error in one file is [`LibraryError::InFile`], whose message names the file.
+    /// error in one file is [`LibraryError::InFile`], whose message names the file. The
+    /// directory's approximate index (`<dir>/.library.ann`, written by
+    /// [`Library::pack_index`] of the directory) is opened with it.
     pub fn open_dir(dir: impl AsRef<Path>) -> Result<Library> {
         let dir = dir.as_ref();
-        let mut files = Vec::new();
-        let mut seen = HashSet::new();
-        collect(dir, Path::new(""), &mut files, &mut seen)?;
-        files.sort_by(|a, b| {
-            let ca = a
-                .components()
-                .map(|c| c.as_os_str().as_encoded_bytes().to_vec());
-            let cb = b
-                .components()
-                .map(|c| c.as_os_str().as_encoded_bytes().to_vec());
-            ca.cmp(cb)
-        });
         let mut merged: Option<Library> = None;
-        for rel in files {
+        for rel in dir_files(dir)? {
             let path = dir.join(&rel);
             // Name the file in the error: with many files, the message alone would not say
             // which one to fix. I/O errors already name it.
@@ -46,8 +36,33 @@ impl Library {
             let target = merged.get_or_insert_with(|| Library::blank(lib.model()));
             target.extend(&lib).map_err(in_file)?;
         }
-        merged.ok_or(LibraryError::NoLibraries)
+        let mut merged = merged.ok_or(LibraryError::NoLibraries)?;
+        // The merged vectors exist only in memory, so their index lives in the directory
+        // (`<dir>/.library.ann`); it is verified against the merged vectors on first use, so an
+        // index built before a file was added, removed or changed is refused, never trusted.
+        merged.ann = crate::ann::AnnFile::open_beside(dir);
+        Ok(merged)
     }
+}
+
+/// The library files [`Library::open_dir`] reads from `dir`, relative to it, in the order it
+/// merges them: every regular `*.json` file under `dir` (recursively, skipping names that start
+/// with `.`, following symlinks without looping), sorted component-wise by bytes. For tools that
+/// treat each file on its own, such as packing their sidecars.
+pub fn dir_files(dir: impl AsRef<Path>) -> Result<Vec<PathBuf>> {
+    let mut files = Vec::new();
+    let mut seen = HashSet::new();
+    collect(dir.as_ref(), Path::new(""), &mut files, &mut seen)?;
+    files.sort_by(|a, b| {
+        let ca = a
+            .components()
+            .map(|c| c.as_os_str().as_encoded_bytes().to_vec());
+        let cb = b
+            .components()
+            .map(|c| c.as_os_str().as_encoded_bytes().to_vec());
+        ca.cmp(cb)
+    });
+    Ok(files)
 }
 
 fn collect(

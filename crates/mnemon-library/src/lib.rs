@@ -60,9 +60,10 @@ pub mod synthetic;
 pub mod wire;
 
 pub use access::{AccessGrant, AccessPolicy, DEFAULT_PRIVATE_TAG};
-pub use ann::index_path;
+pub use ann::{DIR_INDEX_NAME, index_path};
 pub use chunk::{ChunkBounds, chunk_ranges, chunk_text};
 pub use cut::CountType;
+pub use dir::dir_files;
 pub use error::{LibraryError, Located, Result};
 pub use id::BitId;
 pub use library::{

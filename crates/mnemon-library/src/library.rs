@@ -619,7 +619,9 @@ impl Library {
     }
 
     /// Builds the approximate index over this library's vectors and writes it next to `source`
-    /// as `<source>.ann` (replaced atomically), returning its path
+    /// as `<source>.ann` (replaced atomically; for a library opened with
+    /// [`Library::open_dir`], `source` is the directory and the index is
+    /// `<source>/.library.ann`), returning its path
     /// (docs/reference/library.md#ann-index). `progress` gets the bits inserted so far and the
     /// total after each batch. The build is parallel (rayon) and deterministic: the same vectors
     /// give the same bytes. [`Library::open`] of `source` maps it and uses it while it matches

@@ -430,3 +430,63 @@ fn restricted_counts_follow_edits() {
     lib.extend(&other).unwrap();
     assert_eq!(restricted(&lib), (12, 1));
 }
+
+/// Writes `lib-<n>.json` into `dir`: `bits` random vectors from `seed`, URLs unique to the file.
+fn write_part(dir: &Path, n: usize, bits: usize, seed: u64) {
+    let mut bytes = Vec::new();
+    write_synthetic(&mut bytes, "m", bits, 16, seed).unwrap();
+    let mut value: Value = serde_json::from_slice(&bytes).unwrap();
+    for i in 0..bits {
+        value["bits"][i]["info"]["url"] = json!(format!("https://part{n}.example.com/{i}"));
+    }
+    let path = dir.join(format!("lib-{n}.json"));
+    std::fs::write(path, serde_json::to_vec(&value).unwrap()).unwrap();
+}
+
+/// A served directory is one library: its index (`<dir>/.library.ann`) is built over the merged
+/// vectors, is not itself read as a library, answers like the exact scan, and is refused once a
+/// file is added (the merged vectors are no longer those it was built over).
+#[test]
+fn a_directory_has_one_index_over_its_merged_files() {
+    let dir = tempfile::tempdir().unwrap();
+    write_part(dir.path(), 1, 90, 11);
+    write_part(dir.path(), 2, 70, 12);
+    let lib = Library::open_dir(dir.path()).unwrap();
+    assert_eq!(lib.len(), 160);
+    assert_eq!(lib.index_state(), IndexState::Absent);
+    let written = lib.pack_index(dir.path(), &|_, _| {}).unwrap();
+    assert_eq!(written, dir.path().join(mnemon_library::DIR_INDEX_NAME));
+    assert_eq!(written, index_path(dir.path()));
+
+    let lib = Library::open_dir(dir.path()).unwrap();
+    assert_eq!(lib.len(), 160, "the index file is not read as a library");
+    assert_eq!(lib.index_state(), IndexState::Ready);
+    for q in queries(&lib, 8, 2) {
+        for grant in [AccessGrant::default(), secret()] {
+            let r = request(&lib, &q, 10, CountType::Bit);
+            let (got, method) = run(&lib, &r, &grant);
+            assert_eq!(method, QueryMethod::Index);
+            assert_eq!(got, exact(&lib, &r, &grant));
+        }
+    }
+
+    write_part(dir.path(), 3, 10, 13);
+    let (lib, warnings) = warnings_during(|| {
+        let lib = Library::open_dir(dir.path()).unwrap();
+        let state = lib.index_state();
+        (lib, state)
+    });
+    let (lib, state) = lib;
+    assert_eq!(lib.len(), 170);
+    assert!(
+        matches!(&state, IndexState::Refused(why) if why.contains("stale")),
+        "{state:?}"
+    );
+    assert!(warnings.contains("not using the ANN index"), "{warnings}");
+    for q in queries(&lib, 4, 3) {
+        let r = request(&lib, &q, 7, CountType::Bit);
+        let (got, method) = run(&lib, &r, &AccessGrant::default());
+        assert_eq!(method, QueryMethod::Scan);
+        assert_eq!(got, exact(&lib, &r, &AccessGrant::default()));
+    }
+}

@@ -457,3 +457,82 @@ fn pack_index_then_query_through_the_index() {
         assert_eq!(stderr(&out), "", "{extra:?}");
     }
 }
+
+/// Issue 17: a directory served as one library. `library pack DIR --index` packs each file's
+/// sidecar and builds one index over the merged library into `DIR/.library.ann`;
+/// `library query DIR` reads the directory as `mnemon serve` does and searches that index, with
+/// the exact scan's answer; a file added later makes the index stale (refused with a warning,
+/// the scan answers).
+#[test]
+fn a_directory_packs_one_index_over_its_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let served = dir.path().join("served");
+    std::fs::create_dir_all(served.join("more")).unwrap();
+    let part = |path: &Path, bits: Vec<Value>| {
+        let lib = json!({"version": 1, "embedding_model": "m", "bits": bits});
+        std::fs::write(path, serde_json::to_vec_pretty(&lib).unwrap()).unwrap();
+    };
+    part(
+        &served.join("a.json"),
+        vec![
+            bit("alpha", [1.0, 0.0, 0.0], None),
+            bit("gamma", [0.0, 1.0, 0.0], Some("team")),
+        ],
+    );
+    part(
+        &served.join("more/b.json"),
+        vec![
+            bit("beta", [0.8, 0.6, 0.0], None),
+            bit("delta", [0.0, 0.0, 1.0], None),
+        ],
+    );
+    let args = write_args(dir.path(), "args.json", &query_args(&json!({"count": 3})));
+    let out = mnemon(
+        dir.path(),
+        &["library", "pack", path_arg(&served), "--index"],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(served.join("a.json.mnx").is_file());
+    assert!(served.join("more/b.json.mnx").is_file());
+    let index = served.join(".library.ann");
+    assert!(index.is_file(), "{}", stderr(&out));
+    assert!(stderr(&out).contains(".library.ann"), "{}", stderr(&out));
+
+    let scanned = json_out(&query(dir.path(), &served, path_arg(&args), &["--exact"]));
+    assert_eq!(titles(&scanned), ["alpha", "beta", "delta"]);
+    let through_index = query(
+        dir.path(),
+        &served,
+        path_arg(&args),
+        &["--index-min-bits", "0"],
+    );
+    assert_eq!(json_out(&through_index), scanned);
+    assert_eq!(stderr(&through_index), "");
+
+    part(
+        &served.join("c.json"),
+        vec![bit("epsilon", [0.9, 0.1, 0.0], None)],
+    );
+    let out = query(
+        dir.path(),
+        &served,
+        path_arg(&args),
+        &["--index-min-bits", "0"],
+    );
+    assert_eq!(titles(&json_out(&out)), ["alpha", "epsilon", "beta"]);
+    let warning = stderr(&out);
+    assert!(
+        warning.contains("not using the ANN index") && warning.contains("stale"),
+        "{warning}"
+    );
+
+    let empty = dir.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    let out = mnemon(dir.path(), &["library", "pack", path_arg(&empty)]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("holds no library files"),
+        "{}",
+        stderr(&out)
+    );
+}

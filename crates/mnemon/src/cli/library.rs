@@ -66,11 +66,14 @@ pub(crate) enum LibraryCommand {
         question: QuestionArgs,
     },
     /// Write `<FILE>.mnx`, a binary sidecar that later opens memory-mapped; with `--index`,
-    /// also `<FILE>.ann`, the approximate index large libraries are searched through.
+    /// also `<FILE>.ann`, the approximate index large libraries are searched through. Given a
+    /// directory (served as one library by `mnemon serve`), packs each of its library files,
+    /// and with `--index` builds one index over the merged library into `<DIR>/.library.ann`.
     Pack {
-        /// The library JSON file.
+        /// The library JSON file, or a directory of them.
         file: PathBuf,
-        /// Also build the ANN index (HNSW over int8 codes, exact re-rank) into `<FILE>.ann`.
+        /// Also build the ANN index (HNSW over int8 codes, exact re-rank) into `<FILE>.ann`
+        /// (`<DIR>/.library.ann` for a directory).
         #[arg(long)]
         index: bool,
     },
@@ -129,6 +132,10 @@ impl QuestionArgs {
 /// is drawn when stderr is piped. A load error names the bit and field at fault.
 fn open(file: &Path, quiet: bool) -> Result<Library, CliError> {
     show_warnings(quiet);
+    if file.is_dir() {
+        // A directory is one library, as `mnemon serve` serves it (docs/reference/host.md).
+        return Library::open_dir(file).map_err(|e| located(file, e));
+    }
     let bar = (!quiet && std::io::stderr().is_terminal()).then(|| {
         let size = std::fs::metadata(file).map(|m| m.len()).unwrap_or(0);
         let bar = indicatif::ProgressBar::new(size);
@@ -152,13 +159,17 @@ fn open(file: &Path, quiet: bool) -> Result<Library, CliError> {
     if let Some(bar) = bar {
         bar.finish_and_clear();
     }
-    result.map_err(|e| {
-        if e.is_client_error() {
-            CliError::input(anyhow!("{}: {}", file.display(), e.located()))
-        } else {
-            CliError::failure(e)
-        }
-    })
+    result.map_err(|e| located(file, e))
+}
+
+/// A library error as the CLI reports it: the reader's to fix (naming the file and place) or a
+/// failure.
+fn located(file: &Path, e: mnemon_library::LibraryError) -> CliError {
+    if e.is_client_error() {
+        CliError::input(anyhow!("{}: {}", file.display(), e.located()))
+    } else {
+        CliError::failure(e)
+    }
 }
 
 /// Builds the library's ANN index beside `file`. On a terminal, and unless `--quiet`, a bar
@@ -314,6 +325,31 @@ pub(crate) fn run(command: LibraryCommand, quiet: bool) -> CliResult {
             question.apply(&model, &mut arguments);
             let text = serde_json::to_string(&arguments).map_err(CliError::failure)?;
             println!("{text}");
+            Ok(())
+        }
+        LibraryCommand::Pack { file, index } if file.is_dir() => {
+            let files = mnemon_library::dir_files(&file).map_err(CliError::failure)?;
+            if files.is_empty() {
+                return Err(CliError::input(anyhow!(
+                    "{} holds no library files (*.json)",
+                    file.display()
+                )));
+            }
+            for rel in files {
+                let path = file.join(rel);
+                let path = open(&path, quiet)?.pack(&path).map_err(CliError::failure)?;
+                if !quiet {
+                    eprintln!("wrote {}", path.display());
+                }
+            }
+            if index {
+                // Opened after packing, so each file loads from its new sidecar.
+                let lib = open(&file, quiet)?;
+                let path = pack_index(&lib, &file, quiet)?;
+                if !quiet {
+                    eprintln!("wrote {}", path.display());
+                }
+            }
             Ok(())
         }
         LibraryCommand::Pack { file, index } => {
