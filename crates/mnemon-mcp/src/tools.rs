@@ -20,8 +20,9 @@ use mnemon_ops::assets::{
 };
 use mnemon_ops::library::{LibraryQueryInput, LibraryQueryOutput};
 use mnemon_ops::memory::{
-    DeleteMessagesInput, MemoryAddInput, MemoryAddOutput, MemoryGetInput, MemorySearchInput,
-    MessageBody, MetricName, SearchQuery, SessionInput, SessionListInput, SessionListOutput,
+    DeleteMessagesInput, MemoryAddInput, MemoryAddOutput, MemoryGetInput, MemorySearchAcrossInput,
+    MemorySearchInput, MessageBody, MetricName, SearchQuery, SessionInput, SessionListInput,
+    SessionListOutput,
 };
 use mnemon_ops::{OpsError, Service};
 use rmcp::handler::server::router::tool::ToolRouter;
@@ -71,6 +72,12 @@ pub struct RecallInput {
     /// The session to recall from. Leave it out to search every session (needs `query`).
     #[serde(default)]
     pub session: Option<String>,
+    /// With `query` and no `session`: only the sessions of this user.
+    #[serde(default)]
+    pub user_id: Option<String>,
+    /// With `query` and no `session`: only the sessions of this agent.
+    #[serde(default)]
+    pub agent_id: Option<String>,
     /// What to look for, in words: the messages closest in meaning come back, best first.
     /// Leave it out to get the latest messages of `session` instead.
     #[serde(default)]
@@ -89,8 +96,14 @@ pub struct RecallInput {
 /// One recalled message.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Recalled {
-    /// The session it belongs to.
+    /// The session it belongs to (empty for a user or agent thread without a session).
     pub session: String,
+    /// The user of its thread, when it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user_id: Option<String>,
+    /// The agent of its thread, when it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_id: Option<String>,
     /// With a query: how close it is (larger is closer).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub score: Option<f64>,
@@ -331,6 +344,8 @@ fn recall(service: &Service, input: RecallInput) -> Result<RecallOutput, Failure
                 .into_iter()
                 .map(|message| Recalled {
                     session: session.clone(),
+                    user_id: None,
+                    agent_id: None,
                     score: None,
                     message,
                 })
@@ -338,6 +353,40 @@ fn recall(service: &Service, input: RecallInput) -> Result<RecallOutput, Failure
         });
     };
     let top_k = input.top_k.unwrap_or(5);
+    if input.session.is_none() && input.mark.is_none() {
+        // Every session (of a user or agent, when named) in one store query: the store streams
+        // the stored vectors through a bounded top-k instead of one recall per session.
+        let found = service.memory_search_across(MemorySearchAcrossInput {
+            user_id: input.user_id,
+            agent_id: input.agent_id,
+            session_id: None,
+            query: SearchQuery::Text(query),
+            top_k: Some(top_k),
+            include_embeddings: false,
+        })?;
+        return Ok(RecallOutput {
+            messages: found
+                .hits
+                .into_iter()
+                .map(|hit| Recalled {
+                    session: hit.session_id.unwrap_or_default(),
+                    user_id: hit.user_id,
+                    agent_id: hit.agent_id,
+                    score: Some(hit.score),
+                    message: hit.message,
+                })
+                .collect(),
+        });
+    }
+    if input.user_id.is_some() || input.agent_id.is_some() {
+        return Err(OpsError::invalid(
+            "user_id and agent_id narrow a search of every session: leave out session and mark \
+             to use them",
+        )
+        .into());
+    }
+    // One session, or every session filtered by a mark: a recall per session, which also
+    // embeds the messages still without an embedding.
     let sessions = match input.session {
         Some(session) => vec![session],
         None => all_sessions(service)?,
@@ -354,6 +403,8 @@ fn recall(service: &Service, input: RecallInput) -> Result<RecallOutput, Failure
         })?;
         found.extend(hits.hits.into_iter().map(|hit| Recalled {
             session: session.clone(),
+            user_id: None,
+            agent_id: None,
             score: Some(hit.score),
             message: hit.message,
         }));
@@ -436,7 +487,7 @@ impl MnemonMcp {
             &context,
             ("remember", Access::Write),
             move |s| {
-                Ok(s.memory_add(MemoryAddInput {
+                Ok(s.memory_add_embedded(MemoryAddInput {
                     session: input.session,
                     messages: input.messages,
                     marks: input.marks,
@@ -458,10 +509,10 @@ impl MnemonMcp {
     }
 
     /// Recall: find remembered messages. With `query`, returns the messages closest in meaning
-    /// to it, best first, from `session` or, without a session, from every session. Without
-    /// `query`, returns the latest messages of `session`, oldest first. Each result names its
-    /// session, its score (searches only) and the message (`id`, `name`, `role`, `content`,
-    /// `timestamp`).
+    /// to it, best first, from `session` or, without a session, from every session (narrowed
+    /// to one user or agent with `user_id`/`agent_id`). Without `query`, returns the latest
+    /// messages of `session`, oldest first. Each result names its session, its score (searches
+    /// only) and the message (`id`, `name`, `role`, `content`, `timestamp`).
     #[tool(
         name = "recall",
         output_schema = schema_for_output::<RecallOutput>(),

@@ -184,6 +184,22 @@ pub(crate) async fn exercise(peer: &Peer<RoleClient>) {
     assert_eq!(hits.len(), 2);
     assert_eq!(hits[0]["session"], "chat-2");
     assert!(hits[0]["score"].as_f64().unwrap() >= hits[1]["score"].as_f64().unwrap());
+    // Narrowed to a user: these sessions have none, so nothing.
+    let nobody = ok(
+        peer,
+        "recall",
+        json!({"query": "train to Lyon", "user_id": "nobody"}),
+    )
+    .await;
+    assert_eq!(nobody["messages"], json!([]));
+    let (code, message) = tool_error(
+        peer,
+        "recall",
+        json!({"session": "chat-1", "query": "Lyon", "user_id": "u1"}),
+    )
+    .await;
+    assert_eq!(code, "invalid_input");
+    assert!(message.contains("leave out session"), "{message}");
     let marked = ok(
         peer,
         "recall",

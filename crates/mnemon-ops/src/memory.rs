@@ -10,9 +10,9 @@ use std::collections::HashMap;
 use mnemon_memory::{
     AddOptions, BudgetOptions, ExportFormat, ExportOptions, ExportTarget, Exported, LoadSource,
     Memory, MemoryError, MemoryQuery, Metric, MsgInput, RetrievalQuery, RetrieveOptions, Scope,
-    ThreadSummary,
+    ScopeFilter, ThreadSummary,
 };
-use mnemon_types::Msg;
+use mnemon_types::{Embedder, Msg};
 use schemars::{JsonSchema, Schema, SchemaGenerator};
 use serde::{Deserialize, Serialize};
 
@@ -255,6 +255,64 @@ pub struct MemorySearchOutput {
     pub hits: Vec<SearchHit>,
 }
 
+/// The most hits one search returns (`top_k` above it is refused: the answer would be too
+/// large for one response).
+pub const MAX_TOP_K: usize = 1_000;
+
+/// Input of [`Service::memory_search_across`]: which threads, and the query.
+///
+/// Each scope field given must equal the thread's; a field left out matches any value (an
+/// absent one included). No field at all searches every thread of the namespace. Fields are
+/// compared whole (`u1` never selects `u10`'s threads). A search never leaves the namespace.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct MemorySearchAcrossInput {
+    /// Only threads of this user.
+    #[serde(default)]
+    pub user_id: Option<String>,
+    /// Only threads of this agent.
+    #[serde(default)]
+    pub agent_id: Option<String>,
+    /// Only threads of this session.
+    #[serde(default)]
+    pub session_id: Option<String>,
+    /// The query: `{"vector": [..]}` or `{"text": "…"}` (embedded by the service's embedder).
+    pub query: SearchQuery,
+    /// How many results (default 5, at most 1,000).
+    #[serde(default)]
+    pub top_k: Option<usize>,
+    /// Include each message's embedding.
+    #[serde(default)]
+    pub include_embeddings: bool,
+}
+
+/// One hit of a search across sessions: where the message is, and how close.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ScopedHit {
+    /// The session id of the message's thread (absent for a thread without one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+    /// The user id of the thread, when it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user_id: Option<String>,
+    /// The agent id of the thread, when it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_id: Option<String>,
+    /// The cosine with the query (larger is closer).
+    pub score: f64,
+    /// The message's position in its thread (0-based).
+    pub index: usize,
+    /// The message.
+    pub message: MessageBody,
+}
+
+/// Output of [`Service::memory_search_across`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct MemorySearchAcrossOutput {
+    /// The hits, best first (ties: lower index first within a thread, then the threads'
+    /// scopes in byte order).
+    pub hits: Vec<ScopedHit>,
+}
+
 /// Input of [`Service::memory_mark`] and [`Service::memory_unmark`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct MarkInput {
@@ -355,6 +413,53 @@ pub struct MemoryImportInput {
     /// Replace the session's messages instead of appending.
     #[serde(default)]
     pub overwrite: bool,
+}
+
+/// Gives every message object without an `embedding` (absent or `null`) one from `embedder`,
+/// embedding the content text as a recall does (a string as is, anything else as compact JSON),
+/// in batches of at most 256. Messages that are not objects are left for the add to refuse.
+fn embed_missing(embedder: &dyn Embedder, messages: &mut [MessageBody]) -> Result<(), OpsError> {
+    let missing: Vec<usize> = messages
+        .iter()
+        .enumerate()
+        .filter(|(_, m)| {
+            m.0.as_object()
+                .is_some_and(|o| o.get("embedding").is_none_or(serde_json::Value::is_null))
+        })
+        .map(|(i, _)| i)
+        .collect();
+    for batch in missing.chunks(256) {
+        let texts: Vec<String> = batch
+            .iter()
+            .filter_map(|&i| messages.get(i))
+            .map(|m| match m.0.get("content") {
+                Some(serde_json::Value::String(text)) => text.clone(),
+                Some(other) => other.to_string(),
+                None => "null".to_owned(),
+            })
+            .collect();
+        let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+        let vectors = embedder.embed(&refs).map_err(|e| MemoryError::Embedder {
+            model: embedder.model().to_owned(),
+            detail: e.to_string(),
+        })?;
+        mnemon_types::check_embeddings(embedder.dimension(), refs.len(), &vectors).map_err(
+            |e| MemoryError::EmbedderContract {
+                model: embedder.model().to_owned(),
+                detail: e.to_string(),
+            },
+        )?;
+        for (&i, vector) in batch.iter().zip(vectors) {
+            if let Some(object) = messages.get_mut(i).and_then(|m| m.0.as_object_mut()) {
+                let numbers = vector
+                    .into_iter()
+                    .map(|x| serde_json::Value::from(f64::from(x)))
+                    .collect();
+                object.insert("embedding".to_owned(), serde_json::Value::Array(numbers));
+            }
+        }
+    }
+    Ok(())
 }
 
 fn check_session(session: &str) -> Result<Scope, OpsError> {
@@ -507,7 +612,13 @@ impl Service {
             .into_iter()
             .map(|m| MsgInput::Json(m.0))
             .collect();
-        let report = memory.add_with(items, &AddOptions { marks: input.marks })?;
+        // The memory store is gaining options (message expiry): the rest keep their defaults.
+        #[allow(clippy::needless_update)]
+        let options = AddOptions {
+            marks: input.marks,
+            ..AddOptions::default()
+        };
+        let report = memory.add_with(items, &options)?;
         Ok(MemoryAddOutput {
             added: report.added,
             skipped_duplicates: report.skipped_duplicates,
@@ -577,6 +688,75 @@ impl Service {
             hits: hits
                 .into_iter()
                 .map(|hit| SearchHit {
+                    score: hit.score,
+                    index: hit.index,
+                    message: MessageBody::of(&hit.message, input.include_embeddings),
+                })
+                .collect(),
+        })
+    }
+
+    /// [`memory_add`](Self::memory_add), after giving every message without an `embedding` one
+    /// made by the service's embedder from its content text (the text a recall embeds), so that
+    /// a search across sessions, which never embeds stored messages, finds them. Without an
+    /// embedder this is `memory_add`.
+    pub fn memory_add_embedded(
+        &self,
+        mut input: MemoryAddInput,
+    ) -> Result<MemoryAddOutput, OpsError> {
+        if let Some(embedder) = self.embedder() {
+            embed_missing(embedder, &mut input.messages)?;
+        }
+        self.memory_add(input)
+    }
+
+    /// Search across sessions (docs/reference/memory.md#search-across-sessions): the messages
+    /// closest by cosine to a vector or a text among every thread of the namespace that the
+    /// scope fields select, in one store query. Messages without an embedding are skipped.
+    pub fn memory_search_across(
+        &self,
+        input: MemorySearchAcrossInput,
+    ) -> Result<MemorySearchAcrossOutput, OpsError> {
+        let top_k = input.top_k.unwrap_or(5);
+        if top_k > MAX_TOP_K {
+            return Err(OpsError::invalid(format!(
+                "top_k is {top_k}; ask for at most {MAX_TOP_K} hits"
+            )));
+        }
+        let within = ScopeFilter {
+            user_id: input.user_id,
+            agent_id: input.agent_id,
+            session_id: input.session_id,
+        };
+        for (field, value) in [
+            ("user_id", &within.user_id),
+            ("agent_id", &within.agent_id),
+            ("session_id", &within.session_id),
+        ] {
+            if value.as_deref() == Some("") {
+                return Err(OpsError::invalid(format!(
+                    "{field} must not be empty: leave it out to search every {}",
+                    field.trim_end_matches("_id")
+                )));
+            }
+        }
+        let query = match input.query {
+            SearchQuery::Vector(vector) => RetrievalQuery::Vector(vector),
+            SearchQuery::Text(text) => {
+                self.require_embedder()?;
+                RetrievalQuery::Text(text)
+            }
+        };
+        let hits = self
+            .stores()
+            .search_memory(&within, query, top_k, self.embedder())?;
+        Ok(MemorySearchAcrossOutput {
+            hits: hits
+                .into_iter()
+                .map(|hit| ScopedHit {
+                    session_id: hit.scope.session_id,
+                    user_id: hit.scope.user_id,
+                    agent_id: hit.scope.agent_id,
                     score: hit.score,
                     index: hit.index,
                     message: MessageBody::of(&hit.message, input.include_embeddings),
@@ -689,6 +869,128 @@ mod tests {
             .iter()
             .filter_map(|s| s.session_id.as_deref())
             .collect()
+    }
+
+    fn embedded_service(dir: &std::path::Path, namespace: &str) -> Service {
+        let options = crate::OpenOptions::default().with_namespace(namespace.parse().unwrap());
+        let embedder = mnemon_embed::HashingEmbedder::from_model_name("mnemon:hashing-v1-64")
+            .expect("a hashing model");
+        Service::new(Stores::open_with(dir, &options).unwrap())
+            .with_embedder(std::sync::Arc::new(embedder))
+    }
+
+    fn scoped(user: &str, session: &str) -> Scope {
+        Scope {
+            user_id: Some(user.into()),
+            session_id: Some(session.into()),
+            ..Scope::default()
+        }
+    }
+
+    #[test]
+    fn search_across_sessions_selects_scopes_and_stays_in_its_namespace() {
+        let dir = tempfile::tempdir().unwrap();
+        let acme = embedded_service(dir.path(), "acme");
+        let globex = embedded_service(dir.path(), "globex");
+        let say = |service: &Service, scope: Scope, id: &str, text: &str| {
+            let mut messages = vec![MessageBody(
+                serde_json::json!({"id": id, "name": "u", "content": text}),
+            )];
+            embed_missing(service.require_embedder().unwrap(), &mut messages).unwrap();
+            service
+                .stores()
+                .memory_created_on_write(scope)
+                .unwrap()
+                .add(messages.into_iter().map(|m| m.0.into()).collect())
+                .unwrap();
+        };
+        say(&acme, scoped("u1", "s1"), "a", "the ferry leaves at noon");
+        say(&acme, scoped("u1", "s2"), "b", "ferry tickets are sold out");
+        say(&acme, scoped("u10", "s3"), "c", "the ferry leaves at noon");
+        say(&globex, scoped("u1", "s1"), "g", "the ferry leaves at noon");
+        // Added through the operation: embedded on the way in.
+        acme.memory_add_embedded(MemoryAddInput {
+            session: "plain".into(),
+            messages: vec![MessageBody(
+                serde_json::json!({"id": "p", "name": "u", "content": "ferry at noon"}),
+            )],
+            marks: vec![],
+        })
+        .unwrap();
+        let search = |service: &Service, user: Option<&str>| {
+            service
+                .memory_search_across(MemorySearchAcrossInput {
+                    user_id: user.map(str::to_owned),
+                    agent_id: None,
+                    session_id: None,
+                    query: SearchQuery::Text("the ferry leaves at noon".into()),
+                    top_k: Some(10),
+                    include_embeddings: false,
+                })
+                .unwrap()
+        };
+        let u1 = search(&acme, Some("u1"));
+        let ids: Vec<_> = u1.hits.iter().map(|h| h.message.0["id"].clone()).collect();
+        assert_eq!(ids, [serde_json::json!("a"), serde_json::json!("b")]);
+        assert_eq!(u1.hits[0].session_id.as_deref(), Some("s1"));
+        assert_eq!(u1.hits[0].user_id.as_deref(), Some("u1"));
+        assert_eq!(u1.hits[0].index, 0);
+        assert!(u1.hits[0].score > u1.hits[1].score);
+        assert!(u1.hits[0].message.0.get("embedding").is_none());
+        // Every thread of acme, none of globex's.
+        let all = search(&acme, None);
+        let mut ids: Vec<_> = all
+            .hits
+            .iter()
+            .filter_map(|h| h.message.0["id"].as_str().map(str::to_owned))
+            .collect();
+        ids.sort();
+        assert_eq!(ids, ["a", "b", "c", "p"]);
+        let theirs = search(&globex, None);
+        assert_eq!(theirs.hits.len(), 1);
+        assert_eq!(theirs.hits[0].message.0["id"], "g");
+
+        // Input errors say what to fix.
+        for (input, needle) in [
+            (
+                MemorySearchAcrossInput {
+                    user_id: Some(String::new()),
+                    agent_id: None,
+                    session_id: None,
+                    query: SearchQuery::Vector(vec![1.0; 64]),
+                    top_k: None,
+                    include_embeddings: false,
+                },
+                "user_id must not be empty",
+            ),
+            (
+                MemorySearchAcrossInput {
+                    user_id: None,
+                    agent_id: None,
+                    session_id: None,
+                    query: SearchQuery::Vector(vec![1.0; 64]),
+                    top_k: Some(MAX_TOP_K + 1),
+                    include_embeddings: false,
+                },
+                "at most 1000",
+            ),
+        ] {
+            let error = acme.memory_search_across(input).unwrap_err();
+            assert_eq!(error.code(), "invalid_input");
+            assert!(error.to_string().contains(needle), "{error}");
+        }
+        let no_embedder = Service::new(acme.stores().clone());
+        let error = no_embedder
+            .memory_search_across(MemorySearchAcrossInput {
+                user_id: None,
+                agent_id: None,
+                session_id: None,
+                query: SearchQuery::Text("ferry".into()),
+                top_k: None,
+                include_embeddings: false,
+            })
+            .unwrap_err();
+        assert_eq!(error.code(), "embedder_not_configured");
     }
 
     #[test]

@@ -30,8 +30,12 @@ use mnemon_artifacts::{
 };
 use mnemon_db::Namespace;
 use mnemon_library::{Library, LibraryError};
-use mnemon_memory::{Memory, MemoryError, Scope, SqliteMemoryOptions, SqliteMemoryStore};
+use mnemon_memory::{
+    Memory, MemoryError, RetrievalQuery, Scope, ScopeFilter, SearchHit as MemorySearchHit,
+    SqliteMemoryOptions, SqliteMemoryStore,
+};
 use mnemon_store::{AssetStore, SqliteAssetOptions, SqliteAssetStore, StoreError};
+use mnemon_types::Embedder;
 use serde_json::Value;
 
 /// The database file inside a data directory.
@@ -406,6 +410,23 @@ impl Stores {
             MemoryStore::Sqlite(store) => store.threads(),
             #[cfg(feature = "postgres")]
             MemoryStore::Postgres(store) => store.threads(),
+        }
+    }
+
+    /// Search across sessions (docs/reference/memory.md#search-across-sessions): the `top_k`
+    /// messages closest by cosine to `query` among the namespace's threads that `within`
+    /// selects, best first. Messages without an embedding are skipped.
+    pub fn search_memory(
+        &self,
+        within: &ScopeFilter,
+        query: RetrievalQuery,
+        top_k: usize,
+        embedder: Option<&dyn Embedder>,
+    ) -> Result<Vec<MemorySearchHit>, MemoryError> {
+        match &self.memory {
+            MemoryStore::Sqlite(store) => store.search(within, query, top_k, embedder),
+            #[cfg(feature = "postgres")]
+            MemoryStore::Postgres(store) => store.search(within, query, top_k, embedder),
         }
     }
 

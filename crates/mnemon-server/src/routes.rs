@@ -24,8 +24,9 @@ use mnemon_ops::library::{
 use mnemon_ops::memory::{
     DeleteMessagesInput, DeleteMessagesOutput, MarkInput, MarkOutput, MarksOutput, MemoryAddInput,
     MemoryAddOutput, MemoryExportInput, MemoryGetInput, MemoryGetOutput, MemoryImportInput,
-    MemorySearchInput, MemorySearchOutput, MessageInput, SessionCreateOutput, SessionInput,
-    SessionListInput, SessionListOutput, SessionOrder,
+    MemorySearchAcrossInput, MemorySearchAcrossOutput, MemorySearchInput, MemorySearchOutput,
+    MessageInput, SessionCreateOutput, SessionInput, SessionListInput, SessionListOutput,
+    SessionOrder,
 };
 use mnemon_ops::refs::{RenderInput, RenderOutput, ResolveParamsInput, ResolveParamsOutput};
 use schemars::{JsonSchema, Schema, SchemaGenerator};
@@ -387,6 +388,7 @@ pub(crate) fn table() -> Vec<Route> {
             Json(schema::<MemoryAddOutput>),
             post(memory_add),
         )
+        .query(schema::<AddQuery>)
         .body(Json(schema::<MemoryAddInput>)),
         route(
             Method::GET,
@@ -434,6 +436,19 @@ pub(crate) fn table() -> Vec<Route> {
             post(memory_search),
         )
         .body(Json(schema::<MemorySearchInput>)),
+        route(
+            Method::POST,
+            "/v1/memory/search",
+            "searchMemoryAcross",
+            "The messages closest to a vector or a text across every session a user, agent or \
+             session scope selects (the whole namespace without one)",
+            "memory",
+            R,
+            OK,
+            Json(schema::<MemorySearchAcrossOutput>),
+            post(memory_search_across),
+        )
+        .body(Json(schema::<MemorySearchAcrossInput>)),
         route(
             Method::POST,
             "/v1/memory/sessions/{session}/mark",
@@ -561,6 +576,16 @@ struct ExportQuery {
     /// Also write each message's marks, as `"__marks"`.
     #[serde(default)]
     include_marks: bool,
+}
+
+/// The query of `POST /v1/memory/sessions/{session}/messages`.
+#[derive(Debug, Default, serde::Deserialize, JsonSchema)]
+struct AddQuery {
+    /// Give every message without an `embedding` one from the server's embedder before it is
+    /// stored, so that `POST /v1/memory/search` (which never embeds stored messages) finds it.
+    /// Without an embedder configured, nothing is embedded.
+    #[serde(default)]
+    embed: bool,
 }
 
 /// The query of `GET /v1/memory/sessions`.
@@ -963,13 +988,21 @@ async fn memory_add(
     State(s): State<AppState>,
     p: Principal,
     Path(session): Path<String>,
+    uri: Uri,
     h: HeaderMap,
     body: Body,
 ) -> Answer {
+    let q: AddQuery = query(&uri)?;
     let (mut input, _held): (MemoryAddInput, _) = json_body(&s, &h, body).await?;
     input.session = session;
     let out = s
-        .call(&p, Role::Write, move |svc| svc.memory_add(input))
+        .call(&p, Role::Write, move |svc| {
+            if q.embed {
+                svc.memory_add_embedded(input)
+            } else {
+                svc.memory_add(input)
+            }
+        })
         .await?;
     answer(OK, &out)
 }
@@ -1034,6 +1067,19 @@ async fn memory_search(
     input.session = session;
     let out = s
         .call(&p, Role::Read, move |svc| svc.memory_search(input))
+        .await?;
+    answer(OK, &out)
+}
+
+async fn memory_search_across(
+    State(s): State<AppState>,
+    p: Principal,
+    h: HeaderMap,
+    body: Body,
+) -> Answer {
+    let (input, _held): (MemorySearchAcrossInput, _) = json_body(&s, &h, body).await?;
+    let out = s
+        .call(&p, Role::Read, move |svc| svc.memory_search_across(input))
         .await?;
     answer(OK, &out)
 }

@@ -146,7 +146,7 @@ fn every_route_refuses_bad_keys(keyed: &Keyed) {
     let anonymous = Api::new(&keyed.running);
     let routes = guarded_routes(&anonymous);
     // Every documented route but the document itself and `/readyz`.
-    assert_eq!(routes.len(), 33, "{routes:?}");
+    assert_eq!(routes.len(), 34, "{routes:?}");
     let wrong = api_with(&keyed.running, &keyed.wrong);
     let revoked = api_with(&keyed.running, &keyed.revoked);
     let malformed = api_with(&keyed.running, "mnk_not_a_key");
@@ -242,7 +242,26 @@ fn namespaces_are_isolated(keyed: &Keyed) {
         ),
         StatusCode::OK,
     );
+    ok(
+        acme.post(
+            "/v1/memory/sessions/iso-embedded/messages?embed=true",
+            json!({"messages": [{"id": "iso-m2", "name": "user", "content": "acme's plans"}]}),
+        ),
+        StatusCode::OK,
+    );
+    let search = json!({"query": {"text": "acme's plans"}, "top_k": 10});
+    let found = ok(
+        acme.post("/v1/memory/search", search.clone()),
+        StatusCode::OK,
+    );
+    assert_eq!(found["hits"][0]["message"]["id"], "iso-m2", "{found}");
     // globex sees none of it.
+    let theirs = ok(globex.post("/v1/memory/search", search), StatusCode::OK);
+    assert_eq!(
+        theirs["hits"],
+        json!([]),
+        "a search across sessions left its namespace"
+    );
     expect_error(
         globex.get("/v1/assets/iso1"),
         StatusCode::NOT_FOUND,

@@ -637,6 +637,69 @@ fn memory_routes(api: &Api) {
         "dimension_mismatch",
     );
 
+    // Search across sessions: one query over every session of the namespace, or those a
+    // user, agent or session scope selects. `?embed=true` embeds messages as they are added
+    // (a search across sessions never embeds stored messages).
+    ok(
+        api.post(
+            "/v1/memory/sessions/s3/messages?embed=true",
+            json!({"messages": [
+                {"id": "x1", "name": "user", "content": "bees huddle in the cold winter hive"}
+            ]}),
+        ),
+        StatusCode::OK,
+    );
+    let across = ok(
+        api.post(
+            "/v1/memory/search",
+            json!({"query": {"text": "bees in the cold winter"}, "top_k": 3}),
+        ),
+        StatusCode::OK,
+    );
+    let hits = across["hits"].as_array().unwrap();
+    assert_eq!(hits.len(), 3, "{across}");
+    let sessions: std::collections::HashSet<&str> = hits
+        .iter()
+        .map(|h| h["session_id"].as_str().unwrap())
+        .collect();
+    assert!(
+        sessions.contains("s1") && sessions.contains("s3"),
+        "{across}"
+    );
+    for hit in hits {
+        assert!(hit["score"].is_number() && hit["index"].is_u64(), "{hit}");
+        assert!(hit["message"]["id"].is_string(), "{hit}");
+        assert!(hit["message"].get("embedding").is_none(), "{hit}");
+    }
+    let scores: Vec<f64> = hits.iter().map(|h| h["score"].as_f64().unwrap()).collect();
+    assert!(scores.windows(2).all(|w| w[0] >= w[1]), "{across}");
+    let only_s3 = ok(
+        api.post(
+            "/v1/memory/search",
+            json!({"query": {"text": "bees in the cold winter"}, "session_id": "s3"}),
+        ),
+        StatusCode::OK,
+    );
+    assert_eq!(only_s3["hits"].as_array().unwrap().len(), 1, "{only_s3}");
+    assert_eq!(only_s3["hits"][0]["session_id"], "s3");
+    assert_eq!(only_s3["hits"][0]["index"], 0);
+    assert_eq!(only_s3["hits"][0]["message"]["id"], "x1");
+    let message = expect_error(
+        api.post(
+            "/v1/memory/search",
+            json!({"query": {"text": "bees"}, "user_id": ""}),
+        ),
+        StatusCode::BAD_REQUEST,
+        "invalid_input",
+    );
+    assert!(message.contains("user_id"), "{message}");
+    expect_error(
+        api.post("/v1/memory/search", json!({"top_k": 1})),
+        StatusCode::BAD_REQUEST,
+        "invalid_json",
+    );
+    ok(api.delete("/v1/memory/sessions/s3"), StatusCode::OK);
+
     // Marks.
     let marked = ok(
         api.post(
@@ -782,7 +845,7 @@ fn openapi_lists_every_route(api: &Api) {
             );
         }
     }
-    assert_eq!(count, 35);
+    assert_eq!(count, 36);
 }
 
 #[test]

@@ -320,6 +320,107 @@ fn memory_show_leaves_embeddings_out_unless_asked_and_search_by_text() {
 }
 
 #[test]
+fn memory_search_across_sessions_with_embed_on_add() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let model = "mnemon:hashing-v1-64";
+    for (session, content) in [
+        ("s1", "the ferry leaves at noon"),
+        ("s2", "ferry tickets are sold out"),
+        ("s3", "quarterly tax report"),
+    ] {
+        ok(&mnemon(
+            d,
+            &[
+                "memory",
+                "add",
+                "--session",
+                session,
+                "--content",
+                content,
+                "--embed",
+                "--embedding-model",
+                model,
+            ],
+        ));
+    }
+    // Without --embed nothing is embedded, so a search across sessions skips it.
+    ok(&mnemon(
+        d,
+        &[
+            "memory",
+            "add",
+            "--session",
+            "s4",
+            "--content",
+            "the ferry leaves at noon",
+        ],
+    ));
+    let search = |extra: &[&str]| {
+        let mut args = vec![
+            "memory",
+            "search",
+            "--text",
+            "the ferry leaves at noon",
+            "--embedding-model",
+            model,
+            "--format",
+            "json",
+        ];
+        args.extend_from_slice(extra);
+        ok_json(d, &args)
+    };
+    let found = search(&["--top-k", "10"]);
+    let sessions: Vec<&str> = found["hits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["session_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(sessions, ["s1", "s2", "s3"], "{found}");
+    assert_eq!(found["hits"][0]["index"], 0);
+    assert_eq!(
+        found["hits"][0]["message"]["content"],
+        "the ferry leaves at noon"
+    );
+    assert!(found["hits"][0]["message"].get("embedding").is_none());
+    // Narrowed to one session with --user: these threads have no user, so nothing.
+    let none = search(&["--user", "u1"]);
+    assert_eq!(none["hits"], json!([]));
+    // Options of the one-session search are refused across sessions, saying why.
+    let err = input_error(
+        d,
+        &[
+            "memory",
+            "search",
+            "--text",
+            "ferry",
+            "--embedding-model",
+            model,
+            "--mark",
+            "m",
+        ],
+    );
+    assert!(
+        err.contains("--mark works within one session only"),
+        "{err}"
+    );
+    let err = input_error(
+        d,
+        &[
+            "memory",
+            "add",
+            "--session",
+            "s",
+            "--content",
+            "x",
+            "--embed",
+        ],
+    );
+    assert!(err.contains("--embedding-model"), "{err}");
+}
+
+#[test]
 fn binary_assets_in_by_file_and_data_url_and_out_byte_identical() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();

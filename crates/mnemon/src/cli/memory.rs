@@ -12,9 +12,10 @@ use mnemon_memory::{
 };
 use serde::Serialize;
 
+use mnemon_ops::Service;
 use mnemon_ops::memory::{
-    DeleteMessagesInput, MarkInput, MemoryAddInput, MemorySearchInput, MessageBody, MetricName,
-    SearchQuery, SessionInput, SessionListInput,
+    DeleteMessagesInput, MarkInput, MemoryAddInput, MemorySearchAcrossInput, MemorySearchInput,
+    MessageBody, MetricName, SearchQuery, SessionInput, SessionListInput,
 };
 
 use super::format::{
@@ -90,6 +91,14 @@ pub(crate) enum MemoryCommand {
         /// A mark to put on every added message (repeatable).
         #[arg(long = "mark", value_name = "M")]
         marks: Vec<String>,
+        /// Embed every message without an `embedding` with --embedding-model before storing
+        /// it, so that `memory search` across sessions (which never embeds stored messages)
+        /// finds it.
+        #[arg(long, requires = "embedding_model")]
+        embed: bool,
+        /// The model --embed uses, e.g. `mnemon:hashing-v1-256`.
+        #[arg(long, env = "MNEMON_EMBEDDING_MODEL", value_name = "MODEL")]
+        embedding_model: Option<String>,
         #[command(flatten)]
         output: OutputArg,
     },
@@ -144,11 +153,20 @@ pub(crate) enum MemoryCommand {
         #[command(flatten)]
         output: OutputArg,
     },
-    /// Rank a session's messages by embedding similarity to a text or a vector.
+    /// Rank messages by embedding similarity to a text or a vector: in one session
+    /// (`--session` alone), or across every session of the namespace, narrowed by `--user`,
+    /// `--agent` and `--session` (cosine only; messages without an embedding are skipped).
     Search {
-        /// The session.
+        /// The session. Alone, it searches that session (embedding its messages that have no
+        /// embedding yet); with --user or --agent, it narrows a search across sessions.
         #[arg(long)]
-        session: String,
+        session: Option<String>,
+        /// Search across sessions: only threads of this user.
+        #[arg(long, value_name = "USER")]
+        user: Option<String>,
+        /// Search across sessions: only threads of this agent.
+        #[arg(long, value_name = "AGENT")]
+        agent: Option<String>,
         /// The query text, embedded with --embedding-model.
         #[arg(long, required_unless_present = "vector", conflicts_with = "vector")]
         text: Option<String>,
@@ -222,7 +240,7 @@ pub(crate) enum FormatArg {
 }
 
 /// Scoring metrics.
-#[derive(Debug, Clone, Copy, ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub(crate) enum MetricArg {
     /// Cosine similarity.
     Cosine,
@@ -409,6 +427,55 @@ fn open_source(target: &Target<'_>, source: Source) -> Result<Box<dyn Memory>, C
     }
 }
 
+/// `memory search` across sessions: the threads `[user, agent, session]` select (every thread
+/// of the namespace when none is given), in one store query. `unsupported` names an option the
+/// search across sessions cannot honour (it scores by cosine, over every message).
+fn search_across(
+    service: &Service,
+    query: SearchQuery,
+    [user_id, agent_id, session_id]: [Option<String>; 3],
+    top_k: usize,
+    unsupported: Option<&str>,
+    include_embeddings: bool,
+    output: OutputArg,
+) -> CliResult {
+    if let Some(option) = unsupported {
+        return Err(CliError::input(anyhow::anyhow!(
+            "{option} works within one session only: give --session without --user or --agent, \
+             or leave {option} out to search across sessions (by cosine)"
+        )));
+    }
+    let found = service
+        .memory_search_across(MemorySearchAcrossInput {
+            user_id,
+            agent_id,
+            session_id,
+            query,
+            top_k: Some(top_k),
+            include_embeddings,
+        })
+        .map_err(ops_error)?;
+    emit(output.format, &found, |f| {
+        let mut table = Table::new(&[
+            "score", "session", "user", "agent", "index", "id", "name", "content",
+        ]);
+        for hit in &f.hits {
+            let m = &hit.message.0;
+            table.row(vec![
+                format!("{:.4}", hit.score),
+                hit.session_id.clone().unwrap_or_default(),
+                hit.user_id.clone().unwrap_or_default(),
+                hit.agent_id.clone().unwrap_or_default(),
+                hit.index.to_string(),
+                cell(m.get("id")),
+                cell(m.get("name")),
+                cell(m.get("content")),
+            ]);
+        }
+        table
+    })
+}
+
 /// Runs a `memory` command.
 pub(crate) fn run(command: MemoryCommand, target: &Target<'_>) -> CliResult {
     match command {
@@ -499,6 +566,8 @@ pub(crate) fn run(command: MemoryCommand, target: &Target<'_>) -> CliResult {
             name,
             role,
             marks,
+            embed,
+            embedding_model,
             output,
         } => {
             let messages = match (json, content) {
@@ -509,13 +578,17 @@ pub(crate) fn run(command: MemoryCommand, target: &Target<'_>) -> CliResult {
                 (None, None) => Vec::new(),
             };
             let service = service_for_writing(target)?;
-            let added = service
-                .memory_add(MemoryAddInput {
-                    session,
-                    messages,
-                    marks,
-                })
-                .map_err(ops_error)?;
+            let input = MemoryAddInput {
+                session,
+                messages,
+                marks,
+            };
+            let added = if embed {
+                with_embedder(service, embedding_model.as_deref())?.memory_add_embedded(input)
+            } else {
+                service.memory_add(input)
+            }
+            .map_err(ops_error)?;
             emit(output.format, &added, |a| {
                 let mut table = Table::new(&["added", "skipped_duplicates"]);
                 table.row(vec![a.added.to_string(), a.skipped_duplicates.join(", ")]);
@@ -617,6 +690,8 @@ pub(crate) fn run(command: MemoryCommand, target: &Target<'_>) -> CliResult {
         }
         MemoryCommand::Search {
             session,
+            user,
+            agent,
             text,
             vector,
             embedding_model,
@@ -636,6 +711,21 @@ pub(crate) fn run(command: MemoryCommand, target: &Target<'_>) -> CliResult {
                 }
             };
             let service = with_embedder(service_for_reading(target)?, embedding_model.as_deref())?;
+            let within_one = user.is_none() && agent.is_none();
+            let (Some(session), true) = (session.clone(), within_one) else {
+                return search_across(
+                    &service,
+                    query,
+                    [user, agent, session],
+                    top_k,
+                    {
+                        let metric = (metric != MetricArg::Cosine).then_some("--metric");
+                        metric.or(mark.is_some().then_some("--mark"))
+                    },
+                    include_embeddings,
+                    output,
+                );
+            };
             let found = service
                 .memory_search(MemorySearchInput {
                     session,
