@@ -368,9 +368,10 @@ mod summaries {
     use std::collections::HashSet;
     use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+    use mnemon_filter::Filter;
     use mnemon_memory::{
         Forgotten, LoadSource, Memory, MemoryError, RetrievalQuery, RetrieveOptions, Scope,
-        ScopeFilter, SearchHit, ThreadPage, ThreadSummary,
+        ScopeFilter, SearchHit, SearchRequest, ThreadPage, ThreadSummary,
     };
     use serde_json::json;
 
@@ -394,6 +395,12 @@ mod summaries {
             within: &ScopeFilter,
             query: Vec<f32>,
             top_k: usize,
+        ) -> Result<Vec<SearchHit>, MemoryError>;
+        /// `search_with` of `namespace`'s store.
+        fn search_with(
+            &self,
+            namespace: &str,
+            request: &SearchRequest,
         ) -> Result<Vec<SearchHit>, MemoryError>;
         /// `forget` of `namespace`'s store.
         fn forget(&self, namespace: &str, within: &ScopeFilter) -> Result<Forgotten, MemoryError>;
@@ -952,6 +959,180 @@ mod summaries {
         assert!(hits.iter().all(|h| h.score > 0.99));
     }
 
+    /// The document a filter sees for a hit: the message as stored (without its vector) and
+    /// its marks (docs/reference/memory.md#filters).
+    fn filter_document(
+        stores: &dyn SummaryStores,
+        namespace: &str,
+        hit: &SearchHit,
+    ) -> serde_json::Value {
+        let mut doc = serde_json::to_value(&hit.message).unwrap();
+        let object = doc.as_object_mut().unwrap();
+        object.remove("embedding");
+        let marks = stores
+            .memory(namespace, &hit.scope)
+            .marks_of(hit.message.id())
+            .unwrap()
+            .unwrap();
+        object.insert("marks".into(), json!(marks));
+        doc
+    }
+
+    /// Fills `namespace` with messages carrying metadata: roles, names, timestamps, marks,
+    /// extra fields, in the threads of the search data, every one embedded.
+    fn fill_metadata(stores: &dyn SummaryStores, namespace: &str) {
+        let names = ["Mara", "Harbourmaster", "Élodie"];
+        let topics = ["ferry", "weather", "tides"];
+        for (t, scope) in search_scopes().iter().enumerate() {
+            let memory = stores.memory(namespace, scope);
+            let items = (0..24u64)
+                .map(|i| {
+                    let n = t as u64 * 24 + i;
+                    let mut m = json!({
+                        "id": format!("t{t}m{i}"),
+                        "name": names[(n % 3) as usize],
+                        "role": if i % 2 == 0 { "user" } else { "assistant" },
+                        "content": format!("message {i} of thread {t}"),
+                        "timestamp": format!("2024-03-{:02} 08:{:02}:00", 1 + n % 28, i),
+                        "metadata": {"topic": topics[(n % 3) as usize], "n": n,
+                                     "tags": if i % 2 == 0 { json!(["a", "b"]) } else { json!([]) }},
+                        "embedding": vector(n + 5, DIM),
+                    });
+                    if i % 4 == 0 {
+                        m["__marks"] = json!(["pin"]);
+                    }
+                    if i % 5 == 0 {
+                        m["lang"] = json!("fr");
+                    }
+                    m.into()
+                })
+                .collect();
+            memory.add(items).unwrap();
+            memory.delete(&[3]).unwrap();
+        }
+    }
+
+    /// Issue 14, item 2: a filter on any field of a message (role, name, timestamp, marks, id,
+    /// metadata, an extra field) gives exactly the unfiltered ranking's matching messages, in
+    /// its order, cut to `k` after the filter.
+    pub(super) fn filtered_search(stores: &dyn SummaryStores) {
+        fill_metadata(stores, "meta");
+        fill_metadata(stores, "other");
+        let filters = [
+            json!({"eq": {"path": "role", "value": "user"}}),
+            json!({"in": {"path": "name", "values": ["Mara", "Élodie"]}}),
+            json!({"gte": {"path": "timestamp", "value": "2024-03-20"}}),
+            json!({"contains": {"path": "marks", "value": "pin"}}),
+            json!({"not": {"contains": {"path": "marks", "value": "pin"}}}),
+            json!({"nin": {"path": "id", "values": ["t0m0", "t0m2", "t1m4"]}}),
+            json!({"eq": {"path": "metadata.topic", "value": "ferry"}}),
+            json!({"and": [{"gt": {"path": "metadata.n", "value": 40}},
+                           {"lt": {"path": "metadata.n", "value": 120.5}}]}),
+            json!({"contains": {"path": "metadata.tags", "value": "b"}}),
+            json!({"eq": {"path": "metadata.tags[1]", "value": "b"}}),
+            json!({"exists": "lang"}),
+            json!({"or": [{"eq": {"path": "lang", "value": "fr"}},
+                          {"ne": {"path": "role", "value": "user"}}]}),
+            json!({"eq": {"path": "nothing.here", "value": 1}}),
+        ];
+        let query = vector(77, DIM);
+        let everything = stores
+            .search("meta", &ScopeFilter::all(), query.clone(), 100_000)
+            .unwrap();
+        assert_eq!(everything.len(), 8 * 23);
+        let documents: Vec<serde_json::Value> = everything
+            .iter()
+            .map(|h| filter_document(stores, "meta", h))
+            .collect();
+        for filter in &filters {
+            let parsed = Filter::parse(filter).unwrap();
+            for within in search_filters() {
+                for k in [1, 7, 1000] {
+                    let want: Vec<_> = everything
+                        .iter()
+                        .zip(&documents)
+                        .filter(|(h, doc)| within.matches(&h.scope) && parsed.matches(doc))
+                        .map(|(h, _)| h.clone())
+                        .take(k)
+                        .collect();
+                    let request = SearchRequest::new(
+                        within.clone(),
+                        RetrievalQuery::Vector(query.clone()),
+                        k,
+                    )
+                    .with_filter(parsed.clone());
+                    let got = stores.search_with("meta", &request).unwrap();
+                    assert_eq!(flat(&got), flat(&want), "{filter} {within:?} k={k}");
+                }
+            }
+        }
+        // A field messages have no place for is refused, with the path in the message.
+        let request = SearchRequest::new(ScopeFilter::all(), RetrievalQuery::Vector(query), 3)
+            .with_filter(
+                Filter::parse(&json!({"and": [{"exists": "role"},
+                                              {"eq": {"path": "embedding[0]", "value": 1}}]}))
+                .unwrap(),
+            );
+        match stores.search_with("meta", &request) {
+            Err(MemoryError::InvalidFilter { detail }) => {
+                assert!(
+                    detail.contains("and[1]") && detail.contains("embedding"),
+                    "{detail}"
+                )
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// Issue 14, done when: a filtered top-k that must reach past 1,000 non-matching nearer
+    /// vectors still returns `k` hits, the matching ones in order, with their indices in their
+    /// thread (the filtered-out rows between them counted).
+    pub(super) fn filtered_search_reaches_past_nearer_vectors(stores: &dyn SummaryStores) {
+        let query = crowd_query();
+        let thread = scope(Some("u"), None, Some("s"));
+        let memory = stores.memory("sieve", &thread);
+        let opposite: Vec<f32> = query.iter().map(|q| -q).collect();
+        let items = (0..1230u64)
+            .map(|i| {
+                let (base, spread, topic) = if i % 41 == 7 {
+                    (&opposite, 0.3, "ferry")
+                } else {
+                    (&query, 0.01, "noise")
+                };
+                let nudge = vector(20_000 + i, DIM);
+                let e: Vec<f32> = base
+                    .iter()
+                    .zip(&nudge)
+                    .map(|(q, n)| q + spread * n)
+                    .collect();
+                json!({"id": format!("m{i}"), "name": "n", "content": "c",
+                       "metadata": {"topic": topic}, "embedding": e})
+                .into()
+            })
+            .collect();
+        memory.add(items).unwrap();
+        let filter =
+            Filter::parse(&json!({"eq": {"path": "metadata.topic", "value": "ferry"}})).unwrap();
+        let everything = stores
+            .search("sieve", &ScopeFilter::all(), query.clone(), 100_000)
+            .unwrap();
+        // 1,200 non-matching messages are nearer than any matching one.
+        assert!(everything[..1200].iter().all(|h| h.score > 0.99));
+        for k in [1, 10, 30] {
+            let request =
+                SearchRequest::new(ScopeFilter::all(), RetrievalQuery::Vector(query.clone()), k)
+                    .with_filter(filter.clone());
+            let hits = stores.search_with("sieve", &request).unwrap();
+            assert_eq!(hits.len(), k);
+            let want: Vec<_> = everything[1200..].iter().take(k).cloned().collect();
+            assert_eq!(flat(&hits), flat(&want));
+            for hit in &hits {
+                let i: usize = hit.message.id()[1..].parse().unwrap();
+                assert_eq!((i % 41, hit.index), (7, i));
+            }
+        }
+    }
+
     /// Rows of every memory table whose thread is gone (none may be left by a forget).
     fn orphans(stores: &dyn SummaryStores) -> Vec<(String, i64)> {
         let tables = stores.thread_tables();
@@ -1096,7 +1277,7 @@ mod sqlite_summaries {
 
     use mnemon_memory::{
         Forgotten, Memory, MemoryError, Namespace, RetrievalQuery, Scope, ScopeFilter, SearchHit,
-        SqliteMemoryOptions, SqliteMemoryStore, ThreadPage,
+        SearchRequest, SqliteMemoryOptions, SqliteMemoryStore, ThreadPage,
     };
     use mnemon_tests::memory_conformance::test_factory;
 
@@ -1153,6 +1334,14 @@ mod sqlite_summaries {
             self.store(namespace).forget(within)
         }
 
+        fn search_with(
+            &self,
+            namespace: &str,
+            request: &SearchRequest,
+        ) -> Result<Vec<SearchHit>, MemoryError> {
+            self.store(namespace).search_with(request, None)
+        }
+
         fn count(&self, sql: &str) -> i64 {
             let conn = rusqlite::Connection::open(&self.path).unwrap();
             conn.query_row(sql, [], |r| r.get(0)).unwrap()
@@ -1186,6 +1375,13 @@ mod sqlite_summaries {
     }
 
     #[test]
+    fn filtered_search_sqlite() {
+        let dir = tempfile::tempdir().unwrap();
+        super::summaries::filtered_search(&stores(&dir));
+        super::summaries::filtered_search_reaches_past_nearer_vectors(&stores(&dir));
+    }
+
+    #[test]
     fn forget_subjects_sqlite() {
         let dir = tempfile::tempdir().unwrap();
         super::summaries::forget_subjects(&stores(&dir));
@@ -1213,7 +1409,7 @@ mod postgres_summaries {
 
     use mnemon_memory::{
         Forgotten, Memory, MemoryError, Namespace, PostgresMemoryOptions, PostgresMemoryStore,
-        RetrievalQuery, Scope, ScopeFilter, SearchHit, ThreadPage,
+        RetrievalQuery, Scope, ScopeFilter, SearchHit, SearchRequest, ThreadPage,
     };
     use mnemon_tests::memory_conformance::test_factory;
 
@@ -1290,6 +1486,14 @@ mod postgres_summaries {
             self.store(namespace).forget(within)
         }
 
+        fn search_with(
+            &self,
+            namespace: &str,
+            request: &SearchRequest,
+        ) -> Result<Vec<SearchHit>, MemoryError> {
+            self.store(namespace).search_with(request, None)
+        }
+
         fn count(&self, sql: &str) -> i64 {
             let mut client = postgres::Client::connect(&self.url, postgres::NoTls).unwrap();
             client.query_one(sql, &[]).unwrap().get(0)
@@ -1336,6 +1540,22 @@ mod postgres_summaries {
                 0,
             );
             super::summaries::search_across_sessions(&stores);
+        }
+    }
+
+    /// With pgvector and the index answering every search it can (`hnsw_min_messages` 0),
+    /// and without pgvector.
+    #[test]
+    fn filtered_search_postgres() {
+        let server = mnemon_tests::require_postgres!();
+        for vector_index in [true, false] {
+            let stores = Stores::new(
+                server.fresh_database("memory_filtered").unwrap(),
+                vector_index,
+                0,
+            );
+            super::summaries::filtered_search(&stores);
+            super::summaries::filtered_search_reaches_past_nearer_vectors(&stores);
         }
     }
 

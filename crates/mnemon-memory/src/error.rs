@@ -125,6 +125,15 @@ pub enum MemoryError {
         /// The mark.
         mark: String,
     },
+    /// A metadata filter of a search that cannot be applied to messages (a field no message
+    /// has a place for, such as `embedding`), or that is malformed (see
+    /// docs/reference/memory.md#filters for the fields and docs/reference/filters.md for the
+    /// language).
+    #[error("invalid filter: {detail}")]
+    InvalidFilter {
+        /// What is wrong and where in the filter.
+        detail: String,
+    },
     /// A scope field given as the empty string.
     #[error("scope field {field} must not be empty")]
     InvalidScope {

@@ -9,13 +9,112 @@
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
 
+use mnemon_filter::{Dialect, Filter, Source, SqlParam};
 use mnemon_types::Msg;
 use serde::Serialize;
 
 use crate::error::MemoryError;
 use crate::exact;
-use crate::retrieval::rank;
+use crate::retrieval::{RetrievalQuery, rank};
 use crate::scope::Scope;
+
+/// How a search ranks messages.
+#[derive(Debug, Clone, Default, PartialEq)]
+#[non_exhaustive]
+pub enum SearchMode {
+    /// By cosine between the request's query vector and each message's stored embedding
+    /// (messages without one are skipped).
+    #[default]
+    Vector,
+}
+
+/// A search across sessions (docs/reference/memory.md#search-across-sessions): what
+/// `search_with` of the SQLite and PostgreSQL stores takes.
+#[derive(Debug, Clone)]
+pub struct SearchRequest {
+    /// Which threads of the store's namespace are searched.
+    pub within: ScopeFilter,
+    /// The query: a vector, or a text or message the embedder turns into one.
+    pub query: RetrievalQuery,
+    /// How many hits at most.
+    pub top_k: usize,
+    /// Only messages this metadata filter selects are ranked (docs/reference/memory.md#filters
+    /// names the fields): applied before the top-k cut, so a filtered top 10 has 10 hits
+    /// whenever 10 messages match, however many closer ones do not.
+    pub filter: Option<Filter>,
+    /// How messages are ranked.
+    pub mode: SearchMode,
+}
+
+impl SearchRequest {
+    /// A vector search of `top_k` hits for `query` within `within`, without a filter.
+    pub fn new(within: ScopeFilter, query: RetrievalQuery, top_k: usize) -> Self {
+        SearchRequest {
+            within,
+            query,
+            top_k,
+            filter: None,
+            mode: SearchMode::Vector,
+        }
+    }
+
+    /// This request, keeping only the messages `filter` selects.
+    pub fn with_filter(mut self, filter: Filter) -> Self {
+        self.filter = Some(filter);
+        self
+    }
+}
+
+/// Where a filter path's first name lives in a message row (docs/reference/memory.md#filters).
+/// `message` is the row's alias in the statement.
+fn message_source(dialect: Dialect, root: &str) -> Option<Source> {
+    match (root, dialect) {
+        // The id has its own column (and is the body's `id` too).
+        ("id", _) => Some(Source::Column {
+            expr: "m.msg_id".to_owned(),
+            kind: mnemon_filter::ColumnKind::Text,
+        }),
+        // The marks, in the order they were given, as a JSON array (empty when none).
+        ("marks", Dialect::Sqlite) => Some(Source::Json(
+            "(SELECT json_group_array(mark) FROM (SELECT k.mark FROM memory_marks k
+               WHERE k.thread_id = m.thread_id AND k.msg_id = m.msg_id ORDER BY k.pos))"
+                .to_owned(),
+        )),
+        ("marks", Dialect::Postgres) => Some(Source::Json(
+            "(SELECT COALESCE(jsonb_agg(k.mark ORDER BY k.pos), '[]'::jsonb) FROM memory_marks k
+               WHERE k.thread_id = m.thread_id AND k.msg_id = m.msg_id)"
+                .to_owned(),
+        )),
+        // The vector is not a field to filter on (on PostgreSQL it is not even in the body).
+        ("embedding", _) => None,
+        // Everything else is a member of the message's JSON body: name, role, content,
+        // timestamp, metadata, url and every extra field.
+        (_, Dialect::Sqlite) => Some(Source::Member("m.body".to_owned())),
+        (_, Dialect::Postgres) => Some(Source::Member("m.body::jsonb".to_owned())),
+    }
+}
+
+/// The SQL of `filter` over a message row `m`, its values appended to `params` (numbered after
+/// those already there); a field no message has is [`MemoryError::InvalidFilter`].
+pub(crate) fn filter_sql(
+    filter: &Filter,
+    dialect: Dialect,
+    params: &mut Vec<SqlParam>,
+) -> Result<String, MemoryError> {
+    let resolver = |root: &str| message_source(dialect, root);
+    filter
+        .to_sql(dialect, &resolver, params)
+        .map_err(|e| MemoryError::InvalidFilter {
+            detail: match e {
+                mnemon_filter::FilterError::UnknownField { at, field } => format!(
+                    "at {at}: messages have no field {field:?} to filter on (the fields are id, \
+                     marks, name, role, content, timestamp, metadata and any extra field; \
+                     docs/reference/memory.md#filters)"
+                ),
+                other => other.to_string(),
+            },
+        })
+}
 
 /// Which threads a search covers: each given field must equal the thread's; a field left `None`
 /// matches any value, absent included. [`ScopeFilter::all`] is every thread of the namespace;

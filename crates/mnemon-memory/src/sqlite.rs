@@ -39,6 +39,7 @@ use std::time::Duration;
 
 use mnemon_db::sqlite::{self, Migration, Schema, Settings};
 use mnemon_db::{DbError, Durability, Namespace};
+use mnemon_filter::{Dialect, SqlParam};
 use mnemon_types::{Embedder, Msg, MsgFactory, MsgKind};
 use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior, params};
 use serde_json::Value;
@@ -54,7 +55,9 @@ use crate::ops::Backend;
 use crate::report::AddReport;
 use crate::retrieval::{Metric, RetrievalQuery, RetrieveOptions, Retrieved, query_vector};
 pub use crate::scope::Scope;
-use crate::search::{Candidate, ScopeFilter, SearchHit, TopK, cosine, dimension_mismatch};
+use crate::search::{
+    Candidate, ScopeFilter, SearchHit, SearchRequest, TopK, cosine, dimension_mismatch, filter_sql,
+};
 use crate::sweep::Forgotten;
 use crate::thread::{Change, ThreadState};
 
@@ -488,8 +491,29 @@ impl SqliteMemoryStore {
         top_k: usize,
         embedder: Option<&dyn Embedder>,
     ) -> Result<Vec<SearchHit>, MemoryError> {
-        let [user, agent, session] = within.columns()?;
-        let query = query_vector(query, embedder)?;
+        self.search_with(&SearchRequest::new(within.clone(), query, top_k), embedder)
+    }
+
+    /// [`search`](Self::search) with the whole request: a metadata filter
+    /// ([`SearchRequest::filter`], docs/reference/memory.md#filters) is translated to SQL
+    /// (JSON1 over the message's body, its id column and its marks) and evaluated on every
+    /// candidate row before the top-k cut, so a filtered top `k` has `k` hits whenever `k`
+    /// messages match, however many closer ones do not. A filter naming a field messages do
+    /// not have is [`MemoryError::InvalidFilter`].
+    pub fn search_with(
+        &self,
+        request: &SearchRequest,
+        embedder: Option<&dyn Embedder>,
+    ) -> Result<Vec<SearchHit>, MemoryError> {
+        let [user, agent, session] = request.within.columns()?;
+        let top_k = request.top_k;
+        // `?1` is the thread; the filter's values follow.
+        let mut filter_params = vec![SqlParam::Integer(0)];
+        let matches = match &request.filter {
+            Some(filter) => filter_sql(filter, Dialect::Sqlite, &mut filter_params)?,
+            None => "1".to_owned(),
+        };
+        let query = query_vector(request.query.clone(), embedder)?;
         let query_norm = exact::norm(&query);
         if top_k == 0 {
             return Ok(Vec::new());
@@ -516,16 +540,26 @@ impl SqliteMemoryStore {
         threads.sort_by(|a, b| a.1.cmp(&b.1));
         let mut top = TopK::new(top_k);
         {
-            // The body, before the embedding in the row, is never read here.
-            let mut stmt = tx.prepare_cached(
-                "SELECT seq, embedding, msg_id FROM memory_messages
-                 WHERE thread_id = ?1 ORDER BY seq",
-            )?;
+            // Without a filter the body, before the embedding in the row, is never read here.
+            // A filtered-out row still counts for the index of those after it.
+            let mut stmt = tx.prepare_cached(&format!(
+                "SELECT m.seq, m.embedding, m.msg_id, {matches} FROM memory_messages m
+                 WHERE m.thread_id = ?1 ORDER BY m.seq"
+            ))?;
             let mut floats: Vec<f32> = Vec::with_capacity(query.len());
+            let mut values: Vec<rusqlite::types::Value> =
+                filter_params.into_iter().map(sql_value).collect();
             for (ordinal, (thread_id, _)) in threads.iter().enumerate() {
-                let mut rows = stmt.query([thread_id])?;
+                if let Some(first) = values.first_mut() {
+                    *first = rusqlite::types::Value::Integer(*thread_id);
+                }
+                let mut rows = stmt.query(rusqlite::params_from_iter(values.iter()))?;
                 let mut index = 0;
                 while let Some(row) = rows.next()? {
+                    if !row.get::<_, bool>(3)? {
+                        index += 1;
+                        continue;
+                    }
                     let blob = row.get_ref(1)?.as_blob_or_null().map_err(|e| {
                         corrupt(format!("the embedding of a message at index {index}: {e}"))
                     })?;
@@ -647,6 +681,15 @@ impl SqliteMemoryStore {
             threads: u64::try_from(threads).unwrap_or(u64::MAX),
             messages: u64::try_from(messages).unwrap_or(0),
         })
+    }
+}
+
+/// A filter's bound value as SQLite's.
+fn sql_value(param: SqlParam) -> rusqlite::types::Value {
+    match param {
+        SqlParam::Text(text) => rusqlite::types::Value::Text(text),
+        SqlParam::Integer(n) => rusqlite::types::Value::Integer(n),
+        SqlParam::Real(x) => rusqlite::types::Value::Real(x),
     }
 }
 

@@ -13,6 +13,7 @@
 
 use std::collections::HashMap;
 
+use mnemon_filter::{Dialect, SqlParam};
 use mnemon_types::Embedder;
 use postgres::Transaction;
 use postgres::fallible_iterator::FallibleIterator;
@@ -27,7 +28,9 @@ use crate::error::MemoryError;
 use crate::exact;
 use crate::retrieval::{RetrievalQuery, query_vector};
 use crate::scope::Scope;
-use crate::search::{Candidate, ScopeFilter, SearchHit, TopK, cosine, dimension_mismatch};
+use crate::search::{
+    Candidate, ScopeFilter, SearchHit, SearchRequest, TopK, cosine, dimension_mismatch, filter_sql,
+};
 
 /// The threads a filter selects (`$1` namespace; `$2`–`$4` user, agent, session or NULL for
 /// any), with their live count and, with pgvector, how many of their messages are indexable at
@@ -54,17 +57,33 @@ const FILTER: &str = "t.namespace = $1 AND ($2::text IS NULL OR t.user_id = $2)
 /// column, or NULL without it, then the bytes), in each thread's order, so that a row's index
 /// is its position in the stream. The body is not read.
 fn scan_sql(vectors: bool) -> &'static str {
+    interned(filtered_scan_sql(vectors, "true"))
+}
+
+/// [`scan_sql`] with a sixth column: whether the metadata filter `matches` (SQL over the
+/// message row `m`, its values from `$5`) selects the row. A row it leaves out still counts
+/// for the index of the rows after it. Not interned: its text depends on the filter's shape.
+fn filtered_scan_sql(vectors: bool, matches: &str) -> String {
     let vector = if vectors {
         "m.embedding_v"
     } else {
         "NULL::bytea"
     };
-    interned(format!(
-        "SELECT m.thread_id, m.seq, m.msg_id, {vector}, m.embedding
+    format!(
+        "SELECT m.thread_id, m.seq, m.msg_id, {vector}, m.embedding, {matches}
          FROM memory_threads t JOIN memory_messages m ON m.thread_id = t.thread_id
          WHERE {FILTER}
          ORDER BY m.thread_id, m.seq"
-    ))
+    )
+}
+
+/// A filter's bound value, as the fragment's casts expect it.
+fn pg_param(param: SqlParam) -> Box<dyn ToSql + Sync> {
+    match param {
+        SqlParam::Text(text) => Box::new(text),
+        SqlParam::Integer(n) => Box::new(n),
+        SqlParam::Real(x) => Box::new(x),
+    }
 }
 
 /// The shortlist: the selected threads' indexed messages of dimension `dim` closest to `$5`
@@ -119,8 +138,32 @@ impl PostgresMemoryStore {
         top_k: usize,
         embedder: Option<&dyn Embedder>,
     ) -> Result<Vec<SearchHit>, MemoryError> {
-        let [user, agent, session] = within.columns()?;
-        let query = query_vector(query, embedder)?;
+        self.search_with(&SearchRequest::new(within.clone(), query, top_k), embedder)
+    }
+
+    /// [`search`](Self::search) with the whole request: a metadata filter
+    /// ([`SearchRequest::filter`], docs/reference/memory.md#filters) is translated to SQL
+    /// (`jsonb` over the message's body, its id column and its marks) and evaluated on every
+    /// candidate row before the top-k cut, so a filtered top `k` has `k` hits whenever `k`
+    /// messages match, however many closer ones do not. A filtered search is the exact scan
+    /// (the HNSW index, filtered after its search, could crowd the matching messages out). A
+    /// filter naming a field messages do not have is [`MemoryError::InvalidFilter`].
+    pub fn search_with(
+        &self,
+        request: &SearchRequest,
+        embedder: Option<&dyn Embedder>,
+    ) -> Result<Vec<SearchHit>, MemoryError> {
+        let [user, agent, session] = request.within.columns()?;
+        let top_k = request.top_k;
+        // `$1`–`$4` are the scope's; the filter's values follow.
+        let mut filter_params = vec![SqlParam::Integer(0); 4];
+        let matches = match &request.filter {
+            Some(filter) => Some(filter_sql(filter, Dialect::Postgres, &mut filter_params)?),
+            None => None,
+        };
+        let extra: Vec<Box<dyn ToSql + Sync>> =
+            filter_params.into_iter().skip(4).map(pg_param).collect();
+        let query = query_vector(request.query.clone(), embedder)?;
         if top_k == 0 {
             return Ok(Vec::new());
         }
@@ -157,18 +200,29 @@ impl PostgresMemoryStore {
         threads.sort_by(|a, b| a.columns.cmp(&b.columns));
         let ordinal: HashMap<i64, usize> =
             threads.iter().enumerate().map(|(i, t)| (t.id, i)).collect();
-        let from_index = if vectors {
+        let from_index = if vectors && matches.is_none() {
             self.shortlist(&mut tx, &filter, &query, top_k, &threads, &ordinal)?
         } else {
             None
         };
-        let winners = match from_index {
-            Some(winners) => {
+        let winners = match (from_index, &matches) {
+            (Some(winners), _) => {
                 self.index_recalls
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 winners
             }
-            None => exact_scan(&mut tx, vectors, &filter, &query, top_k, &ordinal)?,
+            (None, None) => {
+                let statement = tx.prepare(scan_sql(vectors)).map_err(pg_error)?;
+                exact_scan(&mut tx, &statement, &filter, &query, top_k, &ordinal)?
+            }
+            (None, Some(matches)) => {
+                let statement = tx
+                    .prepare(&filtered_scan_sql(vectors, matches))
+                    .map_err(pg_error)?;
+                let mut params: Vec<&(dyn ToSql + Sync)> = filter.to_vec();
+                params.extend(extra.iter().map(|p| &**p as &(dyn ToSql + Sync)));
+                exact_scan(&mut tx, &statement, &params, &query, top_k, &ordinal)?
+            }
         };
         // The winners' messages and indices, a statement per thread.
         let retrieved = retrieved_sql(vectors);
@@ -321,18 +375,20 @@ impl PostgresMemoryStore {
 
 /// The winners of scoring every selected message's stored `f32`s, streamed (a row at a time,
 /// `k` candidates kept).
+/// `statement` is [`scan_sql`] or [`filtered_scan_sql`] (whose sixth column says whether the
+/// row is a candidate), `params` its parameters.
 fn exact_scan(
     tx: &mut Transaction<'_>,
-    vectors: bool,
-    filter: &[&(dyn ToSql + Sync); 4],
+    statement: &postgres::Statement,
+    params: &[&(dyn ToSql + Sync)],
     query: &[f32],
     k: usize,
     ordinal: &HashMap<i64, usize>,
 ) -> Result<Vec<Candidate>, MemoryError> {
     let query_norm = exact::norm(query);
-    let statement = tx.prepare(scan_sql(vectors)).map_err(pg_error)?;
+    let filtered = statement.columns().len() > 5;
     let mut rows = tx
-        .query_raw(&statement, filter.iter().copied())
+        .query_raw(statement, params.iter().copied())
         .map_err(pg_error)?;
     let mut top = TopK::new(k);
     let mut current: Option<i64> = None;
@@ -345,6 +401,9 @@ fn exact_scan(
         }
         let position = index;
         index += 1;
+        if filtered && !row.try_get::<_, bool>(5).map_err(pg_error)? {
+            continue;
+        }
         let floats = match row
             .try_get::<_, Option<StoredFloats>>(3)
             .map_err(pg_error)?
