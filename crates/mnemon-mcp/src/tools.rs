@@ -15,9 +15,10 @@ use mnemon_ops::artifacts::{
     ArtifactLoadInput, ArtifactLoadOutput, ArtifactOutput, ArtifactSaveInput,
 };
 use mnemon_ops::assets::{
-    AssetListInput, AssetListOutput, AssetMetaInput, AssetMetaOutput, AssetPutInput,
+    AssetBody, AssetListOutput, AssetMetaInput, AssetMetaOutput, AssetPutInput, AssetQueryInput,
     AssetResolveInput, AssetResolveOutput,
 };
+use mnemon_ops::expiry::ExpiryInput;
 use mnemon_ops::library::{LibraryQueryInput, LibraryQueryOutput};
 use mnemon_ops::memory::{
     DeleteMessagesInput, MemoryAddInput, MemoryAddOutput, MemoryGetInput, MemorySearchAcrossInput,
@@ -139,6 +140,49 @@ pub struct ForgetOutput {
     pub deleted_message_ids: Vec<String>,
     /// Requested ids that were not in the session.
     pub not_found: Vec<String>,
+}
+
+/// Input of `put_asset`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct PutAssetInput {
+    /// The asset: `asset_id` (optional: a fresh one is made), `asset_type`, `asset_name`,
+    /// `description`, and `content` (JSON) or `content_base64` with `content_type`.
+    pub asset: AssetBody,
+    /// Forget the asset this many seconds from now (e.g. 86400 for a day); leave it out to keep
+    /// it until deleted.
+    #[serde(default)]
+    pub ttl_seconds: Option<u64>,
+}
+
+/// Input of `save_artifact`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct SaveArtifactInput {
+    /// The artifact.
+    #[serde(flatten)]
+    pub artifact: ArtifactSaveInput,
+    /// Forget the artifact this many seconds from now; leave it out to keep it until deleted.
+    #[serde(default)]
+    pub ttl_seconds: Option<u64>,
+}
+
+/// Input of `list_assets`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ListAssetsInput {
+    /// Only assets whose `asset_type` equals this.
+    #[serde(default)]
+    pub asset_type: Option<String>,
+    /// Only assets this filter selects, e.g. `{"eq": {"path": "asset_type", "value": "image"}}`
+    /// or `{"contains": {"path": "asset_name", "value": "report"}}`; operators `eq`, `ne`, `in`,
+    /// `nin`, `gt`, `gte`, `lt`, `lte`, `contains`, `exists`, `and`, `or`, `not` over the
+    /// asset's meta fields and `created_at`, `updated_at`, `expires_at`.
+    #[serde(default)]
+    pub filter: Option<serde_json::Value>,
+    /// The `next_cursor` of the previous page.
+    #[serde(default)]
+    pub cursor: Option<String>,
+    /// At most this many ids (default 100, at most 1,000).
+    #[serde(default)]
+    pub limit: Option<usize>,
 }
 
 /// Output of `put_asset`.
@@ -601,7 +645,8 @@ impl MnemonMcp {
     /// `content_type`) with a type, name and description, replacing any asset with the same
     /// `asset_id` (a fresh id when none is given). Use it for data too large or too binary to
     /// keep in the conversation; refer to it afterwards as `asset://<asset_id>/<field>/…`.
-    /// Returns the id and the asset's meta (its shape, without the payload).
+    /// With `ttl_seconds` it is forgotten that long after. Returns the id and the asset's meta
+    /// (its shape, without the payload).
     #[tool(
         name = "put_asset",
         output_schema = schema_for_output::<PutAssetOutput>(),
@@ -609,14 +654,20 @@ impl MnemonMcp {
     )]
     async fn put_asset(
         &self,
-        Parameters(input): Parameters<AssetPutInput>,
+        Parameters(input): Parameters<PutAssetInput>,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, ErrorData> {
         self.run(
             &context,
             ("put_asset", Access::Write),
             move |s| {
-                let asset_id = s.asset_put(input)?.asset_id;
+                let expiry = ExpiryInput {
+                    ttl_seconds: input.ttl_seconds,
+                    expires_at_ms: None,
+                };
+                let asset_id = s
+                    .asset_put_expiring(AssetPutInput { asset: input.asset }, expiry)?
+                    .asset_id;
                 let meta = s
                     .asset_meta(AssetMetaInput {
                         asset_id: asset_id.clone(),
@@ -676,7 +727,9 @@ impl MnemonMcp {
     }
 
     /// List stored asset ids in ascending order, a page at a time, optionally only those of
-    /// one `asset_type`. Returns `asset_ids` and, when there are more, a `next_cursor`.
+    /// one `asset_type` or those a `filter` selects (on meta fields, `created_at`,
+    /// `updated_at`, `expires_at`). Returns `asset_ids` and, when there are more, a
+    /// `next_cursor`.
     #[tool(
         name = "list_assets",
         output_schema = schema_for_output::<AssetListOutput>(),
@@ -684,13 +737,24 @@ impl MnemonMcp {
     )]
     async fn list_assets(
         &self,
-        Parameters(input): Parameters<AssetListInput>,
+        Parameters(input): Parameters<ListAssetsInput>,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, ErrorData> {
         self.run(
             &context,
             ("list_assets", Access::Read),
-            move |s| Ok(s.asset_list(input)?),
+            move |s| {
+                let found = s.asset_query(AssetQueryInput {
+                    filter: input.filter,
+                    asset_type: input.asset_type,
+                    cursor: input.cursor,
+                    limit: input.limit,
+                })?;
+                Ok(AssetListOutput {
+                    asset_ids: found.assets.into_iter().map(|a| a.asset_id).collect(),
+                    next_cursor: found.next_cursor,
+                })
+            },
             |o: &AssetListOutput| format!("{}.", plural(o.asset_ids.len(), "asset")),
         )
         .await
@@ -698,8 +762,9 @@ impl MnemonMcp {
 
     /// Save an artifact: a named result of your work (a plan, a draft, a table), saved under
     /// `key` in `scope` (the task or chat it belongs to). Saving again under the same key makes
-    /// a new version; the newest one is what load_artifacts returns. Returns the saved record
-    /// (with its `id`) and its content.
+    /// a new version; the newest one is what load_artifacts returns. With `ttl_seconds` it is
+    /// forgotten that long after. Returns the saved record (with its `id`), its content and,
+    /// with a ttl, `expires_at_ms`.
     #[tool(
         name = "save_artifact",
         output_schema = schema_for_output::<ArtifactOutput>(),
@@ -707,13 +772,19 @@ impl MnemonMcp {
     )]
     async fn save_artifact(
         &self,
-        Parameters(input): Parameters<ArtifactSaveInput>,
+        Parameters(input): Parameters<SaveArtifactInput>,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, ErrorData> {
         self.run(
             &context,
             ("save_artifact", Access::Write),
-            move |s| Ok(s.artifact_save(input)?),
+            move |s| {
+                let expiry = ExpiryInput {
+                    ttl_seconds: input.ttl_seconds,
+                    expires_at_ms: None,
+                };
+                Ok(s.artifact_save_expiring(input.artifact, expiry)?)
+            },
             |o: &ArtifactOutput| {
                 format!(
                     "Saved artifact {:?} as {:?} in scope {:?}.",

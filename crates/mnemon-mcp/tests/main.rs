@@ -275,6 +275,29 @@ pub(crate) async fn exercise(peer: &Peer<RoleClient>) {
     assert_eq!(value, json!({"value": 12}));
     let listed = ok(peer, "list_assets", json!({"asset_type": "table"})).await;
     assert_eq!(listed, json!({"asset_ids": ["report"]}));
+    // A time-to-live, and a filter over meta fields and expiry.
+    ok(
+        peer,
+        "put_asset",
+        json!({"asset": {"asset_id": "scratch", "asset_type": "note", "content": "tmp"},
+               "ttl_seconds": 3600}),
+    )
+    .await;
+    let expiring = ok(
+        peer,
+        "list_assets",
+        json!({"filter": {"exists": "expires_at"}}),
+    )
+    .await;
+    assert_eq!(expiring, json!({"asset_ids": ["scratch"]}));
+    let (code, message) = tool_error(
+        peer,
+        "list_assets",
+        json!({"filter": {"eq": {"path": "asset_type"}}}),
+    )
+    .await;
+    assert_eq!(code, "invalid_filter");
+    assert!(message.contains("value"), "{message}");
     let (code, message) = tool_error(peer, "describe_asset", json!({"asset_id": "ghost"})).await;
     assert_eq!(code, "asset_not_found");
     assert!(message.contains("list_assets"), "{message}");
@@ -291,6 +314,18 @@ pub(crate) async fn exercise(peer: &Peer<RoleClient>) {
     .await;
     assert_eq!(saved["artifact"]["key"], "plan");
     assert_eq!(saved["content"], "1. collect 2. analyse");
+    assert!(saved.get("expires_at_ms").is_none(), "{saved}");
+    let brief = ok(
+        peer,
+        "save_artifact",
+        json!({"scope": "task-8", "key": "note", "type": "note", "name": "Note",
+               "content": "short-lived", "ttl_seconds": 60}),
+    )
+    .await;
+    assert!(
+        brief["expires_at_ms"].as_i64().unwrap() > 1_700_000_000_000,
+        "{brief}"
+    );
     ok(
         peer,
         "save_artifact",

@@ -1,8 +1,11 @@
 //! Artifact operations: save, get, latest, list, scopes, delete, load into a prompt
 //! (docs/reference/rest.md#artifacts, docs/reference/artifacts.md).
 
+use std::sync::Arc;
+
 use mnemon_artifacts::{
-    ArtifactMemory, ArtifactMemoryConfig, SaveArtifact, SaveArtifactConfig, Uuid,
+    ArtifactError, ArtifactMemory, ArtifactMemoryConfig, ArtifactStore, ArtifactSweep,
+    BackendRegistry, Expiry, Filter, SaveArtifact, SaveArtifactConfig, Uuid,
 };
 use mnemon_types::Artifact;
 use schemars::JsonSchema;
@@ -10,6 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::assets::DeleteOutput;
 use crate::error::OpsError;
+use crate::expiry::{ExpiryInput, parse_filter};
 use crate::page;
 use crate::service::Service;
 
@@ -47,6 +51,147 @@ pub struct ArtifactOutput {
     /// Its content: read from its backend when stored externally, else the inline data.
     #[serde(default)]
     pub content: Option<serde_json::Value>,
+    /// When the record expires, in milliseconds since the Unix epoch; absent when it never
+    /// does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at_ms: Option<i64>,
+}
+
+/// Input of [`Service::artifact_query`]: a filtered listing.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ArtifactQueryInput {
+    /// Only records of this scope; absent: every scope of the namespace.
+    #[serde(default)]
+    pub scope: Option<String>,
+    /// A filter (docs/reference/filters.md) over each record's document
+    /// (docs/reference/artifacts.md#filters), e.g. `{"eq": {"path": "type", "value": "plan"}}`; absent lists
+    /// every live record.
+    #[serde(default)]
+    pub filter: Option<serde_json::Value>,
+    /// The `next_cursor` of the previous page.
+    #[serde(default)]
+    pub cursor: Option<String>,
+    /// At most this many records (default 100, at most 1,000).
+    #[serde(default)]
+    pub limit: Option<usize>,
+}
+
+/// One record of [`ArtifactQueryOutput`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ArtifactListed {
+    /// The record (content not included: get one to read it).
+    pub artifact: Artifact,
+    /// When it expires, in milliseconds since the Unix epoch; absent when it never does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at_ms: Option<i64>,
+}
+
+/// Output of [`Service::artifact_query`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ArtifactQueryOutput {
+    /// The matching records, in save order.
+    pub artifacts: Vec<ArtifactListed>,
+    /// The cursor of the next page; absent on the last page.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
+}
+
+/// An artifact store whose plain saves expire as one [`Expiry`] says: what
+/// [`Service::artifact_save_expiring`] (and `mnemon artifact save --ttl`) hands the
+/// SaveArtifact step, which saves through `save_with_content` and knows nothing of expiry.
+/// Every other call goes to the store as it is.
+pub struct ExpiringSaves {
+    inner: Arc<dyn ArtifactStore>,
+    expiry: Expiry,
+}
+
+impl ExpiringSaves {
+    /// `inner`, its saves expiring as `expiry` says.
+    pub fn new(inner: Arc<dyn ArtifactStore>, expiry: Expiry) -> ExpiringSaves {
+        ExpiringSaves { inner, expiry }
+    }
+}
+
+impl ArtifactStore for ExpiringSaves {
+    fn save(&self, artifact: &Artifact) -> Result<u64, ArtifactError> {
+        self.inner
+            .save_expiring(artifact, self.expiry, &mut || Ok(()))
+    }
+
+    fn save_with_content(
+        &self,
+        artifact: &Artifact,
+        write_content: &mut dyn FnMut() -> Result<(), ArtifactError>,
+    ) -> Result<u64, ArtifactError> {
+        self.inner
+            .save_expiring(artifact, self.expiry, write_content)
+    }
+
+    fn save_expiring(
+        &self,
+        artifact: &Artifact,
+        expiry: Expiry,
+        write_content: &mut dyn FnMut() -> Result<(), ArtifactError>,
+    ) -> Result<u64, ArtifactError> {
+        self.inner.save_expiring(artifact, expiry, write_content)
+    }
+
+    fn expires_at(&self, id: Uuid) -> Result<Option<Option<i64>>, ArtifactError> {
+        self.inner.expires_at(id)
+    }
+
+    fn list_where(
+        &self,
+        scope: Option<&str>,
+        filter: Option<&Filter>,
+        limit: Option<usize>,
+    ) -> Result<Vec<Artifact>, ArtifactError> {
+        self.inner.list_where(scope, filter, limit)
+    }
+
+    fn count_where(
+        &self,
+        scope: Option<&str>,
+        filter: Option<&Filter>,
+    ) -> Result<u64, ArtifactError> {
+        self.inner.count_where(scope, filter)
+    }
+
+    fn gc(&self, backends: &BackendRegistry) -> Result<ArtifactSweep, ArtifactError> {
+        self.inner.gc(backends)
+    }
+
+    fn forget(
+        &self,
+        scope_prefix: &str,
+        backends: &BackendRegistry,
+    ) -> Result<ArtifactSweep, ArtifactError> {
+        self.inner.forget(scope_prefix, backends)
+    }
+
+    fn get(&self, id: Uuid) -> Result<Option<Artifact>, ArtifactError> {
+        self.inner.get(id)
+    }
+
+    fn latest(&self, scope: &str, key: &str) -> Result<Option<Artifact>, ArtifactError> {
+        self.inner.latest(scope, key)
+    }
+
+    fn list(
+        &self,
+        scope: &str,
+        artifact_type: Option<&str>,
+    ) -> Result<Vec<Artifact>, ArtifactError> {
+        self.inner.list(scope, artifact_type)
+    }
+
+    fn scopes(&self) -> Result<Vec<String>, ArtifactError> {
+        self.inner.scopes()
+    }
+
+    fn delete(&self, id: Uuid) -> Result<bool, ArtifactError> {
+        self.inner.delete(id)
+    }
 }
 
 /// Input of the operations that take one artifact id.
@@ -147,11 +292,35 @@ fn parse_id(id: &str) -> Result<Uuid, OpsError> {
 impl Service {
     fn with_content(&self, artifact: Artifact) -> Result<ArtifactOutput, OpsError> {
         let content = self.stores().backends().read_content(&artifact)?;
-        Ok(ArtifactOutput { artifact, content })
+        // A second point read: a record that expires or goes in between reads as never.
+        let expires_at_ms = self.stores().artifacts().expires_at(artifact.id)?.flatten();
+        Ok(ArtifactOutput {
+            artifact,
+            content,
+            expires_at_ms,
+        })
     }
 
     /// Saves an artifact (content first, then the record) and returns it.
     pub fn artifact_save(&self, input: ArtifactSaveInput) -> Result<ArtifactOutput, OpsError> {
+        self.artifact_save_expiring(input, ExpiryInput::default())
+    }
+
+    /// [`artifact_save`](Self::artifact_save), the record expiring as `expiry` says (its
+    /// content goes with it at the next sweep, [`Service::gc`]).
+    pub fn artifact_save_expiring(
+        &self,
+        input: ArtifactSaveInput,
+        expiry: ExpiryInput,
+    ) -> Result<ArtifactOutput, OpsError> {
+        let expiry = expiry.to_expiry()?;
+        let store: Arc<dyn ArtifactStore> = match expiry {
+            Expiry::Default => self.stores().artifacts(),
+            expiry => Arc::new(ExpiringSaves {
+                inner: self.stores().artifacts(),
+                expiry,
+            }),
+        };
         let config = SaveArtifactConfig {
             artifact_key: Some(input.key),
             artifact_type: Some(input.artifact_type),
@@ -161,11 +330,7 @@ impl Service {
             artifact_storage_id: input.storage_id,
             ..SaveArtifactConfig::default()
         };
-        let step = SaveArtifact::new(
-            config,
-            self.stores().artifacts(),
-            self.stores().backends().clone(),
-        )?;
+        let step = SaveArtifact::new(config, store, self.stores().backends().clone())?;
         let outputs = step.run(
             &input.scope,
             &serde_json::json!({ "content": input.content }),
@@ -219,6 +384,33 @@ impl Service {
                 a.id.to_string()
             })?;
         Ok(ArtifactListOutput {
+            artifacts,
+            next_cursor,
+        })
+    }
+
+    /// One page of the live records a filter selects (in one scope, or every scope), in save
+    /// order, each with its expiry. The filter applies before the page cut.
+    pub fn artifact_query(
+        &self,
+        input: ArtifactQueryInput,
+    ) -> Result<ArtifactQueryOutput, OpsError> {
+        let limit = page::limit(input.limit)?;
+        let filter = parse_filter(input.filter.as_ref())?;
+        let store = self.stores().artifacts();
+        let all = store.list_where(input.scope.as_deref(), filter.as_ref(), None)?;
+        let (page, next_cursor) = page::page(all, input.cursor.as_deref(), limit, false, |a| {
+            a.id.to_string()
+        })?;
+        let mut artifacts = Vec::with_capacity(page.len());
+        for artifact in page {
+            let expires_at_ms = store.expires_at(artifact.id)?.flatten();
+            artifacts.push(ArtifactListed {
+                artifact,
+                expires_at_ms,
+            });
+        }
+        Ok(ArtifactQueryOutput {
             artifacts,
             next_cursor,
         })

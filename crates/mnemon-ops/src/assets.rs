@@ -11,6 +11,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::error::OpsError;
+use crate::expiry::{ExpiryInput, parse_filter};
 use crate::page;
 use crate::service::Service;
 
@@ -168,6 +169,61 @@ pub struct AssetIdInput {
 pub struct AssetGetOutput {
     /// The asset.
     pub asset: AssetBody,
+    /// When it expires, in milliseconds since the Unix epoch; absent when it never does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at_ms: Option<i64>,
+}
+
+/// Input of [`Service::asset_query`]: a filtered listing.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct AssetQueryInput {
+    /// A filter (docs/reference/filters.md) over each asset's meta plus `created_at`,
+    /// `updated_at` and `expires_at` (docs/reference/assets.md#filters), e.g.
+    /// `{"eq": {"path": "asset_type", "value": "image"}}`; absent lists every live asset.
+    #[serde(default)]
+    pub filter: Option<serde_json::Value>,
+    /// Only assets whose `asset_type` equals this (and the filter).
+    #[serde(default)]
+    pub asset_type: Option<String>,
+    /// The `next_cursor` of the previous page.
+    #[serde(default)]
+    pub cursor: Option<String>,
+    /// At most this many assets (default 100, at most 1,000).
+    #[serde(default)]
+    pub limit: Option<usize>,
+}
+
+/// One asset of [`AssetQueryOutput`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct AssetListed {
+    /// The asset's id.
+    pub asset_id: String,
+    /// When it expires, in milliseconds since the Unix epoch; absent when it never does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at_ms: Option<i64>,
+}
+
+/// Output of [`Service::asset_query`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct AssetQueryOutput {
+    /// The matching assets, ids in ascending byte order.
+    pub assets: Vec<AssetListed>,
+    /// The cursor of the next page; absent on the last page.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
+}
+
+/// `filter` and `asset_type ==` both, as one filter.
+pub(crate) fn with_type(
+    filter: Option<serde_json::Value>,
+    field: &str,
+    value: Option<String>,
+) -> Option<serde_json::Value> {
+    let typed = value.map(|t| serde_json::json!({"eq": {"path": field, "value": t}}));
+    match (filter, typed) {
+        (Some(f), Some(t)) => Some(serde_json::json!({"and": [f, t]})),
+        (f, t) => f.or(t),
+    }
 }
 
 /// An asset's content as stored: raw bytes with their media type, or JSON.
@@ -249,8 +305,19 @@ pub struct AssetResolveOutput {
 impl Service {
     /// Stores an asset, replacing any with the same id.
     pub fn asset_put(&self, input: AssetPutInput) -> Result<AssetPutOutput, OpsError> {
+        self.asset_put_expiring(input, ExpiryInput::default())
+    }
+
+    /// [`asset_put`](Self::asset_put), the asset expiring as `expiry` says (replacing an asset
+    /// replaces its expiry).
+    pub fn asset_put_expiring(
+        &self,
+        input: AssetPutInput,
+        expiry: ExpiryInput,
+    ) -> Result<AssetPutOutput, OpsError> {
+        let expiry = expiry.to_expiry()?;
         let asset = input.asset.into_asset(None)?;
-        self.stores().assets().put(&asset)?;
+        self.stores().assets().put_expiring(&asset, expiry)?;
         Ok(AssetPutOutput {
             asset_id: asset.asset_id,
         })
@@ -262,8 +329,19 @@ impl Service {
         asset_id: &str,
         body: AssetBody,
     ) -> Result<AssetPutOutput, OpsError> {
+        self.asset_put_at_expiring(asset_id, body, ExpiryInput::default())
+    }
+
+    /// [`asset_put_at`](Self::asset_put_at), the asset expiring as `expiry` says.
+    pub fn asset_put_at_expiring(
+        &self,
+        asset_id: &str,
+        body: AssetBody,
+        expiry: ExpiryInput,
+    ) -> Result<AssetPutOutput, OpsError> {
+        let expiry = expiry.to_expiry()?;
         let asset = body.into_asset(Some(asset_id))?;
-        self.stores().assets().put(&asset)?;
+        self.stores().assets().put_expiring(&asset, expiry)?;
         Ok(AssetPutOutput {
             asset_id: asset.asset_id,
         })
@@ -271,6 +349,16 @@ impl Service {
 
     /// Stores raw bytes as an asset's whole content.
     pub fn asset_put_bytes(&self, input: AssetPutBytesInput) -> Result<AssetPutOutput, OpsError> {
+        self.asset_put_bytes_expiring(input, ExpiryInput::default())
+    }
+
+    /// [`asset_put_bytes`](Self::asset_put_bytes), the asset expiring as `expiry` says.
+    pub fn asset_put_bytes_expiring(
+        &self,
+        input: AssetPutBytesInput,
+        expiry: ExpiryInput,
+    ) -> Result<AssetPutOutput, OpsError> {
+        let expiry = expiry.to_expiry()?;
         if input.asset_id.is_empty() {
             return Err(OpsError::invalid("asset_id must not be empty"));
         }
@@ -280,7 +368,7 @@ impl Service {
         };
         let mut asset = Asset::new(Value::Bytes(bytes)).with_id(input.asset_id);
         asset.content_type = input.content_type;
-        self.stores().assets().put(&asset)?;
+        self.stores().assets().put_expiring(&asset, expiry)?;
         Ok(AssetPutOutput {
             asset_id: asset.asset_id,
         })
@@ -298,8 +386,38 @@ impl Service {
     /// One asset.
     pub fn asset_get(&self, input: AssetIdInput) -> Result<AssetGetOutput, OpsError> {
         let asset = self.stored_asset(&input.asset_id)?;
+        // A second point read: an asset that expires or goes in between reads as never.
+        let expires_at_ms = self
+            .stores()
+            .assets()
+            .expires_at(&input.asset_id)?
+            .flatten();
         Ok(AssetGetOutput {
             asset: AssetBody::from_asset(&asset),
+            expires_at_ms,
+        })
+    }
+
+    /// One page of the live assets a filter selects (all without one), ids ascending, each
+    /// with its expiry. The filter applies before the page cut (docs/reference/filters.md).
+    pub fn asset_query(&self, input: AssetQueryInput) -> Result<AssetQueryOutput, OpsError> {
+        let limit = page::limit(input.limit)?;
+        let filter =
+            parse_filter(with_type(input.filter, "asset_type", input.asset_type).as_ref())?;
+        let ids = self.stores().assets().list_where(filter.as_ref(), None)?;
+        let (ids, next_cursor) =
+            page::page(ids, input.cursor.as_deref(), limit, true, Clone::clone)?;
+        let mut assets = Vec::with_capacity(ids.len());
+        for asset_id in ids {
+            let expires_at_ms = self.stores().assets().expires_at(&asset_id)?.flatten();
+            assets.push(AssetListed {
+                asset_id,
+                expires_at_ms,
+            });
+        }
+        Ok(AssetQueryOutput {
+            assets,
+            next_cursor,
         })
     }
 

@@ -36,6 +36,13 @@ pub enum OpsError {
         /// What is wrong and how to fix it.
         message: String,
     },
+    /// A metadata filter that is not one of docs/reference/filters.md (the message says where
+    /// in the filter it is wrong).
+    #[error("bad filter: {message} (docs/reference/filters.md has the language)")]
+    InvalidFilter {
+        /// The filter's error.
+        message: String,
+    },
     /// A pagination cursor that this list did not hand out (or that names an item since removed).
     #[error(
         "the cursor is not one this list handed out (or the item it points after was removed); \
@@ -107,6 +114,7 @@ impl OpsError {
         match self {
             OpsError::InvalidInput { .. } => "invalid_input",
             OpsError::InvalidCursor => "invalid_cursor",
+            OpsError::InvalidFilter { .. } => "invalid_filter",
             OpsError::AssetNotFound { .. } => "asset_not_found",
             OpsError::ArtifactNotFound { .. } => "artifact_not_found",
             OpsError::SessionNotFound { .. } => "session_not_found",
@@ -116,6 +124,7 @@ impl OpsError {
             OpsError::Store(error) => match error {
                 StoreError::Resolve(ResolveError::AssetNotFound { .. }) => "asset_not_found",
                 StoreError::Resolve(_) => "reference_unresolved",
+                StoreError::Filter(_) => "invalid_filter",
                 e if e.is_caller_error() => "invalid_asset",
                 StoreError::Storage { .. } => "storage_unavailable",
                 _ => "internal",
@@ -134,6 +143,7 @@ impl OpsError {
             },
             OpsError::Artifact(error) => match error {
                 ArtifactError::DuplicateId { .. } => "artifact_exists",
+                ArtifactError::Filter(_) => "invalid_filter",
                 ArtifactError::Database { .. } | ArtifactError::ContentIo { .. } => {
                     "storage_unavailable"
                 }
@@ -162,7 +172,9 @@ impl OpsError {
     /// The kind of failure, for a transport's status.
     pub fn kind(&self) -> ErrorKind {
         match self.code() {
-            "invalid_input" | "invalid_cursor" | "invalid_reference" => ErrorKind::BadRequest,
+            "invalid_input" | "invalid_cursor" | "invalid_reference" | "invalid_filter" => {
+                ErrorKind::BadRequest
+            }
             "asset_not_found" | "artifact_not_found" | "session_not_found"
             | "message_not_found" | "no_library" => ErrorKind::NotFound,
             "artifact_exists" => ErrorKind::Conflict,

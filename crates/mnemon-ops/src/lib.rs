@@ -39,7 +39,9 @@
 pub mod artifacts;
 pub mod assets;
 mod error;
+pub mod expiry;
 pub mod library;
+pub mod maintenance;
 pub mod memory;
 pub mod page;
 pub mod refs;

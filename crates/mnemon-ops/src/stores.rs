@@ -430,6 +430,19 @@ impl Stores {
         }
     }
 
+    /// Deletes every memory thread of the namespace that `within` selects (all of them for
+    /// [`ScopeFilter::all`]), with their messages and marks, in one transaction.
+    pub fn forget_memory(
+        &self,
+        within: &ScopeFilter,
+    ) -> Result<mnemon_memory::Forgotten, MemoryError> {
+        match &self.memory {
+            MemoryStore::Sqlite(store) => store.forget(within),
+            #[cfg(feature = "postgres")]
+            MemoryStore::Postgres(store) => store.forget(within),
+        }
+    }
+
     /// How memory search scores embeddings: exactly with SQLite; with PostgreSQL, through
     /// pgvector when the database has it (the memory store's vector mode).
     pub fn vector_search(&self) -> crate::status::VectorSearch {

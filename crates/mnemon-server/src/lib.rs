@@ -35,6 +35,7 @@ mod status;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::Router;
 use axum::extract::{Request, State};
@@ -67,7 +68,13 @@ pub struct ServerConfig {
     /// loopback), `Some(vec![])` accepts any (a server on another address, where keys or a
     /// proxy protect it).
     pub mcp_allowed_hosts: Option<Vec<String>>,
+    /// How often the server sweeps expired records ([`Service::gc`]) of the namespaces it has
+    /// served since it started (and the ready namespace); zero disables the sweep.
+    pub gc_interval: Duration,
 }
+
+/// The sweep interval of [`ServerConfig::open`] and `mnemon serve`: ten minutes.
+pub const DEFAULT_GC_INTERVAL: Duration = Duration::from_secs(600);
 
 impl std::fmt::Debug for ServerConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -86,6 +93,7 @@ impl ServerConfig {
             authenticator: Arc::new(OpenAccess::new(namespace.clone())),
             ready_namespace: namespace,
             mcp_allowed_hosts: None,
+            gc_interval: DEFAULT_GC_INTERVAL,
         }
     }
 }
@@ -120,6 +128,11 @@ impl Server {
             errors: Arc::default(),
             limits_status,
         };
+        spawn_sweeper(
+            Arc::clone(&state.tenants),
+            state.ready_namespace.clone(),
+            config.gc_interval,
+        );
         let mcp = mcp_router(&state, config.mcp_allowed_hosts);
         let metrics = Arc::clone(&state.metrics);
         let errors = Arc::clone(&state.errors);
@@ -156,6 +169,54 @@ impl Server {
     /// Serves until SIGINT or SIGTERM; SIGHUP reloads the library.
     pub async fn run_until_signal(self) -> Result<(), HostError> {
         self.host.run_until_signal().await
+    }
+}
+
+/// Sweeps expired records every `every` (not at once: the first sweep is one interval after
+/// start) on the blocking pool, one sweep at a time; zero spawns nothing. The task ends with
+/// the runtime.
+fn spawn_sweeper(tenants: Arc<Tenants>, ready: Namespace, every: Duration) {
+    if every.is_zero() {
+        return;
+    }
+    tokio::spawn(async move {
+        let mut ticker = tokio::time::interval(every);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        ticker.tick().await;
+        loop {
+            ticker.tick().await;
+            let tenants = Arc::clone(&tenants);
+            let ready = ready.clone();
+            if let Err(error) =
+                tokio::task::spawn_blocking(move || sweep_all(&tenants, &ready)).await
+            {
+                tracing::error!(%error, "the expiry sweep panicked");
+            }
+        }
+    });
+}
+
+/// One sweep of every namespace served since start, and the ready namespace: each store's
+/// `gc`, logged when it removed something or failed (the next sweep tries again).
+fn sweep_all(tenants: &Tenants, ready: &Namespace) {
+    let mut namespaces = tenants.open_namespaces();
+    if !namespaces.contains(ready) {
+        namespaces.push(ready.clone());
+    }
+    for namespace in namespaces {
+        match tenants.get(&namespace).and_then(|service| service.gc()) {
+            Ok(swept) if swept.assets > 0 || swept.artifacts.records > 0 => tracing::info!(
+                namespace = namespace.as_str(),
+                assets = swept.assets,
+                artifacts = swept.artifacts.records,
+                artifact_files = swept.artifacts.content_removed,
+                "expired records swept"
+            ),
+            Ok(_) => {}
+            Err(error) => {
+                tracing::warn!(namespace = namespace.as_str(), %error, "the expiry sweep failed");
+            }
+        }
     }
 }
 

@@ -10,17 +10,19 @@ use mnemon_host::HeldBody;
 use mnemon_ops::Service;
 use mnemon_ops::artifacts::{
     ArtifactIdInput, ArtifactLatestInput, ArtifactListInput, ArtifactListOutput, ArtifactLoadInput,
-    ArtifactLoadOutput, ArtifactOutput, ArtifactSaveInput, ArtifactScopesInput,
-    ArtifactScopesOutput,
+    ArtifactLoadOutput, ArtifactOutput, ArtifactQueryInput, ArtifactQueryOutput, ArtifactSaveInput,
+    ArtifactScopesInput, ArtifactScopesOutput,
 };
 use mnemon_ops::assets::{
     AssetBody, AssetContent, AssetGetOutput, AssetIdInput, AssetListInput, AssetListOutput,
     AssetMetaInput, AssetMetaOutput, AssetPutBytesInput, AssetPutInput, AssetPutOutput,
-    AssetResolveInput, AssetResolveOutput, DeleteOutput,
+    AssetQueryInput, AssetQueryOutput, AssetResolveInput, AssetResolveOutput, DeleteOutput,
 };
+use mnemon_ops::expiry::ExpiryInput;
 use mnemon_ops::library::{
     LibraryListInput, LibraryListOutput, LibraryQueryInput, LibraryQueryOutput,
 };
+use mnemon_ops::maintenance::{ForgetInput, ForgetOutput, GcOutput};
 use mnemon_ops::memory::{
     DeleteMessagesInput, DeleteMessagesOutput, MarkInput, MarkOutput, MarksOutput, MemoryAddInput,
     MemoryAddOutput, MemoryExportInput, MemoryGetInput, MemoryGetOutput, MemoryImportInput,
@@ -123,6 +125,7 @@ const OK: StatusCode = StatusCode::OK;
 const CREATED: StatusCode = StatusCode::CREATED;
 const R: Option<Role> = Some(Role::Read);
 const W: Option<Role> = Some(Role::Write);
+const A: Option<Role> = Some(Role::Admin);
 
 /// Every `/v1` route and `/readyz`, in the order the document lists them.
 pub(crate) fn table() -> Vec<Route> {
@@ -151,6 +154,7 @@ pub(crate) fn table() -> Vec<Route> {
             Json(schema::<AssetPutOutput>),
             post(asset_put),
         )
+        .query(schema::<ExpiryInput>)
         .body(Json(schema::<AssetBody>)),
         route(
             Method::GET,
@@ -174,6 +178,7 @@ pub(crate) fn table() -> Vec<Route> {
             Json(schema::<AssetPutOutput>),
             put(asset_put_at),
         )
+        .query(schema::<ExpiryInput>)
         .body(Json(schema::<AssetBody>)),
         route(
             Method::DELETE,
@@ -220,6 +225,7 @@ pub(crate) fn table() -> Vec<Route> {
             Json(schema::<AssetPutOutput>),
             put(asset_put_content),
         )
+        .query(schema::<ExpiryInput>)
         .body(Raw),
         route(
             Method::GET,
@@ -233,6 +239,19 @@ pub(crate) fn table() -> Vec<Route> {
             get(resolve),
         )
         .query(schema::<AssetResolveInput>),
+        route(
+            Method::POST,
+            "/v1/query/assets",
+            "queryAssets",
+            "List the live assets a metadata filter selects (ids ascending, with their expiry), \
+             a page at a time",
+            "assets",
+            R,
+            OK,
+            Json(schema::<AssetQueryOutput>),
+            post(asset_query),
+        )
+        .body(Json(schema::<AssetQueryInput>)),
         // References.
         route(
             Method::POST,
@@ -270,6 +289,7 @@ pub(crate) fn table() -> Vec<Route> {
             Json(schema::<ArtifactOutput>),
             post(artifact_save),
         )
+        .query(schema::<ExpiryInput>)
         .body(Json(schema::<ArtifactSaveInput>)),
         route(
             Method::GET,
@@ -341,6 +361,19 @@ pub(crate) fn table() -> Vec<Route> {
             Json(schema::<DeleteOutput>),
             delete(artifact_delete),
         ),
+        route(
+            Method::POST,
+            "/v1/query/artifacts",
+            "queryArtifacts",
+            "List the live artifact records a metadata filter selects (in one scope or all, in \
+             save order, with their expiry), a page at a time",
+            "artifacts",
+            R,
+            OK,
+            Json(schema::<ArtifactQueryOutput>),
+            post(artifact_query),
+        )
+        .body(Json(schema::<ArtifactQueryInput>)),
         // Memory.
         route(
             Method::GET,
@@ -497,6 +530,31 @@ pub(crate) fn table() -> Vec<Route> {
             post(memory_import),
         )
         .body(Json(schema::<MemoryImportInput>)),
+        // Maintenance.
+        route(
+            Method::POST,
+            "/v1/gc",
+            "collectGarbage",
+            "Remove what has expired in the namespace: assets, artifact records and their files",
+            "maintenance",
+            A,
+            OK,
+            Json(schema::<GcOutput>),
+            post(gc),
+        ),
+        route(
+            Method::POST,
+            "/v1/forget",
+            "forget",
+            "Delete a subject (memory scope, asset id prefix, artifact scope prefix, or the whole \
+             namespace by name) from every store, one transaction per store",
+            "maintenance",
+            A,
+            OK,
+            Json(schema::<ForgetOutput>),
+            post(forget),
+        )
+        .body(Json(schema::<ForgetInput>)),
         // Library.
         route(
             Method::GET,
@@ -708,14 +766,29 @@ async fn asset_list(State(s): State<AppState>, p: Principal, uri: Uri, h: Header
     read_json(&h, &out)
 }
 
-async fn asset_put(State(s): State<AppState>, p: Principal, h: HeaderMap, body: Body) -> Answer {
+async fn asset_put(
+    State(s): State<AppState>,
+    p: Principal,
+    uri: Uri,
+    h: HeaderMap,
+    body: Body,
+) -> Answer {
+    let expiry: ExpiryInput = query(&uri)?;
     let (asset, _held): (AssetBody, _) = json_body(&s, &h, body).await?;
     let out = s
         .call(&p, Role::Write, move |svc| {
-            svc.asset_put(AssetPutInput { asset })
+            svc.asset_put_expiring(AssetPutInput { asset }, expiry)
         })
         .await?;
     answer(CREATED, &out)
+}
+
+async fn asset_query(State(s): State<AppState>, p: Principal, h: HeaderMap, body: Body) -> Answer {
+    let (input, _held): (AssetQueryInput, _) = json_body(&s, &h, body).await?;
+    let out = s
+        .call(&p, Role::Read, move |svc| svc.asset_query(input))
+        .await?;
+    answer(OK, &out)
 }
 
 async fn asset_get(
@@ -736,13 +809,15 @@ async fn asset_put_at(
     State(s): State<AppState>,
     p: Principal,
     Path(asset_id): Path<String>,
+    uri: Uri,
     h: HeaderMap,
     body: Body,
 ) -> Answer {
+    let expiry: ExpiryInput = query(&uri)?;
     let (asset, _held): (AssetBody, _) = json_body(&s, &h, body).await?;
     let out = s
         .call(&p, Role::Write, move |svc| {
-            svc.asset_put_at(&asset_id, asset)
+            svc.asset_put_at_expiring(&asset_id, asset, expiry)
         })
         .await?;
     answer(OK, &out)
@@ -806,9 +881,11 @@ async fn asset_put_content(
     State(s): State<AppState>,
     p: Principal,
     Path(asset_id): Path<String>,
+    uri: Uri,
     h: HeaderMap,
     body: Body,
 ) -> Answer {
+    let expiry: ExpiryInput = query(&uri)?;
     let held = s.limits.read_body(&h, body).await?;
     let content_type = h
         .get(header::CONTENT_TYPE)
@@ -816,11 +893,14 @@ async fn asset_put_content(
         .map(str::to_owned);
     let out = s
         .call(&p, Role::Write, move |svc| {
-            svc.asset_put_bytes(AssetPutBytesInput {
-                asset_id,
-                content_type,
-                data: held.bytes,
-            })
+            svc.asset_put_bytes_expiring(
+                AssetPutBytesInput {
+                    asset_id,
+                    content_type,
+                    data: held.bytes,
+                },
+                expiry,
+            )
         })
         .await?;
     answer(OK, &out)
@@ -857,14 +937,31 @@ async fn refs_render(State(s): State<AppState>, p: Principal, h: HeaderMap, body
 async fn artifact_save(
     State(s): State<AppState>,
     p: Principal,
+    uri: Uri,
     h: HeaderMap,
     body: Body,
 ) -> Answer {
+    let expiry: ExpiryInput = query(&uri)?;
     let (input, _held): (ArtifactSaveInput, _) = json_body(&s, &h, body).await?;
     let out = s
-        .call(&p, Role::Write, move |svc| svc.artifact_save(input))
+        .call(&p, Role::Write, move |svc| {
+            svc.artifact_save_expiring(input, expiry)
+        })
         .await?;
     answer(CREATED, &out)
+}
+
+async fn artifact_query(
+    State(s): State<AppState>,
+    p: Principal,
+    h: HeaderMap,
+    body: Body,
+) -> Answer {
+    let (input, _held): (ArtifactQueryInput, _) = json_body(&s, &h, body).await?;
+    let out = s
+        .call(&p, Role::Read, move |svc| svc.artifact_query(input))
+        .await?;
+    answer(OK, &out)
 }
 
 async fn artifact_list(State(s): State<AppState>, p: Principal, uri: Uri, h: HeaderMap) -> Answer {
@@ -1149,6 +1246,21 @@ async fn memory_import(
     input.session = session;
     let out = s
         .call(&p, Role::Write, move |svc| svc.memory_import(input))
+        .await?;
+    answer(OK, &out)
+}
+
+// ---- Maintenance -----------------------------------------------------------------------------
+
+async fn gc(State(s): State<AppState>, p: Principal) -> Answer {
+    let out = s.call(&p, Role::Admin, |svc| svc.gc()).await?;
+    answer(OK, &out)
+}
+
+async fn forget(State(s): State<AppState>, p: Principal, h: HeaderMap, body: Body) -> Answer {
+    let (input, _held): (ForgetInput, _) = json_body(&s, &h, body).await?;
+    let out = s
+        .call(&p, Role::Admin, move |svc| svc.forget(input))
         .await?;
     answer(OK, &out)
 }

@@ -57,6 +57,16 @@ impl Tenants {
         tenants
     }
 
+    /// The namespaces whose services are open (served since start), in no particular order.
+    pub fn open_namespaces(&self) -> Vec<Namespace> {
+        self.open_services
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .keys()
+            .cloned()
+            .collect()
+    }
+
     /// The service of `namespace`, opened now if it was not yet (blocking).
     pub fn get(&self, namespace: &Namespace) -> Result<Service, OpsError> {
         if let Some(service) = self

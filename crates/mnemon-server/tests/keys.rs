@@ -76,6 +76,7 @@ fn keyed(root: &Path, postgres: Option<String>) -> Keyed {
         authenticator: Arc::new(KeyAuthenticator::new(Arc::new(store))),
         ready_namespace: acme,
         mcp_allowed_hosts: None,
+        gc_interval: mnemon_server::DEFAULT_GC_INTERVAL,
     };
     Keyed {
         running: start_with(config, HostOptions::default()),
@@ -146,7 +147,7 @@ fn every_route_refuses_bad_keys(keyed: &Keyed) {
     let anonymous = Api::new(&keyed.running);
     let routes = guarded_routes(&anonymous);
     // Every documented route but the document itself and `/readyz`.
-    assert_eq!(routes.len(), 34, "{routes:?}");
+    assert_eq!(routes.len(), 38, "{routes:?}");
     let wrong = api_with(&keyed.running, &keyed.wrong);
     let revoked = api_with(&keyed.running, &keyed.revoked);
     let malformed = api_with(&keyed.running, "mnk_not_a_key");

@@ -164,6 +164,72 @@ fn exercise_every_route(api: &Api) {
     artifact_routes(api);
     memory_routes(api);
     library_routes(api);
+    maintenance_routes(api);
+}
+
+/// `POST /v1/forget` and `POST /v1/gc` (admin routes; the open server's caller is admin).
+fn maintenance_routes(api: &Api) {
+    for id in ["gone-1", "gone-2", "kept"] {
+        ok(
+            api.put(&format!("/v1/assets/{id}"), json!({"content": id})),
+            StatusCode::OK,
+        );
+    }
+    ok(
+        api.post(
+            "/v1/memory/sessions/forget-me/messages",
+            json!({"messages": [{"name": "user", "content": "a"}, {"name": "user", "content": "b"}]}),
+        ),
+        StatusCode::OK,
+    );
+    ok(
+        api.post(
+            "/v1/artifacts",
+            json!({"scope": "forget-scope", "key": "k", "type": "t", "name": "n", "content": 1}),
+        ),
+        StatusCode::CREATED,
+    );
+    let forgotten = ok(
+        api.post(
+            "/v1/forget",
+            json!({"session_id": "forget-me", "asset_prefix": "gone-",
+                   "artifact_scope_prefix": "forget-scope"}),
+        ),
+        StatusCode::OK,
+    );
+    assert_eq!(forgotten["memory"], json!({"threads": 1, "messages": 2}));
+    assert_eq!(forgotten["assets"], 2);
+    assert_eq!(forgotten["artifacts"]["records"], 1);
+    expect_error(
+        api.get("/v1/assets/gone-1"),
+        StatusCode::NOT_FOUND,
+        "asset_not_found",
+    );
+    expect_error(
+        api.get("/v1/memory/sessions/forget-me/messages"),
+        StatusCode::NOT_FOUND,
+        "session_not_found",
+    );
+    ok(api.get("/v1/assets/kept"), StatusCode::OK);
+    let message = expect_error(
+        api.post("/v1/forget", json!({})),
+        StatusCode::BAD_REQUEST,
+        "invalid_input",
+    );
+    assert!(message.contains("name what to forget"), "{message}");
+    let message = expect_error(
+        api.post("/v1/forget", json!({"namespace": "someone-else"})),
+        StatusCode::BAD_REQUEST,
+        "invalid_input",
+    );
+    assert!(message.contains("give its own name"), "{message}");
+    let swept = ok(api.post("/v1/gc", json!({})), StatusCode::OK);
+    assert!(swept["namespace"].is_string(), "{swept}");
+    assert!(
+        swept["assets"].is_u64() && swept["artifacts"]["records"].is_u64(),
+        "{swept}"
+    );
+    ok(api.delete("/v1/assets/kept"), StatusCode::OK);
 }
 
 fn service_routes(api: &Api) {
@@ -376,6 +442,104 @@ fn asset_routes(api: &Api) {
         StatusCode::NOT_FOUND,
         "asset_not_found",
     );
+    asset_expiry_and_filters(api);
+}
+
+/// Expiry on every asset write (`ttl_seconds` / `expires_at_ms` in the query), shown on get and
+/// in filtered listings; a filter that is not one is 400 `invalid_filter`.
+fn asset_expiry_and_filters(api: &Api) {
+    let put = ok(
+        api.post(
+            "/v1/assets?ttl_seconds=3600",
+            json!({"asset_id": "ttl-1", "asset_type": "photo", "content": {"n": 1}}),
+        ),
+        StatusCode::CREATED,
+    );
+    assert_eq!(put["asset_id"], "ttl-1");
+    let later = 4_000_000_000_000_i64;
+    ok(
+        api.put(
+            &format!("/v1/assets/ttl-2?expires_at_ms={later}"),
+            json!({"asset_type": "photo", "content": {"n": 2}}),
+        ),
+        StatusCode::OK,
+    );
+    ok(
+        api.put(
+            "/v1/assets/ttl-3",
+            json!({"asset_type": "note", "content": "forever"}),
+        ),
+        StatusCode::OK,
+    );
+    let raw = api
+        .client
+        .put(api.url("/v1/assets/ttl-4/content?ttl_seconds=60"))
+        .header("content-type", "image/png")
+        .body(vec![1u8, 2, 3])
+        .send()
+        .unwrap();
+    assert_eq!(raw.status(), StatusCode::OK);
+    let got = ok(api.get("/v1/assets/ttl-1"), StatusCode::OK);
+    let deadline = got["expires_at_ms"].as_i64().unwrap();
+    assert!(deadline > 1_700_000_000_000, "{got}");
+    let got = ok(api.get("/v1/assets/ttl-2"), StatusCode::OK);
+    assert_eq!(got["expires_at_ms"], later);
+    let got = ok(api.get("/v1/assets/ttl-3"), StatusCode::OK);
+    assert!(got.get("expires_at_ms").is_none(), "{got}");
+
+    let photos = ok(
+        api.post(
+            "/v1/query/assets",
+            json!({"filter": {"eq": {"path": "asset_type", "value": "photo"}}}),
+        ),
+        StatusCode::OK,
+    );
+    assert_eq!(
+        photos["assets"],
+        json!([
+            {"asset_id": "ttl-1", "expires_at_ms": deadline},
+            {"asset_id": "ttl-2", "expires_at_ms": later}
+        ])
+    );
+    // The filter applies before the page cut; the cursor pages on.
+    let first = ok(
+        api.post(
+            "/v1/query/assets",
+            json!({"filter": {"exists": "expires_at"}, "limit": 1}),
+        ),
+        StatusCode::OK,
+    );
+    assert_eq!(first["assets"][0]["asset_id"], "ttl-1", "{first}");
+    let cursor = first["next_cursor"].as_str().unwrap();
+    let second = ok(
+        api.post(
+            "/v1/query/assets",
+            json!({"filter": {"exists": "expires_at"}, "cursor": cursor, "limit": 1}),
+        ),
+        StatusCode::OK,
+    );
+    assert_eq!(second["assets"][0]["asset_id"], "ttl-2", "{second}");
+
+    let message = expect_error(
+        api.post(
+            "/v1/query/assets",
+            json!({"filter": {"eq": {"path": "asset_type", "valeu": "photo"}}}),
+        ),
+        StatusCode::BAD_REQUEST,
+        "invalid_filter",
+    );
+    assert!(message.contains("valeu"), "{message}");
+    for bad in ["ttl_seconds=0", "ttl_seconds=soon", "expires_at_ms=5"] {
+        let response = api.post(
+            &format!("/v1/assets?{bad}"),
+            json!({"asset_id": "ttl-x", "content": 1}),
+        );
+        let (status, body) = json_of(response);
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{bad}: {body}");
+    }
+    for id in ["ttl-1", "ttl-2", "ttl-3", "ttl-4"] {
+        ok(api.delete(&format!("/v1/assets/{id}")), StatusCode::OK);
+    }
 }
 
 fn reference_routes(api: &Api) {
@@ -531,6 +695,56 @@ fn artifact_routes(api: &Api) {
         StatusCode::OK,
     );
     assert_eq!(latest["artifact"]["id"], id.as_str());
+    assert!(latest.get("expires_at_ms").is_none(), "{latest}");
+
+    // Expiry on a save, shown on reads; filtered listings in one scope or all.
+    let saved = ok(
+        api.post(
+            "/v1/artifacts?ttl_seconds=600",
+            json!({"scope": "chat-ttl", "key": "draft", "type": "text", "name": "Draft",
+                   "content": "soon gone"}),
+        ),
+        StatusCode::CREATED,
+    );
+    let deadline = saved["expires_at_ms"].as_i64().unwrap();
+    assert!(deadline > 1_700_000_000_000, "{saved}");
+    let saved_id = saved["artifact"]["id"].as_str().unwrap().to_owned();
+    let got = ok(
+        api.get(&format!("/v1/artifacts/{saved_id}")),
+        StatusCode::OK,
+    );
+    assert_eq!(got["expires_at_ms"], deadline);
+    let drafts = ok(
+        api.post(
+            "/v1/query/artifacts",
+            json!({"filter": {"eq": {"path": "key", "value": "draft"}}}),
+        ),
+        StatusCode::OK,
+    );
+    assert_eq!(drafts["artifacts"].as_array().unwrap().len(), 1, "{drafts}");
+    assert_eq!(drafts["artifacts"][0]["artifact"]["id"], saved_id.as_str());
+    assert_eq!(drafts["artifacts"][0]["expires_at_ms"], deadline);
+    let in_scope = ok(
+        api.post(
+            "/v1/query/artifacts",
+            json!({"scope": "chat-1", "filter": {"eq": {"path": "key", "value": "draft"}}}),
+        ),
+        StatusCode::OK,
+    );
+    assert_eq!(in_scope["artifacts"], json!([]));
+    let message = expect_error(
+        api.post(
+            "/v1/query/artifacts",
+            json!({"filter": {"eq": {"path": "colour", "value": "red"}}}),
+        ),
+        StatusCode::BAD_REQUEST,
+        "invalid_filter",
+    );
+    assert!(message.contains("colour"), "{message}");
+    ok(
+        api.delete(&format!("/v1/artifacts/{saved_id}")),
+        StatusCode::OK,
+    );
 }
 
 fn memory_routes(api: &Api) {
@@ -845,7 +1059,7 @@ fn openapi_lists_every_route(api: &Api) {
             );
         }
     }
-    assert_eq!(count, 36);
+    assert_eq!(count, 40);
 }
 
 #[test]
@@ -884,6 +1098,30 @@ fn the_served_document_equals_the_checked_in_file() {
         mnemon_server::openapi::document_text(),
         "docs/openapi.json is stale: run `cargo xtask codegen` and commit it"
     );
+}
+
+#[test]
+fn the_server_sweeps_expired_records_periodically() {
+    crypto();
+    let dir = tempfile::tempdir().unwrap();
+    let stores = Stores::open(dir.path()).unwrap();
+    let mut config = ServerConfig::open(service_of(stores.clone()));
+    config.gc_interval = std::time::Duration::from_millis(200);
+    let running = start_with(config, HostOptions::default());
+    let api = Api::new(&running);
+    ok(
+        api.put("/v1/assets/brief?ttl_seconds=1", json!({"content": 1})),
+        StatusCode::OK,
+    );
+    ok(
+        api.put("/v1/assets/kept", json!({"content": 2})),
+        StatusCode::OK,
+    );
+    std::thread::sleep(std::time::Duration::from_millis(1_600));
+    // The server's sweep already removed the expired row: a sweep by hand finds nothing.
+    let by_hand = Service::new(stores).gc().unwrap();
+    assert_eq!(by_hand.assets, 0, "{by_hand:?}");
+    ok(api.get("/v1/assets/kept"), StatusCode::OK);
 }
 
 #[test]

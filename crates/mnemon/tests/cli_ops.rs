@@ -554,6 +554,188 @@ fn asset_meta_of_a_stored_id_and_artifact_rm() {
 }
 
 #[test]
+fn ttl_and_filters_on_assets_and_artifacts() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(
+        d.join("keep.json"),
+        r#"{"asset_id": "keep", "asset_type": "note", "content": "stays"}"#,
+    )
+    .unwrap();
+    std::fs::write(
+        d.join("brief.json"),
+        r#"{"asset_id": "brief", "asset_type": "note", "content": "goes"}"#,
+    )
+    .unwrap();
+    ok(&mnemon(d, &["asset", "put", "keep.json"]));
+    ok(&mnemon(
+        d,
+        &["asset", "put", "brief.json", "--ttl", "1h30m"],
+    ));
+    std::fs::write(d.join("blob.bin"), [1u8, 2, 3]).unwrap();
+    ok(&mnemon(
+        d,
+        &[
+            "asset", "put", "--id", "blob", "--file", "blob.bin", "--ttl", "2d",
+        ],
+    ));
+    let listed = ok(&mnemon(d, &["asset", "list", "--expiry"]));
+    let lines: Vec<&str> = listed.lines().collect();
+    assert_eq!(lines.len(), 3, "{listed}");
+    assert!(lines[0].starts_with("blob\t"), "{listed}");
+    assert!(lines[1].starts_with("brief\t"), "{listed}");
+    assert_eq!(lines[2], "keep\tnever");
+    let blob: i64 = lines[0].split('\t').nth(1).unwrap().parse().unwrap();
+    let brief: i64 = lines[1].split('\t').nth(1).unwrap().parse().unwrap();
+    // 2 days against 1.5 hours, both from about now.
+    assert!(blob - brief > 40 * 3_600_000, "{listed}");
+    let expiring = ok(&mnemon(
+        d,
+        &["asset", "list", "--filter", r#"{"exists": "expires_at"}"#],
+    ));
+    assert_eq!(expiring, "blob\nbrief\n");
+    let notes = ok(&mnemon(
+        d,
+        &[
+            "asset",
+            "list",
+            "--type",
+            "note",
+            "--filter",
+            r#"{"not": {"exists": "expires_at"}}"#,
+        ],
+    ));
+    assert_eq!(notes, "keep\n");
+    let err = input_error(
+        d,
+        &["asset", "list", "--filter", r#"{"eq": {"path": "x"}}"#],
+    );
+    assert!(err.contains("bad filter"), "{err}");
+    let err = input_error(d, &["asset", "put", "keep.json", "--ttl", "soon"]);
+    assert!(err.contains("e.g. 90s"), "{err}");
+    let err = input_error(d, &["asset", "put", "keep.json", "--ttl", "0"]);
+    assert!(err.contains("expire at once"), "{err}");
+
+    std::fs::write(
+        d.join("cfg.json"),
+        r#"{"artifact_key": "plan", "artifact_type": "plan", "artifact_name": "The plan"}"#,
+    )
+    .unwrap();
+    std::fs::write(d.join("in.json"), r#"{"content": "1. parse"}"#).unwrap();
+    let save = |scope: &str, ttl: Option<&str>| {
+        let mut args = vec![
+            "artifact", "save", "--config", "cfg.json", "--inputs", "in.json", "--scope", scope,
+        ];
+        if let Some(ttl) = ttl {
+            args.extend(["--ttl", ttl]);
+        }
+        ok_json(d, &args)
+    };
+    save("a", Some("10m"));
+    save("b", None);
+    let listed = ok_json(
+        d,
+        &[
+            "artifact",
+            "list",
+            "--filter",
+            r#"{"exists": "expires_at"}"#,
+        ],
+    );
+    let listed = listed.as_array().unwrap();
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert_eq!(listed[0]["artifact"]["scope"], "a");
+    assert!(listed[0]["expires_at_ms"].as_i64().unwrap() > 1_700_000_000_000);
+    let in_b = ok_json(
+        d,
+        &[
+            "artifact",
+            "list",
+            "--scope",
+            "b",
+            "--filter",
+            r#"{"eq": {"path": "key", "value": "plan"}}"#,
+        ],
+    );
+    assert_eq!(in_b.as_array().unwrap().len(), 1);
+    assert!(in_b[0].get("expires_at_ms").is_none(), "{in_b}");
+    let err = input_error(
+        d,
+        &[
+            "artifact",
+            "list",
+            "--filter",
+            r#"{"eq": {"path": "colour", "value": 1}}"#,
+        ],
+    );
+    assert!(err.contains("colour"), "{err}");
+}
+
+#[test]
+fn gc_and_forget_across_the_stores() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    for (id, ttl) in [
+        ("tmp-1", Some("1s")),
+        ("u1-a", None),
+        ("u1-b", None),
+        ("u2-a", None),
+    ] {
+        std::fs::write(
+            d.join(format!("{id}.json")),
+            format!(r#"{{"asset_id": "{id}", "content": 1}}"#),
+        )
+        .unwrap();
+        let file = format!("{id}.json");
+        let mut args = vec!["asset", "put", file.as_str()];
+        if let Some(ttl) = ttl {
+            args.extend(["--ttl", ttl]);
+        }
+        ok(&mnemon(d, &args));
+    }
+    for session in ["s1", "s2"] {
+        ok(&mnemon(
+            d,
+            &["memory", "add", "--session", session, "--content", "hello"],
+        ));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(1_100));
+    let swept = ok_json(d, &["gc", "--format", "json"]);
+    assert_eq!(swept["assets"], 1, "{swept}");
+    assert_eq!(swept["artifacts"]["records"], 0, "{swept}");
+    let again = ok(&mnemon(d, &["gc"]));
+    assert!(again.contains("assets") && again.contains('0'), "{again}");
+
+    let forgot = ok_json(
+        d,
+        &[
+            "forget",
+            "--session",
+            "s1",
+            "--asset-prefix",
+            "u1-",
+            "--format",
+            "json",
+        ],
+    );
+    assert_eq!(forgot["memory"], json!({"threads": 1, "messages": 1}));
+    assert_eq!(forgot["assets"], 2);
+    assert_eq!(ok(&mnemon(d, &["asset", "list"])), "u2-a\n");
+
+    // The whole namespace: only with --yes, and with no other subject.
+    let err = input_error(d, &["forget", "--all"]);
+    assert!(err.contains("--yes"), "{err}");
+    let out = mnemon(d, &["forget", "--all", "--user", "u", "--yes"]);
+    assert_eq!(out.status.code(), Some(2));
+    let out = mnemon(d, &["forget"]);
+    assert_eq!(out.status.code(), Some(2));
+    let all = ok_json(d, &["forget", "--all", "--yes", "--format", "json"]);
+    assert_eq!(all["assets"], 1);
+    assert_eq!(all["memory"]["threads"], 1);
+    assert_eq!(ok(&mnemon(d, &["asset", "list"])), "");
+}
+
+#[test]
 fn new_commands_run_on_postgresql() {
     let server = mnemon_tests::require_postgres!();
     let url = server.fresh_database("cli_ops").unwrap();

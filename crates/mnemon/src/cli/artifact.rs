@@ -18,7 +18,7 @@ use mnemon_artifacts::{
 use mnemon_types::Artifact;
 use serde_json::{Map, Value};
 
-use mnemon_ops::artifacts::ArtifactIdInput;
+use mnemon_ops::artifacts::{ArtifactIdInput, ArtifactQueryInput, ExpiringSaves};
 
 use super::format::{FormatArg, Table, emit, ops_error, service_for_reading};
 use super::{CliError, CliResult, Target, print_json};
@@ -39,6 +39,10 @@ pub(crate) enum ArtifactCommand {
         /// The chat or session the artifact belongs to.
         #[arg(long)]
         scope: String,
+        /// Forget the record (and its content, at the next `mnemon gc`) this long after the
+        /// save: a whole number and a unit, s, m, h, d or w (e.g. `90s`, `30d`, `1h30m`).
+        #[arg(long, value_name = "DURATION", value_parser = parse_ttl)]
+        ttl: Option<std::time::Duration>,
     },
     /// Run ArtifactMemory over a JSON map of inputs and print the rendered text.
     Load {
@@ -52,14 +56,20 @@ pub(crate) enum ArtifactCommand {
         #[arg(long)]
         scope: String,
     },
-    /// List a scope's artifact records as JSON, in save order.
+    /// List a scope's artifact records as JSON, in save order; with --filter, the records a
+    /// metadata filter selects (in --scope, or in every scope without it), each as
+    /// `{"artifact", "expires_at_ms"}`.
     List {
-        /// The chat or session to list.
-        #[arg(long)]
-        scope: String,
+        /// The chat or session to list (required without --filter).
+        #[arg(long, required_unless_present = "filter")]
+        scope: Option<String>,
         /// Only artifacts of this type.
-        #[arg(long = "type", value_name = "TYPE")]
+        #[arg(long = "type", value_name = "TYPE", conflicts_with = "filter")]
         artifact_type: Option<String>,
+        /// A filter (docs/reference/filters.md) as JSON, e.g.
+        /// `{"eq": {"path": "key", "value": "plan"}}`.
+        #[arg(long, value_name = "JSON")]
+        filter: Option<String>,
     },
     /// Print one artifact record as JSON.
     Show {
@@ -82,8 +92,15 @@ pub(crate) fn run(command: ArtifactCommand, target: &Target<'_>, quiet: bool) ->
             config,
             inputs,
             scope,
+            ttl,
         } => {
-            let outputs = save(target, &read_json(&config)?, &read_json(&inputs)?, &scope)?;
+            let outputs = save(
+                target,
+                &read_json(&config)?,
+                &read_json(&inputs)?,
+                &scope,
+                ttl,
+            )?;
             print_json(&outputs)
         }
         ArtifactCommand::Load {
@@ -102,8 +119,40 @@ pub(crate) fn run(command: ArtifactCommand, target: &Target<'_>, quiet: bool) ->
         }
         ArtifactCommand::List {
             scope,
+            // `--type` conflicts with `--filter` (write `{"eq": {"path": "type", …}}`).
+            artifact_type: _,
+            filter: Some(filter),
+        } => {
+            let filter: Value = serde_json::from_str(&filter)
+                .with_context(|| "--filter is not JSON".to_owned())
+                .map_err(CliError::input)?;
+            let service = service_for_reading(target)?;
+            let mut input = ArtifactQueryInput {
+                scope,
+                filter: Some(filter),
+                limit: Some(mnemon_ops::page::MAX_LIMIT),
+                cursor: None,
+            };
+            let mut all = Vec::new();
+            loop {
+                let page = service.artifact_query(input.clone()).map_err(ops_error)?;
+                all.extend(page.artifacts);
+                match page.next_cursor {
+                    Some(next) => input.cursor = Some(next),
+                    None => break,
+                }
+            }
+            print_json(&all)
+        }
+        ArtifactCommand::List {
+            scope,
             artifact_type,
-        } => print_json(&list(target, &scope, artifact_type.as_deref())?),
+            filter: None,
+        } => print_json(&list(
+            target,
+            scope.as_deref().unwrap_or_default(),
+            artifact_type.as_deref(),
+        )?),
         ArtifactCommand::Show { id } => print_json(&show(target, &id)?),
         ArtifactCommand::Rm { id, output } => {
             let service = service_for_reading(target)?;
@@ -125,9 +174,16 @@ fn save(
     config: &Value,
     inputs: &Value,
     scope: &str,
+    ttl: Option<std::time::Duration>,
 ) -> Result<Map<String, Value>, CliError> {
     let config = SaveArtifactConfig::from_json(config).map_err(artifact_error)?;
-    let store = create_store(target)?;
+    let mut store = create_store(target)?;
+    if let Some(ttl) = ttl {
+        store = Arc::new(ExpiringSaves::new(
+            store,
+            mnemon_artifacts::Expiry::After(ttl),
+        ));
+    }
     let step = SaveArtifact::new(config, store, backends(target)).map_err(artifact_error)?;
     step.run(scope, inputs).map_err(artifact_error)
 }
@@ -415,5 +471,16 @@ mod tests {
         )));
         assert!(!tmp.0.join("escape.txt").exists());
         assert!(is_input(read_json(&tmp.0.join("missing.json"))));
+    }
+}
+
+/// Parses `--ttl` ([`mnemon_ops::expiry::parse_duration`]); zero is refused (it would expire at
+/// once).
+pub(crate) fn parse_ttl(text: &str) -> Result<std::time::Duration, String> {
+    match mnemon_ops::expiry::parse_duration(text)? {
+        ttl if ttl.is_zero() => Err("a time-to-live of 0 would expire at once; leave --ttl out \
+             to keep the record until deleted"
+            .to_owned()),
+        ttl => Ok(ttl),
     }
 }

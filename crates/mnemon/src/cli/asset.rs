@@ -6,14 +6,17 @@ use std::path::{Path, PathBuf};
 use anyhow::Context as _;
 use clap::Subcommand;
 use mnemon_store::{
-    AssetStore, InMemoryStore, PostgresAssetOptions, PostgresAssetStore, SqliteAssetOptions,
-    SqliteAssetStore, StoreError,
+    AssetStore, Expiry, InMemoryStore, PostgresAssetOptions, PostgresAssetStore,
+    SqliteAssetOptions, SqliteAssetStore, StoreError,
 };
 use mnemon_types::{Asset, AssetRef, MetaOptions, flatten, meta_with};
 
 use mnemon_ops::assets::{
     AssetBody, AssetContent, AssetIdInput, AssetMetaInput, AssetPutBytesInput, AssetPutInput,
+    AssetQueryInput,
 };
+
+use mnemon_ops::expiry::ExpiryInput;
 
 use super::format::{ops_error, service_for_reading, service_for_writing};
 use super::{CliError, CliResult, Target, print_json};
@@ -66,6 +69,10 @@ pub(crate) enum AssetCommand {
         /// The media type of the bytes (for --data-url, overrides the URL's).
         #[arg(long, value_name = "TYPE")]
         content_type: Option<String>,
+        /// Forget the assets this long after the put: a whole number and a unit, s, m, h, d or
+        /// w (e.g. `90s`, `30d`, `1h30m`).
+        #[arg(long, value_name = "DURATION", value_parser = super::artifact::parse_ttl)]
+        ttl: Option<std::time::Duration>,
     },
     /// Print a stored asset as JSON (bytes as `data:` URLs), or write its content to a file.
     Get {
@@ -81,6 +88,13 @@ pub(crate) enum AssetCommand {
         /// Only assets of this `asset_type`.
         #[arg(long = "type", value_name = "TYPE")]
         asset_type: Option<String>,
+        /// Only assets a filter (docs/reference/filters.md) selects, as JSON, e.g.
+        /// `{"exists": "expires_at"}`.
+        #[arg(long, value_name = "JSON")]
+        filter: Option<String>,
+        /// Print each id with its expiry: `<id>\t<expires_at_ms>` (or `never`).
+        #[arg(long)]
+        expiry: bool,
     },
     /// Remove a stored asset.
     Rm {
@@ -195,18 +209,23 @@ pub(crate) fn run(command: AssetCommand, target: &Target<'_>) -> CliResult {
             bytes_file,
             data_url,
             content_type,
+            ttl,
             ..
         } => {
+            let expiry = ttl.map(ExpiryInput::after).unwrap_or_default();
             let output = match (bytes_file, data_url) {
                 (Some(file), _) => {
                     let data = std::fs::read(&file)
                         .with_context(|| format!("cannot read {}", file.display()))
                         .map_err(CliError::input)?;
-                    service_for_writing(target)?.asset_put_bytes(AssetPutBytesInput {
-                        asset_id,
-                        content_type,
-                        data,
-                    })
+                    service_for_writing(target)?.asset_put_bytes_expiring(
+                        AssetPutBytesInput {
+                            asset_id,
+                            content_type,
+                            data,
+                        },
+                        expiry,
+                    )
                 }
                 (None, Some(url)) => {
                     let (media, base64) = split_data_url(&url).map_err(CliError::input)?;
@@ -221,7 +240,8 @@ pub(crate) fn run(command: AssetCommand, target: &Target<'_>) -> CliResult {
                         content_base64: Some(base64.to_owned()),
                         extra: serde_json::Map::new(),
                     };
-                    service_for_writing(target)?.asset_put(AssetPutInput { asset: body })
+                    service_for_writing(target)?
+                        .asset_put_expiring(AssetPutInput { asset: body }, expiry)
                 }
                 (None, None) => {
                     return Err(CliError::input(anyhow::anyhow!(
@@ -235,7 +255,8 @@ pub(crate) fn run(command: AssetCommand, target: &Target<'_>) -> CliResult {
                 .and_then(|()| out.flush())
                 .map_err(CliError::failure)
         }
-        AssetCommand::Put { files, .. } => {
+        AssetCommand::Put { files, ttl, .. } => {
+            let expiry = ttl.map_or(Expiry::Default, Expiry::After);
             let assets = files
                 .iter()
                 .map(|f| read_asset(f))
@@ -243,7 +264,7 @@ pub(crate) fn run(command: AssetCommand, target: &Target<'_>) -> CliResult {
             let store = open_store(target)?;
             let mut out = std::io::stdout().lock();
             for asset in &assets {
-                store.put(asset).map_err(store_error)?;
+                store.put_expiring(asset, expiry).map_err(store_error)?;
                 // The put has committed: announce it at once, so a caller (or a crash) never
                 // sees an id that is not stored.
                 writeln!(out, "{}", asset.asset_id)
@@ -276,7 +297,42 @@ pub(crate) fn run(command: AssetCommand, target: &Target<'_>) -> CliResult {
                 .ok_or_else(|| not_found(&id))?;
             print_json(&asset)
         }
-        AssetCommand::List { asset_type } => {
+        AssetCommand::List {
+            asset_type,
+            filter,
+            expiry,
+        } if filter.is_some() || expiry => {
+            let filter = filter
+                .map(|f| serde_json::from_str::<serde_json::Value>(&f))
+                .transpose()
+                .context("--filter is not JSON")
+                .map_err(CliError::input)?;
+            let service = service_for_reading(target)?;
+            let mut input = AssetQueryInput {
+                filter,
+                asset_type,
+                cursor: None,
+                limit: Some(mnemon_ops::page::MAX_LIMIT),
+            };
+            let mut out = std::io::stdout().lock();
+            loop {
+                let page = service.asset_query(input.clone()).map_err(ops_error)?;
+                for listed in &page.assets {
+                    let line = match (expiry, listed.expires_at_ms) {
+                        (false, _) => listed.asset_id.clone(),
+                        (true, Some(at)) => format!("{}\t{at}", listed.asset_id),
+                        (true, None) => format!("{}\tnever", listed.asset_id),
+                    };
+                    writeln!(out, "{line}").map_err(CliError::failure)?;
+                }
+                match page.next_cursor {
+                    Some(next) => input.cursor = Some(next),
+                    None => break,
+                }
+            }
+            out.flush().map_err(CliError::failure)
+        }
+        AssetCommand::List { asset_type, .. } => {
             let store = open_store_for_reading(target)?;
             let ids = store.list_ids(asset_type.as_deref()).map_err(store_error)?;
             let mut out = std::io::stdout().lock();

@@ -18,6 +18,7 @@ mod format;
 mod keys;
 mod library;
 mod library_import;
+mod maintenance;
 mod mcp;
 mod memory;
 mod migrate;
@@ -112,6 +113,13 @@ enum Command {
     /// Import a backup file written by `mnemon export` into the namespace (checked whole first;
     /// records that already exist are refused).
     Import(backup::ImportArgs),
+    /// Remove what has expired in the namespace: assets, artifact records with their files
+    /// (docs/reference/rest.md#gc-and-forget).
+    Gc(maintenance::GcArgs),
+    /// Delete a subject from every store, one transaction per store: a user's, agent's or
+    /// session's memory, assets under an id prefix, artifacts under a scope prefix, or the
+    /// whole namespace (--all --yes).
+    Forget(maintenance::ForgetArgs),
     /// Serve memory, assets, artifacts and a library as MCP tools, over stdio (or streamable
     /// HTTP with --http) (docs/reference/mcp.md).
     Mcp(mcp::McpArgs),
@@ -209,6 +217,8 @@ pub(crate) fn run() -> ExitCode {
         Command::Migrate(args) => migrate::run(args, &target),
         Command::Export(args) => backup::run_export(args, &target),
         Command::Import(args) => backup::run_import(args, &target),
+        Command::Gc(args) => maintenance::run_gc(args, &target),
+        Command::Forget(args) => maintenance::run_forget(args, &target),
         Command::Mcp(args) => mcp::run(args, &target, cli.quiet),
         Command::Keys(cmd) => keys::run(cmd, &target, cli.quiet),
         Command::Serve(args) => serve::run(args, &target, cli.quiet),

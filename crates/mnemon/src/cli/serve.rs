@@ -68,6 +68,13 @@ pub(crate) struct ServeArgs {
     #[arg(long, value_name = "CFG.json")]
     config: Option<PathBuf>,
 
+    /// How often to remove expired assets, artifacts (with their files) and messages of the
+    /// namespaces served: a whole number and a unit, s, m, h, d or w (e.g. `5m`, `1h`); `0`
+    /// disables the sweep (`mnemon gc` still runs one by hand).
+    #[arg(long, value_name = "DURATION", default_value = "10m",
+          value_parser = mnemon_ops::expiry::parse_duration)]
+    gc_interval: std::time::Duration,
+
     /// Address to listen on. The default accepts connections from this machine only.
     #[arg(long, default_value = "127.0.0.1:8080")]
     addr: SocketAddr,
@@ -158,6 +165,7 @@ pub(crate) fn run(args: ServeArgs, target: &Target<'_>, quiet: bool) -> CliResul
     }
     let keyed = keys.is_some();
     let mut rest = server_config(target, args.embedding_model.as_deref(), keys)?;
+    rest.gc_interval = args.gc_interval;
     if !loopback {
         // Reached under names we cannot know: keys (or the proxy of --insecure) protect /mcp,
         // not the Host check, which only guards loopback servers against DNS rebinding.
@@ -296,6 +304,7 @@ fn server_config(
             authenticator: Arc::new(KeyAuthenticator::new(store)),
             ready_namespace: namespace,
             mcp_allowed_hosts: None,
+            gc_interval: mnemon_server::DEFAULT_GC_INTERVAL,
         });
     }
     let open = move || -> Result<Service, OpenError> {
@@ -330,6 +339,7 @@ fn server_config(
         authenticator,
         ready_namespace: namespace,
         mcp_allowed_hosts: None,
+        gc_interval: mnemon_server::DEFAULT_GC_INTERVAL,
     })
 }
 
