@@ -594,6 +594,7 @@ pub fn bad_input_changes_nothing(make: Maker<'_>) {
         vec![ok.clone().into()],
         &AddOptions {
             marks: vec![String::new()],
+            ..AddOptions::default()
         },
     );
     assert_eq!(
@@ -803,6 +804,7 @@ pub fn marks(make: Maker<'_>) {
             vec![json!({"id": "m1", "name": "n", "content": "c"}).into()],
             &AddOptions {
                 marks: vec!["fresh".into(), "pin".into()],
+                ..AddOptions::default()
             },
         )
         .unwrap();

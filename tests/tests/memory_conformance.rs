@@ -368,6 +368,7 @@ mod summaries {
     use std::collections::HashSet;
     use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+    use mnemon_db::{Expiry, ManualClock};
     use mnemon_filter::Filter;
     use mnemon_memory::{
         Forgotten, LoadSource, Memory, MemoryError, RetrievalQuery, RetrieveOptions, Scope,
@@ -408,6 +409,16 @@ mod summaries {
         fn count(&self, sql: &str) -> i64;
         /// Every memory table with a `thread_id` column, `memory_threads` excepted.
         fn thread_tables(&self) -> Vec<String>;
+        /// The clock of every store handle (it starts at 0; nothing expires unless asked to).
+        fn clock(&self) -> &ManualClock;
+        /// `gc` of `namespace`'s store.
+        fn gc(&self, namespace: &str) -> Result<u64, MemoryError>;
+        /// The memory of `scope` through a new store handle of `namespace` whose default
+        /// time-to-live is `ttl`.
+        fn memory_with_ttl(&self, namespace: &str, ttl: Duration, scope: &Scope)
+        -> Box<dyn Memory>;
+        /// `existing_memory` of `namespace`'s store: a fresh handle, nothing mirrored yet.
+        fn fresh(&self, namespace: &str, scope: &Scope) -> Box<dyn Memory>;
     }
 
     fn now_ms() -> i64 {
@@ -1133,6 +1144,213 @@ mod summaries {
         }
     }
 
+    /// The ids a memory reads, every way it can be read: all, the recent ones, rendered,
+    /// exported, recalled (with indices), within a token budget, and by mark.
+    fn every_read(memory: &dyn Memory) -> Vec<String> {
+        use mnemon_memory::{
+            BudgetOptions, ExportOptions, ExportTarget, Exported, MemoryQuery, WhitespaceTokenizer,
+        };
+        let all: Vec<String> = memory
+            .get_memory(&MemoryQuery::default())
+            .unwrap()
+            .iter()
+            .map(|m| m.id().to_owned())
+            .collect();
+        assert_eq!(memory.size().unwrap(), all.len());
+        let recent: Vec<String> = memory
+            .get_memory(&MemoryQuery {
+                recent_n: Some(2),
+                ..MemoryQuery::default()
+            })
+            .unwrap()
+            .iter()
+            .map(|m| m.id().to_owned())
+            .collect();
+        assert_eq!(recent, all[all.len().saturating_sub(2)..]);
+        let rendered = memory.render(&MemoryQuery::default()).unwrap();
+        assert_eq!(rendered.lines().count(), all.len(), "{rendered}");
+        let Exported::Json(text) = memory
+            .export(ExportTarget::Json, &ExportOptions::default())
+            .unwrap()
+        else {
+            panic!("text expected")
+        };
+        let exported: Vec<serde_json::Value> = serde_json::from_str(&text).unwrap();
+        let exported: Vec<&str> = exported.iter().map(|m| m["id"].as_str().unwrap()).collect();
+        assert_eq!(exported, all);
+        for top_k in [Some(1), Some(100), None] {
+            let options = RetrieveOptions {
+                top_k,
+                preserve_order: true,
+                ..RetrieveOptions::default()
+            };
+            let recalled = memory
+                .retrieve_by_embedding(RetrievalQuery::Vector(vec![1.0, 0.0, 0.0]), &options, None)
+                .unwrap();
+            for r in &recalled {
+                assert_eq!(all[r.index], r.message.id(), "{top_k:?}");
+            }
+            if top_k != Some(1) {
+                assert_eq!(recalled.len(), all.len());
+            }
+        }
+        let budget = memory
+            .recall_within_budget(1000, &WhitespaceTokenizer, &BudgetOptions::default())
+            .unwrap();
+        assert_eq!(budget.messages.len(), all.len());
+        let pinned: Vec<String> = memory
+            .get_memory(&MemoryQuery {
+                mark: Some("pin"),
+                ..MemoryQuery::default()
+            })
+            .unwrap()
+            .iter()
+            .map(|m| m.id().to_owned())
+            .collect();
+        for id in &pinned {
+            assert!(all.contains(id));
+        }
+        all
+    }
+
+    /// Issue 14, item 4: a message's time-to-live, judged by the store's clock at the boundary
+    /// instant (live at the deadline − 1 ms, gone at the deadline) by every read, a fresh
+    /// handle's streaming reads included, searches, summaries and marks; `gc` removes exactly the
+    /// expired rows of its own namespace; an expired id can be added again.
+    pub(super) fn expiry_at_the_boundary(stores: &dyn SummaryStores) {
+        use mnemon_memory::{AddOptions, InMemoryMemory};
+        let t0 = 1_700_000_000_000;
+        stores.clock().set(t0);
+        let s = scope(Some("u"), None, Some("s"));
+        let memory = stores.memory("exp", &s);
+        let add = |id: &str, x: f32, expiry: Expiry| {
+            memory
+                .add_with(
+                    vec![
+                        json!({"id": id, "name": "n", "content": format!("text {id}"),
+                                "embedding": [x, 1.0 - x, 0.0]})
+                        .into(),
+                    ],
+                    &AddOptions {
+                        marks: vec!["pin".into()],
+                        expiry,
+                    },
+                )
+                .unwrap()
+        };
+        add("a", 0.1, Expiry::Never);
+        add("b", 0.9, Expiry::After(Duration::from_millis(100)));
+        add("c", 1.0, Expiry::At(t0 + 50));
+        add("d", 0.5, Expiry::Default);
+        // A handle with a default time-to-live: a plain add expires after it.
+        stores
+            .memory_with_ttl(
+                "exp",
+                Duration::from_millis(200),
+                &scope(Some("u"), None, Some("s2")),
+            )
+            .add(vec![msg("e")])
+            .unwrap();
+        let summary = |session: &str| {
+            listed(stores, "exp")
+                .into_iter()
+                .find(|(sc, _)| sc.session_id.as_deref() == Some(session))
+                .map(|(_, n)| n)
+                .unwrap()
+        };
+        let searched = || -> Vec<String> {
+            let request = SearchRequest::new(
+                ScopeFilter::all(),
+                RetrievalQuery::Vector(vec![1.0, 0.0, 0.0]),
+                100,
+            );
+            let mut ids: Vec<String> = stores
+                .search_with("exp", &request)
+                .unwrap()
+                .iter()
+                .map(|h| h.message.id().to_owned())
+                .collect();
+            ids.sort();
+            ids
+        };
+        let check = |now: i64, want: &[&str], e_live: bool| {
+            stores.clock().set(now);
+            assert_eq!(every_read(&*memory), want, "at t0+{}", now - t0);
+            assert_eq!(
+                every_read(&*stores.fresh("exp", &s)),
+                want,
+                "fresh at t0+{}",
+                now - t0
+            );
+            assert_eq!(summary("s"), want.len() as u64);
+            assert_eq!(summary("s2"), u64::from(e_live));
+            let mut all: Vec<String> = want.iter().map(|s| (*s).to_owned()).collect();
+            if e_live {
+                all.push("e".into());
+            }
+            all.sort();
+            assert_eq!(searched(), all, "at t0+{}", now - t0);
+            for id in ["a", "b", "c", "d"] {
+                assert_eq!(
+                    memory.marks_of(id).unwrap().is_some(),
+                    want.contains(&id),
+                    "marks of {id}"
+                );
+            }
+        };
+        check(t0, &["a", "b", "c", "d"], true);
+        check(t0 + 49, &["a", "b", "c", "d"], true);
+        check(t0 + 50, &["a", "b", "d"], true);
+        check(t0 + 99, &["a", "b", "d"], true);
+        check(t0 + 100, &["a", "d"], true);
+        check(t0 + 199, &["a", "d"], true);
+        check(t0 + 200, &["a", "d"], false);
+        // An expired id can be added again: it is a new message, at the end.
+        stores.clock().set(t0 + 300);
+        let report = add("b", 0.2, Expiry::Never);
+        assert_eq!(report.added, 1, "{report:?}");
+        assert_eq!(every_read(&*memory), ["a", "d", "b"]);
+        // Another namespace's expired messages are its own gc's.
+        stores
+            .memory_with_ttl("exp-other", Duration::from_millis(1), &s)
+            .add(vec![msg("o")])
+            .unwrap();
+        stores.clock().set(t0 + 1_000);
+        let expired_rows = || {
+            stores.count(&format!(
+                "SELECT COUNT(*) FROM memory_messages WHERE expires_at <= {}",
+                t0 + 1_000
+            ))
+        };
+        // The write above removed its thread's expired rows (the first `b`, and `c`); `e` and
+        // `o` are still stored, invisible.
+        assert_eq!(expired_rows(), 2);
+        assert_eq!(stores.gc("exp").unwrap(), 1);
+        assert_eq!(expired_rows(), 1);
+        assert_eq!(stores.gc("exp").unwrap(), 0);
+        assert_eq!(stores.gc("exp-other").unwrap(), 1);
+        assert_eq!(expired_rows(), 0);
+        assert_eq!(orphans(stores), []);
+        assert_eq!(every_read(&*memory), ["a", "d", "b"]);
+        assert_eq!(summary("s"), 3);
+        assert_eq!(summary("s2"), 0);
+        // A memory without a clock refuses any expiry but never.
+        let plain = InMemoryMemory::new();
+        for expiry in [Expiry::After(Duration::from_secs(1)), Expiry::At(5)] {
+            assert!(matches!(
+                plain.add_with(
+                    vec![msg("x")],
+                    &AddOptions {
+                        expiry,
+                        ..AddOptions::default()
+                    }
+                ),
+                Err(MemoryError::ExpiryUnsupported)
+            ));
+        }
+        assert_eq!(plain.size().unwrap(), 0);
+    }
+
     /// Rows of every memory table whose thread is gone (none may be left by a forget).
     fn orphans(stores: &dyn SummaryStores) -> Vec<(String, i64)> {
         let tables = stores.thread_tables();
@@ -1275,6 +1493,9 @@ mod sqlite_summaries {
     use std::path::PathBuf;
     use std::sync::{Arc, Mutex};
 
+    use std::time::Duration;
+
+    use mnemon_db::ManualClock;
     use mnemon_memory::{
         Forgotten, Memory, MemoryError, Namespace, RetrievalQuery, Scope, ScopeFilter, SearchHit,
         SearchRequest, SqliteMemoryOptions, SqliteMemoryStore, ThreadPage,
@@ -1286,17 +1507,27 @@ mod sqlite_summaries {
     pub(super) struct Stores {
         path: PathBuf,
         open: Mutex<HashMap<String, Arc<SqliteMemoryStore>>>,
+        clock: Arc<ManualClock>,
     }
 
     impl Stores {
+        fn options(&self, namespace: &str) -> SqliteMemoryOptions {
+            SqliteMemoryOptions {
+                namespace: Namespace::new(namespace).unwrap(),
+                clock: self.clock.clone(),
+                ..SqliteMemoryOptions::default()
+            }
+        }
+
         fn store(&self, namespace: &str) -> Arc<SqliteMemoryStore> {
             let mut open = self.open.lock().unwrap();
             Arc::clone(open.entry(namespace.to_owned()).or_insert_with(|| {
-                let options = SqliteMemoryOptions {
-                    namespace: Namespace::new(namespace).unwrap(),
-                    ..SqliteMemoryOptions::default()
-                };
-                SqliteMemoryStore::open_with_factory(&self.path, options, test_factory()).unwrap()
+                SqliteMemoryStore::open_with_factory(
+                    &self.path,
+                    self.options(namespace),
+                    test_factory(),
+                )
+                .unwrap()
             }))
         }
     }
@@ -1347,6 +1578,38 @@ mod sqlite_summaries {
             conn.query_row(sql, [], |r| r.get(0)).unwrap()
         }
 
+        fn clock(&self) -> &ManualClock {
+            &self.clock
+        }
+
+        fn gc(&self, namespace: &str) -> Result<u64, MemoryError> {
+            self.store(namespace).gc()
+        }
+
+        fn memory_with_ttl(
+            &self,
+            namespace: &str,
+            ttl: Duration,
+            scope: &Scope,
+        ) -> Box<dyn Memory> {
+            let options = SqliteMemoryOptions {
+                default_ttl: Some(ttl),
+                ..self.options(namespace)
+            };
+            let store =
+                SqliteMemoryStore::open_with_factory(&self.path, options, test_factory()).unwrap();
+            Box::new(store.memory(scope.clone()).unwrap())
+        }
+
+        fn fresh(&self, namespace: &str, scope: &Scope) -> Box<dyn Memory> {
+            Box::new(
+                self.store(namespace)
+                    .existing_memory(scope.clone())
+                    .unwrap()
+                    .unwrap(),
+            )
+        }
+
         fn thread_tables(&self) -> Vec<String> {
             let conn = rusqlite::Connection::open(&self.path).unwrap();
             let mut stmt = conn
@@ -1365,6 +1628,7 @@ mod sqlite_summaries {
         Stores {
             path: dir.path().join("mnemon.sqlite3"),
             open: Mutex::new(HashMap::new()),
+            clock: Arc::new(ManualClock::new(0)),
         }
     }
 
@@ -1382,6 +1646,12 @@ mod sqlite_summaries {
     }
 
     #[test]
+    fn expiry_at_the_boundary_sqlite() {
+        let dir = tempfile::tempdir().unwrap();
+        super::summaries::expiry_at_the_boundary(&stores(&dir));
+    }
+
+    #[test]
     fn forget_subjects_sqlite() {
         let dir = tempfile::tempdir().unwrap();
         super::summaries::forget_subjects(&stores(&dir));
@@ -1396,17 +1666,16 @@ mod sqlite_summaries {
     #[test]
     fn thread_summaries_sqlite() {
         let dir = tempfile::tempdir().unwrap();
-        thread_summaries(&Stores {
-            path: dir.path().join("mnemon.sqlite3"),
-            open: Mutex::new(HashMap::new()),
-        });
+        thread_summaries(&stores(&dir));
     }
 }
 
 mod postgres_summaries {
     use std::collections::HashMap;
     use std::sync::{Arc, Mutex};
+    use std::time::Duration;
 
+    use mnemon_db::ManualClock;
     use mnemon_memory::{
         Forgotten, Memory, MemoryError, Namespace, PostgresMemoryOptions, PostgresMemoryStore,
         RetrievalQuery, Scope, ScopeFilter, SearchHit, SearchRequest, ThreadPage,
@@ -1424,6 +1693,7 @@ mod postgres_summaries {
         /// answer through it.
         hnsw_min_messages: usize,
         open: Mutex<HashMap<String, Arc<PostgresMemoryStore>>>,
+        clock: Arc<ManualClock>,
     }
 
     impl Stores {
@@ -1433,22 +1703,29 @@ mod postgres_summaries {
                 vector_index,
                 hnsw_min_messages,
                 open: Mutex::new(HashMap::new()),
+                clock: Arc::new(ManualClock::new(0)),
             }
         }
-    }
 
-    impl Stores {
+        fn options(&self, namespace: &str) -> PostgresMemoryOptions {
+            PostgresMemoryOptions {
+                namespace: Namespace::new(namespace).unwrap(),
+                vector_index: self.vector_index,
+                hnsw_min_messages: self.hnsw_min_messages,
+                clock: self.clock.clone(),
+                ..PostgresMemoryOptions::default()
+            }
+        }
+
         fn store(&self, namespace: &str) -> Arc<PostgresMemoryStore> {
             let mut open = self.open.lock().unwrap();
             Arc::clone(open.entry(namespace.to_owned()).or_insert_with(|| {
-                let options = PostgresMemoryOptions {
-                    namespace: Namespace::new(namespace).unwrap(),
-                    vector_index: self.vector_index,
-                    hnsw_min_messages: self.hnsw_min_messages,
-                    ..PostgresMemoryOptions::default()
-                };
-                PostgresMemoryStore::open_with_factory(&self.url, options, test_factory())
-                    .unwrap_or_else(|e| panic!("{e}"))
+                PostgresMemoryStore::open_with_factory(
+                    &self.url,
+                    self.options(namespace),
+                    test_factory(),
+                )
+                .unwrap_or_else(|e| panic!("{e}"))
             }))
         }
     }
@@ -1497,6 +1774,38 @@ mod postgres_summaries {
         fn count(&self, sql: &str) -> i64 {
             let mut client = postgres::Client::connect(&self.url, postgres::NoTls).unwrap();
             client.query_one(sql, &[]).unwrap().get(0)
+        }
+
+        fn clock(&self) -> &ManualClock {
+            &self.clock
+        }
+
+        fn gc(&self, namespace: &str) -> Result<u64, MemoryError> {
+            self.store(namespace).gc()
+        }
+
+        fn memory_with_ttl(
+            &self,
+            namespace: &str,
+            ttl: Duration,
+            scope: &Scope,
+        ) -> Box<dyn Memory> {
+            let options = PostgresMemoryOptions {
+                default_ttl: Some(ttl),
+                ..self.options(namespace)
+            };
+            let store = PostgresMemoryStore::open_with_factory(&self.url, options, test_factory())
+                .unwrap_or_else(|e| panic!("{e}"));
+            Box::new(store.memory(scope.clone()).unwrap())
+        }
+
+        fn fresh(&self, namespace: &str, scope: &Scope) -> Box<dyn Memory> {
+            Box::new(
+                self.store(namespace)
+                    .existing_memory(scope.clone())
+                    .unwrap()
+                    .unwrap(),
+            )
         }
 
         fn thread_tables(&self) -> Vec<String> {
@@ -1556,6 +1865,20 @@ mod postgres_summaries {
             );
             super::summaries::filtered_search(&stores);
             super::summaries::filtered_search_reaches_past_nearer_vectors(&stores);
+        }
+    }
+
+    /// With pgvector (and the index answering every recall it can) and without.
+    #[test]
+    fn expiry_at_the_boundary_postgres() {
+        let server = mnemon_tests::require_postgres!();
+        for vector_index in [true, false] {
+            let stores = Stores::new(
+                server.fresh_database("memory_expiry").unwrap(),
+                vector_index,
+                0,
+            );
+            super::summaries::expiry_at_the_boundary(&stores);
         }
     }
 

@@ -229,6 +229,7 @@ fn process_child() {
             } else {
                 Vec::new()
             },
+            ..AddOptions::default()
         };
         let report = memory
             .add_with(items, &options)

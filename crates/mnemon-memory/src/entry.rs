@@ -26,6 +26,9 @@ pub(crate) struct Entry {
     embedding: Option<Box<[f64]>>,
     /// The message's marks, in the order they were given.
     pub(crate) marks: Vec<String>,
+    /// When the message expires (milliseconds since the Unix epoch, `mnemon_db::expiry`), or
+    /// `None` for never: what a durable store writes to the row's `expires_at`.
+    pub(crate) expires_at: Option<i64>,
 }
 
 impl Entry {
@@ -47,6 +50,7 @@ impl Entry {
             msg,
             embedding,
             marks,
+            expires_at: None,
         }
     }
 
@@ -60,6 +64,7 @@ impl Entry {
             msg,
             embedding: Some(numbers),
             marks,
+            expires_at: None,
         })
     }
 
@@ -68,6 +73,12 @@ impl Entry {
     #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
     pub(crate) fn numbers(&self) -> Option<&[f64]> {
         self.embedding.as_deref()
+    }
+
+    /// This entry, expiring at `expires_at` (`None`: never).
+    pub(crate) fn expiring(mut self, expires_at: Option<i64>) -> Self {
+        self.expires_at = expires_at;
+        self
     }
 
     /// The message's id.

@@ -125,6 +125,12 @@ pub enum MemoryError {
         /// The mark.
         mark: String,
     },
+    /// A message was given an expiry by a memory that keeps no clock (`InMemoryMemory`).
+    #[error(
+        "this memory does not expire messages: add them without an expiry, or use a durable \
+         store (SQLite or PostgreSQL), whose gc removes expired messages"
+    )]
+    ExpiryUnsupported,
     /// A metadata filter of a search that cannot be applied to messages (a field no message
     /// has a place for, such as `embedding`), or that is malformed (see
     /// docs/reference/memory.md#filters for the fields and docs/reference/filters.md for the

@@ -50,6 +50,13 @@ impl fmt::Debug for MemoryQuery<'_> {
 pub struct AddOptions {
     /// Marks given to every newly added message.
     pub marks: Vec<String>,
+    /// When the added messages expire (docs/reference/memory.md#expiry): the default,
+    /// [`Expiry::Default`](mnemon_db::Expiry::Default), is the store's `default_ttl`, which is
+    /// none (never) unless the store was opened with one. A durable store hides an expired
+    /// message from every read from its expiry instant on, and its `gc` removes it;
+    /// [`InMemoryMemory`](crate::InMemoryMemory) keeps no clock and refuses any expiry but
+    /// never ([`MemoryError::ExpiryUnsupported`](crate::MemoryError::ExpiryUnsupported)).
+    pub expiry: mnemon_db::Expiry,
 }
 
 /// A conversation memory: an ordered list of messages with marks, semantic recall and

@@ -3,6 +3,7 @@
 //! [`Backend`] ([`InMemoryMemory`](crate::InMemoryMemory), `SqliteMemory`) is a [`Memory`]
 //! through the one generic implementation below.
 
+use mnemon_db::Expiry;
 use mnemon_types::{Embedder, Msg, MsgFactory};
 
 use crate::document::{ExportOptions, ExportTarget, Exported, LoadSource, MsgInput, io_error};
@@ -74,6 +75,15 @@ pub(crate) trait Backend: Send + Sync {
         Ok(None)
     }
 
+    /// The `expires_at` of messages added now with `expiry` (`None`: never). A backend
+    /// without a clock (the default) accepts only what never expires.
+    fn deadline(&self, expiry: Expiry) -> Result<Option<i64>, MemoryError> {
+        match expiry {
+            Expiry::Default | Expiry::Never => Ok(None),
+            Expiry::After(_) | Expiry::At(_) => Err(MemoryError::ExpiryUnsupported),
+        }
+    }
+
     /// [`Memory::load`]: decodes the whole source, then adds it in one
     /// write. A durable backend instead streams the source into one transaction.
     fn load_document(&self, source: LoadSource, overwrite: bool) -> Result<AddReport, MemoryError> {
@@ -108,7 +118,11 @@ impl<B: Backend> Memory for B {
         options: &AddOptions,
     ) -> Result<AddReport, MemoryError> {
         validate_marks(&options.marks)?;
-        let entries = convert_inputs(self.factory(), items, &options.marks)?;
+        let deadline = self.deadline(options.expiry)?;
+        let mut entries = convert_inputs(self.factory(), items, &options.marks)?;
+        if deadline.is_some() {
+            entries = entries.into_iter().map(|e| e.expiring(deadline)).collect();
+        }
         self.write(|s| Ok(s.plan_add(entries, false)))
     }
 

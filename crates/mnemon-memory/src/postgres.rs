@@ -129,6 +129,10 @@ static SCHEMA: Schema = Schema {
             version: 5,
             sql: SCHEMA_V5,
         },
+        Migration {
+            version: 6,
+            sql: SCHEMA_V6,
+        },
     ],
 };
 
@@ -246,6 +250,23 @@ const SCHEMA_V5: &str = concat!(
      CREATE INDEX IF NOT EXISTS memory_threads_activity
        ON memory_threads (namespace, last_active_ms DESC, thread_id DESC);"
 );
+
+/// Version 6: expiry (docs/reference/memory.md#expiry), as SQLite's version 4: a message's
+/// `expires_at` (milliseconds since the Unix epoch by the store's clock; NULL: never) hides it
+/// from every read from that instant on, and a thread's `next_expiry` is at most the smallest
+/// `expires_at` of its messages (lowered by every add, recomputed when expired messages are
+/// removed). Reads of a thread whose `next_expiry` has passed leave the HNSW and counter paths
+/// for the exact ones; writes and `gc` remove the expired rows through the same statements as a
+/// delete, so the counters stay exact. Both indexes are partial: rows that never expire cost
+/// nothing. Only what is missing is added, as in version 5.
+const SCHEMA_V6: &str = "
+ALTER TABLE memory_messages ADD COLUMN IF NOT EXISTS expires_at BIGINT;
+ALTER TABLE memory_threads ADD COLUMN IF NOT EXISTS next_expiry BIGINT;
+CREATE INDEX IF NOT EXISTS memory_messages_expiry ON memory_messages (thread_id, expires_at)
+  WHERE expires_at IS NOT NULL;
+CREATE INDEX IF NOT EXISTS memory_threads_expiry ON memory_threads (namespace, next_expiry)
+  WHERE next_expiry IS NOT NULL;
+";
 
 /// `embedding_form` 0: the numbers are in the body (see [`SCHEMA_V4`]).
 const FORM_IN_BODY: i16 = 0;
@@ -387,7 +408,8 @@ const RECALL_THREAD_SQL: &str = "SELECT t.thread_id, t.live, t.rev,
                   WHERE d.thread_id = t.thread_id AND d.dim = $5), 0),
         set_config('hnsw.ef_search', $6, true),
         set_config('enable_seqscan', 'off', true),
-        set_config('enable_sort', 'off', true)
+        set_config('enable_sort', 'off', true),
+        t.next_expiry
  FROM memory_threads t
  WHERE t.namespace = $1 AND t.user_id = $2 AND t.agent_id = $3 AND t.session_id = $4";
 
@@ -470,6 +492,13 @@ pub struct PostgresMemoryOptions {
     /// shortlist, so every written message is found as before. Off, every write inserts into
     /// the index before it commits.
     pub background_indexing: bool,
+    /// How long a message added with [`Expiry::Default`](mnemon_db::Expiry::Default) (every
+    /// plain add and load) lives: the default time-to-live of this handle's namespace.
+    /// Default: `None`, forever.
+    pub default_ttl: Option<std::time::Duration>,
+    /// The clock that stamps expiries and decides what has expired
+    /// (docs/reference/memory.md#expiry). Default: the system clock.
+    pub clock: Arc<dyn mnemon_db::Clock>,
 }
 
 impl Default for PostgresMemoryOptions {
@@ -484,6 +513,8 @@ impl Default for PostgresMemoryOptions {
             hnsw_min_messages: 10_000,
             hnsw_ef_search: DEFAULT_EF_SEARCH,
             background_indexing: true,
+            default_ttl: None,
+            clock: Arc::new(mnemon_db::SystemClock),
         }
     }
 }
@@ -521,6 +552,10 @@ pub struct PostgresMemoryStore {
     /// The background indexer, with [`PostgresMemoryOptions::background_indexing`] and
     /// pgvector.
     indexer: Option<indexer::Indexer>,
+    /// [`PostgresMemoryOptions::default_ttl`].
+    default_ttl: Option<std::time::Duration>,
+    /// [`PostgresMemoryOptions::clock`].
+    clock: Arc<dyn mnemon_db::Clock>,
 }
 
 impl std::fmt::Debug for PostgresMemoryStore {
@@ -613,6 +648,8 @@ impl PostgresMemoryStore {
             hnsw_ef_search: options.hnsw_ef_search,
             index_recalls: AtomicU64::new(0),
             indexer,
+            default_ttl: options.default_ttl,
+            clock: options.clock,
         }))
     }
 
@@ -815,15 +852,22 @@ impl PostgresMemoryStore {
         let mut client = self.client()?;
         let namespace = self.namespace.as_str();
         let count = fetch_count(limit);
-        const COLUMNS: &str = "SELECT thread_id, user_id, agent_id, session_id, live,
+        // A thread's count leaves out its expired messages not yet removed (`$1`: the clock's
+        // now): a probe of the partial expiry index, empty for a thread whose messages never
+        // expire.
+        const COLUMNS: &str = "SELECT thread_id, user_id, agent_id, session_id,
+                live - (SELECT count(*) FROM memory_messages m
+                        WHERE m.thread_id = memory_threads.thread_id AND m.expires_at <= $1),
                 last_active_ms FROM memory_threads";
+        let now = self.now();
         let rows = match after {
             Some(cursor) => client.query(
                 &format!(
-                    "{COLUMNS} WHERE namespace = $1 AND (last_active_ms, thread_id) < ($2, $3)
-                     ORDER BY last_active_ms DESC, thread_id DESC LIMIT $4"
+                    "{COLUMNS} WHERE namespace = $2 AND (last_active_ms, thread_id) < ($3, $4)
+                     ORDER BY last_active_ms DESC, thread_id DESC LIMIT $5"
                 ),
                 &[
+                    &now,
                     &namespace,
                     &cursor.last_active_ms,
                     &cursor.thread_id,
@@ -832,10 +876,10 @@ impl PostgresMemoryStore {
             ),
             None => client.query(
                 &format!(
-                    "{COLUMNS} WHERE namespace = $1
-                     ORDER BY last_active_ms DESC, thread_id DESC LIMIT $2"
+                    "{COLUMNS} WHERE namespace = $2
+                     ORDER BY last_active_ms DESC, thread_id DESC LIMIT $3"
                 ),
-                &[&namespace, &count],
+                &[&now, &namespace, &count],
             ),
         }
         .map_err(pg_error)?;
@@ -873,6 +917,43 @@ impl PostgresMemoryStore {
             )
             .map_err(pg_error)?;
         Ok(n > 0)
+    }
+
+    /// The store clock's time: what decides which messages have expired.
+    fn now(&self) -> i64 {
+        self.clock.now_millis()
+    }
+
+    /// Removes every expired message of the store's namespace (docs/reference/memory.md#expiry)
+    /// and returns how many. They were already invisible to every read; this reclaims their
+    /// rows (marks, index entries and counters included). One transaction; only the threads
+    /// whose `next_expiry` has passed are visited (an index range), each locked as a writer
+    /// locks it and cleared of its expired rows by the statements of a delete.
+    pub fn gc(&self) -> Result<u64, MemoryError> {
+        let now = self.now();
+        let vectors = matches!(self.vector, VectorMode::Pgvector { .. });
+        let mut client = self.client()?;
+        let mut tx = client.transaction_cached().map_err(pg_error)?;
+        let rows = tx
+            .query(
+                "SELECT thread_id, rev, next_seq, next_expiry FROM memory_threads
+                 WHERE namespace = $1 AND next_expiry <= $2
+                 ORDER BY thread_id FOR UPDATE",
+                &[&self.namespace.as_str(), &now],
+            )
+            .map_err(pg_error)?;
+        let mut removed = 0;
+        for row in &rows {
+            let thread = LockedThread {
+                id: row.try_get(0).map_err(pg_error)?,
+                rev: row.try_get(1).map_err(pg_error)?,
+                next_seq: row.try_get(2).map_err(pg_error)?,
+                next_expiry: row.try_get(3).map_err(pg_error)?,
+            };
+            removed += purge_expired(&mut tx, thread, now, vectors)?;
+        }
+        tx.commit().map_err(pg_error)?;
+        Ok(removed)
     }
 
     /// Forgets a subject (docs/reference/memory.md#forget): deletes every thread of the store's
@@ -1001,6 +1082,8 @@ struct LockedThread {
     rev: i64,
     /// The `seq` the next appended message gets (schema version 3).
     next_seq: i64,
+    /// At most the earliest `expires_at` of its messages (schema version 6).
+    next_expiry: Option<i64>,
 }
 
 /// The thread's row in `namespace`, created (with `factory`'s clock) when missing, and locked
@@ -1012,7 +1095,7 @@ fn lock_thread(
     factory: &MsgFactory,
 ) -> Result<LockedThread, MemoryError> {
     let [user, agent, session] = scope.columns()?;
-    const SELECT: &str = "SELECT thread_id, rev, next_seq FROM memory_threads
+    const SELECT: &str = "SELECT thread_id, rev, next_seq, next_expiry FROM memory_threads
                   WHERE namespace = $1 AND user_id = $2 AND agent_id = $3 AND session_id = $4
                   FOR UPDATE";
     let params: [&(dyn postgres::types::ToSql + Sync); 4] =
@@ -1044,6 +1127,7 @@ fn lock_thread(
         id: row.try_get(0).map_err(pg_error)?,
         rev: row.try_get(1).map_err(pg_error)?,
         next_seq: row.try_get(2).map_err(pg_error)?,
+        next_expiry: row.try_get(3).map_err(pg_error)?,
     })
 }
 
@@ -1117,26 +1201,34 @@ fn dim_counts(added: &[Option<i32>], removed: &[Option<i32>]) -> (Vec<i32>, Vec<
     counts.into_iter().unzip()
 }
 
-/// The in-memory copy of a thread, valid for `(thread_id, rev)`.
+/// The in-memory copy of a thread's live messages, valid for `(thread_id, rev)` until the
+/// earliest expiry among them.
 #[derive(Debug, Default)]
 struct Mirror {
     thread_id: Option<i64>,
     rev: i64,
     state: ThreadState,
+    /// The earliest `expires_at` of the mirrored messages: from then on the mirror holds an
+    /// expired message and must be reloaded (no write moves `rev` when time passes).
+    earliest: Option<i64>,
 }
 
 impl Mirror {
-    fn current(&self, thread_id: i64, rev: i64) -> bool {
-        self.thread_id == Some(thread_id) && self.rev == rev
+    /// Whether the mirror holds the committed thread `(thread_id, rev)` as it reads at `now`.
+    fn current(&self, thread_id: i64, rev: i64, now: i64) -> bool {
+        self.thread_id == Some(thread_id)
+            && self.rev == rev
+            && mnemon_db::expiry::is_live(self.earliest, now)
     }
 
-    /// Brings the mirror up to date with the committed thread.
+    /// Brings the mirror up to date with the committed thread at `now`.
     fn sync(
         &mut self,
         tx: &mut Transaction<'_>,
         thread: Option<(i64, i64)>,
         factory: &MsgFactory,
         vectors: bool,
+        now: i64,
     ) -> Result<(), MemoryError> {
         match thread {
             None => {
@@ -1145,8 +1237,9 @@ impl Mirror {
                 }
             }
             Some((id, rev)) => {
-                if !self.current(id, rev) {
-                    self.state = load_thread(tx, id, factory, vectors)?;
+                if !self.current(id, rev, now) {
+                    self.state = load_thread(tx, id, factory, vectors, now)?;
+                    self.earliest = earliest_of(self.state.entries());
                     self.thread_id = Some(id);
                     self.rev = rev;
                 }
@@ -1154,6 +1247,23 @@ impl Mirror {
         }
         Ok(())
     }
+}
+
+/// The earliest expiry of `entries`, for a mirror holding them.
+fn earliest_of<'a>(entries: impl IntoIterator<Item = &'a Entry>) -> Option<i64> {
+    entries.into_iter().filter_map(|e| e.expires_at).min()
+}
+
+/// A message row (alias `m`) is visible at `now` (bound as `$N`): the one rule of
+/// `mnemon_db::expiry`, an expired row being one with `expires_at <= now`.
+macro_rules! live_sql {
+    ($param:literal) => {
+        concat!(
+            "(m.expires_at IS NULL OR m.expires_at > ",
+            $param,
+            "::bigint)"
+        )
+    };
 }
 
 /// Every mark of the thread, per message, in the order given.
@@ -1177,27 +1287,32 @@ fn thread_marks(
     Ok(marks)
 }
 
+/// The thread's messages live at `now`, with their marks and expiries.
 fn load_thread(
     tx: &mut Transaction<'_>,
     thread_id: i64,
     factory: &MsgFactory,
     vectors: bool,
+    now: i64,
 ) -> Result<ThreadState, MemoryError> {
     let mut marks = thread_marks(tx, thread_id)?;
     let rows = tx
         .query(
             &format!(
-                "SELECT {} FROM memory_messages m WHERE m.thread_id = $1 ORDER BY m.seq",
-                message_columns(vectors)
+                "SELECT {}, m.expires_at FROM memory_messages m
+                 WHERE m.thread_id = $1 AND {} ORDER BY m.seq",
+                message_columns(vectors),
+                live_sql!("$2")
             ),
-            &[&thread_id],
+            &[&thread_id, &now],
         )
         .map_err(pg_error)?;
     let mut entries = Vec::with_capacity(rows.len());
     for row in &rows {
         let id: &str = row.try_get(0).map_err(pg_error)?;
         let marks = marks.remove(id).unwrap_or_default();
-        entries.push(row_entry(factory, row, entries.len(), marks)?);
+        let expires_at: Option<i64> = row.try_get(6).map_err(pg_error)?;
+        entries.push(row_entry(factory, row, entries.len(), marks)?.expiring(expires_at));
     }
     Ok(ThreadState::from_entries(entries))
 }
@@ -1304,25 +1419,26 @@ fn recent_rows(
     tx: &mut Transaction<'_>,
     thread_id: i64,
     factory: &MsgFactory,
-    mark: Option<&str>,
-    exclude_mark: Option<&str>,
+    (mark, exclude_mark): (Option<&str>, Option<&str>),
     n: usize,
     vectors: bool,
+    now: i64,
 ) -> Result<Vec<Msg>, MemoryError> {
     let limit = i64::try_from(n).unwrap_or(i64::MAX);
     let rows = tx
         .query(
             &format!(
                 "SELECT {} FROM memory_messages m
-             WHERE m.thread_id = $1
+             WHERE m.thread_id = $1 AND {}
                AND ($2::text IS NULL OR EXISTS (SELECT 1 FROM memory_marks k
                     WHERE k.thread_id = m.thread_id AND k.msg_id = m.msg_id AND k.mark = $2))
                AND ($3::text IS NULL OR NOT EXISTS (SELECT 1 FROM memory_marks k
                     WHERE k.thread_id = m.thread_id AND k.msg_id = m.msg_id AND k.mark = $3))
              ORDER BY m.seq DESC LIMIT $4",
-                message_columns(vectors)
+                message_columns(vectors),
+                live_sql!("$5")
             ),
-            &[&thread_id, &mark, &exclude_mark, &limit],
+            &[&thread_id, &mark, &exclude_mark, &limit, &now],
         )
         .map_err(pg_error)?;
     let mut messages = Vec::with_capacity(rows.len());
@@ -1472,6 +1588,8 @@ struct Batch {
     mark_ids: Vec<String>,
     mark_pos: Vec<i64>,
     marks: Vec<String>,
+    /// Each row's `expires_at` (schema version 6).
+    expires: Vec<Option<i64>>,
 }
 
 impl Batch {
@@ -1483,6 +1601,7 @@ impl Batch {
             StoredMessage::of(entry)?,
             vectors,
         );
+        self.expires.push(entry.expires_at);
         self.push_marks(entry.id(), &entry.marks);
         Ok(())
     }
@@ -1535,23 +1654,27 @@ impl Batch {
         added: i64,
         next_seq: i64,
     ) -> Result<(), MemoryError> {
+        // The thread's `next_expiry` is lowered to the batch's earliest (LEAST skips NULLs).
+        let earliest = self.expires.iter().flatten().min().copied();
         if vectors {
             let (keys, values) = dim_counts(&self.vector_dims, &[]);
             let statement = tx
                 .prepare_cached(concat!(
                     "WITH ins AS (
                        INSERT INTO memory_messages (thread_id, seq, msg_id, kind, body,
-                         embedding, embedding_v, embedding_dim, embedding_form, pending_dim)
-                       SELECT $1, s, i, k, b, e, v, d, f, p
+                         embedding, embedding_v, embedding_dim, embedding_form, pending_dim,
+                         expires_at)
+                       SELECT $1, s, i, k, b, e, v, d, f, p, x
                        FROM UNNEST($2::bigint[], $3::text[], $4::text[], $5::text[],
                                    $6::bytea[], $7::vector[], $8::integer[], $9::smallint[],
-                                   $10::integer[])
-                         AS t(s, i, k, b, e, v, d, f, p)),
+                                   $10::integer[], $15::bigint[])
+                         AS t(s, i, k, b, e, v, d, f, p, x)),
                      dims AS (
                        INSERT INTO memory_dims (thread_id, dim, n)
                        SELECT $1, d, n FROM UNNEST($11::integer[], $12::bigint[]) AS t(d, n)
                        ON CONFLICT (thread_id, dim) DO UPDATE SET n = memory_dims.n + excluded.n)
-                     UPDATE memory_threads SET rev = rev + 1, live = live + $13, next_seq = $14, ",
+                     UPDATE memory_threads SET rev = rev + 1, live = live + $13, next_seq = $14,
+                       next_expiry = LEAST(next_expiry, $16::bigint), ",
                     touch_sql!(),
                     " WHERE thread_id = $1"
                 ))
@@ -1573,6 +1696,8 @@ impl Batch {
                     &values,
                     &added,
                     &next_seq,
+                    &self.expires,
+                    &earliest,
                 ],
             )
             .map_err(pg_error)?;
@@ -1581,12 +1706,14 @@ impl Batch {
                 .prepare_cached(concat!(
                     "WITH ins AS (
                        INSERT INTO memory_messages
-                         (thread_id, seq, msg_id, kind, body, embedding, embedding_form)
-                       SELECT $1, s, i, k, b, e, f
+                         (thread_id, seq, msg_id, kind, body, embedding, embedding_form,
+                          expires_at)
+                       SELECT $1, s, i, k, b, e, f, x
                        FROM UNNEST($2::bigint[], $3::text[], $4::text[], $5::text[],
-                                   $6::bytea[], $7::smallint[])
-                         AS t(s, i, k, b, e, f))
-                     UPDATE memory_threads SET rev = rev + 1, live = live + $8, next_seq = $9, ",
+                                   $6::bytea[], $7::smallint[], $10::bigint[])
+                         AS t(s, i, k, b, e, f, x))
+                     UPDATE memory_threads SET rev = rev + 1, live = live + $8, next_seq = $9,
+                       next_expiry = LEAST(next_expiry, $11::bigint), ",
                     touch_sql!(),
                     " WHERE thread_id = $1"
                 ))
@@ -1603,6 +1730,8 @@ impl Batch {
                     &self.forms,
                     &added,
                     &next_seq,
+                    &self.expires,
+                    &earliest,
                 ],
             )
             .map_err(pg_error)?;
@@ -1665,6 +1794,99 @@ const HNSW_LOCK_KEY: i64 = 0x6d6e_656d_6f6e_4857;
 /// counts) and bumps the rev; returns the dimensions of the vectors written, for
 /// [`PostgresMemoryStore::index_dims`], and whether rows were left for the background indexer
 /// (the dimensions in `deferred` are written outside their index).
+/// Which rows of a locked thread [`delete_rows`] deletes.
+enum Doomed<'a> {
+    /// Those with these ids.
+    Ids(&'a [String]),
+    /// Those expired at this instant (`expires_at <= now`).
+    ExpiredAt(i64),
+}
+
+/// Deletes rows of a locked thread (their marks cascade), keeping its gaps (schema version 3)
+/// and dimension counts exact; returns how many went, by which the caller moves `live`.
+fn delete_rows(
+    tx: &mut CachedTransaction<'_>,
+    thread_id: i64,
+    vectors: bool,
+    doomed: Doomed<'_>,
+) -> Result<i64, MemoryError> {
+    let returning = if vectors {
+        "RETURNING seq, COALESCE(embedding_dim, pending_dim)"
+    } else {
+        "RETURNING seq, NULL::integer"
+    };
+    let removed = match doomed {
+        Doomed::Ids(ids) => tx.query(
+            &format!(
+                "DELETE FROM memory_messages WHERE thread_id = $1 AND msg_id = ANY($2) {returning}"
+            ),
+            &[&thread_id, &ids],
+        ),
+        Doomed::ExpiredAt(now) => tx.query(
+            &format!(
+                "DELETE FROM memory_messages WHERE thread_id = $1 AND expires_at <= $2 {returning}"
+            ),
+            &[&thread_id, &now],
+        ),
+    }
+    .map_err(pg_error)?;
+    let mut seqs = Vec::with_capacity(removed.len());
+    let mut removed_dims = Vec::with_capacity(removed.len());
+    for row in &removed {
+        seqs.push(row.try_get::<_, i64>(0).map_err(pg_error)?);
+        removed_dims.push(row.try_get::<_, Option<i32>>(1).map_err(pg_error)?);
+    }
+    if seqs.is_empty() {
+        return Ok(0);
+    }
+    // The removed seqs become gaps; then the gaps below the smallest live seq, which no
+    // position counts, are pruned (all of them when the thread is now empty).
+    tx.execute(
+        "INSERT INTO memory_gaps (thread_id, seq)
+         SELECT $1, s FROM UNNEST($2::bigint[]) AS s ON CONFLICT DO NOTHING",
+        &[&thread_id, &seqs],
+    )
+    .map_err(pg_error)?;
+    tx.execute(
+        "DELETE FROM memory_gaps WHERE thread_id = $1
+           AND seq < COALESCE((SELECT min(seq) FROM memory_messages WHERE thread_id = $1),
+                              9223372036854775807)",
+        &[&thread_id],
+    )
+    .map_err(pg_error)?;
+    if vectors {
+        count_dims(tx, thread_id, &[], &removed_dims)?;
+    }
+    Ok(i64::try_from(seqs.len()).unwrap_or(i64::MAX))
+}
+
+/// Removes the locked thread's expired messages (those with `expires_at <= now`) when its
+/// `next_expiry` says some may have expired, as a delete does (gaps, dimension counts, marks);
+/// moves its count and `rev` (every mirror of it reloads) and recomputes `next_expiry`.
+/// Returns how many went. Not activity: `last_active_ms` stays. Every write of a thread starts
+/// here, so that an expired row never holds an id a new message may take again.
+fn purge_expired(
+    tx: &mut CachedTransaction<'_>,
+    thread: LockedThread,
+    now: i64,
+    vectors: bool,
+) -> Result<u64, MemoryError> {
+    if mnemon_db::expiry::is_live(thread.next_expiry, now) {
+        return Ok(0);
+    }
+    let removed = delete_rows(tx, thread.id, vectors, Doomed::ExpiredAt(now))?;
+    tx.execute(
+        "UPDATE memory_threads SET live = live - $2,
+           rev = rev + CASE WHEN $2 > 0 THEN 1 ELSE 0 END,
+           next_expiry = (SELECT min(expires_at) FROM memory_messages
+                          WHERE thread_id = $1 AND expires_at IS NOT NULL)
+         WHERE thread_id = $1",
+        &[&thread.id, &removed],
+    )
+    .map_err(pg_error)?;
+    Ok(u64::try_from(removed).unwrap_or(0))
+}
+
 fn persist(
     tx: &mut CachedTransaction<'_>,
     thread: LockedThread,
@@ -1714,44 +1936,7 @@ fn persist(
                 .iter()
                 .map(|&i| id_at(i))
                 .collect::<Result<Vec<_>, _>>()?;
-            let removed = tx
-                .query(
-                    if vectors {
-                        "DELETE FROM memory_messages WHERE thread_id = $1 AND msg_id = ANY($2)
-                         RETURNING seq, COALESCE(embedding_dim, pending_dim)"
-                    } else {
-                        "DELETE FROM memory_messages WHERE thread_id = $1 AND msg_id = ANY($2)
-                         RETURNING seq, NULL::integer"
-                    },
-                    &[&thread_id, &ids],
-                )
-                .map_err(pg_error)?;
-            let mut seqs = Vec::with_capacity(removed.len());
-            let mut removed_dims = Vec::with_capacity(removed.len());
-            for row in &removed {
-                seqs.push(row.try_get::<_, i64>(0).map_err(pg_error)?);
-                removed_dims.push(row.try_get::<_, Option<i32>>(1).map_err(pg_error)?);
-            }
-            let count = i64::try_from(seqs.len()).unwrap_or(i64::MAX);
-            // The removed seqs become gaps; then the gaps below the smallest live seq, which no
-            // position counts, are pruned (all of them when the thread is now empty).
-            tx.execute(
-                "INSERT INTO memory_gaps (thread_id, seq)
-                 SELECT $1, s FROM UNNEST($2::bigint[]) AS s ON CONFLICT DO NOTHING",
-                &[&thread_id, &seqs],
-            )
-            .map_err(pg_error)?;
-            tx.execute(
-                "DELETE FROM memory_gaps WHERE thread_id = $1
-                   AND seq < COALESCE((SELECT min(seq) FROM memory_messages WHERE thread_id = $1),
-                                      9223372036854775807)",
-                &[&thread_id],
-            )
-            .map_err(pg_error)?;
-            live_delta = -count;
-            if vectors {
-                count_dims(tx, thread_id, &[], &removed_dims)?;
-            }
+            live_delta = -delete_rows(tx, thread_id, vectors, Doomed::Ids(&ids))?;
         }
         Change::SetMarks(updates) => {
             let mut ids = Vec::with_capacity(updates.len());
@@ -1848,12 +2033,16 @@ fn persist(
     Ok((dims, pending))
 }
 
-/// The statement of [`read_retrieved`] (its text depends on the vector column).
+/// The statement of [`read_retrieved`] (its text depends on the vector column): `$1` the
+/// thread, `$2` the seqs, `$3` the clock's now (the expired rows before a message, still stored,
+/// do not count in its index).
 fn retrieved_sql(vectors: bool) -> &'static str {
     interned(format!(
         "SELECT {}, m.seq,
             m.seq - f.lo - (SELECT count(*) FROM memory_gaps g
                             WHERE g.thread_id = $1 AND g.seq > f.lo AND g.seq < m.seq)
+              - (SELECT count(*) FROM memory_messages x
+                 WHERE x.thread_id = $1 AND x.expires_at <= $3 AND x.seq < m.seq)
          FROM (SELECT min(seq) AS lo FROM memory_messages WHERE thread_id = $1) f,
               memory_messages m
          WHERE m.thread_id = $1 AND m.seq = ANY($2)",
@@ -1883,18 +2072,21 @@ fn interned(sql: String) -> &'static str {
 
 /// The retrieved messages of `scored` (`(score, seq)`, in the order given), read from the
 /// snapshot with their indices: a message's index is its seq's distance from the thread's
-/// smallest seq less the removed seqs (gaps) in between (schema version 3), an index lookup
-/// and a count over gaps only, never over the messages. `None` when a row is missing.
+/// smallest seq less the removed seqs (gaps) in between (schema version 3) and less the rows
+/// before it that had expired at `now` but are still stored (schema version 6): index lookups
+/// and counts over gaps and expired rows only, never over the messages. `None` when a row is
+/// missing.
 fn read_retrieved(
     tx: &mut Transaction<'_>,
     statement: &postgres::Statement,
     thread_id: i64,
     factory: &MsgFactory,
     scored: Vec<(f64, i64)>,
+    now: i64,
 ) -> Result<Option<Vec<Retrieved>>, MemoryError> {
     let seqs: Vec<i64> = scored.iter().map(|&(_, seq)| seq).collect();
     let bodies = tx
-        .query(statement, &[&thread_id, &seqs])
+        .query(statement, &[&thread_id, &seqs, &now])
         .map_err(pg_error)?;
     let mut by_seq = HashMap::with_capacity(bodies.len());
     for row in &bodies {
@@ -1971,12 +2163,17 @@ impl Backend for PostgresMemory {
         &self.store.factory
     }
 
+    fn deadline(&self, expiry: mnemon_db::Expiry) -> Result<Option<i64>, MemoryError> {
+        Ok(expiry.deadline(self.store.now(), self.store.default_ttl))
+    }
+
     fn read<R>(&self, f: impl FnOnce(&ThreadState) -> R) -> Result<R, MemoryError> {
+        let now = self.store.now();
         let mut client = self.store.client()?;
         let mut tx = snapshot(&mut client)?;
         let thread = thread_row(&mut tx, &self.store.namespace, &self.scope)?;
         let mut mirror = self.mirror();
-        mirror.sync(&mut tx, thread, &self.store.factory, self.vectors())?;
+        mirror.sync(&mut tx, thread, &self.store.factory, self.vectors(), now)?;
         tx.commit().map_err(pg_error)?;
         drop(client);
         Ok(f(&mirror.state))
@@ -1986,20 +2183,25 @@ impl Backend for PostgresMemory {
         &self,
         f: impl FnOnce(&ThreadState) -> Result<(Option<Change>, R), MemoryError>,
     ) -> Result<R, MemoryError> {
+        let now = self.store.now();
         let mut client = self.store.client()?;
         let mut tx = client.transaction_cached().map_err(pg_error)?;
-        let thread = lock_thread(
+        let mut thread = lock_thread(
             &mut tx,
             &self.store.namespace,
             &self.scope,
             &self.store.factory,
         )?;
+        if purge_expired(&mut tx, thread, now, self.vectors())? > 0 {
+            thread.rev += 1;
+        }
         let mut mirror = self.mirror();
         mirror.sync(
             &mut tx,
             Some((thread.id, thread.rev)),
             &self.store.factory,
             self.vectors(),
+            now,
         )?;
         let (change, result) = f(&mirror.state)?;
         if let Some(change) = change {
@@ -2012,8 +2214,17 @@ impl Backend for PostgresMemory {
                 self.store.deferred_dims(),
             )?;
             tx.commit().map_err(pg_error)?;
+            let earliest = match &change {
+                Change::Append(entries) => earliest_of(entries.iter())
+                    .into_iter()
+                    .chain(mirror.earliest)
+                    .min(),
+                Change::Replace(entries) => earliest_of(entries.iter()),
+                _ => mirror.earliest,
+            };
             mirror.state.apply(change);
             mirror.rev = thread.rev + 1;
+            mirror.earliest = earliest;
             drop(mirror);
             drop(client);
             self.store.after_write(&dims, pending);
@@ -2028,6 +2239,7 @@ impl Backend for PostgresMemory {
         with_marks: bool,
         f: &mut dyn FnMut(&Entry) -> Result<(), MemoryError>,
     ) -> Result<usize, MemoryError> {
+        let now = self.store.now();
         let mut client = self.store.client()?;
         let mut tx = snapshot(&mut client)?;
         let Some((thread_id, rev)) = thread_row(&mut tx, &self.store.namespace, &self.scope)?
@@ -2035,7 +2247,7 @@ impl Backend for PostgresMemory {
             return Ok(0);
         };
         let mirror = self.mirror();
-        if mirror.current(thread_id, rev) {
+        if mirror.current(thread_id, rev, now) {
             mirror.state.entries().iter().try_for_each(&mut *f)?;
             return Ok(mirror.state.len());
         }
@@ -2047,10 +2259,11 @@ impl Backend for PostgresMemory {
             HashMap::new()
         };
         let select = format!(
-            "SELECT {} FROM memory_messages m WHERE m.thread_id = $1 ORDER BY m.seq",
-            message_columns(self.vectors())
+            "SELECT {} FROM memory_messages m WHERE m.thread_id = $1 AND {} ORDER BY m.seq",
+            message_columns(self.vectors()),
+            live_sql!("$2")
         );
-        let portal = tx.bind(&select, &[&thread_id]).map_err(pg_error)?;
+        let portal = tx.bind(&select, &[&thread_id, &now]).map_err(pg_error)?;
         let mut count = 0;
         loop {
             let rows = tx.query_portal(&portal, 512).map_err(pg_error)?;
@@ -2074,6 +2287,7 @@ impl Backend for PostgresMemory {
         exclude_mark: Option<&str>,
         n: usize,
     ) -> Result<Vec<Msg>, MemoryError> {
+        let now = self.store.now();
         let mut client = self.store.client()?;
         let mut tx = snapshot(&mut client)?;
         let Some((thread_id, rev)) = thread_row(&mut tx, &self.store.namespace, &self.scope)?
@@ -2081,7 +2295,7 @@ impl Backend for PostgresMemory {
             return Ok(Vec::new());
         };
         let mirror = self.mirror();
-        let selected = if mirror.current(thread_id, rev) {
+        let selected = if mirror.current(thread_id, rev, now) {
             mirror.state.select(mark, exclude_mark, Some(n))
         } else {
             drop(mirror);
@@ -2089,10 +2303,10 @@ impl Backend for PostgresMemory {
                 &mut tx,
                 thread_id,
                 &self.store.factory,
-                mark,
-                exclude_mark,
+                (mark, exclude_mark),
                 n,
                 self.vectors(),
+                now,
             )?
         };
         tx.commit().map_err(pg_error)?;
@@ -2171,6 +2385,13 @@ impl Backend for PostgresMemory {
         };
         let thread_id: i64 = thread.try_get(0).map_err(pg_error)?;
         let rev: i64 = thread.try_get(2).map_err(pg_error)?;
+        let now = self.store.now();
+        let next_expiry: Option<i64> = thread.try_get(7).map_err(pg_error)?;
+        if !mnemon_db::expiry::is_live(next_expiry, now) {
+            // Expired rows not yet removed: the counters count them, the index holds them.
+            // The mirror path reads the live messages only.
+            return Ok(None);
+        }
         let (total, usable): (i64, i64) = match mark {
             // Every message is a candidate: the counters say how many, and how many have an
             // indexable embedding of the query's dimension.
@@ -2210,7 +2431,7 @@ impl Backend for PostgresMemory {
         // no embedding or body is read, no JSON parsed. Held to the end, so that it stays
         // current. Otherwise they are read from the snapshot.
         let mirror = self.mirror();
-        let mirror = mirror.current(thread_id, rev).then_some(mirror);
+        let mirror = mirror.current(thread_id, rev, now).then_some(mirror);
         let shortlist = if mirror.is_some() {
             without_embeddings
         } else {
@@ -2309,7 +2530,14 @@ impl Backend for PostgresMemory {
                     .into_iter()
                     .map(|(score, seq, _)| (score, seq))
                     .collect();
-                read_retrieved(&mut tx, &retrieved, thread_id, &self.store.factory, scored)?
+                read_retrieved(
+                    &mut tx,
+                    &retrieved,
+                    thread_id,
+                    &self.store.factory,
+                    scored,
+                    now,
+                )?
             }
         };
         drop(mirror);
@@ -2330,6 +2558,11 @@ impl Backend for PostgresMemory {
         let mut tx = client.transaction_cached().map_err(pg_error)?;
         let thread = lock_thread(&mut tx, &self.store.namespace, &self.scope, factory)?;
         let thread_id = thread.id;
+        let now = self.store.now();
+        // An expired row must not keep a loaded message's id from being stored again.
+        purge_expired(&mut tx, thread, now, vectors)?;
+        // Every loaded message gets the handle's default time-to-live.
+        let deadline = mnemon_db::Expiry::Default.deadline(now, self.store.default_ttl);
         let mut seq = if overwrite {
             clear_thread(&mut tx, thread_id, vectors)?;
             1
@@ -2339,13 +2572,13 @@ impl Backend for PostgresMemory {
         let insert = tx
             .prepare(if vectors {
                 "INSERT INTO memory_messages (thread_id, seq, msg_id, kind, body, embedding,
-                   embedding_form, embedding_v, embedding_dim, pending_dim)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8::vector, $9, $10)
+                   embedding_form, embedding_v, embedding_dim, pending_dim, expires_at)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8::vector, $9, $10, $11)
                  ON CONFLICT (thread_id, msg_id) DO NOTHING"
             } else {
                 "INSERT INTO memory_messages
-                   (thread_id, seq, msg_id, kind, body, embedding, embedding_form)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7)
+                   (thread_id, seq, msg_id, kind, body, embedding, embedding_form, expires_at)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
                  ON CONFLICT (thread_id, msg_id) DO NOTHING"
             })
             .map_err(pg_error)?;
@@ -2381,12 +2614,22 @@ impl Backend for PostgresMemory {
                         &row.vector,
                         &indexed_dim,
                         &pending_dim,
+                        &deadline,
                     ],
                 )
             } else {
                 tx.execute(
                     &insert,
-                    &[&thread_id, &seq, &entry.id(), &kind, body, bytes, form],
+                    &[
+                        &thread_id,
+                        &seq,
+                        &entry.id(),
+                        &kind,
+                        body,
+                        bytes,
+                        form,
+                        &deadline,
+                    ],
                 )
             }
             .map_err(pg_error)?;
@@ -2414,11 +2657,12 @@ impl Backend for PostgresMemory {
             let added = i64::try_from(report.added).unwrap_or(i64::MAX);
             tx.execute(
                 concat!(
-                    "UPDATE memory_threads SET rev = rev + 1, next_seq = $2, live = live + $3, ",
+                    "UPDATE memory_threads SET rev = rev + 1, next_seq = $2, live = live + $3,
+                       next_expiry = LEAST(next_expiry, $4::bigint), ",
                     touch_sql!(),
                     " WHERE thread_id = $1"
                 ),
-                &[&thread_id, &seq, &added],
+                &[&thread_id, &seq, &added, &deadline.filter(|_| added > 0)],
             )
             .map_err(pg_error)?;
             if vectors {

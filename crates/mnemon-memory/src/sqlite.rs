@@ -80,6 +80,32 @@ static SCHEMA: Schema = Schema {
             version: 3,
             sql: SCHEMA_V3,
         },
+        Migration {
+            version: 4,
+            sql: SCHEMA_V4,
+        },
+    ],
+};
+
+/// The schema as files written before expiry have it (version 3): what a reader opens such a
+/// file with (see [`SqliteMemoryStore::open_read_only`]).
+static SCHEMA_BEFORE_EXPIRY: Schema = Schema {
+    component: "memory",
+    table: "memory_schema",
+    key_column: "id",
+    migrations: &[
+        Migration {
+            version: 1,
+            sql: SCHEMA_V1,
+        },
+        Migration {
+            version: 2,
+            sql: SCHEMA_V2,
+        },
+        Migration {
+            version: 3,
+            sql: SCHEMA_V3,
+        },
     ],
 };
 
@@ -190,10 +216,54 @@ CREATE INDEX memory_threads_activity
   ON memory_threads (namespace, last_active_ms DESC, thread_id DESC);
 ";
 
+/// Version 4: expiry (docs/reference/memory.md#expiry). A message's `expires_at`
+/// (milliseconds since the Unix epoch by the store's clock; NULL: never) hides it from every read
+/// from that instant on; a thread's `next_expiry` is at most the smallest `expires_at` of its
+/// messages (lowered by every add, recomputed when expired messages are removed), so reads,
+/// writes and `gc` know without looking at a message whether anything of the thread may have
+/// expired. Both indexes are partial: rows that never expire cost nothing.
+const SCHEMA_V4: &str = "
+ALTER TABLE memory_messages ADD COLUMN expires_at INTEGER;
+ALTER TABLE memory_threads ADD COLUMN next_expiry INTEGER;
+CREATE INDEX memory_messages_expiry ON memory_messages (thread_id, expires_at)
+  WHERE expires_at IS NOT NULL;
+CREATE INDEX memory_threads_expiry ON memory_threads (namespace, next_expiry)
+  WHERE next_expiry IS NOT NULL;
+";
+
+/// What a reader of a file from before expiry (opened read-only, so not migrated) sees instead
+/// of the messages table: the same rows, none of them expiring. A temporary view shadows the
+/// table of the same name for this connection only, so every read statement runs as on a
+/// current file (only writes, which such a reader cannot do, read `next_expiry`).
+const EXPIRY_VIEWS: &str = "
+CREATE TEMP VIEW memory_messages AS SELECT *, NULL AS expires_at FROM main.memory_messages;
+";
+
+/// A message row is visible at `now` (the store's clock, bound as `?N`): the one rule of
+/// `mnemon_db::expiry`, an expired row being one with `expires_at <= now`.
+macro_rules! live_sql {
+    ($alias:literal, $param:literal) => {
+        concat!(
+            "(",
+            $alias,
+            ".expires_at IS NULL OR ",
+            $alias,
+            ".expires_at > ",
+            $param,
+            ")"
+        )
+    };
+}
+
 /// A page of thread summaries after a cursor: `?1` namespace, `?2`/`?3` the cursor's time and
-/// thread id, `?4` the row count. One statement per case rather than one with `?2 IS NULL OR
+/// thread id, `?4` the row count, `?5` the store clock's now (a thread's count leaves out its
+/// expired messages not yet removed: a probe of the partial expiry index, empty for a thread
+/// whose messages never expire). One statement per case rather than one with `?2 IS NULL OR
 /// …`, which would keep SQLite from starting the index range at the cursor.
-const PAGE_AFTER_SQL: &str = "SELECT thread_id, user_id, agent_id, session_id, live, last_active_ms
+const PAGE_AFTER_SQL: &str = "SELECT thread_id, user_id, agent_id, session_id,
+   live - (SELECT COUNT(*) FROM memory_messages m
+     WHERE m.thread_id = memory_threads.thread_id AND m.expires_at <= ?5),
+   last_active_ms
  FROM memory_threads INDEXED BY memory_threads_activity
  WHERE namespace = ?1 AND (last_active_ms, thread_id) < (?2, ?3)
  ORDER BY last_active_ms DESC, thread_id DESC
@@ -201,7 +271,10 @@ const PAGE_AFTER_SQL: &str = "SELECT thread_id, user_id, agent_id, session_id, l
 
 /// The first page of thread summaries, with [`PAGE_AFTER_SQL`]'s parameters (`?2` and `?3`
 /// NULL).
-const FIRST_PAGE_SQL: &str = "SELECT thread_id, user_id, agent_id, session_id, live, last_active_ms
+const FIRST_PAGE_SQL: &str = "SELECT thread_id, user_id, agent_id, session_id,
+   live - (SELECT COUNT(*) FROM memory_messages m
+     WHERE m.thread_id = memory_threads.thread_id AND m.expires_at <= ?5),
+   last_active_ms
  FROM memory_threads INDEXED BY memory_threads_activity
  WHERE namespace = ?1 AND ?2 IS NULL AND ?3 IS NULL
  ORDER BY last_active_ms DESC, thread_id DESC
@@ -219,6 +292,13 @@ pub struct SqliteMemoryOptions {
     /// this namespace's, and no call through it reaches another's. The default namespace holds
     /// everything written before namespaces existed.
     pub namespace: Namespace,
+    /// How long a message added with [`Expiry::Default`](mnemon_db::Expiry::Default) (every
+    /// plain add and load) lives: the default time-to-live of this handle's namespace.
+    /// Default: `None`, forever.
+    pub default_ttl: Option<Duration>,
+    /// The clock that stamps expiries and decides what has expired
+    /// (docs/reference/memory.md#expiry). Default: the system clock.
+    pub clock: Arc<dyn mnemon_db::Clock>,
 }
 
 impl SqliteMemoryOptions {
@@ -239,6 +319,8 @@ impl Default for SqliteMemoryOptions {
             durability: shared.durability,
             busy_timeout: shared.busy_timeout,
             namespace: Namespace::default(),
+            default_ttl: None,
+            clock: Arc::new(mnemon_db::SystemClock),
         }
     }
 }
@@ -255,6 +337,10 @@ pub struct SqliteMemoryStore {
     /// The tables predate thread summaries (a version-1 or -2 file opened read-only): no
     /// `live` or `last_active_ms` column.
     before_activity: bool,
+    /// [`SqliteMemoryOptions::default_ttl`].
+    default_ttl: Option<Duration>,
+    /// [`SqliteMemoryOptions::clock`].
+    clock: Arc<dyn mnemon_db::Clock>,
 }
 
 impl std::fmt::Debug for SqliteMemoryStore {
@@ -290,6 +376,8 @@ impl SqliteMemoryStore {
             namespace: options.namespace,
             before_namespaces: false,
             before_activity: false,
+            default_ttl: options.default_ttl,
+            clock: options.clock,
         }))
     }
 
@@ -308,6 +396,12 @@ impl SqliteMemoryStore {
         let (read, before_namespaces, before_activity) =
             match sqlite::open_read_only(&path, &settings, &SCHEMA) {
                 Ok(read) => (read, false, false),
+                Err(DbError::NeedsUpgrade { found: 3, .. }) => (
+                    sqlite::open_read_only(&path, &settings, &SCHEMA_BEFORE_EXPIRY)
+                        .map_err(db_error)?,
+                    false,
+                    false,
+                ),
                 Err(DbError::NeedsUpgrade { found: 1, .. }) => (
                     sqlite::open_read_only(&path, &settings, &SCHEMA_BEFORE_NAMESPACES)
                         .map_err(db_error)?,
@@ -322,6 +416,27 @@ impl SqliteMemoryStore {
                 ),
                 Err(other) => return Err(db_error(other)),
             };
+        let before_expiry = read.conn.query_row(
+            "SELECT COUNT(*) = 0 FROM pragma_table_info('memory_messages')
+             WHERE name = 'expires_at'",
+            [],
+            |r| r.get::<_, bool>(0),
+        );
+        // A file without memory tables has no columns either; it reads as empty anyway.
+        let has_tables = read
+            .conn
+            .query_row(
+                "SELECT COUNT(*) > 0 FROM sqlite_master WHERE name = 'memory_messages'",
+                [],
+                |r| r.get::<_, bool>(0),
+            )
+            .unwrap_or(false);
+        if has_tables && before_expiry.unwrap_or(false) {
+            // `query_only` refuses even temporary objects; the file stays read-only.
+            read.conn.execute_batch(&format!(
+                "PRAGMA query_only = 0; {EXPIRY_VIEWS} PRAGMA query_only = 1;"
+            ))?;
+        }
         Ok(Arc::new(SqliteMemoryStore {
             conn: Mutex::new(read.conn),
             path,
@@ -329,6 +444,8 @@ impl SqliteMemoryStore {
             namespace: options.namespace,
             before_namespaces,
             before_activity,
+            default_ttl: options.default_ttl,
+            clock: options.clock,
         }))
     }
 
@@ -455,7 +572,8 @@ impl SqliteMemoryStore {
                 self.namespace.as_str(),
                 after.map(|c| c.last_active_ms),
                 after.map(|c| c.thread_id),
-                fetch_count(limit)
+                fetch_count(limit),
+                self.now()
             ],
             |r| {
                 let live: i64 = r.get(4)?;
@@ -507,8 +625,8 @@ impl SqliteMemoryStore {
     ) -> Result<Vec<SearchHit>, MemoryError> {
         let [user, agent, session] = request.within.columns()?;
         let top_k = request.top_k;
-        // `?1` is the thread; the filter's values follow.
-        let mut filter_params = vec![SqlParam::Integer(0)];
+        // `?1` is the thread, `?2` the clock's now; the filter's values follow.
+        let mut filter_params = vec![SqlParam::Integer(0), SqlParam::Integer(self.now())];
         let matches = match &request.filter {
             Some(filter) => filter_sql(filter, Dialect::Sqlite, &mut filter_params)?,
             None => "1".to_owned(),
@@ -544,7 +662,8 @@ impl SqliteMemoryStore {
             // A filtered-out row still counts for the index of those after it.
             let mut stmt = tx.prepare_cached(&format!(
                 "SELECT m.seq, m.embedding, m.msg_id, {matches} FROM memory_messages m
-                 WHERE m.thread_id = ?1 ORDER BY m.seq"
+                 WHERE m.thread_id = ?1 AND {live} ORDER BY m.seq",
+                live = live_sql!("m", "?2")
             ))?;
             let mut floats: Vec<f32> = Vec::with_capacity(query.len());
             let mut values: Vec<rusqlite::types::Value> =
@@ -634,6 +753,39 @@ impl SqliteMemoryStore {
             params![self.namespace.as_str(), user, agent, session],
         )?;
         Ok(n > 0)
+    }
+
+    /// The store clock's time: what decides which messages have expired.
+    fn now(&self) -> i64 {
+        self.clock.now_millis()
+    }
+
+    /// Removes every expired message of the store's namespace (docs/reference/memory.md#expiry)
+    /// and returns how many. They were already invisible to every read; this reclaims their
+    /// rows (marks included). One transaction; only the threads whose `next_expiry` has passed
+    /// are visited (an index range), each with one delete over its expired rows.
+    pub fn gc(&self) -> Result<u64, MemoryError> {
+        let now = self.now();
+        let mut conn = self.lock();
+        if self.before_namespaces {
+            conn.execute("DELETE FROM memory_threads WHERE 0", [])?;
+            return Ok(0);
+        }
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let threads: Vec<i64> = {
+            let mut stmt = tx.prepare_cached(
+                "SELECT thread_id FROM memory_threads
+                 WHERE namespace = ?1 AND next_expiry <= ?2",
+            )?;
+            let rows = stmt.query_map(params![self.namespace.as_str(), now], |r| r.get(0))?;
+            rows.collect::<Result<_, _>>()?
+        };
+        let mut removed = 0u64;
+        for thread_id in threads {
+            removed += purge_expired(&tx, thread_id, now)?;
+        }
+        tx.commit()?;
+        Ok(removed)
     }
 
     /// Forgets a subject (docs/reference/memory.md#forget): deletes every thread of the store's
@@ -791,26 +943,33 @@ fn thread_row(
     }
 }
 
-/// The in-memory copy of a thread, valid for `(thread_id, rev)`.
+/// The in-memory copy of a thread's live messages, valid for `(thread_id, rev)` until the
+/// earliest expiry among them.
 #[derive(Debug, Default)]
 struct Mirror {
     thread_id: Option<i64>,
     rev: i64,
     state: ThreadState,
+    /// The earliest `expires_at` of the mirrored messages: from then on the mirror holds an
+    /// expired message and must be reloaded (no write moves `rev` when time passes).
+    earliest: Option<i64>,
 }
 
 impl Mirror {
-    /// Whether the mirror holds the committed thread `(thread_id, rev)`.
-    fn current(&self, thread_id: i64, rev: i64) -> bool {
-        self.thread_id == Some(thread_id) && self.rev == rev
+    /// Whether the mirror holds the committed thread `(thread_id, rev)` as it reads at `now`.
+    fn current(&self, thread_id: i64, rev: i64, now: i64) -> bool {
+        self.thread_id == Some(thread_id)
+            && self.rev == rev
+            && mnemon_db::expiry::is_live(self.earliest, now)
     }
 
-    /// Brings the mirror up to date with the committed thread.
+    /// Brings the mirror up to date with the committed thread at `now`.
     fn sync(
         &mut self,
         tx: &Transaction<'_>,
         thread: Option<(i64, i64)>,
         factory: &MsgFactory,
+        now: i64,
     ) -> Result<(), MemoryError> {
         match thread {
             None => {
@@ -819,8 +978,9 @@ impl Mirror {
                 }
             }
             Some((id, rev)) => {
-                if self.thread_id != Some(id) || self.rev != rev {
-                    self.state = load_thread(tx, id, factory)?;
+                if !self.current(id, rev, now) {
+                    self.state = load_thread(tx, id, factory, now)?;
+                    self.earliest = earliest_of(self.state.entries());
                     self.thread_id = Some(id);
                     self.rev = rev;
                 }
@@ -836,10 +996,12 @@ fn corrupt(detail: String) -> MemoryError {
     }
 }
 
+/// The thread's messages live at `now`, with their marks and expiries.
 fn load_thread(
     tx: &Transaction<'_>,
     thread_id: i64,
     factory: &MsgFactory,
+    now: i64,
 ) -> Result<ThreadState, MemoryError> {
     let mut marks: HashMap<String, Vec<String>> = HashMap::new();
     {
@@ -851,16 +1013,19 @@ fn load_thread(
             marks.entry(row.get(0)?).or_default().push(row.get(1)?);
         }
     }
-    let mut stmt = tx.prepare_cached(
-        "SELECT msg_id, kind, body FROM memory_messages WHERE thread_id = ?1 ORDER BY seq",
-    )?;
-    let mut rows = stmt.query([thread_id])?;
+    let mut stmt = tx.prepare_cached(concat!(
+        "SELECT m.msg_id, m.kind, m.body, m.expires_at FROM memory_messages m
+         WHERE m.thread_id = ?1 AND ",
+        live_sql!("m", "?2"),
+        " ORDER BY m.seq"
+    ))?;
+    let mut rows = stmt.query(params![thread_id, now])?;
     let mut entries = Vec::new();
     while let Some(row) = rows.next()? {
         let id: String = row.get(0)?;
         let msg = row_message(factory, &id, row, entries.len())?;
         let marks = marks.remove(&id).unwrap_or_default();
-        entries.push(Entry::new(msg, marks));
+        entries.push(Entry::new(msg, marks).expiring(row.get(3)?));
     }
     Ok(ThreadState::from_entries(entries))
 }
@@ -905,12 +1070,16 @@ fn scan_rows(
     thread_id: i64,
     factory: &MsgFactory,
     with_marks: bool,
+    now: i64,
     f: &mut dyn FnMut(&Entry) -> Result<(), MemoryError>,
 ) -> Result<usize, MemoryError> {
-    let mut stmt = tx.prepare_cached(
-        "SELECT msg_id, kind, body FROM memory_messages WHERE thread_id = ?1 ORDER BY seq",
-    )?;
-    let mut rows = stmt.query([thread_id])?;
+    let mut stmt = tx.prepare_cached(concat!(
+        "SELECT m.msg_id, m.kind, m.body FROM memory_messages m
+         WHERE m.thread_id = ?1 AND ",
+        live_sql!("m", "?2"),
+        " ORDER BY m.seq"
+    ))?;
+    let mut rows = stmt.query(params![thread_id, now])?;
     let mut count = 0;
     while let Some(row) = rows.next()? {
         let id: String = row.get(0)?;
@@ -935,18 +1104,21 @@ fn recent_rows(
     mark: Option<&str>,
     exclude_mark: Option<&str>,
     n: usize,
+    now: i64,
 ) -> Result<Vec<Msg>, MemoryError> {
-    let mut stmt = tx.prepare_cached(
+    let mut stmt = tx.prepare_cached(concat!(
         "SELECT m.msg_id, m.kind, m.body FROM memory_messages m
-         WHERE m.thread_id = ?1
+         WHERE m.thread_id = ?1 AND ",
+        live_sql!("m", "?5"),
+        "
            AND (?2 IS NULL OR EXISTS (SELECT 1 FROM memory_marks k
                 WHERE k.thread_id = m.thread_id AND k.msg_id = m.msg_id AND k.mark = ?2))
            AND (?3 IS NULL OR NOT EXISTS (SELECT 1 FROM memory_marks k
                 WHERE k.thread_id = m.thread_id AND k.msg_id = m.msg_id AND k.mark = ?3))
-         ORDER BY m.seq DESC LIMIT ?4",
-    )?;
+         ORDER BY m.seq DESC LIMIT ?4"
+    ))?;
     let limit = i64::try_from(n).unwrap_or(i64::MAX);
-    let mut rows = stmt.query(params![thread_id, mark, exclude_mark, limit])?;
+    let mut rows = stmt.query(params![thread_id, mark, exclude_mark, limit, now])?;
     let mut messages = Vec::new();
     while let Some(row) = rows.next()? {
         let id: String = row.get(0)?;
@@ -980,8 +1152,8 @@ fn insert_entries(
         )?
         .query_row([thread_id], |r| r.get(0))?;
     let mut insert = tx.prepare_cached(
-        "INSERT INTO memory_messages (thread_id, seq, msg_id, kind, body, embedding)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        "INSERT INTO memory_messages (thread_id, seq, msg_id, kind, body, embedding, expires_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
     )?;
     for (seq, entry) in (next..).zip(entries) {
         let body = serde_json::to_string(&*entry.full()).map_err(|e| corrupt(e.to_string()))?;
@@ -991,11 +1163,12 @@ fn insert_entries(
             entry.id(),
             kind_str(entry.msg_without_embedding().kind()),
             body,
-            embedding_blob(entry.embedding())
+            embedding_blob(entry.embedding()),
+            entry.expires_at
         ])?;
         insert_marks(tx, thread_id, entry.id(), &entry.marks)?;
     }
-    Ok(())
+    note_expiries(tx, thread_id, entries)
 }
 
 fn insert_marks(
@@ -1078,6 +1251,54 @@ fn persist(
     bump(tx, thread_id, live_set, live_delta)
 }
 
+/// Removes the thread's expired messages (those with `expires_at <= now`) when its
+/// `next_expiry` says some may have expired, with their marks; moves its count and `rev` (every
+/// mirror of it reloads) and recomputes `next_expiry`. Returns how many went. Not activity:
+/// `last_active_ms` stays. Every write of a thread starts here, so that an expired row never
+/// holds an id a new message may take again.
+fn purge_expired(tx: &Transaction<'_>, thread_id: i64, now: i64) -> Result<u64, MemoryError> {
+    let next: Option<i64> = tx
+        .prepare_cached("SELECT next_expiry FROM memory_threads WHERE thread_id = ?1")?
+        .query_row([thread_id], |r| r.get(0))
+        .optional()?
+        .flatten();
+    if next.is_none_or(|t| t > now) {
+        return Ok(0);
+    }
+    let removed = tx
+        .prepare_cached("DELETE FROM memory_messages WHERE thread_id = ?1 AND expires_at <= ?2")?
+        .execute(params![thread_id, now])?;
+    tx.prepare_cached(
+        "UPDATE memory_threads SET live = live - ?2, rev = rev + (?2 > 0),
+           next_expiry = (SELECT MIN(expires_at) FROM memory_messages
+                          WHERE thread_id = ?1 AND expires_at IS NOT NULL)
+         WHERE thread_id = ?1",
+    )?
+    .execute(params![thread_id, count_i64(removed)])?;
+    Ok(u64::try_from(removed).unwrap_or(u64::MAX))
+}
+
+/// Lowers the thread's `next_expiry` to the earliest of `entries`' expiries, if any.
+fn note_expiries(
+    tx: &Transaction<'_>,
+    thread_id: i64,
+    entries: &[Entry],
+) -> Result<(), MemoryError> {
+    if let Some(earliest) = entries.iter().filter_map(|e| e.expires_at).min() {
+        tx.prepare_cached(
+            "UPDATE memory_threads SET next_expiry = MIN(COALESCE(next_expiry, ?2), ?2)
+             WHERE thread_id = ?1",
+        )?
+        .execute(params![thread_id, earliest])?;
+    }
+    Ok(())
+}
+
+/// The earliest expiry of `entries`, for a mirror holding them.
+fn earliest_of<'a>(entries: impl IntoIterator<Item = &'a Entry>) -> Option<i64> {
+    entries.into_iter().filter_map(|e| e.expires_at).min()
+}
+
 /// Ends a write of the thread (schema version 3): a new rev, the count set to `live_set` or
 /// moved by `live_delta`, and the activity time, which a clock stepping back never lowers.
 fn bump(
@@ -1138,12 +1359,17 @@ impl Backend for SqliteMemory {
         &self.store.factory
     }
 
+    fn deadline(&self, expiry: mnemon_db::Expiry) -> Result<Option<i64>, MemoryError> {
+        Ok(expiry.deadline(self.store.now(), self.store.default_ttl))
+    }
+
     fn read<R>(&self, f: impl FnOnce(&ThreadState) -> R) -> Result<R, MemoryError> {
+        let now = self.store.now();
         let mut conn = self.store.lock();
         let tx = conn.transaction()?;
         let thread = thread_row(&tx, &self.store, &self.scope, None)?;
         let mut mirror = self.mirror();
-        mirror.sync(&tx, thread, &self.store.factory)?;
+        mirror.sync(&tx, thread, &self.store.factory, now)?;
         tx.commit()?;
         drop(conn);
         Ok(f(&mirror.state))
@@ -1153,21 +1379,34 @@ impl Backend for SqliteMemory {
         &self,
         f: impl FnOnce(&ThreadState) -> Result<(Option<Change>, R), MemoryError>,
     ) -> Result<R, MemoryError> {
+        let now = self.store.now();
         let mut conn = self.store.lock();
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let Some((thread_id, rev)) =
+        let Some((thread_id, mut rev)) =
             thread_row(&tx, &self.store, &self.scope, Some(&self.store.factory))?
         else {
             return Err(corrupt("the thread could not be created".into()));
         };
+        if purge_expired(&tx, thread_id, now)? > 0 {
+            rev += 1;
+        }
         let mut mirror = self.mirror();
-        mirror.sync(&tx, Some((thread_id, rev)), &self.store.factory)?;
+        mirror.sync(&tx, Some((thread_id, rev)), &self.store.factory, now)?;
         let (change, result) = f(&mirror.state)?;
         if let Some(change) = change {
             persist(&tx, thread_id, &mirror.state, &change)?;
             tx.commit()?;
+            let earliest = match &change {
+                Change::Append(entries) => earliest_of(entries.iter())
+                    .into_iter()
+                    .chain(mirror.earliest)
+                    .min(),
+                Change::Replace(entries) => earliest_of(entries.iter()),
+                _ => mirror.earliest,
+            };
             mirror.state.apply(change);
             mirror.rev = rev + 1;
+            mirror.earliest = earliest;
         } else {
             tx.commit()?;
         }
@@ -1178,6 +1417,7 @@ impl Backend for SqliteMemory {
         with_marks: bool,
         f: &mut dyn FnMut(&Entry) -> Result<(), MemoryError>,
     ) -> Result<usize, MemoryError> {
+        let now = self.store.now();
         let mut conn = self.store.lock();
         // One read transaction: the snapshot taken at its first read serves the whole scan,
         // while other processes go on writing.
@@ -1186,7 +1426,7 @@ impl Backend for SqliteMemory {
             return Ok(0);
         };
         let mirror = self.mirror();
-        let count = if mirror.thread_id == Some(thread_id) && mirror.rev == rev {
+        let count = if mirror.current(thread_id, rev, now) {
             // The mirror is current: no row needs reading.
             mirror.state.entries().iter().try_for_each(&mut *f)?;
             mirror.state.len()
@@ -1194,7 +1434,7 @@ impl Backend for SqliteMemory {
             // Rows are read one at a time and never mirrored, so the memory held stays
             // bounded whatever the thread's size.
             drop(mirror);
-            scan_rows(&tx, thread_id, &self.store.factory, with_marks, f)?
+            scan_rows(&tx, thread_id, &self.store.factory, with_marks, now, f)?
         };
         tx.commit()?;
         Ok(count)
@@ -1206,17 +1446,26 @@ impl Backend for SqliteMemory {
         exclude_mark: Option<&str>,
         n: usize,
     ) -> Result<Vec<Msg>, MemoryError> {
+        let now = self.store.now();
         let mut conn = self.store.lock();
         let tx = conn.transaction()?;
         let Some((thread_id, rev)) = thread_row(&tx, &self.store, &self.scope, None)? else {
             return Ok(Vec::new());
         };
         let mirror = self.mirror();
-        let selected = if mirror.thread_id == Some(thread_id) && mirror.rev == rev {
+        let selected = if mirror.current(thread_id, rev, now) {
             mirror.state.select(mark, exclude_mark, Some(n))
         } else {
             drop(mirror);
-            recent_rows(&tx, thread_id, &self.store.factory, mark, exclude_mark, n)?
+            recent_rows(
+                &tx,
+                thread_id,
+                &self.store.factory,
+                mark,
+                exclude_mark,
+                n,
+                now,
+            )?
         };
         tx.commit()?;
         Ok(selected)
@@ -1237,12 +1486,13 @@ impl Backend for SqliteMemory {
         let Some(k) = options.top_k else {
             return Ok(None);
         };
+        let now = self.store.now();
         let mut conn = self.store.lock();
         let tx = conn.transaction()?;
         let Some((thread_id, rev)) = thread_row(&tx, &self.store, &self.scope, None)? else {
             return Ok(None);
         };
-        if self.mirror().current(thread_id, rev) {
+        if self.mirror().current(thread_id, rev, now) {
             // The mirror's matrix answers faster than the rows.
             return Ok(None);
         }
@@ -1257,13 +1507,15 @@ impl Backend for SqliteMemory {
         };
         let mut top = TopK::new(k);
         {
-            let mut stmt = tx.prepare_cached(
+            let mut stmt = tx.prepare_cached(concat!(
                 "SELECT m.seq, m.embedding,
                    ?2 IS NULL OR EXISTS (SELECT 1 FROM memory_marks k
                      WHERE k.thread_id = m.thread_id AND k.msg_id = m.msg_id AND k.mark = ?2)
-                 FROM memory_messages m WHERE m.thread_id = ?1 ORDER BY m.seq",
-            )?;
-            let mut rows = stmt.query(params![thread_id, options.mark])?;
+                 FROM memory_messages m WHERE m.thread_id = ?1 AND ",
+                live_sql!("m", "?3"),
+                " ORDER BY m.seq"
+            ))?;
+            let mut rows = stmt.query(params![thread_id, options.mark, now])?;
             let mut floats: Vec<f32> = Vec::with_capacity(query.len());
             let mut index = 0;
             while let Some(row) = rows.next()? {
@@ -1327,6 +1579,11 @@ impl Backend for SqliteMemory {
         let Some((thread_id, _)) = thread_row(&tx, &self.store, &self.scope, Some(factory))? else {
             return Err(corrupt("the thread could not be created".into()));
         };
+        let now = self.store.now();
+        // Every loaded message gets the handle's default time-to-live.
+        let deadline = mnemon_db::Expiry::Default.deadline(now, self.store.default_ttl);
+        // An expired row must not keep a loaded message's id from being stored again.
+        purge_expired(&tx, thread_id, now)?;
         if overwrite {
             tx.execute(
                 "DELETE FROM memory_messages WHERE thread_id = ?1",
@@ -1343,8 +1600,9 @@ impl Backend for SqliteMemory {
             // A stored id (or one earlier in the document) is skipped, as `plan_add` does: the
             // unique (thread_id, msg_id) index answers instead of a mirror of every id.
             let mut insert = tx.prepare_cached(
-                "INSERT INTO memory_messages (thread_id, seq, msg_id, kind, body, embedding)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+                "INSERT INTO memory_messages
+                   (thread_id, seq, msg_id, kind, body, embedding, expires_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
                  ON CONFLICT (thread_id, msg_id) DO NOTHING",
             )?;
             decode_stream(factory, source, &mut |entry| {
@@ -1356,7 +1614,8 @@ impl Backend for SqliteMemory {
                     entry.id(),
                     kind_str(entry.msg_without_embedding().kind()),
                     body,
-                    embedding_blob(entry.embedding())
+                    embedding_blob(entry.embedding()),
+                    deadline
                 ])?;
                 if inserted == 0 {
                     report.skipped_duplicates.push(entry.id().to_owned());
@@ -1367,6 +1626,15 @@ impl Backend for SqliteMemory {
                 report.added += 1;
                 Ok(())
             })?;
+        }
+        if report.added > 0
+            && let Some(deadline) = deadline
+        {
+            tx.prepare_cached(
+                "UPDATE memory_threads SET next_expiry = MIN(COALESCE(next_expiry, ?2), ?2)
+                 WHERE thread_id = ?1",
+            )?
+            .execute(params![thread_id, deadline])?;
         }
         if overwrite || report.added > 0 {
             // The new rev makes every mirror of the thread (this one included) reload.
@@ -2004,7 +2272,7 @@ mod summary_tests {
         let plan = |sql: &str| -> String {
             let mut stmt = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).unwrap();
             let rows = stmt
-                .query_map(params!["default", 5_i64, 3_i64, 11_i64], |r| {
+                .query_map(params!["default", 5_i64, 3_i64, 11_i64, 0_i64], |r| {
                     r.get::<_, String>(3)
                 })
                 .unwrap();
@@ -2032,5 +2300,120 @@ mod summary_tests {
         let rest = store.thread_summaries(45, first.next.as_deref()).unwrap();
         assert_eq!(rest.threads.len(), 5);
         assert_eq!(rest.next, None);
+    }
+}
+
+/// Expiry (schema version 4): a file at version 3 reads read-only as before (nothing expires)
+/// and migrates, its messages never expiring, new ones expiring by the store's clock.
+#[cfg(test)]
+mod expiry_tests {
+    use super::*;
+    use crate::{AddOptions, Memory};
+
+    fn version_3_file(path: &Path) {
+        let v3 = Schema {
+            migrations: &SCHEMA.migrations[..3],
+            ..SCHEMA
+        };
+        let conn = sqlite::open(path, &SqliteMemoryOptions::default().settings(), &v3).unwrap();
+        conn.execute_batch(
+            "INSERT INTO memory_threads (thread_id, namespace, user_id, agent_id, session_id,
+               rev, created_at, live) VALUES (1, 'default', '', '', 's', 1, 't', 1);
+             INSERT INTO memory_messages (thread_id, seq, msg_id, kind, body) VALUES
+               (1, 1, 'a', 'msg', '{\"id\":\"a\",\"name\":\"n\",\"content\":\"one\",\"role\":\"user\",\"metadata\":null,\"timestamp\":\"t\"}');
+             INSERT INTO memory_marks (thread_id, msg_id, pos, mark) VALUES (1, 'a', 0, 'pin');",
+        )
+        .unwrap();
+    }
+
+    #[test]
+    fn a_version_3_file_reads_read_only_and_migrates() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("v3.sqlite3");
+        version_3_file(&path);
+        let reader =
+            SqliteMemoryStore::open_read_only(&path, SqliteMemoryOptions::default()).unwrap();
+        let a = reader
+            .existing_memory(Scope::session("s"))
+            .unwrap()
+            .unwrap();
+        assert_eq!(a.size().unwrap(), 1);
+        assert_eq!(
+            reader.thread_summaries(10, None).unwrap().threads[0].messages,
+            1
+        );
+        let hits = reader
+            .search(
+                &ScopeFilter::all(),
+                RetrievalQuery::Vector(vec![1.0]),
+                3,
+                None,
+            )
+            .unwrap();
+        assert!(hits.is_empty());
+        assert!(
+            a.add(vec![
+                serde_json::json!({"name": "n", "content": "c"}).into()
+            ])
+            .is_err()
+        );
+        assert!(reader.gc().is_err());
+        drop((a, reader));
+        let version = || -> i64 {
+            Connection::open(&path)
+                .unwrap()
+                .query_row("SELECT version FROM memory_schema", [], |r| r.get(0))
+                .unwrap()
+        };
+        assert_eq!(version(), 3);
+
+        let clock = Arc::new(mnemon_db::ManualClock::new(1_000));
+        let store = SqliteMemoryStore::open(
+            &path,
+            SqliteMemoryOptions {
+                clock: clock.clone(),
+                ..SqliteMemoryOptions::default()
+            },
+        )
+        .unwrap();
+        assert_eq!(version(), 4);
+        let a = store.existing_memory(Scope::session("s")).unwrap().unwrap();
+        a.add_with(
+            vec![serde_json::json!({"id": "b", "name": "n", "content": "c"}).into()],
+            &AddOptions {
+                expiry: mnemon_db::Expiry::At(1_010),
+                ..AddOptions::default()
+            },
+        )
+        .unwrap();
+        assert_eq!(a.size().unwrap(), 2);
+        clock.set(1_010);
+        assert_eq!(a.size().unwrap(), 1);
+        assert_eq!(a.marks_of("a").unwrap(), Some(vec!["pin".to_owned()]));
+        assert_eq!(store.gc().unwrap(), 1);
+        assert_eq!(store.gc().unwrap(), 0);
+    }
+
+    /// `gc` visits only the threads whose `next_expiry` has passed: an index range.
+    #[test]
+    fn gc_finds_threads_through_the_expiry_index() {
+        let dir = tempfile::tempdir().unwrap();
+        let store =
+            SqliteMemoryStore::open(dir.path().join("m.sqlite3"), SqliteMemoryOptions::default())
+                .unwrap();
+        let conn = store.lock();
+        let mut stmt = conn
+            .prepare(
+                "EXPLAIN QUERY PLAN SELECT thread_id FROM memory_threads
+                 WHERE namespace = ?1 AND next_expiry <= ?2",
+            )
+            .unwrap();
+        let plan: Vec<String> = stmt
+            .query_map(params!["default", 5_i64], |r| r.get(3))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        let plan = plan.join("; ");
+        assert!(plan.contains("INDEX memory_threads_expiry"), "{plan}");
     }
 }

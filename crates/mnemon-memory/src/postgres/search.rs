@@ -36,7 +36,7 @@ use crate::search::{
 /// any), with their live count and, with pgvector, how many of their messages are indexable at
 /// dimension `$5`.
 const THREADS_WITH_DIMS_SQL: &str = "SELECT t.thread_id, t.user_id, t.agent_id, t.session_id,
-        t.live, COALESCE(d.n, 0)
+        t.live, COALESCE(d.n, 0), t.next_expiry
  FROM memory_threads t
  LEFT JOIN memory_dims d ON d.thread_id = t.thread_id AND d.dim = $5
  WHERE t.namespace = $1 AND ($2::text IS NULL OR t.user_id = $2)
@@ -44,7 +44,7 @@ const THREADS_WITH_DIMS_SQL: &str = "SELECT t.thread_id, t.user_id, t.agent_id, 
 
 /// [`THREADS_WITH_DIMS_SQL`] without the vector tables (no `$5`).
 const THREADS_SQL: &str = "SELECT t.thread_id, t.user_id, t.agent_id, t.session_id, t.live,
-        0::bigint
+        0::bigint, t.next_expiry
  FROM memory_threads t
  WHERE t.namespace = $1 AND ($2::text IS NULL OR t.user_id = $2)
    AND ($3::text IS NULL OR t.agent_id = $3) AND ($4::text IS NULL OR t.session_id = $4)";
@@ -53,15 +53,15 @@ const THREADS_SQL: &str = "SELECT t.thread_id, t.user_id, t.agent_id, t.session_
 const FILTER: &str = "t.namespace = $1 AND ($2::text IS NULL OR t.user_id = $2)
    AND ($3::text IS NULL OR t.agent_id = $3) AND ($4::text IS NULL OR t.session_id = $4)";
 
-/// The exact scan: every selected message's thread, seq, id and stored `f32`s (the vector
-/// column, or NULL without it, then the bytes), in each thread's order, so that a row's index
-/// is its position in the stream. The body is not read.
+/// The exact scan: every selected message live at `$5` (the clock's now), with its thread,
+/// seq, id and stored `f32`s (the vector column, or NULL without it, then the bytes), in each
+/// thread's order, so that a row's index is its position in the stream. The body is not read.
 fn scan_sql(vectors: bool) -> &'static str {
     interned(filtered_scan_sql(vectors, "true"))
 }
 
 /// [`scan_sql`] with a sixth column: whether the metadata filter `matches` (SQL over the
-/// message row `m`, its values from `$5`) selects the row. A row it leaves out still counts
+/// message row `m`, its values from `$6`) selects the row. A row it leaves out still counts
 /// for the index of the rows after it. Not interned: its text depends on the filter's shape.
 fn filtered_scan_sql(vectors: bool, matches: &str) -> String {
     let vector = if vectors {
@@ -72,7 +72,7 @@ fn filtered_scan_sql(vectors: bool, matches: &str) -> String {
     format!(
         "SELECT m.thread_id, m.seq, m.msg_id, {vector}, m.embedding, {matches}
          FROM memory_threads t JOIN memory_messages m ON m.thread_id = t.thread_id
-         WHERE {FILTER}
+         WHERE {FILTER} AND (m.expires_at IS NULL OR m.expires_at > $5::bigint)
          ORDER BY m.thread_id, m.seq"
     )
 }
@@ -114,6 +114,8 @@ struct Thread {
     live: i64,
     /// Messages indexable at the query's dimension (0 without pgvector).
     usable: i64,
+    /// At most the earliest `expires_at` of its messages (schema version 6).
+    next_expiry: Option<i64>,
 }
 
 impl PostgresMemoryStore {
@@ -155,14 +157,14 @@ impl PostgresMemoryStore {
     ) -> Result<Vec<SearchHit>, MemoryError> {
         let [user, agent, session] = request.within.columns()?;
         let top_k = request.top_k;
-        // `$1`–`$4` are the scope's; the filter's values follow.
-        let mut filter_params = vec![SqlParam::Integer(0); 4];
+        // `$1`–`$4` are the scope's, `$5` the clock's now; the filter's values follow.
+        let mut filter_params = vec![SqlParam::Integer(0); 5];
         let matches = match &request.filter {
             Some(filter) => Some(filter_sql(filter, Dialect::Postgres, &mut filter_params)?),
             None => None,
         };
         let extra: Vec<Box<dyn ToSql + Sync>> =
-            filter_params.into_iter().skip(4).map(pg_param).collect();
+            filter_params.into_iter().skip(5).map(pg_param).collect();
         let query = query_vector(request.query.clone(), embedder)?;
         if top_k == 0 {
             return Ok(Vec::new());
@@ -193,14 +195,21 @@ impl PostgresMemoryStore {
                     ],
                     live: r.try_get(4).map_err(pg_error)?,
                     usable: r.try_get(5).map_err(pg_error)?,
+                    next_expiry: r.try_get(6).map_err(pg_error)?,
                 })
             })
             .collect::<Result<Vec<_>, MemoryError>>()?;
+        let now = self.now();
+        // A thread with expired rows not yet removed: the counters count them and the index
+        // holds them, so the exact scan (which leaves them out) answers.
+        let expired_rows = threads
+            .iter()
+            .any(|t| !mnemon_db::expiry::is_live(t.next_expiry, now));
         // The tie order between threads: their scopes' columns (`''` for an absent id).
         threads.sort_by(|a, b| a.columns.cmp(&b.columns));
         let ordinal: HashMap<i64, usize> =
             threads.iter().enumerate().map(|(i, t)| (t.id, i)).collect();
-        let from_index = if vectors && matches.is_none() {
+        let from_index = if vectors && matches.is_none() && !expired_rows {
             self.shortlist(&mut tx, &filter, &query, top_k, &threads, &ordinal)?
         } else {
             None
@@ -213,13 +222,16 @@ impl PostgresMemoryStore {
             }
             (None, None) => {
                 let statement = tx.prepare(scan_sql(vectors)).map_err(pg_error)?;
-                exact_scan(&mut tx, &statement, &filter, &query, top_k, &ordinal)?
+                let mut params: Vec<&(dyn ToSql + Sync)> = filter.to_vec();
+                params.push(&now);
+                exact_scan(&mut tx, &statement, &params, &query, top_k, &ordinal)?
             }
             (None, Some(matches)) => {
                 let statement = tx
                     .prepare(&filtered_scan_sql(vectors, matches))
                     .map_err(pg_error)?;
                 let mut params: Vec<&(dyn ToSql + Sync)> = filter.to_vec();
+                params.push(&now);
                 params.extend(extra.iter().map(|p| &**p as &(dyn ToSql + Sync)));
                 exact_scan(&mut tx, &statement, &params, &query, top_k, &ordinal)?
             }
@@ -240,7 +252,7 @@ impl PostgresMemoryStore {
                 return Err(corrupt(format!("no thread at {thread}")));
             };
             let seqs: Vec<i64> = scored.iter().map(|&(_, seq)| seq).collect();
-            let read = read_retrieved(&mut tx, &statement, t.id, &self.factory, scored)?
+            let read = read_retrieved(&mut tx, &statement, t.id, &self.factory, scored, now)?
                 .ok_or_else(|| corrupt("a found message vanished from its snapshot".into()))?;
             for (seq, r) in seqs.into_iter().zip(read) {
                 found.insert((thread, seq), r);
