@@ -749,4 +749,21 @@ fn mnemon_toml_configures_serve_below_flags_and_environment() {
         stderr.contains("mnemon.toml") && stderr.contains("unknown setting `serve.max-bodybytes`"),
         "{stderr}"
     );
+    // The sweep interval is a [serve] setting, checked as the flag is.
+    std::fs::write(
+        cwd.path().join("mnemon.toml"),
+        "[serve]\ngc-interval = \"soon\"\n",
+    )
+    .unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_mnemon"))
+        .arg("serve")
+        .current_dir(cwd.path())
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("--gc-interval") && stderr.contains("e.g. 90s"),
+        "{stderr}"
+    );
 }
