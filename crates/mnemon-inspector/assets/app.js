@@ -354,14 +354,27 @@
   function assetsPage(params) {
     const rows = el('ul', {id: 'asset-list'});
     const type = el('input', {name: 'asset_type', placeholder: 'asset type', value: params.get('type') || ''});
+    // A filter of docs/reference/filters.md over each asset's meta and times; sent as JSON to
+    // POST /v1/query/assets, which applies it before the page cut.
+    const where = el('textarea', {name: 'filter', rows: 2, cols: 60, placeholder: '{"contains": {"path": "content.labels", "value": "cat"}}'});
+    where.value = params.get('filter') || '';
+    const expiry = (ms) => ms === undefined || ms === null ? null : el('span', {class: 'muted expiry'}, ` · expires ${new Date(ms).toISOString()}`);
     const page = pager(async (cursor) => {
+      if (where.value.trim()) {
+        let filter;
+        try { filter = JSON.parse(where.value); } catch (e) { throw new Error(`the filter is not JSON: ${e.message}`); }
+        const out = await api('POST', '/v1/query/assets', {filter, asset_type: type.value || undefined, cursor: cursor || undefined, limit: 50});
+        fill(rows, ...out.assets.map((a) => el('li', {}, el('a', {href: `#/asset/${seg(a.asset_id)}`, class: 'asset-link'}, a.asset_id), expiry(a.expires_at_ms))));
+        if (!out.assets.length) fill(rows, el('li', {class: 'muted'}, 'No asset matches.'));
+        return out.next_cursor;
+      }
       const out = await api('GET', `/v1/assets${query({limit: 50, cursor, asset_type: type.value})}`);
       fill(rows, ...out.asset_ids.map((id) => el('li', {}, el('a', {href: `#/asset/${seg(id)}`, class: 'asset-link'}, id))));
       if (!out.asset_ids.length) fill(rows, el('li', {class: 'muted'}, 'No assets.'));
       return out.next_cursor;
     });
-    const filter = el('form', {onsubmit: (e) => { e.preventDefault(); location.hash = `#/assets${query({type: type.value})}`; page.start(); }},
-      el('label', {}, 'Filter by type', type), el('button', {type: 'submit'}, 'Filter'));
+    const filter = el('form', {id: 'asset-filter', onsubmit: (e) => { e.preventDefault(); location.hash = `#/assets${query({type: type.value, filter: where.value.trim()})}`; page.start(); }},
+      el('label', {}, 'Filter by type', type), el('label', {}, 'and by fields (JSON filter)', where), el('button', {type: 'submit'}, 'Filter'));
     const r = resolver();
     show(el('h2', {}, 'Assets'), r.form, r.out, filter, rows, page.bar);
     page.start();

@@ -266,6 +266,24 @@ fn every_page(
     browser.wait_for("document.querySelector('#resolve-out').innerText.includes('Acme')");
     browser.screenshot(&shots.join("assets.png"));
 
+    // Filtered by a field inside the content (POST /v1/query/assets), then a bad filter: its
+    // message is shown, not a blank list.
+    browser.type_into(
+        &browser.find("#asset-filter textarea[name=filter]"),
+        r#"{"contains": {"path": "content.labels", "value": "cat"}}"#,
+    );
+    browser.click(&browser.find("#asset-filter button[type=submit]"));
+    browser.wait_for(
+        "document.querySelectorAll('#asset-list a.asset-link').length === 1 \
+         && document.querySelector('#asset-list a.asset-link').textContent === 'photo-1'",
+    );
+    browser.js("document.querySelector('#asset-filter textarea').value = '{\"eq\": {\"path\": \"a\"}}';");
+    browser.click(&browser.find("#asset-filter button[type=submit]"));
+    browser.wait_for("document.body.innerText.includes('expected `path` and `value`')");
+    browser.js("document.querySelector('#asset-filter textarea').value = '';");
+    browser.click(&browser.find("#asset-filter button[type=submit]"));
+    browser.wait_for("document.querySelectorAll('#asset-list a.asset-link').length === 3");
+
     // One asset: its meta as a tree and flattened; a clicked field gives its reference.
     browser.click(&browser.find_xpath("//a[@class='asset-link' and text()='photo-1']"));
     browser.wait_for("document.querySelectorAll('#meta-flat tbody tr').length >= 6");
