@@ -37,9 +37,6 @@ use serde::{Deserialize, Serialize};
 
 use crate::{Access, Call, Denied, LibrarySource, ServiceResolver};
 
-/// Most sessions `recall` searches when no session is named (ten pages of the session list).
-const MAX_SESSIONS_SEARCHED: usize = 10_000;
-
 /// What the server tells a client about itself at initialization.
 const INSTRUCTIONS: &str = "Mnemon keeps an agent's memory. Conversation memory: `remember` \
 adds messages to a session, `recall` finds them again (by meaning with a query, or the latest \
@@ -73,12 +70,19 @@ pub struct RecallInput {
     /// The session to recall from. Leave it out to search every session (needs `query`).
     #[serde(default)]
     pub session: Option<String>,
-    /// With `query` and no `session`: only the sessions of this user.
+    /// With `query`: only the sessions of this user.
     #[serde(default)]
     pub user_id: Option<String>,
-    /// With `query` and no `session`: only the sessions of this agent.
+    /// With `query`: only the sessions of this agent.
     #[serde(default)]
     pub agent_id: Option<String>,
+    /// With `query`: only messages this filter selects, e.g.
+    /// `{"eq": {"path": "role", "value": "user"}}` or
+    /// `{"gte": {"path": "timestamp", "value": "2026-01-01"}}`; operators `eq`, `ne`, `in`,
+    /// `nin`, `gt`, `gte`, `lt`, `lte`, `contains`, `exists`, `and`, `or`, `not` over `id`,
+    /// `marks`, `name`, `role`, `content`, `timestamp`, `metadata.…` and extra fields.
+    #[serde(default)]
+    pub filter: Option<serde_json::Value>,
     /// What to look for, in words: the messages closest in meaning come back, best first.
     /// Leave it out to get the latest messages of `session` instead.
     #[serde(default)]
@@ -397,90 +401,67 @@ fn recall(service: &Service, input: RecallInput) -> Result<RecallOutput, Failure
         });
     };
     let top_k = input.top_k.unwrap_or(5);
-    if input.session.is_none() && input.mark.is_none() {
-        // Every session (of a user or agent, when named) in one store query: the store streams
-        // the stored vectors through a bounded top-k instead of one recall per session.
-        let found = service.memory_search_across(MemorySearchAcrossInput {
-            user_id: input.user_id,
-            agent_id: input.agent_id,
-            session_id: None,
+    if let (Some(session), None, None, None) = (
+        &input.session,
+        &input.filter,
+        &input.user_id,
+        &input.agent_id,
+    ) {
+        // One session: its own recall, which also embeds its messages still without one.
+        let hits = service.memory_search(MemorySearchInput {
+            session: session.clone(),
             query: SearchQuery::Text(query),
             top_k: Some(top_k),
+            metric: MetricName::Cosine,
+            mark: input.mark,
             include_embeddings: false,
         })?;
         return Ok(RecallOutput {
-            messages: found
+            messages: hits
                 .hits
                 .into_iter()
                 .map(|hit| Recalled {
-                    session: hit.session_id.unwrap_or_default(),
-                    user_id: hit.user_id,
-                    agent_id: hit.agent_id,
+                    session: session.clone(),
+                    user_id: None,
+                    agent_id: None,
                     score: Some(hit.score),
                     message: hit.message,
                 })
                 .collect(),
         });
     }
-    if input.user_id.is_some() || input.agent_id.is_some() {
-        return Err(OpsError::invalid(
-            "user_id and agent_id narrow a search of every session: leave out session and mark \
-             to use them",
-        )
-        .into());
-    }
-    // One session, or every session filtered by a mark: a recall per session, which also
-    // embeds the messages still without an embedding.
-    let sessions = match input.session {
-        Some(session) => vec![session],
-        None => all_sessions(service)?,
+    // Every session (of a user, agent or session when named) in one store query: the store
+    // streams the stored vectors through a bounded top-k, the filter (and the mark, as a
+    // filter on `marks`) applied before the cut.
+    let mark = input
+        .mark
+        .map(|mark| serde_json::json!({"contains": {"path": "marks", "value": mark}}));
+    let filter = match (input.filter, mark) {
+        (Some(filter), Some(mark)) => Some(serde_json::json!({"and": [filter, mark]})),
+        (filter, mark) => filter.or(mark),
     };
-    let mut found = Vec::new();
-    for session in sessions {
-        let hits = service.memory_search(MemorySearchInput {
-            session: session.clone(),
-            query: SearchQuery::Text(query.clone()),
-            top_k: Some(top_k),
-            metric: MetricName::Cosine,
-            mark: input.mark.clone(),
-            include_embeddings: false,
-        })?;
-        found.extend(hits.hits.into_iter().map(|hit| Recalled {
-            session: session.clone(),
-            user_id: None,
-            agent_id: None,
-            score: Some(hit.score),
-            message: hit.message,
-        }));
-    }
-    // Stable: equal scores keep session order, then each session's own order.
-    found.sort_by(|a, b| {
-        b.score
-            .unwrap_or(f64::NEG_INFINITY)
-            .total_cmp(&a.score.unwrap_or(f64::NEG_INFINITY))
-    });
-    found.truncate(top_k);
-    Ok(RecallOutput { messages: found })
-}
-
-/// The ids of the namespace's sessions, a page at a time, up to [`MAX_SESSIONS_SEARCHED`].
-/// Threads without a session id (user or agent threads) have no session to search by.
-fn all_sessions(service: &Service) -> Result<Vec<String>, Failure> {
-    let mut sessions = Vec::new();
-    let mut cursor = None;
-    loop {
-        let page = service.memory_sessions(SessionListInput {
-            cursor,
-            limit: Some(1_000),
-        })?;
-        sessions.extend(page.sessions.into_iter().filter_map(|s| s.session_id));
-        match page.next_cursor {
-            Some(next) if sessions.len() < MAX_SESSIONS_SEARCHED => cursor = Some(next),
-            _ => break,
-        }
-    }
-    sessions.truncate(MAX_SESSIONS_SEARCHED);
-    Ok(sessions)
+    let found = service.memory_search_across(MemorySearchAcrossInput {
+        user_id: input.user_id,
+        agent_id: input.agent_id,
+        session_id: input.session,
+        query: SearchQuery::Text(query),
+        top_k: Some(top_k),
+        filter,
+        include_embeddings: false,
+    })?;
+    Ok(RecallOutput {
+        messages: found
+            .hits
+            .into_iter()
+            .map(|hit| Recalled {
+                session: hit.session_id.unwrap_or_default(),
+                user_id: hit.user_id,
+                agent_id: hit.agent_id,
+                score: Some(hit.score),
+                message: hit.message,
+            })
+            .collect(),
+    })
 }
 
 /// Forget: a session's messages by id, or the whole session.

@@ -192,14 +192,32 @@ pub(crate) async fn exercise(peer: &Peer<RoleClient>) {
     )
     .await;
     assert_eq!(nobody["messages"], json!([]));
-    let (code, message) = tool_error(
+    let narrowed = ok(
         peer,
         "recall",
         json!({"session": "chat-1", "query": "Lyon", "user_id": "u1"}),
     )
     .await;
-    assert_eq!(code, "invalid_input");
-    assert!(message.contains("leave out session"), "{message}");
+    assert_eq!(narrowed["messages"], json!([]));
+    // A filter, before the top-k cut: only the assistant's message, even at top 1.
+    let by_role = ok(
+        peer,
+        "recall",
+        json!({"query": "train to Lyon", "top_k": 1,
+               "filter": {"eq": {"path": "role", "value": "assistant"}}}),
+    )
+    .await;
+    let hits = by_role["messages"].as_array().unwrap();
+    assert_eq!(hits.len(), 1, "{by_role}");
+    assert_eq!(hits[0]["message"]["role"], "assistant");
+    let (code, message) = tool_error(
+        peer,
+        "recall",
+        json!({"query": "Lyon", "filter": {"eq": {"path": "role"}}}),
+    )
+    .await;
+    assert_eq!(code, "invalid_filter");
+    assert!(message.contains("value"), "{message}");
     let marked = ok(
         peer,
         "recall",

@@ -162,6 +162,7 @@ impl OpsError {
                 MemoryError::QueryNeedsEmbedder => "embedder_not_configured",
                 MemoryError::InvalidMark { .. } => "invalid_mark",
                 MemoryError::DimensionMismatch { .. } => "dimension_mismatch",
+                MemoryError::InvalidFilter { .. } => "invalid_filter",
                 _ => "invalid_message",
             },
             OpsError::Library(error) if error.is_client_error() => "invalid_query",

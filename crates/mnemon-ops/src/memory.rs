@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use mnemon_memory::{
     AddOptions, BudgetOptions, ExportFormat, ExportOptions, ExportTarget, Exported, LoadSource,
     Memory, MemoryError, MemoryQuery, Metric, MsgInput, RetrievalQuery, RetrieveOptions, Scope,
-    ScopeFilter, ThreadSummary,
+    ScopeFilter, SearchRequest, ThreadSummary,
 };
 use mnemon_types::{Embedder, Msg};
 use schemars::{JsonSchema, Schema, SchemaGenerator};
@@ -280,6 +280,12 @@ pub struct MemorySearchAcrossInput {
     /// How many results (default 5, at most 1,000).
     #[serde(default)]
     pub top_k: Option<usize>,
+    /// Only messages this metadata filter selects (docs/reference/filters.md over the fields
+    /// of docs/reference/memory.md#filters: `id`, `marks`, `name`, `role`, `content`,
+    /// `timestamp`, `metadata`, extra fields), applied before the top-k cut, e.g.
+    /// `{"contains": {"path": "marks", "value": "pin"}}`.
+    #[serde(default)]
+    pub filter: Option<serde_json::Value>,
     /// Include each message's embedding.
     #[serde(default)]
     pub include_embeddings: bool,
@@ -747,9 +753,11 @@ impl Service {
                 RetrievalQuery::Text(text)
             }
         };
-        let hits = self
-            .stores()
-            .search_memory(&within, query, top_k, self.embedder())?;
+        let mut request = SearchRequest::new(within, query, top_k);
+        if let Some(filter) = crate::expiry::parse_filter(input.filter.as_ref())? {
+            request = request.with_filter(filter);
+        }
+        let hits = self.stores().search_memory(&request, self.embedder())?;
         Ok(MemorySearchAcrossOutput {
             hits: hits
                 .into_iter()
@@ -925,6 +933,7 @@ mod tests {
                     session_id: None,
                     query: SearchQuery::Text("the ferry leaves at noon".into()),
                     top_k: Some(10),
+                    filter: None,
                     include_embeddings: false,
                 })
                 .unwrap()
@@ -946,6 +955,29 @@ mod tests {
             .collect();
         ids.sort();
         assert_eq!(ids, ["a", "b", "c", "p"]);
+        // A filter applies before the top-k cut: the one match comes back even at top 1.
+        let filtered = |filter: serde_json::Value| {
+            acme.memory_search_across(MemorySearchAcrossInput {
+                user_id: None,
+                agent_id: None,
+                session_id: None,
+                query: SearchQuery::Text("the ferry leaves at noon".into()),
+                top_k: Some(1),
+                filter: Some(filter),
+                include_embeddings: false,
+            })
+        };
+        let only_b = filtered(serde_json::json!({"eq": {"path": "id", "value": "b"}})).unwrap();
+        assert_eq!(only_b.hits.len(), 1);
+        assert_eq!(only_b.hits[0].message.0["id"], "b");
+        for bad in [
+            serde_json::json!({"eq": {"path": "id"}}),
+            serde_json::json!({"exists": "embedding"}),
+        ] {
+            let error = filtered(bad).unwrap_err();
+            assert_eq!(error.code(), "invalid_filter", "{error}");
+            assert_eq!(error.kind(), crate::ErrorKind::BadRequest);
+        }
         let theirs = search(&globex, None);
         assert_eq!(theirs.hits.len(), 1);
         assert_eq!(theirs.hits[0].message.0["id"], "g");
@@ -959,6 +991,7 @@ mod tests {
                     session_id: None,
                     query: SearchQuery::Vector(vec![1.0; 64]),
                     top_k: None,
+                    filter: None,
                     include_embeddings: false,
                 },
                 "user_id must not be empty",
@@ -970,6 +1003,7 @@ mod tests {
                     session_id: None,
                     query: SearchQuery::Vector(vec![1.0; 64]),
                     top_k: Some(MAX_TOP_K + 1),
+                    filter: None,
                     include_embeddings: false,
                 },
                 "at most 1000",
@@ -987,6 +1021,7 @@ mod tests {
                 session_id: None,
                 query: SearchQuery::Text("ferry".into()),
                 top_k: None,
+                filter: None,
                 include_embeddings: false,
             })
             .unwrap_err();

@@ -31,7 +31,7 @@ use mnemon_artifacts::{
 use mnemon_db::Namespace;
 use mnemon_library::{Library, LibraryError};
 use mnemon_memory::{
-    Memory, MemoryError, RetrievalQuery, Scope, ScopeFilter, SearchHit as MemorySearchHit,
+    Memory, MemoryError, Scope, ScopeFilter, SearchHit as MemorySearchHit, SearchRequest,
     SqliteMemoryOptions, SqliteMemoryStore,
 };
 use mnemon_store::{AssetStore, SqliteAssetOptions, SqliteAssetStore, StoreError};
@@ -413,20 +413,19 @@ impl Stores {
         }
     }
 
-    /// Search across sessions (docs/reference/memory.md#search-across-sessions): the `top_k`
-    /// messages closest by cosine to `query` among the namespace's threads that `within`
-    /// selects, best first. Messages without an embedding are skipped.
+    /// Search across sessions (docs/reference/memory.md#search-across-sessions): the
+    /// `request.top_k` messages closest to its query among the namespace's threads that
+    /// `request.within` selects and its filter (if any) matches, best first. Messages without
+    /// an embedding are skipped.
     pub fn search_memory(
         &self,
-        within: &ScopeFilter,
-        query: RetrievalQuery,
-        top_k: usize,
+        request: &SearchRequest,
         embedder: Option<&dyn Embedder>,
     ) -> Result<Vec<MemorySearchHit>, MemoryError> {
         match &self.memory {
-            MemoryStore::Sqlite(store) => store.search(within, query, top_k, embedder),
+            MemoryStore::Sqlite(store) => store.search_with(request, embedder),
             #[cfg(feature = "postgres")]
-            MemoryStore::Postgres(store) => store.search(within, query, top_k, embedder),
+            MemoryStore::Postgres(store) => store.search_with(request, embedder),
         }
     }
 

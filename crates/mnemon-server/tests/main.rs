@@ -898,6 +898,26 @@ fn memory_routes(api: &Api) {
     assert_eq!(only_s3["hits"][0]["session_id"], "s3");
     assert_eq!(only_s3["hits"][0]["index"], 0);
     assert_eq!(only_s3["hits"][0]["message"]["id"], "x1");
+    // A filter, applied before the top-k cut: m3 alone, even at top 1.
+    let filtered = ok(
+        api.post(
+            "/v1/memory/search",
+            json!({"query": {"text": "bees in the cold winter"}, "top_k": 1,
+                   "filter": {"eq": {"path": "id", "value": "m3"}}}),
+        ),
+        StatusCode::OK,
+    );
+    assert_eq!(filtered["hits"].as_array().unwrap().len(), 1, "{filtered}");
+    assert_eq!(filtered["hits"][0]["message"]["id"], "m3");
+    let message = expect_error(
+        api.post(
+            "/v1/memory/search",
+            json!({"query": {"text": "bees"}, "filter": {"exists": "embedding"}}),
+        ),
+        StatusCode::BAD_REQUEST,
+        "invalid_filter",
+    );
+    assert!(message.contains("embedding"), "{message}");
     let message = expect_error(
         api.post(
             "/v1/memory/search",

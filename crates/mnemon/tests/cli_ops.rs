@@ -387,7 +387,18 @@ fn memory_search_across_sessions_with_embed_on_add() {
     // Narrowed to one session with --user: these threads have no user, so nothing.
     let none = search(&["--user", "u1"]);
     assert_eq!(none["hits"], json!([]));
-    // Options of the one-session search are refused across sessions, saying why.
+    // A filter applies before the top-k cut: the one match, even at top 1.
+    let tax = search(&[
+        "--top-k",
+        "1",
+        "--filter",
+        r#"{"eq": {"path": "content", "value": "quarterly tax report"}}"#,
+    ]);
+    assert_eq!(tax["hits"].as_array().unwrap().len(), 1, "{tax}");
+    assert_eq!(tax["hits"][0]["session_id"], "s3");
+    // A mark across sessions is a filter on marks: none of these messages has one.
+    let marked = search(&["--mark", "m"]);
+    assert_eq!(marked["hits"], json!([]));
     let err = input_error(
         d,
         &[
@@ -397,12 +408,27 @@ fn memory_search_across_sessions_with_embed_on_add() {
             "ferry",
             "--embedding-model",
             model,
-            "--mark",
-            "m",
+            "--filter",
+            r#"{"eq": {"path": "role"}}"#,
+        ],
+    );
+    assert!(err.contains("bad filter"), "{err}");
+    // The one-session metric is refused across sessions, saying why.
+    let err = input_error(
+        d,
+        &[
+            "memory",
+            "search",
+            "--text",
+            "ferry",
+            "--embedding-model",
+            model,
+            "--metric",
+            "dot",
         ],
     );
     assert!(
-        err.contains("--mark works within one session only"),
+        err.contains("--metric works within one session only"),
         "{err}"
     );
     let err = input_error(

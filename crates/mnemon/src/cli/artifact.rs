@@ -345,6 +345,17 @@ fn print_text(text: &str) -> CliResult {
         .map_err(CliError::failure)
 }
 
+/// Parses `--ttl` ([`mnemon_ops::expiry::parse_duration`]); zero is refused (it would expire at
+/// once).
+pub(crate) fn parse_ttl(text: &str) -> Result<std::time::Duration, String> {
+    match mnemon_ops::expiry::parse_duration(text)? {
+        ttl if ttl.is_zero() => Err("a time-to-live of 0 would expire at once; leave --ttl out \
+             to keep the record until deleted"
+            .to_owned()),
+        ttl => Ok(ttl),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -390,7 +401,14 @@ mod tests {
                 "artifact_storage": "write_to_file", "artifact_storage_id": "plans/plan.txt",
             }
         });
-        let outputs = save(&target, &config, &json!({"content": "1. parse"}), "chat-1").unwrap();
+        let outputs = save(
+            &target,
+            &config,
+            &json!({"content": "1. parse"}),
+            "chat-1",
+            None,
+        )
+        .unwrap();
         let dict = &outputs["artifact"];
         assert_eq!(dict["storage_id"], "plans/plan.txt");
         assert_eq!(
@@ -457,7 +475,8 @@ mod tests {
             &target,
             &json!({"artifact_nmae": "x"}),
             &json!({}),
-            "s"
+            "s",
+            None
         )));
         let attack = json!({
             "artifact_key": "k", "artifact_type": "t", "artifact_name": "n",
@@ -467,20 +486,10 @@ mod tests {
             &target,
             &attack,
             &json!({"content": "x"}),
-            "s"
+            "s",
+            None
         )));
         assert!(!tmp.0.join("escape.txt").exists());
         assert!(is_input(read_json(&tmp.0.join("missing.json"))));
-    }
-}
-
-/// Parses `--ttl` ([`mnemon_ops::expiry::parse_duration`]); zero is refused (it would expire at
-/// once).
-pub(crate) fn parse_ttl(text: &str) -> Result<std::time::Duration, String> {
-    match mnemon_ops::expiry::parse_duration(text)? {
-        ttl if ttl.is_zero() => Err("a time-to-live of 0 would expire at once; leave --ttl out \
-             to keep the record until deleted"
-            .to_owned()),
-        ttl => Ok(ttl),
     }
 }

@@ -167,6 +167,11 @@ pub(crate) enum MemoryCommand {
         /// Search across sessions: only threads of this agent.
         #[arg(long, value_name = "AGENT")]
         agent: Option<String>,
+        /// Search across sessions (also with --session alone): only messages this filter
+        /// selects (docs/reference/filters.md, as JSON), applied before the top-k cut, e.g.
+        /// `{"eq": {"path": "role", "value": "user"}}`.
+        #[arg(long, value_name = "JSON")]
+        filter: Option<String>,
         /// The query text, embedded with --embedding-model.
         #[arg(long, required_unless_present = "vector", conflicts_with = "vector")]
         text: Option<String>,
@@ -427,34 +432,14 @@ fn open_source(target: &Target<'_>, source: Source) -> Result<Box<dyn Memory>, C
     }
 }
 
-/// `memory search` across sessions: the threads `[user, agent, session]` select (every thread
-/// of the namespace when none is given), in one store query. `unsupported` names an option the
-/// search across sessions cannot honour (it scores by cosine, over every message).
+/// `memory search` across sessions: the threads the input's scope selects (every thread of
+/// the namespace when none is given), in one store query.
 fn search_across(
     service: &Service,
-    query: SearchQuery,
-    [user_id, agent_id, session_id]: [Option<String>; 3],
-    top_k: usize,
-    unsupported: Option<&str>,
-    include_embeddings: bool,
+    input: MemorySearchAcrossInput,
     output: OutputArg,
 ) -> CliResult {
-    if let Some(option) = unsupported {
-        return Err(CliError::input(anyhow::anyhow!(
-            "{option} works within one session only: give --session without --user or --agent, \
-             or leave {option} out to search across sessions (by cosine)"
-        )));
-    }
-    let found = service
-        .memory_search_across(MemorySearchAcrossInput {
-            user_id,
-            agent_id,
-            session_id,
-            query,
-            top_k: Some(top_k),
-            include_embeddings,
-        })
-        .map_err(ops_error)?;
+    let found = service.memory_search_across(input).map_err(ops_error)?;
     emit(output.format, &found, |f| {
         let mut table = Table::new(&[
             "score", "session", "user", "agent", "index", "id", "name", "content",
@@ -692,6 +677,7 @@ pub(crate) fn run(command: MemoryCommand, target: &Target<'_>) -> CliResult {
             session,
             user,
             agent,
+            filter,
             text,
             vector,
             embedding_model,
@@ -711,20 +697,35 @@ pub(crate) fn run(command: MemoryCommand, target: &Target<'_>) -> CliResult {
                 }
             };
             let service = with_embedder(service_for_reading(target)?, embedding_model.as_deref())?;
-            let within_one = user.is_none() && agent.is_none();
+            let within_one = user.is_none() && agent.is_none() && filter.is_none();
             let (Some(session), true) = (session.clone(), within_one) else {
-                return search_across(
-                    &service,
+                if metric != MetricArg::Cosine {
+                    return Err(CliError::input(anyhow::anyhow!(
+                        "--metric works within one session only: give --session without \
+                         --user, --agent or --filter, or leave --metric out to search across \
+                         sessions (by cosine)"
+                    )));
+                }
+                let filter = filter
+                    .map(|f| serde_json::from_str::<serde_json::Value>(&f))
+                    .transpose()
+                    .map_err(|e| CliError::input(anyhow::anyhow!("--filter is not JSON: {e}")))?;
+                let mark =
+                    mark.map(|m| serde_json::json!({"contains": {"path": "marks", "value": m}}));
+                let filter = match (filter, mark) {
+                    (Some(f), Some(m)) => Some(serde_json::json!({"and": [f, m]})),
+                    (f, m) => f.or(m),
+                };
+                let input = MemorySearchAcrossInput {
+                    user_id: user,
+                    agent_id: agent,
+                    session_id: session,
                     query,
-                    [user, agent, session],
-                    top_k,
-                    {
-                        let metric = (metric != MetricArg::Cosine).then_some("--metric");
-                        metric.or(mark.is_some().then_some("--mark"))
-                    },
+                    top_k: Some(top_k),
+                    filter,
                     include_embeddings,
-                    output,
-                );
+                };
+                return search_across(&service, input, output);
             };
             let found = service
                 .memory_search(MemorySearchInput {
