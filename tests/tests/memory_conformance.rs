@@ -419,6 +419,9 @@ mod summaries {
         -> Box<dyn Memory>;
         /// `existing_memory` of `namespace`'s store: a fresh handle, nothing mirrored yet.
         fn fresh(&self, namespace: &str, scope: &Scope) -> Box<dyn Memory>;
+        /// How many messages the keyword index holds (SQLite: rows of `memory_fts`;
+        /// PostgreSQL: messages with a `search_tsv`).
+        fn keyword_index_rows(&self) -> i64;
     }
 
     fn now_ms() -> i64 {
@@ -1351,6 +1354,275 @@ mod summaries {
         assert_eq!(plain.size().unwrap(), 0);
     }
 
+    fn keyword(text: &str, within: ScopeFilter, k: usize) -> SearchRequest {
+        SearchRequest {
+            mode: mnemon_memory::SearchMode::Keyword { text: text.into() },
+            ..SearchRequest::new(within, RetrievalQuery::Vector(Vec::new()), k)
+        }
+    }
+
+    fn ids(hits: &[SearchHit]) -> Vec<String> {
+        hits.iter().map(|h| h.message.id().to_owned()).collect()
+    }
+
+    /// Issue 14, item 3: keyword search over the messages' text (string content and text
+    /// blocks), any word, case-insensitive, within the scope, filtered, never past the
+    /// namespace, each hit with its index; the index kept in step with deletes, loads, forget,
+    /// expiry and gc.
+    pub(super) fn keyword_search(stores: &dyn SummaryStores) {
+        use mnemon_memory::{AddOptions, MemoryQuery};
+        let s1 = scope(Some("u1"), None, Some("s1"));
+        let s2 = scope(Some("u2"), None, Some("s2"));
+        let one = stores.memory("kw", &s1);
+        let text = |id: &str, content: serde_json::Value, topic: &str| -> mnemon_memory::MsgInput {
+            json!({"id": id, "name": "n", "content": content, "metadata": {"topic": topic}}).into()
+        };
+        one.add(vec![
+            text("m0", json!("The ferry leaves at nine."), "travel"),
+            text("m1", json!("Weather is calm today"), "weather"),
+            text(
+                "m2",
+                json!([{"type": "text", "text": "Ferry timetable for Tuesday"},
+                       {"type": "image", "url": "https://example.com/ferry.png"}]),
+                "travel",
+            ),
+            text("m3", json!("tides and currents"), "sea"),
+            text("m4", json!("FERRY ferry ferry"), "noise"),
+            text("m5", json!("nothing here"), "travel"),
+        ])
+        .unwrap();
+        stores
+            .memory("kw", &s2)
+            .add(vec![text("n0", json!("a ferry to the island"), "travel")])
+            .unwrap();
+        stores
+            .memory("kw-other", &s1)
+            .add(vec![text("o0", json!("ferry ferry"), "travel")])
+            .unwrap();
+        let search = |request: &SearchRequest| stores.search_with("kw", request).unwrap();
+        let check_indices = |hits: &[SearchHit]| {
+            for hit in hits {
+                let all = stores
+                    .fresh("kw", &hit.scope)
+                    .get_memory(&MemoryQuery::default())
+                    .unwrap();
+                assert_eq!(all[hit.index].id(), hit.message.id(), "{hit:?}");
+            }
+            for pair in hits.windows(2) {
+                assert!(pair[0].score >= pair[1].score, "{hits:?}");
+            }
+        };
+        let all = search(&keyword("ferry", ScopeFilter::all(), 10));
+        check_indices(&all);
+        let mut found = ids(&all);
+        assert_eq!(found[0], "m4", "{all:?}");
+        found.sort();
+        assert_eq!(found, ["m0", "m2", "m4", "n0"]);
+        // Any word, any case; punctuation separates words.
+        let mut any = ids(&search(&keyword(
+            "TIDES, or FeRRy!",
+            ScopeFilter::all(),
+            10,
+        )));
+        any.sort();
+        assert_eq!(any, ["m0", "m2", "m3", "m4", "n0"]);
+        // Scope, top_k, filter.
+        let u1 = search(&keyword("ferry", ScopeFilter::user("u1"), 10));
+        assert_eq!(ids(&u1).len(), 3);
+        assert!(u1.iter().all(|h| h.scope == s1));
+        assert_eq!(
+            ids(&search(&keyword("ferry", ScopeFilter::all(), 1))),
+            ["m4"]
+        );
+        let travel = search(&keyword("ferry", ScopeFilter::all(), 10).with_filter(
+            Filter::parse(&json!({"eq": {"path": "metadata.topic", "value": "travel"}})).unwrap(),
+        ));
+        let mut travel = ids(&travel);
+        travel.sort();
+        assert_eq!(travel, ["m0", "m2", "n0"]);
+        assert!(search(&keyword("ferry", ScopeFilter::all(), 0)).is_empty());
+        assert!(search(&keyword("submarine", ScopeFilter::all(), 5)).is_empty());
+        assert!(matches!(
+            stores.search_with("kw", &keyword(" !? ", ScopeFilter::all(), 5)),
+            Err(MemoryError::InvalidQuery { .. })
+        ));
+        let in_step = || {
+            assert_eq!(
+                stores.keyword_index_rows(),
+                stores.count("SELECT COUNT(*) FROM memory_messages")
+            );
+        };
+        in_step();
+        // Deletes, loads, expiry, gc and forget keep the index in step.
+        one.delete_by_id(&["m4"]).unwrap();
+        let after = search(&keyword("ferry", ScopeFilter::all(), 10));
+        check_indices(&after);
+        assert!(!ids(&after).contains(&"m4".to_owned()));
+        in_step();
+        stores
+            .memory("kw", &scope(Some("u1"), None, Some("loaded")))
+            .load(
+                LoadSource::Json(
+                    json!([{"id": "l0", "name": "n", "content": "ferry from a file"}]).to_string(),
+                ),
+                false,
+            )
+            .unwrap();
+        assert!(ids(&search(&keyword("file", ScopeFilter::all(), 10))) == ["l0"]);
+        stores.clock().set(1_000);
+        one.add_with(
+            vec![text("x0", json!("ferry that expires"), "travel")],
+            &AddOptions {
+                expiry: Expiry::At(1_010),
+                ..AddOptions::default()
+            },
+        )
+        .unwrap();
+        assert_eq!(
+            ids(&search(&keyword("expires", ScopeFilter::all(), 10))),
+            ["x0"]
+        );
+        stores.clock().set(1_010);
+        assert!(search(&keyword("expires", ScopeFilter::all(), 10)).is_empty());
+        assert_eq!(stores.gc("kw").unwrap(), 1);
+        in_step();
+        stores.forget("kw", &ScopeFilter::user("u2")).unwrap();
+        in_step();
+        let mut left = ids(&search(&keyword("ferry", ScopeFilter::all(), 10)));
+        left.sort();
+        assert_eq!(left, ["l0", "m0", "m2"]);
+        // The other namespace still has its own.
+        assert_eq!(
+            ids(&stores
+                .search_with("kw-other", &keyword("ferry", ScopeFilter::all(), 10))
+                .unwrap()),
+            ["o0"]
+        );
+    }
+
+    /// The fused ranking of two rankings, as docs/reference/memory.md defines it: each
+    /// message's `Σ weight / (k + rank)`, ties in first-seen order (vector, then keyword).
+    fn rrf(
+        vector: &[SearchHit],
+        keyword: &[SearchHit],
+        weights: &mnemon_memory::HybridWeights,
+    ) -> Vec<(String, f64)> {
+        let mut fused: Vec<(String, f64)> = Vec::new();
+        for (ranking, weight) in [(vector, weights.vector), (keyword, weights.keyword)] {
+            for (i, hit) in ranking.iter().enumerate() {
+                let share = weight / (weights.k + (i + 1) as f64);
+                match fused.iter_mut().find(|(id, _)| id == hit.message.id()) {
+                    Some(entry) => entry.1 += share,
+                    None => fused.push((hit.message.id().to_owned(), share)),
+                }
+            }
+        }
+        // A stable sort keeps the first-seen order on ties.
+        fused.sort_by(|a, b| b.1.total_cmp(&a.1));
+        fused
+    }
+
+    /// Issue 14, item 3: hybrid search fuses the vector and keyword rankings by reciprocal
+    /// rank (k = 60): a message second in both beats one first in only one; the scores are
+    /// exactly the formula's; weights, filters and bad weights.
+    pub(super) fn hybrid_search(stores: &dyn SummaryStores) {
+        use mnemon_memory::{HybridWeights, SearchMode};
+        let s = scope(Some("u"), None, Some("h"));
+        let memory = stores.memory("hy", &s);
+        let mut items = vec![
+            json!({"id": "B", "name": "n", "content": "weather report",
+                   "embedding": [1.0, 0.0, 0.0], "metadata": {"keep": true}}),
+            json!({"id": "C", "name": "n", "content": "ferry timetable",
+                   "embedding": [0.95, 0.31, 0.0], "metadata": {"keep": false}}),
+        ];
+        for i in 0..10 {
+            let x = 0.9 - 0.08 * f64::from(i);
+            items.push(json!({"id": format!("F{i}"), "name": "n",
+                              "content": format!("filler words {i}"),
+                              "embedding": [x, (1.0 - x * x).sqrt(), 0.0],
+                              "metadata": {"keep": true}}));
+        }
+        items.push(json!({"id": "A", "name": "n",
+                          "content": "ferry ferry timetable timetable",
+                          "embedding": [-1.0, 0.0, 0.0], "metadata": {"keep": true}}));
+        memory
+            .add(items.into_iter().map(Into::into).collect())
+            .unwrap();
+        let query = RetrievalQuery::Vector(vec![1.0, 0.0, 0.0]);
+        let request = |weights: HybridWeights, k: usize| SearchRequest {
+            mode: SearchMode::Hybrid {
+                text: "ferry timetable".into(),
+                weights,
+            },
+            ..SearchRequest::new(ScopeFilter::all(), query.clone(), k)
+        };
+        let default = HybridWeights::default();
+        assert_eq!(
+            (default.vector, default.keyword, default.k),
+            (1.0, 1.0, 60.0)
+        );
+        let vector_only = stores
+            .search_with(
+                "hy",
+                &SearchRequest::new(ScopeFilter::all(), query.clone(), 100),
+            )
+            .unwrap();
+        assert_eq!(ids(&vector_only)[..2], ["B", "C"]);
+        assert_eq!(ids(&vector_only).last().unwrap(), "A");
+        let keyword_only = stores
+            .search_with("hy", &keyword("ferry timetable", ScopeFilter::all(), 100))
+            .unwrap();
+        let mut matched = ids(&keyword_only);
+        matched.sort();
+        assert_eq!(matched, ["A", "C"]);
+        let hybrid = stores.search_with("hy", &request(default, 3)).unwrap();
+        assert_eq!(ids(&hybrid), ["C", "A", "B"], "{hybrid:?}");
+        let want = rrf(&vector_only, &keyword_only, &default);
+        for (hit, (id, score)) in hybrid.iter().zip(&want) {
+            assert_eq!(hit.message.id(), id);
+            assert!((hit.score - score).abs() < 1e-12, "{hit:?} {score}");
+            assert_eq!(hit.scope, s);
+        }
+        // Indices are the messages' own.
+        assert_eq!(
+            hybrid.iter().map(|h| h.index).collect::<Vec<_>>(),
+            [1, 12, 0]
+        );
+        // Keyword weight 0: the vector ranking.
+        let vector_weighted = stores
+            .search_with(
+                "hy",
+                &request(
+                    HybridWeights {
+                        keyword: 0.0,
+                        ..default
+                    },
+                    5,
+                ),
+            )
+            .unwrap();
+        assert_eq!(ids(&vector_weighted), ids(&vector_only)[..5]);
+        // Filters apply to both rankings before the fusion.
+        let keep = Filter::parse(&json!({"eq": {"path": "metadata.keep", "value": true}})).unwrap();
+        let filtered = stores
+            .search_with("hy", &request(default, 2).with_filter(keep))
+            .unwrap();
+        assert_eq!(ids(&filtered), ["A", "B"]);
+        assert!(matches!(
+            stores.search_with(
+                "hy",
+                &request(
+                    HybridWeights {
+                        vector: -1.0,
+                        ..default
+                    },
+                    3
+                )
+            ),
+            Err(MemoryError::InvalidQuery { .. })
+        ));
+    }
+
     /// Rows of every memory table whose thread is gone (none may be left by a forget).
     fn orphans(stores: &dyn SummaryStores) -> Vec<(String, i64)> {
         let tables = stores.thread_tables();
@@ -1610,6 +1882,10 @@ mod sqlite_summaries {
             )
         }
 
+        fn keyword_index_rows(&self) -> i64 {
+            self.count("SELECT COUNT(*) FROM memory_fts")
+        }
+
         fn thread_tables(&self) -> Vec<String> {
             let conn = rusqlite::Connection::open(&self.path).unwrap();
             let mut stmt = conn
@@ -1649,6 +1925,13 @@ mod sqlite_summaries {
     fn expiry_at_the_boundary_sqlite() {
         let dir = tempfile::tempdir().unwrap();
         super::summaries::expiry_at_the_boundary(&stores(&dir));
+    }
+
+    #[test]
+    fn keyword_and_hybrid_search_sqlite() {
+        let dir = tempfile::tempdir().unwrap();
+        super::summaries::keyword_search(&stores(&dir));
+        super::summaries::hybrid_search(&stores(&dir));
     }
 
     #[test]
@@ -1808,6 +2091,10 @@ mod postgres_summaries {
             )
         }
 
+        fn keyword_index_rows(&self) -> i64 {
+            self.count("SELECT count(search_tsv) FROM memory_messages")
+        }
+
         fn thread_tables(&self) -> Vec<String> {
             let mut client = postgres::Client::connect(&self.url, postgres::NoTls).unwrap();
             client
@@ -1879,6 +2166,20 @@ mod postgres_summaries {
                 0,
             );
             super::summaries::expiry_at_the_boundary(&stores);
+        }
+    }
+
+    #[test]
+    fn keyword_and_hybrid_search_postgres() {
+        let server = mnemon_tests::require_postgres!();
+        for vector_index in [true, false] {
+            let stores = Stores::new(
+                server.fresh_database("memory_keyword").unwrap(),
+                vector_index,
+                0,
+            );
+            super::summaries::keyword_search(&stores);
+            super::summaries::hybrid_search(&stores);
         }
     }
 

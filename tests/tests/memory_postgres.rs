@@ -42,7 +42,7 @@ fn newer_schema_is_refused() {
         err,
         MemoryError::SchemaVersion {
             found: 99,
-            supported: 6
+            supported: 7
         }
     );
 }
@@ -1362,9 +1362,9 @@ fn migration_to_version_3_counts_existing_threads() {
         .query_one("SELECT version FROM memory_schema", &[])
         .unwrap()
         .get(0);
-    // Through version 3 to the current one (6; the columns of 4, 5 and 6 are still there: their
+    // Through version 3 to the current one (7; the columns of 4 to 7 are still there: their
     // migrations, like the vector schema's version 3, add only what is missing).
-    assert_eq!(version, 6);
+    assert_eq!(version, 7);
     assert_counters(&mut client);
     let live: Vec<i64> = client
         .query("SELECT live FROM memory_threads ORDER BY thread_id", &[])
@@ -1935,8 +1935,8 @@ fn embeddings_are_stored_once_and_version_3_bodies_still_read() {
         .query_one("SELECT version FROM memory_schema", &[])
         .unwrap()
         .get(0);
-    // Through 4 to the current version, 6 (whose columns are still there).
-    assert_eq!(version, 6);
+    // Through 4 to the current version, 7 (whose columns are still there).
+    assert_eq!(version, 7);
     assert_eq!(
         export_json(&store.memory(Scope::session("s")).unwrap()),
         before
@@ -2001,4 +2001,49 @@ fn thread_summary_pages_are_index_ranges_at_50000_threads() {
     eprintln!(
         "50,000 threads: first page of 50 in {first_page:?}, last page of 500 in {deep_page:?}"
     );
+}
+
+/// Issue 14, item 3: the keyword index (schema version 7) covers every message stored before
+/// it: the migration's generated column fills it.
+#[test]
+fn migration_to_version_7_indexes_stored_messages() {
+    use mnemon_memory::{ScopeFilter, SearchMode, SearchRequest};
+    let server = mnemon_tests::require_postgres!();
+    let (url, mut client) = fresh(server, "memory_keyword_migration");
+    {
+        let store = open(&url, PostgresMemoryOptions::default());
+        store
+            .memory(Scope::session("s"))
+            .unwrap()
+            .add(vec![
+                json!({"id": "a", "name": "n", "content": "the ferry"}).into(),
+                json!({"id": "b", "name": "n",
+                       "content": [{"type": "text", "text": "tides"}]})
+                .into(),
+            ])
+            .unwrap();
+    }
+    client
+        .batch_execute(
+            "DROP INDEX memory_messages_search;
+             ALTER TABLE memory_messages DROP COLUMN search_tsv;
+             DROP FUNCTION memory_message_text(text);
+             UPDATE memory_schema SET version = 6;",
+        )
+        .unwrap();
+    let store = open(&url, PostgresMemoryOptions::default());
+    let version: i64 = client
+        .query_one("SELECT version FROM memory_schema", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(version, 7);
+    for (text, id, index) in [("ferry", "a", 0), ("TIDES", "b", 1)] {
+        let request = SearchRequest {
+            mode: SearchMode::Keyword { text: text.into() },
+            ..SearchRequest::new(ScopeFilter::all(), RetrievalQuery::Vector(vec![1.0]), 5)
+        };
+        let hits = store.search_with(&request, None).unwrap();
+        assert_eq!(hits.len(), 1);
+        assert_eq!((hits[0].message.id(), hits[0].index), (id, index));
+    }
 }

@@ -133,6 +133,10 @@ static SCHEMA: Schema = Schema {
             version: 6,
             sql: SCHEMA_V6,
         },
+        Migration {
+            version: 7,
+            sql: SCHEMA_V7,
+        },
     ],
 };
 
@@ -266,6 +270,30 @@ CREATE INDEX IF NOT EXISTS memory_messages_expiry ON memory_messages (thread_id,
   WHERE expires_at IS NOT NULL;
 CREATE INDEX IF NOT EXISTS memory_threads_expiry ON memory_threads (namespace, next_expiry)
   WHERE next_expiry IS NOT NULL;
+";
+
+/// Version 7: keyword search (docs/reference/memory.md#keyword-and-hybrid-search), as SQLite's
+/// version 5. `memory_message_text(body)` is a message's text (its content when a string, the
+/// `text` of its blocks when a list, else the content's JSON); `search_tsv`, a stored generated
+/// column, is its `simple` `tsvector` (lower-cased words, no stemming: a keyword means the
+/// same on both backends), so no write path can leave it behind, and adding it fills it for
+/// every stored message (rewriting the table once). The GIN index answers `@@` queries. Only
+/// what is missing is added, as in version 5.
+const SCHEMA_V7: &str = "
+CREATE OR REPLACE FUNCTION memory_message_text(body text) RETURNS text
+  LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $f$
+  SELECT CASE jsonb_typeof(body::jsonb -> 'content')
+    WHEN 'string' THEN body::jsonb ->> 'content'
+    WHEN 'array' THEN COALESCE((SELECT string_agg(b ->> 'text', ' ')
+                                FROM jsonb_array_elements(body::jsonb -> 'content') AS b
+                                WHERE jsonb_typeof(b -> 'text') = 'string'), '')
+    WHEN 'null' THEN ''
+    ELSE COALESCE((body::jsonb -> 'content')::text, '')
+  END
+$f$;
+ALTER TABLE memory_messages ADD COLUMN IF NOT EXISTS search_tsv tsvector
+  GENERATED ALWAYS AS (to_tsvector('simple'::regconfig, memory_message_text(body))) STORED;
+CREATE INDEX IF NOT EXISTS memory_messages_search ON memory_messages USING gin (search_tsv);
 ";
 
 /// `embedding_form` 0: the numbers are in the body (see [`SCHEMA_V4`]).

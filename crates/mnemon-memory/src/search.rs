@@ -18,14 +18,147 @@ use crate::exact;
 use crate::retrieval::{RetrievalQuery, rank};
 use crate::scope::Scope;
 
-/// How a search ranks messages.
+/// How a search ranks messages (docs/reference/memory.md#keyword-and-hybrid-search).
 #[derive(Debug, Clone, Default, PartialEq)]
 #[non_exhaustive]
 pub enum SearchMode {
     /// By cosine between the request's query vector and each message's stored embedding
-    /// (messages without one are skipped).
+    /// (messages without one are skipped). Good for meaning, with a semantic embedder.
     #[default]
     Vector,
+    /// By full-text relevance of the message's text (its content: the string, or the text
+    /// blocks of a list) to the words of `text`, any of which may match: SQLite FTS5's BM25,
+    /// PostgreSQL's `ts_rank` over a `simple` `tsvector`. The request's `query` is not used.
+    /// Good for exact words: names, ids, codes, rare terms.
+    Keyword {
+        /// The words to look for (any punctuation separates them).
+        text: String,
+    },
+    /// Reciprocal rank fusion of the vector ranking (of the request's `query`) and the keyword
+    /// ranking (of `text`): each message scores `Σ weight / (k + rank)` over the rankings it
+    /// appears in (rank 1 the best; `weights` gives the weights, `k` and how deep each ranking
+    /// is read). Good when neither alone suffices: meaning from a semantic embedder, exact words
+    /// from the text.
+    Hybrid {
+        /// The words of the keyword ranking.
+        text: String,
+        /// The fusion's parameters.
+        weights: HybridWeights,
+    },
+}
+
+/// The parameters of [`SearchMode::Hybrid`]'s reciprocal rank fusion.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct HybridWeights {
+    /// The vector ranking's weight (default 1).
+    pub vector: f64,
+    /// The keyword ranking's weight (default 1).
+    pub keyword: f64,
+    /// The fusion's constant `k` (default 60, as in Cormack et al.'s RRF): larger flattens the
+    /// difference between the first ranks.
+    pub k: f64,
+    /// How many hits of each ranking are fused (default 100; at least the request's `top_k`).
+    /// A message outside both rankings' first `candidates` cannot be a hit.
+    pub candidates: usize,
+}
+
+impl Default for HybridWeights {
+    fn default() -> Self {
+        HybridWeights {
+            vector: 1.0,
+            keyword: 1.0,
+            k: 60.0,
+            candidates: 100,
+        }
+    }
+}
+
+impl HybridWeights {
+    /// Refuses weights that cannot rank: negative or non-finite weights or `k`.
+    pub(crate) fn check(&self) -> Result<(), MemoryError> {
+        let ok = |x: f64| x.is_finite() && x >= 0.0;
+        if ok(self.vector) && ok(self.keyword) && ok(self.k) {
+            Ok(())
+        } else {
+            Err(MemoryError::InvalidQuery {
+                reason: format!(
+                    "hybrid weights must be finite and not negative (vector {}, keyword {}, k {})",
+                    self.vector, self.keyword, self.k
+                ),
+            })
+        }
+    }
+}
+
+/// The words of a keyword query: runs of letters and digits, at most 64 of them. None is
+/// [`MemoryError::InvalidQuery`].
+pub(crate) fn keyword_terms(text: &str) -> Result<Vec<String>, MemoryError> {
+    let terms: Vec<String> = text
+        .split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .take(64)
+        .map(str::to_lowercase)
+        .collect();
+    if terms.is_empty() {
+        return Err(MemoryError::InvalidQuery {
+            reason: format!("a keyword search needs at least one word; {text:?} has none"),
+        });
+    }
+    Ok(terms)
+}
+
+/// The FTS5 query matching any of `terms` (each quoted, so none is read as an operator).
+#[cfg(feature = "sqlite")]
+pub(crate) fn fts5_query(terms: &[String]) -> String {
+    terms
+        .iter()
+        .map(|t| format!("\"{}\"", t.replace('"', "\"\"")))
+        .collect::<Vec<_>>()
+        .join(" OR ")
+}
+
+/// Reciprocal rank fusion of two rankings (best first), cut to `top_k`: each message (by
+/// scope and id) scores `weight / (k + rank)` summed over the rankings it is in; ties keep
+/// the order of the vector ranking, then of the keyword ranking. The hit keeps its scope,
+/// index and message; its score is the fused one.
+pub(crate) fn fuse(
+    vector: Vec<SearchHit>,
+    keyword: Vec<SearchHit>,
+    weights: &HybridWeights,
+    top_k: usize,
+) -> Vec<SearchHit> {
+    type Key = (Scope, String);
+    let mut fused: Vec<(f64, usize, SearchHit)> = Vec::with_capacity(vector.len() + keyword.len());
+    let mut position: std::collections::HashMap<Key, usize> = std::collections::HashMap::new();
+    let rankings = [(vector, weights.vector), (keyword, weights.keyword)];
+    let mut order = 0;
+    for (ranking, weight) in rankings {
+        for (rank, hit) in ranking.into_iter().enumerate() {
+            let share = weight / (weights.k + (rank + 1) as f64);
+            let key = (hit.scope.clone(), hit.message.id().to_owned());
+            match position.get(&key) {
+                Some(&at) => {
+                    if let Some(entry) = fused.get_mut(at) {
+                        entry.0 += share;
+                    }
+                }
+                None => {
+                    position.insert(key, fused.len());
+                    fused.push((share, order, hit));
+                    order += 1;
+                }
+            }
+        }
+    }
+    fused.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+    fused
+        .into_iter()
+        .take(top_k)
+        .map(|(score, _, mut hit)| {
+            hit.score = score;
+            hit
+        })
+        .collect()
 }
 
 /// A search across sessions (docs/reference/memory.md#search-across-sessions): what

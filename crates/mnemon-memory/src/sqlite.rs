@@ -56,7 +56,8 @@ use crate::report::AddReport;
 use crate::retrieval::{Metric, RetrievalQuery, RetrieveOptions, Retrieved, query_vector};
 pub use crate::scope::Scope;
 use crate::search::{
-    Candidate, ScopeFilter, SearchHit, SearchRequest, TopK, cosine, dimension_mismatch, filter_sql,
+    Candidate, ScopeFilter, SearchHit, SearchMode, SearchRequest, TopK, cosine, dimension_mismatch,
+    filter_sql, fts5_query, fuse, keyword_terms,
 };
 use crate::sweep::Forgotten;
 use crate::thread::{Change, ThreadState};
@@ -64,6 +65,36 @@ use crate::thread::{Change, ThreadState};
 /// The memory tables' schema: `memory_schema` holds the version (its key column is `id`, as in
 /// files written before `mnemon-db`).
 static SCHEMA: Schema = Schema {
+    component: "memory",
+    table: "memory_schema",
+    key_column: "id",
+    migrations: &[
+        Migration {
+            version: 1,
+            sql: SCHEMA_V1,
+        },
+        Migration {
+            version: 2,
+            sql: SCHEMA_V2,
+        },
+        Migration {
+            version: 3,
+            sql: SCHEMA_V3,
+        },
+        Migration {
+            version: 4,
+            sql: SCHEMA_V4,
+        },
+        Migration {
+            version: 5,
+            sql: SCHEMA_V5,
+        },
+    ],
+};
+
+/// The schema as files written before keyword search have it (version 4): what a reader opens
+/// such a file with (see [`SqliteMemoryStore::open_read_only`]).
+static SCHEMA_BEFORE_KEYWORDS: Schema = Schema {
     component: "memory",
     table: "memory_schema",
     key_column: "id",
@@ -231,6 +262,56 @@ CREATE INDEX memory_threads_expiry ON memory_threads (namespace, next_expiry)
   WHERE next_expiry IS NOT NULL;
 ";
 
+/// The text keyword search indexes for a message whose JSON body is `$body`: its content when
+/// a string, the `text` of its blocks when a list, else the content's JSON.
+macro_rules! message_text_sql {
+    ($body:literal) => {
+        concat!(
+            "CASE json_type(",
+            $body,
+            ", '$.content') WHEN 'text' THEN json_extract(",
+            $body,
+            ", '$.content') WHEN 'array' THEN COALESCE((SELECT group_concat(json_extract(b.value,              '$.text'), ' ') FROM json_each(",
+            $body,
+            ", '$.content') b WHERE json_type(b.value, '$.text') = 'text'), '')              WHEN 'null' THEN '' ELSE COALESCE(CAST(json_extract(",
+            $body,
+            ", '$.content') AS TEXT), '') END"
+        )
+    };
+}
+
+/// Version 5: keyword search (docs/reference/memory.md#keyword-and-hybrid-search). An FTS5
+/// table holds each message's text (its content: the string, or the text blocks of a list, or
+/// else its JSON), keyed by `thread_id * 2^32 + seq` (stable: a table without an integer primary
+/// key may renumber its rowids in a `VACUUM`, so the messages' own rowids are not used). Triggers
+/// keep it in step with every insert, delete (forget, gc, cascades included) and body update, so
+/// no write path can miss it; the migration fills it from the stored messages. A thread's seqs
+/// stay far below 2^32 (they count its messages).
+const SCHEMA_V5: &str = concat!(
+    "CREATE VIRTUAL TABLE memory_fts USING fts5(text);
+     CREATE TRIGGER memory_fts_insert AFTER INSERT ON memory_messages BEGIN
+       INSERT INTO memory_fts (rowid, text)
+         VALUES (NEW.thread_id * 4294967296 + NEW.seq, ",
+    message_text_sql!("NEW.body"),
+    ");
+     END;
+     CREATE TRIGGER memory_fts_delete AFTER DELETE ON memory_messages BEGIN
+       DELETE FROM memory_fts WHERE rowid = OLD.thread_id * 4294967296 + OLD.seq;
+     END;
+     CREATE TRIGGER memory_fts_update AFTER UPDATE OF thread_id, seq, body ON memory_messages
+     BEGIN
+       DELETE FROM memory_fts WHERE rowid = OLD.thread_id * 4294967296 + OLD.seq;
+       INSERT INTO memory_fts (rowid, text)
+         VALUES (NEW.thread_id * 4294967296 + NEW.seq, ",
+    message_text_sql!("NEW.body"),
+    ");
+     END;
+     INSERT INTO memory_fts (rowid, text)
+       SELECT thread_id * 4294967296 + seq, ",
+    message_text_sql!("body"),
+    " FROM memory_messages;"
+);
+
 /// What a reader of a file from before expiry (opened read-only, so not migrated) sees instead
 /// of the messages table: the same rows, none of them expiring. A temporary view shadows the
 /// table of the same name for this connection only, so every read statement runs as on a
@@ -341,6 +422,9 @@ pub struct SqliteMemoryStore {
     default_ttl: Option<Duration>,
     /// [`SqliteMemoryOptions::clock`].
     clock: Arc<dyn mnemon_db::Clock>,
+    /// The file has the keyword index (schema version 5): always, but for a reader of an
+    /// older file.
+    has_keywords: bool,
 }
 
 impl std::fmt::Debug for SqliteMemoryStore {
@@ -378,6 +462,7 @@ impl SqliteMemoryStore {
             before_activity: false,
             default_ttl: options.default_ttl,
             clock: options.clock,
+            has_keywords: true,
         }))
     }
 
@@ -396,6 +481,12 @@ impl SqliteMemoryStore {
         let (read, before_namespaces, before_activity) =
             match sqlite::open_read_only(&path, &settings, &SCHEMA) {
                 Ok(read) => (read, false, false),
+                Err(DbError::NeedsUpgrade { found: 4, .. }) => (
+                    sqlite::open_read_only(&path, &settings, &SCHEMA_BEFORE_KEYWORDS)
+                        .map_err(db_error)?,
+                    false,
+                    false,
+                ),
                 Err(DbError::NeedsUpgrade { found: 3, .. }) => (
                     sqlite::open_read_only(&path, &settings, &SCHEMA_BEFORE_EXPIRY)
                         .map_err(db_error)?,
@@ -431,6 +522,16 @@ impl SqliteMemoryStore {
                 |r| r.get::<_, bool>(0),
             )
             .unwrap_or(false);
+        // An empty reader (no file, or no memory tables) has the current schema in memory.
+        let has_keywords = read
+            .conn
+            .query_row(
+                "SELECT COUNT(*) > 0 FROM sqlite_master WHERE name = 'memory_fts'",
+                [],
+                |r| r.get::<_, bool>(0),
+            )
+            .unwrap_or(false)
+            || !has_tables;
         if has_tables && before_expiry.unwrap_or(false) {
             // `query_only` refuses even temporary objects; the file stays read-only.
             read.conn.execute_batch(&format!(
@@ -446,6 +547,7 @@ impl SqliteMemoryStore {
             before_activity,
             default_ttl: options.default_ttl,
             clock: options.clock,
+            has_keywords,
         }))
     }
 
@@ -618,12 +720,176 @@ impl SqliteMemoryStore {
     /// candidate row before the top-k cut, so a filtered top `k` has `k` hits whenever `k`
     /// messages match, however many closer ones do not. A filter naming a field messages do
     /// not have is [`MemoryError::InvalidFilter`].
+    ///
+    /// [`SearchRequest::mode`] picks the ranking (docs/reference/memory.md#keyword-and-hybrid-search):
+    /// by vector (above), by keyword (FTS5's BM25 over the messages' text, the words of the
+    /// mode's text any of which may match; the score is BM25's relevance, higher better) or
+    /// hybrid (reciprocal rank fusion of the two rankings). Scope, expiry and filter apply
+    /// alike. A file opened read-only before keyword search (schema version 5) refuses the
+    /// keyword and hybrid modes with [`MemoryError::Storage`] saying to open it writable once.
     pub fn search_with(
         &self,
         request: &SearchRequest,
         embedder: Option<&dyn Embedder>,
     ) -> Result<Vec<SearchHit>, MemoryError> {
-        let [user, agent, session] = request.within.columns()?;
+        match &request.mode {
+            SearchMode::Vector => self.vector_search(request, embedder),
+            SearchMode::Keyword { text } => self.keyword_search(request, text, request.top_k),
+            SearchMode::Hybrid { text, weights } => {
+                weights.check()?;
+                let depth = weights.candidates.max(request.top_k);
+                let vector = self.vector_search(
+                    &SearchRequest {
+                        top_k: depth,
+                        mode: SearchMode::Vector,
+                        ..request.clone()
+                    },
+                    embedder,
+                )?;
+                let keyword = self.keyword_search(request, text, depth)?;
+                Ok(fuse(vector, keyword, weights, request.top_k))
+            }
+        }
+    }
+
+    /// The threads of the namespace `within` selects, in the tie order of a search: by their
+    /// scopes' columns (`''` for an absent id).
+    fn selected_threads(
+        &self,
+        tx: &Transaction<'_>,
+        within: &ScopeFilter,
+    ) -> Result<Vec<(i64, [String; 3])>, MemoryError> {
+        let [user, agent, session] = within.columns()?;
+        let mut stmt = tx.prepare_cached(if self.before_namespaces {
+            "SELECT thread_id, user_id, agent_id, session_id FROM memory_threads
+             WHERE ?1 = 'default' AND (?2 IS NULL OR user_id = ?2)
+               AND (?3 IS NULL OR agent_id = ?3) AND (?4 IS NULL OR session_id = ?4)"
+        } else {
+            "SELECT thread_id, user_id, agent_id, session_id FROM memory_threads
+             WHERE namespace = ?1 AND (?2 IS NULL OR user_id = ?2)
+               AND (?3 IS NULL OR agent_id = ?3) AND (?4 IS NULL OR session_id = ?4)"
+        })?;
+        let rows = stmt.query_map(
+            params![self.namespace.as_str(), user, agent, session],
+            |r| Ok((r.get(0)?, [r.get(1)?, r.get(2)?, r.get(3)?])),
+        )?;
+        let mut threads: Vec<(i64, [String; 3])> = rows.collect::<Result<_, _>>()?;
+        threads.sort_by(|a, b| a.1.cmp(&b.1));
+        Ok(threads)
+    }
+
+    /// The keyword ranking of [`search_with`](Self::search_with): every message of the
+    /// selected threads whose text has one of the words, live and passing the filter, scored
+    /// by FTS5's BM25 (negated: higher is better), the best `top_k`; ties follow the threads'
+    /// order, then the index.
+    fn keyword_search(
+        &self,
+        request: &SearchRequest,
+        text: &str,
+        top_k: usize,
+    ) -> Result<Vec<SearchHit>, MemoryError> {
+        request.within.columns()?;
+        let terms = keyword_terms(text)?;
+        let now = self.now();
+        // `?1` the FTS5 query, `?2` the clock's now; the filter's values follow.
+        let mut filter_params = vec![SqlParam::Text(fts5_query(&terms)), SqlParam::Integer(now)];
+        let matches = match &request.filter {
+            Some(filter) => filter_sql(filter, Dialect::Sqlite, &mut filter_params)?,
+            None => "1".to_owned(),
+        };
+        if top_k == 0 {
+            return Ok(Vec::new());
+        }
+        if !self.has_keywords {
+            return Err(MemoryError::Storage {
+                detail: format!(
+                    "{} predates keyword search (memory schema version 5) and is open \
+                     read-only: open it once with write access to migrate it",
+                    self.path.display()
+                ),
+            });
+        }
+        let mut conn = self.lock();
+        let tx = conn.transaction()?;
+        let threads = self.selected_threads(&tx, &request.within)?;
+        let ordinal: HashMap<i64, usize> = threads
+            .iter()
+            .enumerate()
+            .map(|(i, (id, _))| (*id, i))
+            .collect();
+        let mut top = TopK::new(top_k);
+        {
+            let mut stmt = tx.prepare_cached(&format!(
+                "SELECT m.thread_id, m.seq, -bm25(memory_fts), {matches}
+                 FROM memory_fts JOIN memory_messages m
+                   ON m.thread_id = memory_fts.rowid / 4294967296
+                  AND m.seq = memory_fts.rowid % 4294967296
+                 WHERE memory_fts MATCH ?1 AND {live}",
+                live = live_sql!("m", "?2")
+            ))?;
+            let values: Vec<rusqlite::types::Value> =
+                filter_params.into_iter().map(sql_value).collect();
+            let mut rows = stmt.query(rusqlite::params_from_iter(values.iter()))?;
+            while let Some(row) = rows.next()? {
+                let thread_id: i64 = row.get(0)?;
+                let Some(&thread) = ordinal.get(&thread_id) else {
+                    continue;
+                };
+                if !row.get::<_, bool>(3)? {
+                    continue;
+                }
+                let seq: i64 = row.get(1)?;
+                top.offer(Candidate {
+                    score: row.get(2)?,
+                    thread,
+                    // A thread's seqs are in its index order: the tie order until the
+                    // winners' indices are counted.
+                    index: usize::try_from(seq).unwrap_or(usize::MAX),
+                    seq,
+                });
+            }
+        }
+        let mut read = tx.prepare_cached(
+            "SELECT msg_id, kind, body FROM memory_messages WHERE thread_id = ?1 AND seq = ?2",
+        )?;
+        let mut position = tx.prepare_cached(concat!(
+            "SELECT COUNT(*) FROM memory_messages m WHERE m.thread_id = ?1 AND m.seq < ?2 AND ",
+            live_sql!("m", "?3")
+        ))?;
+        let mut hits = Vec::new();
+        for winner in top.into_sorted() {
+            let Some((thread_id, [user, agent, session])) = threads.get(winner.thread) else {
+                return Err(corrupt(format!("no thread at {}", winner.thread)));
+            };
+            let index: i64 =
+                position.query_row(params![thread_id, winner.seq, now], |r| r.get(0))?;
+            let index = usize::try_from(index).unwrap_or(0);
+            let message = read
+                .query_row(params![thread_id, winner.seq], |row| {
+                    let id: String = row.get(0)?;
+                    Ok(row_message(&self.factory, &id, row, index))
+                })
+                .optional()?
+                .ok_or_else(|| corrupt(format!("no message at seq {}", winner.seq)))??;
+            hits.push(SearchHit {
+                scope: Scope::from_columns(user.clone(), agent.clone(), session.clone()),
+                index,
+                score: winner.score,
+                message,
+            });
+        }
+        drop((read, position));
+        tx.commit()?;
+        Ok(hits)
+    }
+
+    /// The vector ranking of [`search_with`](Self::search_with).
+    fn vector_search(
+        &self,
+        request: &SearchRequest,
+        embedder: Option<&dyn Embedder>,
+    ) -> Result<Vec<SearchHit>, MemoryError> {
+        request.within.columns()?;
         let top_k = request.top_k;
         // `?1` is the thread, `?2` the clock's now; the filter's values follow.
         let mut filter_params = vec![SqlParam::Integer(0), SqlParam::Integer(self.now())];
@@ -638,24 +904,7 @@ impl SqliteMemoryStore {
         }
         let mut conn = self.lock();
         let tx = conn.transaction()?;
-        let mut threads: Vec<(i64, [String; 3])> = {
-            let mut stmt = tx.prepare_cached(if self.before_namespaces {
-                "SELECT thread_id, user_id, agent_id, session_id FROM memory_threads
-                 WHERE ?1 = 'default' AND (?2 IS NULL OR user_id = ?2)
-                   AND (?3 IS NULL OR agent_id = ?3) AND (?4 IS NULL OR session_id = ?4)"
-            } else {
-                "SELECT thread_id, user_id, agent_id, session_id FROM memory_threads
-                 WHERE namespace = ?1 AND (?2 IS NULL OR user_id = ?2)
-                   AND (?3 IS NULL OR agent_id = ?3) AND (?4 IS NULL OR session_id = ?4)"
-            })?;
-            let rows = stmt.query_map(
-                params![self.namespace.as_str(), user, agent, session],
-                |r| Ok((r.get(0)?, [r.get(1)?, r.get(2)?, r.get(3)?])),
-            )?;
-            rows.collect::<Result<_, _>>()?
-        };
-        // The tie order between threads: their scopes' columns (`''` for an absent id).
-        threads.sort_by(|a, b| a.1.cmp(&b.1));
+        let threads = self.selected_threads(&tx, &request.within)?;
         let mut top = TopK::new(top_k);
         {
             // Without a filter the body, before the embedding in the row, is never read here.
@@ -2415,5 +2664,51 @@ mod expiry_tests {
             .unwrap();
         let plan = plan.join("; ");
         assert!(plan.contains("INDEX memory_threads_expiry"), "{plan}");
+    }
+}
+
+/// Keyword search (schema version 5): a file at version 4 is refused keyword searches while
+/// read-only, and migrates with every stored message indexed.
+#[cfg(test)]
+mod keyword_tests {
+    use super::*;
+    use crate::{SearchMode, SearchRequest};
+
+    #[test]
+    fn a_version_4_file_migrates_with_its_messages_indexed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("v4.sqlite3");
+        let v4 = Schema {
+            migrations: &SCHEMA.migrations[..4],
+            ..SCHEMA
+        };
+        let conn = sqlite::open(&path, &SqliteMemoryOptions::default().settings(), &v4).unwrap();
+        conn.execute_batch(
+            "INSERT INTO memory_threads (thread_id, namespace, user_id, agent_id, session_id,
+               rev, created_at, live) VALUES (1, 'default', '', '', 's', 1, 't', 2);
+             INSERT INTO memory_messages (thread_id, seq, msg_id, kind, body) VALUES
+               (1, 1, 'a', 'msg', '{\"id\":\"a\",\"name\":\"n\",\"content\":\"the ferry\",\"role\":\"user\",\"metadata\":null,\"timestamp\":\"t\"}'),
+               (1, 2, 'b', 'msg', '{\"id\":\"b\",\"name\":\"n\",\"content\":[{\"type\":\"text\",\"text\":\"tides\"}],\"role\":\"user\",\"metadata\":null,\"timestamp\":\"t\"}');",
+        )
+        .unwrap();
+        drop(conn);
+        let keyword = |text: &str| SearchRequest {
+            mode: SearchMode::Keyword { text: text.into() },
+            ..SearchRequest::new(ScopeFilter::all(), RetrievalQuery::Vector(vec![1.0]), 5)
+        };
+        let reader =
+            SqliteMemoryStore::open_read_only(&path, SqliteMemoryOptions::default()).unwrap();
+        let error = reader.search_with(&keyword("ferry"), None).unwrap_err();
+        assert!(
+            matches!(&error, MemoryError::Storage { detail } if detail.contains("write access")),
+            "{error:?}"
+        );
+        drop(reader);
+        let store = SqliteMemoryStore::open(&path, SqliteMemoryOptions::default()).unwrap();
+        for (text, id, index) in [("ferry", "a", 0), ("TIDES", "b", 1)] {
+            let hits = store.search_with(&keyword(text), None).unwrap();
+            assert_eq!(hits.len(), 1);
+            assert_eq!((hits[0].message.id(), hits[0].index), (id, index));
+        }
     }
 }

@@ -29,7 +29,8 @@ use crate::exact;
 use crate::retrieval::{RetrievalQuery, query_vector};
 use crate::scope::Scope;
 use crate::search::{
-    Candidate, ScopeFilter, SearchHit, SearchRequest, TopK, cosine, dimension_mismatch, filter_sql,
+    Candidate, ScopeFilter, SearchHit, SearchMode, SearchRequest, TopK, cosine, dimension_mismatch,
+    filter_sql, fuse, keyword_terms,
 };
 
 /// The threads a filter selects (`$1` namespace; `$2`–`$4` user, agent, session or NULL for
@@ -150,7 +151,157 @@ impl PostgresMemoryStore {
     /// messages match, however many closer ones do not. A filtered search is the exact scan
     /// (the HNSW index, filtered after its search, could crowd the matching messages out). A
     /// filter naming a field messages do not have is [`MemoryError::InvalidFilter`].
+    ///
+    /// [`SearchRequest::mode`] picks the ranking (docs/reference/memory.md#keyword-and-hybrid-search):
+    /// by vector (above), by keyword (`ts_rank` of the messages' `simple` `tsvector`, through
+    /// its GIN index, against the words of the mode's text, any of which may match; higher is
+    /// better) or hybrid (reciprocal rank fusion of the two rankings). Scope, expiry and filter
+    /// apply alike.
     pub fn search_with(
+        &self,
+        request: &SearchRequest,
+        embedder: Option<&dyn Embedder>,
+    ) -> Result<Vec<SearchHit>, MemoryError> {
+        match &request.mode {
+            SearchMode::Vector => self.vector_search(request, embedder),
+            SearchMode::Keyword { text } => self.keyword_search(request, text, request.top_k),
+            SearchMode::Hybrid { text, weights } => {
+                weights.check()?;
+                let depth = weights.candidates.max(request.top_k);
+                let vector = self.vector_search(
+                    &SearchRequest {
+                        top_k: depth,
+                        mode: SearchMode::Vector,
+                        ..request.clone()
+                    },
+                    embedder,
+                )?;
+                let keyword = self.keyword_search(request, text, depth)?;
+                Ok(fuse(vector, keyword, weights, request.top_k))
+            }
+        }
+    }
+
+    /// The keyword ranking of [`search_with`](Self::search_with): every live message of the
+    /// selected threads whose `tsvector` matches one of the words and that passes the filter,
+    /// scored by `ts_rank`, the best `top_k`; ties follow the threads' order, then the index.
+    fn keyword_search(
+        &self,
+        request: &SearchRequest,
+        text: &str,
+        top_k: usize,
+    ) -> Result<Vec<SearchHit>, MemoryError> {
+        let [user, agent, session] = request.within.columns()?;
+        let terms = keyword_terms(text)?;
+        // Every term is letters and digits only: quoted, none is read as an operator.
+        let tsquery = terms
+            .iter()
+            .map(|t| format!("'{t}'"))
+            .collect::<Vec<_>>()
+            .join(" | ");
+        // `$1`–`$4` the scope's, `$5` the clock's now, `$6` the query; the filter's follow.
+        let mut filter_params = vec![SqlParam::Integer(0); 6];
+        let matches = match &request.filter {
+            Some(filter) => filter_sql(filter, Dialect::Postgres, &mut filter_params)?,
+            None => "true".to_owned(),
+        };
+        let extra: Vec<Box<dyn ToSql + Sync>> =
+            filter_params.into_iter().skip(6).map(pg_param).collect();
+        if top_k == 0 {
+            return Ok(Vec::new());
+        }
+        let now = self.now();
+        let namespace = self.namespace.as_str();
+        let scope: [&(dyn ToSql + Sync); 4] = [&namespace, &user, &agent, &session];
+        let mut client = self.client()?;
+        let mut tx = snapshot(&mut client)?;
+        let rows = tx.query(THREADS_SQL, &scope).map_err(pg_error)?;
+        let mut threads = rows
+            .iter()
+            .map(|r| {
+                Ok((
+                    r.try_get::<_, i64>(0).map_err(pg_error)?,
+                    [
+                        r.try_get::<_, String>(1).map_err(pg_error)?,
+                        r.try_get::<_, String>(2).map_err(pg_error)?,
+                        r.try_get::<_, String>(3).map_err(pg_error)?,
+                    ],
+                ))
+            })
+            .collect::<Result<Vec<_>, MemoryError>>()?;
+        threads.sort_by(|a, b| a.1.cmp(&b.1));
+        let ordinal: HashMap<i64, usize> = threads
+            .iter()
+            .enumerate()
+            .map(|(i, (id, _))| (*id, i))
+            .collect();
+        let statement = tx
+            .prepare(&format!(
+                "SELECT m.thread_id, m.seq, ts_rank(m.search_tsv, q.q)::float8, {matches}
+                 FROM (SELECT to_tsquery('simple', $6::text)) AS q(q),
+                      memory_threads t JOIN memory_messages m ON m.thread_id = t.thread_id
+                 WHERE {FILTER} AND m.search_tsv @@ q.q
+                   AND (m.expires_at IS NULL OR m.expires_at > $5::bigint)"
+            ))
+            .map_err(pg_error)?;
+        let mut params: Vec<&(dyn ToSql + Sync)> = scope.to_vec();
+        params.push(&now);
+        params.push(&tsquery);
+        params.extend(extra.iter().map(|p| &**p as &(dyn ToSql + Sync)));
+        let mut top = TopK::new(top_k);
+        let mut rows = tx
+            .query_raw(&statement, params.iter().copied())
+            .map_err(pg_error)?;
+        while let Some(row) = rows.next().map_err(pg_error)? {
+            let thread_id: i64 = row.try_get(0).map_err(pg_error)?;
+            let Some(&thread) = ordinal.get(&thread_id) else {
+                return Err(corrupt(format!("thread {thread_id} was not selected")));
+            };
+            if !row.try_get::<_, bool>(3).map_err(pg_error)? {
+                continue;
+            }
+            let seq: i64 = row.try_get(1).map_err(pg_error)?;
+            top.offer(Candidate {
+                score: row.try_get(2).map_err(pg_error)?,
+                thread,
+                // A thread's seqs are in its index order: the tie order until the winners'
+                // indices are read.
+                index: seq_key(seq),
+                seq,
+            });
+        }
+        drop(rows);
+        let winners = top.into_sorted();
+        let vectors = matches!(self.vector, VectorMode::Pgvector { .. });
+        let read = tx.prepare(retrieved_sql(vectors)).map_err(pg_error)?;
+        let mut hits = Vec::with_capacity(winners.len());
+        for winner in winners {
+            let Some((thread_id, [user, agent, session])) = threads.get(winner.thread) else {
+                return Err(corrupt(format!("no thread at {}", winner.thread)));
+            };
+            let found = read_retrieved(
+                &mut tx,
+                &read,
+                *thread_id,
+                &self.factory,
+                vec![(winner.score, winner.seq)],
+                now,
+            )?
+            .and_then(|mut found| found.pop())
+            .ok_or_else(|| corrupt("a found message vanished from its snapshot".into()))?;
+            hits.push(SearchHit {
+                scope: Scope::from_columns(user.clone(), agent.clone(), session.clone()),
+                index: found.index,
+                score: winner.score,
+                message: found.message,
+            });
+        }
+        tx.commit().map_err(pg_error)?;
+        Ok(hits)
+    }
+
+    /// The vector ranking of [`search_with`](Self::search_with).
+    fn vector_search(
         &self,
         request: &SearchRequest,
         embedder: Option<&dyn Embedder>,
