@@ -21,9 +21,9 @@ use mnemon_ops::assets::{
 use mnemon_ops::expiry::ExpiryInput;
 use mnemon_ops::library::{LibraryQueryInput, LibraryQueryOutput};
 use mnemon_ops::memory::{
-    DeleteMessagesInput, MemoryAddInput, MemoryAddOutput, MemoryGetInput, MemorySearchAcrossInput,
-    MemorySearchInput, MessageBody, MetricName, SearchQuery, SessionInput, SessionListInput,
-    SessionListOutput,
+    AddWith, DeleteMessagesInput, MemoryAddInput, MemoryAddOutput, MemoryGetInput,
+    MemorySearchAcrossInput, MemorySearchInput, MessageBody, MetricName, SearchQuery, SessionInput,
+    SessionListInput, SessionListOutput,
 };
 use mnemon_ops::{OpsError, Service};
 use rmcp::handler::server::router::tool::ToolRouter;
@@ -62,6 +62,10 @@ pub struct RememberInput {
     /// Marks (tags) every added message gets, e.g. `["important"]`; `recall` can filter by one.
     #[serde(default)]
     pub marks: Vec<String>,
+    /// Forget these messages this many seconds from now (e.g. 3600 for an hour); leave it out
+    /// to keep them until deleted.
+    #[serde(default)]
+    pub ttl_seconds: Option<u64>,
 }
 
 /// Input of `recall`.
@@ -512,11 +516,19 @@ impl MnemonMcp {
             &context,
             ("remember", Access::Write),
             move |s| {
-                Ok(s.memory_add_embedded(MemoryAddInput {
+                let with = AddWith {
+                    embed: true,
+                    expiry: ExpiryInput {
+                        ttl_seconds: input.ttl_seconds,
+                        expires_at_ms: None,
+                    },
+                };
+                let add = MemoryAddInput {
                     session: input.session,
                     messages: input.messages,
                     marks: input.marks,
-                })?)
+                };
+                Ok(s.memory_add_with(add, &with)?)
             },
             |o: &MemoryAddOutput| {
                 format!(

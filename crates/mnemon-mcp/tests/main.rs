@@ -184,6 +184,18 @@ pub(crate) async fn exercise(peer: &Peer<RoleClient>) {
     assert_eq!(hits.len(), 2);
     assert_eq!(hits[0]["session"], "chat-2");
     assert!(hits[0]["score"].as_f64().unwrap() >= hits[1]["score"].as_f64().unwrap());
+    // A time-to-live: gone from every read once it passes.
+    ok(
+        peer,
+        "remember",
+        json!({"session": "chat-3", "ttl_seconds": 1,
+               "messages": [{"name": "user", "content": "a train to Lyon, briefly"}]}),
+    )
+    .await;
+    tokio::time::sleep(std::time::Duration::from_millis(1_100)).await;
+    let expired = ok(peer, "recall", json!({"session": "chat-3"})).await;
+    assert_eq!(expired["messages"], json!([]), "{expired}");
+    ok(peer, "forget", json!({"session": "chat-3"})).await;
     // Narrowed to a user: these sessions have none, so nothing.
     let nobody = ok(
         peer,

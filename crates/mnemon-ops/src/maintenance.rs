@@ -1,8 +1,8 @@
 //! Garbage collection and forgetting across every store of a namespace
 //! (docs/reference/rest.md#gc-and-forget).
 //!
-//! * [`Service::gc`] removes what has expired: asset rows and bytes, artifact records and the
-//!   content files no remaining record points at. Expired records are already invisible to
+//! * [`Service::gc`] removes what has expired: memory messages, asset rows and bytes, artifact
+//!   records and the content files no remaining record points at. Expired records are already invisible to
 //!   every read; the sweep reclaims their space.
 //! * [`Service::forget`] deletes a subject, expired or not: memory threads of a user, agent or
 //!   session, assets under an id prefix, artifact records under a scope prefix (with their
@@ -51,6 +51,8 @@ impl From<ArtifactSweep> for ArtifactsSwept {
 pub struct GcOutput {
     /// The namespace swept.
     pub namespace: String,
+    /// Expired memory messages removed (with their marks).
+    pub messages: u64,
     /// Expired assets removed (rows and bytes).
     pub assets: u64,
     /// Expired artifact records removed, and their content.
@@ -108,14 +110,17 @@ pub struct ForgetOutput {
 }
 
 impl Service {
-    /// Removes everything of the namespace that has expired, store by store: assets (rows and
-    /// bytes) and artifact records with the content files no remaining record points at.
+    /// Removes everything of the namespace that has expired, store by store: memory messages,
+    /// assets (rows and bytes) and artifact records with the content files no remaining record
+    /// points at.
     pub fn gc(&self) -> Result<GcOutput, OpsError> {
         let stores = self.stores();
+        let messages = stores.gc_memory()?;
         let assets = stores.assets().gc()?;
         let artifacts = stores.artifacts().gc(stores.backends())?;
         Ok(GcOutput {
             namespace: stores.namespace().as_str().to_owned(),
+            messages,
             assets,
             artifacts: artifacts.into(),
         })
@@ -201,7 +206,7 @@ mod tests {
     use crate::artifacts::{ArtifactIdInput, ArtifactSaveInput};
     use crate::assets::{AssetBody, AssetIdInput, AssetPutInput};
     use crate::expiry::ExpiryInput;
-    use crate::memory::{MemoryAddInput, MessageBody, SessionListInput};
+    use crate::memory::{AddWith, MemoryAddInput, MessageBody, SessionListInput};
 
     fn service(dir: &std::path::Path, namespace: &str) -> Service {
         let options = crate::OpenOptions::default().with_namespace(namespace.parse().unwrap());
@@ -264,6 +269,21 @@ mod tests {
         let second = ExpiryInput::after(std::time::Duration::from_secs(1));
         put(&acme, "keep", ExpiryInput::default());
         put(&acme, "brief", second);
+        let message =
+            |content: &str| MessageBody(serde_json::json!({"name": "u", "content": content}));
+        acme.memory_add_with(
+            MemoryAddInput {
+                session: "s".into(),
+                messages: vec![message("brief")],
+                marks: vec![],
+            },
+            &AddWith {
+                embed: false,
+                expiry: second,
+            },
+        )
+        .unwrap();
+        add(&acme, "s");
         let kept = save(&acme, "chat", "kept.json", ExpiryInput::default());
         save(&acme, "chat", "brief.json", second);
         let files = dir.path().join("artifacts/.namespaces/acme");
@@ -272,6 +292,7 @@ mod tests {
 
         let swept = acme.gc().unwrap();
         assert_eq!(swept.namespace, "acme");
+        assert_eq!(swept.messages, 1);
         assert_eq!(swept.assets, 1);
         assert_eq!(swept.artifacts.records, 1);
         assert_eq!(swept.artifacts.content_removed, 1);
@@ -282,9 +303,24 @@ mod tests {
         })
         .unwrap();
         acme.artifact_get(ArtifactIdInput { id: kept }).unwrap();
+        let left = acme
+            .memory_get(crate::memory::MemoryGetInput {
+                session: "s".into(),
+                recent: None,
+                mark: None,
+                exclude_mark: None,
+                tokens: None,
+                include_embeddings: false,
+            })
+            .unwrap();
+        assert_eq!(left.messages.len(), 1);
+        assert_eq!(left.messages[0].0["content"], "x");
         // Nothing left to sweep.
         let again = acme.gc().unwrap();
-        assert_eq!((again.assets, again.artifacts.records), (0, 0));
+        assert_eq!(
+            (again.messages, again.assets, again.artifacts.records),
+            (0, 0, 0)
+        );
     }
 
     #[test]

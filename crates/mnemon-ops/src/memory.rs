@@ -18,6 +18,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::assets::DeleteOutput;
 use crate::error::OpsError;
+use crate::expiry::ExpiryInput;
 use crate::page;
 use crate::service::Service;
 
@@ -147,6 +148,15 @@ pub struct MemoryAddInput {
     /// Marks (tags) every added message gets.
     #[serde(default)]
     pub marks: Vec<String>,
+}
+
+/// How [`Service::memory_add_with`] adds, beyond [`MemoryAddInput`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct AddWith {
+    /// Give every message without an `embedding` one from the service's embedder first.
+    pub embed: bool,
+    /// When the added messages expire.
+    pub expiry: ExpiryInput,
 }
 
 /// Output of [`Service::memory_add`] and [`Service::memory_import`].
@@ -611,24 +621,7 @@ impl Service {
 
     /// Appends messages to a session (creating it), atomically.
     pub fn memory_add(&self, input: MemoryAddInput) -> Result<MemoryAddOutput, OpsError> {
-        let scope = check_session(&input.session)?;
-        let memory = self.stores().memory_created_on_write(scope)?;
-        let items = input
-            .messages
-            .into_iter()
-            .map(|m| MsgInput::Json(m.0))
-            .collect();
-        // The memory store is gaining options (message expiry): the rest keep their defaults.
-        #[allow(clippy::needless_update)]
-        let options = AddOptions {
-            marks: input.marks,
-            ..AddOptions::default()
-        };
-        let report = memory.add_with(items, &options)?;
-        Ok(MemoryAddOutput {
-            added: report.added,
-            skipped_duplicates: report.skipped_duplicates,
-        })
+        self.memory_add_with(input, &AddWith::default())
     }
 
     /// A session's messages: all, the last N, by mark, or the newest within a token budget.
@@ -706,14 +699,51 @@ impl Service {
     /// made by the service's embedder from its content text (the text a recall embeds), so that
     /// a search across sessions, which never embeds stored messages, finds them. Without an
     /// embedder this is `memory_add`.
-    pub fn memory_add_embedded(
+    pub fn memory_add_embedded(&self, input: MemoryAddInput) -> Result<MemoryAddOutput, OpsError> {
+        self.memory_add_with(
+            input,
+            &AddWith {
+                embed: true,
+                expiry: ExpiryInput::default(),
+            },
+        )
+    }
+
+    /// [`memory_add`](Self::memory_add) with embedding on the way in (as
+    /// [`memory_add_embedded`](Self::memory_add_embedded)) and an expiry for the added
+    /// messages: from their deadline on they are invisible to every read, and [`Service::gc`]
+    /// removes them.
+    pub fn memory_add_with(
         &self,
         mut input: MemoryAddInput,
+        with: &AddWith,
     ) -> Result<MemoryAddOutput, OpsError> {
-        if let Some(embedder) = self.embedder() {
+        let expiry = with.expiry.to_expiry()?;
+        if with.embed
+            && let Some(embedder) = self.embedder()
+        {
             embed_missing(embedder, &mut input.messages)?;
         }
-        self.memory_add(input)
+        let scope = check_session(&input.session)?;
+        let memory = self.stores().memory_created_on_write(scope)?;
+        let items = input
+            .messages
+            .into_iter()
+            .map(|m| MsgInput::Json(m.0))
+            .collect();
+        // The memory store is gaining options (the embedding model): the rest keep their
+        // defaults.
+        #[allow(clippy::needless_update)]
+        let options = AddOptions {
+            marks: input.marks,
+            expiry,
+            ..AddOptions::default()
+        };
+        let report = memory.add_with(items, &options)?;
+        Ok(MemoryAddOutput {
+            added: report.added,
+            skipped_duplicates: report.skipped_duplicates,
+        })
     }
 
     /// Search across sessions (docs/reference/memory.md#search-across-sessions): the messages

@@ -429,6 +429,16 @@ impl Stores {
         }
     }
 
+    /// Removes every expired message of the namespace (rows and marks), in one transaction;
+    /// returns how many.
+    pub fn gc_memory(&self) -> Result<u64, MemoryError> {
+        match &self.memory {
+            MemoryStore::Sqlite(store) => store.gc(),
+            #[cfg(feature = "postgres")]
+            MemoryStore::Postgres(store) => store.gc(),
+        }
+    }
+
     /// Deletes every memory thread of the namespace that `within` selects (all of them for
     /// [`ScopeFilter::all`]), with their messages and marks, in one transaction.
     pub fn forget_memory(

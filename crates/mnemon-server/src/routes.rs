@@ -24,11 +24,11 @@ use mnemon_ops::library::{
 };
 use mnemon_ops::maintenance::{ForgetInput, ForgetOutput, GcOutput};
 use mnemon_ops::memory::{
-    DeleteMessagesInput, DeleteMessagesOutput, MarkInput, MarkOutput, MarksOutput, MemoryAddInput,
-    MemoryAddOutput, MemoryExportInput, MemoryGetInput, MemoryGetOutput, MemoryImportInput,
-    MemorySearchAcrossInput, MemorySearchAcrossOutput, MemorySearchInput, MemorySearchOutput,
-    MessageInput, SessionCreateOutput, SessionInput, SessionListInput, SessionListOutput,
-    SessionOrder,
+    AddWith, DeleteMessagesInput, DeleteMessagesOutput, MarkInput, MarkOutput, MarksOutput,
+    MemoryAddInput, MemoryAddOutput, MemoryExportInput, MemoryGetInput, MemoryGetOutput,
+    MemoryImportInput, MemorySearchAcrossInput, MemorySearchAcrossOutput, MemorySearchInput,
+    MemorySearchOutput, MessageInput, SessionCreateOutput, SessionInput, SessionListInput,
+    SessionListOutput, SessionOrder,
 };
 use mnemon_ops::refs::{RenderInput, RenderOutput, ResolveParamsInput, ResolveParamsOutput};
 use schemars::{JsonSchema, Schema, SchemaGenerator};
@@ -644,6 +644,13 @@ struct AddQuery {
     /// Without an embedder configured, nothing is embedded.
     #[serde(default)]
     embed: bool,
+    /// The added messages expire this many seconds (at least 1) after the add.
+    #[serde(default)]
+    ttl_seconds: Option<u64>,
+    /// The added messages expire at this instant (milliseconds since the Unix epoch, in the
+    /// future).
+    #[serde(default)]
+    expires_at_ms: Option<i64>,
 }
 
 /// The query of `GET /v1/memory/sessions`.
@@ -1094,11 +1101,14 @@ async fn memory_add(
     input.session = session;
     let out = s
         .call(&p, Role::Write, move |svc| {
-            if q.embed {
-                svc.memory_add_embedded(input)
-            } else {
-                svc.memory_add(input)
-            }
+            let with = AddWith {
+                embed: q.embed,
+                expiry: ExpiryInput {
+                    ttl_seconds: q.ttl_seconds,
+                    expires_at_ms: q.expires_at_ms,
+                },
+            };
+            svc.memory_add_with(input, &with)
         })
         .await?;
     answer(OK, &out)

@@ -223,8 +223,14 @@ fn maintenance_routes(api: &Api) {
         "invalid_input",
     );
     assert!(message.contains("give its own name"), "{message}");
+    let (status, body) = json_of(api.post(
+        "/v1/memory/sessions/forget-me/messages?ttl_seconds=0",
+        json!({"messages": [{"name": "user", "content": "a"}]}),
+    ));
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
     let swept = ok(api.post("/v1/gc", json!({})), StatusCode::OK);
     assert!(swept["namespace"].is_string(), "{swept}");
+    assert!(swept["messages"].is_u64(), "{swept}");
     assert!(
         swept["assets"].is_u64() && swept["artifacts"]["records"].is_u64(),
         "{swept}"
@@ -1137,10 +1143,17 @@ fn the_server_sweeps_expired_records_periodically() {
         api.put("/v1/assets/kept", json!({"content": 2})),
         StatusCode::OK,
     );
+    ok(
+        api.post(
+            "/v1/memory/sessions/s/messages?ttl_seconds=1",
+            json!({"messages": [{"name": "user", "content": "brief"}]}),
+        ),
+        StatusCode::OK,
+    );
     std::thread::sleep(std::time::Duration::from_millis(1_600));
-    // The server's sweep already removed the expired row: a sweep by hand finds nothing.
+    // The server's sweep already removed the expired rows: a sweep by hand finds nothing.
     let by_hand = Service::new(stores).gc().unwrap();
-    assert_eq!(by_hand.assets, 0, "{by_hand:?}");
+    assert_eq!((by_hand.assets, by_hand.messages), (0, 0), "{by_hand:?}");
     ok(api.get("/v1/assets/kept"), StatusCode::OK);
 }
 

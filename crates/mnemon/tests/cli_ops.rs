@@ -725,9 +725,23 @@ fn gc_and_forget_across_the_stores() {
             &["memory", "add", "--session", session, "--content", "hello"],
         ));
     }
+    ok(&mnemon(
+        d,
+        &[
+            "memory",
+            "add",
+            "--session",
+            "s2",
+            "--content",
+            "brief",
+            "--ttl",
+            "1s",
+        ],
+    ));
     std::thread::sleep(std::time::Duration::from_millis(1_100));
     let swept = ok_json(d, &["gc", "--format", "json"]);
     assert_eq!(swept["assets"], 1, "{swept}");
+    assert_eq!(swept["messages"], 1, "{swept}");
     assert_eq!(swept["artifacts"]["records"], 0, "{swept}");
     let again = ok(&mnemon(d, &["gc"]));
     assert!(again.contains("assets") && again.contains('0'), "{again}");

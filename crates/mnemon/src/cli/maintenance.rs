@@ -8,7 +8,7 @@ use mnemon_ops::maintenance::{ArtifactsSwept, ForgetInput};
 use super::format::{FormatArg, Table, emit, ops_error, service_for_writing};
 use super::{CliError, CliResult, Target};
 
-/// `mnemon gc`.
+/// `mnemon gc`: expired messages, assets and artifact records (with their files).
 #[derive(Debug, Args)]
 pub(crate) struct GcArgs {
     #[command(flatten)]
@@ -63,6 +63,7 @@ pub(crate) fn run_gc(args: GcArgs, target: &Target<'_>) -> CliResult {
     let swept = service.gc().map_err(ops_error)?;
     emit(args.output.format, &swept, |s| {
         let mut table = Table::new(&["store", "removed"]);
+        table.row(vec!["messages".into(), s.messages.to_string()]);
         table.row(vec!["assets".into(), s.assets.to_string()]);
         artifact_rows(&mut table, &s.artifacts);
         table

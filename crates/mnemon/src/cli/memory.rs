@@ -13,9 +13,10 @@ use mnemon_memory::{
 use serde::Serialize;
 
 use mnemon_ops::Service;
+use mnemon_ops::expiry::ExpiryInput;
 use mnemon_ops::memory::{
-    DeleteMessagesInput, MarkInput, MemoryAddInput, MemorySearchAcrossInput, MemorySearchInput,
-    MessageBody, MetricName, SearchQuery, SessionInput, SessionListInput,
+    AddWith, DeleteMessagesInput, MarkInput, MemoryAddInput, MemorySearchAcrossInput,
+    MemorySearchInput, MessageBody, MetricName, SearchQuery, SessionInput, SessionListInput,
 };
 
 use super::format::{
@@ -99,6 +100,10 @@ pub(crate) enum MemoryCommand {
         /// The model --embed uses, e.g. `mnemon:hashing-v1-256`.
         #[arg(long, env = "MNEMON_EMBEDDING_MODEL", value_name = "MODEL")]
         embedding_model: Option<String>,
+        /// Forget the added messages this long after the add: a whole number and a unit, s,
+        /// m, h, d or w (e.g. `90s`, `30d`, `1h30m`).
+        #[arg(long, value_name = "DURATION", value_parser = super::artifact::parse_ttl)]
+        ttl: Option<std::time::Duration>,
         #[command(flatten)]
         output: OutputArg,
     },
@@ -553,6 +558,7 @@ pub(crate) fn run(command: MemoryCommand, target: &Target<'_>) -> CliResult {
             marks,
             embed,
             embedding_model,
+            ttl,
             output,
         } => {
             let messages = match (json, content) {
@@ -568,12 +574,16 @@ pub(crate) fn run(command: MemoryCommand, target: &Target<'_>) -> CliResult {
                 messages,
                 marks,
             };
-            let added = if embed {
-                with_embedder(service, embedding_model.as_deref())?.memory_add_embedded(input)
+            let with = AddWith {
+                embed,
+                expiry: ttl.map(ExpiryInput::after).unwrap_or_default(),
+            };
+            let service = if embed {
+                with_embedder(service, embedding_model.as_deref())?
             } else {
-                service.memory_add(input)
-            }
-            .map_err(ops_error)?;
+                service
+            };
+            let added = service.memory_add_with(input, &with).map_err(ops_error)?;
             emit(output.format, &added, |a| {
                 let mut table = Table::new(&["added", "skipped_duplicates"]);
                 table.row(vec![a.added.to_string(), a.skipped_duplicates.join(", ")]);
