@@ -81,6 +81,15 @@ mod sqlite_second_handle {
             self.writer.add_with(items, options)
         }
 
+        fn add_with_model(
+            &self,
+            items: Vec<mnemon_memory::MsgInput>,
+            options: &AddOptions,
+            embedding_model: &str,
+        ) -> Result<AddReport, MemoryError> {
+            self.writer.add_with_model(items, options, embedding_model)
+        }
+
         fn delete(&self, indices: &[usize]) -> Result<DeleteReport, MemoryError> {
             self.writer.delete(indices)
         }
@@ -422,6 +431,13 @@ mod summaries {
         /// How many messages the keyword index holds (SQLite: rows of `memory_fts`;
         /// PostgreSQL: messages with a `search_tsv`).
         fn keyword_index_rows(&self) -> i64;
+        /// `search_with` of `namespace`'s store with an embedder.
+        fn search_embedded(
+            &self,
+            namespace: &str,
+            request: &SearchRequest,
+            embedder: &dyn mnemon_types::Embedder,
+        ) -> Result<Vec<SearchHit>, MemoryError>;
     }
 
     fn now_ms() -> i64 {
@@ -1623,6 +1639,162 @@ mod summaries {
         ));
     }
 
+    /// A real embedder under another model's name: two models of one dimension, whose
+    /// vectors must not be scored against each other.
+    pub(super) struct Renamed {
+        pub(super) model: String,
+        pub(super) inner: mnemon_embed::HashingEmbedder,
+    }
+
+    impl mnemon_types::Embedder for Renamed {
+        fn model(&self) -> &str {
+            &self.model
+        }
+
+        fn dimension(&self) -> usize {
+            self.inner.dimension()
+        }
+
+        fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, mnemon_types::EmbedError> {
+            self.inner.embed(texts)
+        }
+    }
+
+    /// Issue 14, item 6: every vector an embedder stores records its model; a recall, a search
+    /// or `get_embeddings` with another model's embedder is refused (never mixed scores), also
+    /// through a fresh handle and when the vectors came with an add that named their model.
+    pub(super) fn embedding_models(stores: &dyn SummaryStores) {
+        use mnemon_embed::HashingEmbedder;
+        use mnemon_memory::{AddOptions, InMemoryMemory, RetrieveOptions};
+        use mnemon_types::Embedder;
+        let a = HashingEmbedder::new(16).unwrap();
+        let b = Renamed {
+            model: "other:model-16".into(),
+            inner: HashingEmbedder::new(16).unwrap(),
+        };
+        let s = scope(Some("u"), None, Some("models"));
+        let memory = stores.memory("models", &s);
+        memory
+            .add(vec![
+                msg_text("m0", "the ferry"),
+                msg_text("m1", "the tides"),
+                msg_text("m2", "weather"),
+            ])
+            .unwrap();
+        let recall = |m: &dyn Memory, e: &dyn Embedder| {
+            m.retrieve_by_embedding(
+                RetrievalQuery::Text("ferry".into()),
+                &RetrieveOptions {
+                    top_k: Some(2),
+                    ..RetrieveOptions::default()
+                },
+                Some(e),
+            )
+        };
+        // The first recall embeds every message with `a` and records it.
+        assert_eq!(recall(&*memory, &a).unwrap()[0].message.id(), "m0");
+        assert_eq!(
+            stores.count(&format!(
+                "SELECT COUNT(*) FROM memory_messages WHERE embedding_model = '{}'",
+                a.model()
+            )),
+            3
+        );
+        let refused = |result: Result<Vec<mnemon_memory::Retrieved>, MemoryError>| match result {
+            Err(MemoryError::EmbeddingModelMismatch { stored, requested }) => {
+                assert_eq!(
+                    (stored.as_str(), requested.as_str()),
+                    (a.model(), b.model())
+                );
+            }
+            other => panic!("{other:?}"),
+        };
+        refused(recall(&*memory, &b));
+        refused(recall(&*stores.fresh("models", &s), &b));
+        assert!(matches!(
+            memory.get_embeddings(Some(&b)),
+            Err(MemoryError::EmbeddingModelMismatch { .. })
+        ));
+        assert_eq!(recall(&*stores.fresh("models", &s), &a).unwrap().len(), 2);
+        let request =
+            SearchRequest::new(ScopeFilter::all(), RetrievalQuery::Text("ferry".into()), 2);
+        assert!(matches!(
+            stores.search_embedded("models", &request, &b),
+            Err(MemoryError::EmbeddingModelMismatch { .. })
+        ));
+        let found = stores.search_embedded("models", &request, &a).unwrap();
+        assert_eq!(found[0].message.id(), "m0");
+        // Another thread embedded by `b`: each thread recalls with its own model; a search
+        // over both is refused with either.
+        let t = scope(Some("u"), None, Some("other"));
+        let other = stores.memory("models", &t);
+        other.add(vec![msg_text("n0", "ferry")]).unwrap();
+        assert_eq!(recall(&*other, &b).unwrap().len(), 1);
+        for e in [&a as &dyn Embedder, &b] {
+            assert!(matches!(
+                stores.search_embedded("models", &request, e),
+                Err(MemoryError::EmbeddingModelMismatch { .. })
+            ));
+        }
+        assert_eq!(
+            stores
+                .search_embedded(
+                    "models",
+                    &SearchRequest::new(
+                        ScopeFilter::all().session("models"),
+                        request.query.clone(),
+                        2
+                    ),
+                    &a
+                )
+                .unwrap()
+                .len(),
+            2
+        );
+        // An add may name the model of the vectors it brings.
+        memory
+            .add_with_model(
+                vec![
+                    json!({"id": "m3", "name": "n", "content": "c",
+                            "embedding": b.embed(&["c"]).unwrap()[0]})
+                    .into(),
+                ],
+                &AddOptions::default(),
+                b.model(),
+            )
+            .unwrap();
+        match recall(&*stores.fresh("models", &s), &a) {
+            Err(MemoryError::EmbeddingModelMismatch { stored, .. }) => {
+                assert_eq!(stored, b.model())
+            }
+            other => panic!("{other:?}"),
+        }
+        // A vector query without an embedder has no model to check.
+        assert_eq!(
+            memory
+                .retrieve_by_embedding(
+                    RetrievalQuery::Vector(a.embed(&["ferry"]).unwrap()[0].clone()),
+                    &RetrieveOptions::default(),
+                    None,
+                )
+                .unwrap()
+                .len(),
+            1
+        );
+        // The in-memory memory keeps the same rule.
+        let plain = InMemoryMemory::new();
+        plain.add(vec![msg_text("p0", "ferry")]).unwrap();
+        assert_eq!(recall(&plain, &a).unwrap().len(), 1);
+        assert!(matches!(
+            recall(&plain, &b),
+            Err(MemoryError::EmbeddingModelMismatch { .. })
+        ));
+    }
+
+    fn msg_text(id: &str, content: &str) -> mnemon_memory::MsgInput {
+        json!({"id": id, "name": "n", "content": content}).into()
+    }
+
     /// Rows of every memory table whose thread is gone (none may be left by a forget).
     fn orphans(stores: &dyn SummaryStores) -> Vec<(String, i64)> {
         let tables = stores.thread_tables();
@@ -1845,6 +2017,15 @@ mod sqlite_summaries {
             self.store(namespace).search_with(request, None)
         }
 
+        fn search_embedded(
+            &self,
+            namespace: &str,
+            request: &SearchRequest,
+            embedder: &dyn mnemon_types::Embedder,
+        ) -> Result<Vec<SearchHit>, MemoryError> {
+            self.store(namespace).search_with(request, Some(embedder))
+        }
+
         fn count(&self, sql: &str) -> i64 {
             let conn = rusqlite::Connection::open(&self.path).unwrap();
             conn.query_row(sql, [], |r| r.get(0)).unwrap()
@@ -1932,6 +2113,12 @@ mod sqlite_summaries {
         let dir = tempfile::tempdir().unwrap();
         super::summaries::keyword_search(&stores(&dir));
         super::summaries::hybrid_search(&stores(&dir));
+    }
+
+    #[test]
+    fn embedding_models_sqlite() {
+        let dir = tempfile::tempdir().unwrap();
+        super::summaries::embedding_models(&stores(&dir));
     }
 
     #[test]
@@ -2052,6 +2239,15 @@ mod postgres_summaries {
             request: &SearchRequest,
         ) -> Result<Vec<SearchHit>, MemoryError> {
             self.store(namespace).search_with(request, None)
+        }
+
+        fn search_embedded(
+            &self,
+            namespace: &str,
+            request: &SearchRequest,
+            embedder: &dyn mnemon_types::Embedder,
+        ) -> Result<Vec<SearchHit>, MemoryError> {
+            self.store(namespace).search_with(request, Some(embedder))
         }
 
         fn count(&self, sql: &str) -> i64 {
@@ -2180,6 +2376,19 @@ mod postgres_summaries {
             );
             super::summaries::keyword_search(&stores);
             super::summaries::hybrid_search(&stores);
+        }
+    }
+
+    #[test]
+    fn embedding_models_postgres() {
+        let server = mnemon_tests::require_postgres!();
+        for vector_index in [true, false] {
+            let stores = Stores::new(
+                server.fresh_database("memory_models").unwrap(),
+                vector_index,
+                0,
+            );
+            super::summaries::embedding_models(&stores);
         }
     }
 

@@ -29,6 +29,9 @@ pub(crate) struct Entry {
     /// When the message expires (milliseconds since the Unix epoch, `mnemon_db::expiry`), or
     /// `None` for never: what a durable store writes to the row's `expires_at`.
     pub(crate) expires_at: Option<i64>,
+    /// The model that made the message's embedding, when known (an embedder filled it in, or
+    /// the add said so): what a durable store writes to the row's `embedding_model`.
+    pub(crate) embedding_model: Option<String>,
 }
 
 impl Entry {
@@ -51,6 +54,7 @@ impl Entry {
             embedding,
             marks,
             expires_at: None,
+            embedding_model: None,
         }
     }
 
@@ -65,6 +69,7 @@ impl Entry {
             embedding: Some(numbers),
             marks,
             expires_at: None,
+            embedding_model: None,
         })
     }
 
@@ -78,6 +83,13 @@ impl Entry {
     /// This entry, expiring at `expires_at` (`None`: never).
     pub(crate) fn expiring(mut self, expires_at: Option<i64>) -> Self {
         self.expires_at = expires_at;
+        self
+    }
+
+    /// This entry, its embedding made by `model` (`None`: unknown). Only an entry with an
+    /// embedding keeps a model.
+    pub(crate) fn embedded_by(mut self, model: Option<String>) -> Self {
+        self.embedding_model = model.filter(|_| self.has_embedding());
         self
     }
 

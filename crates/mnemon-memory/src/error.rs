@@ -125,6 +125,19 @@ pub enum MemoryError {
         /// The mark.
         mark: String,
     },
+    /// A recall or search with an embedder whose model is not the one that made stored
+    /// embeddings: their scores would not be comparable
+    /// (docs/reference/memory.md#embedding-models).
+    #[error(
+        "stored embeddings were made by model {stored:?}, this recall uses {requested:?}: recall \
+         with the {stored:?} embedder, or re-embed the messages with {requested:?} (reembed)"
+    )]
+    EmbeddingModelMismatch {
+        /// A model of the stored embeddings.
+        stored: String,
+        /// The model of the recall's embedder.
+        requested: String,
+    },
     /// A message was given an expiry by a memory that keeps no clock (`InMemoryMemory`).
     #[error(
         "this memory does not expire messages: add them without an expiry, or use a durable \

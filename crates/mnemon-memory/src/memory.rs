@@ -90,6 +90,18 @@ pub trait Memory: Send + Sync {
         options: &AddOptions,
     ) -> Result<AddReport, MemoryError>;
 
+    /// [`add_with`](Memory::add_with), recording `embedding_model` as the model that made the
+    /// embeddings given with these messages (docs/reference/memory.md#embedding-models): a
+    /// later recall with another embedder's model is then refused instead of mixing scores.
+    /// Messages added without a model (plain `add_with`) have embeddings of unknown origin,
+    /// never checked.
+    fn add_with_model(
+        &self,
+        items: Vec<MsgInput>,
+        options: &AddOptions,
+        embedding_model: &str,
+    ) -> Result<AddReport, MemoryError>;
+
     /// Removes the messages at these indices in one step; invalid indices are reported.
     fn delete(&self, indices: &[usize]) -> Result<DeleteReport, MemoryError>;
 

@@ -84,6 +84,26 @@ pub(crate) trait Backend: Send + Sync {
         }
     }
 
+    /// Refuses a recall with `model` when a stored embedding of the thread was made by another
+    /// model ([`MemoryError::EmbeddingModelMismatch`]); embeddings of unknown origin pass. A
+    /// durable backend answers from an index, without reading the thread.
+    fn check_model(&self, model: &str) -> Result<(), MemoryError> {
+        let other = self.read(|s| {
+            s.entries()
+                .iter()
+                .filter_map(|e| e.embedding_model.as_deref())
+                .find(|m| *m != model)
+                .map(str::to_owned)
+        })?;
+        match other {
+            Some(stored) => Err(MemoryError::EmbeddingModelMismatch {
+                stored,
+                requested: model.to_owned(),
+            }),
+            None => Ok(()),
+        }
+    }
+
     /// [`Memory::load`]: decodes the whole source, then adds it in one
     /// write. A durable backend instead streams the source into one transaction.
     fn load_document(&self, source: LoadSource, overwrite: bool) -> Result<AddReport, MemoryError> {
@@ -117,13 +137,16 @@ impl<B: Backend> Memory for B {
         items: Vec<MsgInput>,
         options: &AddOptions,
     ) -> Result<AddReport, MemoryError> {
-        validate_marks(&options.marks)?;
-        let deadline = self.deadline(options.expiry)?;
-        let mut entries = convert_inputs(self.factory(), items, &options.marks)?;
-        if deadline.is_some() {
-            entries = entries.into_iter().map(|e| e.expiring(deadline)).collect();
-        }
-        self.write(|s| Ok(s.plan_add(entries, false)))
+        add_entries(self, items, options, None)
+    }
+
+    fn add_with_model(
+        &self,
+        items: Vec<MsgInput>,
+        options: &AddOptions,
+        embedding_model: &str,
+    ) -> Result<AddReport, MemoryError> {
+        add_entries(self, items, options, Some(embedding_model))
     }
 
     fn delete(&self, indices: &[usize]) -> Result<DeleteReport, MemoryError> {
@@ -197,6 +220,9 @@ impl<B: Backend> Memory for B {
         if let Some(mark) = &options.mark {
             validate_mark(mark)?;
         }
+        if let Some(embedder) = embedder {
+            self.check_model(embedder.model())?;
+        }
         let query = retrieval::query_vector(query, embedder)?;
         if let Some(found) = self.retrieve_from_index(&query, options)? {
             return Ok(found);
@@ -216,6 +242,9 @@ impl<B: Backend> Memory for B {
         &self,
         embedder: Option<&dyn Embedder>,
     ) -> Result<Vec<Vec<f32>>, MemoryError> {
+        if let Some(embedder) = embedder {
+            self.check_model(embedder.model())?;
+        }
         ensure_embeddings(self, None, embedder)?;
         self.read(retrieval::all_embeddings)?
     }
@@ -242,6 +271,25 @@ impl<B: Backend> Memory for B {
         validate_mark(mark)?;
         self.write(|s| Ok(s.plan_delete_by_mark(mark)))
     }
+}
+
+/// Adds `items` with `options`, their embeddings made by `model` when known.
+fn add_entries<B: Backend>(
+    b: &B,
+    items: Vec<MsgInput>,
+    options: &AddOptions,
+    model: Option<&str>,
+) -> Result<AddReport, MemoryError> {
+    validate_marks(&options.marks)?;
+    let deadline = b.deadline(options.expiry)?;
+    let mut entries = convert_inputs(b.factory(), items, &options.marks)?;
+    if deadline.is_some() || model.is_some() {
+        entries = entries
+            .into_iter()
+            .map(|e| e.expiring(deadline).embedded_by(model.map(str::to_owned)))
+            .collect();
+    }
+    b.write(|s| Ok(s.plan_add(entries, false)))
 }
 
 /// Makes sure every candidate has an embedding, embedding missing ones outside any lock.
@@ -283,7 +331,8 @@ fn ensure_embeddings<B: Backend>(
                 }
             }
             Ok((
-                (!updates.is_empty()).then_some(Change::SetMessages(updates)),
+                (!updates.is_empty())
+                    .then(|| Change::SetMessages(updates, Some(embedder.model().to_owned()))),
                 (),
             ))
         })?;

@@ -137,8 +137,40 @@ static SCHEMA: Schema = Schema {
             version: 7,
             sql: SCHEMA_V7,
         },
+        Migration {
+            version: 8,
+            sql: SCHEMA_V8,
+        },
     ],
 };
+
+/// Version 8: embedding models (docs/reference/memory.md#embedding-models), as SQLite's
+/// version 6: a message's `embedding_model` names the model that made its stored embedding
+/// (NULL: not known), and the partial index answers "has this thread an embedding of another
+/// model" with two index range probes. Existing embeddings are of unknown models.
+const SCHEMA_V8: &str = "
+ALTER TABLE memory_messages ADD COLUMN IF NOT EXISTS embedding_model TEXT;
+CREATE INDEX IF NOT EXISTS memory_messages_model ON memory_messages (thread_id, embedding_model)
+  WHERE embedding_model IS NOT NULL;
+";
+
+/// The first model other than `$2` among the stored embeddings of thread `$1`, if any: two
+/// ranges of [`SCHEMA_V8`]'s index.
+pub(crate) const OTHER_MODEL_SQL: &str = "SELECT embedding_model FROM memory_messages
+ WHERE thread_id = $1 AND embedding_model IS NOT NULL
+   AND (embedding_model < $2 OR embedding_model > $2)
+ LIMIT 1";
+
+/// [`MemoryError::EmbeddingModelMismatch`] when another model than `requested` was found.
+pub(crate) fn model_mismatch(other: Option<String>, requested: &str) -> Result<(), MemoryError> {
+    match other {
+        Some(stored) => Err(MemoryError::EmbeddingModelMismatch {
+            stored,
+            requested: requested.to_owned(),
+        }),
+        None => Ok(()),
+    }
+}
 
 /// The server's clock in milliseconds since the Unix epoch: every write's activity time
 /// (schema version 5). `clock_timestamp()` rather than `now()`, the transaction's start, so that
@@ -1327,7 +1359,7 @@ fn load_thread(
     let rows = tx
         .query(
             &format!(
-                "SELECT {}, m.expires_at FROM memory_messages m
+                "SELECT {}, m.expires_at, m.embedding_model FROM memory_messages m
                  WHERE m.thread_id = $1 AND {} ORDER BY m.seq",
                 message_columns(vectors),
                 live_sql!("$2")
@@ -1340,7 +1372,12 @@ fn load_thread(
         let id: &str = row.try_get(0).map_err(pg_error)?;
         let marks = marks.remove(id).unwrap_or_default();
         let expires_at: Option<i64> = row.try_get(6).map_err(pg_error)?;
-        entries.push(row_entry(factory, row, entries.len(), marks)?.expiring(expires_at));
+        let model: Option<String> = row.try_get(7).map_err(pg_error)?;
+        entries.push(
+            row_entry(factory, row, entries.len(), marks)?
+                .expiring(expires_at)
+                .embedded_by(model),
+        );
     }
     Ok(ThreadState::from_entries(entries))
 }
@@ -1618,6 +1655,8 @@ struct Batch {
     marks: Vec<String>,
     /// Each row's `expires_at` (schema version 6).
     expires: Vec<Option<i64>>,
+    /// Each row's `embedding_model` (schema version 8).
+    models: Vec<Option<String>>,
 }
 
 impl Batch {
@@ -1630,6 +1669,7 @@ impl Batch {
             vectors,
         );
         self.expires.push(entry.expires_at);
+        self.models.push(entry.embedding_model.clone());
         self.push_marks(entry.id(), &entry.marks);
         Ok(())
     }
@@ -1691,12 +1731,12 @@ impl Batch {
                     "WITH ins AS (
                        INSERT INTO memory_messages (thread_id, seq, msg_id, kind, body,
                          embedding, embedding_v, embedding_dim, embedding_form, pending_dim,
-                         expires_at)
-                       SELECT $1, s, i, k, b, e, v, d, f, p, x
+                         expires_at, embedding_model)
+                       SELECT $1, s, i, k, b, e, v, d, f, p, x, o
                        FROM UNNEST($2::bigint[], $3::text[], $4::text[], $5::text[],
                                    $6::bytea[], $7::vector[], $8::integer[], $9::smallint[],
-                                   $10::integer[], $15::bigint[])
-                         AS t(s, i, k, b, e, v, d, f, p, x)),
+                                   $10::integer[], $15::bigint[], $17::text[])
+                         AS t(s, i, k, b, e, v, d, f, p, x, o)),
                      dims AS (
                        INSERT INTO memory_dims (thread_id, dim, n)
                        SELECT $1, d, n FROM UNNEST($11::integer[], $12::bigint[]) AS t(d, n)
@@ -1726,6 +1766,7 @@ impl Batch {
                     &next_seq,
                     &self.expires,
                     &earliest,
+                    &self.models,
                 ],
             )
             .map_err(pg_error)?;
@@ -1735,11 +1776,11 @@ impl Batch {
                     "WITH ins AS (
                        INSERT INTO memory_messages
                          (thread_id, seq, msg_id, kind, body, embedding, embedding_form,
-                          expires_at)
-                       SELECT $1, s, i, k, b, e, f, x
+                          expires_at, embedding_model)
+                       SELECT $1, s, i, k, b, e, f, x, o
                        FROM UNNEST($2::bigint[], $3::text[], $4::text[], $5::text[],
-                                   $6::bytea[], $7::smallint[], $10::bigint[])
-                         AS t(s, i, k, b, e, f, x))
+                                   $6::bytea[], $7::smallint[], $10::bigint[], $12::text[])
+                         AS t(s, i, k, b, e, f, x, o))
                      UPDATE memory_threads SET rev = rev + 1, live = live + $8, next_seq = $9,
                        next_expiry = LEAST(next_expiry, $11::bigint), ",
                     touch_sql!(),
@@ -1760,6 +1801,7 @@ impl Batch {
                     &next_seq,
                     &self.expires,
                     &earliest,
+                    &self.models,
                 ],
             )
             .map_err(pg_error)?;
@@ -1987,7 +2029,7 @@ fn persist(
                 &batch.marks,
             )?;
         }
-        Change::SetMessages(updates) => {
+        Change::SetMessages(updates, model) => {
             let mut batch = Batch {
                 deferred,
                 ..Batch::default()
@@ -2004,7 +2046,9 @@ fn persist(
                     .query(
                         "UPDATE memory_messages m SET body = t.b, embedding = t.e,
                            embedding_v = t.v, embedding_dim = t.d, embedding_form = t.f,
-                           pending_dim = t.p
+                           pending_dim = t.p,
+                           embedding_model = CASE WHEN t.e IS NULL AND t.v IS NULL
+                                                  THEN NULL ELSE $9::text END
                          FROM UNNEST($2::text[], $3::text[], $4::bytea[], $5::vector[],
                                      $6::integer[], $7::smallint[], $8::integer[])
                                 AS t(i, b, e, v, d, f, p),
@@ -2021,6 +2065,7 @@ fn persist(
                             &batch.indexed_dims,
                             &batch.forms,
                             &batch.pending_dims,
+                            model,
                         ],
                     )
                     .map_err(pg_error)?;
@@ -2033,7 +2078,8 @@ fn persist(
                 dims.extend(batch.dims);
             } else {
                 tx.execute(
-                    "UPDATE memory_messages m SET body = t.b, embedding = t.e, embedding_form = t.f
+                    "UPDATE memory_messages m SET body = t.b, embedding = t.e, embedding_form = t.f,
+                       embedding_model = CASE WHEN t.e IS NULL THEN NULL ELSE $6::text END
                      FROM UNNEST($2::text[], $3::text[], $4::bytea[], $5::smallint[])
                        AS t(i, b, e, f)
                      WHERE m.thread_id = $1 AND m.msg_id = t.i",
@@ -2043,6 +2089,7 @@ fn persist(
                         &batch.bodies,
                         &batch.embeddings,
                         &batch.forms,
+                        model,
                     ],
                 )
                 .map_err(pg_error)?;
@@ -2193,6 +2240,22 @@ impl Backend for PostgresMemory {
 
     fn deadline(&self, expiry: mnemon_db::Expiry) -> Result<Option<i64>, MemoryError> {
         Ok(expiry.deadline(self.store.now(), self.store.default_ttl))
+    }
+
+    fn check_model(&self, model: &str) -> Result<(), MemoryError> {
+        let mut client = self.store.client()?;
+        let mut tx = snapshot(&mut client)?;
+        let Some((thread_id, _)) = thread_row(&mut tx, &self.store.namespace, &self.scope)? else {
+            return Ok(());
+        };
+        let other: Option<String> = tx
+            .query_opt(OTHER_MODEL_SQL, &[&thread_id, &model])
+            .map_err(pg_error)?
+            .map(|r| r.try_get(0))
+            .transpose()
+            .map_err(pg_error)?;
+        tx.commit().map_err(pg_error)?;
+        model_mismatch(other, model)
     }
 
     fn read<R>(&self, f: impl FnOnce(&ThreadState) -> R) -> Result<R, MemoryError> {

@@ -89,86 +89,29 @@ static SCHEMA: Schema = Schema {
             version: 5,
             sql: SCHEMA_V5,
         },
-    ],
-};
-
-/// The schema as files written before keyword search have it (version 4): what a reader opens
-/// such a file with (see [`SqliteMemoryStore::open_read_only`]).
-static SCHEMA_BEFORE_KEYWORDS: Schema = Schema {
-    component: "memory",
-    table: "memory_schema",
-    key_column: "id",
-    migrations: &[
         Migration {
-            version: 1,
-            sql: SCHEMA_V1,
-        },
-        Migration {
-            version: 2,
-            sql: SCHEMA_V2,
-        },
-        Migration {
-            version: 3,
-            sql: SCHEMA_V3,
-        },
-        Migration {
-            version: 4,
-            sql: SCHEMA_V4,
+            version: 6,
+            sql: SCHEMA_V6,
         },
     ],
 };
 
-/// The schema as files written before expiry have it (version 3): what a reader opens such a
-/// file with (see [`SqliteMemoryStore::open_read_only`]).
-static SCHEMA_BEFORE_EXPIRY: Schema = Schema {
-    component: "memory",
-    table: "memory_schema",
-    key_column: "id",
-    migrations: &[
-        Migration {
-            version: 1,
-            sql: SCHEMA_V1,
-        },
-        Migration {
-            version: 2,
-            sql: SCHEMA_V2,
-        },
-        Migration {
-            version: 3,
-            sql: SCHEMA_V3,
-        },
-    ],
-};
+/// Version 6: embedding models (docs/reference/memory.md#embedding-models). A message's
+/// `embedding_model` names the model that made its stored embedding (NULL: not known); the
+/// partial index answers "has this thread an embedding of another model" with two index range
+/// probes, without reading the thread. Existing embeddings are of unknown models.
+const SCHEMA_V6: &str = "
+ALTER TABLE memory_messages ADD COLUMN embedding_model TEXT;
+CREATE INDEX memory_messages_model ON memory_messages (thread_id, embedding_model)
+  WHERE embedding_model IS NOT NULL;
+";
 
-/// The schema as files written before thread summaries have it (version 2): what a reader
-/// opens such a file with (see [`SqliteMemoryStore::open_read_only`]).
-static SCHEMA_BEFORE_ACTIVITY: Schema = Schema {
-    component: "memory",
-    table: "memory_schema",
-    key_column: "id",
-    migrations: &[
-        Migration {
-            version: 1,
-            sql: SCHEMA_V1,
-        },
-        Migration {
-            version: 2,
-            sql: SCHEMA_V2,
-        },
-    ],
-};
-
-/// The schema as files written before namespaces have it: what a reader, which cannot migrate,
-/// opens such a file with (see [`SqliteMemoryStore::open_read_only`]).
-static SCHEMA_BEFORE_NAMESPACES: Schema = Schema {
-    component: "memory",
-    table: "memory_schema",
-    key_column: "id",
-    migrations: &[Migration {
-        version: 1,
-        sql: SCHEMA_V1,
-    }],
-};
+/// The first model other than `?2` among the stored embeddings of thread `?1`, if any: two
+/// ranges of [`SCHEMA_V6`]'s index.
+const OTHER_MODEL_SQL: &str = "SELECT embedding_model FROM memory_messages
+ WHERE thread_id = ?1 AND embedding_model IS NOT NULL
+   AND (embedding_model < ?2 OR embedding_model > ?2)
+ LIMIT 1";
 
 const SCHEMA_V1: &str = "
 CREATE TABLE memory_threads (
@@ -263,11 +206,14 @@ CREATE INDEX memory_threads_expiry ON memory_threads (namespace, next_expiry)
 ";
 
 /// The text keyword search indexes for a message whose JSON body is `$body`: its content when
-/// a string, the `text` of its blocks when a list, else the content's JSON.
+/// a string, the `text` of its blocks when a list, else the content's JSON (nothing for a body
+/// that is not JSON, which only a damaged row has: the write must not fail on it).
 macro_rules! message_text_sql {
     ($body:literal) => {
         concat!(
-            "CASE json_type(",
+            "CASE WHEN NOT json_valid(",
+            $body,
+            ") THEN '' ELSE CASE json_type(",
             $body,
             ", '$.content') WHEN 'text' THEN json_extract(",
             $body,
@@ -275,7 +221,7 @@ macro_rules! message_text_sql {
             $body,
             ", '$.content') b WHERE json_type(b.value, '$.text') = 'text'), '')              WHEN 'null' THEN '' ELSE COALESCE(CAST(json_extract(",
             $body,
-            ", '$.content') AS TEXT), '') END"
+            ", '$.content') AS TEXT), '') END END"
         )
     };
 }
@@ -311,14 +257,6 @@ const SCHEMA_V5: &str = concat!(
     message_text_sql!("body"),
     " FROM memory_messages;"
 );
-
-/// What a reader of a file from before expiry (opened read-only, so not migrated) sees instead
-/// of the messages table: the same rows, none of them expiring. A temporary view shadows the
-/// table of the same name for this connection only, so every read statement runs as on a
-/// current file (only writes, which such a reader cannot do, read `next_expiry`).
-const EXPIRY_VIEWS: &str = "
-CREATE TEMP VIEW memory_messages AS SELECT *, NULL AS expires_at FROM main.memory_messages;
-";
 
 /// A message row is visible at `now` (the store's clock, bound as `?N`): the one rule of
 /// `mnemon_db::expiry`, an expired row being one with `expires_at <= now`.
@@ -476,43 +414,46 @@ impl SqliteMemoryStore {
     ) -> Result<Arc<SqliteMemoryStore>, MemoryError> {
         let path = path.as_ref().to_path_buf();
         let settings = options.settings();
-        // A file from before namespaces cannot be migrated without writing: it is read as it
-        // is, all of it in the default namespace.
-        let (read, before_namespaces, before_activity) =
-            match sqlite::open_read_only(&path, &settings, &SCHEMA) {
-                Ok(read) => (read, false, false),
-                Err(DbError::NeedsUpgrade { found: 4, .. }) => (
-                    sqlite::open_read_only(&path, &settings, &SCHEMA_BEFORE_KEYWORDS)
-                        .map_err(db_error)?,
-                    false,
-                    false,
-                ),
-                Err(DbError::NeedsUpgrade { found: 3, .. }) => (
-                    sqlite::open_read_only(&path, &settings, &SCHEMA_BEFORE_EXPIRY)
-                        .map_err(db_error)?,
-                    false,
-                    false,
-                ),
-                Err(DbError::NeedsUpgrade { found: 1, .. }) => (
-                    sqlite::open_read_only(&path, &settings, &SCHEMA_BEFORE_NAMESPACES)
-                        .map_err(db_error)?,
-                    true,
-                    true,
-                ),
-                Err(DbError::NeedsUpgrade { found: 2, .. }) => (
-                    sqlite::open_read_only(&path, &settings, &SCHEMA_BEFORE_ACTIVITY)
-                        .map_err(db_error)?,
-                    false,
-                    true,
-                ),
-                Err(other) => return Err(db_error(other)),
-            };
-        let before_expiry = read.conn.query_row(
-            "SELECT COUNT(*) = 0 FROM pragma_table_info('memory_messages')
-             WHERE name = 'expires_at'",
-            [],
-            |r| r.get::<_, bool>(0),
-        );
+        // A file from an older version cannot be migrated without writing: it is read as it
+        // is, with what its version has (before namespaces, all of it in the default
+        // namespace).
+        let (read, found) = match sqlite::open_read_only(&path, &settings, &SCHEMA) {
+            Ok(read) => (read, SCHEMA.version()),
+            Err(DbError::NeedsUpgrade { found, .. }) if found >= 1 => {
+                let steps = usize::try_from(found)
+                    .ok()
+                    .and_then(|n| SCHEMA.migrations.get(..n))
+                    .ok_or_else(|| MemoryError::Storage {
+                        detail: format!("unknown memory schema version {found}"),
+                    })?;
+                let older = Schema {
+                    migrations: steps,
+                    ..SCHEMA
+                };
+                (
+                    sqlite::open_read_only(&path, &settings, &older).map_err(db_error)?,
+                    found,
+                )
+            }
+            Err(other) => return Err(db_error(other)),
+        };
+        let (before_namespaces, before_activity) = (found < 2, found < 3);
+        // The message columns later versions added, read as NULL through a temporary view.
+        let mut missing = Vec::new();
+        for column in ["expires_at", "embedding_model"] {
+            let absent = read
+                .conn
+                .query_row(
+                    "SELECT COUNT(*) = 0 FROM pragma_table_info('memory_messages')
+                     WHERE name = ?1",
+                    [column],
+                    |r| r.get::<_, bool>(0),
+                )
+                .unwrap_or(false);
+            if absent {
+                missing.push(format!("NULL AS {column}"));
+            }
+        }
         // A file without memory tables has no columns either; it reads as empty anyway.
         let has_tables = read
             .conn
@@ -532,10 +473,14 @@ impl SqliteMemoryStore {
             )
             .unwrap_or(false)
             || !has_tables;
-        if has_tables && before_expiry.unwrap_or(false) {
+        if has_tables && !missing.is_empty() {
             // `query_only` refuses even temporary objects; the file stays read-only.
             read.conn.execute_batch(&format!(
-                "PRAGMA query_only = 0; {EXPIRY_VIEWS} PRAGMA query_only = 1;"
+                "PRAGMA query_only = 0;
+                 CREATE TEMP VIEW memory_messages AS
+                   SELECT *, {} FROM main.memory_messages;
+                 PRAGMA query_only = 1;",
+                missing.join(", ")
             ))?;
         }
         Ok(Arc::new(SqliteMemoryStore {
@@ -905,6 +850,15 @@ impl SqliteMemoryStore {
         let mut conn = self.lock();
         let tx = conn.transaction()?;
         let threads = self.selected_threads(&tx, &request.within)?;
+        if let Some(embedder) = embedder {
+            let mut probe = tx.prepare_cached(OTHER_MODEL_SQL)?;
+            for (thread_id, _) in &threads {
+                let other: Option<String> = probe
+                    .query_row(params![thread_id, embedder.model()], |r| r.get(0))
+                    .optional()?;
+                model_mismatch(other, embedder.model())?;
+            }
+        }
         let mut top = TopK::new(top_k);
         {
             // Without a filter the body, before the embedding in the row, is never read here.
@@ -1082,6 +1036,17 @@ impl SqliteMemoryStore {
             threads: u64::try_from(threads).unwrap_or(u64::MAX),
             messages: u64::try_from(messages).unwrap_or(0),
         })
+    }
+}
+
+/// [`MemoryError::EmbeddingModelMismatch`] when another model than `requested` was found.
+fn model_mismatch(other: Option<String>, requested: &str) -> Result<(), MemoryError> {
+    match other {
+        Some(stored) => Err(MemoryError::EmbeddingModelMismatch {
+            stored,
+            requested: requested.to_owned(),
+        }),
+        None => Ok(()),
     }
 }
 
@@ -1263,7 +1228,7 @@ fn load_thread(
         }
     }
     let mut stmt = tx.prepare_cached(concat!(
-        "SELECT m.msg_id, m.kind, m.body, m.expires_at FROM memory_messages m
+        "SELECT m.msg_id, m.kind, m.body, m.expires_at, m.embedding_model FROM memory_messages m
          WHERE m.thread_id = ?1 AND ",
         live_sql!("m", "?2"),
         " ORDER BY m.seq"
@@ -1274,7 +1239,11 @@ fn load_thread(
         let id: String = row.get(0)?;
         let msg = row_message(factory, &id, row, entries.len())?;
         let marks = marks.remove(&id).unwrap_or_default();
-        entries.push(Entry::new(msg, marks).expiring(row.get(3)?));
+        entries.push(
+            Entry::new(msg, marks)
+                .expiring(row.get(3)?)
+                .embedded_by(row.get(4)?),
+        );
     }
     Ok(ThreadState::from_entries(entries))
 }
@@ -1401,8 +1370,9 @@ fn insert_entries(
         )?
         .query_row([thread_id], |r| r.get(0))?;
     let mut insert = tx.prepare_cached(
-        "INSERT INTO memory_messages (thread_id, seq, msg_id, kind, body, embedding, expires_at)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+        "INSERT INTO memory_messages
+           (thread_id, seq, msg_id, kind, body, embedding, expires_at, embedding_model)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
     )?;
     for (seq, entry) in (next..).zip(entries) {
         let body = serde_json::to_string(&*entry.full()).map_err(|e| corrupt(e.to_string()))?;
@@ -1413,7 +1383,8 @@ fn insert_entries(
             kind_str(entry.msg_without_embedding().kind()),
             body,
             embedding_blob(entry.embedding()),
-            entry.expires_at
+            entry.expires_at,
+            entry.embedding_model
         ])?;
         insert_marks(tx, thread_id, entry.id(), &entry.marks)?;
     }
@@ -1485,15 +1456,16 @@ fn persist(
                 insert_marks(tx, thread_id, id, marks)?;
             }
         }
-        Change::SetMessages(updates) => {
+        Change::SetMessages(updates, model) => {
             let mut update = tx.prepare_cached(
-                "UPDATE memory_messages SET body = ?3, embedding = ?4
+                "UPDATE memory_messages SET body = ?3, embedding = ?4,
+                   embedding_model = CASE WHEN ?4 IS NULL THEN NULL ELSE ?5 END
                  WHERE thread_id = ?1 AND msg_id = ?2",
             )?;
             for (i, msg) in updates {
                 let body = serde_json::to_string(msg).map_err(|e| corrupt(e.to_string()))?;
                 let blob = embedding_blob(msg.embedding());
-                update.execute(params![thread_id, id_at(*i)?, body, blob])?;
+                update.execute(params![thread_id, id_at(*i)?, body, blob, model])?;
             }
         }
     }
@@ -1610,6 +1582,20 @@ impl Backend for SqliteMemory {
 
     fn deadline(&self, expiry: mnemon_db::Expiry) -> Result<Option<i64>, MemoryError> {
         Ok(expiry.deadline(self.store.now(), self.store.default_ttl))
+    }
+
+    fn check_model(&self, model: &str) -> Result<(), MemoryError> {
+        let mut conn = self.store.lock();
+        let tx = conn.transaction()?;
+        let Some((thread_id, _)) = thread_row(&tx, &self.store, &self.scope, None)? else {
+            return Ok(());
+        };
+        let other: Option<String> = tx
+            .prepare_cached(OTHER_MODEL_SQL)?
+            .query_row(params![thread_id, model], |r| r.get(0))
+            .optional()?;
+        tx.commit()?;
+        model_mismatch(other, model)
     }
 
     fn read<R>(&self, f: impl FnOnce(&ThreadState) -> R) -> Result<R, MemoryError> {
@@ -2625,7 +2611,7 @@ mod expiry_tests {
             },
         )
         .unwrap();
-        assert_eq!(version(), 4);
+        assert_eq!(version(), SCHEMA.version());
         let a = store.existing_memory(Scope::session("s")).unwrap().unwrap();
         a.add_with(
             vec![serde_json::json!({"id": "b", "name": "n", "content": "c"}).into()],

@@ -26,8 +26,8 @@ pub(crate) enum Change {
     Replace(Vec<Entry>),
     /// Give these entries these mark lists.
     SetMarks(Vec<(usize, Vec<String>)>),
-    /// Replace these entries' messages (to store embeddings).
-    SetMessages(Vec<(usize, Msg)>),
+    /// Replace these entries' messages (to store embeddings), made by this model.
+    SetMessages(Vec<(usize, Msg)>, Option<String>),
 }
 
 /// The messages of one thread, in insertion order.
@@ -112,10 +112,12 @@ impl ThreadState {
                     }
                 }
             }
-            Change::SetMessages(updates) => {
+            Change::SetMessages(updates, model) => {
                 for (i, msg) in updates {
                     if let Some(entry) = self.entries.get_mut(i) {
-                        *entry = Entry::new(msg, std::mem::take(&mut entry.marks));
+                        *entry = Entry::new(msg, std::mem::take(&mut entry.marks))
+                            .expiring(entry.expires_at)
+                            .embedded_by(model.clone());
                     }
                 }
             }
@@ -142,7 +144,7 @@ impl ThreadState {
                 true
             }
             Change::SetMarks(_) => true,
-            Change::SetMessages(updates) => {
+            Change::SetMessages(updates, _) => {
                 updates
                     .iter()
                     .all(|(i, msg)| match (cache.has(*i), msg.embedding()) {

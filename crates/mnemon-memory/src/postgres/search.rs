@@ -20,9 +20,9 @@ use postgres::fallible_iterator::FallibleIterator;
 use postgres::types::ToSql;
 
 use super::{
-    HNSW_MAX_DIM, HNSW_MAX_EF_SEARCH, PENDING_SCAN_MAX, PgVector, PostgresMemoryStore,
-    RESCORE_MARGIN, StoredFloats, VectorMode, corrupt, interned, pg_error, read_retrieved,
-    retrieved_sql, seq_key, snapshot,
+    HNSW_MAX_DIM, HNSW_MAX_EF_SEARCH, OTHER_MODEL_SQL, PENDING_SCAN_MAX, PgVector,
+    PostgresMemoryStore, RESCORE_MARGIN, StoredFloats, VectorMode, corrupt, interned,
+    model_mismatch, pg_error, read_retrieved, retrieved_sql, seq_key, snapshot,
 };
 use crate::error::MemoryError;
 use crate::exact;
@@ -350,6 +350,18 @@ impl PostgresMemoryStore {
                 })
             })
             .collect::<Result<Vec<_>, MemoryError>>()?;
+        if let Some(embedder) = embedder {
+            let probe = tx.prepare(OTHER_MODEL_SQL).map_err(pg_error)?;
+            for thread in &threads {
+                let other: Option<String> = tx
+                    .query_opt(&probe, &[&thread.id, &embedder.model()])
+                    .map_err(pg_error)?
+                    .map(|r| r.try_get(0))
+                    .transpose()
+                    .map_err(pg_error)?;
+                model_mismatch(other, embedder.model())?;
+            }
+        }
         let now = self.now();
         // A thread with expired rows not yet removed: the counters count them and the index
         // holds them, so the exact scan (which leaves them out) answers.
