@@ -431,6 +431,15 @@ mod summaries {
         /// How many messages the keyword index holds (SQLite: rows of `memory_fts`;
         /// PostgreSQL: messages with a `search_tsv`).
         fn keyword_index_rows(&self) -> i64;
+        /// `reembed` of `namespace`'s store.
+        fn reembed(
+            &self,
+            namespace: &str,
+            within: &ScopeFilter,
+            embedder: &dyn mnemon_types::Embedder,
+            batch: usize,
+            progress: &mut dyn FnMut(u64, u64),
+        ) -> Result<u64, MemoryError>;
         /// `search_with` of `namespace`'s store with an embedder.
         fn search_embedded(
             &self,
@@ -1791,6 +1800,129 @@ mod summaries {
         ));
     }
 
+    /// An embedder that fails from its `fail_at`-th batch on: a run cut short.
+    struct FailsAfter {
+        inner: Renamed,
+        calls: std::sync::atomic::AtomicUsize,
+        fail_at: usize,
+    }
+
+    impl mnemon_types::Embedder for FailsAfter {
+        fn model(&self) -> &str {
+            self.inner.model.as_str()
+        }
+
+        fn dimension(&self) -> usize {
+            self.inner.inner.dimension()
+        }
+
+        fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, mnemon_types::EmbedError> {
+            let call = self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            if call >= self.fail_at {
+                return Err(mnemon_types::EmbedError::new(self.model(), "cut short"));
+            }
+            self.inner.inner.embed(texts)
+        }
+    }
+
+    /// Issue 14, item 6: `reembed` moves the selected threads to another model in batches,
+    /// reporting progress, and resumes after a run cut short doing only the rest; afterwards
+    /// recalls with the new model pass and the old one is refused.
+    pub(super) fn reembed_resumes(stores: &dyn SummaryStores) {
+        use mnemon_embed::HashingEmbedder;
+        use mnemon_memory::RetrieveOptions;
+        use mnemon_types::Embedder;
+        let a = HashingEmbedder::new(16).unwrap();
+        let s = scope(Some("u"), None, Some("re"));
+        let memory = stores.memory("re", &s);
+        memory
+            .add(
+                (0..25)
+                    .map(|i| msg_text(&format!("m{i}"), &format!("message number {i}")))
+                    .collect(),
+            )
+            .unwrap();
+        let untouched = scope(Some("v"), None, Some("re"));
+        stores
+            .memory("re", &untouched)
+            .add(vec![msg_text("v0", "other user")])
+            .unwrap();
+        let recall = |e: &dyn Embedder| {
+            stores.fresh("re", &s).retrieve_by_embedding(
+                RetrievalQuery::Text("number 7".into()),
+                &RetrieveOptions {
+                    top_k: Some(3),
+                    ..RetrieveOptions::default()
+                },
+                Some(e),
+            )
+        };
+        // Every one embedded by `a` first (a recall fills them all in).
+        memory
+            .retrieve_by_embedding(
+                RetrievalQuery::Text("x".into()),
+                &RetrieveOptions {
+                    mark: None,
+                    ..RetrieveOptions::default()
+                },
+                Some(&a),
+            )
+            .unwrap();
+        let b = || Renamed {
+            model: "other:model-16".into(),
+            inner: HashingEmbedder::new(16).unwrap(),
+        };
+        // Cut short after two batches of 4.
+        let failing = FailsAfter {
+            inner: b(),
+            calls: std::sync::atomic::AtomicUsize::new(0),
+            fail_at: 2,
+        };
+        let mut seen = Vec::new();
+        let cut = stores.reembed("re", &ScopeFilter::user("u"), &failing, 4, &mut |d, t| {
+            seen.push((d, t))
+        });
+        assert!(matches!(cut, Err(MemoryError::Embedder { .. })), "{cut:?}");
+        assert_eq!(seen, [(4, 25), (8, 25)]);
+        let with_b = |sql_model: &str| {
+            stores.count(&format!(
+                "SELECT COUNT(*) FROM memory_messages WHERE embedding_model = '{sql_model}'"
+            ))
+        };
+        assert_eq!(with_b("other:model-16"), 8);
+        // The rest, and nothing twice.
+        let mut seen = Vec::new();
+        let done = stores
+            .reembed("re", &ScopeFilter::user("u"), &b(), 4, &mut |d, t| {
+                seen.push((d, t))
+            })
+            .unwrap();
+        assert_eq!(done, 17);
+        assert_eq!(seen.last(), Some(&(17, 17)));
+        assert_eq!(with_b("other:model-16"), 25);
+        assert_eq!(with_b(a.model()), 0);
+        assert_eq!(
+            stores
+                .reembed("re", &ScopeFilter::user("u"), &b(), 4, &mut |_, _| ())
+                .unwrap(),
+            0
+        );
+        assert_eq!(recall(&b()).unwrap().len(), 3);
+        // Every stored vector is now `b`'s of the message's text.
+        let texts: Vec<String> = (0..25).map(|i| format!("message number {i}")).collect();
+        let texts: Vec<&str> = texts.iter().map(String::as_str).collect();
+        assert_eq!(
+            stores.fresh("re", &s).get_embeddings(Some(&b())).unwrap(),
+            b().embed(&texts).unwrap()
+        );
+        assert!(matches!(
+            recall(&a),
+            Err(MemoryError::EmbeddingModelMismatch { .. })
+        ));
+        // The other user's thread was not selected.
+        assert!(stores.fresh("re", &untouched).get_embeddings(None).is_err());
+    }
+
     fn msg_text(id: &str, content: &str) -> mnemon_memory::MsgInput {
         json!({"id": id, "name": "n", "content": content}).into()
     }
@@ -2026,6 +2158,18 @@ mod sqlite_summaries {
             self.store(namespace).search_with(request, Some(embedder))
         }
 
+        fn reembed(
+            &self,
+            namespace: &str,
+            within: &ScopeFilter,
+            embedder: &dyn mnemon_types::Embedder,
+            batch: usize,
+            progress: &mut dyn FnMut(u64, u64),
+        ) -> Result<u64, MemoryError> {
+            self.store(namespace)
+                .reembed(within, embedder, batch, progress)
+        }
+
         fn count(&self, sql: &str) -> i64 {
             let conn = rusqlite::Connection::open(&self.path).unwrap();
             conn.query_row(sql, [], |r| r.get(0)).unwrap()
@@ -2119,6 +2263,12 @@ mod sqlite_summaries {
     fn embedding_models_sqlite() {
         let dir = tempfile::tempdir().unwrap();
         super::summaries::embedding_models(&stores(&dir));
+    }
+
+    #[test]
+    fn reembed_resumes_sqlite() {
+        let dir = tempfile::tempdir().unwrap();
+        super::summaries::reembed_resumes(&stores(&dir));
     }
 
     #[test]
@@ -2248,6 +2398,18 @@ mod postgres_summaries {
             embedder: &dyn mnemon_types::Embedder,
         ) -> Result<Vec<SearchHit>, MemoryError> {
             self.store(namespace).search_with(request, Some(embedder))
+        }
+
+        fn reembed(
+            &self,
+            namespace: &str,
+            within: &ScopeFilter,
+            embedder: &dyn mnemon_types::Embedder,
+            batch: usize,
+            progress: &mut dyn FnMut(u64, u64),
+        ) -> Result<u64, MemoryError> {
+            self.store(namespace)
+                .reembed(within, embedder, batch, progress)
         }
 
         fn count(&self, sql: &str) -> i64 {
@@ -2389,6 +2551,19 @@ mod postgres_summaries {
                 0,
             );
             super::summaries::embedding_models(&stores);
+        }
+    }
+
+    #[test]
+    fn reembed_resumes_postgres() {
+        let server = mnemon_tests::require_postgres!();
+        for vector_index in [true, false] {
+            let stores = Stores::new(
+                server.fresh_database("memory_reembed").unwrap(),
+                vector_index,
+                0,
+            );
+            super::summaries::reembed_resumes(&stores);
         }
     }
 

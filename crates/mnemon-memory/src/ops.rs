@@ -273,6 +273,71 @@ impl<B: Backend> Memory for B {
     }
 }
 
+/// Re-embeds with `embedder`, `batch` messages at a time, every live message of the thread
+/// whose embedding was not made by `embedder`'s model (none, another model, or an unknown
+/// one), each batch embedded outside any lock and stored in one write (which records the
+/// model); calls `progress` with the size of each stored batch and returns how many were
+/// re-embedded. Resumable: a message stored with the model is never picked again, so a run
+/// cut short (a kill, an embedder error) leaves its finished batches and the next run does
+/// only the rest.
+pub(crate) fn reembed_thread<B: Backend>(
+    b: &B,
+    embedder: &dyn Embedder,
+    batch: usize,
+    progress: &mut dyn FnMut(u64),
+) -> Result<u64, MemoryError> {
+    let model = embedder.model();
+    let batch = batch.max(1);
+    let mut done = 0u64;
+    // Each message once per run, whatever happens to it meanwhile: the loop always ends.
+    let mut seen: std::collections::HashSet<String> = std::collections::HashSet::new();
+    loop {
+        let todo: Vec<(String, String)> = b.read(|s| {
+            s.entries()
+                .iter()
+                .filter(|e| e.embedding_model.as_deref() != Some(model) && !seen.contains(e.id()))
+                .take(batch)
+                .map(|e| (e.id().to_owned(), e.msg_without_embedding().content_text()))
+                .collect()
+        })?;
+        if todo.is_empty() {
+            return Ok(done);
+        }
+        seen.extend(todo.iter().map(|(id, _)| id.clone()));
+        let texts: Vec<&str> = todo.iter().map(|(_, t)| t.as_str()).collect();
+        let vectors = embed_texts(embedder, &texts)?;
+        let stored = b.write(|s| {
+            let mut updates = Vec::with_capacity(todo.len());
+            for ((id, _), vector) in todo.iter().zip(&vectors) {
+                // A message removed (or re-embedded by another run) meanwhile is left alone.
+                let Some(i) = s.position(id) else { continue };
+                let Some(entry) = s.entries().get(i) else {
+                    continue;
+                };
+                if entry.embedding_model.as_deref() == Some(model) {
+                    continue;
+                }
+                let mut msg = entry.message();
+                msg.set_embedding(vector)
+                    .map_err(|e| MemoryError::EmbedderContract {
+                        model: model.to_owned(),
+                        detail: e.to_string(),
+                    })?;
+                updates.push((i, msg));
+            }
+            let n = u64::try_from(updates.len()).unwrap_or(u64::MAX);
+            Ok((
+                (!updates.is_empty()).then(|| Change::SetMessages(updates, Some(model.to_owned()))),
+                n,
+            ))
+        })?;
+        done += stored;
+        if stored > 0 {
+            progress(stored);
+        }
+    }
+}
+
 /// Adds `items` with `options`, their embeddings made by `model` when known.
 fn add_entries<B: Backend>(
     b: &B,

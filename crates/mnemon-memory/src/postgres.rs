@@ -1016,6 +1016,73 @@ impl PostgresMemoryStore {
         Ok(removed)
     }
 
+    /// Re-embeds with `embedder` every live message of the threads `within` selects whose
+    /// embedding was not made by `embedder`'s model (none, another model, or one of unknown
+    /// origin), `batch` messages at a time, each batch embedded outside any transaction and
+    /// stored in one that records the model and keeps the vector column, its HNSW index and
+    /// the dimension counts in step (docs/reference/memory.md#embedding-models).
+    /// `progress(done, total)` follows every stored batch; `total` is counted at the start.
+    /// Returns how many messages were re-embedded. Resumable: a run cut short (a kill, an
+    /// embedder error, which is returned) keeps its stored batches, and the next run picks only
+    /// the messages still without the model.
+    pub fn reembed(
+        self: &Arc<Self>,
+        within: &ScopeFilter,
+        embedder: &dyn mnemon_types::Embedder,
+        batch: usize,
+        mut progress: impl FnMut(u64, u64),
+    ) -> Result<u64, MemoryError> {
+        let [user, agent, session] = within.columns()?;
+        let model = embedder.model();
+        let now = self.now();
+        let rows = {
+            let mut client = self.client()?;
+            client
+                .query(
+                    "SELECT t.user_id, t.agent_id, t.session_id,
+                       (SELECT count(*) FROM memory_messages m
+                        WHERE m.thread_id = t.thread_id
+                          AND m.embedding_model IS DISTINCT FROM $5
+                          AND (m.expires_at IS NULL OR m.expires_at > $6))
+                     FROM memory_threads t
+                     WHERE t.namespace = $1 AND ($2::text IS NULL OR t.user_id = $2)
+                       AND ($3::text IS NULL OR t.agent_id = $3)
+                       AND ($4::text IS NULL OR t.session_id = $4)
+                     ORDER BY t.user_id, t.agent_id, t.session_id",
+                    &[
+                        &self.namespace.as_str(),
+                        &user,
+                        &agent,
+                        &session,
+                        &model,
+                        &now,
+                    ],
+                )
+                .map_err(pg_error)?
+        };
+        let mut scopes = Vec::with_capacity(rows.len());
+        let mut total = 0u64;
+        for row in &rows {
+            scopes.push(Scope::from_columns(
+                row.try_get(0).map_err(pg_error)?,
+                row.try_get(1).map_err(pg_error)?,
+                row.try_get(2).map_err(pg_error)?,
+            ));
+            total += u64::try_from(row.try_get::<_, i64>(3).map_err(pg_error)?).unwrap_or(0);
+        }
+        let mut done = 0u64;
+        for scope in scopes {
+            let Some(memory) = self.existing_memory(scope)? else {
+                continue;
+            };
+            crate::ops::reembed_thread(&memory, embedder, batch, &mut |n| {
+                done += n;
+                progress(done, total);
+            })?;
+        }
+        Ok(done)
+    }
+
     /// Forgets a subject (docs/reference/memory.md#forget): deletes every thread of the store's
     /// namespace that `within` selects ([`ScopeFilter::all`]: the whole namespace, never
     /// another), with all their messages, marks, gaps, dimension counts and index entries, in

@@ -51,7 +51,7 @@ use crate::entry::Entry;
 use crate::error::MemoryError;
 use crate::exact;
 use crate::load::decode_stream;
-use crate::ops::Backend;
+use crate::ops::{Backend, reembed_thread};
 use crate::report::AddReport;
 use crate::retrieval::{Metric, RetrievalQuery, RetrieveOptions, Retrieved, query_vector};
 pub use crate::scope::Scope;
@@ -695,6 +695,58 @@ impl SqliteMemoryStore {
                 Ok(fuse(vector, keyword, weights, request.top_k))
             }
         }
+    }
+
+    /// Re-embeds with `embedder` every live message of the threads `within` selects whose
+    /// embedding was not made by `embedder`'s model (none, another model, or one of unknown
+    /// origin), `batch` messages at a time, each batch embedded outside any lock and stored in
+    /// one transaction that records the model (docs/reference/memory.md#embedding-models).
+    /// `progress(done, total)` follows every stored batch; `total` is counted at the start.
+    /// Returns how many messages were re-embedded. Resumable: a run cut short (a kill, an
+    /// embedder error, which is returned) keeps its stored batches, and the next run picks only
+    /// the messages still without the model.
+    pub fn reembed(
+        self: &Arc<Self>,
+        within: &ScopeFilter,
+        embedder: &dyn Embedder,
+        batch: usize,
+        mut progress: impl FnMut(u64, u64),
+    ) -> Result<u64, MemoryError> {
+        let model = embedder.model();
+        let (scopes, total) = {
+            let mut conn = self.lock();
+            let tx = conn.transaction()?;
+            let threads = self.selected_threads(&tx, within)?;
+            let mut count = tx.prepare_cached(concat!(
+                "SELECT COUNT(*) FROM memory_messages m WHERE m.thread_id = ?1
+                   AND (m.embedding_model IS NULL OR m.embedding_model <> ?2) AND ",
+                live_sql!("m", "?3")
+            ))?;
+            let mut total = 0u64;
+            for (thread_id, _) in &threads {
+                let n: i64 =
+                    count.query_row(params![thread_id, model, self.now()], |r| r.get(0))?;
+                total += u64::try_from(n).unwrap_or(0);
+            }
+            drop(count);
+            tx.commit()?;
+            let scopes: Vec<Scope> = threads
+                .into_iter()
+                .map(|(_, [user, agent, session])| Scope::from_columns(user, agent, session))
+                .collect();
+            (scopes, total)
+        };
+        let mut done = 0u64;
+        for scope in scopes {
+            let Some(memory) = self.existing_memory(scope)? else {
+                continue;
+            };
+            reembed_thread(&memory, embedder, batch, &mut |n| {
+                done += n;
+                progress(done, total);
+            })?;
+        }
+        Ok(done)
     }
 
     /// The threads of the namespace `within` selects, in the tie order of a search: by their
