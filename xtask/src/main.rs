@@ -6,8 +6,8 @@
 //! - `codegen [--check]`: JSON Schemas of the wire formats into `docs/schemas/`.
 //! - `release <VERSION> [--dry-run]`: bump every crate together and package them in dependency
 //!   order.
-//! - `bench <library|host|memory-stream|stores|ann|server>`: the benchmarks that check the issues'
-//!   performance targets.
+//! - `bench <library|host|memory-stream|stores|ann|server|recall>`: the benchmarks that check
+//!   the issues' performance targets.
 //! - `postgres install`: the PostgreSQL 16 + pgvector binaries the tests start themselves
 //!   (docs/postgres.md).
 
@@ -17,6 +17,8 @@ mod bench_ann;
 mod bench_host;
 mod bench_library;
 mod bench_memory;
+#[path = "bench/recall.rs"]
+mod bench_recall;
 mod bench_server;
 mod bench_stores;
 mod cargo;
@@ -34,7 +36,7 @@ tasks:
   test [--no-clients]             every test: PostgreSQL install, cargo test, the original clients
   codegen [--check]               write JSON Schemas to docs/schemas (--check: fail if stale)
   release <VERSION> [--dry-run]   bump all crate versions, check the CHANGELOG, cargo package
-  bench <library|host|memory-stream|stores|ann|server>
+  bench <library|host|memory-stream|stores|ann|server|recall>
                                   run a benchmark and print its report
   postgres install                download PostgreSQL 16 + pgvector into target/postgres (tests)
   chromium install                apt-get Chromium + chromedriver (the inspector's browser tests)";
@@ -68,9 +70,10 @@ fn bench(args: &[String]) -> Result<()> {
         Some("stores") => bench_stores::run(rest),
         Some("ann") => bench_ann::run(rest),
         Some("server") => bench_server::run(rest),
+        Some("recall") => bench_recall::run(rest),
         Some(other) => {
             bail!(
-                "unknown benchmark {other:?}; available: library, host, memory-stream, stores, ann, server"
+                "unknown benchmark {other:?}; available: library, host, memory-stream, stores, ann, server, recall"
             )
         }
         None => bail!("usage: cargo xtask bench <name>"),

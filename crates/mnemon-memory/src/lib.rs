@@ -89,6 +89,10 @@ pub use marks::{MAX_MARK_BYTES, validate_mark};
 pub use memory::{AddOptions, Memory, MemoryQuery, MsgFilter};
 /// The tenant a durable store is opened for (`mnemon-db`'s one type for every store).
 pub use mnemon_db::Namespace;
+/// The metadata filter language of [`SearchRequest::filter`] (`mnemon-filter`'s, re-exported so
+/// that callers need no other crate; docs/reference/filters.md).
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub use mnemon_filter::Filter;
 /// The token counters of [`Memory::recall_within_budget`], kept in `mnemon-types` beside
 /// `Embedder` and re-exported here.
 pub use mnemon_types::{Tokenizer, WhitespaceTokenizer};
