@@ -405,6 +405,19 @@ impl TopK {
         }
     }
 
+    /// Whether `candidate` would be kept if offered now: the bar a filter must be checked for.
+    #[cfg(feature = "sqlite")]
+    pub(crate) fn admits(&self, candidate: &Candidate) -> bool {
+        if self.k == 0 {
+            return false;
+        }
+        self.heap.len() < self.k
+            || self
+                .heap
+                .peek()
+                .is_some_and(|worst| candidate.order(&worst.0) == Ordering::Less)
+    }
+
     pub(crate) fn offer(&mut self, candidate: Candidate) {
         if self.k == 0 {
             return;
@@ -474,6 +487,32 @@ mod tests {
             let got: Vec<_> = top.into_sorted().iter().map(key).collect();
             let want: Vec<_> = sorted.iter().map(key).collect();
             prop_assert_eq!(got, want);
+        }
+    }
+
+    proptest! {
+        /// Offering only what `admits` accepts keeps exactly what offering everything keeps:
+        /// the filtered search's shortcut changes no result.
+        #[cfg(feature = "sqlite")]
+        #[test]
+        fn admits_is_the_offer_bar(
+            scores in proptest::collection::vec(
+                prop_oneof![Just(f64::NAN), Just(0.5), -1.0f64..1.0], 0..200),
+            k in 0usize..20,
+        ) {
+            let mut all = TopK::new(k);
+            let mut admitted = TopK::new(k);
+            for (i, &s) in scores.iter().enumerate() {
+                let c = candidate(s, i % 4, i);
+                all.offer(c);
+                if admitted.admits(&c) {
+                    admitted.offer(c);
+                }
+            }
+            let key = |c: &Candidate| (c.score.to_bits(), c.thread, c.index);
+            let a: Vec<_> = all.into_sorted().iter().map(key).collect();
+            let b: Vec<_> = admitted.into_sorted().iter().map(key).collect();
+            prop_assert_eq!(a, b);
         }
     }
 

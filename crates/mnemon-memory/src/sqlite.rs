@@ -888,8 +888,10 @@ impl SqliteMemoryStore {
     ) -> Result<Vec<SearchHit>, MemoryError> {
         request.within.columns()?;
         let top_k = request.top_k;
-        // `?1` is the thread, `?2` the clock's now; the filter's values follow.
-        let mut filter_params = vec![SqlParam::Integer(0), SqlParam::Integer(self.now())];
+        let now = self.now();
+        // The filter's check of one row: `?1` its thread, `?2` its seq; the filter's values
+        // follow.
+        let mut filter_params = vec![SqlParam::Integer(0), SqlParam::Integer(0)];
         let matches = match &request.filter {
             Some(filter) => filter_sql(filter, Dialect::Sqlite, &mut filter_params)?,
             None => "1".to_owned(),
@@ -913,55 +915,85 @@ impl SqliteMemoryStore {
         }
         let mut top = TopK::new(top_k);
         {
-            // Without a filter the body, before the embedding in the row, is never read here.
-            // A filtered-out row still counts for the index of those after it.
-            let mut stmt = tx.prepare_cached(&format!(
-                "SELECT m.seq, m.embedding, m.msg_id, {matches} FROM memory_messages m
-                 WHERE m.thread_id = ?1 AND {live} ORDER BY m.seq",
-                live = live_sql!("m", "?2")
+            // The body, before the embedding in the row, is never read by the scan. A filter is
+            // evaluated only for a row whose score would enter the top `k` as it stands (one
+            // indexed lookup each; the bar only rises, so a row it keeps out would never have
+            // been kept): the filter reads the body, and most rows never need it. The result
+            // is the one of filtering every row before the cut.
+            let mut stmt = tx.prepare_cached(concat!(
+                "SELECT m.seq, m.embedding, m.msg_id FROM memory_messages m
+                 WHERE m.thread_id = ?1 AND ",
+                live_sql!("m", "?2"),
+                " ORDER BY m.seq"
             ))?;
-            let mut floats: Vec<f32> = Vec::with_capacity(query.len());
+            let mut check = match &request.filter {
+                Some(_) => Some(tx.prepare_cached(&format!(
+                    "SELECT {matches} FROM memory_messages m WHERE m.thread_id = ?1 AND m.seq = ?2"
+                ))?),
+                None => None,
+            };
             let mut values: Vec<rusqlite::types::Value> =
                 filter_params.into_iter().map(sql_value).collect();
+            let mut floats: Vec<f32> = Vec::with_capacity(query.len());
             for (ordinal, (thread_id, _)) in threads.iter().enumerate() {
-                if let Some(first) = values.first_mut() {
-                    *first = rusqlite::types::Value::Integer(*thread_id);
-                }
-                let mut rows = stmt.query(rusqlite::params_from_iter(values.iter()))?;
+                let mut rows = stmt.query(params![thread_id, now])?;
                 let mut index = 0;
                 while let Some(row) = rows.next()? {
-                    if !row.get::<_, bool>(3)? {
-                        index += 1;
-                        continue;
-                    }
-                    let blob = row.get_ref(1)?.as_blob_or_null().map_err(|e| {
-                        corrupt(format!("the embedding of a message at index {index}: {e}"))
-                    })?;
-                    if let Some(blob) = blob {
-                        if blob.len() != query.len() * 4 {
-                            let id: String = row.get(2)?;
-                            if blob.len() % 4 != 0 {
-                                return Err(corrupt(format!(
-                                    "message {id}: embedding of {} bytes",
-                                    blob.len()
-                                )));
-                            }
-                            return Err(dimension_mismatch(id, query.len(), blob.len() / 4));
-                        }
-                        floats.clear();
-                        floats.extend(
-                            blob.chunks_exact(4).map(|b| {
-                                <[u8; 4]>::try_from(b).map_or(f32::NAN, f32::from_le_bytes)
-                            }),
-                        );
-                        top.offer(Candidate {
-                            score: cosine(&query, query_norm, &floats),
-                            thread: ordinal,
-                            index,
-                            seq: row.get(0)?,
-                        });
-                    }
+                    let position = index;
                     index += 1;
+                    let seq: i64 = row.get(0)?;
+                    // Whether the filter selects this row (true without a filter).
+                    let mut selected = |values: &mut Vec<rusqlite::types::Value>| {
+                        let Some(check) = check.as_mut() else {
+                            return Ok::<bool, MemoryError>(true);
+                        };
+                        if let Some(first) = values.get_mut(0) {
+                            *first = rusqlite::types::Value::Integer(*thread_id);
+                        }
+                        if let Some(second) = values.get_mut(1) {
+                            *second = rusqlite::types::Value::Integer(seq);
+                        }
+                        let matched: Option<bool> = check
+                            .query_row(rusqlite::params_from_iter(values.iter()), |r| r.get(0))
+                            .optional()?;
+                        Ok(matched.unwrap_or(false))
+                    };
+                    let blob = row.get_ref(1)?.as_blob_or_null().map_err(|e| {
+                        corrupt(format!(
+                            "the embedding of a message at index {position}: {e}"
+                        ))
+                    })?;
+                    let Some(blob) = blob else {
+                        continue;
+                    };
+                    if blob.len() != query.len() * 4 {
+                        // A row the filter leaves out is no candidate, whatever its length.
+                        if !selected(&mut values)? {
+                            continue;
+                        }
+                        let id: String = row.get(2)?;
+                        if blob.len() % 4 != 0 {
+                            return Err(corrupt(format!(
+                                "message {id}: embedding of {} bytes",
+                                blob.len()
+                            )));
+                        }
+                        return Err(dimension_mismatch(id, query.len(), blob.len() / 4));
+                    }
+                    floats.clear();
+                    floats.extend(
+                        blob.chunks_exact(4)
+                            .map(|b| <[u8; 4]>::try_from(b).map_or(f32::NAN, f32::from_le_bytes)),
+                    );
+                    let candidate = Candidate {
+                        score: cosine(&query, query_norm, &floats),
+                        thread: ordinal,
+                        index: position,
+                        seq,
+                    };
+                    if top.admits(&candidate) && selected(&mut values)? {
+                        top.offer(candidate);
+                    }
                 }
             }
         }
