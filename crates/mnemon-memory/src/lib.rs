@@ -19,6 +19,14 @@
 //!   exact `f64` scores (results equal scoring every message in `f64`); any
 //!   [`Embedder`](mnemon_types::Embedder) fills in missing embeddings (offline, without a
 //!   model: `mnemon_embed::HashingEmbedder`, which the conformance suite uses).
+//! - Across sessions (durable stores): `search_with` a `SearchRequest` — the threads a
+//!   `ScopeFilter` selects, a metadata `Filter` applied before the top-k cut, and a
+//!   `SearchMode`: vector, keyword (SQLite FTS5, PostgreSQL `tsvector`) or hybrid (reciprocal
+//!   rank fusion, `HybridWeights`); `forget` deletes a subject (`Forgotten`); messages
+//!   expire ([`AddOptions::expiry`], a store's `default_ttl` and clock) and `gc` removes them;
+//!   every stored embedding records its model, a recall with another is refused
+//!   ([`MemoryError::EmbeddingModelMismatch`]) and `reembed` moves threads to a new one
+//!   (docs/reference/memory.md).
 //! - [`Tokenizer`]s drive [`Memory::recall_within_budget`]: [`WhitespaceTokenizer`] needs no
 //!   vocabulary; OpenAI's `cl100k_base` counts are `mnemon_embed::Cl100kTokenizer` (feature
 //!   `tiktoken` of `mnemon-embed`, which needs no network client).
