@@ -1,5 +1,6 @@
 //! MCP tool-call throughput through rmcp's client, on loopback (docs/reference/mcp.md#throughput):
-//! `remember` (one message) and `recall` (a text query, top 5, in the same session) over
+//! `remember` (one message), `recall` (a text query, top 5, in the same session) and `recall`
+//! without a session (`recall-all`: top 5 across every client's session, one store query) over
 //! streamable HTTP (axum on 127.0.0.1:0) with 1 and 8 concurrent clients, and over the
 //! byte-stream transport stdio uses (one client), against a fresh SQLite data directory.
 //!
@@ -7,7 +8,7 @@
 //! cargo run --release -p mnemon-mcp --example mcp_throughput -- [CALLS]   # default 2000
 //! ```
 //!
-//! Bounded: CALLS remember + CALLS recall calls per run, split across the clients.
+//! Bounded: CALLS calls of each of the three per run, split across the clients.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -70,20 +71,30 @@ async fn recall_run(peer: Peer<RoleClient>, client: usize, calls: usize) -> Resu
     Ok(())
 }
 
-/// Runs the two phases over `peers`, printing calls/s for each.
+/// `calls` recall calls without a session: one search across every session of the namespace
+/// (every client's), in one store query per call.
+async fn recall_all_run(peer: Peer<RoleClient>, calls: usize) -> Result<(), Error> {
+    for i in 0..calls {
+        let query = format!("build on host {}", i % 17);
+        call(&peer, "recall", json!({"query": query, "top_k": 5})).await?;
+    }
+    Ok(())
+}
+
+/// Runs the three phases over `peers`, printing calls/s for each.
 async fn measure(label: &str, peers: &[Peer<RoleClient>], total: usize) -> Result<(), Error> {
     let per_client = total / peers.len();
     let mut rates = Vec::new();
-    for phase in ["remember", "recall"] {
+    for phase in ["remember", "recall", "recall-all"] {
         let start = Instant::now();
         let mut tasks = Vec::new();
         for (client, peer) in peers.iter().enumerate() {
             let peer = peer.clone();
             tasks.push(tokio::spawn(async move {
-                if phase == "remember" {
-                    remember_run(peer, client, per_client).await
-                } else {
-                    recall_run(peer, client, per_client).await
+                match phase {
+                    "remember" => remember_run(peer, client, per_client).await,
+                    "recall" => recall_run(peer, client, per_client).await,
+                    _ => recall_all_run(peer, per_client).await,
                 }
             }));
         }

@@ -22,8 +22,8 @@ use mnemon_ops::expiry::ExpiryInput;
 use mnemon_ops::library::{LibraryQueryInput, LibraryQueryOutput};
 use mnemon_ops::memory::{
     AddWith, DeleteMessagesInput, MemoryAddInput, MemoryAddOutput, MemoryGetInput,
-    MemorySearchAcrossInput, MemorySearchInput, MessageBody, MetricName, SearchQuery, SessionInput,
-    SessionListInput, SessionListOutput,
+    MemorySearchAcrossInput, MemorySearchInput, MessageBody, MetricName, SearchModeName,
+    SearchQuery, SessionInput, SessionListInput, SessionListOutput,
 };
 use mnemon_ops::{OpsError, Service};
 use rmcp::handler::server::router::tool::ToolRouter;
@@ -87,6 +87,10 @@ pub struct RecallInput {
     /// `marks`, `name`, `role`, `content`, `timestamp`, `metadata.…` and extra fields.
     #[serde(default)]
     pub filter: Option<serde_json::Value>,
+    /// With `query`: `vector` (by meaning, the default), `keyword` (by the query's exact
+    /// words: names, ids, codes) or `hybrid` (both rankings fused).
+    #[serde(default)]
+    pub mode: Option<SearchModeName>,
     /// What to look for, in words: the messages closest in meaning come back, best first.
     /// Leave it out to get the latest messages of `session` instead.
     #[serde(default)]
@@ -405,11 +409,12 @@ fn recall(service: &Service, input: RecallInput) -> Result<RecallOutput, Failure
         });
     };
     let top_k = input.top_k.unwrap_or(5);
-    if let (Some(session), None, None, None) = (
+    if let (Some(session), None, None, None, None) = (
         &input.session,
         &input.filter,
         &input.user_id,
         &input.agent_id,
+        &input.mode,
     ) {
         // One session: its own recall, which also embeds its messages still without one.
         let hits = service.memory_search(MemorySearchInput {
@@ -451,6 +456,9 @@ fn recall(service: &Service, input: RecallInput) -> Result<RecallOutput, Failure
         query: SearchQuery::Text(query),
         top_k: Some(top_k),
         filter,
+        mode: input.mode.unwrap_or_default(),
+        keywords: None,
+        hybrid: None,
         include_embeddings: false,
     })?;
     Ok(RecallOutput {

@@ -211,6 +211,15 @@ pub(crate) async fn exercise(peer: &Peer<RoleClient>) {
     )
     .await;
     assert_eq!(narrowed["messages"], json!([]));
+    // By exact words: the one message naming Miso's food.
+    let words = ok(peer, "recall", json!({"query": "tuna", "mode": "keyword"})).await;
+    let hits = words["messages"].as_array().unwrap();
+    assert_eq!(hits.len(), 2, "{words}");
+    assert!(
+        hits.iter()
+            .all(|h| h["message"]["content"].as_str().unwrap().contains("tuna")),
+        "{words}"
+    );
     // A filter, before the top-k cut: only the assistant's message, even at top 1.
     let by_role = ok(
         peer,

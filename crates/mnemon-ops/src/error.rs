@@ -163,6 +163,8 @@ impl OpsError {
                 MemoryError::InvalidMark { .. } => "invalid_mark",
                 MemoryError::DimensionMismatch { .. } => "dimension_mismatch",
                 MemoryError::InvalidFilter { .. } => "invalid_filter",
+                MemoryError::InvalidQuery { .. } => "invalid_query",
+                MemoryError::EmbeddingModelMismatch { .. } => "embedding_model_mismatch",
                 _ => "invalid_message",
             },
             OpsError::Library(error) if error.is_client_error() => "invalid_query",

@@ -8,9 +8,9 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 
 use mnemon_memory::{
-    AddOptions, BudgetOptions, ExportFormat, ExportOptions, ExportTarget, Exported, LoadSource,
-    Memory, MemoryError, MemoryQuery, Metric, MsgInput, RetrievalQuery, RetrieveOptions, Scope,
-    ScopeFilter, SearchRequest, ThreadSummary,
+    AddOptions, BudgetOptions, ExportFormat, ExportOptions, ExportTarget, Exported, HybridWeights,
+    LoadSource, Memory, MemoryError, MemoryQuery, Metric, MsgInput, RetrievalQuery,
+    RetrieveOptions, Scope, ScopeFilter, SearchMode, SearchRequest, ThreadSummary,
 };
 use mnemon_types::{Embedder, Msg};
 use schemars::{JsonSchema, Schema, SchemaGenerator};
@@ -296,9 +296,52 @@ pub struct MemorySearchAcrossInput {
     /// `{"contains": {"path": "marks", "value": "pin"}}`.
     #[serde(default)]
     pub filter: Option<serde_json::Value>,
+    /// `vector` (default), `keyword` or `hybrid`.
+    #[serde(default)]
+    pub mode: SearchModeName,
+    /// The words of a keyword or hybrid search; absent: the query's text.
+    #[serde(default)]
+    pub keywords: Option<String>,
+    /// The fusion of a hybrid search.
+    #[serde(default)]
+    pub hybrid: Option<HybridInput>,
     /// Include each message's embedding.
     #[serde(default)]
     pub include_embeddings: bool,
+}
+
+/// How a search across sessions ranks messages
+/// (docs/reference/memory.md#keyword-and-hybrid-search).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum SearchModeName {
+    /// By cosine between the query's vector and each message's stored embedding: meaning, with
+    /// a semantic embedder.
+    #[default]
+    Vector,
+    /// By full-text relevance of each message's text to the words (`keywords`, else the
+    /// query's text): exact words, names, ids, codes. Needs no embedder.
+    Keyword,
+    /// Reciprocal rank fusion of the vector and the keyword rankings (`hybrid` sets the
+    /// fusion): each message scores `Σ weight / (k + rank)` over the rankings it is in.
+    Hybrid,
+}
+
+/// The fusion of a hybrid search; absent fields keep their defaults.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct HybridInput {
+    /// The vector ranking's weight (default 1).
+    #[serde(default)]
+    pub vector_weight: Option<f64>,
+    /// The keyword ranking's weight (default 1).
+    #[serde(default)]
+    pub keyword_weight: Option<f64>,
+    /// The fusion constant `k` (default 60): larger flattens the first ranks' differences.
+    #[serde(default)]
+    pub k: Option<f64>,
+    /// How many hits of each ranking are fused (default 100, at least `top_k`).
+    #[serde(default)]
+    pub candidates: Option<usize>,
 }
 
 /// One hit of a search across sessions: where the message is, and how close.
@@ -719,13 +762,23 @@ impl Service {
         with: &AddWith,
     ) -> Result<MemoryAddOutput, OpsError> {
         let expiry = with.expiry.to_expiry()?;
+        // The model is recorded when every embedding of the add is the embedder's: then a later
+        // recall with another model is refused instead of mixing scores.
+        let mut model = None;
         if with.embed
             && let Some(embedder) = self.embedder()
         {
+            let all_missing = input
+                .messages
+                .iter()
+                .all(|m| m.0.get("embedding").is_none_or(serde_json::Value::is_null));
             embed_missing(embedder, &mut input.messages)?;
+            if all_missing {
+                model = Some(embedder.model().to_owned());
+            }
         }
         let scope = check_session(&input.session)?;
-        let memory = self.stores().memory_created_on_write(scope)?;
+        let memory = self.writer(scope)?;
         let items = input
             .messages
             .into_iter()
@@ -739,7 +792,10 @@ impl Service {
             expiry,
             ..AddOptions::default()
         };
-        let report = memory.add_with(items, &options)?;
+        let report = match &model {
+            Some(model) => memory.add_with_model(items, &options, model)?,
+            None => memory.add_with(items, &options)?,
+        };
         Ok(MemoryAddOutput {
             added: report.added,
             skipped_duplicates: report.skipped_duplicates,
@@ -776,14 +832,49 @@ impl Service {
                 )));
             }
         }
+        let words = match (&input.keywords, &input.query) {
+            (Some(words), _) => Some(words.clone()),
+            (None, SearchQuery::Text(text)) => Some(text.clone()),
+            (None, _) => None,
+        };
+        let mode = match input.mode {
+            SearchModeName::Vector => SearchMode::Vector,
+            SearchModeName::Keyword | SearchModeName::Hybrid => {
+                let Some(text) = words else {
+                    return Err(OpsError::invalid(
+                        "a keyword or hybrid search needs words: give the query as text, or \
+                         keywords",
+                    ));
+                };
+                if input.mode == SearchModeName::Keyword {
+                    SearchMode::Keyword { text }
+                } else {
+                    let fusion = input.hybrid.unwrap_or_default();
+                    let defaults = HybridWeights::default();
+                    SearchMode::Hybrid {
+                        text,
+                        weights: HybridWeights {
+                            vector: fusion.vector_weight.unwrap_or(defaults.vector),
+                            keyword: fusion.keyword_weight.unwrap_or(defaults.keyword),
+                            k: fusion.k.unwrap_or(defaults.k),
+                            candidates: fusion.candidates.unwrap_or(defaults.candidates),
+                        },
+                    }
+                }
+            }
+        };
         let query = match input.query {
             SearchQuery::Vector(vector) => RetrievalQuery::Vector(vector),
             SearchQuery::Text(text) => {
-                self.require_embedder()?;
+                // A keyword search never embeds the query.
+                if input.mode != SearchModeName::Keyword {
+                    self.require_embedder()?;
+                }
                 RetrievalQuery::Text(text)
             }
         };
         let mut request = SearchRequest::new(within, query, top_k);
+        request.mode = mode;
         if let Some(filter) = crate::expiry::parse_filter(input.filter.as_ref())? {
             request = request.with_filter(filter);
         }
@@ -964,6 +1055,9 @@ mod tests {
                     query: SearchQuery::Text("the ferry leaves at noon".into()),
                     top_k: Some(10),
                     filter: None,
+                    mode: SearchModeName::Vector,
+                    keywords: None,
+                    hybrid: None,
                     include_embeddings: false,
                 })
                 .unwrap()
@@ -994,6 +1088,9 @@ mod tests {
                 query: SearchQuery::Text("the ferry leaves at noon".into()),
                 top_k: Some(1),
                 filter: Some(filter),
+                mode: SearchModeName::Vector,
+                keywords: None,
+                hybrid: None,
                 include_embeddings: false,
             })
         };
@@ -1022,6 +1119,9 @@ mod tests {
                     query: SearchQuery::Vector(vec![1.0; 64]),
                     top_k: None,
                     filter: None,
+                    mode: SearchModeName::Vector,
+                    keywords: None,
+                    hybrid: None,
                     include_embeddings: false,
                 },
                 "user_id must not be empty",
@@ -1034,6 +1134,9 @@ mod tests {
                     query: SearchQuery::Vector(vec![1.0; 64]),
                     top_k: Some(MAX_TOP_K + 1),
                     filter: None,
+                    mode: SearchModeName::Vector,
+                    keywords: None,
+                    hybrid: None,
                     include_embeddings: false,
                 },
                 "at most 1000",
@@ -1043,7 +1146,54 @@ mod tests {
             assert_eq!(error.code(), "invalid_input");
             assert!(error.to_string().contains(needle), "{error}");
         }
+        // Keyword search needs no embedder; hybrid fuses both rankings.
         let no_embedder = Service::new(acme.stores().clone());
+        let words = |service: &Service, mode: SearchModeName, keywords: Option<&str>| {
+            service.memory_search_across(MemorySearchAcrossInput {
+                user_id: None,
+                agent_id: None,
+                session_id: None,
+                query: SearchQuery::Text("tickets sold out".into()),
+                top_k: Some(3),
+                filter: None,
+                mode,
+                keywords: keywords.map(str::to_owned),
+                hybrid: None,
+                include_embeddings: false,
+            })
+        };
+        let keyword = words(&no_embedder, SearchModeName::Keyword, None).unwrap();
+        assert_eq!(keyword.hits.len(), 1, "{keyword:?}");
+        assert_eq!(keyword.hits[0].message.0["id"], "b");
+        let by_keywords = words(&no_embedder, SearchModeName::Keyword, Some("noon")).unwrap();
+        let mut ids: Vec<_> = by_keywords
+            .hits
+            .iter()
+            .filter_map(|h| h.message.0["id"].as_str())
+            .collect();
+        ids.sort_unstable();
+        assert_eq!(ids, ["a", "c", "p"]);
+        let hybrid = words(&acme, SearchModeName::Hybrid, None).unwrap();
+        assert_eq!(hybrid.hits[0].message.0["id"], "b", "{hybrid:?}");
+        assert_eq!(
+            words(&no_embedder, SearchModeName::Hybrid, None)
+                .unwrap_err()
+                .code(),
+            "embedder_not_configured"
+        );
+        let no_words = no_embedder.memory_search_across(MemorySearchAcrossInput {
+            user_id: None,
+            agent_id: None,
+            session_id: None,
+            query: SearchQuery::Vector(vec![1.0; 64]),
+            top_k: None,
+            filter: None,
+            mode: SearchModeName::Keyword,
+            keywords: None,
+            hybrid: None,
+            include_embeddings: false,
+        });
+        assert!(no_words.unwrap_err().to_string().contains("needs words"),);
         let error = no_embedder
             .memory_search_across(MemorySearchAcrossInput {
                 user_id: None,
@@ -1052,10 +1202,84 @@ mod tests {
                 query: SearchQuery::Text("ferry".into()),
                 top_k: None,
                 filter: None,
+                mode: SearchModeName::Vector,
+                keywords: None,
+                hybrid: None,
                 include_embeddings: false,
             })
             .unwrap_err();
         assert_eq!(error.code(), "embedder_not_configured");
+    }
+
+    #[test]
+    fn kept_write_handles_see_deletes_and_other_writers() {
+        let dir = tempfile::tempdir().unwrap();
+        let service = Service::new(Stores::open(dir.path()).unwrap());
+        let other = Service::new(Stores::open(dir.path()).unwrap());
+        let contents = |service: &Service| -> Vec<String> {
+            service
+                .memory_get(MemoryGetInput {
+                    session: "s".into(),
+                    recent: None,
+                    mark: None,
+                    exclude_mark: None,
+                    tokens: None,
+                    include_embeddings: false,
+                })
+                .unwrap()
+                .messages
+                .iter()
+                .filter_map(|m| m.0["content"].as_str().map(str::to_owned))
+                .collect()
+        };
+        let say = |service: &Service, text: &str| {
+            service
+                .memory_add(MemoryAddInput {
+                    session: "s".into(),
+                    messages: vec![MessageBody(
+                        serde_json::json!({"name": "u", "content": text}),
+                    )],
+                    marks: vec![],
+                })
+                .unwrap();
+        };
+        say(&service, "one");
+        // Another process (another service over the same file) writes in between.
+        say(&other, "two");
+        say(&service, "three");
+        assert_eq!(contents(&other), ["one", "two", "three"]);
+        // Deleted through another handle: the kept handle's next add starts the session anew.
+        other
+            .memory_session_delete(SessionInput {
+                session: "s".into(),
+            })
+            .unwrap();
+        say(&service, "four");
+        assert_eq!(contents(&other), ["four"]);
+        // And after a forget of the whole namespace.
+        other
+            .forget(crate::maintenance::ForgetInput {
+                namespace: Some("default".into()),
+                ..Default::default()
+            })
+            .unwrap();
+        say(&service, "five");
+        assert_eq!(contents(&service), ["five"]);
+        // More sessions than handles kept: the oldest is closed, every add still lands.
+        for i in 0..70 {
+            service
+                .memory_add(MemoryAddInput {
+                    session: format!("many-{i}"),
+                    messages: vec![MessageBody(
+                        serde_json::json!({"name": "u", "content": "x"}),
+                    )],
+                    marks: vec![],
+                })
+                .unwrap();
+        }
+        say(&service, "six");
+        assert_eq!(contents(&other), ["five", "six"]);
+        assert_eq!(service.stores().threads().unwrap().len(), 71);
     }
 
     #[test]

@@ -1,8 +1,10 @@
 //! [`Service`]: the stores of one namespace plus the models the operations use (an embedder
 //! for text search, the cl100k tokenizer for token budgets).
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
 
+use mnemon_memory::{Memory, MemoryError, Scope};
 use mnemon_types::{Embedder, Tokenizer};
 
 use crate::error::OpsError;
@@ -18,6 +20,20 @@ pub struct Service {
     stores: Stores,
     embedder: Option<Arc<dyn Embedder>>,
     tokenizer: Arc<dyn Tokenizer>,
+    writers: Arc<Mutex<Writers>>,
+}
+
+/// How many sessions keep a write handle open ([`Service::writer`]).
+const WRITERS: usize = 64;
+
+/// The memory handles writes go through, by scope, with the tick of their last use: a handle
+/// keeps its thread's mirror, which its own writes keep current, so an add reads no stored
+/// message; a handle opened per add loads (and parses) the whole thread first, which made an
+/// add cost time in proportion to the session's size.
+#[derive(Default)]
+struct Writers {
+    handles: HashMap<Scope, (Arc<dyn Memory>, u64)>,
+    tick: u64,
 }
 
 impl std::fmt::Debug for Service {
@@ -39,6 +55,7 @@ impl Service {
             stores,
             embedder: None,
             tokenizer: Arc::new(mnemon_embed::Cl100kTokenizer),
+            writers: Arc::default(),
         }
     }
 
@@ -64,6 +81,36 @@ impl Service {
     /// The embedder, or the error that says how to configure one.
     pub(crate) fn require_embedder(&self) -> Result<&dyn Embedder, OpsError> {
         self.embedder().ok_or(OpsError::NoEmbedder)
+    }
+
+    /// The memory handle writes of `scope` go through: one kept open per recently written
+    /// session (at most 64, the least recently used closed first), created by its first write.
+    /// A kept handle sees writes of other handles and processes (its next call reloads the
+    /// thread), and a thread deleted meanwhile is started again by the next write, as through
+    /// a fresh handle (docs/reference/memory.md).
+    pub(crate) fn writer(&self, scope: Scope) -> Result<Arc<dyn Memory>, MemoryError> {
+        let mut writers = self.writers.lock().unwrap_or_else(PoisonError::into_inner);
+        writers.tick += 1;
+        let tick = writers.tick;
+        if let Some((handle, used)) = writers.handles.get_mut(&scope) {
+            *used = tick;
+            return Ok(Arc::clone(handle));
+        }
+        // Opening reads nothing of the thread (its mirror loads at the first call), so it is
+        // cheap enough to do under the lock.
+        let handle: Arc<dyn Memory> =
+            Arc::from(self.stores.memory_created_on_write(scope.clone())?);
+        if writers.handles.len() >= WRITERS
+            && let Some(oldest) = writers
+                .handles
+                .iter()
+                .min_by_key(|(_, (_, used))| *used)
+                .map(|(scope, _)| scope.clone())
+        {
+            writers.handles.remove(&oldest);
+        }
+        writers.handles.insert(scope, (Arc::clone(&handle), tick));
+        Ok(handle)
     }
 
     /// The tokenizer of token budgets.

@@ -904,6 +904,34 @@ fn memory_routes(api: &Api) {
     assert_eq!(only_s3["hits"][0]["session_id"], "s3");
     assert_eq!(only_s3["hits"][0]["index"], 0);
     assert_eq!(only_s3["hits"][0]["message"]["id"], "x1");
+    // Keyword and hybrid: by the words of the text (or `keywords`).
+    let keyword = ok(
+        api.post(
+            "/v1/memory/search",
+            json!({"query": {"text": "sourdough"}, "mode": "keyword"}),
+        ),
+        StatusCode::OK,
+    );
+    assert_eq!(keyword["hits"].as_array().unwrap().len(), 1, "{keyword}");
+    assert_eq!(keyword["hits"][0]["message"]["id"], "m2");
+    let hybrid = ok(
+        api.post(
+            "/v1/memory/search",
+            json!({"query": {"text": "bees in the cold winter"}, "mode": "hybrid",
+                   "keywords": "starter", "top_k": 5,
+                   "hybrid": {"keyword_weight": 10.0}}),
+        ),
+        StatusCode::OK,
+    );
+    assert_eq!(hybrid["hits"][0]["message"]["id"], "m2", "{hybrid}");
+    expect_error(
+        api.post(
+            "/v1/memory/search",
+            json!({"query": {"text": "bees"}, "mode": "sideways"}),
+        ),
+        StatusCode::BAD_REQUEST,
+        "invalid_json",
+    );
     // A filter, applied before the top-k cut: m3 alone, even at top 1.
     let filtered = ok(
         api.post(

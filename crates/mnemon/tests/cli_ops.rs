@@ -396,6 +396,18 @@ fn memory_search_across_sessions_with_embed_on_add() {
     ]);
     assert_eq!(tax["hits"].as_array().unwrap().len(), 1, "{tax}");
     assert_eq!(tax["hits"][0]["session_id"], "s3");
+    // By words, with no embedder at all.
+    let out = mnemon(
+        d,
+        &[
+            "memory", "search", "--text", "tickets", "--mode", "keyword", "--format", "json",
+        ],
+    );
+    let words: Value = serde_json::from_str(&ok(&out)).unwrap();
+    assert_eq!(words["hits"].as_array().unwrap().len(), 1, "{words}");
+    assert_eq!(words["hits"][0]["session_id"], "s2");
+    let hybrid = search(&["--mode", "hybrid", "--keywords", "tax"]);
+    assert_eq!(hybrid["hits"][0]["session_id"], "s3", "{hybrid}");
     // A mark across sessions is a filter on marks: none of these messages has one.
     let marked = search(&["--mark", "m"]);
     assert_eq!(marked["hits"], json!([]));

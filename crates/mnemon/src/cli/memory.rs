@@ -16,7 +16,8 @@ use mnemon_ops::Service;
 use mnemon_ops::expiry::ExpiryInput;
 use mnemon_ops::memory::{
     AddWith, DeleteMessagesInput, MarkInput, MemoryAddInput, MemorySearchAcrossInput,
-    MemorySearchInput, MessageBody, MetricName, SearchQuery, SessionInput, SessionListInput,
+    MemorySearchInput, MessageBody, MetricName, SearchModeName, SearchQuery, SessionInput,
+    SessionListInput,
 };
 
 use super::format::{
@@ -177,6 +178,14 @@ pub(crate) enum MemoryCommand {
         /// `{"eq": {"path": "role", "value": "user"}}`.
         #[arg(long, value_name = "JSON")]
         filter: Option<String>,
+        /// Search across sessions (also with --session alone): `vector` (by the embedding of
+        /// --text or --vector), `keyword` (by the words of --text or --keywords; no embedder
+        /// needed) or `hybrid` (both rankings fused).
+        #[arg(long, value_enum)]
+        mode: Option<ModeArg>,
+        /// The words of a keyword or hybrid search (default: --text).
+        #[arg(long, value_name = "WORDS")]
+        keywords: Option<String>,
         /// The query text, embedded with --embedding-model.
         #[arg(long, required_unless_present = "vector", conflicts_with = "vector")]
         text: Option<String>,
@@ -247,6 +256,17 @@ pub(crate) enum FormatArg {
     /// AgentScope 0.1.x: one line of `__module__`/`__name__` objects with `metadata`.
     #[value(name = "agentscope-0.1")]
     Agentscope01,
+}
+
+/// How `memory search` ranks across sessions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum ModeArg {
+    /// By embedding (cosine).
+    Vector,
+    /// By the words (full-text relevance).
+    Keyword,
+    /// Both rankings, fused (reciprocal rank fusion).
+    Hybrid,
 }
 
 /// Scoring metrics.
@@ -688,6 +708,8 @@ pub(crate) fn run(command: MemoryCommand, target: &Target<'_>) -> CliResult {
             user,
             agent,
             filter,
+            mode,
+            keywords,
             text,
             vector,
             embedding_model,
@@ -707,7 +729,11 @@ pub(crate) fn run(command: MemoryCommand, target: &Target<'_>) -> CliResult {
                 }
             };
             let service = with_embedder(service_for_reading(target)?, embedding_model.as_deref())?;
-            let within_one = user.is_none() && agent.is_none() && filter.is_none();
+            let within_one = user.is_none()
+                && agent.is_none()
+                && filter.is_none()
+                && mode.is_none()
+                && keywords.is_none();
             let (Some(session), true) = (session.clone(), within_one) else {
                 if metric != MetricArg::Cosine {
                     return Err(CliError::input(anyhow::anyhow!(
@@ -733,6 +759,13 @@ pub(crate) fn run(command: MemoryCommand, target: &Target<'_>) -> CliResult {
                     query,
                     top_k: Some(top_k),
                     filter,
+                    mode: match mode {
+                        None | Some(ModeArg::Vector) => SearchModeName::Vector,
+                        Some(ModeArg::Keyword) => SearchModeName::Keyword,
+                        Some(ModeArg::Hybrid) => SearchModeName::Hybrid,
+                    },
+                    keywords,
+                    hybrid: None,
                     include_embeddings,
                 };
                 return search_across(&service, input, output);
