@@ -179,30 +179,32 @@
   function sessionsPage() {
     const rows = el('tbody');
     const status = el('p', {class: 'muted'});
-    let listed = [];
     const page = pager(async (cursor) => {
       // Most recently written first, each with its message count and last activity.
       const out = await api('GET', `/v1/memory/sessions${query({limit: PAGE_SIZE, cursor, order: 'activity'})}`);
-      listed = out.sessions.filter((s) => s.session_id);
       fill(rows, ...out.sessions.map(sessionRow));
       status.textContent = out.sessions.length ? '' : 'No sessions in this namespace.';
       return out.next_cursor;
     });
     const hits = el('div');
     const text = el('input', {name: 'q', class: 'wide', placeholder: 'search text', required: true});
-    const topK = el('input', {name: 'top_k', type: 'number', min: 1, max: 100, value: '5'});
-    const metric = el('select', {name: 'metric'}, ['cosine', 'dot', 'l2'].map((m) => el('option', {value: m}, m)));
+    const mode = el('select', {name: 'mode'}, [['hybrid', 'hybrid (both)'], ['vector', 'vector (meaning)'], ['keyword', 'keyword (exact words)']].map(([v, t]) => el('option', {value: v}, t)));
+    const topK = el('input', {name: 'top_k', type: 'number', min: 1, max: 100, value: '10'});
+    const user = el('input', {name: 'user_id', placeholder: 'any user'});
+    const agent = el('input', {name: 'agent_id', placeholder: 'any agent'});
     const mark = el('input', {name: 'mark', placeholder: 'only with mark'});
+    const where = el('textarea', {name: 'filter', rows: 2, cols: 50, placeholder: '{"eq": {"path": "role", "value": "user"}}'});
     const form = el('form', {id: 'search-all', onsubmit: (e) => {
       e.preventDefault();
-      searchAcross(listed, text.value, Number(topK.value) || 5, metric.value, mark.value, hits);
+      searchAcross({text: text.value, mode: mode.value, topK: Number(topK.value) || 10, user: user.value, agent: agent.value, mark: mark.value, filter: where.value}, hits);
     }},
-    el('label', {}, 'Search the sessions listed', text), el('label', {}, 'top k', topK),
-    el('label', {}, 'metric', metric), el('label', {}, 'mark', mark), el('button', {type: 'submit'}, 'Search'));
+    el('label', {}, 'Search every session', text), el('label', {}, 'mode', mode), el('label', {}, 'top k', topK),
+    el('label', {}, 'user', user), el('label', {}, 'agent', agent), el('label', {}, 'mark', mark),
+    el('label', {}, 'filter (JSON)', where), el('button', {type: 'submit'}, 'Search'));
     show(el('h2', {}, 'Sessions'),
       el('table', {id: 'sessions'}, el('thead', {}, el('tr', {}, el('th', {}, 'session'), el('th', {}, 'user'), el('th', {}, 'agent'), el('th', {}, 'messages'), el('th', {}, 'last activity ↓'), el('th', {}, 'last message'))), rows),
       status, page.bar, el('h3', {}, 'Search across sessions'),
-      el('p', {class: 'muted'}, 'By embedding similarity, in every session on this page (the API searches one session at a time); results merged by score.'),
+      el('p', {class: 'muted'}, 'One query over every session of the namespace (or of a user or agent): vector by meaning (messages stored with an embedding), keyword by exact words, hybrid fuses both rankings. A filter (docs/reference/filters.md) applies before the top-k cut.'),
       form, hits);
     page.start();
   }
@@ -231,23 +233,23 @@
     return text.length > n ? `${text.slice(0, n)}…` : text;
   }
 
-  async function searchAcross(sessions, text, topK, metric, mark, target) {
-    fill(target, el('p', {class: 'muted'}, `Searching ${sessions.length} sessions…`));
-    const all = [];
-    const failures = [];
-    await Promise.all(sessions.map(async (s) => {
-      try {
-        const out = await api('POST', `/v1/memory/sessions/${seg(s.session_id)}/search`, {query: {text}, top_k: topK, metric, mark: mark || undefined});
-        for (const hit of out.hits) all.push({session: s.session_id, hit});
-      } catch (e) {
-        failures.push(`${s.session_id}: ${e.message}`);
+  // POST /v1/memory/search: one store query across the namespace's sessions.
+  async function searchAcross(q, target) {
+    fill(target, el('p', {class: 'muted'}, 'Searching…'));
+    try {
+      const parts = [];
+      if (q.filter.trim()) {
+        try { parts.push(JSON.parse(q.filter)); } catch (e) { throw new Error(`the filter is not JSON: ${e.message}`); }
       }
-    }));
-    all.sort((a, b) => b.hit.score - a.hit.score);
-    fill(target, 
-      el('p', {class: 'muted'}, `${all.length} hits`),
-      failures.map((f) => el('p', {class: 'error'}, f)),
-      el('div', {id: 'search-hits'}, all.slice(0, topK).map(({session, hit}) => message(hit.message, {score: hit.score, session}))));
+      if (q.mark) parts.push({contains: {path: 'marks', value: q.mark}});
+      const body = {query: {text: q.text}, mode: q.mode, top_k: q.topK,
+        user_id: q.user || undefined, agent_id: q.agent || undefined,
+        filter: parts.length === 0 ? undefined : parts.length === 1 ? parts[0] : {and: parts}};
+      const out = await api('POST', '/v1/memory/search', body);
+      fill(target,
+        el('p', {class: 'muted'}, `${out.hits.length} hits, best first (${q.mode})`),
+        el('div', {id: 'search-hits'}, out.hits.map((hit) => message(hit.message, {score: hit.score, session: hit.session_id}))));
+    } catch (e) { fill(target, errorLine(e)); }
   }
 
   // One message as a conversation turn: name, role, time, marks, content, summarised extras.

@@ -204,7 +204,8 @@ fn every_page(
         "{rows}"
     );
 
-    // Search across the listed sessions.
+    // Search across every session (hybrid by default; these messages have no embedding, so
+    // the keyword ranking finds them).
     browser.type_into(&browser.find("#search-all input[name=q]"), "cat Miso mat");
     browser.click(&browser.find("#search-all button[type=submit]"));
     browser.wait_for("document.querySelectorAll('#search-hits .card').length > 0");
@@ -219,6 +220,24 @@ fn every_page(
             .is_some_and(|i| hits.find("Dogs").is_none_or(|j| i < j)),
         "{hits}"
     );
+    // Keyword mode with a filter: only the assistant's words about Miso.
+    browser.js("document.querySelector('#search-all select[name=mode]').value = 'keyword';");
+    browser.type_into(
+        &browser.find("#search-all textarea[name=filter]"),
+        r#"{"eq": {"path": "role", "value": "assistant"}}"#,
+    );
+    browser.click(&browser.find("#search-all button[type=submit]"));
+    browser.wait_for("document.body.innerText.includes('hits, best first (keyword)')");
+    let hits = browser.js("return document.querySelector('#search-hits').innerText;");
+    let hits = hits.as_str().unwrap();
+    assert_eq!(
+        browser.js("return document.querySelectorAll('#search-hits .card').length;"),
+        json!(1),
+        "{hits}"
+    );
+    assert!(hits.contains("Noted: Miso the cat"), "{hits}");
+    browser.js("document.querySelector('#search-all textarea[name=filter]').value = '';");
+    browser.js("document.querySelector('#search-all select[name=mode]').value = 'hybrid';");
     browser.screenshot(&shots.join("sessions.png"));
 
     // Click through a session: the conversation, marks, a search within it.
