@@ -10,7 +10,9 @@ use std::sync::Arc;
 
 use mnemon_artifacts::{ArtifactStore, BackendRegistry, Expiry};
 use mnemon_backup::{BackupError, ExportOptions, ImportOptions, NamespaceStores, Selection};
-use mnemon_memory::{ExportFormat, ExportTarget, Exported, Memory, MemoryError, MsgInput, Scope};
+use mnemon_memory::{
+    AddOptions, ExportFormat, ExportTarget, Exported, Memory, MemoryError, MsgInput, Scope,
+};
 use mnemon_ops::{OpenOptions, Stores};
 use mnemon_store::AssetStore;
 use mnemon_types::artifact::{Artifact, StorageLocation};
@@ -143,7 +145,33 @@ fn fill(handle: &Handle) {
         })
         .collect();
     session.add(messages).unwrap();
+    // Messages with an expiry, with a recorded embedding model, with both (another model: a
+    // thread in the middle of a reembed holds two), and a plain one after them: each keeps
+    // its own, and all keep their order.
+    let stored = |i: u32| {
+        MsgInput::Json(json!({
+            "id": format!("m{i}"),
+            "name": "user",
+            "role": "user",
+            "content": format!("message {i}"),
+            "timestamp": format!("2026-01-0{i} 11:00:00"),
+            "embedding": [1.0 / f64::from(i), 0.1, f64::from(i) * 1e-300, -0.0],
+        }))
+    };
+    let expiring = |at: i64| AddOptions {
+        expiry: Expiry::At(at),
+        ..AddOptions::default()
+    };
+    session.add_with(vec![stored(5)], &expiring(LATER)).unwrap();
+    session
+        .add_with_model(vec![stored(6)], &AddOptions::default(), "model-a")
+        .unwrap();
+    session
+        .add_with_model(vec![stored(7)], &expiring(LATER + 7), "model-b")
+        .unwrap();
+    session.add(vec![stored(8)]).unwrap();
     session.mark(&["m1", "m3"], "important").unwrap();
+    session.mark(&["m7"], "done").unwrap();
     session.mark(&["m3"], "done").unwrap();
     let scoped = handle
         .memory(Scope {
@@ -170,7 +198,9 @@ struct Snapshot {
     threads: Vec<Thread>,
 }
 
-/// One thread: its scope, its export document, its embeddings as bits, each message's marks.
+/// One thread: its scope, its export document in the stored layout (every message's fields,
+/// its marks, expiry and embedding model included), its embeddings as bits, each message's
+/// marks.
 type Thread = (Scope, String, Vec<Vec<u64>>, Vec<Option<Vec<String>>>);
 
 fn snapshot(handle: &Handle) -> Snapshot {
@@ -202,7 +232,7 @@ fn snapshot(handle: &Handle) -> Snapshot {
                 ExportTarget::Json,
                 &mnemon_memory::ExportOptions {
                     include_marks: true,
-                    format: ExportFormat::AgentScope00,
+                    format: ExportFormat::AgentScope00Stored,
                 },
             )
             .unwrap()
@@ -260,6 +290,30 @@ fn stored_embeddings(snapshot: &Snapshot) -> Vec<Vec<u64>> {
         .collect()
 }
 
+/// Each message of thread `s1` with its expiry and embedding model, read from its stored-layout
+/// export document.
+fn stored_fields(snapshot: &Snapshot) -> Vec<(String, Option<i64>, Option<String>)> {
+    let (_, document, _, _) = snapshot
+        .threads
+        .iter()
+        .find(|(scope, ..)| scope.session_id.as_deref() == Some("s1"))
+        .unwrap();
+    let messages: serde_json::Value = serde_json::from_str(document).unwrap();
+    messages
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| {
+            (
+                m["id"].as_str().unwrap().to_owned(),
+                m.get("__expires_at").map(|v| v.as_i64().unwrap()),
+                m.get("__embedding_model")
+                    .map(|v| v.as_str().unwrap().to_owned()),
+            )
+        })
+        .collect()
+}
+
 /// The lines of a backup between its header (which names the source and the time) and its
 /// trailer (whose checksum covers the header).
 fn body(path: &Path) -> Vec<String> {
@@ -295,7 +349,7 @@ fn sqlite_to_postgres_to_sqlite_is_the_same_field_by_field() {
             exported.threads,
             exported.messages
         ),
-        (3, 3, 3, 6)
+        (3, 3, 3, 10)
     );
 
     let pg = Handle::postgres(&url, &dir.path().join("pg-files"));
@@ -308,7 +362,7 @@ fn sqlite_to_postgres_to_sqlite_is_the_same_field_by_field() {
             imported.threads,
             imported.messages
         ),
-        (3, 3, 3, 6)
+        (3, 3, 3, 10)
     );
     let middle = snapshot(&pg);
     assert_eq!(middle, before);
@@ -325,11 +379,98 @@ fn sqlite_to_postgres_to_sqlite_is_the_same_field_by_field() {
     assert_eq!(bits, stored_embeddings(&before));
     assert_eq!(bits[1][1], (1.0f64 / 3.0).to_bits());
     assert_eq!(bits[4][3], 2.0f64.to_bits());
+    assert_eq!(bits[8][3], (-0.0f64).to_bits());
+
+    // Each message's expiry and model, in memory order, came through the two backends (the
+    // snapshots compared them; this checks they were there to compare).
+    assert_eq!(
+        stored_fields(&after),
+        vec![
+            ("m0".to_owned(), None, None),
+            ("m1".to_owned(), None, None),
+            ("m2".to_owned(), None, None),
+            ("m3".to_owned(), None, None),
+            ("m4".to_owned(), None, None),
+            ("m5".to_owned(), Some(LATER), None),
+            ("m6".to_owned(), None, Some("model-a".to_owned())),
+            ("m7".to_owned(), Some(LATER + 7), Some("model-b".to_owned())),
+            ("m8".to_owned(), None, None),
+        ]
+    );
+    let file1_text = std::fs::read_to_string(&file1).unwrap();
+    assert!(
+        file1_text.contains(&format!(r#""expires_at":{}"#, LATER + 7))
+            && file1_text.contains(r#""embedding_model":"model-b""#),
+        "the backup does not carry the expiry and the model as record fields"
+    );
 
     // The two files carry the same records in the same order.
     let file3 = dir.path().join("three.jsonl");
     mnemon_backup::export(&pg, &file3, &ExportOptions::default()).unwrap();
     assert_eq!(body(&file3), body(&file1));
+}
+
+/// A backup as written before messages had an expiry and a model: `expires_at` always `null`
+/// and no `embedding_model` field. It still imports, its messages never expiring and their
+/// models unknown.
+#[test]
+fn a_backup_from_before_message_expiry_and_models_still_imports() {
+    let dir = tempfile::tempdir().unwrap();
+    let target = Handle::sqlite(&dir.path().join("target"));
+    let header = json!({
+        "type": "header", "format": "mnemon-backup", "version": 1,
+        "namespace": target.namespace(), "source": "sqlite",
+        "exported_at": 1_790_000_000_000_i64, "selection": {}
+    });
+    let lines = [
+        header.to_string(),
+        r#"{"type":"thread","user_id":null,"agent_id":null,"session_id":"old"}"#.to_owned(),
+        r#"{"type":"message","message":{"id":"o1","timestamp":"2025-01-01 00:00:00","name":"user","content":"first","role":"user","url":null,"embedding":[0.5,0.3333333333333333],"__marks":["kept"]},"expires_at":null}"#.to_owned(),
+        r#"{"type":"message","message":{"id":"o2","timestamp":"2025-01-01 00:00:01","name":"assistant","content":"second","role":"assistant","url":null},"expires_at":null}"#.to_owned(),
+    ];
+    let body = lines.join("\n") + "\n";
+    let trailer = |sha256: &str| {
+        json!({"type": "trailer", "assets": 0, "artifacts": 0, "threads": 1, "messages": 2,
+               "sha256": sha256})
+        .to_string()
+    };
+    // The checksum of the body, as the importer computes it (it names it when it differs).
+    let file = dir.path().join("old.jsonl");
+    std::fs::write(&file, format!("{body}{}\n", trailer("0"))).unwrap();
+    let error = mnemon_backup::import(&target, &file, &ImportOptions::default()).unwrap_err();
+    let BackupError::Mismatch { actual, .. } = error else {
+        panic!("{error}")
+    };
+    assert!(is_empty(&target));
+    std::fs::write(&file, format!("{body}{}\n", trailer(&actual))).unwrap();
+
+    let imported = mnemon_backup::import(&target, &file, &ImportOptions::default()).unwrap();
+    assert_eq!((imported.threads, imported.messages), (1, 2));
+    let after = snapshot(&target);
+    let (scope, document, _, marks) = &after.threads[0];
+    assert_eq!(scope.session_id.as_deref(), Some("old"));
+    let messages: serde_json::Value = serde_json::from_str(document).unwrap();
+    assert_eq!(messages[0]["content"], "first");
+    assert_eq!(
+        messages[0]["embedding"][1].as_f64().unwrap().to_bits(),
+        (1.0f64 / 3.0).to_bits()
+    );
+    assert!(
+        messages
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|m| m.get("__expires_at").is_none() && m.get("__embedding_model").is_none()),
+        "{document}"
+    );
+    assert_eq!(marks, &vec![Some(vec!["kept".to_owned()]), Some(vec![])]);
+
+    // Exported again, it is written as it was: no model field, a null expiry.
+    let again = dir.path().join("again.jsonl");
+    mnemon_backup::export(&target, &again, &ExportOptions::default()).unwrap();
+    let again_body = std::fs::read_to_string(&again).unwrap();
+    assert!(again_body.contains(&lines[2]), "{again_body}");
+    assert!(again_body.contains(&lines[3]), "{again_body}");
 }
 
 #[test]

@@ -1241,6 +1241,128 @@ mod summaries {
         all
     }
 
+    /// Issue 14, item 7: the stored export layout (`ExportFormat::AgentScope00Stored`) carries
+    /// each message's expiry and embedding model beside its fields and marks, the same through a
+    /// handle that mirrors the thread and through a fresh one that streams its rows; loading it
+    /// into another thread restores every field of every message in order (two models and two
+    /// expiries among plain messages), the loaded expiries take effect at their instant, and a
+    /// memory that cannot keep an expiry refuses such a document rather than drop it.
+    pub(super) fn stored_export_round_trip(stores: &dyn SummaryStores) {
+        use mnemon_memory::{
+            AddOptions, ExportFormat, ExportOptions, ExportTarget, Exported, InMemoryMemory,
+        };
+        let t0 = 1_700_000_000_000;
+        stores.clock().set(t0);
+        let s = scope(Some("u"), None, Some("stored"));
+        let memory = stores.memory("rt", &s);
+        let item = |id: &str, x: f64| -> mnemon_memory::MsgInput {
+            json!({"id": id, "name": "n", "content": format!("text {id}"),
+                   "embedding": [x, 1.0 / 3.0, -x]})
+            .into()
+        };
+        let expiring = |at: i64| AddOptions {
+            expiry: Expiry::At(at),
+            ..AddOptions::default()
+        };
+        memory.add(vec![item("a", 0.1)]).unwrap();
+        memory
+            .add_with(vec![item("b", 0.2)], &expiring(t0 + 1_000))
+            .unwrap();
+        memory
+            .add_with_model(vec![item("c", 0.3)], &AddOptions::default(), "model-1")
+            .unwrap();
+        memory
+            .add_with_model(vec![item("d", 0.4)], &expiring(t0 + 2_000), "model-2")
+            .unwrap();
+        memory.add(vec![msg("e")]).unwrap();
+        memory.mark(&["b", "d"], "pin").unwrap();
+        let export = |m: &dyn Memory, format: ExportFormat| {
+            let options = ExportOptions {
+                include_marks: true,
+                format,
+            };
+            match m.export(ExportTarget::Json, &options).unwrap() {
+                Exported::Json(text) => text,
+                other => panic!("{other:?}"),
+            }
+        };
+        let stored = export(&*memory, ExportFormat::AgentScope00Stored);
+        assert_eq!(
+            export(&*stores.fresh("rt", &s), ExportFormat::AgentScope00Stored),
+            stored,
+            "a fresh handle's streamed export differs from the mirror's"
+        );
+        let fields: Vec<(String, Option<i64>, Option<String>)> =
+            serde_json::from_str::<Vec<serde_json::Value>>(&stored)
+                .unwrap()
+                .iter()
+                .map(|m| {
+                    (
+                        m["id"].as_str().unwrap().to_owned(),
+                        m.get("__expires_at").map(|v| v.as_i64().unwrap()),
+                        m.get("__embedding_model")
+                            .map(|v| v.as_str().unwrap().to_owned()),
+                    )
+                })
+                .collect();
+        assert_eq!(
+            fields,
+            vec![
+                ("a".into(), None, None),
+                ("b".into(), Some(t0 + 1_000), None),
+                ("c".into(), None, Some("model-1".into())),
+                ("d".into(), Some(t0 + 2_000), Some("model-2".into())),
+                ("e".into(), None, None),
+            ]
+        );
+
+        let copy = scope(Some("u"), None, Some("copy"));
+        let loaded = stores.memory("rt", &copy);
+        assert_eq!(
+            loaded
+                .load(LoadSource::Json(stored.clone()), false)
+                .unwrap()
+                .added,
+            5
+        );
+        assert_eq!(export(&*loaded, ExportFormat::AgentScope00Stored), stored);
+        assert_eq!(
+            export(
+                &*stores.fresh("rt", &copy),
+                ExportFormat::AgentScope00Stored
+            ),
+            stored
+        );
+        // The plain layout is unchanged by the stored fields.
+        assert_eq!(
+            export(&*loaded, ExportFormat::AgentScope00),
+            export(&*memory, ExportFormat::AgentScope00)
+        );
+        assert!(!export(&*memory, ExportFormat::AgentScope00).contains("__expires_at"));
+
+        // The loaded expiries are the originals', at their instant.
+        stores.clock().set(t0 + 999);
+        assert_eq!(every_read(&*loaded), ["a", "b", "c", "d", "e"]);
+        stores.clock().set(t0 + 1_000);
+        assert_eq!(every_read(&*loaded), ["a", "c", "d", "e"]);
+        assert_eq!(
+            every_read(&*stores.fresh("rt", &copy)),
+            ["a", "c", "d", "e"]
+        );
+        stores.clock().set(t0 + 2_000);
+        assert_eq!(every_read(&*loaded), ["a", "c", "e"]);
+        assert_eq!(every_read(&*memory), ["a", "c", "e"]);
+
+        // A memory without a clock cannot keep the expiries: the load fails whole.
+        let plain = InMemoryMemory::new();
+        let refused = plain.load(LoadSource::Json(stored), false);
+        assert!(
+            matches!(refused, Err(MemoryError::ExpiryUnsupported)),
+            "{refused:?}"
+        );
+        assert_eq!(plain.size().unwrap(), 0);
+    }
+
     /// Issue 14, item 4: a message's time-to-live, judged by the store's clock at the boundary
     /// instant (live at the deadline − 1 ms, gone at the deadline) by every read, a fresh
     /// handle's streaming reads included, searches, summaries and marks; `gc` removes exactly the
@@ -2260,6 +2382,12 @@ mod sqlite_summaries {
     }
 
     #[test]
+    fn stored_export_round_trip_sqlite() {
+        let dir = tempfile::tempdir().unwrap();
+        super::summaries::stored_export_round_trip(&stores(&dir));
+    }
+
+    #[test]
     fn embedding_models_sqlite() {
         let dir = tempfile::tempdir().unwrap();
         super::summaries::embedding_models(&stores(&dir));
@@ -2538,6 +2666,20 @@ mod postgres_summaries {
             );
             super::summaries::keyword_search(&stores);
             super::summaries::hybrid_search(&stores);
+        }
+    }
+
+    /// With pgvector and without.
+    #[test]
+    fn stored_export_round_trip_postgres() {
+        let server = mnemon_tests::require_postgres!();
+        for vector_index in [true, false] {
+            let stores = Stores::new(
+                server.fresh_database("memory_stored_export").unwrap(),
+                vector_index,
+                0,
+            );
+            super::summaries::stored_export_round_trip(&stores);
         }
     }
 

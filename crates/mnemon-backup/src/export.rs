@@ -13,8 +13,8 @@ use serde::de::{DeserializeSeed, SeqAccess, Visitor};
 use crate::NamespaceStores;
 use crate::error::BackupError;
 use crate::format::{
-    ArtifactRecord, AssetRecord, FORMAT, Header, MessageRecord, Record, Selection, ThreadRecord,
-    Trailer, VERSION,
+    ArtifactRecord, AssetRecord, EXPIRES_KEY, FORMAT, Header, MODEL_KEY, MessageRecord, Record,
+    Selection, ThreadRecord, Trailer, VERSION,
 };
 use crate::io::{LineWriter, is_gzip};
 
@@ -233,10 +233,12 @@ fn export_memory(
             error,
         };
         // The memory's export writes the document as it reads the messages, from one
-        // snapshot, and carries ids, timestamps, embeddings and (`include_marks`) marks.
+        // snapshot, and carries ids, timestamps, embeddings, (`include_marks`) marks and, in
+        // the stored layout, each message's expiry and embedding model, which the records
+        // keep in fields of their own.
         let options = mnemon_memory::ExportOptions {
             include_marks: true,
-            format: ExportFormat::AgentScope00,
+            format: ExportFormat::AgentScope00Stored,
         };
         stores
             .memory(Scope::clone(&scope))
@@ -285,12 +287,30 @@ impl<'de> Visitor<'de> for EachMessage<'_> {
     }
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
-        while let Some(message) =
+        while let Some(mut message) =
             seq.next_element::<serde_json::Map<String, serde_json::Value>>()?
         {
+            // The memory writes these keys only when set, and always as an integer and a
+            // string; anything else would be its bug, and is refused rather than dropped.
+            let expires_at = match message.remove(EXPIRES_KEY) {
+                None => None,
+                Some(value) => Some(value.as_i64().ok_or_else(|| {
+                    serde::de::Error::custom(format!("{EXPIRES_KEY} is not an integer: {value}"))
+                })?),
+            };
+            let embedding_model = match message.remove(MODEL_KEY) {
+                None => None,
+                Some(serde_json::Value::String(model)) => Some(model),
+                Some(value) => {
+                    return Err(serde::de::Error::custom(format!(
+                        "{MODEL_KEY} is not a string: {value}"
+                    )));
+                }
+            };
             let record = Record::Message(MessageRecord {
                 message,
-                expires_at: None,
+                expires_at,
+                embedding_model,
             });
             if let Err(error) = self.writer.record(&record) {
                 *self.failure = Some(error);

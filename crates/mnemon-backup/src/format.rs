@@ -207,6 +207,15 @@ impl ThreadRecord {
     }
 }
 
+/// The key under which the memory's stored export layout
+/// (`mnemon_memory::ExportFormat::AgentScope00Stored`) carries a message's expiry: an export
+/// moves it into [`MessageRecord::expires_at`], an import puts it back for the memory's load.
+pub(crate) const EXPIRES_KEY: &str = "__expires_at";
+
+/// The key under which that layout carries the model of a message's embedding
+/// ([`MessageRecord::embedding_model`]).
+pub(crate) const MODEL_KEY: &str = "__embedding_model";
+
 /// One message of a memory thread.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct MessageRecord {
@@ -215,10 +224,16 @@ pub struct MessageRecord {
     /// the `embedding` as JSON numbers (each an `f64` written in its shortest round-trip form,
     /// so it reads back bit for bit), and `"__marks"` last when the message has marks.
     pub message: serde_json::Map<String, serde_json::Value>,
-    /// Reserved for a message's expiry (milliseconds since the Unix epoch), which memory does
-    /// not have yet: written as `null`, and an import refuses a file where it is not.
+    /// When the message expires (milliseconds since the Unix epoch), or `null` for never. A
+    /// backup written before memory had expiry carries `null` here.
     #[serde(default)]
     pub expires_at: Option<i64>,
+    /// The model that made the message's embedding, as the memory recorded it, or `null` when
+    /// not known (no embedding, or one stored before models were recorded). Absent in backups
+    /// written before models were recorded, which read as `null`; left out when `null`, so a
+    /// backup of messages without models is written as before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub embedding_model: Option<String>,
 }
 
 /// The last line of a backup.
@@ -430,22 +445,39 @@ mod tests {
             prop_assert_eq!(serde_json::to_string(&Record::Asset(back)).unwrap(), line);
         }
 
-        /// Message objects keep their key order and every f64 bit for bit.
+        /// Message objects keep their key order and every f64 bit for bit; the expiry and the
+        /// model come back as written, and a record without a model is written as before
+        /// models were recorded (no `embedding_model` key).
         #[test]
         fn message_records_keep_embeddings_bit_exact(
-            embedding in proptest::collection::vec(any::<f64>().prop_filter("finite", |f| f.is_finite()), 0..32),
+            embedding in proptest::collection::vec(
+                any::<f64>().prop_filter("finite", |f| f.is_finite()), 0..32),
             id in "[a-z0-9]{1,10}",
+            expires_at in proptest::option::of(any::<i64>()),
+            embedding_model in proptest::option::of(".{0,16}"),
         ) {
             let mut message = serde_json::Map::new();
             message.insert("id".into(), id.into());
-            message.insert("embedding".into(), embedding.iter().map(|&f| serde_json::json!(f)).collect());
-            let record = Record::Message(MessageRecord { message, expires_at: None });
+            message.insert(
+                "embedding".into(),
+                embedding.iter().map(|&f| serde_json::json!(f)).collect(),
+            );
+            let record = Record::Message(MessageRecord {
+                message,
+                expires_at,
+                embedding_model: embedding_model.clone(),
+            });
             let line = serde_json::to_string(&record).unwrap();
-            let Record::Message(back) = serde_json::from_str(&line).unwrap() else { panic!("not a message") };
+            prop_assert_eq!(line.contains("\"embedding_model\":"), embedding_model.is_some());
+            let Record::Message(back) = serde_json::from_str(&line).unwrap() else {
+                panic!("not a message")
+            };
             let numbers: Vec<u64> = back.message["embedding"].as_array().unwrap().iter()
                 .map(|n| n.as_f64().unwrap().to_bits()).collect();
             let want: Vec<u64> = embedding.iter().map(|f| f.to_bits()).collect();
             prop_assert_eq!(numbers, want);
+            prop_assert_eq!(back.expires_at, expires_at);
+            prop_assert_eq!(back.embedding_model, embedding_model);
         }
 
         /// Arbitrary text never decodes into a record that then fails to write, and never

@@ -13,7 +13,9 @@ use serde::Serialize;
 
 use crate::NamespaceStores;
 use crate::error::BackupError;
-use crate::format::{ArtifactRecord, FORMAT, Header, Record, ThreadRecord, Trailer, VERSION};
+use crate::format::{
+    ArtifactRecord, EXPIRES_KEY, FORMAT, Header, MODEL_KEY, Record, ThreadRecord, Trailer, VERSION,
+};
 use crate::io::LineReader;
 
 /// How many assets go into one write (one transaction), at most.
@@ -278,15 +280,9 @@ fn scan(
             (Record::Asset(_), _) => counts.assets += 1,
             (Record::Artifact(_), _) => counts.artifacts += 1,
             (Record::Thread(_), _) => counts.threads += 1,
-            (Record::Message(message), _) => {
+            (Record::Message(_), _) => {
                 if !in_thread {
                     return Err(damaged("a message before any thread".to_owned()));
-                }
-                if message.expires_at.is_some() {
-                    return Err(damaged(
-                        "a message with an expiry, which this version of memory cannot keep"
-                            .to_owned(),
-                    ));
                 }
                 counts.messages += 1;
             }
@@ -358,8 +354,22 @@ impl Importer<'_> {
                         .write_all(b",")
                         .map_err(BackupError::io(&self.document))?;
                 }
-                serde_json::to_writer(&mut thread.out, &message.message)
-                    .map_err(BackupError::Encode)?;
+                // The load document is the memory's stored export layout: the expiry and the
+                // model go back under the keys the export took them from, which the memory's
+                // load restores per message.
+                if message.expires_at.is_none() && message.embedding_model.is_none() {
+                    serde_json::to_writer(&mut thread.out, &message.message)
+                } else {
+                    let mut object = message.message.clone();
+                    if let Some(at) = message.expires_at {
+                        object.insert(EXPIRES_KEY.into(), at.into());
+                    }
+                    if let Some(model) = &message.embedding_model {
+                        object.insert(MODEL_KEY.into(), model.as_str().into());
+                    }
+                    serde_json::to_writer(&mut thread.out, &object)
+                }
+                .map_err(BackupError::Encode)?;
                 thread.messages += 1;
             }
             Record::Header(_) | Record::Trailer(_) => {}

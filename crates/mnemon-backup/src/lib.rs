@@ -1,7 +1,8 @@
 //! Portable backups of a Mnemon namespace: [`export`] writes a namespace's assets (with their
 //! bytes), artifact records (with the content their storage backend holds), and memory threads
-//! (messages with ids, timestamps, marks and embeddings) to one file, and [`import`] writes
-//! such a file into a namespace, on either backend (docs/reference/backup.md).
+//! (messages with ids, timestamps, marks, embeddings, expiries and embedding models) to one
+//! file, and [`import`] writes such a file into a namespace, on either backend
+//! (docs/reference/backup.md).
 //!
 //! Both stream: an export holds one asset, one artifact record or one message at a time (a
 //! memory thread goes through the memory's own streamed export to a temporary file), and an

@@ -84,6 +84,14 @@ pub enum ExportFormat {
     /// and `assistant` and string or block-list contents; other messages are written as they
     /// are, and 0.1.6 refuses them.
     AgentScope01,
+    /// The 0.0.x layout of [`ExportFormat::AgentScope00`] carrying, besides, what the store
+    /// keeps of each message outside the message itself: its expiry as an
+    /// `"__expires_at"` key (milliseconds since the Unix epoch) and the model that made its
+    /// embedding as `"__embedding_model"`, each written only when set and placed after the
+    /// message's own keys, before `"__marks"`. [`Memory::load`](crate::Memory::load) restores
+    /// both, so an export → load round trip keeps every stored field of a message; backups
+    /// (`mnemon-backup`) are written through it (docs/reference/memory.md#exporting).
+    AgentScope00Stored,
 }
 
 /// What [`Memory::export`](crate::Memory::export) produced.
@@ -104,6 +112,13 @@ pub enum Exported {
 
 /// The key under which exports carry marks.
 pub(crate) const MARKS_KEY: &str = "__marks";
+
+/// The key under which [`ExportFormat::AgentScope00Stored`] carries a message's expiry.
+pub(crate) const EXPIRES_KEY: &str = "__expires_at";
+
+/// The key under which [`ExportFormat::AgentScope00Stored`] carries the model of a message's
+/// embedding.
+pub(crate) const MODEL_KEY: &str = "__embedding_model";
 
 /// The I/O error of `path`, as a memory error.
 pub(crate) fn io_error(path: &Path, error: &std::io::Error) -> MemoryError {
@@ -521,6 +536,49 @@ mod tests {
             let with_marks = decode(text.clone()).unwrap();
             prop_assert_eq!(&with_marks, &entries);
             prop_assert_eq!(render_export(&with_marks, true), text);
+        }
+
+        /// The stored layout gives back each entry whole: message, marks, expiry and model
+        /// (a model only where there is an embedding, as a store keeps it), and the same bytes
+        /// when written again; without stored fields it is the 0.0.x document.
+        #[test]
+        fn stored_export_then_load_gives_equal_entries(
+            messages in proptest::collection::vec(message(), 0..5),
+            marks in proptest::collection::vec(proptest::collection::vec("[a-z]{1,5}", 0..3), 5),
+            expiries in proptest::collection::vec(proptest::option::of(any::<i64>()), 5),
+            models in proptest::collection::vec(proptest::option::of(".{0,12}"), 5),
+        ) {
+            let mut seen = std::collections::HashSet::new();
+            let entries: Vec<Entry> = messages
+                .into_iter()
+                .filter(|m| seen.insert(m.id().to_owned()))
+                .zip(marks)
+                .zip(expiries.into_iter().zip(models))
+                .map(|((msg, marks), (expires_at, model))| {
+                    let mut unique = Vec::new();
+                    for m in marks {
+                        if !unique.contains(&m) {
+                            unique.push(m);
+                        }
+                    }
+                    Entry::new(msg, unique).expiring(expires_at).embedded_by(model)
+                })
+                .collect();
+            let text = render_export_as(&entries, true, ExportFormat::AgentScope00Stored);
+            let back = decode(text.clone()).unwrap();
+            prop_assert_eq!(&back, &entries);
+            prop_assert_eq!(
+                render_export_as(&back, true, ExportFormat::AgentScope00Stored),
+                text
+            );
+            let bare: Vec<Entry> = entries
+                .iter()
+                .map(|e| e.clone().expiring(None).embedded_by(None))
+                .collect();
+            prop_assert_eq!(
+                render_export_as(&bare, true, ExportFormat::AgentScope00Stored),
+                render_export(&bare, true)
+            );
         }
     }
 }

@@ -10,7 +10,7 @@ use mnemon_types::Msg;
 use mnemon_types::msg::{EMBEDDING_KEY, MsgUrl};
 use serde_json::{Map, Value};
 
-use crate::document::{ExportFormat, ExportOptions, MARKS_KEY, io_error};
+use crate::document::{EXPIRES_KEY, ExportFormat, ExportOptions, MARKS_KEY, MODEL_KEY, io_error};
 use crate::entry::Entry;
 use crate::error::MemoryError;
 
@@ -78,15 +78,30 @@ impl<W: Write> ExportWriter<W> {
     pub(crate) fn push(&mut self, entry: &Entry) -> std::io::Result<()> {
         let marks = (self.include_marks && !entry.marks.is_empty()).then_some(&entry.marks[..]);
         let opening: &[u8] = match (self.count, self.format) {
-            (0, ExportFormat::AgentScope00) => b"[\n    ",
-            (_, ExportFormat::AgentScope00) => b",\n    ",
+            (0, ExportFormat::AgentScope00 | ExportFormat::AgentScope00Stored) => b"[\n    ",
+            (_, ExportFormat::AgentScope00 | ExportFormat::AgentScope00Stored) => b",\n    ",
             (0, ExportFormat::AgentScope01) => b"[",
             (_, ExportFormat::AgentScope01) => b", ",
         };
         self.out.write_all(opening)?;
         match self.format {
-            ExportFormat::AgentScope00 => {
-                let text = dumps_indent(&v00_object(&entry.full(), marks), 4);
+            ExportFormat::AgentScope00 | ExportFormat::AgentScope00Stored => {
+                // The 0.0.x object, then the stored fields, then the marks as the last key.
+                let mut object = entry.full().to_json();
+                if let Value::Object(map) = &mut object {
+                    if self.format == ExportFormat::AgentScope00Stored {
+                        if let Some(expires_at) = entry.expires_at {
+                            map.insert(EXPIRES_KEY.into(), expires_at.into());
+                        }
+                        if let Some(model) = &entry.embedding_model {
+                            map.insert(MODEL_KEY.into(), model.as_str().into());
+                        }
+                    }
+                    if let Some(marks) = marks {
+                        map.insert(MARKS_KEY.into(), marks_json(marks));
+                    }
+                }
+                let text = dumps_indent(&object, 4);
                 let mut lines = text.split('\n');
                 if let Some(first) = lines.next() {
                     self.out.write_all(first.as_bytes())?;
@@ -109,7 +124,7 @@ impl<W: Write> ExportWriter<W> {
     pub(crate) fn finish(mut self) -> std::io::Result<W> {
         let closing: &[u8] = match (self.count, self.format) {
             (0, _) => b"[]",
-            (_, ExportFormat::AgentScope00) => b"\n]",
+            (_, ExportFormat::AgentScope00 | ExportFormat::AgentScope00Stored) => b"\n]",
             (_, ExportFormat::AgentScope01) => b"]",
         };
         self.out.write_all(closing)?;
@@ -121,15 +136,6 @@ impl<W: Write> ExportWriter<W> {
     pub(crate) fn count(&self) -> usize {
         self.count
     }
-}
-
-/// The 0.0.x object of a message, with its marks as a last `"__marks"` key.
-fn v00_object(msg: &Msg, marks: Option<&[String]>) -> Value {
-    let mut value = msg.to_json();
-    if let (Some(marks), Value::Object(object)) = (marks, &mut value) {
-        object.insert(MARKS_KEY.into(), marks_json(marks));
-    }
-    value
 }
 
 pub(crate) fn marks_json(marks: &[String]) -> Value {

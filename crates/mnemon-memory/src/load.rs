@@ -10,7 +10,7 @@ use mnemon_types::MsgFactory;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
-use crate::document::{LoadSource, MARKS_KEY, MsgInput, io_error};
+use crate::document::{EXPIRES_KEY, LoadSource, MARKS_KEY, MODEL_KEY, MsgInput, io_error};
 use crate::entry::Entry;
 use crate::error::MemoryError;
 use crate::marks::validate_mark;
@@ -265,11 +265,57 @@ fn value_to_entries(
 ) -> Result<Vec<Entry>, MemoryError> {
     let object = value.as_object().ok_or(MemoryError::NotAnObject { p })?;
     let marks = item_marks(object, p, marks)?;
+    let (expires_at, model) = stored_fields(object, p)?;
+    // The stored fields are not the message's: they are taken out before it is built (only
+    // when present, so that other items are not copied).
+    let stripped;
+    let object = if object.contains_key(EXPIRES_KEY) || object.contains_key(MODEL_KEY) {
+        let mut copy = object.clone();
+        copy.remove(EXPIRES_KEY);
+        copy.remove(MODEL_KEY);
+        stripped = copy;
+        &stripped
+    } else {
+        object
+    };
     Ok(factory
         .from_any_object(object, p)?
         .into_iter()
-        .map(|msg| Entry::new(msg, marks.clone()))
+        .map(|msg| {
+            Entry::new(msg, marks.clone())
+                .expiring(expires_at)
+                .embedded_by(model.clone())
+        })
         .collect())
+}
+
+/// The `"__expires_at"` and `"__embedding_model"` of an item (written by
+/// [`ExportFormat::AgentScope00Stored`](crate::ExportFormat::AgentScope00Stored)); `null` or
+/// absent is `None`.
+fn stored_fields(
+    object: &Map<String, Value>,
+    p: usize,
+) -> Result<(Option<i64>, Option<String>), MemoryError> {
+    let expires_at = match object.get(EXPIRES_KEY) {
+        None | Some(Value::Null) => None,
+        Some(value) => Some(value.as_i64().ok_or_else(|| MemoryError::InvalidField {
+            p,
+            field: EXPIRES_KEY.into(),
+            expected: "an integer (milliseconds since the Unix epoch) or null".into(),
+        })?),
+    };
+    let model = match object.get(MODEL_KEY) {
+        None | Some(Value::Null) => None,
+        Some(Value::String(model)) => Some(model.clone()),
+        Some(_) => {
+            return Err(MemoryError::InvalidField {
+                p,
+                field: MODEL_KEY.into(),
+                expected: "the name of an embedding model (a string) or null".into(),
+            });
+        }
+    };
+    Ok((expires_at, model))
 }
 
 fn item_marks(

@@ -108,6 +108,7 @@ pub(crate) trait Backend: Send + Sync {
     /// write. A durable backend instead streams the source into one transaction.
     fn load_document(&self, source: LoadSource, overwrite: bool) -> Result<AddReport, MemoryError> {
         let entries = decode_source(self.factory(), source)?;
+        accepts_expiries(self, &entries)?;
         self.write(|s| Ok(s.plan_add(entries, overwrite)))
     }
 }
@@ -338,6 +339,15 @@ pub(crate) fn reembed_thread<B: Backend>(
     }
 }
 
+/// Refuses entries carrying an expiry when the backend cannot keep one (a backend without a
+/// clock answers [`MemoryError::ExpiryUnsupported`]), so that no expiry is silently dropped.
+fn accepts_expiries<B: Backend + ?Sized>(b: &B, entries: &[Entry]) -> Result<(), MemoryError> {
+    match entries.iter().find_map(|e| e.expires_at) {
+        Some(at) => b.deadline(Expiry::At(at)).map(|_| ()),
+        None => Ok(()),
+    }
+}
+
 /// Adds `items` with `options`, their embeddings made by `model` when known.
 fn add_entries<B: Backend>(
     b: &B,
@@ -348,12 +358,20 @@ fn add_entries<B: Backend>(
     validate_marks(&options.marks)?;
     let deadline = b.deadline(options.expiry)?;
     let mut entries = convert_inputs(b.factory(), items, &options.marks)?;
+    // The options' expiry and model win; an item's own (`"__expires_at"`,
+    // `"__embedding_model"`, as an `AgentScope00Stored` export writes them) stands otherwise.
     if deadline.is_some() || model.is_some() {
         entries = entries
             .into_iter()
-            .map(|e| e.expiring(deadline).embedded_by(model.map(str::to_owned)))
+            .map(|e| {
+                let expires_at = deadline.or(e.expires_at);
+                let own = e.embedding_model.clone();
+                e.expiring(expires_at)
+                    .embedded_by(model.map(str::to_owned).or(own))
+            })
             .collect();
     }
+    accepts_expiries(b, &entries)?;
     b.write(|s| Ok(s.plan_add(entries, false)))
 }
 

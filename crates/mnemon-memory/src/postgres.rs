@@ -2417,7 +2417,8 @@ impl Backend for PostgresMemory {
             HashMap::new()
         };
         let select = format!(
-            "SELECT {} FROM memory_messages m WHERE m.thread_id = $1 AND {} ORDER BY m.seq",
+            "SELECT {}, m.expires_at, m.embedding_model FROM memory_messages m
+             WHERE m.thread_id = $1 AND {} ORDER BY m.seq",
             message_columns(self.vectors()),
             live_sql!("$2")
         );
@@ -2431,7 +2432,14 @@ impl Backend for PostgresMemory {
             for row in &rows {
                 let id: &str = row.try_get(0).map_err(pg_error)?;
                 let marks = marks.remove(id).unwrap_or_default();
-                f(&row_entry(&self.store.factory, row, count, marks)?)?;
+                // The stored fields ride along, as the mirror's entries carry them, for the
+                // `AgentScope00Stored` export.
+                let expires_at: Option<i64> = row.try_get(6).map_err(pg_error)?;
+                let model: Option<String> = row.try_get(7).map_err(pg_error)?;
+                let entry = row_entry(&self.store.factory, row, count, marks)?
+                    .expiring(expires_at)
+                    .embedded_by(model);
+                f(&entry)?;
                 count += 1;
             }
         }
@@ -2730,13 +2738,15 @@ impl Backend for PostgresMemory {
         let insert = tx
             .prepare(if vectors {
                 "INSERT INTO memory_messages (thread_id, seq, msg_id, kind, body, embedding,
-                   embedding_form, embedding_v, embedding_dim, pending_dim, expires_at)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8::vector, $9, $10, $11)
+                   embedding_form, embedding_v, embedding_dim, pending_dim, expires_at,
+                   embedding_model)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8::vector, $9, $10, $11, $12)
                  ON CONFLICT (thread_id, msg_id) DO NOTHING"
             } else {
                 "INSERT INTO memory_messages
-                   (thread_id, seq, msg_id, kind, body, embedding, embedding_form, expires_at)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+                   (thread_id, seq, msg_id, kind, body, embedding, embedding_form, expires_at,
+                    embedding_model)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
                  ON CONFLICT (thread_id, msg_id) DO NOTHING"
             })
             .map_err(pg_error)?;
@@ -2747,6 +2757,8 @@ impl Backend for PostgresMemory {
         let mut inserted_dims = Vec::new();
         let deferred = self.store.deferred_dims();
         let mut pending = false;
+        // The earliest expiry among the inserted rows, for the thread's `next_expiry`.
+        let mut earliest: Option<i64> = None;
         // A stored id (or one earlier in the document) is skipped, as `plan_add` does: the
         // unique (thread_id, msg_id) index answers instead of a mirror of every id.
         decode_stream(factory, source, &mut |entry| {
@@ -2755,6 +2767,10 @@ impl Backend for PostgresMemory {
             let (body, form, bytes, dim) = (&row.body, &row.form, &row.bytes, row.dim);
             let (indexed_dim, pending_dim) = row.index_columns();
             let kind = entry.msg_without_embedding().kind().as_str();
+            // A document's own expiry (an `AgentScope00Stored` export) wins over the handle's
+            // default.
+            let expires_at = entry.expires_at.or(deadline);
+            let model = &entry.embedding_model;
             if let Some(d) = dim.and_then(|d| usize::try_from(d).ok()) {
                 dims.push(d);
             }
@@ -2772,7 +2788,8 @@ impl Backend for PostgresMemory {
                         &row.vector,
                         &indexed_dim,
                         &pending_dim,
-                        &deadline,
+                        &expires_at,
+                        model,
                     ],
                 )
             } else {
@@ -2786,7 +2803,8 @@ impl Backend for PostgresMemory {
                         body,
                         bytes,
                         form,
-                        &deadline,
+                        &expires_at,
+                        model,
                     ],
                 )
             }
@@ -2796,6 +2814,10 @@ impl Backend for PostgresMemory {
                 return Ok(());
             }
             marks.push_marks(entry.id(), &entry.marks);
+            earliest = match (earliest, expires_at) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
             inserted_dims.push(dim);
             pending |= pending_dim.is_some();
             seq += 1;
@@ -2820,7 +2842,7 @@ impl Backend for PostgresMemory {
                     touch_sql!(),
                     " WHERE thread_id = $1"
                 ),
-                &[&thread_id, &seq, &added, &deadline.filter(|_| added > 0)],
+                &[&thread_id, &seq, &added, &earliest],
             )
             .map_err(pg_error)?;
             if vectors {

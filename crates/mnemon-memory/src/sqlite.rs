@@ -1376,7 +1376,7 @@ fn scan_rows(
     f: &mut dyn FnMut(&Entry) -> Result<(), MemoryError>,
 ) -> Result<usize, MemoryError> {
     let mut stmt = tx.prepare_cached(concat!(
-        "SELECT m.msg_id, m.kind, m.body FROM memory_messages m
+        "SELECT m.msg_id, m.kind, m.body, m.expires_at, m.embedding_model FROM memory_messages m
          WHERE m.thread_id = ?1 AND ",
         live_sql!("m", "?2"),
         " ORDER BY m.seq"
@@ -1391,7 +1391,12 @@ fn scan_rows(
         } else {
             Vec::new()
         };
-        f(&Entry::new(msg, marks))?;
+        // The stored fields ride along, as the mirror's entries carry them, for the
+        // `AgentScope00Stored` export.
+        let entry = Entry::new(msg, marks)
+            .expiring(row.get(3)?)
+            .embedded_by(row.get(4)?);
+        f(&entry)?;
         count += 1;
     }
     Ok(count)
@@ -1915,16 +1920,21 @@ impl Backend for SqliteMemory {
             )?
             .query_row([thread_id], |r| r.get(0))?;
         let mut report = AddReport::default();
+        // The earliest expiry among the inserted rows, for the thread's `next_expiry`.
+        let mut earliest: Option<i64> = None;
         {
             // A stored id (or one earlier in the document) is skipped, as `plan_add` does: the
             // unique (thread_id, msg_id) index answers instead of a mirror of every id.
             let mut insert = tx.prepare_cached(
                 "INSERT INTO memory_messages
-                   (thread_id, seq, msg_id, kind, body, embedding, expires_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+                   (thread_id, seq, msg_id, kind, body, embedding, expires_at, embedding_model)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
                  ON CONFLICT (thread_id, msg_id) DO NOTHING",
             )?;
             decode_stream(factory, source, &mut |entry| {
+                // A document's own expiry (an `AgentScope00Stored` export) wins over the
+                // handle's default.
+                let expires_at = entry.expires_at.or(deadline);
                 let body =
                     serde_json::to_string(&*entry.full()).map_err(|e| corrupt(e.to_string()))?;
                 let inserted = insert.execute(params![
@@ -1934,12 +1944,17 @@ impl Backend for SqliteMemory {
                     kind_str(entry.msg_without_embedding().kind()),
                     body,
                     embedding_blob(entry.embedding()),
-                    deadline
+                    expires_at,
+                    entry.embedding_model
                 ])?;
                 if inserted == 0 {
                     report.skipped_duplicates.push(entry.id().to_owned());
                     return Ok(());
                 }
+                earliest = match (earliest, expires_at) {
+                    (Some(a), Some(b)) => Some(a.min(b)),
+                    (a, b) => a.or(b),
+                };
                 insert_marks(&tx, thread_id, entry.id(), &entry.marks)?;
                 seq += 1;
                 report.added += 1;
@@ -1947,7 +1962,7 @@ impl Backend for SqliteMemory {
             })?;
         }
         if report.added > 0
-            && let Some(deadline) = deadline
+            && let Some(deadline) = earliest
         {
             tx.prepare_cached(
                 "UPDATE memory_threads SET next_expiry = MIN(COALESCE(next_expiry, ?2), ?2)
