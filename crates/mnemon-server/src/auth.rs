@@ -68,6 +68,13 @@ pub trait Authenticator: Send + Sync + 'static {
     /// The request's principal.
     fn authenticate(&self, headers: &axum::http::HeaderMap) -> Result<Principal, RestError>;
 
+    /// The namespaces requests may work in, as far as the authenticator knows (the namespaces
+    /// of its valid keys), for the periodic expiry sweep to cover namespaces not served since
+    /// start; empty when it cannot list them. May block.
+    fn namespaces(&self) -> Vec<Namespace> {
+        Vec::new()
+    }
+
     /// Whether [`authenticate`](Authenticator::authenticate) may block (read a database);
     /// `false` lets the server call it on the async thread and save a hop to the blocking pool.
     fn blocks(&self) -> bool {

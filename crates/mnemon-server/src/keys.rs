@@ -9,7 +9,7 @@
 use std::sync::Arc;
 
 use axum::http::{HeaderMap, StatusCode, header};
-use mnemon_keys::{AuthError, Grant, KeyStore};
+use mnemon_keys::{AuthError, Grant, KeyStore, Namespace};
 
 use crate::auth::{Authenticator, Principal, Role};
 use crate::error::RestError;
@@ -126,6 +126,30 @@ impl Authenticator for KeyAuthenticator {
         match self.keys() {
             Ok(store) => store.authenticate_cached(key).map(answer),
             Err(stopping) => Some(Err(stopping)),
+        }
+    }
+
+    /// The namespaces of the valid (unrevoked) keys, each once; empty when the key store
+    /// cannot be read (the sweep then covers the namespaces served since start).
+    fn namespaces(&self) -> Vec<Namespace> {
+        let Ok(store) = self.keys() else {
+            return Vec::new();
+        };
+        match store.list(None) {
+            Ok(keys) => {
+                let mut namespaces: Vec<Namespace> = keys
+                    .into_iter()
+                    .filter(|k| k.revoked.is_none())
+                    .map(|k| k.namespace)
+                    .collect();
+                namespaces.sort_by(|a, b| a.as_str().cmp(b.as_str()));
+                namespaces.dedup();
+                namespaces
+            }
+            Err(error) => {
+                tracing::warn!(%error, "the key store could not be listed for the expiry sweep");
+                Vec::new()
+            }
         }
     }
 }

@@ -69,7 +69,8 @@ pub struct ServerConfig {
     /// proxy protect it).
     pub mcp_allowed_hosts: Option<Vec<String>>,
     /// How often the server sweeps expired records ([`Service::gc`]) of the namespaces it has
-    /// served since it started (and the ready namespace); zero disables the sweep.
+    /// served since it started, those of the authenticator's keys, and the ready namespace;
+    /// zero disables the sweep.
     pub gc_interval: Duration,
 }
 
@@ -130,6 +131,7 @@ impl Server {
         };
         spawn_sweeper(
             Arc::clone(&state.tenants),
+            Arc::clone(&state.auth),
             state.ready_namespace.clone(),
             config.gc_interval,
         );
@@ -175,7 +177,12 @@ impl Server {
 /// Sweeps expired records every `every` (not at once: the first sweep is one interval after
 /// start) on the blocking pool, one sweep at a time; zero spawns nothing. The task ends with
 /// the runtime.
-fn spawn_sweeper(tenants: Arc<Tenants>, ready: Namespace, every: Duration) {
+fn spawn_sweeper(
+    tenants: Arc<Tenants>,
+    auth: Arc<dyn Authenticator>,
+    ready: Namespace,
+    every: Duration,
+) {
     if every.is_zero() {
         return;
     }
@@ -186,9 +193,11 @@ fn spawn_sweeper(tenants: Arc<Tenants>, ready: Namespace, every: Duration) {
         loop {
             ticker.tick().await;
             let tenants = Arc::clone(&tenants);
+            let auth = Arc::clone(&auth);
             let ready = ready.clone();
             if let Err(error) =
-                tokio::task::spawn_blocking(move || sweep_all(&tenants, &ready)).await
+                tokio::task::spawn_blocking(move || sweep_all(&tenants, auth.as_ref(), &ready))
+                    .await
             {
                 tracing::error!(%error, "the expiry sweep panicked");
             }
@@ -196,12 +205,15 @@ fn spawn_sweeper(tenants: Arc<Tenants>, ready: Namespace, every: Duration) {
     });
 }
 
-/// One sweep of every namespace served since start, and the ready namespace: each store's
-/// `gc`, logged when it removed something or failed (the next sweep tries again).
-fn sweep_all(tenants: &Tenants, ready: &Namespace) {
+/// One sweep of every namespace served since start, every namespace of a valid key, and the
+/// ready namespace: each store's `gc`, logged when it removed something or failed (the next
+/// sweep tries again).
+fn sweep_all(tenants: &Tenants, auth: &dyn Authenticator, ready: &Namespace) {
     let mut namespaces = tenants.open_namespaces();
-    if !namespaces.contains(ready) {
-        namespaces.push(ready.clone());
+    for namespace in auth.namespaces().into_iter().chain([ready.clone()]) {
+        if !namespaces.contains(&namespace) {
+            namespaces.push(namespace);
+        }
     }
     for namespace in namespaces {
         match tenants.get(&namespace).and_then(|service| service.gc()) {

@@ -489,3 +489,50 @@ fn keys_guard_every_route_and_tool_on_postgres() {
     let keyed = keyed(dir.path(), Some(url));
     keys_suite(&keyed);
 }
+
+/// The periodic sweep covers the namespace of every valid key, even one no request has used
+/// since the server started.
+#[test]
+fn the_sweep_covers_the_namespaces_of_keys_never_served() {
+    crate::crypto();
+    let dir = tempfile::tempdir().unwrap();
+    let store = KeyStore::open_sqlite(
+        dir.path().join("mnemon.sqlite3"),
+        KeyStoreOptions::default(),
+    )
+    .unwrap();
+    let acme: Namespace = "acme".parse().unwrap();
+    let quiet: Namespace = "quiet".parse().unwrap();
+    store.create(&quiet, KeyRole::Read, "never used").unwrap();
+    let root = dir.path().to_path_buf();
+    let open = move |namespace: &Namespace| {
+        let options = OpenOptions::default().with_namespace(namespace.clone());
+        Stores::open_with(&root, &options).map_err(|e| OpsError::invalid(e.to_string()))
+    };
+    // An expiring asset in `quiet`, written behind the server's back.
+    let quiet_stores = open(&quiet).unwrap();
+    let asset = serde_json::json!({"content": 1});
+    Service::new(quiet_stores.clone())
+        .asset_put_at_expiring(
+            "brief",
+            serde_json::from_value(asset).unwrap(),
+            mnemon_ops::expiry::ExpiryInput {
+                ttl_seconds: Some(1),
+                expires_at_ms: None,
+            },
+        )
+        .unwrap();
+    let opener = open.clone();
+    let config = ServerConfig {
+        tenants: Tenants::new(move |namespace: &Namespace| Ok(Service::new(opener(namespace)?))),
+        authenticator: Arc::new(KeyAuthenticator::new(Arc::new(store))),
+        ready_namespace: acme,
+        mcp_allowed_hosts: None,
+        gc_interval: std::time::Duration::from_millis(200),
+    };
+    let _running = start_with(config, HostOptions::default());
+    std::thread::sleep(std::time::Duration::from_millis(1_600));
+    // The server's sweep removed it: a sweep by hand finds nothing.
+    let by_hand = Service::new(quiet_stores).gc().unwrap();
+    assert_eq!(by_hand.assets, 0, "{by_hand:?}");
+}
