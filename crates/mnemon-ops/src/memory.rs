@@ -372,6 +372,33 @@ pub struct MemorySearchAcrossOutput {
     pub hits: Vec<ScopedHit>,
 }
 
+/// Input of [`Service::memory_reembed`]: which threads (every thread of the namespace when no
+/// field is given) and the batch size.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct ReembedInput {
+    /// Only threads of this user.
+    #[serde(default)]
+    pub user_id: Option<String>,
+    /// Only threads of this agent.
+    #[serde(default)]
+    pub agent_id: Option<String>,
+    /// Only threads of this session.
+    #[serde(default)]
+    pub session_id: Option<String>,
+    /// Messages embedded and stored per transaction (default 256, at least 1).
+    #[serde(default)]
+    pub batch: Option<usize>,
+}
+
+/// Output of [`Service::memory_reembed`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct ReembedOutput {
+    /// The model the messages were embedded with.
+    pub model: String,
+    /// How many messages were re-embedded (0 when every one already had the model's).
+    pub reembedded: u64,
+}
+
 /// Input of [`Service::memory_mark`] and [`Service::memory_unmark`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct MarkInput {
@@ -894,6 +921,34 @@ impl Service {
         })
     }
 
+    /// Re-embeds, with the service's embedder, every message of the selected threads whose
+    /// embedding was not made by its model (none, another model, or one of unknown origin), in
+    /// batches; resumable after a kill (the next run picks only what is still missing).
+    /// `progress(done, total)` follows every stored batch.
+    pub fn memory_reembed(
+        &self,
+        input: ReembedInput,
+        progress: impl FnMut(u64, u64),
+    ) -> Result<ReembedOutput, OpsError> {
+        let embedder = self.require_embedder()?;
+        let batch = input.batch.unwrap_or(256);
+        if batch == 0 {
+            return Err(OpsError::invalid("batch must be at least 1"));
+        }
+        let within = ScopeFilter {
+            user_id: input.user_id,
+            agent_id: input.agent_id,
+            session_id: input.session_id,
+        };
+        let reembedded = self
+            .stores()
+            .reembed_memory(&within, embedder, batch, progress)?;
+        Ok(ReembedOutput {
+            model: embedder.model().to_owned(),
+            reembedded,
+        })
+    }
+
     /// Puts a mark on messages.
     pub fn memory_mark(&self, input: MarkInput) -> Result<MarkOutput, OpsError> {
         let memory = self.existing_session(&input.session)?;
@@ -1209,6 +1264,70 @@ mod tests {
             })
             .unwrap_err();
         assert_eq!(error.code(), "embedder_not_configured");
+    }
+
+    #[test]
+    fn reembed_fills_and_replaces_embeddings_and_resumes_with_nothing_left() {
+        let dir = tempfile::tempdir().unwrap();
+        let service = embedded_service(dir.path(), "default");
+        add(&service, "a", 3);
+        add(&service, "b", 2);
+        let mut seen = Vec::new();
+        let out = service
+            .memory_reembed(
+                ReembedInput {
+                    session_id: Some("a".into()),
+                    batch: Some(2),
+                    ..ReembedInput::default()
+                },
+                |done, total| seen.push((done, total)),
+            )
+            .unwrap();
+        assert_eq!(out.reembedded, 3);
+        assert_eq!(out.model, "mnemon:hashing-v1-64");
+        assert_eq!(seen.last(), Some(&(3, 3)));
+        // Only session a was embedded: a search across sessions finds a's messages only.
+        let found = service
+            .memory_search_across(MemorySearchAcrossInput {
+                user_id: None,
+                agent_id: None,
+                session_id: None,
+                query: SearchQuery::Text("1".into()),
+                top_k: Some(10),
+                filter: None,
+                mode: SearchModeName::Vector,
+                keywords: None,
+                hybrid: None,
+                include_embeddings: false,
+            })
+            .unwrap();
+        assert_eq!(found.hits.len(), 3);
+        assert!(
+            found
+                .hits
+                .iter()
+                .all(|h| h.session_id.as_deref() == Some("a"))
+        );
+        // A second run has nothing left to do; the rest of the namespace is two messages.
+        let again = service
+            .memory_reembed(ReembedInput::default(), |_, _| {})
+            .unwrap();
+        assert_eq!(again.reembedded, 2);
+        let none = service
+            .memory_reembed(ReembedInput::default(), |_, _| {})
+            .unwrap();
+        assert_eq!(none.reembedded, 0);
+        let refused = service.memory_reembed(
+            ReembedInput {
+                batch: Some(0),
+                ..ReembedInput::default()
+            },
+            |_, _| {},
+        );
+        assert_eq!(refused.unwrap_err().code(), "invalid_input");
+        let plain = Service::new(service.stores().clone());
+        let refused = plain.memory_reembed(ReembedInput::default(), |_, _| {});
+        assert_eq!(refused.unwrap_err().code(), "embedder_not_configured");
     }
 
     #[test]

@@ -429,6 +429,24 @@ impl Stores {
         }
     }
 
+    /// Re-embeds with `embedder` every live message of the threads `within` selects whose
+    /// embedding was not made by its model, `batch` at a time, each batch stored (with the
+    /// model) in one transaction; `progress(done, total)` follows every batch. Resumable: a run
+    /// cut short keeps its stored batches. Returns how many messages were re-embedded.
+    pub fn reembed_memory(
+        &self,
+        within: &ScopeFilter,
+        embedder: &dyn Embedder,
+        batch: usize,
+        progress: impl FnMut(u64, u64),
+    ) -> Result<u64, MemoryError> {
+        match &self.memory {
+            MemoryStore::Sqlite(store) => store.reembed(within, embedder, batch, progress),
+            #[cfg(feature = "postgres")]
+            MemoryStore::Postgres(store) => store.reembed(within, embedder, batch, progress),
+        }
+    }
+
     /// Removes every expired message of the namespace (rows and marks), in one transaction;
     /// returns how many.
     pub fn gc_memory(&self) -> Result<u64, MemoryError> {

@@ -788,6 +788,94 @@ fn gc_and_forget_across_the_stores() {
 }
 
 #[test]
+fn memory_reembed_is_resumable_and_makes_messages_searchable() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let model = "mnemon:hashing-v1-64";
+    for (session, content) in [
+        ("s1", "the ferry leaves at noon"),
+        ("s2", "tickets sold out"),
+    ] {
+        ok(&mnemon(
+            d,
+            &["memory", "add", "--session", session, "--content", content],
+        ));
+    }
+    let search = || {
+        ok_json(
+            d,
+            &[
+                "memory",
+                "search",
+                "--text",
+                "ferry",
+                "--embedding-model",
+                model,
+                "--format",
+                "json",
+            ],
+        )
+    };
+    // Added without embeddings: a search across sessions has no candidates yet.
+    assert_eq!(search()["hits"], json!([]));
+    let first = ok_json(
+        d,
+        &[
+            "memory",
+            "reembed",
+            "--embedding-model",
+            model,
+            "--session",
+            "s1",
+            "--format",
+            "json",
+        ],
+    );
+    assert_eq!(first, json!({"model": model, "reembedded": 1}));
+    let hits = search();
+    assert_eq!(hits["hits"].as_array().unwrap().len(), 1, "{hits}");
+    assert_eq!(hits["hits"][0]["session_id"], "s1");
+    let rest = ok_json(
+        d,
+        &[
+            "memory",
+            "reembed",
+            "--embedding-model",
+            model,
+            "--batch",
+            "1",
+            "--format",
+            "json",
+        ],
+    );
+    assert_eq!(rest["reembedded"], 1);
+    let none = ok_json(
+        d,
+        &[
+            "memory",
+            "reembed",
+            "--embedding-model",
+            model,
+            "--format",
+            "json",
+        ],
+    );
+    assert_eq!(none["reembedded"], 0);
+    let err = input_error(
+        d,
+        &[
+            "memory",
+            "reembed",
+            "--embedding-model",
+            model,
+            "--batch",
+            "0",
+        ],
+    );
+    assert!(err.contains("batch must be at least 1"), "{err}");
+}
+
+#[test]
 fn new_commands_run_on_postgresql() {
     let server = mnemon_tests::require_postgres!();
     let url = server.fresh_database("cli_ops").unwrap();

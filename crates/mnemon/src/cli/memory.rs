@@ -1,5 +1,6 @@
 //! `mnemon memory …`: conversation memory in `<data-dir>/mnemon.sqlite3`, or an export file.
 
+use std::io::IsTerminal as _;
 use std::path::PathBuf;
 
 use clap::{Args, Subcommand, ValueEnum};
@@ -16,8 +17,8 @@ use mnemon_ops::Service;
 use mnemon_ops::expiry::ExpiryInput;
 use mnemon_ops::memory::{
     AddWith, DeleteMessagesInput, MarkInput, MemoryAddInput, MemorySearchAcrossInput,
-    MemorySearchInput, MessageBody, MetricName, SearchModeName, SearchQuery, SessionInput,
-    SessionListInput,
+    MemorySearchInput, MessageBody, MetricName, ReembedInput, SearchModeName, SearchQuery,
+    SessionInput, SessionListInput,
 };
 
 use super::format::{
@@ -209,6 +210,28 @@ pub(crate) enum MemoryCommand {
         /// Also print each message's embedding.
         #[arg(long)]
         include_embeddings: bool,
+        #[command(flatten)]
+        output: OutputArg,
+    },
+    /// Re-embed with --embedding-model every message of the namespace (or of --user, --agent,
+    /// --session) whose embedding another model (or none, or an unknown one) made, in batches
+    /// with a progress bar; resumable: run it again after a kill and it does only what is left.
+    Reembed {
+        /// The model to embed with, e.g. `openai.com:text-embedding-3-small`.
+        #[arg(long, env = "MNEMON_EMBEDDING_MODEL", value_name = "MODEL")]
+        embedding_model: String,
+        /// Only threads of this user.
+        #[arg(long, value_name = "USER")]
+        user: Option<String>,
+        /// Only threads of this agent.
+        #[arg(long, value_name = "AGENT")]
+        agent: Option<String>,
+        /// Only threads of this session.
+        #[arg(long, value_name = "SESSION")]
+        session: Option<String>,
+        /// Messages embedded and stored per transaction.
+        #[arg(long, value_name = "N", default_value_t = 256)]
+        batch: usize,
         #[command(flatten)]
         output: OutputArg,
     },
@@ -796,6 +819,48 @@ pub(crate) fn run(command: MemoryCommand, target: &Target<'_>) -> CliResult {
                         cell(m.get("content")),
                     ]);
                 }
+                table
+            })
+        }
+        MemoryCommand::Reembed {
+            embedding_model,
+            user,
+            agent,
+            session,
+            batch,
+            output,
+        } => {
+            let service = with_embedder(service_for_writing(target)?, Some(&embedding_model))?;
+            let bar = std::io::stderr().is_terminal().then(|| {
+                let bar = indicatif::ProgressBar::new(0);
+                if let Ok(style) = indicatif::ProgressStyle::with_template(
+                    "re-embedding {bar:40} {pos}/{len} messages, {elapsed} elapsed, ETA {eta}",
+                ) {
+                    bar.set_style(style);
+                }
+                bar
+            });
+            let done = service.memory_reembed(
+                ReembedInput {
+                    user_id: user,
+                    agent_id: agent,
+                    session_id: session,
+                    batch: Some(batch),
+                },
+                |done, total| {
+                    if let Some(bar) = &bar {
+                        bar.set_length(total);
+                        bar.set_position(done);
+                    }
+                },
+            );
+            if let Some(bar) = bar {
+                bar.finish_and_clear();
+            }
+            let done = done.map_err(ops_error)?;
+            emit(output.format, &done, |d| {
+                let mut table = Table::new(&["model", "reembedded"]);
+                table.row(vec![d.model.clone(), d.reembedded.to_string()]);
                 table
             })
         }
