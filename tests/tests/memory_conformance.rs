@@ -2321,9 +2321,11 @@ mod sqlite_summaries {
         }
 
         fn fresh(&self, namespace: &str, scope: &Scope) -> Box<dyn Memory> {
+            // A mirror of its own: the store's handles share one, which would answer instead
+            // of the streamed reads this handle is for.
             Box::new(
                 self.store(namespace)
-                    .existing_memory(scope.clone())
+                    .existing_memory_unshared(scope.clone())
                     .unwrap()
                     .unwrap(),
             )

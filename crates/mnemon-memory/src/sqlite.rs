@@ -363,6 +363,8 @@ pub struct SqliteMemoryStore {
     /// The file has the keyword index (schema version 5): always, but for a reader of an
     /// older file.
     has_keywords: bool,
+    /// The thread mirrors shared by this store's handles (see [`MirrorCache`]).
+    mirrors: Mutex<MirrorCache>,
 }
 
 impl std::fmt::Debug for SqliteMemoryStore {
@@ -392,6 +394,7 @@ impl SqliteMemoryStore {
         let path = path.as_ref().to_path_buf();
         let conn = sqlite::open(&path, &options.settings(), &SCHEMA).map_err(db_error)?;
         Ok(Arc::new(SqliteMemoryStore {
+            mirrors: Mutex::default(),
             conn: Mutex::new(conn),
             path,
             factory,
@@ -484,6 +487,7 @@ impl SqliteMemoryStore {
             ))?;
         }
         Ok(Arc::new(SqliteMemoryStore {
+            mirrors: Mutex::default(),
             conn: Mutex::new(read.conn),
             path,
             factory: default_factory(),
@@ -511,6 +515,14 @@ impl SqliteMemoryStore {
         self.conn.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// The mirror of `scope`'s thread that every handle of this store shares.
+    fn shared_mirror(&self, scope: &Scope) -> Arc<Mutex<Mirror>> {
+        self.mirrors
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(scope)
+    }
+
     /// The memory of one thread, creating the thread if needed.
     pub fn memory(self: &Arc<Self>, scope: Scope) -> Result<SqliteMemory, MemoryError> {
         {
@@ -521,8 +533,8 @@ impl SqliteMemoryStore {
         }
         Ok(SqliteMemory {
             store: Arc::clone(self),
+            mirror: self.shared_mirror(&scope),
             scope,
-            mirror: Mutex::new(Mirror::default()),
         })
     }
 
@@ -538,8 +550,8 @@ impl SqliteMemoryStore {
         scope.columns()?;
         Ok(SqliteMemory {
             store: Arc::clone(self),
+            mirror: self.shared_mirror(&scope),
             scope,
-            mirror: Mutex::new(Mirror::default()),
         })
     }
 
@@ -560,8 +572,23 @@ impl SqliteMemoryStore {
         };
         Ok(exists.then(|| SqliteMemory {
             store: Arc::clone(self),
+            mirror: self.shared_mirror(&scope),
             scope,
-            mirror: Mutex::new(Mirror::default()),
+        }))
+    }
+
+    /// As [`existing_memory`](Self::existing_memory), but the handle keeps a mirror of its own
+    /// instead of the one the store's handles share: until its first full read it answers
+    /// from the stored rows (bounded, streamed), as every fresh handle did before mirrors were
+    /// shared. For one-off readers that should neither use nor fill the shared mirrors, and
+    /// for tests of the streamed paths.
+    pub fn existing_memory_unshared(
+        self: &Arc<Self>,
+        scope: Scope,
+    ) -> Result<Option<SqliteMemory>, MemoryError> {
+        Ok(self.existing_memory(scope)?.map(|mut memory| {
+            memory.mirror = Arc::default();
+            memory
         }))
     }
 
@@ -1241,6 +1268,93 @@ fn thread_row(
     }
 }
 
+/// How many messages the mirrors no handle holds may keep in memory, together, before the least
+/// recently used are dropped ([`MirrorCache`]). At 256 dimensions a mirrored message takes
+/// about 3 KB, so about 150 MB; the mirrors that handles hold are never dropped.
+const CACHED_MESSAGES: usize = 50_000;
+
+/// How many threads' mirrors are kept, at most, besides those that handles hold.
+const CACHED_THREADS: usize = 1_024;
+
+/// The thread mirrors of a store, shared by its handles, so that a handle opened per operation
+/// (as the service opens one per request) starts from the thread as the last handle left it
+/// instead of reading and decoding every message of the thread again: measured with
+/// `examples/fresh_handles.rs` (8 workers, sessions of 50–500 messages). Sharing is correct
+/// because a mirror is only read or changed under its own lock after its `(thread_id, rev)` is
+/// checked against the committed thread in the same transaction, as a handle's own mirror
+/// was; other processes' writes move `rev` and make it reload. Lock order: the mirror, then the
+/// connection, everywhere, so that a long read of one thread's mirror never holds up another
+/// thread's requests behind the connection.
+#[derive(Debug, Default)]
+struct MirrorCache {
+    entries: HashMap<Scope, CachedMirror>,
+    /// Counts [`MirrorCache::get`] calls: the recency of each entry.
+    tick: u64,
+}
+
+#[derive(Debug)]
+struct CachedMirror {
+    mirror: Arc<Mutex<Mirror>>,
+    used: u64,
+}
+
+impl MirrorCache {
+    /// The mirror of `scope`, created empty when there is none; every 64th call (and when
+    /// there are too many threads) drops least recently used mirrors that no handle holds
+    /// until the rest are within [`CACHED_MESSAGES`] and [`CACHED_THREADS`].
+    fn get(&mut self, scope: &Scope) -> Arc<Mutex<Mirror>> {
+        self.tick += 1;
+        let tick = self.tick;
+        let mirror = match self.entries.get_mut(scope) {
+            Some(cached) => {
+                cached.used = tick;
+                Arc::clone(&cached.mirror)
+            }
+            None => {
+                let mirror = Arc::new(Mutex::new(Mirror::default()));
+                self.entries.insert(
+                    scope.clone(),
+                    CachedMirror {
+                        mirror: Arc::clone(&mirror),
+                        used: tick,
+                    },
+                );
+                mirror
+            }
+        };
+        if tick.is_multiple_of(64) || self.entries.len() > CACHED_THREADS {
+            self.evict();
+        }
+        mirror
+    }
+
+    fn evict(&mut self) {
+        let mut total = 0;
+        let mut idle = Vec::new();
+        for (scope, cached) in &self.entries {
+            // A locked mirror is in use: it is neither counted nor dropped.
+            let Ok(mirror) = cached.mirror.try_lock() else {
+                continue;
+            };
+            let len = mirror.state.len();
+            total += len;
+            if Arc::strong_count(&cached.mirror) == 1 {
+                idle.push((cached.used, scope.clone(), len));
+            }
+        }
+        idle.sort_by_key(|(used, ..)| *used);
+        let mut threads = self.entries.len();
+        for (_, scope, len) in idle {
+            if total <= CACHED_MESSAGES && threads <= CACHED_THREADS {
+                break;
+            }
+            self.entries.remove(&scope);
+            total -= len;
+            threads -= 1;
+        }
+    }
+}
+
 /// The in-memory copy of a thread's live messages, valid for `(thread_id, rev)` until the
 /// earliest expiry among them.
 #[derive(Debug, Default)]
@@ -1636,7 +1750,8 @@ fn count_i64(n: usize) -> i64 {
 pub struct SqliteMemory {
     store: Arc<SqliteMemoryStore>,
     scope: Scope,
-    mirror: Mutex<Mirror>,
+    /// Shared with the store's other handles of the thread ([`MirrorCache`]).
+    mirror: Arc<Mutex<Mirror>>,
 }
 
 impl std::fmt::Debug for SqliteMemory {
@@ -1688,11 +1803,12 @@ impl Backend for SqliteMemory {
     }
 
     fn read<R>(&self, f: impl FnOnce(&ThreadState) -> R) -> Result<R, MemoryError> {
+        // The mirror first, then the connection ([`MirrorCache`]).
+        let mut mirror = self.mirror();
         let now = self.store.now();
         let mut conn = self.store.lock();
         let tx = conn.transaction()?;
         let thread = thread_row(&tx, &self.store, &self.scope, None)?;
-        let mut mirror = self.mirror();
         mirror.sync(&tx, thread, &self.store.factory, now)?;
         tx.commit()?;
         drop(conn);
@@ -1703,6 +1819,8 @@ impl Backend for SqliteMemory {
         &self,
         f: impl FnOnce(&ThreadState) -> Result<(Option<Change>, R), MemoryError>,
     ) -> Result<R, MemoryError> {
+        // The mirror first, then the connection ([`MirrorCache`]).
+        let mut mirror = self.mirror();
         let now = self.store.now();
         let mut conn = self.store.lock();
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
@@ -1714,7 +1832,6 @@ impl Backend for SqliteMemory {
         if purge_expired(&tx, thread_id, now)? > 0 {
             rev += 1;
         }
-        let mut mirror = self.mirror();
         mirror.sync(&tx, Some((thread_id, rev)), &self.store.factory, now)?;
         let (change, result) = f(&mirror.state)?;
         if let Some(change) = change {
@@ -1741,6 +1858,8 @@ impl Backend for SqliteMemory {
         with_marks: bool,
         f: &mut dyn FnMut(&Entry) -> Result<(), MemoryError>,
     ) -> Result<usize, MemoryError> {
+        // The mirror first, then the connection ([`MirrorCache`]).
+        let mirror = self.mirror();
         let now = self.store.now();
         let mut conn = self.store.lock();
         // One read transaction: the snapshot taken at its first read serves the whole scan,
@@ -1749,7 +1868,6 @@ impl Backend for SqliteMemory {
         let Some((thread_id, rev)) = thread_row(&tx, &self.store, &self.scope, None)? else {
             return Ok(0);
         };
-        let mirror = self.mirror();
         let count = if mirror.current(thread_id, rev, now) {
             // The mirror is current: no row needs reading.
             mirror.state.entries().iter().try_for_each(&mut *f)?;
@@ -1770,13 +1888,14 @@ impl Backend for SqliteMemory {
         exclude_mark: Option<&str>,
         n: usize,
     ) -> Result<Vec<Msg>, MemoryError> {
+        // The mirror first, then the connection ([`MirrorCache`]).
+        let mirror = self.mirror();
         let now = self.store.now();
         let mut conn = self.store.lock();
         let tx = conn.transaction()?;
         let Some((thread_id, rev)) = thread_row(&tx, &self.store, &self.scope, None)? else {
             return Ok(Vec::new());
         };
-        let mirror = self.mirror();
         let selected = if mirror.current(thread_id, rev, now) {
             mirror.state.select(mark, exclude_mark, Some(n))
         } else {
@@ -1810,16 +1929,20 @@ impl Backend for SqliteMemory {
         let Some(k) = options.top_k else {
             return Ok(None);
         };
+        // The mirror first, then the connection ([`MirrorCache`]); it is held only for the
+        // check.
+        let mirror = self.mirror();
         let now = self.store.now();
         let mut conn = self.store.lock();
         let tx = conn.transaction()?;
         let Some((thread_id, rev)) = thread_row(&tx, &self.store, &self.scope, None)? else {
             return Ok(None);
         };
-        if self.mirror().current(thread_id, rev, now) {
+        if mirror.current(thread_id, rev, now) {
             // The mirror's matrix answers faster than the rows.
             return Ok(None);
         }
+        drop(mirror);
         let query_norm = exact::norm(query);
         let score = |row: &[f32]| match &options.metric {
             Metric::Cosine => {
@@ -2119,9 +2242,15 @@ mod stream_tests {
                 [],
             )
             .unwrap();
-        let fresh = store.existing_memory(Scope::session("s")).unwrap().unwrap();
+        let fresh = store
+            .existing_memory_unshared(Scope::session("s"))
+            .unwrap()
+            .unwrap();
         assert!(fresh.get_memory(&MemoryQuery::default()).is_err());
-        let fresh = store.existing_memory(Scope::session("s")).unwrap().unwrap();
+        let fresh = store
+            .existing_memory_unshared(Scope::session("s"))
+            .unwrap()
+            .unwrap();
         let recent = fresh
             .get_memory(&MemoryQuery {
                 recent_n: Some(10),
@@ -2190,7 +2319,10 @@ mod stream_tests {
                 else {
                     panic!("text expected")
                 };
-                let fresh = store.existing_memory(Scope::session("s")).unwrap().unwrap();
+                let fresh = store
+                    .existing_memory_unshared(Scope::session("s"))
+                    .unwrap()
+                    .unwrap();
                 let exported = fresh
                     .export(ExportTarget::File(file.clone()), &options)
                     .unwrap();
@@ -2217,6 +2349,125 @@ mod stream_tests {
     /// A fresh handle (every server request opens one) recalls from the stored vectors: no
     /// mirror is loaded and no other message's body is decoded (a damaged one does not
     /// matter), and the hits equal the mirror's for every metric, mark and order.
+    /// The server's pattern: a fresh handle per operation starts from the mirror the last
+    /// handle left (no read of the thread), sees every write of the other handles, and a write
+    /// through another store on the same file (another process) makes it reload.
+    #[test]
+    fn fresh_handles_share_the_thread_mirror() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = store(&dir);
+        let first = store.memory(Scope::session("s")).unwrap();
+        first.load(LoadSource::Json(document(30)), false).unwrap();
+        assert_eq!(first.size().unwrap(), 30);
+        // Damage every row: only a handle that reads them fails.
+        store
+            .lock()
+            .execute("UPDATE memory_messages SET body = 'not json'", [])
+            .unwrap();
+        let fresh = store.existing_memory(Scope::session("s")).unwrap().unwrap();
+        assert!(mirrored(&fresh));
+        assert_eq!(fresh.get_memory(&MemoryQuery::default()).unwrap().len(), 30);
+        let unshared = store
+            .existing_memory_unshared(Scope::session("s"))
+            .unwrap()
+            .unwrap();
+        assert!(!mirrored(&unshared));
+        assert!(unshared.get_memory(&MemoryQuery::default()).is_err());
+        fresh
+            .add(vec![
+                json!({"id": "new", "name": "n", "content": "c"}).into(),
+            ])
+            .unwrap();
+        let ids = |m: &SqliteMemory| -> Vec<String> {
+            m.get_memory(&MemoryQuery::default())
+                .unwrap()
+                .iter()
+                .map(|m| m.id().to_owned())
+                .collect()
+        };
+        assert_eq!(ids(&first).len(), 31);
+        assert_eq!(ids(&first).last().map(String::as_str), Some("new"));
+
+        // Another store on the same file writes: the shared mirror reloads (and meets the
+        // damaged rows), as a handle's own mirror did.
+        let other = SqliteMemoryStore::open_with_factory(
+            dir.path().join("m.sqlite3"),
+            SqliteMemoryOptions::default(),
+            test_factory(),
+        )
+        .unwrap();
+        store
+            .lock()
+            .execute(
+                "UPDATE memory_messages SET body = json_object('id', msg_id, 'name', 'n', \
+                 'content', 'repaired') WHERE body = 'not json'",
+                [],
+            )
+            .unwrap();
+        other
+            .existing_memory(Scope::session("s"))
+            .unwrap()
+            .unwrap()
+            .add(vec![
+                json!({"id": "elsewhere", "name": "n", "content": "c"}).into(),
+            ])
+            .unwrap();
+        let again = store.existing_memory(Scope::session("s")).unwrap().unwrap();
+        let seen = ids(&again);
+        assert_eq!(seen.len(), 32);
+        assert_eq!(seen.last().map(String::as_str), Some("elsewhere"));
+        assert_eq!(
+            again.get_memory(&MemoryQuery::default()).unwrap()[0].content(),
+            &Value::String("repaired".into())
+        );
+    }
+
+    /// The shared mirrors are bounded: past the thread limit the least recently used that no
+    /// handle holds are dropped; held ones stay.
+    #[test]
+    fn the_shared_mirrors_are_bounded() {
+        let mut cache = MirrorCache::default();
+        let held: Vec<_> = (0..10)
+            .map(|i| cache.get(&Scope::session(format!("held{i}"))))
+            .collect();
+        for i in 0..CACHED_THREADS * 2 {
+            drop(cache.get(&Scope::session(format!("t{i}"))));
+            assert!(cache.entries.len() <= CACHED_THREADS + 1);
+        }
+        for i in 0..10 {
+            assert!(
+                cache
+                    .entries
+                    .contains_key(&Scope::session(format!("held{i}")))
+            );
+        }
+        // The most recent idle ones are kept.
+        assert!(
+            cache
+                .entries
+                .contains_key(&Scope::session(format!("t{}", CACHED_THREADS * 2 - 1)))
+        );
+        assert!(!cache.entries.contains_key(&Scope::session("t0")));
+        // And by messages: an idle mirror past the message bound goes at the next sweep.
+        {
+            let big = cache.get(&Scope::session("big"));
+            let mut mirror = big.lock().unwrap();
+            let factory = test_factory();
+            let entries = (0..CACHED_MESSAGES + 1)
+                .map(|i| {
+                    let msg = factory.msg("n", "c").id(format!("b{i}")).build().unwrap();
+                    Entry::new(msg, Vec::new())
+                })
+                .collect();
+            mirror.state = ThreadState::from_entries(entries);
+        }
+        for _ in 0..64 {
+            drop(cache.get(&Scope::session("other")));
+        }
+        assert!(!cache.entries.contains_key(&Scope::session("big")));
+        drop(held);
+    }
+
     #[test]
     fn recall_through_a_fresh_handle_reads_only_the_winners() {
         use crate::{Metric, RetrievalQuery, RetrieveOptions};
@@ -2265,7 +2516,10 @@ mod stream_tests {
                             )
                             .unwrap()
                         };
-                        let fresh = store.existing_memory(Scope::session("s")).unwrap().unwrap();
+                        let fresh = store
+                            .existing_memory_unshared(Scope::session("s"))
+                            .unwrap()
+                            .unwrap();
                         let streamed = recall(&fresh);
                         assert_eq!(mirrored(&fresh), top_k.is_none());
                         // The mirror path, on a handle whose mirror is current.
@@ -2288,7 +2542,10 @@ mod stream_tests {
                 [best[0].message.id()],
             )
             .unwrap();
-        let fresh = store.existing_memory(Scope::session("s")).unwrap().unwrap();
+        let fresh = store
+            .existing_memory_unshared(Scope::session("s"))
+            .unwrap()
+            .unwrap();
         let streamed = fresh
             .retrieve_by_embedding(RetrievalQuery::Vector(query), &options, None)
             .unwrap();
@@ -2311,7 +2568,10 @@ mod stream_tests {
             ])
             .unwrap();
         let recall = || {
-            let fresh = store.existing_memory(Scope::session("s")).unwrap().unwrap();
+            let fresh = store
+                .existing_memory_unshared(Scope::session("s"))
+                .unwrap()
+                .unwrap();
             fresh.retrieve_by_embedding(
                 RetrievalQuery::Vector(vec![1.0, 0.0]),
                 &RetrieveOptions::default(),
