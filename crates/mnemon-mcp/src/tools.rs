@@ -857,6 +857,7 @@ impl MnemonMcp {
                         count: input.count,
                         count_type: None,
                         omit: None,
+                        exact: false,
                     },
                 )?)
             },

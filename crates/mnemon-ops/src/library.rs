@@ -68,6 +68,10 @@ pub struct LibraryQueryInput {
     /// Fields to leave out of each bit, comma-separated (default `embedding`).
     #[serde(default)]
     pub omit: Option<String>,
+    /// Scan every bit exactly, never the library's approximate index (which large libraries
+    /// with a current index are otherwise searched through: docs/reference/library.md#ann-index).
+    #[serde(default)]
+    pub exact: bool,
 }
 
 /// Output of [`Service::library_query`]: the Polymath query result
@@ -152,6 +156,8 @@ impl Service {
             }
         };
         let mut request = QueryRequest::new(library.model(), embedding, input.count.unwrap_or(10));
+        request.index = self.index();
+        request.exact = input.exact;
         request.count_type = match input.count_type.as_deref() {
             None | Some("bit") => CountType::Bit,
             Some("token") => CountType::Token,
@@ -166,5 +172,71 @@ impl Service {
         }
         let result = library.query(&request, &AccessGrant::default())?;
         Ok(LibraryQueryOutput(wire::render(&result)?))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mnemon_library::{IndexUse, synthetic};
+
+    /// A packed library of 2,000 random 32-dimensional unit vectors with its ANN index.
+    fn indexed_library(dir: &std::path::Path) -> Library {
+        let path = dir.join("lib.json");
+        let mut bytes = Vec::new();
+        synthetic::write_synthetic(&mut bytes, "m", 2_000, 32, 5).unwrap();
+        std::fs::write(&path, bytes).unwrap();
+        let library = Library::open(&path).unwrap();
+        library.pack_index(&path, &|_, _| {}).unwrap();
+        Library::open(&path).unwrap()
+    }
+
+    /// The service's library query searches the index as the service is told (here from 0 bits,
+    /// with a beam of 10: often not the exact answer), and `exact: true` always scans.
+    #[test]
+    fn library_queries_use_the_index_unless_exact() {
+        let dir = tempfile::tempdir().unwrap();
+        let library = indexed_library(dir.path());
+        let index = IndexUse {
+            min_bits: 0,
+            ef: 10,
+        };
+        let service =
+            Service::new(crate::Stores::open(dir.path().join("data")).unwrap()).with_index(index);
+        let mut differed = 0;
+        for n in 0..20 {
+            // Spread, deterministic directions (no RNG needed).
+            let query: Vec<f32> = (0..32).map(|i| ((n * 32 + i) as f32 * 0.7).sin()).collect();
+            let ask = |exact: bool| {
+                service
+                    .library_query(
+                        &library,
+                        LibraryQueryInput {
+                            text: None,
+                            embedding: Some(query.clone()),
+                            count: Some(10),
+                            count_type: None,
+                            omit: None,
+                            exact,
+                        },
+                    )
+                    .unwrap()
+                    .0
+            };
+            let direct = |exact: bool| {
+                let mut request = QueryRequest::new("m", query.clone(), 10);
+                request.index = index;
+                request.exact = exact;
+                wire::render(&library.query(&request, &AccessGrant::default()).unwrap()).unwrap()
+            };
+            let (scanned, searched) = (ask(true), ask(false));
+            assert_eq!(scanned, direct(true));
+            assert_eq!(searched, direct(false));
+            differed += usize::from(scanned != searched);
+        }
+        assert!(
+            differed > 0,
+            "a beam of 10 never missed: the index was not used"
+        );
     }
 }

@@ -21,6 +21,8 @@ pub struct Service {
     embedder: Option<Arc<dyn Embedder>>,
     tokenizer: Arc<dyn Tokenizer>,
     writers: Arc<Mutex<Writers>>,
+    /// When library queries search a library's ANN index (docs/reference/library.md#ann-index).
+    index: mnemon_library::IndexUse,
 }
 
 /// How many sessions keep a write handle open ([`Service::writer`]).
@@ -56,7 +58,20 @@ impl Service {
             embedder: None,
             tokenizer: Arc::new(mnemon_embed::Cl100kTokenizer),
             writers: Arc::default(),
+            index: mnemon_library::IndexUse::default(),
         }
+    }
+
+    /// This service with `index` deciding when a library query searches the library's ANN
+    /// index (default [`IndexUse::default`](mnemon_library::IndexUse): from 50,000 bits), as
+    /// `mnemon serve --index-min-bits` sets it for the Polymath endpoint too.
+    pub fn with_index(self, index: mnemon_library::IndexUse) -> Service {
+        Service { index, ..self }
+    }
+
+    /// When library queries search a library's ANN index.
+    pub fn index(&self) -> mnemon_library::IndexUse {
+        self.index
     }
 
     /// This service with `embedder` for text search (memory search by text, library queries by

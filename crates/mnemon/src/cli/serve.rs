@@ -164,7 +164,11 @@ pub(crate) fn run(args: ServeArgs, target: &Target<'_>, quiet: bool) -> CliResul
         )));
     }
     let keyed = keys.is_some();
-    let mut rest = server_config(target, args.embedding_model.as_deref(), keys)?;
+    let index = mnemon::library::IndexUse {
+        min_bits: args.index_min_bits,
+        ..mnemon::library::IndexUse::default()
+    };
+    let mut rest = server_config(target, args.embedding_model.as_deref(), keys, index)?;
     rest.gc_interval = args.gc_interval;
     if !loopback {
         // Reached under names we cannot know: keys (or the proxy of --insecure) protect /mcp,
@@ -192,10 +196,7 @@ pub(crate) fn run(args: ServeArgs, target: &Target<'_>, quiet: bool) -> CliResul
         max_concurrent_queries: args.max_concurrent_queries,
         queue_timeout: Duration::from_secs_f64(args.queue_timeout),
         max_result_bytes: args.max_result_bytes,
-        index: mnemon::library::IndexUse {
-            min_bits: args.index_min_bits,
-            ..mnemon::library::IndexUse::default()
-        },
+        index,
         ..HostOptions::default()
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -258,7 +259,8 @@ pub(crate) fn run(args: ServeArgs, target: &Target<'_>, quiet: bool) -> CliResul
 
 /// The REST side of the server: the stores of `--data-dir` (SQLite) or `--database-url`
 /// (PostgreSQL) for `--namespace`, with the embedder of `--embedding-model`, open to every
-/// request (no keys: loopback only unless `--insecure`).
+/// request (no keys: loopback only unless `--insecure`), its library queries using the ANN
+/// index as the Polymath endpoint does (`index`).
 ///
 /// PostgreSQL, and a data directory whose database exists, are opened now, so a bad URL or a
 /// damaged file stops the start. A data directory without a database is created by the first
@@ -268,6 +270,7 @@ fn server_config(
     target: &Target<'_>,
     embedding_model: Option<&str>,
     keys: Option<Arc<KeyStore>>,
+    index: mnemon::library::IndexUse,
 ) -> Result<ServerConfig, CliError> {
     let mut options = match target.database_url {
         Some(url) => OpenOptions::postgres(url),
@@ -293,7 +296,7 @@ fn server_config(
             let options = options.clone().with_namespace(asked.clone());
             let stores = Mnemon::open_with(&dir, &options)
                 .map_err(|e| OpsError::invalid(format!("cannot open the stores to serve: {e}")))?;
-            let service = Service::new(stores);
+            let service = Service::new(stores).with_index(index);
             Ok(match &embedder {
                 Some(embedder) => service.with_embedder(Arc::clone(embedder)),
                 None => service,
@@ -308,7 +311,7 @@ fn server_config(
         });
     }
     let open = move || -> Result<Service, OpenError> {
-        let service = Service::new(Mnemon::open_with(&dir, &options)?);
+        let service = Service::new(Mnemon::open_with(&dir, &options)?).with_index(index);
         Ok(match &embedder {
             Some(embedder) => service.with_embedder(Arc::clone(embedder)),
             None => service,
