@@ -537,6 +537,16 @@ impl Files {
         }
     }
 
+    /// Files in a folder of one namespace's own: the registry is
+    /// [private to the namespace](BackendRegistry::private_to_namespace).
+    fn private() -> Files {
+        let files = Files::new();
+        Files {
+            registry: files.registry.private_to_namespace(),
+            ..files
+        }
+    }
+
     /// Saves `artifact` with its content in a file named `id`.
     fn save(&self, store: &dyn ArtifactStore, artifact: &Artifact, expiry: Expiry) {
         let id = match &artifact.storage {
@@ -780,4 +790,20 @@ pub fn tenant_isolation_of_sweeps(open: &OpenInNamespace<'_>) {
     let swept = sweep(a.forget("s", &files.registry));
     assert_eq!((swept.records, swept.content_removed), (2, 1));
     assert!(!files.exists("both.json"));
+
+    // Registries private to their namespace (each namespace's files in its own folder, as
+    // `mnemon serve` keeps them): the same storage id names two files, and forgetting one
+    // namespace removes its file, never the other's.
+    let (files_a, files_b) = (Files::private(), Files::private());
+    files_a.save(&*a, &in_file("p", "a's", "same.json"), Expiry::Default);
+    files_b.save(&*b, &in_file("p", "b's", "same.json"), Expiry::Default);
+    let swept = sweep(b.forget("p", &files_b.registry));
+    assert_eq!(
+        (swept.records, swept.content_removed, swept.content_shared),
+        (1, 1, 0),
+        "{swept:?}"
+    );
+    assert!(!files_b.exists("same.json"), "no file of b is left");
+    assert!(files_a.exists("same.json"), "a's own file stays");
+    assert_eq!(names(a.list_where(Some("p"), None, None)), ["a's"]);
 }

@@ -59,6 +59,9 @@ pub enum Storage {
 #[derive(Clone, Default)]
 pub struct BackendRegistry {
     backends: BTreeMap<String, Arc<dyn StorageBackend>>,
+    /// Whether every backend keeps this namespace's content apart from every other namespace's
+    /// ([`BackendRegistry::private_to_namespace`]).
+    private: bool,
 }
 
 impl std::fmt::Debug for BackendRegistry {
@@ -83,6 +86,23 @@ impl BackendRegistry {
             Arc::new(WriteToFile::new(file_root)),
         );
         registry
+    }
+
+    /// This registry, declared private to the namespace of the store it serves: each of its
+    /// backends keeps that namespace's content where no other namespace's backend reaches (its
+    /// own directory, bucket or key prefix), so the same storage id in two namespaces names two
+    /// different contents. A sweep (`gc`, `forget`) then removes content when no record *of its
+    /// namespace* still points at it; without the declaration it keeps content while a record of
+    /// any namespace names the same location, since a shared backend would hold one content for
+    /// both (docs/reference/artifacts.md#expiry-gc-and-forget).
+    pub fn private_to_namespace(mut self) -> Self {
+        self.private = true;
+        self
+    }
+
+    /// Whether [`private_to_namespace`](Self::private_to_namespace) declared it.
+    pub fn is_private_to_namespace(&self) -> bool {
+        self.private
     }
 
     /// Registers `backend` under `name`, returning the backend it replaces, if any.

@@ -26,8 +26,9 @@
 //! `jsonb` cannot hold U+0000, so a record with one in a field has no `doc` (NULL): on
 //! PostgreSQL only its expiry can be filtered on. A sweep ([`ArtifactStore::gc`],
 //! [`ArtifactStore::forget`]) deletes the records in one transaction, then removes each storage
-//! location they pointed at under the same advisory lock a save of it takes, when no record of
-//! any namespace points at it any more.
+//! location they pointed at under the same advisory lock a save of it takes, when no record
+//! points at it any more: of any namespace, or of the store's own when the registry is
+//! [private to the namespace](BackendRegistry::private_to_namespace).
 //!
 //! **Statements** are constant SQL texts, prepared once per pooled connection and kept in the
 //! connection's statement cache (`mnemon_db::postgres::PooledClient::prepare_cached`): after a
@@ -234,9 +235,11 @@ macro_rules! remove_where {
     };
 }
 
-/// Whether any record, of any namespace, points at the storage location.
+/// Whether a record points at the storage location: of any namespace, or (`$3` given, for a
+/// registry [private to the namespace](BackendRegistry::private_to_namespace)) of that one.
 const STORAGE_IN_USE: &str = "SELECT EXISTS (SELECT 1 FROM artifact_records \
-     WHERE storage_backend = $1::bytea AND storage_id = $2::bytea)";
+     WHERE storage_backend = $1::bytea AND storage_id = $2::bytea \
+       AND ($3::text IS NULL OR namespace = $3::text))";
 
 /// Where the PostgreSQL store keeps each field of the document: `expires_at` in its column,
 /// every other field in `doc`.
@@ -466,7 +469,13 @@ impl PostgresArtifactStore {
             let shared: bool = tx
                 .query_one(
                     &in_use,
-                    &[&location.backend.as_bytes(), &location.id.as_bytes()],
+                    &[
+                        &location.backend.as_bytes(),
+                        &location.id.as_bytes(),
+                        &backends
+                            .is_private_to_namespace()
+                            .then_some(self.namespace.as_str()),
+                    ],
                 )
                 .and_then(|row| row.try_get(0))
                 .map_err(self.failed(ACTION))?;

@@ -8,8 +8,9 @@
 //! `(expires_at IS NULL OR expires_at > now)`, and [`ArtifactStore::gc`] deletes expired
 //! records through the partial index `artifact_records_by_expiry`. Content is removed after
 //! the records' commit, one storage location at a time under the write lock (the exclusion a
-//! save holds while it writes content), and only when no record of any namespace points at
-//! it (index `artifact_records_by_storage`). **Filters** are translated by `mnemon-filter`
+//! save holds while it writes content), and only when no record points at it (index
+//! `artifact_records_by_storage`): of any namespace, or of the store's own when the registry is
+//! [private to the namespace](BackendRegistry::private_to_namespace). **Filters** are translated by `mnemon-filter`
 //! onto the record's columns (`data` is JSON text).
 
 use std::collections::BTreeSet;
@@ -364,6 +365,7 @@ impl SqliteArtifactStore {
         let ns = self.namespace.as_str();
         let mut all: Vec<&dyn rusqlite::ToSql> = vec![&ns];
         all.extend_from_slice(params);
+        let (private, namespace) = (backends.is_private_to_namespace(), ns);
         let conn = self.conn();
         sqlite::begin_immediate(&conn, self.busy_timeout)
             .map_err(|e| ArtifactError::database(action, e))?;
@@ -416,13 +418,23 @@ impl SqliteArtifactStore {
             }
             let mut unshared = Vec::new();
             for location in batch {
+                // A namespace-private registry's content is this namespace's alone: only its
+                // records can share it (`?3`); otherwise any namespace's record may.
                 let shared = conn
                     .prepare_cached(
                         "SELECT EXISTS (SELECT 1 FROM artifact_records \
-                         WHERE storage_backend = ?1 AND storage_id = ?2)",
+                         WHERE storage_backend = ?1 AND storage_id = ?2 \
+                           AND (?3 IS NULL OR namespace = ?3))",
                     )
                     .and_then(|mut s| {
-                        s.query_row([&location.backend, &location.id], |r| r.get::<_, bool>(0))
+                        s.query_row(
+                            params![
+                                &location.backend,
+                                &location.id,
+                                private.then_some(namespace)
+                            ],
+                            |r| r.get::<_, bool>(0),
+                        )
                     });
                 match shared {
                     Ok(true) => sweep.content_shared += 1,

@@ -587,8 +587,12 @@ pub fn artifact_backends(root: Option<PathBuf>, namespace: &Namespace) -> Backen
     let Some(root) = root else {
         return BackendRegistry::new();
     };
+    // Each namespace's files live apart (the default's under the root, guarded from the
+    // others' folder), so a sweep of one namespace may remove a file whose storage id another
+    // namespace also uses: that id names another file there.
     if !namespace.is_default() {
-        return BackendRegistry::with_defaults(root.join(NAMESPACES_DIR).join(namespace.as_str()));
+        return BackendRegistry::with_defaults(root.join(NAMESPACES_DIR).join(namespace.as_str()))
+            .private_to_namespace();
     }
     let mut registry = BackendRegistry::new();
     let guarded = DefaultNamespaceFiles(WriteToFile::new(root));
@@ -596,7 +600,7 @@ pub fn artifact_backends(root: Option<PathBuf>, namespace: &Namespace) -> Backen
     if registry.register(WRITE_TO_FILE, Arc::new(guarded)).is_err() {
         return BackendRegistry::new();
     }
-    registry
+    registry.private_to_namespace()
 }
 
 /// The default namespace's `write_to_file`: the root itself (today's files), except the folder
