@@ -1775,7 +1775,14 @@ impl SqliteMemory {
     }
 
     fn mirror(&self) -> MutexGuard<'_, Mirror> {
-        self.mirror.lock().unwrap_or_else(PoisonError::into_inner)
+        self.mirror.lock().unwrap_or_else(|poisoned| {
+            // A panic while the mirror was held may have left it half changed, and it is
+            // shared: it is emptied, so the next read loads the committed thread.
+            self.mirror.clear_poison();
+            let mut mirror = poisoned.into_inner();
+            *mirror = Mirror::default();
+            mirror
+        })
     }
 }
 
@@ -2420,6 +2427,27 @@ mod stream_tests {
             again.get_memory(&MemoryQuery::default()).unwrap()[0].content(),
             &Value::String("repaired".into())
         );
+    }
+
+    /// A panic while a shared mirror is held (a caller's closure, say) empties it rather than
+    /// leave a half-changed copy to the next handle.
+    #[test]
+    fn a_poisoned_shared_mirror_is_reloaded() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = store(&dir);
+        let memory = store.memory(Scope::session("s")).unwrap();
+        memory.load(LoadSource::Json(document(5)), false).unwrap();
+        assert_eq!(memory.size().unwrap(), 5);
+        let shared = Arc::clone(&memory.mirror);
+        let _ = std::thread::spawn(move || {
+            let mut mirror = shared.lock().unwrap();
+            mirror.state = ThreadState::default();
+            panic!("a panic while the mirror is half changed");
+        })
+        .join();
+        let fresh = store.existing_memory(Scope::session("s")).unwrap().unwrap();
+        assert_eq!(fresh.size().unwrap(), 5);
+        assert_eq!(memory.get_memory(&MemoryQuery::default()).unwrap().len(), 5);
     }
 
     /// The shared mirrors are bounded: past the thread limit the least recently used that no
