@@ -1512,6 +1512,46 @@ mod summaries {
         hits.iter().map(|h| h.message.id().to_owned()).collect()
     }
 
+    /// A NUL (U+0000) anywhere in a message (content, metadata), next to an escaped backslash
+    /// followed by `u0000` as plain text: the messages are stored, read back equal, found by
+    /// the words around the NUL, and a backslash text is not taken for a NUL. (PostgreSQL's
+    /// keyword column read the body as `jsonb`, which refuses U+0000: every such write failed.)
+    pub(super) fn messages_with_nul(stores: &dyn SummaryStores) {
+        use mnemon_memory::MemoryQuery;
+        let s = scope(Some("u"), None, Some("nul"));
+        let memory = stores.memory("nul", &s);
+        let items: Vec<mnemon_memory::MsgInput> = vec![
+            json!({"id": "a", "name": "n", "content": "before\u{0}after ferry",
+                   "metadata": {"k": [1, "NUL \u{0} inside"]}})
+            .into(),
+            json!({"id": "b", "name": "n", "content": "slash \\u0000 tides"}).into(),
+            json!({"id": "c", "name": "n", "content": [{"type": "text", "text": "x\u{0}\u{0}y harbour"}]})
+                .into(),
+        ];
+        memory.add(items).unwrap();
+        let read = memory.get_memory(&MemoryQuery::default()).unwrap();
+        assert_eq!(read.len(), 3);
+        assert_eq!(read[0].content(), &json!("before\u{0}after ferry"));
+        assert_eq!(read[1].content(), &json!("slash \\u0000 tides"));
+        let fresh = stores
+            .fresh("nul", &s)
+            .get_memory(&MemoryQuery::default())
+            .unwrap();
+        assert_eq!(fresh, read);
+        let found = |word: &str| {
+            let mut ids = ids(&stores
+                .search_with("nul", &keyword(word, ScopeFilter::all(), 10))
+                .unwrap());
+            ids.sort();
+            ids
+        };
+        assert_eq!(found("ferry"), ["a"]);
+        assert_eq!(found("tides"), ["b"]);
+        assert_eq!(found("harbour"), ["c"]);
+        // The backslash text keeps its `u0000` word; the NUL escapes are not words.
+        assert_eq!(found("u0000"), ["b"]);
+    }
+
     /// Issue 14, item 3: keyword search over the messages' text (string content and text
     /// blocks), any word, case-insensitive, within the scope, filtered, never past the
     /// namespace, each hit with its index; the index kept in step with deletes, loads, forget,
@@ -2377,6 +2417,12 @@ mod sqlite_summaries {
     }
 
     #[test]
+    fn messages_with_nul_sqlite() {
+        let dir = tempfile::tempdir().unwrap();
+        super::summaries::messages_with_nul(&stores(&dir));
+    }
+
+    #[test]
     fn keyword_and_hybrid_search_sqlite() {
         let dir = tempfile::tempdir().unwrap();
         super::summaries::keyword_search(&stores(&dir));
@@ -2654,6 +2700,20 @@ mod postgres_summaries {
                 0,
             );
             super::summaries::expiry_at_the_boundary(&stores);
+        }
+    }
+
+    /// With pgvector and without.
+    #[test]
+    fn messages_with_nul_postgres() {
+        let server = mnemon_tests::require_postgres!();
+        for vector_index in [true, false] {
+            let stores = Stores::new(
+                server.fresh_database("memory_nul").unwrap(),
+                vector_index,
+                0,
+            );
+            super::summaries::messages_with_nul(&stores);
         }
     }
 

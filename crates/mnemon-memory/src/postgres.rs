@@ -141,8 +141,46 @@ static SCHEMA: Schema = Schema {
             version: 8,
             sql: SCHEMA_V8,
         },
+        Migration {
+            version: 9,
+            sql: SCHEMA_V9,
+        },
     ],
 };
+
+/// Version 9: [`SCHEMA_V7`]'s `memory_message_text` cast the body to `jsonb`, which cannot hold
+/// U+0000 (JSON text can, as the escape `\u0000`), so every write of a message with a NUL
+/// anywhere in it failed ("unsupported Unicode escape sequence"). The text is now read from
+/// the body as it is, and only when that fails from a copy whose `\u0000` escapes are spaces
+/// (escaped backslashes are set aside first, so `\\u0000` stays as it is); a body that is not
+/// JSON at all gives no words. The body itself is never changed. The generated column keeps
+/// its values: a message stored before could not have had a NUL.
+const SCHEMA_V9: &str = r#"
+CREATE OR REPLACE FUNCTION memory_message_text(body text) RETURNS text
+  LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $f$
+DECLARE
+  doc jsonb;
+BEGIN
+  BEGIN
+    doc := body::jsonb;
+  EXCEPTION WHEN others THEN
+    BEGIN
+      doc := replace(replace(replace(body, '\\', E'\x01'), '\u0000', ' '), E'\x01', '\\')::jsonb;
+    EXCEPTION WHEN others THEN
+      RETURN '';
+    END;
+  END;
+  RETURN CASE jsonb_typeof(doc -> 'content')
+    WHEN 'string' THEN doc ->> 'content'
+    WHEN 'array' THEN COALESCE((SELECT string_agg(b ->> 'text', ' ')
+                                FROM jsonb_array_elements(doc -> 'content') AS b
+                                WHERE jsonb_typeof(b -> 'text') = 'string'), '')
+    WHEN 'null' THEN ''
+    ELSE COALESCE((doc -> 'content')::text, '')
+  END;
+END
+$f$;
+"#;
 
 /// Version 8: embedding models (docs/reference/memory.md#embedding-models), as SQLite's
 /// version 6: a message's `embedding_model` names the model that made its stored embedding
