@@ -24,6 +24,7 @@ mod memory_msg_fixtures;
 mod memory_postgres;
 mod memory_processes;
 mod memory_sqlite;
+mod ops_memory;
 mod postgres_server;
 mod refs_store;
 mod store_sweeps;

@@ -805,7 +805,7 @@ impl Service {
             }
         }
         let scope = check_session(&input.session)?;
-        let memory = self.writer(scope)?;
+        let memory = self.writer(scope.clone())?;
         let items = input
             .messages
             .into_iter()
@@ -823,6 +823,11 @@ impl Service {
             Some(model) => memory.add_with_model(items, &options, model)?,
             None => memory.add_with(items, &options)?,
         };
+        if !matches!(self.stores().backend(), crate::Backend::Sqlite) {
+            // The kept handle's mirror is current after its own add: its size reads only the
+            // thread's row.
+            self.release_if_large(&scope, memory.size()?);
+        }
         Ok(MemoryAddOutput {
             added: report.added,
             skipped_duplicates: report.skipped_duplicates,
@@ -1398,6 +1403,8 @@ mod tests {
         }
         say(&service, "six");
         assert_eq!(contents(&other), ["five", "six"]);
+        // SQLite's store shares each thread's mirror among its handles: nothing is kept here.
+        assert_eq!(service.kept_write_handles(), 0);
         assert_eq!(service.stores().threads().unwrap().len(), 71);
     }
 

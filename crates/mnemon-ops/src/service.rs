@@ -28,6 +28,11 @@ pub struct Service {
 /// How many sessions keep a write handle open ([`Service::writer`]).
 const WRITERS: usize = 64;
 
+/// The most messages a kept write handle's thread may hold: a kept handle holds its thread in
+/// memory, so larger threads are written through fresh handles, which bounds what the kept
+/// handles hold together (64 × 10,000 messages).
+pub(crate) const KEPT_THREAD_MESSAGES: usize = 10_000;
+
 /// The memory handles writes go through, by scope, with the tick of their last use: a handle
 /// keeps its thread's mirror, which its own writes keep current, so an add reads no stored
 /// message; a handle opened per add loads (and parses) the whole thread first, which made an
@@ -98,12 +103,17 @@ impl Service {
         self.embedder().ok_or(OpsError::NoEmbedder)
     }
 
-    /// The memory handle writes of `scope` go through: one kept open per recently written
-    /// session (at most 64, the least recently used closed first), created by its first write.
-    /// A kept handle sees writes of other handles and processes (its next call reloads the
-    /// thread), and a thread deleted meanwhile is started again by the next write, as through
-    /// a fresh handle (docs/reference/memory.md).
+    /// The memory handle writes of `scope` go through. On SQLite a fresh one: the store shares
+    /// each thread's mirror between its handles, bounded (docs/reference/memory.md), so a fresh
+    /// handle reads no stored message. On PostgreSQL, whose handles each mirror their thread,
+    /// one kept open per recently written session (at most 64, the least recently used closed
+    /// first; see [`Service::release_if_large`]), created by its first write. A kept handle sees
+    /// writes of other handles and processes (its next call reloads the thread), and a thread
+    /// deleted meanwhile is started again by the next write, as through a fresh handle.
     pub(crate) fn writer(&self, scope: Scope) -> Result<Arc<dyn Memory>, MemoryError> {
+        if matches!(self.stores.backend(), crate::Backend::Sqlite) {
+            return Ok(Arc::from(self.stores.memory_created_on_write(scope)?));
+        }
         let mut writers = self.writers.lock().unwrap_or_else(PoisonError::into_inner);
         writers.tick += 1;
         let tick = writers.tick;
@@ -126,6 +136,26 @@ impl Service {
         }
         writers.handles.insert(scope, (Arc::clone(&handle), tick));
         Ok(handle)
+    }
+
+    /// Closes the kept write handle of `scope` when its thread holds more than
+    /// [`KEPT_THREAD_MESSAGES`] messages (`size`, as the handle just saw it), so the kept
+    /// handles cannot hold more than 64 such threads in memory together.
+    pub(crate) fn release_if_large(&self, scope: &Scope, size: usize) {
+        if size > KEPT_THREAD_MESSAGES {
+            let mut writers = self.writers.lock().unwrap_or_else(PoisonError::into_inner);
+            writers.handles.remove(scope);
+        }
+    }
+
+    /// How many memory write handles the service keeps open ([`Service::writer`]: on
+    /// PostgreSQL, at most 64, none for a thread of more than 10,000 messages; none on SQLite).
+    pub fn kept_write_handles(&self) -> usize {
+        self.writers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .handles
+            .len()
     }
 
     /// The tokenizer of token budgets.
