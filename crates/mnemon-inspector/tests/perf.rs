@@ -227,6 +227,29 @@ fn page_times(stores: mnemon_ops::Stores) {
         "/v1/memory/sessions/big/search",
         Some(search),
     );
+    // Search across sessions (the Sessions page), over all 100,000 messages: the two searches
+    // above stored the embeddings of 50,100 of them; keyword and hybrid read every one.
+    for (mode, filter) in [
+        ("vector", None),
+        ("keyword", None),
+        ("hybrid", None),
+        (
+            "hybrid",
+            Some(json!({"eq": {"path": "role", "value": "user"}})),
+        ),
+    ] {
+        let mut body =
+            json!({"query": {"text": "the cat and the plan"}, "mode": mode, "top_k": 10});
+        if let Some(filter) = filter {
+            body["filter"] = filter;
+        }
+        let page = if body.get("filter").is_some() {
+            format!("{mode}+f")
+        } else {
+            mode.to_owned()
+        };
+        t.measure(&page, post.clone(), "/v1/memory/search", Some(body));
+    }
     t.measure("assets", get.clone(), "/v1/assets?limit=50", None);
     t.measure(
         "assets",
