@@ -1550,6 +1550,30 @@ mod summaries {
         assert_eq!(found("harbour"), ["c"]);
         // The backslash text keeps its `u0000` word; the NUL escapes are not words.
         assert_eq!(found("u0000"), ["b"]);
+        // Filters read the bodies too (PostgreSQL: as `jsonb`).
+        let filtered = |filter: serde_json::Value| {
+            let request =
+                SearchRequest::new(ScopeFilter::all(), RetrievalQuery::Vector(Vec::new()), 10);
+            let request = SearchRequest {
+                mode: mnemon_memory::SearchMode::Keyword {
+                    text: "ferry tides harbour".into(),
+                },
+                ..request
+            }
+            .with_filter(Filter::parse(&filter).unwrap());
+            let mut ids = ids(&stores.search_with("nul", &request).unwrap());
+            ids.sort();
+            ids
+        };
+        assert_eq!(
+            filtered(json!({"eq": {"path": "name", "value": "n"}})),
+            ["a", "b", "c"]
+        );
+        assert_eq!(filtered(json!({"exists": "metadata.k"})), ["a"]);
+        assert_eq!(
+            filtered(json!({"eq": {"path": "content", "value": "slash \\u0000 tides"}})),
+            ["b"]
+        );
     }
 
     /// Issue 14, item 3: keyword search over the messages' text (string content and text

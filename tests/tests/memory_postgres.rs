@@ -42,7 +42,7 @@ fn newer_schema_is_refused() {
         err,
         MemoryError::SchemaVersion {
             found: 99,
-            supported: 9
+            supported: 10
         }
     );
 }
@@ -1364,7 +1364,7 @@ fn migration_to_version_3_counts_existing_threads() {
         .get(0);
     // Through version 3 to the current one (8; the columns of 4 to 8 are still there: their
     // migrations, like the vector schema's version 3, add only what is missing).
-    assert_eq!(version, 9);
+    assert_eq!(version, 10);
     assert_counters(&mut client);
     let live: Vec<i64> = client
         .query("SELECT live FROM memory_threads ORDER BY thread_id", &[])
@@ -1936,7 +1936,7 @@ fn embeddings_are_stored_once_and_version_3_bodies_still_read() {
         .unwrap()
         .get(0);
     // Through 4 to the current version, 8 (whose columns are still there).
-    assert_eq!(version, 9);
+    assert_eq!(version, 10);
     assert_eq!(
         export_json(&store.memory(Scope::session("s")).unwrap()),
         before
@@ -2036,7 +2036,7 @@ fn migration_to_version_7_indexes_stored_messages() {
         .query_one("SELECT version FROM memory_schema", &[])
         .unwrap()
         .get(0);
-    assert_eq!(version, 9);
+    assert_eq!(version, 10);
     for (text, id, index) in [("ferry", "a", 0), ("TIDES", "b", 1)] {
         let request = SearchRequest {
             mode: SearchMode::Keyword { text: text.into() },

@@ -145,8 +145,39 @@ static SCHEMA: Schema = Schema {
             version: 9,
             sql: SCHEMA_V9,
         },
+        Migration {
+            version: 10,
+            sql: SCHEMA_V10,
+        },
     ],
 };
+
+/// Version 10: `memory_body_jsonb(body)`, a message body as `jsonb` whatever it holds: the body
+/// itself, or when it has a `\u0000` escape (which `jsonb` refuses) a copy whose NUL escapes are
+/// spaces, escaped backslashes set aside first. Filters read bodies through it (their `jsonb`
+/// cast failed every filtered search that met a message with a NUL), and
+/// `memory_message_text` becomes plain SQL over it again: [`SCHEMA_V9`]'s exception block cost
+/// a subtransaction per written row. One `strpos` per body when there is no NUL, and the
+/// planner can inline both.
+const SCHEMA_V10: &str = r#"
+CREATE OR REPLACE FUNCTION memory_body_jsonb(body text) RETURNS jsonb
+  LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $f$
+  SELECT CASE WHEN strpos(body, '\u0000') = 0 THEN body::jsonb
+    ELSE replace(replace(replace(body, '\\', E'\x01'), '\u0000', ' '), E'\x01', '\\')::jsonb
+  END
+$f$;
+CREATE OR REPLACE FUNCTION memory_message_text(body text) RETURNS text
+  LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $f$
+  SELECT CASE jsonb_typeof(memory_body_jsonb(body) -> 'content')
+    WHEN 'string' THEN memory_body_jsonb(body) ->> 'content'
+    WHEN 'array' THEN COALESCE((SELECT string_agg(b ->> 'text', ' ')
+                                FROM jsonb_array_elements(memory_body_jsonb(body) -> 'content') AS b
+                                WHERE jsonb_typeof(b -> 'text') = 'string'), '')
+    WHEN 'null' THEN ''
+    ELSE COALESCE((memory_body_jsonb(body) -> 'content')::text, '')
+  END
+$f$;
+"#;
 
 /// Version 9: [`SCHEMA_V7`]'s `memory_message_text` cast the body to `jsonb`, which cannot hold
 /// U+0000 (JSON text can, as the escape `\u0000`), so every write of a message with a NUL

@@ -223,7 +223,9 @@ fn message_source(dialect: Dialect, root: &str) -> Option<Source> {
         // Everything else is a member of the message's JSON body: name, role, content,
         // timestamp, metadata, url and every extra field.
         (_, Dialect::Sqlite) => Some(Source::Member("m.body".to_owned())),
-        (_, Dialect::Postgres) => Some(Source::Member("m.body::jsonb".to_owned())),
+        // Through `memory_body_jsonb` (PostgreSQL schema 10): `jsonb` refuses a body holding
+        // U+0000, which a message may.
+        (_, Dialect::Postgres) => Some(Source::Member("memory_body_jsonb(m.body)".to_owned())),
     }
 }
 
