@@ -637,12 +637,13 @@ struct ExportQuery {
 }
 
 /// The query of `POST /v1/memory/sessions/{session}/messages`.
-#[derive(Debug, Default, serde::Deserialize, JsonSchema)]
+#[derive(Debug, serde::Deserialize, JsonSchema)]
 struct AddQuery {
     /// Give every message without an `embedding` one from the server's embedder before it is
-    /// stored, so that `POST /v1/memory/search` (which never embeds stored messages) finds it.
-    /// Without an embedder configured, nothing is embedded.
-    #[serde(default)]
+    /// stored (the default), so that `POST /v1/memory/search` (which never embeds stored
+    /// messages) finds it; the embedder's model is recorded. `false` stores the messages as
+    /// they are. Without an embedder configured, nothing is embedded.
+    #[serde(default = "embed_by_default")]
     embed: bool,
     /// The added messages expire this many seconds (at least 1) after the add.
     #[serde(default)]
@@ -651,6 +652,12 @@ struct AddQuery {
     /// future).
     #[serde(default)]
     expires_at_ms: Option<i64>,
+}
+
+/// Adds embed unless asked not to: an agent that adds over REST and searches across sessions
+/// must find what it added (docs/reference/rest.md, "Search across sessions").
+fn embed_by_default() -> bool {
+    true
 }
 
 /// The query of `GET /v1/memory/sessions`.

@@ -966,6 +966,64 @@ fn memory_routes(api: &Api) {
         StatusCode::BAD_REQUEST,
         "invalid_json",
     );
+    // Adds embed by default (the server has an embedder): a message added with no `embed`
+    // query is found by a search across sessions at once; `?embed=false` opts out, and such a
+    // message is no candidate for a vector search across sessions.
+    ok(
+        api.post(
+            "/v1/memory/sessions/s4/messages",
+            json!({"messages": [
+                {"id": "d1", "name": "user", "content": "bees huddle in the cold winter hive"}
+            ]}),
+        ),
+        StatusCode::OK,
+    );
+    let default_embedded = ok(
+        api.post(
+            "/v1/memory/search",
+            json!({"query": {"text": "bees in the cold winter"}, "session_id": "s4"}),
+        ),
+        StatusCode::OK,
+    );
+    assert_eq!(
+        default_embedded["hits"].as_array().unwrap().len(),
+        1,
+        "{default_embedded}"
+    );
+    assert_eq!(default_embedded["hits"][0]["message"]["id"], "d1");
+    ok(
+        api.post(
+            "/v1/memory/sessions/s5/messages?embed=false",
+            json!({"messages": [
+                {"id": "n1", "name": "user", "content": "bees huddle in the cold winter hive"}
+            ]}),
+        ),
+        StatusCode::OK,
+    );
+    let not_embedded = ok(
+        api.post(
+            "/v1/memory/search",
+            json!({"query": {"text": "bees in the cold winter"}, "session_id": "s5"}),
+        ),
+        StatusCode::OK,
+    );
+    assert_eq!(
+        not_embedded["hits"].as_array().unwrap().len(),
+        0,
+        "{not_embedded}"
+    );
+    let stored = ok(
+        api.get("/v1/memory/sessions/s5/messages?include_embeddings=true"),
+        StatusCode::OK,
+    );
+    assert!(
+        stored["messages"][0]
+            .get("embedding")
+            .is_none_or(serde_json::Value::is_null),
+        "{stored}"
+    );
+    ok(api.delete("/v1/memory/sessions/s4"), StatusCode::OK);
+    ok(api.delete("/v1/memory/sessions/s5"), StatusCode::OK);
     ok(api.delete("/v1/memory/sessions/s3"), StatusCode::OK);
 
     // Marks.

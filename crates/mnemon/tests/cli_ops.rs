@@ -456,6 +456,60 @@ fn memory_search_across_sessions_with_embed_on_add() {
         ],
     );
     assert!(err.contains("--embedding-model"), "{err}");
+    // With --embedding-model, an add embeds by default (no --embed needed); --no-embed opts
+    // out, and such a message is no candidate for a search across sessions.
+    ok(&mnemon(
+        d,
+        &[
+            "memory",
+            "add",
+            "--session",
+            "s5",
+            "--content",
+            "the ferry leaves at noon",
+            "--embedding-model",
+            model,
+        ],
+    ));
+    ok(&mnemon(
+        d,
+        &[
+            "memory",
+            "add",
+            "--session",
+            "s6",
+            "--content",
+            "the ferry leaves at noon",
+            "--embedding-model",
+            model,
+            "--no-embed",
+        ],
+    ));
+    let found_default = search(&["--top-k", "10"]);
+    let mut sessions: Vec<&str> = found_default["hits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["session_id"].as_str().unwrap())
+        .collect();
+    sessions.sort_unstable();
+    assert_eq!(sessions, ["s1", "s2", "s3", "s5"], "{found_default}");
+    let err = input_error(
+        d,
+        &[
+            "memory",
+            "add",
+            "--session",
+            "s7",
+            "--content",
+            "x",
+            "--embed",
+            "--no-embed",
+            "--embedding-model",
+            model,
+        ],
+    );
+    assert!(err.contains("--no-embed"), "{err}");
 }
 
 #[test]

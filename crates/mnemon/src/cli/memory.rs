@@ -96,10 +96,17 @@ pub(crate) enum MemoryCommand {
         marks: Vec<String>,
         /// Embed every message without an `embedding` with --embedding-model before storing
         /// it, so that `memory search` across sessions (which never embeds stored messages)
-        /// finds it.
-        #[arg(long, requires = "embedding_model")]
+        /// finds it. This is the default whenever --embedding-model is given; the flag is kept
+        /// for scripts that pass it.
+        #[arg(long, requires = "embedding_model", conflicts_with = "no_embed")]
         embed: bool,
-        /// The model --embed uses, e.g. `mnemon:hashing-v1-256`.
+        /// Store the messages as they are even though --embedding-model is given: a search
+        /// across sessions then skips those without an embedding.
+        #[arg(long)]
+        no_embed: bool,
+        /// The model that embeds the added messages, e.g. `mnemon:hashing-v1-256`; given, the
+        /// messages without an `embedding` are embedded (unless --no-embed) and the model is
+        /// recorded.
         #[arg(long, env = "MNEMON_EMBEDDING_MODEL", value_name = "MODEL")]
         embedding_model: Option<String>,
         /// Forget the added messages this long after the add: a whole number and a unit, s,
@@ -599,11 +606,15 @@ pub(crate) fn run(command: MemoryCommand, target: &Target<'_>) -> CliResult {
             name,
             role,
             marks,
-            embed,
+            embed: _,
+            no_embed,
             embedding_model,
             ttl,
             output,
         } => {
+            // Embedding is the default whenever a model is named (--embed only restates it),
+            // so that a search across sessions finds what was added.
+            let embed = embedding_model.is_some() && !no_embed;
             let messages = match (json, content) {
                 (Some(file), _) => read_messages(&file)?,
                 (None, Some(content)) => vec![MessageBody(
