@@ -20,7 +20,12 @@ pub struct Host {
     state: Arc<HostState>,
     /// Routes served beside the library endpoint ([`Host::with_routes`]).
     extra: axum::Router,
+    /// Wraps the whole app, library endpoint included ([`Host::with_layer_around`]).
+    around: Option<WrapRouter>,
 }
+
+/// A function that wraps the host's finished router ([`Host::with_layer_around`]).
+type WrapRouter = Box<dyn FnOnce(axum::Router) -> axum::Router + Send + Sync>;
 
 impl std::fmt::Debug for Host {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -51,6 +56,7 @@ impl Host {
             listener,
             state: Arc::new(HostState::new(snapshot, sources, options)),
             extra: axum::Router::new(),
+            around: None,
         })
     }
 
@@ -91,6 +97,21 @@ impl Host {
         }
     }
 
+    /// Wraps the whole app (the library endpoint `POST /`, the host's other routes and those
+    /// of [`Host::with_routes`]) with `wrap`, applied once when the host starts: for a
+    /// middleware that must see every route, such as request metrics (`mnemon-server`'s
+    /// `/metrics`). Route layers added with `axum::Router::layer` still see the matched route
+    /// pattern. A second call replaces the first.
+    pub fn with_layer_around(
+        self,
+        wrap: impl FnOnce(axum::Router) -> axum::Router + Send + Sync + 'static,
+    ) -> Host {
+        Host {
+            around: Some(Box::new(wrap)),
+            ..self
+        }
+    }
+
     /// A handle that reloads the served data while the host runs.
     pub fn handle(&self) -> HostHandle {
         HostHandle {
@@ -117,7 +138,10 @@ impl Host {
             let _ = stopping.send(true);
         });
         let trimmer = tokio::spawn(Arc::clone(&self.state.limits).trim_when_quiet());
-        let app = routes::router_with(self.state, self.extra);
+        let mut app = routes::router_with(self.state, self.extra);
+        if let Some(wrap) = self.around {
+            app = wrap(app);
+        }
         let drained = listener::serve(self.listener, app, options, stopped).await;
         signal.abort();
         trimmer.abort();

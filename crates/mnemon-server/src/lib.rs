@@ -144,9 +144,12 @@ impl Server {
             .layer(middleware::from_fn_with_state(
                 errors,
                 status::record_errors,
-            ))
-            .layer(middleware::from_fn_with_state(metrics, metrics::track));
-        let host = host.with_routes(routes);
+            ));
+        // Metrics wrap the whole app, so the Polymath endpoint `POST /` (the host's) is counted
+        // like the /v1 routes (docs/reference/rest.md#status).
+        let host = host.with_routes(routes).with_layer_around(move |app| {
+            app.layer(middleware::from_fn_with_state(metrics, metrics::track))
+        });
         Ok(Server { host })
     }
 

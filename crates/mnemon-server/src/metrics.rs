@@ -1,5 +1,6 @@
-//! `GET /metrics` (docs/reference/rest.md#metrics): Prometheus text format for the composed
-//! routes (REST, MCP, inspector): requests by method, route and status, a latency histogram per
+//! `GET /metrics` (docs/reference/rest.md#metrics): Prometheus text format for every route of
+//! the composed app (the Polymath `POST /` and the host's routes, REST, MCP, inspector; paths no
+//! route serves as `unmatched`): requests by method, route and status, a latency histogram per
 //! route, and the requests in flight. Labels are route *patterns* (`/v1/assets/{asset_id}`),
 //! never concrete paths, keys or namespaces, so nothing secret is exposed and the number of
 //! series stays bounded.

@@ -1410,6 +1410,15 @@ fn metrics_count_requests_by_route_and_status() {
         StatusCode::NOT_FOUND
     );
     assert_eq!(api.get("/v1/assets").status(), StatusCode::OK);
+    // The Polymath endpoint (served by mnemon-host) is counted like the /v1 routes.
+    ok(
+        api.post(
+            "/",
+            json!({"version": 1, "query_embedding_model": sample_model(), "count": 2}),
+        ),
+        StatusCode::OK,
+    );
+    assert_eq!(api.get("/no/such/path").status(), StatusCode::NOT_FOUND);
     let response = api.get("/metrics");
     assert_eq!(response.status(), StatusCode::OK);
     assert!(
@@ -1437,6 +1446,22 @@ fn metrics_count_requests_by_route_and_status() {
         ),
         "{text}"
     );
+    assert!(
+        text.contains("mnemon_http_requests_total{method=\"POST\",route=\"/\",status=\"200\"} 1\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("mnemon_http_request_duration_seconds_count{route=\"/\"} 1\n"),
+        "{text}"
+    );
+    // A path no route serves is one bounded label, never the path.
+    assert!(
+        text.contains(
+            "mnemon_http_requests_total{method=\"GET\",route=\"unmatched\",status=\"404\"} 1\n"
+        ),
+        "{text}"
+    );
+    assert!(!text.contains("no/such"), "{text}");
     assert!(text.contains("# TYPE mnemon_http_request_duration_seconds histogram"));
     // The /metrics request itself is in flight while it renders.
     assert!(
