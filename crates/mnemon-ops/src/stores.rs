@@ -89,6 +89,10 @@ pub struct OpenOptions {
     /// machine that opens the database (a network file system): a record saved on one machine
     /// names a file that the others must be able to read.
     pub write_to_file_root: Option<PathBuf>,
+    /// How long an asset, artifact record or message lives when its write sets no expiry of its
+    /// own (docs/reference/rest.md#expiry-and-filters): the namespace's default time-to-live.
+    /// `None` (the default): such records never expire.
+    pub default_ttl: Option<std::time::Duration>,
 }
 
 impl OpenOptions {
@@ -104,6 +108,14 @@ impl OpenOptions {
     /// These options for `namespace`.
     pub fn with_namespace(self, namespace: Namespace) -> OpenOptions {
         OpenOptions { namespace, ..self }
+    }
+
+    /// These options with `ttl` as the default time-to-live of every store.
+    pub fn with_default_ttl(self, ttl: Option<std::time::Duration>) -> OpenOptions {
+        OpenOptions {
+            default_ttl: ttl,
+            ..self
+        }
     }
 
     /// These options with the `write_to_file` backend rooted at `root`.
@@ -246,6 +258,7 @@ impl Stores {
                     &database,
                     SqliteAssetOptions {
                         namespace: namespace.clone(),
+                        default_ttl: options.default_ttl,
                         ..SqliteAssetOptions::default()
                     },
                 )
@@ -254,6 +267,7 @@ impl Stores {
                     &database,
                     SqliteArtifactOptions {
                         namespace: namespace.clone(),
+                        default_ttl: options.default_ttl,
                         ..SqliteArtifactOptions::default()
                     },
                 )
@@ -262,6 +276,7 @@ impl Stores {
                     &database,
                     SqliteMemoryOptions {
                         namespace: namespace.clone(),
+                        default_ttl: options.default_ttl,
                         ..SqliteMemoryOptions::default()
                     },
                 )
@@ -279,6 +294,7 @@ impl Stores {
                     url,
                     mnemon_store::PostgresAssetOptions {
                         namespace: namespace.clone(),
+                        default_ttl: options.default_ttl,
                         ..Default::default()
                     },
                 )
@@ -287,6 +303,7 @@ impl Stores {
                     url,
                     mnemon_artifacts::PostgresArtifactOptions {
                         namespace: namespace.clone(),
+                        default_ttl: options.default_ttl,
                         ..Default::default()
                     },
                 )
@@ -295,6 +312,7 @@ impl Stores {
                     url,
                     mnemon_memory::PostgresMemoryOptions {
                         namespace: namespace.clone(),
+                        default_ttl: options.default_ttl,
                         ..Default::default()
                     },
                 )

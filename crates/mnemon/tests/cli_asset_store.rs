@@ -616,3 +616,30 @@ mod shared_database {
         assert!(!d.join("data").exists());
     }
 }
+
+/// Issue 14, item 4: `--default-ttl` (or `MNEMON_DEFAULT_TTL`) is the namespace's default
+/// time-to-live: a write without an expiry of its own lives that long; a bad duration is a
+/// usage error.
+#[test]
+fn the_default_ttl_applies_to_writes_without_their_own() {
+    let dir = setup();
+    let d = dir.path();
+    let out = mnemon(d, &["--default-ttl", "1s", "asset", "put", "a1.json"], "");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let out = mnemon(d, &["asset", "put", "noid.json"], "");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let kept = text(&out.stdout).trim().to_owned();
+    let out = mnemon(d, &["asset", "list", "--expiry"], "");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let listed = text(&out.stdout);
+    assert!(
+        listed
+            .lines()
+            .any(|l| l.starts_with("a1\t") && !l.ends_with("never")),
+        "a1 shows its expiry: {listed}"
+    );
+    std::thread::sleep(std::time::Duration::from_millis(1_200));
+    assert_eq!(ids(d, &[]), [kept]);
+    let out = mnemon(d, &["--default-ttl", "soon", "asset", "list"], "");
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+}

@@ -251,6 +251,7 @@ fn location(target: &Target<'_>) -> String {
 fn open_postgres(url: &str, target: &Target<'_>) -> Result<Arc<dyn ArtifactStore>, CliError> {
     let options = PostgresArtifactOptions {
         namespace: target.namespace.clone(),
+        default_ttl: target.default_ttl,
         ..PostgresArtifactOptions::default()
     };
     let store = PostgresArtifactStore::open(url, options)
@@ -262,6 +263,7 @@ fn open_postgres(url: &str, target: &Target<'_>) -> Result<Arc<dyn ArtifactStore
 fn sqlite_options(target: &Target<'_>) -> SqliteArtifactOptions {
     SqliteArtifactOptions {
         namespace: target.namespace.clone(),
+        default_ttl: target.default_ttl,
         ..SqliteArtifactOptions::default()
     }
 }
@@ -393,6 +395,7 @@ mod tests {
             database_url: None,
             namespace: &ns,
             artifact_files: None,
+            default_ttl: None,
         };
         let config = json!({
             "class_path": "ix.chains.artifacts.SaveArtifact",
@@ -447,6 +450,7 @@ mod tests {
             database_url: None,
             namespace: &ns,
             artifact_files: None,
+            default_ttl: None,
         };
         assert!(list(&target, "s", None).unwrap().is_empty());
         let (text, missing) =
@@ -469,6 +473,7 @@ mod tests {
             database_url: None,
             namespace: &ns,
             artifact_files: None,
+            default_ttl: None,
         };
         assert!(is_input(show(&target, "not-a-uuid")));
         assert!(is_input(save(

@@ -120,6 +120,7 @@ pub(crate) fn open_store(target: &Target<'_>) -> Result<Box<dyn AssetStore>, Cli
         .map_err(CliError::failure)?;
     let options = SqliteAssetOptions {
         namespace: target.namespace.clone(),
+        default_ttl: target.default_ttl,
         ..SqliteAssetOptions::default()
     };
     Ok(Box::new(
@@ -131,6 +132,7 @@ pub(crate) fn open_store(target: &Target<'_>) -> Result<Box<dyn AssetStore>, Cli
 fn open_postgres(url: &str, target: &Target<'_>) -> Result<Box<dyn AssetStore>, CliError> {
     let options = PostgresAssetOptions {
         namespace: target.namespace.clone(),
+        default_ttl: target.default_ttl,
         ..PostgresAssetOptions::default()
     };
     let store = PostgresAssetStore::open(url, options)
@@ -154,6 +156,7 @@ pub(crate) fn open_store_for_reading(target: &Target<'_>) -> Result<Box<dyn Asse
     if database.exists() {
         let options = SqliteAssetOptions {
             namespace: target.namespace.clone(),
+            default_ttl: target.default_ttl,
             ..SqliteAssetOptions::default()
         };
         let store = SqliteAssetStore::open_read_only(database, options).map_err(store_error)?;

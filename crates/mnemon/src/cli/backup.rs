@@ -8,7 +8,7 @@ use clap::Args;
 use mnemon::artifacts::{ArtifactStore, BackendRegistry};
 use mnemon::assets::AssetStore;
 use mnemon::memory::{Memory, MemoryError, Scope};
-use mnemon::{Backend, Mnemon, OpenOptions};
+use mnemon::{Backend, Mnemon};
 use mnemon_backup::{
     BackupError, ExportOptions, ImportOptions, NamespaceStores, Selection, ThreadFilter,
 };
@@ -96,15 +96,7 @@ impl NamespaceStores for Handle {
 
 /// Opens the stores the global options name.
 fn open(target: &Target<'_>) -> Result<Handle, CliError> {
-    let mut options = match target.database_url {
-        Some(url) => OpenOptions::postgres(url),
-        None => OpenOptions::default(),
-    }
-    .with_namespace(target.namespace.clone());
-    if let Some(root) = target.artifact_files {
-        options = options.with_write_to_file_root(root);
-    }
-    let mnemon = Mnemon::open_with(target.data_dir, &options)
+    let mnemon = Mnemon::open_with(target.data_dir, &target.open_options())
         .map_err(|e| CliError::failure(anyhow::Error::new(e).context("cannot open the stores")))?;
     Ok(Handle {
         artifacts: mnemon.artifacts(),

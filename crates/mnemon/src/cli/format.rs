@@ -9,7 +9,7 @@ use std::sync::Arc;
 use anyhow::Context as _;
 use clap::{Args, ValueEnum};
 use mnemon::DATABASE_FILE;
-use mnemon_ops::{ErrorKind, OpenOptions, OpsError, Service, Stores};
+use mnemon_ops::{ErrorKind, OpsError, Service, Stores};
 
 use super::{CliError, CliResult, Target, print_json};
 
@@ -42,22 +42,9 @@ pub(crate) fn ops_error(error: OpsError) -> CliError {
     }
 }
 
-/// The open options of the global options: `--database-url`, `--namespace`, `--artifact-files`.
-fn open_options(target: &Target<'_>) -> OpenOptions {
-    let options = match target.database_url {
-        Some(url) => OpenOptions::postgres(url),
-        None => OpenOptions::default(),
-    }
-    .with_namespace(target.namespace.clone());
-    match target.artifact_files {
-        Some(root) => options.with_write_to_file_root(root),
-        None => options,
-    }
-}
-
 /// The service for a command that writes: the stores are created as needed.
 pub(crate) fn service_for_writing(target: &Target<'_>) -> Result<Service, CliError> {
-    let stores = Stores::open_with(target.data_dir, &open_options(target))
+    let stores = Stores::open_with(target.data_dir, &target.open_options())
         .context("cannot open the stores")
         .map_err(CliError::failure)?;
     Ok(Service::new(stores))

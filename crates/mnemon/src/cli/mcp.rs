@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use anyhow::{Context, anyhow};
 use mnemon_library::Library;
-use mnemon_mcp::mnemon_ops::{OpenOptions, Service, Stores};
+use mnemon_mcp::mnemon_ops::{Service, Stores};
 use mnemon_mcp::{HttpOptions, MnemonMcp};
 
 use super::{CliError, CliResult, Target};
@@ -61,7 +61,7 @@ pub(crate) fn run(args: McpArgs, target: &Target<'_>, quiet: bool) -> CliResult 
     let embedder = mnemon::embed::embedder_for_model(&model)
         .with_context(|| format!("--embedding-model {model}"))
         .map_err(CliError::input)?;
-    let stores = Stores::open_with(target.data_dir, &open_options(target))
+    let stores = Stores::open_with(target.data_dir, &target.open_options())
         .context("cannot open the stores")
         .map_err(CliError::failure)?;
     let service = Service::new(stores).with_embedder(Arc::from(embedder));
@@ -122,19 +122,6 @@ async fn shutdown_signal() {
     }
     // Without signal handlers the server runs until killed.
     let _ = tokio::signal::ctrl_c().await;
-}
-
-/// How the global options open the stores.
-fn open_options(target: &Target<'_>) -> OpenOptions {
-    let options = match target.database_url {
-        Some(url) => OpenOptions::postgres(url),
-        None => OpenOptions::default(),
-    }
-    .with_namespace(target.namespace.clone());
-    match target.artifact_files {
-        Some(root) => options.with_write_to_file_root(root),
-        None => options,
-    }
 }
 
 /// The library `--library` names, else `<data-dir>/libraries` when it exists, else none.

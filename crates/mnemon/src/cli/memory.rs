@@ -431,6 +431,7 @@ fn existing_session_memory(target: &Target<'_>, scope: Scope) -> Result<Box<dyn 
 fn sqlite_options(target: &Target<'_>) -> SqliteMemoryOptions {
     SqliteMemoryOptions {
         namespace: target.namespace.clone(),
+        default_ttl: target.default_ttl,
         ..SqliteMemoryOptions::default()
     }
 }
@@ -442,6 +443,7 @@ fn open_postgres(
 ) -> Result<std::sync::Arc<PostgresMemoryStore>, CliError> {
     let options = PostgresMemoryOptions {
         namespace: target.namespace.clone(),
+        default_ttl: target.default_ttl,
         ..PostgresMemoryOptions::default()
     };
     PostgresMemoryStore::open(url, options).map_err(|e| {

@@ -59,6 +59,13 @@ pub(crate) struct Cli {
     #[arg(long, global = true, env = "MNEMON_ARTIFACT_FILES", value_name = "DIR")]
     pub(crate) artifact_files: Option<PathBuf>,
 
+    /// How long assets, artifact records and messages written without an expiry of their own
+    /// live: a whole number and a unit, s, m, h, d or w (e.g. `30d`); the namespace's default
+    /// time-to-live. Without it they never expire.
+    #[arg(long, global = true, env = "MNEMON_DEFAULT_TTL", value_name = "DURATION",
+          value_parser = mnemon_ops::expiry::parse_duration)]
+    pub(crate) default_ttl: Option<std::time::Duration>,
+
     /// The namespace (tenant) whose assets, artifacts and memory the commands see.
     #[arg(
         long,
@@ -146,6 +153,25 @@ pub(crate) struct Target<'a> {
     pub(crate) namespace: &'a Namespace,
     /// `--artifact-files`: the `write_to_file` root, if given.
     pub(crate) artifact_files: Option<&'a std::path::Path>,
+    /// `--default-ttl`: the namespace's default time-to-live, if given.
+    pub(crate) default_ttl: Option<std::time::Duration>,
+}
+
+impl Target<'_> {
+    /// How the global options open the stores: `--database-url`, `--namespace`,
+    /// `--artifact-files`, `--default-ttl`.
+    pub(crate) fn open_options(&self) -> mnemon_ops::OpenOptions {
+        let options = match self.database_url {
+            Some(url) => mnemon_ops::OpenOptions::postgres(url),
+            None => mnemon_ops::OpenOptions::default(),
+        }
+        .with_namespace(self.namespace.clone())
+        .with_default_ttl(self.default_ttl);
+        match self.artifact_files {
+            Some(root) => options.with_write_to_file_root(root),
+            None => options,
+        }
+    }
 }
 
 /// A command's failure, carrying the exit code it maps to.
@@ -206,6 +232,7 @@ pub(crate) fn run() -> ExitCode {
         database_url: cli.database_url.as_deref(),
         namespace: &cli.namespace,
         artifact_files: cli.artifact_files.as_deref(),
+        default_ttl: cli.default_ttl,
     };
     let outcome = match cli.command {
         Command::Ref(cmd) => reference::run(cmd, &target),

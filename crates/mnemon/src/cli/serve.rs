@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use mnemon::db::Namespace;
 use mnemon::types::Embedder;
-use mnemon::{Mnemon, OpenError, OpenOptions};
+use mnemon::{Mnemon, OpenError};
 use mnemon_host::{
     ConfigSource, DEFAULT_HEADER_READ_TIMEOUT, DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_BODY_BYTES,
     DEFAULT_MAX_BUFFERED_BODY_BYTES, DEFAULT_MAX_CONCURRENT_QUERIES, DEFAULT_MAX_CONNECTIONS,
@@ -272,14 +272,7 @@ fn server_config(
     keys: Option<Arc<KeyStore>>,
     index: mnemon::library::IndexUse,
 ) -> Result<ServerConfig, CliError> {
-    let mut options = match target.database_url {
-        Some(url) => OpenOptions::postgres(url),
-        None => OpenOptions::default(),
-    }
-    .with_namespace(target.namespace.clone());
-    if let Some(root) = target.artifact_files {
-        options = options.with_write_to_file_root(root);
-    }
+    let options = target.open_options();
     let embedder: Option<Arc<dyn Embedder>> = match embedding_model {
         None => None,
         Some(model) => Some(Arc::from(
