@@ -296,7 +296,9 @@ fn every_page(
         "document.querySelectorAll('#asset-list a.asset-link').length === 1 \
          && document.querySelector('#asset-list a.asset-link').textContent === 'photo-1'",
     );
-    browser.js("document.querySelector('#asset-filter textarea').value = '{\"eq\": {\"path\": \"a\"}}';");
+    browser.js(
+        "document.querySelector('#asset-filter textarea').value = '{\"eq\": {\"path\": \"a\"}}';",
+    );
     browser.click(&browser.find("#asset-filter button[type=submit]"));
     browser.wait_for("document.body.innerText.includes('expected `path` and `value`')");
     browser.js("document.querySelector('#asset-filter textarea').value = '';");
