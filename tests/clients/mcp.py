@@ -22,8 +22,9 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
 TOOLS = sorted([
-    "describe_asset", "forget", "list_assets", "list_sessions", "load_artifacts", "put_asset",
-    "recall", "remember", "resolve_asset", "save_artifact", "search_library",
+    "describe_asset", "forget", "list_artifacts", "list_assets", "list_sessions",
+    "load_artifacts", "put_asset", "recall", "remember", "resolve_asset", "save_artifact",
+    "search_library",
 ])
 
 
@@ -119,6 +120,10 @@ async def check(session):
     expect(saved["artifact"]["key"] == "plan" and saved["content"] == "step one", f"save: {saved}")
     loaded = await ok(session, "load_artifacts", {"scope": "task", "keys": ["plan", "nope"]})
     expect("step one" in loaded["text"] and loaded["missing_keys"] == ["nope"], f"load: {loaded}")
+    listed = await ok(session, "list_artifacts", {"scope": "task"})
+    records = listed["artifacts"]
+    expect(len(records) == 1 and records[0]["artifact"]["key"] == "plan"
+           and "step one" not in json.dumps(listed), f"list_artifacts: {listed}")
 
     bits = await ok(session, "search_library", {"text": "how do bees keep warm", "count": 1})
     expect(len(bits["bits"]) == 1 and "bee" in bits["bits"][0]["text"], f"search_library: {bits}")

@@ -12,7 +12,8 @@ use std::sync::Arc;
 
 use axum::http::request::Parts;
 use mnemon_ops::artifacts::{
-    ArtifactLoadInput, ArtifactLoadOutput, ArtifactOutput, ArtifactSaveInput,
+    ArtifactLoadInput, ArtifactLoadOutput, ArtifactOutput, ArtifactQueryInput, ArtifactQueryOutput,
+    ArtifactSaveInput,
 };
 use mnemon_ops::assets::{
     AssetBody, AssetListOutput, AssetMetaInput, AssetMetaOutput, AssetPutInput, AssetQueryInput,
@@ -45,7 +46,7 @@ large or binary data that you refer to as asset://<id>/<field>/... without ever 
 payload: `put_asset` stores one, `describe_asset` shows its shape (meta), `resolve_asset` fetches \
 one referenced part, `list_assets` lists ids. Artifacts are named results of work saved under a \
 key in a scope: `save_artifact` saves one, `load_artifacts` renders the newest of some keys as a \
-block for your prompt. `search_library` searches the served document library by meaning.";
+block for your prompt, `list_artifacts` lists saved records (without content). `search_library` searches the served document library by meaning.";
 
 // ---------------------------------------------------------------------------------------------
 // Inputs and outputs of the tools that are not one operation's own types.
@@ -193,6 +194,29 @@ pub struct ListAssetsInput {
     #[serde(default)]
     pub cursor: Option<String>,
     /// At most this many ids (default 100, at most 1,000).
+    #[serde(default)]
+    pub limit: Option<usize>,
+}
+
+/// Input of `list_artifacts`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ListArtifactsInput {
+    /// Only the records of this scope (the task or chat they were saved in); leave it out to
+    /// list every scope.
+    #[serde(default)]
+    pub scope: Option<String>,
+    /// Only the records this filter selects, e.g. `{"eq": {"path": "type", "value": "plan"}}`
+    /// or `{"contains": {"path": "name", "value": "draft"}}`; operators `eq`, `ne`, `in`,
+    /// `nin`, `gt`, `gte`, `lt`, `lte`, `contains`, `exists`, `and`, `or`, `not` over `id`,
+    /// `key`, `type`, `name`, `description`, `scope`, `created_at` (RFC 3339 text, e.g.
+    /// `{"gte": {"path": "created_at", "value": "2026-03"}}`), `data` (inline JSON content,
+    /// e.g. `data.lang`) and `expires_at` (milliseconds since the Unix epoch).
+    #[serde(default)]
+    pub filter: Option<serde_json::Value>,
+    /// The `next_cursor` of the previous page.
+    #[serde(default)]
+    pub cursor: Option<String>,
+    /// At most this many records (default 100, at most 1,000).
     #[serde(default)]
     pub limit: Option<usize>,
 }
@@ -823,6 +847,46 @@ impl MnemonMcp {
                 }
                 line
             },
+        )
+        .await
+    }
+
+    /// List saved artifact records, a page at a time, in save order: every version of every
+    /// key, of one `scope` or of every scope, optionally only those a `filter` selects (on
+    /// `key`, `type`, `name`, `description`, `scope`, `created_at`, inline `data`,
+    /// `expires_at`). Returns `artifacts` (each `{artifact, expires_at_ms?}`: the record with
+    /// its `id`, `key`, `type`, `name`, `scope`, `created_at`; its content is left out,
+    /// `data` is null) and, when there
+    /// are more, a `next_cursor`. Use it to find what was saved; load_artifacts renders the
+    /// newest version of keys for your prompt.
+    #[tool(
+        name = "list_artifacts",
+        output_schema = schema_for_output::<ArtifactQueryOutput>(),
+        annotations(title = "List artifacts", read_only_hint = true, open_world_hint = false)
+    )]
+    async fn list_artifacts(
+        &self,
+        Parameters(input): Parameters<ListArtifactsInput>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, ErrorData> {
+        self.run(
+            &context,
+            ("list_artifacts", Access::Read),
+            move |s| {
+                let mut found = s.artifact_query(ArtifactQueryInput {
+                    scope: input.scope,
+                    filter: input.filter,
+                    cursor: input.cursor,
+                    limit: input.limit,
+                })?;
+                // A listing is for finding records: inline content (which may be large) stays
+                // out, as file content does; load_artifacts shows it.
+                for listed in &mut found.artifacts {
+                    listed.artifact.data = None;
+                }
+                Ok(found)
+            },
+            |o: &ArtifactQueryOutput| format!("{}.", plural(o.artifacts.len(), "artifact record")),
         )
         .await
     }

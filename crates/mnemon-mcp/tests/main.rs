@@ -24,6 +24,7 @@ const MODEL: &str = "mnemon:hashing-v1-512";
 const TOOLS: &[&str] = &[
     "describe_asset",
     "forget",
+    "list_artifacts",
     "list_assets",
     "list_sessions",
     "load_artifacts",
@@ -386,6 +387,58 @@ pub(crate) async fn exercise(peer: &Peer<RoleClient>) {
     assert_eq!(loaded["missing_keys"], json!(["budget"]));
     let (code, _) = tool_error(peer, "load_artifacts", json!({"scope": "task-7"})).await;
     assert_eq!(code, "invalid_input");
+    // Listing artifacts: the records of a scope (every version, in save order) without their
+    // content; across scopes with a filter, each with its expiry.
+    let listed = ok(peer, "list_artifacts", json!({"scope": "task-7"})).await;
+    let records = listed["artifacts"].as_array().unwrap();
+    let names: Vec<&str> = records
+        .iter()
+        .map(|r| r["artifact"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["Plan v1", "Plan v2"], "{listed}");
+    assert!(
+        !listed.to_string().contains("1. collect"),
+        "the listing carries content: {listed}"
+    );
+    assert!(listed.get("next_cursor").is_none(), "{listed}");
+    let page = ok(
+        peer,
+        "list_artifacts",
+        json!({"scope": "task-7", "limit": 1}),
+    )
+    .await;
+    assert_eq!(page["artifacts"].as_array().unwrap().len(), 1, "{page}");
+    let cursor = page["next_cursor"].as_str().unwrap().to_owned();
+    let rest = ok(
+        peer,
+        "list_artifacts",
+        json!({"scope": "task-7", "limit": 1, "cursor": cursor}),
+    )
+    .await;
+    assert_eq!(
+        rest["artifacts"][0]["artifact"]["name"], "Plan v2",
+        "{rest}"
+    );
+    let notes = ok(
+        peer,
+        "list_artifacts",
+        json!({"filter": {"eq": {"path": "type", "value": "note"}}}),
+    )
+    .await;
+    assert_eq!(notes["artifacts"].as_array().unwrap().len(), 1, "{notes}");
+    assert_eq!(notes["artifacts"][0]["artifact"]["scope"], "task-8");
+    assert_eq!(
+        notes["artifacts"][0]["expires_at_ms"],
+        brief["expires_at_ms"]
+    );
+    let (code, message) = tool_error(
+        peer,
+        "list_artifacts",
+        json!({"filter": {"eq": {"path": "nmae", "value": "x"}}}),
+    )
+    .await;
+    assert_eq!(code, "invalid_filter");
+    assert!(message.contains("nmae"), "{message}");
 
     // The library.
     let bits = ok(

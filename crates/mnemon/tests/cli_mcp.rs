@@ -34,7 +34,7 @@ fn text_of(result: &CallToolResult) -> String {
 /// Remembers in one session and recalls it; searches the sample library; fails one call.
 async fn session(peer: &Peer<RoleClient>) {
     let tools = peer.list_all_tools().await.unwrap();
-    assert_eq!(tools.len(), 11, "{tools:?}");
+    assert_eq!(tools.len(), 12, "{tools:?}");
     let added = call(
         peer,
         "remember",
