@@ -408,6 +408,37 @@ fn memory_search_across_sessions_with_embed_on_add() {
     assert_eq!(words["hits"][0]["session_id"], "s2");
     let hybrid = search(&["--mode", "hybrid", "--keywords", "tax"]);
     assert_eq!(hybrid["hits"][0]["session_id"], "s3", "{hybrid}");
+    // The fusion's weights: the vector ranking weighted up, with a small k, puts the exact
+    // text (s1) above the keyword match (s3).
+    let weighted = search(&[
+        "--mode",
+        "hybrid",
+        "--keywords",
+        "tax",
+        "--vector-weight",
+        "10",
+        "--keyword-weight",
+        "1",
+        "--rrf-k",
+        "1",
+        "--candidates",
+        "10",
+    ]);
+    assert_eq!(weighted["hits"][0]["session_id"], "s1", "{weighted}");
+    let err = input_error(
+        d,
+        &[
+            "memory",
+            "search",
+            "--text",
+            "ferry",
+            "--embedding-model",
+            model,
+            "--vector-weight",
+            "2",
+        ],
+    );
+    assert!(err.contains("--mode hybrid"), "{err}");
     // A mark across sessions is a filter on marks: none of these messages has one.
     let marked = search(&["--mark", "m"]);
     assert_eq!(marked["hits"], json!([]));
@@ -681,6 +712,25 @@ fn ttl_and_filters_on_assets_and_artifacts() {
     let brief: i64 = lines[1].split('\t').nth(1).unwrap().parse().unwrap();
     // 2 days against 1.5 hours, both from about now.
     assert!(blob - brief > 40 * 3_600_000, "{listed}");
+    // `asset get --format json|table` shows the expiry too (the plain `asset get` prints the
+    // asset alone, as before).
+    let got = ok_json(d, &["asset", "get", "brief", "--format", "json"]);
+    assert_eq!(got["asset"]["asset_id"], "brief", "{got}");
+    assert_eq!(got["asset"]["content"], "goes", "{got}");
+    assert_eq!(got["expires_at_ms"].as_i64(), Some(brief), "{got}");
+    let kept = ok_json(d, &["asset", "get", "keep", "--format", "json"]);
+    assert!(kept.get("expires_at_ms").is_none(), "{kept}");
+    let table = ok(&mnemon(d, &["asset", "get", "brief", "--format", "table"]));
+    assert!(
+        table.lines().next().unwrap().contains("expires_at_ms"),
+        "{table}"
+    );
+    assert!(table.contains(&brief.to_string()), "{table}");
+    let table = ok(&mnemon(d, &["asset", "get", "keep", "--format", "table"]));
+    assert!(table.contains("never"), "{table}");
+    let plain = ok_json(d, &["asset", "get", "brief"]);
+    assert_eq!(plain["content"], "goes", "{plain}");
+    assert!(plain.get("expires_at_ms").is_none(), "{plain}");
     let expiring = ok(&mnemon(
         d,
         &["asset", "list", "--filter", r#"{"exists": "expires_at"}"#],

@@ -18,7 +18,9 @@ use mnemon_ops::assets::{
 
 use mnemon_ops::expiry::ExpiryInput;
 
-use super::format::{ops_error, service_for_reading, service_for_writing};
+use super::format::{
+    OutputFormat, Table, emit, ops_error, service_for_reading, service_for_writing,
+};
 use super::{CliError, CliResult, Target, print_json};
 // The data directory's layout is the `Mnemon` handle's (src/handle.rs).
 use mnemon::DATABASE_FILE;
@@ -75,13 +77,20 @@ pub(crate) enum AssetCommand {
         ttl: Option<std::time::Duration>,
     },
     /// Print a stored asset as JSON (bytes as `data:` URLs), or write its content to a file.
+    /// With --format, also show when it expires.
     Get {
         /// The asset's id.
         id: String,
         /// Write the asset's content to this file instead: binary content byte for byte, any
         /// other content as JSON.
-        #[arg(long, value_name = "F")]
+        #[arg(long, value_name = "F", conflicts_with = "format")]
         out: Option<PathBuf>,
+        /// Print the asset with its expiry: `json` as `{"asset": …, "expires_at_ms": …}`
+        /// (`expires_at_ms` absent when it never expires), `table` as one row of id, type,
+        /// name, content type and `expires_at_ms` (or `never`). Without it, the asset's JSON
+        /// alone.
+        #[arg(long, value_enum, value_name = "FORMAT")]
+        format: Option<OutputFormat>,
     },
     /// Print the ids of stored assets, one per line, in ascending order.
     List {
@@ -276,7 +285,38 @@ pub(crate) fn run(command: AssetCommand, target: &Target<'_>) -> CliResult {
             }
             Ok(())
         }
-        AssetCommand::Get { id, out: Some(out) } => {
+        AssetCommand::Get {
+            id,
+            format: Some(format),
+            ..
+        } => {
+            let service = service_for_reading(target)?;
+            let got = service
+                .asset_get(AssetIdInput { asset_id: id })
+                .map_err(ops_error)?;
+            emit(format, &got, |g| {
+                let mut table = Table::new(&[
+                    "asset_id",
+                    "asset_type",
+                    "asset_name",
+                    "content_type",
+                    "expires_at_ms",
+                ]);
+                let text = |v: &Option<String>| v.clone().unwrap_or_default();
+                table.row(vec![
+                    text(&g.asset.asset_id),
+                    text(&g.asset.asset_type),
+                    text(&g.asset.asset_name),
+                    text(&g.asset.content_type),
+                    g.expires_at_ms
+                        .map_or_else(|| "never".to_owned(), |at| at.to_string()),
+                ]);
+                table
+            })
+        }
+        AssetCommand::Get {
+            id, out: Some(out), ..
+        } => {
             let service = service_for_reading(target)?;
             let content = service
                 .asset_content(AssetIdInput { asset_id: id })
@@ -292,7 +332,11 @@ pub(crate) fn run(command: AssetCommand, target: &Target<'_>) -> CliResult {
                 .with_context(|| format!("cannot write {}", out.display()))
                 .map_err(CliError::failure)
         }
-        AssetCommand::Get { id, out: None } => {
+        AssetCommand::Get {
+            id,
+            out: None,
+            format: None,
+        } => {
             let store = open_store_for_reading(target)?;
             let asset = store
                 .get(&id)

@@ -16,7 +16,7 @@ use serde::Serialize;
 use mnemon_ops::Service;
 use mnemon_ops::expiry::ExpiryInput;
 use mnemon_ops::memory::{
-    AddWith, DeleteMessagesInput, MarkInput, MemoryAddInput, MemorySearchAcrossInput,
+    AddWith, DeleteMessagesInput, HybridInput, MarkInput, MemoryAddInput, MemorySearchAcrossInput,
     MemorySearchInput, MessageBody, MetricName, ReembedInput, SearchModeName, SearchQuery,
     SessionInput, SessionListInput,
 };
@@ -194,6 +194,20 @@ pub(crate) enum MemoryCommand {
         /// The words of a keyword or hybrid search (default: --text).
         #[arg(long, value_name = "WORDS")]
         keywords: Option<String>,
+        /// With --mode hybrid: the vector ranking's weight in the fusion (default 1).
+        #[arg(long, value_name = "W")]
+        vector_weight: Option<f64>,
+        /// With --mode hybrid: the keyword ranking's weight in the fusion (default 1).
+        #[arg(long, value_name = "W")]
+        keyword_weight: Option<f64>,
+        /// With --mode hybrid: the reciprocal rank fusion constant k (default 60); each ranking
+        /// adds weight / (k + rank), so a larger k flattens the first ranks' differences.
+        #[arg(long, value_name = "K")]
+        rrf_k: Option<f64>,
+        /// With --mode hybrid: how many hits of each ranking are fused (default 100, at least
+        /// --top-k).
+        #[arg(long, value_name = "N")]
+        candidates: Option<usize>,
         /// The query text, embedded with --embedding-model.
         #[arg(long, required_unless_present = "vector", conflicts_with = "vector")]
         text: Option<String>,
@@ -746,6 +760,10 @@ pub(crate) fn run(command: MemoryCommand, target: &Target<'_>) -> CliResult {
             filter,
             mode,
             keywords,
+            vector_weight,
+            keyword_weight,
+            rrf_k,
+            candidates,
             text,
             vector,
             embedding_model,
@@ -755,6 +773,22 @@ pub(crate) fn run(command: MemoryCommand, target: &Target<'_>) -> CliResult {
             include_embeddings,
             output,
         } => {
+            let hybrid = (vector_weight.is_some()
+                || keyword_weight.is_some()
+                || rrf_k.is_some()
+                || candidates.is_some())
+            .then_some(HybridInput {
+                vector_weight,
+                keyword_weight,
+                k: rrf_k,
+                candidates,
+            });
+            if hybrid.is_some() && mode != Some(ModeArg::Hybrid) {
+                return Err(CliError::input(anyhow::anyhow!(
+                    "--vector-weight, --keyword-weight, --rrf-k and --candidates tune the fusion \
+                     of a hybrid search: add --mode hybrid, or leave them out"
+                )));
+            }
             let query = match (text, vector) {
                 (Some(text), _) => SearchQuery::Text(text),
                 (None, Some(vector)) => SearchQuery::Vector(parse_vector(&vector, "--vector")?),
@@ -801,7 +835,7 @@ pub(crate) fn run(command: MemoryCommand, target: &Target<'_>) -> CliResult {
                         Some(ModeArg::Hybrid) => SearchModeName::Hybrid,
                     },
                     keywords,
-                    hybrid: None,
+                    hybrid,
                     include_embeddings,
                 };
                 return search_across(&service, input, output);
