@@ -236,9 +236,10 @@ fn namespaces_are_isolated(keyed: &Keyed) {
         ),
         StatusCode::OK,
     );
+    // Stored without an embedding (adds embed by default now): iso-m2 alone is a candidate.
     ok(
         acme.post(
-            "/v1/memory/sessions/iso/messages",
+            "/v1/memory/sessions/iso/messages?embed=false",
             json!({"messages": [{"id": "iso-m1", "name": "user", "content": "acme's plans"}]}),
         ),
         StatusCode::OK,
