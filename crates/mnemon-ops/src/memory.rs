@@ -399,6 +399,56 @@ pub struct ReembedOutput {
     pub reembedded: u64,
 }
 
+/// Output of [`Service::memory_reembed_at_most`]: one bounded pass.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct ReembedPassOutput {
+    /// The model the messages were embedded with.
+    pub model: String,
+    /// How many messages this pass re-embedded and stored.
+    pub reembedded: u64,
+    /// How many selected messages still lack the model's embedding after this pass (0 when
+    /// `complete`).
+    pub remaining: u64,
+    /// Whether every selected message now has the model's embedding; `false`: call again
+    /// (each pass resumes where the last stopped) or run `mnemon memory reembed`.
+    pub complete: bool,
+}
+
+/// An embedder that refuses, once, the batch that would take it past `max` texts: how
+/// [`Service::memory_reembed_at_most`] stops the store's re-embedding between two stored
+/// batches (the store commits each batch, so what was done stays done).
+struct AtMost<'a> {
+    inner: &'a dyn Embedder,
+    max: u64,
+    used: std::sync::atomic::AtomicU64,
+    stopped: std::sync::atomic::AtomicBool,
+}
+
+impl Embedder for AtMost<'_> {
+    fn model(&self) -> &str {
+        self.inner.model()
+    }
+
+    fn dimension(&self) -> usize {
+        self.inner.dimension()
+    }
+
+    fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, mnemon_types::EmbedError> {
+        use std::sync::atomic::Ordering;
+        let n = u64::try_from(texts.len()).unwrap_or(u64::MAX);
+        let used = self.used.load(Ordering::Relaxed);
+        if used.saturating_add(n) > self.max {
+            self.stopped.store(true, Ordering::Relaxed);
+            return Err(mnemon_types::EmbedError::new(
+                self.inner.model(),
+                "this pass reached its bound of messages; the rest is left for the next pass",
+            ));
+        }
+        self.used.store(used.saturating_add(n), Ordering::Relaxed);
+        self.inner.embed(texts)
+    }
+}
+
 /// Input of [`Service::memory_mark`] and [`Service::memory_unmark`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct MarkInput {
@@ -954,6 +1004,63 @@ impl Service {
         })
     }
 
+    /// [`memory_reembed`](Self::memory_reembed) that stops after at most `max` messages (at
+    /// least 1; the batch shrinks to `max` when larger), between two stored batches: a bounded
+    /// pass for a request that must answer in time (`POST /v1/memory/reembed`). The answer says
+    /// how many messages are left; another pass resumes there.
+    pub fn memory_reembed_at_most(
+        &self,
+        mut input: ReembedInput,
+        max: u64,
+    ) -> Result<ReembedPassOutput, OpsError> {
+        let embedder = self.require_embedder()?;
+        if max == 0 {
+            return Err(OpsError::invalid(
+                "a re-embedding pass needs a bound of at least 1",
+            ));
+        }
+        let batch = input.batch.unwrap_or(256);
+        input.batch = Some(batch.min(usize::try_from(max).unwrap_or(usize::MAX)));
+        let bounded = AtMost {
+            inner: embedder,
+            max,
+            used: std::sync::atomic::AtomicU64::new(0),
+            stopped: std::sync::atomic::AtomicBool::new(false),
+        };
+        let mut seen = (0u64, 0u64);
+        let within = ScopeFilter {
+            user_id: input.user_id,
+            agent_id: input.agent_id,
+            session_id: input.session_id,
+        };
+        let batch = input.batch.unwrap_or(1);
+        if batch == 0 {
+            return Err(OpsError::invalid("batch must be at least 1"));
+        }
+        let result = self
+            .stores()
+            .reembed_memory(&within, &bounded, batch, |done, total| seen = (done, total));
+        let model = embedder.model().to_owned();
+        match result {
+            Ok(reembedded) => Ok(ReembedPassOutput {
+                model,
+                reembedded,
+                remaining: 0,
+                complete: true,
+            }),
+            Err(_) if bounded.stopped.load(std::sync::atomic::Ordering::Relaxed) => {
+                let (done, total) = seen;
+                Ok(ReembedPassOutput {
+                    model,
+                    reembedded: done,
+                    remaining: total.saturating_sub(done),
+                    complete: false,
+                })
+            }
+            Err(error) => Err(error.into()),
+        }
+    }
+
     /// Puts a mark on messages.
     pub fn memory_mark(&self, input: MarkInput) -> Result<MarkOutput, OpsError> {
         let memory = self.existing_session(&input.session)?;
@@ -1051,6 +1158,38 @@ mod tests {
             .unwrap();
         // Apart in time, so last activity orders them.
         std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+
+    #[test]
+    fn a_bounded_reembed_pass_stops_between_batches_and_the_next_resumes() {
+        let dir = tempfile::tempdir().unwrap();
+        let embedder = mnemon_embed::embedder_for_model("mnemon:hashing-v1-64").unwrap();
+        let service = Service::new(Stores::open(dir.path()).unwrap())
+            .with_embedder(std::sync::Arc::from(embedder));
+        // memory_add stores no embedding.
+        add(&service, "s", 5);
+        let input = ReembedInput {
+            batch: Some(2),
+            ..ReembedInput::default()
+        };
+        let first = service.memory_reembed_at_most(input.clone(), 3).unwrap();
+        assert_eq!(
+            (first.reembedded, first.remaining, first.complete),
+            (2, 3, false),
+            "{first:?}"
+        );
+        let second = service.memory_reembed_at_most(input.clone(), 100).unwrap();
+        assert_eq!(
+            (second.reembedded, second.remaining, second.complete),
+            (3, 0, true),
+            "{second:?}"
+        );
+        let third = service.memory_reembed_at_most(input, 100).unwrap();
+        assert_eq!((third.reembedded, third.complete), (0, true), "{third:?}");
+        assert!(matches!(
+            service.memory_reembed_at_most(ReembedInput::default(), 0),
+            Err(OpsError::InvalidInput { .. })
+        ));
     }
 
     fn ids(out: &SessionListOutput) -> Vec<&str> {

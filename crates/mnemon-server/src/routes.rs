@@ -27,8 +27,8 @@ use mnemon_ops::memory::{
     AddWith, DeleteMessagesInput, DeleteMessagesOutput, MarkInput, MarkOutput, MarksOutput,
     MemoryAddInput, MemoryAddOutput, MemoryExportInput, MemoryGetInput, MemoryGetOutput,
     MemoryImportInput, MemorySearchAcrossInput, MemorySearchAcrossOutput, MemorySearchInput,
-    MemorySearchOutput, MessageInput, SessionCreateOutput, SessionInput, SessionListInput,
-    SessionListOutput, SessionOrder,
+    MemorySearchOutput, MessageInput, ReembedInput, ReembedPassOutput, SessionCreateOutput,
+    SessionInput, SessionListInput, SessionListOutput, SessionOrder,
 };
 use mnemon_ops::refs::{RenderInput, RenderOutput, ResolveParamsInput, ResolveParamsOutput};
 use schemars::{JsonSchema, Schema, SchemaGenerator};
@@ -530,6 +530,21 @@ pub(crate) fn table() -> Vec<Route> {
             post(memory_import),
         )
         .body(Json(schema::<MemoryImportInput>)),
+        route(
+            Method::POST,
+            "/v1/memory/reembed",
+            "reembedMemory",
+            "Re-embed, with the server's embedder, the messages of the namespace (or of a user, \
+             agent or session) whose embedding another model (or none) made: at most 10,000 per \
+             call, resumable (call again while `complete` is false, or run `mnemon memory \
+             reembed`)",
+            "memory",
+            A,
+            OK,
+            Json(schema::<ReembedPassOutput>),
+            post(memory_reembed),
+        )
+        .body(Json(schema::<ReembedInput>)),
         // Maintenance.
         route(
             Method::POST,
@@ -1268,6 +1283,27 @@ async fn memory_import(
 }
 
 // ---- Maintenance -----------------------------------------------------------------------------
+
+/// The most messages one `POST /v1/memory/reembed` re-embeds: the call runs synchronously
+/// inside the request timeout, so a large namespace takes several calls (each resumes where
+/// the last stopped) or `mnemon memory reembed`, which has no bound
+/// (docs/reference/rest.md#re-embedding).
+const REEMBED_PER_CALL: u64 = 10_000;
+
+async fn memory_reembed(
+    State(s): State<AppState>,
+    p: Principal,
+    h: HeaderMap,
+    body: Body,
+) -> Answer {
+    let (input, _held): (ReembedInput, _) = json_body(&s, &h, body).await?;
+    let out = s
+        .call(&p, Role::Admin, move |svc| {
+            svc.memory_reembed_at_most(input, REEMBED_PER_CALL)
+        })
+        .await?;
+    answer(OK, &out)
+}
 
 async fn gc(State(s): State<AppState>, p: Principal) -> Answer {
     let out = s.call(&p, Role::Admin, |svc| svc.gc()).await?;

@@ -147,7 +147,7 @@ fn every_route_refuses_bad_keys(keyed: &Keyed) {
     let anonymous = Api::new(&keyed.running);
     let routes = guarded_routes(&anonymous);
     // Every documented route but the document itself and `/readyz`.
-    assert_eq!(routes.len(), 38, "{routes:?}");
+    assert_eq!(routes.len(), 39, "{routes:?}");
     let wrong = api_with(&keyed.running, &keyed.wrong);
     let revoked = api_with(&keyed.running, &keyed.revoked);
     let malformed = api_with(&keyed.running, "mnk_not_a_key");

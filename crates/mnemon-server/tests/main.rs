@@ -169,6 +169,48 @@ fn exercise_every_route(api: &Api) {
 
 /// `POST /v1/forget` and `POST /v1/gc` (admin routes; the open server's caller is admin).
 fn maintenance_routes(api: &Api) {
+    // Re-embedding: messages stored without an embedding become candidates of a search
+    // across sessions; a second call has nothing left to do.
+    ok(
+        api.post(
+            "/v1/memory/sessions/re-1/messages?embed=false",
+            json!({"messages": [{"id": "r1", "name": "user", "content": "otters hold hands"},
+                                {"id": "r2", "name": "user", "content": "otters sleep afloat"}]}),
+        ),
+        StatusCode::OK,
+    );
+    let search = json!({"query": {"text": "otters hold hands"}, "session_id": "re-1"});
+    let before = ok(
+        api.post("/v1/memory/search", search.clone()),
+        StatusCode::OK,
+    );
+    assert_eq!(before["hits"], json!([]), "{before}");
+    let pass = ok(
+        api.post(
+            "/v1/memory/reembed",
+            json!({"session_id": "re-1", "batch": 1}),
+        ),
+        StatusCode::OK,
+    );
+    assert_eq!(pass["reembedded"], 2, "{pass}");
+    assert_eq!(pass["remaining"], 0, "{pass}");
+    assert_eq!(pass["complete"], true, "{pass}");
+    assert!(pass["model"].is_string(), "{pass}");
+    let after = ok(api.post("/v1/memory/search", search), StatusCode::OK);
+    assert_eq!(after["hits"].as_array().unwrap().len(), 2, "{after}");
+    assert_eq!(after["hits"][0]["message"]["id"], "r1", "{after}");
+    let again = ok(
+        api.post("/v1/memory/reembed", json!({"session_id": "re-1"})),
+        StatusCode::OK,
+    );
+    assert_eq!(again["reembedded"], 0, "{again}");
+    let message = expect_error(
+        api.post("/v1/memory/reembed", json!({"batch": 0})),
+        StatusCode::BAD_REQUEST,
+        "invalid_input",
+    );
+    assert!(message.contains("batch"), "{message}");
+    ok(api.delete("/v1/memory/sessions/re-1"), StatusCode::OK);
     for id in ["gone-1", "gone-2", "kept"] {
         ok(
             api.put(&format!("/v1/assets/{id}"), json!({"content": id})),
@@ -1171,7 +1213,7 @@ fn openapi_lists_every_route(api: &Api) {
             );
         }
     }
-    assert_eq!(count, 40);
+    assert_eq!(count, 41);
 }
 
 #[test]
