@@ -148,8 +148,9 @@ impl Service {
         }
     }
 
-    /// How many memory write handles the service keeps open ([`Service::writer`]: on
-    /// PostgreSQL, at most 64, none for a thread of more than 10,000 messages; none on SQLite).
+    /// How many memory write handles the service keeps open for message adds: on PostgreSQL
+    /// at most 64, none for a thread of more than 10,000 messages; none on SQLite, whose store
+    /// shares its threads' mirrors among handles.
     pub fn kept_write_handles(&self) -> usize {
         self.writers
             .lock()
