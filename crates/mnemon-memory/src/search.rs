@@ -117,6 +117,32 @@ pub(crate) fn fts5_query(terms: &[String]) -> String {
         .join(" OR ")
 }
 
+/// The ranking `request.mode` asks for, from a store's two: `vector(request)` ranks by vector
+/// (a request whose mode is [`SearchMode::Vector`]), `keyword(text, k)` the best `k` by the
+/// words of `text`; hybrid reads each `candidates` deep (at least `top_k`) and [`fuse`]s them.
+/// Both stores answer [`SearchRequest::mode`] through it, so the modes mean the same on each.
+pub(crate) fn by_mode(
+    request: &SearchRequest,
+    vector: impl FnOnce(&SearchRequest) -> Result<Vec<SearchHit>, MemoryError>,
+    keyword: impl FnOnce(&str, usize) -> Result<Vec<SearchHit>, MemoryError>,
+) -> Result<Vec<SearchHit>, MemoryError> {
+    match &request.mode {
+        SearchMode::Vector => vector(request),
+        SearchMode::Keyword { text } => keyword(text, request.top_k),
+        SearchMode::Hybrid { text, weights } => {
+            weights.check()?;
+            let depth = weights.candidates.max(request.top_k);
+            let by_vector = vector(&SearchRequest {
+                top_k: depth,
+                mode: SearchMode::Vector,
+                ..request.clone()
+            })?;
+            let by_keyword = keyword(text, depth)?;
+            Ok(fuse(by_vector, by_keyword, weights, request.top_k))
+        }
+    }
+}
+
 /// Reciprocal rank fusion of two rankings (best first), cut to `top_k`: each message (by
 /// scope and id) scores `weight / (k + rank)` summed over the rankings it is in; ties keep
 /// the order of the vector ranking, then of the keyword ranking. The hit keeps its scope,

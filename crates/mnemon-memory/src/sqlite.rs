@@ -56,8 +56,8 @@ use crate::report::AddReport;
 use crate::retrieval::{Metric, RetrievalQuery, RetrieveOptions, Retrieved, query_vector};
 pub use crate::scope::Scope;
 use crate::search::{
-    Candidate, ScopeFilter, SearchHit, SearchMode, SearchRequest, TopK, cosine, dimension_mismatch,
-    filter_sql, fts5_query, fuse, keyword_terms,
+    Candidate, ScopeFilter, SearchHit, SearchRequest, TopK, by_mode, cosine, dimension_mismatch,
+    filter_sql, fts5_query, keyword_terms,
 };
 use crate::sweep::Forgotten;
 use crate::thread::{Change, ThreadState};
@@ -704,24 +704,11 @@ impl SqliteMemoryStore {
         request: &SearchRequest,
         embedder: Option<&dyn Embedder>,
     ) -> Result<Vec<SearchHit>, MemoryError> {
-        match &request.mode {
-            SearchMode::Vector => self.vector_search(request, embedder),
-            SearchMode::Keyword { text } => self.keyword_search(request, text, request.top_k),
-            SearchMode::Hybrid { text, weights } => {
-                weights.check()?;
-                let depth = weights.candidates.max(request.top_k);
-                let vector = self.vector_search(
-                    &SearchRequest {
-                        top_k: depth,
-                        mode: SearchMode::Vector,
-                        ..request.clone()
-                    },
-                    embedder,
-                )?;
-                let keyword = self.keyword_search(request, text, depth)?;
-                Ok(fuse(vector, keyword, weights, request.top_k))
-            }
-        }
+        by_mode(
+            request,
+            |request| self.vector_search(request, embedder),
+            |text, k| self.keyword_search(request, text, k),
+        )
     }
 
     /// Re-embeds with `embedder` every live message of the threads `within` selects whose

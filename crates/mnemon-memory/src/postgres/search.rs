@@ -29,8 +29,8 @@ use crate::exact;
 use crate::retrieval::{RetrievalQuery, query_vector};
 use crate::scope::Scope;
 use crate::search::{
-    Candidate, ScopeFilter, SearchHit, SearchMode, SearchRequest, TopK, cosine, dimension_mismatch,
-    filter_sql, fuse, keyword_terms,
+    Candidate, ScopeFilter, SearchHit, SearchRequest, TopK, by_mode, cosine, dimension_mismatch,
+    filter_sql, keyword_terms,
 };
 
 /// The threads a filter selects (`$1` namespace; `$2`–`$4` user, agent, session or NULL for
@@ -162,24 +162,11 @@ impl PostgresMemoryStore {
         request: &SearchRequest,
         embedder: Option<&dyn Embedder>,
     ) -> Result<Vec<SearchHit>, MemoryError> {
-        match &request.mode {
-            SearchMode::Vector => self.vector_search(request, embedder),
-            SearchMode::Keyword { text } => self.keyword_search(request, text, request.top_k),
-            SearchMode::Hybrid { text, weights } => {
-                weights.check()?;
-                let depth = weights.candidates.max(request.top_k);
-                let vector = self.vector_search(
-                    &SearchRequest {
-                        top_k: depth,
-                        mode: SearchMode::Vector,
-                        ..request.clone()
-                    },
-                    embedder,
-                )?;
-                let keyword = self.keyword_search(request, text, depth)?;
-                Ok(fuse(vector, keyword, weights, request.top_k))
-            }
-        }
+        by_mode(
+            request,
+            |request| self.vector_search(request, embedder),
+            |text, k| self.keyword_search(request, text, k),
+        )
     }
 
     /// The keyword ranking of [`search_with`](Self::search_with): every live message of the
