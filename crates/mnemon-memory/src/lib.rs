@@ -111,7 +111,9 @@ pub use retrieval::{Metric, RetrievalQuery, RetrieveOptions, Retrieved, ScoreFn}
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub use scope::Scope;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
-pub use search::{HybridWeights, ScopeFilter, SearchHit, SearchMode, SearchRequest};
+pub use search::{
+    HybridWeights, MAX_HYBRID_CANDIDATES, ScopeFilter, SearchHit, SearchMode, SearchRequest,
+};
 #[cfg(feature = "sqlite")]
 pub use sqlite::{SqliteMemory, SqliteMemoryOptions, SqliteMemoryStore};
 #[cfg(any(feature = "sqlite", feature = "postgres"))]

@@ -57,10 +57,15 @@ pub struct HybridWeights {
     /// The fusion's constant `k` (default 60, as in Cormack et al.'s RRF): larger flattens the
     /// difference between the first ranks.
     pub k: f64,
-    /// How many hits of each ranking are fused (default 100; at least the request's `top_k`).
-    /// A message outside both rankings' first `candidates` cannot be a hit.
+    /// How many hits of each ranking are fused (default 100; at least the request's `top_k`;
+    /// at most [`MAX_HYBRID_CANDIDATES`]). A message outside both rankings' first
+    /// `candidates` cannot be a hit.
     pub candidates: usize,
 }
+
+/// The most hits of each ranking a hybrid search fuses: every one of them is decoded (its body
+/// read and parsed), so an unbounded depth would let one request decode a whole namespace.
+pub const MAX_HYBRID_CANDIDATES: usize = 10_000;
 
 impl Default for HybridWeights {
     fn default() -> Self {
@@ -74,19 +79,27 @@ impl Default for HybridWeights {
 }
 
 impl HybridWeights {
-    /// Refuses weights that cannot rank: negative or non-finite weights or `k`.
+    /// Refuses weights that cannot rank (negative or non-finite weights or `k`) and a depth
+    /// over [`MAX_HYBRID_CANDIDATES`].
     pub(crate) fn check(&self) -> Result<(), MemoryError> {
         let ok = |x: f64| x.is_finite() && x >= 0.0;
-        if ok(self.vector) && ok(self.keyword) && ok(self.k) {
-            Ok(())
-        } else {
-            Err(MemoryError::InvalidQuery {
+        if !(ok(self.vector) && ok(self.keyword) && ok(self.k)) {
+            return Err(MemoryError::InvalidQuery {
                 reason: format!(
                     "hybrid weights must be finite and not negative (vector {}, keyword {}, k {})",
                     self.vector, self.keyword, self.k
                 ),
-            })
+            });
         }
+        if self.candidates > MAX_HYBRID_CANDIDATES {
+            return Err(MemoryError::InvalidQuery {
+                reason: format!(
+                    "hybrid candidates is {}; fuse at most {MAX_HYBRID_CANDIDATES} hits of each                      ranking",
+                    self.candidates
+                ),
+            });
+        }
+        Ok(())
     }
 }
 
@@ -481,6 +494,22 @@ pub(crate) fn dimension_mismatch(id: String, expected: usize, found: usize) -> M
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    /// A hybrid search's depth is bounded: each fused hit is decoded.
+    #[test]
+    fn hybrid_candidates_are_bounded() {
+        let at = |candidates| HybridWeights {
+            candidates,
+            ..HybridWeights::default()
+        };
+        assert!(at(MAX_HYBRID_CANDIDATES).check().is_ok());
+        match at(MAX_HYBRID_CANDIDATES + 1).check() {
+            Err(MemoryError::InvalidQuery { reason }) => {
+                assert!(reason.contains("at most 10000"), "{reason}")
+            }
+            other => panic!("{other:?}"),
+        }
+    }
 
     fn candidate(score: f64, thread: usize, index: usize) -> Candidate {
         Candidate {
