@@ -1,8 +1,12 @@
 //! The service's memory writes on PostgreSQL (crates/mnemon-ops, `Service::writer`): handles
 //! are kept open per recently written session so that an add does not reload its thread, but
-//! never for a thread over 10,000 messages, so the kept handles' memory stays bounded.
+//! never for a thread over 10,000 messages, so the kept handles' memory stays bounded. Reads
+//! (recalls, listings of a session) go through the same kept handles.
 
-use mnemon_ops::memory::{MemoryAddInput, MessageBody};
+use mnemon_ops::memory::{
+    MemoryAddInput, MemoryGetInput, MemorySearchInput, MessageBody, MetricName, SearchQuery,
+    SessionInput,
+};
 use mnemon_ops::{OpenOptions, Service, Stores};
 
 fn add(service: &Service, session: &str, n: usize) {
@@ -44,4 +48,104 @@ fn postgres_keeps_write_handles_for_small_threads_only() {
         add(&service, &format!("s{i}"), 1);
     }
     assert_eq!(service.kept_write_handles(), 64);
+}
+
+fn contents(service: &Service, session: &str) -> Result<Vec<String>, String> {
+    service
+        .memory_get(MemoryGetInput {
+            session: session.to_owned(),
+            recent: None,
+            mark: None,
+            exclude_mark: None,
+            tokens: None,
+            include_embeddings: false,
+        })
+        .map(|out| {
+            out.messages
+                .iter()
+                .filter_map(|m| m.0["content"].as_str().map(str::to_owned))
+                .collect()
+        })
+        .map_err(|error| error.code().to_owned())
+}
+
+fn nearest(service: &Service, session: &str, vector: [f32; 2]) -> String {
+    let out = service
+        .memory_search(MemorySearchInput {
+            session: session.to_owned(),
+            query: SearchQuery::Vector(vector.to_vec()),
+            top_k: Some(1),
+            metric: MetricName::Cosine,
+            mark: None,
+            include_embeddings: false,
+        })
+        .unwrap_or_else(|error| panic!("searching {session}: {error}"));
+    out.hits
+        .first()
+        .and_then(|hit| hit.message.0["content"].as_str())
+        .unwrap_or_default()
+        .to_owned()
+}
+
+fn say(service: &Service, session: &str, text: &str, embedding: [f32; 2]) {
+    if let Err(error) = service.memory_add(MemoryAddInput {
+        session: session.to_owned(),
+        messages: vec![MessageBody(
+            serde_json::json!({"name": "u", "content": text, "embedding": embedding}),
+        )],
+        marks: Vec::new(),
+    }) {
+        panic!("adding to {session}: {error}");
+    }
+}
+
+/// A recall on PostgreSQL went through a fresh handle, which loaded and parsed the whole
+/// thread first; it now goes through the session's kept handle, which must still see other
+/// servers' writes and deletes, and must not create or keep what a write would not.
+#[test]
+fn postgres_reads_go_through_kept_handles_and_see_other_servers() {
+    let server = mnemon_tests::require_postgres!();
+    let url = server
+        .fresh_database("kept read handles")
+        .unwrap_or_else(|error| panic!("{error}"));
+    let dir = tempfile::tempdir().unwrap_or_else(|error| panic!("{error}"));
+    let open = || {
+        Stores::open_with(dir.path(), &OpenOptions::postgres(url.clone()))
+            .unwrap_or_else(|error| panic!("{error}"))
+    };
+    let service = Service::new(open());
+    let other = Service::new(open());
+    say(&other, "r", "east", [1.0, 0.0]);
+    assert_eq!(service.kept_write_handles(), 0);
+    assert_eq!(nearest(&service, "r", [1.0, 0.1]), "east");
+    assert_eq!(
+        service.kept_write_handles(),
+        1,
+        "the recall keeps the handle"
+    );
+    // Another server writes: the kept handle's next read sees it.
+    say(&other, "r", "north", [0.0, 1.0]);
+    assert_eq!(nearest(&service, "r", [0.1, 1.0]), "north");
+    assert_eq!(
+        contents(&service, "r").as_deref(),
+        Ok(&["east".to_owned(), "north".to_owned()][..])
+    );
+    // Another server deletes the session: reported missing, not read as empty.
+    if let Err(error) = other.memory_session_delete(SessionInput {
+        session: "r".to_owned(),
+    }) {
+        panic!("{error}");
+    }
+    assert_eq!(contents(&service, "r"), Err("session_not_found".to_owned()));
+    // A missing session is neither created nor kept by a read.
+    assert_eq!(
+        contents(&service, "nope"),
+        Err("session_not_found".to_owned())
+    );
+    assert!(other.stores().threads().unwrap_or_default().is_empty());
+    // A thread over 10,000 messages is read, and not kept.
+    let before = service.kept_write_handles();
+    add(&other, "big", 10_001);
+    assert_eq!(contents(&service, "big").map(|m| m.len()), Ok(10_001));
+    assert_eq!(service.kept_write_handles(), before);
 }

@@ -6,6 +6,7 @@
 
 use std::borrow::Cow;
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use mnemon_memory::{
     AddOptions, BudgetOptions, ExportFormat, ExportOptions, ExportTarget, Exported, HybridWeights,
@@ -607,10 +608,9 @@ fn check_session(session: &str) -> Result<Scope, OpsError> {
 
 impl Service {
     /// The memory of an existing session, or [`OpsError::SessionNotFound`].
-    fn existing_session(&self, session: &str) -> Result<Box<dyn Memory>, OpsError> {
+    fn existing_session(&self, session: &str) -> Result<Arc<dyn Memory>, OpsError> {
         let scope = check_session(session)?;
-        self.stores()
-            .existing_memory(scope)?
+        self.reader(scope)?
             .ok_or_else(|| OpsError::SessionNotFound {
                 session: session.to_owned(),
             })

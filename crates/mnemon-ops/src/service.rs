@@ -138,6 +138,28 @@ impl Service {
         Ok(handle)
     }
 
+    /// The memory handle reads of `scope` go through, or `None` when the session has no
+    /// thread. On SQLite a fresh handle (the store shares thread mirrors among handles). On
+    /// PostgreSQL the session's kept handle ([`Service::writer`]), kept from then on: a read
+    /// through a fresh handle loads and parses the whole thread first, which made every recall
+    /// of a busy session cost time in proportion to its size (docs/bench-server.md). Whether
+    /// the thread exists is asked of the database each time, so a session deleted by another
+    /// server is reported missing, as through a fresh handle.
+    pub(crate) fn reader(&self, scope: Scope) -> Result<Option<Arc<dyn Memory>>, MemoryError> {
+        let Some(fresh) = self.stores.existing_memory(scope.clone())? else {
+            return Ok(None);
+        };
+        if matches!(self.stores.backend(), crate::Backend::Sqlite) {
+            return Ok(Some(Arc::from(fresh)));
+        }
+        drop(fresh);
+        let kept = self.writer(scope.clone())?;
+        // The bound of kept threads holds for reads too: a large thread is read through the
+        // handle this once and not kept.
+        self.release_if_large(&scope, kept.size()?);
+        Ok(Some(kept))
+    }
+
     /// Closes the kept write handle of `scope` when its thread holds more than
     /// [`KEPT_THREAD_MESSAGES`] messages (`size`, as the handle just saw it), so the kept
     /// handles cannot hold more than 64 such threads in memory together.
