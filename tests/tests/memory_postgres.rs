@@ -42,7 +42,7 @@ fn newer_schema_is_refused() {
         err,
         MemoryError::SchemaVersion {
             found: 99,
-            supported: 10
+            supported: 11
         }
     );
 }
@@ -1364,7 +1364,7 @@ fn migration_to_version_3_counts_existing_threads() {
         .get(0);
     // Through version 3 to the current one (8; the columns of 4 to 8 are still there: their
     // migrations, like the vector schema's version 3, add only what is missing).
-    assert_eq!(version, 10);
+    assert_eq!(version, 11);
     assert_counters(&mut client);
     let live: Vec<i64> = client
         .query("SELECT live FROM memory_threads ORDER BY thread_id", &[])
@@ -1936,7 +1936,7 @@ fn embeddings_are_stored_once_and_version_3_bodies_still_read() {
         .unwrap()
         .get(0);
     // Through 4 to the current version, 8 (whose columns are still there).
-    assert_eq!(version, 10);
+    assert_eq!(version, 11);
     assert_eq!(
         export_json(&store.memory(Scope::session("s")).unwrap()),
         before
@@ -2036,7 +2036,7 @@ fn migration_to_version_7_indexes_stored_messages() {
         .query_one("SELECT version FROM memory_schema", &[])
         .unwrap()
         .get(0);
-    assert_eq!(version, 10);
+    assert_eq!(version, 11);
     for (text, id, index) in [("ferry", "a", 0), ("TIDES", "b", 1)] {
         let request = SearchRequest {
             mode: SearchMode::Keyword { text: text.into() },
@@ -2046,4 +2046,256 @@ fn migration_to_version_7_indexes_stored_messages() {
         assert_eq!(hits.len(), 1);
         assert_eq!((hits[0].message.id(), hits[0].index), (id, index));
     }
+}
+
+/// The rows whose `search_tsv` is not what `memory_message_text` makes of their body (schema
+/// version 11: every write sends the text it computed from its parsed message, or none for
+/// the server to compute), and how many rows there are.
+fn keyword_column_drift(client: &mut postgres::Client) -> (Vec<String>, i64) {
+    let stale = client
+        .query(
+            "SELECT msg_id FROM memory_messages
+             WHERE search_tsv IS DISTINCT FROM
+                   to_tsvector('simple'::regconfig, memory_message_text(body))
+             ORDER BY msg_id",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    let rows: i64 = client
+        .query_one("SELECT count(*) FROM memory_messages", &[])
+        .unwrap()
+        .get(0);
+    (stale, rows)
+}
+
+/// Contents of every shape keyword search reads (docs/reference/memory.md#keyword-and-hybrid-search):
+/// strings (a NUL, backslashes, an escaped `\u0000`, non-ASCII), lists of blocks (text blocks,
+/// blocks without text or with a non-string one, non-objects, none at all), null, and the
+/// shapes whose text is their JSON (numbers, booleans, objects).
+fn keyword_contents() -> Vec<serde_json::Value> {
+    vec![
+        json!("the ferry leaves at noon"),
+        json!("nul\u{0}inside and a \\ backslash"),
+        json!("escaped \\u0000 stays"),
+        json!("Ünïcödé Straße ΣΊΣΥΦΟΣ"),
+        json!(""),
+        json!([{"type": "text", "text": "tides"}, {"type": "image", "url": "x"},
+               {"type": "text", "text": "and moons"}]),
+        json!([{"type": "text", "text": 5}, "loose", 7, null, {"text": "only\u{0}this"}]),
+        json!([{"type": "text", "text": ""}, {"type": "text", "text": "after empty"}]),
+        json!([]),
+        json!(null),
+        json!(42.5),
+        json!(true),
+        json!({"b": [1, 2], "a": "nested words"}),
+    ]
+}
+
+/// Issue 13: every write path fills the keyword column (schema version 11) with exactly the
+/// words `memory_message_text` gives for the stored body: batched and single adds, with and
+/// without pgvector's column (and with embeddings, moved out of the body), loads appending and
+/// overwriting (what backup imports and `mnemon migrate` write through), and embeddings filled
+/// by an embedder (a body rewrite); the column is `NOT NULL`, so a
+/// write that forgot it fails instead of hiding a message from keyword search.
+#[test]
+fn every_write_path_fills_the_keyword_column() {
+    use mnemon_memory::{ScopeFilter, SearchMode, SearchRequest};
+    let server = mnemon_tests::require_postgres!();
+    for vector_index in [true, false] {
+        let (url, mut client) = fresh(
+            server,
+            if vector_index {
+                "memory_keyword_paths_v"
+            } else {
+                "memory_keyword_paths"
+            },
+        );
+        let options = PostgresMemoryOptions {
+            vector_index,
+            ..PostgresMemoryOptions::default()
+        };
+        let store = open(&url, options);
+        let contents = keyword_contents();
+        let item = |prefix: &str, i: usize, content: &serde_json::Value, embed: bool| {
+            let mut msg = json!({"id": format!("{prefix}{i}"), "name": "n", "content": content});
+            if embed {
+                msg["embedding"] = json!([0.25, -0.5, i as f64 + 1.0]);
+            }
+            mnemon_memory::MsgInput::from(msg)
+        };
+        // Batched adds, with and without embeddings.
+        let batched = store.memory(Scope::session("batched")).unwrap();
+        batched
+            .add(
+                contents
+                    .iter()
+                    .enumerate()
+                    .map(|(i, c)| item("b", i, c, false))
+                    .collect(),
+            )
+            .unwrap();
+        batched
+            .add(
+                contents
+                    .iter()
+                    .enumerate()
+                    .map(|(i, c)| item("e", i, c, true))
+                    .collect(),
+            )
+            .unwrap();
+        // Single adds.
+        let single = store.memory(Scope::session("single")).unwrap();
+        for (i, c) in contents.iter().enumerate() {
+            single.add(vec![item("s", i, c, i % 2 == 0)]).unwrap();
+        }
+        // Loads: appended, then overwriting another thread.
+        let export = export_json(&batched);
+        let loaded = store.memory(Scope::session("loaded")).unwrap();
+        loaded
+            .load(mnemon_memory::LoadSource::Json(export.clone()), false)
+            .unwrap();
+        let overwritten = store.memory(Scope::session("overwritten")).unwrap();
+        overwritten
+            .add(vec![item("gone", 0, &json!("replaced"), false)])
+            .unwrap();
+        overwritten
+            .load(mnemon_memory::LoadSource::Json(export), true)
+            .unwrap();
+        // A body rewrite: the embedder fills the embeddings the single adds lacked.
+        let filled = store.memory(Scope::session("filled")).unwrap();
+        filled
+            .add(
+                contents
+                    .iter()
+                    .enumerate()
+                    .map(|(i, c)| item("f", i, c, false))
+                    .collect(),
+            )
+            .unwrap();
+        filled.get_embeddings(Some(&HashEmbedder)).unwrap();
+        single.get_embeddings(Some(&HashEmbedder)).unwrap();
+        let (stale, rows) = keyword_column_drift(&mut client);
+        assert!(stale.is_empty(), "stale keyword text: {stale:?}");
+        // batched 2, single 1, loaded 2, overwritten 2, filled 1.
+        assert_eq!(rows, 8 * contents.len() as i64);
+        // The words are found through the store, in every thread written.
+        let request = SearchRequest {
+            mode: SearchMode::Keyword {
+                text: "moons".into(),
+            },
+            ..SearchRequest::new(ScopeFilter::all(), RetrievalQuery::Vector(vec![1.0]), 50)
+        };
+        assert_eq!(store.search_with(&request, None).unwrap().len(), 8);
+        // The column refuses a row written without it.
+        let err = client
+            .execute(
+                "INSERT INTO memory_messages (thread_id, seq, msg_id, kind, body)
+                 SELECT thread_id, 1000, 'raw', 'msg', '{\"content\": \"x\"}'
+                 FROM memory_threads LIMIT 1",
+                &[],
+            )
+            .unwrap_err();
+        let detail = err.as_db_error().map(|e| e.message().to_owned());
+        assert!(
+            detail.as_deref().is_some_and(|d| d.contains("search_tsv")),
+            "{detail:?}"
+        );
+    }
+}
+
+/// Issue 13: the migration to schema version 11 turns the generated keyword column of version
+/// 7 into a plain one without losing its values: messages stored before it are still found, the
+/// column is no longer computed by the server (so writes no longer parse bodies) and is
+/// `NOT NULL`, and messages written after it are found too.
+#[test]
+fn migration_to_version_11_keeps_the_keyword_column() {
+    use mnemon_memory::{ScopeFilter, SearchMode, SearchRequest};
+    let server = mnemon_tests::require_postgres!();
+    let (url, mut client) = fresh(server, "memory_keyword_v11");
+    let generated = |client: &mut postgres::Client| -> (String, bool) {
+        let row = client
+            .query_one(
+                "SELECT attgenerated::text, attnotnull FROM pg_attribute
+                 WHERE attrelid = 'memory_messages'::regclass AND attname = 'search_tsv'",
+                &[],
+            )
+            .unwrap();
+        (row.get(0), row.get(1))
+    };
+    {
+        let store = open(&url, PostgresMemoryOptions::default());
+        store
+            .memory(Scope::session("s"))
+            .unwrap()
+            .add(vec![
+                json!({"id": "x", "name": "n", "content": "placeholder"}).into(),
+            ])
+            .unwrap();
+    }
+    // Back to version 10: the column generated from the body, as version 7 added it.
+    client
+        .batch_execute(
+            "DELETE FROM memory_messages;
+             ALTER TABLE memory_messages DROP COLUMN search_tsv;
+             ALTER TABLE memory_messages ADD COLUMN search_tsv tsvector
+               GENERATED ALWAYS AS (to_tsvector('simple'::regconfig,
+                                                memory_message_text(body))) STORED;
+             CREATE INDEX memory_messages_search ON memory_messages USING gin (search_tsv);
+             UPDATE memory_schema SET version = 10;",
+        )
+        .unwrap();
+    assert_eq!(generated(&mut client), ("s".to_owned(), false));
+    {
+        // A version 10 write: the server computes the column.
+        client
+            .execute(
+                "INSERT INTO memory_messages (thread_id, seq, msg_id, kind, body)
+                 SELECT thread_id, 1, 'a', 'msg', '{\"id\":\"a\",\"name\":\"n\",\"content\":\"the ferry\"}'
+                 FROM memory_threads",
+                &[],
+            )
+            .unwrap();
+        client
+            .execute(
+                "UPDATE memory_threads SET rev = rev + 1, live = 1, next_seq = 2",
+                &[],
+            )
+            .unwrap();
+    }
+    let store = open(&url, PostgresMemoryOptions::default());
+    let version: i64 = client
+        .query_one("SELECT version FROM memory_schema", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(version, 11);
+    assert_eq!(generated(&mut client), (String::new(), true));
+    store
+        .memory(Scope::session("s"))
+        .unwrap()
+        .add(vec![
+            json!({"id": "b", "name": "n", "content": "ferry tides"}).into(),
+        ])
+        .unwrap();
+    let (stale, rows) = keyword_column_drift(&mut client);
+    assert!(stale.is_empty(), "{stale:?}");
+    assert_eq!(rows, 2);
+    let search = |text: &str| {
+        let request = SearchRequest {
+            mode: SearchMode::Keyword { text: text.into() },
+            ..SearchRequest::new(ScopeFilter::all(), RetrievalQuery::Vector(vec![1.0]), 5)
+        };
+        let mut ids: Vec<String> = store
+            .search_with(&request, None)
+            .unwrap()
+            .iter()
+            .map(|h| h.message.id().to_owned())
+            .collect();
+        ids.sort();
+        ids
+    };
+    assert_eq!(search("ferry"), ["a", "b"]);
+    assert_eq!(search("TIDES"), ["b"]);
 }

@@ -149,8 +149,77 @@ static SCHEMA: Schema = Schema {
             version: 10,
             sql: SCHEMA_V10,
         },
+        Migration {
+            version: 11,
+            sql: SCHEMA_V11,
+        },
     ],
 };
+
+/// Version 11: `search_tsv` is a plain column that every write fills, no longer a generated one
+/// (issue 13's batched adds). Computing it from the body cost one `memory_message_text` call per
+/// written row (a SQL function the planner does not inline into a generated column, over up to
+/// three `jsonb` parses of the body): more than half of a batch insert's time on the server
+/// (about 11 of 24 ms per 1,000 plain messages; the GIN insertions are 2 to 3 more). A write now
+/// sends each message's text, which the writer already has in its parsed message
+/// ([`keyword_text`]: the same text as the function gives, for every content that is a string,
+/// a list of blocks or null), and the server only runs `to_tsvector('simple', …)` over it; for
+/// any other content (a number, a boolean, an object) it sends none and the server computes the
+/// text from the body as before ([`search_tsv_sql`]). The stored values are kept (dropping the
+/// expression rewrites nothing); `NOT NULL` makes a write that forgot the column fail instead
+/// of leaving a message out of keyword search. `memory_message_text` stays: it is that fallback,
+/// and what the tests compare every row's `search_tsv` with.
+const SCHEMA_V11: &str = "
+ALTER TABLE memory_messages ALTER COLUMN search_tsv DROP EXPRESSION IF EXISTS;
+ALTER TABLE memory_messages ALTER COLUMN search_tsv SET NOT NULL;
+";
+
+/// The `search_tsv` of a written row (schema version 11) from its text `text` (a `text`
+/// expression: [`keyword_text`], or NULL) and its body `body`: the text's `simple` words, or
+/// when no text was sent the words of `memory_message_text(body)`.
+macro_rules! search_tsv_sql {
+    ($text:literal, $body:literal) => {
+        concat!(
+            "CASE WHEN ",
+            $text,
+            " IS NULL THEN to_tsvector('simple'::regconfig, memory_message_text(",
+            $body,
+            ")) ELSE to_tsvector('simple'::regconfig, ",
+            $text,
+            ") END"
+        )
+    };
+}
+
+/// The text keyword search indexes for `msg`, as `memory_message_text` computes it from the
+/// stored body: the content when a string; the `text` of its blocks that have a string one,
+/// joined by spaces, when a list; nothing when null. `None` for any other content (its JSON
+/// text is left to the server, whose `jsonb` formatting the words must match). A NUL, which
+/// PostgreSQL's `text` cannot hold, is a space, as the function reads it (schema version 10).
+fn keyword_text(msg: &Msg) -> Option<String> {
+    let text = match msg.content() {
+        Value::String(s) => s.clone(),
+        Value::Array(blocks) => {
+            let mut text = String::new();
+            for block in blocks {
+                if let Some(Value::String(t)) = block.get("text") {
+                    text.push_str(t);
+                    text.push(' ');
+                }
+            }
+            // `string_agg` puts the separator between the values only.
+            text.pop();
+            text
+        }
+        Value::Null => String::new(),
+        _ => return None,
+    };
+    Some(if text.contains('\0') {
+        text.replace('\0', " ")
+    } else {
+        text
+    })
+}
 
 /// Version 10: `memory_body_jsonb(body)`, a message body as `jsonb` whatever it holds: the body
 /// itself, or when it has a `\u0000` escape (which `jsonb` refuses) a copy whose NUL escapes are
@@ -460,6 +529,8 @@ struct StoredMessage {
     body: String,
     form: i16,
     embedding: Option<Vec<f32>>,
+    /// The text keyword search indexes ([`keyword_text`]; schema version 11).
+    text: Option<String>,
 }
 
 impl StoredMessage {
@@ -470,11 +541,13 @@ impl StoredMessage {
                     .map_err(|e| corrupt(e.to_string()))?,
                 form,
                 embedding: Some(floats),
+                text: keyword_text(entry.msg_without_embedding()),
             }),
             None => Ok(StoredMessage {
                 body: serde_json::to_string(&*entry.full()).map_err(|e| corrupt(e.to_string()))?,
                 form: FORM_IN_BODY,
                 embedding: entry.embedding(),
+                text: keyword_text(entry.msg_without_embedding()),
             }),
         }
     }
@@ -1720,6 +1793,8 @@ impl postgres::types::ToSql for PgVector {
 /// `embedding` bytes.
 struct RowValues {
     body: String,
+    /// The text keyword search indexes (see [`StoredMessage`]).
+    text: Option<String>,
     form: i16,
     bytes: Option<Vec<u8>>,
     vector: Option<PgVector>,
@@ -1751,6 +1826,7 @@ impl RowValues {
                 None => embedding_bytes(embedding),
             },
             body: stored.body,
+            text: stored.text,
             form: stored.form,
             vector,
             pending: dim.is_some_and(|d| deferred.contains(&d)),
@@ -1775,6 +1851,8 @@ struct Batch {
     ids: Vec<String>,
     kinds: Vec<&'static str>,
     bodies: Vec<String>,
+    /// Each row's keyword text, for `search_tsv` (schema version 11).
+    texts: Vec<Option<String>>,
     forms: Vec<i16>,
     embeddings: Vec<Option<Vec<u8>>>,
     vectors: Vec<Option<PgVector>>,
@@ -1826,6 +1904,7 @@ impl Batch {
         self.ids.push(id.to_owned());
         self.kinds.push(kind.as_str());
         self.bodies.push(row.body);
+        self.texts.push(row.text);
         self.forms.push(row.form);
         self.embeddings.push(row.bytes);
         if vectors {
@@ -1867,12 +1946,14 @@ impl Batch {
                     "WITH ins AS (
                        INSERT INTO memory_messages (thread_id, seq, msg_id, kind, body,
                          embedding, embedding_v, embedding_dim, embedding_form, pending_dim,
-                         expires_at, embedding_model)
-                       SELECT $1, s, i, k, b, e, v, d, f, p, x, o
+                         expires_at, embedding_model, search_tsv)
+                       SELECT $1, s, i, k, b, e, v, d, f, p, x, o, ",
+                    search_tsv_sql!("w", "b"),
+                    "
                        FROM UNNEST($2::bigint[], $3::text[], $4::text[], $5::text[],
                                    $6::bytea[], $7::vector[], $8::integer[], $9::smallint[],
-                                   $10::integer[], $15::bigint[], $17::text[])
-                         AS t(s, i, k, b, e, v, d, f, p, x, o)),
+                                   $10::integer[], $15::bigint[], $17::text[], $18::text[])
+                         AS t(s, i, k, b, e, v, d, f, p, x, o, w)),
                      dims AS (
                        INSERT INTO memory_dims (thread_id, dim, n)
                        SELECT $1, d, n FROM UNNEST($11::integer[], $12::bigint[]) AS t(d, n)
@@ -1903,6 +1984,7 @@ impl Batch {
                     &self.expires,
                     &earliest,
                     &self.models,
+                    &self.texts,
                 ],
             )
             .map_err(pg_error)?;
@@ -1912,11 +1994,14 @@ impl Batch {
                     "WITH ins AS (
                        INSERT INTO memory_messages
                          (thread_id, seq, msg_id, kind, body, embedding, embedding_form,
-                          expires_at, embedding_model)
-                       SELECT $1, s, i, k, b, e, f, x, o
+                          expires_at, embedding_model, search_tsv)
+                       SELECT $1, s, i, k, b, e, f, x, o, ",
+                    search_tsv_sql!("w", "b"),
+                    "
                        FROM UNNEST($2::bigint[], $3::text[], $4::text[], $5::text[],
-                                   $6::bytea[], $7::smallint[], $10::bigint[], $12::text[])
-                         AS t(s, i, k, b, e, f, x, o))
+                                   $6::bytea[], $7::smallint[], $10::bigint[], $12::text[],
+                                   $13::text[])
+                         AS t(s, i, k, b, e, f, x, o, w))
                      UPDATE memory_threads SET rev = rev + 1, live = live + $8, next_seq = $9,
                        next_expiry = LEAST(next_expiry, $11::bigint), ",
                     touch_sql!(),
@@ -1938,6 +2023,7 @@ impl Batch {
                     &self.expires,
                     &earliest,
                     &self.models,
+                    &self.texts,
                 ],
             )
             .map_err(pg_error)?;
@@ -2180,18 +2266,23 @@ fn persist(
                 // difference, without a count over the thread.
                 let old = tx
                     .query(
-                        "UPDATE memory_messages m SET body = t.b, embedding = t.e,
+                        concat!(
+                            "UPDATE memory_messages m SET body = t.b, embedding = t.e,
                            embedding_v = t.v, embedding_dim = t.d, embedding_form = t.f,
                            pending_dim = t.p,
                            embedding_model = CASE WHEN t.e IS NULL AND t.v IS NULL
-                                                  THEN NULL ELSE $9::text END
+                                                  THEN NULL ELSE $9::text END,
+                           search_tsv = ",
+                            search_tsv_sql!("t.w", "t.b"),
+                            "
                          FROM UNNEST($2::text[], $3::text[], $4::bytea[], $5::vector[],
-                                     $6::integer[], $7::smallint[], $8::integer[])
-                                AS t(i, b, e, v, d, f, p),
+                                     $6::integer[], $7::smallint[], $8::integer[], $10::text[])
+                                AS t(i, b, e, v, d, f, p, w),
                               memory_messages o
                          WHERE m.thread_id = $1 AND m.msg_id = t.i
                            AND o.thread_id = m.thread_id AND o.seq = m.seq
-                         RETURNING COALESCE(o.embedding_dim, o.pending_dim)",
+                         RETURNING COALESCE(o.embedding_dim, o.pending_dim)"
+                        ),
                         &[
                             &thread_id,
                             &batch.ids,
@@ -2202,6 +2293,7 @@ fn persist(
                             &batch.forms,
                             &batch.pending_dims,
                             model,
+                            &batch.texts,
                         ],
                     )
                     .map_err(pg_error)?;
@@ -2214,11 +2306,17 @@ fn persist(
                 dims.extend(batch.dims);
             } else {
                 tx.execute(
-                    "UPDATE memory_messages m SET body = t.b, embedding = t.e, embedding_form = t.f,
-                       embedding_model = CASE WHEN t.e IS NULL THEN NULL ELSE $6::text END
-                     FROM UNNEST($2::text[], $3::text[], $4::bytea[], $5::smallint[])
-                       AS t(i, b, e, f)
-                     WHERE m.thread_id = $1 AND m.msg_id = t.i",
+                    concat!(
+                        "UPDATE memory_messages m SET body = t.b, embedding = t.e,
+                       embedding_form = t.f,
+                       embedding_model = CASE WHEN t.e IS NULL THEN NULL ELSE $6::text END,
+                       search_tsv = ",
+                        search_tsv_sql!("t.w", "t.b"),
+                        "
+                     FROM UNNEST($2::text[], $3::text[], $4::bytea[], $5::smallint[], $7::text[])
+                       AS t(i, b, e, f, w)
+                     WHERE m.thread_id = $1 AND m.msg_id = t.i"
+                    ),
                     &[
                         &thread_id,
                         &batch.ids,
@@ -2226,6 +2324,7 @@ fn persist(
                         &batch.embeddings,
                         &batch.forms,
                         model,
+                        &batch.texts,
                     ],
                 )
                 .map_err(pg_error)?;
@@ -2806,17 +2905,25 @@ impl Backend for PostgresMemory {
         };
         let insert = tx
             .prepare(if vectors {
-                "INSERT INTO memory_messages (thread_id, seq, msg_id, kind, body, embedding,
+                concat!(
+                    "INSERT INTO memory_messages (thread_id, seq, msg_id, kind, body, embedding,
                    embedding_form, embedding_v, embedding_dim, pending_dim, expires_at,
-                   embedding_model)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8::vector, $9, $10, $11, $12)
+                   embedding_model, search_tsv)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8::vector, $9, $10, $11, $12, ",
+                    search_tsv_sql!("$13::text", "$5::text"),
+                    ")
                  ON CONFLICT (thread_id, msg_id) DO NOTHING"
+                )
             } else {
-                "INSERT INTO memory_messages
+                concat!(
+                    "INSERT INTO memory_messages
                    (thread_id, seq, msg_id, kind, body, embedding, embedding_form, expires_at,
-                    embedding_model)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+                    embedding_model, search_tsv)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, ",
+                    search_tsv_sql!("$10::text", "$5::text"),
+                    ")
                  ON CONFLICT (thread_id, msg_id) DO NOTHING"
+                )
             })
             .map_err(pg_error)?;
         let mut report = AddReport::default();
@@ -2859,6 +2966,7 @@ impl Backend for PostgresMemory {
                         &pending_dim,
                         &expires_at,
                         model,
+                        &row.text,
                     ],
                 )
             } else {
@@ -2874,6 +2982,7 @@ impl Backend for PostgresMemory {
                         form,
                         &expires_at,
                         model,
+                        &row.text,
                     ],
                 )
             }
