@@ -2,7 +2,9 @@
 // SDK's client (@modelcontextprotocol/sdk, installed with @modelcontextprotocol/server-memory
 // under target/mcp-node) calling one server's add and search tools a fixed number of times each,
 // `concurrency` calls in flight on one session, and printing the raw timings as JSON on stdout.
-// The same client drives both servers, so the calls/s compare the servers, not the clients.
+// The same client drives every server (mnemon over streamable HTTP and over stdio, the
+// reference over stdio, and mcp_null_server.cjs, the do-nothing server whose figures are the
+// client's own floor on each transport), so the calls/s compare the servers, not the clients.
 //
 // Usage: node mcp_calls.cjs '<config JSON>' with
 //   node_dir     the npm prefix holding node_modules/@modelcontextprotocol/sdk

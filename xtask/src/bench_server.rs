@@ -51,16 +51,18 @@ use crate::bench_stores::{thousands, verdict};
 use crate::cargo;
 
 const USAGE: &str = "usage: cargo xtask bench server [--clients C[,C…]] [--seconds S] \
-                     [--sessions N] [--messages N] [--assets N] [--mix R:A:S] [--mcp-calls N] \
-                     [--mcp-concurrency C] [--skip-postgres] [--skip-reference]
+                     [--sessions N] [--messages N] [--assets N] [--mix R:A:S] [--mcp-calls N[,N…]] \
+                     [--mcp-concurrency C[,C…]] [--skip-postgres] [--skip-reference]
   --clients C[,C…]     keep-alive connections of each run (default 8,64; each 1 to 256)
   --seconds S          length of each run (default 10; 0.5 to 120)
   --sessions N         memory sessions seeded, and used by the adds and recalls (default 16)
   --messages N         messages seeded into each session (default 50)
   --assets N           assets seeded, resolved by the load (default 200)
   --mix R:A:S          resolves : adds : recalls in the mixed runs (default 1:1:1)
-  --mcp-calls N        MCP adds, then as many searches, per server (default 1000)
-  --mcp-concurrency C  MCP SDK calls in flight at once, both servers (default 1)
+  --mcp-calls N[,N…]   MCP adds, then as many searches, per server and run: each count is
+                       a memory size (default 1000,10000; each 1 to 100000)
+  --mcp-concurrency C[,C…]  MCP SDK calls in flight at once, every server (default 1,8;
+                       each 1 to 64)
   --skip-postgres      SQLite only (no PostgreSQL server)
   --skip-reference     no Node.js reference server (no npm)";
 
@@ -103,8 +105,10 @@ struct Params {
     assets: usize,
     /// Resolves, adds and recalls per cycle of the mixed runs.
     mix: [u32; 3],
-    mcp_calls: usize,
-    mcp_concurrency: usize,
+    /// The MCP SDK runs' sizes: adds, then as many searches.
+    mcp_calls: Vec<usize>,
+    /// The MCP SDK runs' calls in flight.
+    mcp_concurrency: Vec<usize>,
     skip_postgres: bool,
     skip_reference: bool,
 }
@@ -118,8 +122,8 @@ fn parse(args: &[String]) -> Result<Option<Params>> {
         messages: 50,
         assets: 200,
         mix: [1, 1, 1],
-        mcp_calls: 1_000,
-        mcp_concurrency: 1,
+        mcp_calls: vec![1_000, 10_000],
+        mcp_concurrency: vec![1, 8],
         skip_postgres: false,
         skip_reference: false,
     };
@@ -175,9 +179,19 @@ fn parse(args: &[String]) -> Result<Option<Params>> {
                     ),
                 }
             }
-            "--mcp-calls" => p.mcp_calls = whole("--mcp-calls", text("--mcp-calls")?, 1, 100_000)?,
+            "--mcp-calls" => {
+                let value = text("--mcp-calls")?;
+                p.mcp_calls = value
+                    .split(',')
+                    .map(|c| whole("--mcp-calls", c.trim(), 1, 100_000))
+                    .collect::<Result<_>>()?;
+            }
             "--mcp-concurrency" => {
-                p.mcp_concurrency = whole("--mcp-concurrency", text("--mcp-concurrency")?, 1, 64)?
+                let value = text("--mcp-concurrency")?;
+                p.mcp_concurrency = value
+                    .split(',')
+                    .map(|c| whole("--mcp-concurrency", c.trim(), 1, 64))
+                    .collect::<Result<_>>()?;
             }
             "--skip-postgres" => p.skip_postgres = true,
             "--skip-reference" => p.skip_reference = true,
@@ -1061,12 +1075,80 @@ impl Side {
     }
 }
 
-/// The MCP comparison: the SDK client against both servers.
+/// What the MCP SDK client of mcp_calls.cjs calls: a server under test, the reference, or a
+/// do-nothing server that shows what the client and the transport cost by themselves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum McpTarget {
+    /// `mnemon serve`'s `/mcp` (streamable HTTP): `remember`, `recall`.
+    MnemonHttp,
+    /// `mnemon mcp` (stdio, the reference's transport): `remember`, `recall`.
+    MnemonStdio,
+    /// `@modelcontextprotocol/server-memory` (stdio): `add_observations`, `search_nodes`.
+    Reference,
+    /// xtask/bench/mcp_null_server.cjs over streamable HTTP: the client's floor on HTTP.
+    NullHttp,
+    /// xtask/bench/mcp_null_server.cjs over stdio: the client's floor on stdio.
+    NullStdio,
+}
+
+impl McpTarget {
+    /// In the order measured and printed.
+    const ALL: [McpTarget; 5] = [
+        McpTarget::MnemonHttp,
+        McpTarget::MnemonStdio,
+        McpTarget::Reference,
+        McpTarget::NullHttp,
+        McpTarget::NullStdio,
+    ];
+
+    fn label(self) -> &'static str {
+        match self {
+            McpTarget::MnemonHttp => "mnemon serve /mcp (HTTP)",
+            McpTarget::MnemonStdio => "mnemon mcp (stdio)",
+            McpTarget::Reference => "reference server-memory (stdio)",
+            McpTarget::NullHttp => "client floor: null server (HTTP)",
+            McpTarget::NullStdio => "client floor: null server (stdio)",
+        }
+    }
+
+    /// Whether the 5× target is judged on it.
+    fn judged(self) -> bool {
+        matches!(self, McpTarget::MnemonHttp | McpTarget::MnemonStdio)
+    }
+
+    /// Whether it is a client floor (measured once per concurrency, at the smallest size).
+    fn floor(self) -> bool {
+        matches!(self, McpTarget::NullHttp | McpTarget::NullStdio)
+    }
+}
+
+/// The MCP SDK client's figures at one memory size and one concurrency.
+#[derive(Debug)]
+struct McpConfig {
+    /// Adds, then as many searches.
+    calls: usize,
+    /// Calls in flight.
+    concurrency: usize,
+    /// Each target's figures, or why it has none.
+    sides: Vec<(McpTarget, Result<Side, String>)>,
+}
+
+impl McpConfig {
+    fn side(&self, target: McpTarget) -> Option<&Result<Side, String>> {
+        self.sides
+            .iter()
+            .find(|(t, _)| *t == target)
+            .map(|(_, side)| side)
+    }
+}
+
+/// The MCP comparison: the SDK client against every target, in every configuration.
 #[derive(Debug)]
 struct McpReport {
-    mnemon: Side,
-    /// The reference server's figures, or why there are none.
-    reference: Result<Side, String>,
+    /// Every configuration measured, in order (sizes within concurrencies).
+    configs: Vec<McpConfig>,
+    /// Why nothing was measured (no Node.js, npm, or `--skip-reference`), if so.
+    unavailable: Option<String>,
 }
 
 #[derive(Debug, Default)]
@@ -1121,47 +1203,10 @@ fn measure(p: &Params, binary: &Path, dir: &Path, target: &Path) -> Result<Repor
         drop(pg);
     }
 
-    // MCP: a fresh SQLite server, so that the SDK's sessions start empty as the reference's
-    // entities do.
-    let server = ServerProcess::start(binary, &dir.join("mcp"), None)?;
-    let node_dir = target.join("mcp-node");
-    let script = cargo::workspace_root().join("xtask/bench/mcp_calls.cjs");
-    eprintln!(
-        "MCP: the SDK client, {} adds and {} searches against mnemon /mcp ...",
-        p.mcp_calls, p.mcp_calls
-    );
-    let reference = if p.skip_reference {
-        Err("--skip-reference".to_owned())
-    } else {
-        install_reference(&node_dir)
-    };
-    let mnemon = match &reference {
-        Ok(_) => node_calls(
-            &script,
-            &json!({"node_dir": node_dir, "kind": "mnemon", "transport": "http",
-                    "url": format!("http://{}/mcp", server.addr), "calls": p.mcp_calls,
-                    "groups": MCP_GROUPS, "concurrency": p.mcp_concurrency}),
-        )
-        .context("the MCP SDK client against mnemon")?,
-        Err(_) => Side::default(),
-    };
-    let reference = match reference {
-        Ok(index) => {
-            eprintln!("MCP: the same against {REFERENCE_PACKAGE} ...");
-            let file = dir.join("mcp").join("reference-memory.jsonl");
-            node_calls(
-                &script,
-                &json!({"node_dir": node_dir, "kind": "reference", "transport": "stdio",
-                        "command": "node", "args": [index],
-                        "env": {"MEMORY_FILE_PATH": file}, "calls": p.mcp_calls,
-                        "groups": MCP_GROUPS, "concurrency": p.mcp_concurrency}),
-            )
-            .map_err(|e| format!("{e:#}"))
-        }
-        Err(why) => Err(why),
-    };
-    report.mcp = Some(McpReport { mnemon, reference });
-    // The raw runs recall in the seeded sessions (s-<i>), not the SDK's (topic-<i>).
+    report.mcp = Some(measure_mcp(p, binary, dir, target));
+    // The raw tools/call runs, on a fresh SQLite server seeded as the REST runs are: they
+    // recall in the seeded sessions (s-<i>).
+    let server = ServerProcess::start(binary, &dir.join("mcp-raw"), None)?;
     seed(&runtime, server.addr, p).context("seeding the MCP server")?;
     for &clients in &p.clients {
         eprintln!(
@@ -1178,6 +1223,177 @@ fn measure(p: &Params, binary: &Path, dir: &Path, target: &Path) -> Result<Repor
     }
     server.stop()?;
     Ok(report)
+}
+
+/// The MCP SDK client against every [`McpTarget`], for each `--mcp-concurrency` and each
+/// `--mcp-calls`, every server on fresh, empty stores (the reference's rate falls as its file
+/// grows, since it rewrites the whole file on every add). A target that fails has its error in
+/// the report instead of figures; the others still run.
+fn measure_mcp(p: &Params, binary: &Path, dir: &Path, target: &Path) -> McpReport {
+    let node_dir = target.join("mcp-node");
+    let bench = cargo::workspace_root().join("xtask/bench");
+    let script = bench.join("mcp_calls.cjs");
+    let null_server = bench.join("mcp_null_server.cjs");
+    let reference = if p.skip_reference {
+        Err("--skip-reference".to_owned())
+    } else {
+        install_reference(&node_dir)
+    };
+    let index = match reference {
+        Ok(index) => index,
+        Err(why) => {
+            return McpReport {
+                configs: Vec::new(),
+                unavailable: Some(why),
+            };
+        }
+    };
+    let smallest = p.mcp_calls.iter().copied().min().unwrap_or(0);
+    let mut configs = Vec::new();
+    let mut n = 0;
+    for &concurrency in &p.mcp_concurrency {
+        for &calls in &p.mcp_calls {
+            let mut sides = Vec::new();
+            for t in McpTarget::ALL {
+                if t.floor() && calls != smallest {
+                    continue;
+                }
+                n += 1;
+                eprintln!(
+                    "MCP: the SDK client, {calls} adds and {calls} searches, {concurrency} in \
+                     flight, against {} ...",
+                    t.label()
+                );
+                let work = dir.join(format!("mcp-{n}"));
+                let base = json!({"node_dir": node_dir, "calls": calls, "groups": MCP_GROUPS,
+                                  "concurrency": concurrency});
+                let side = mcp_side(t, &base, binary, &index, &script, &null_server, &work)
+                    .map_err(|e| format!("{e:#}"));
+                if let Err(why) = &side {
+                    eprintln!("MCP: {} failed: {why}", t.label());
+                }
+                sides.push((t, side));
+            }
+            configs.push(McpConfig {
+                calls,
+                concurrency,
+                sides,
+            });
+        }
+    }
+    McpReport {
+        configs,
+        unavailable: None,
+    }
+}
+
+/// The SDK client's figures against `t`, on fresh stores under `work`.
+fn mcp_side(
+    t: McpTarget,
+    base: &serde_json::Value,
+    binary: &Path,
+    reference: &Path,
+    script: &Path,
+    null_server: &Path,
+    work: &Path,
+) -> Result<Side> {
+    std::fs::create_dir_all(work).with_context(|| format!("creating {}", work.display()))?;
+    let with = |extra: serde_json::Value| -> serde_json::Value {
+        let mut config = base.clone();
+        if let (Some(config), Some(extra)) = (config.as_object_mut(), extra.as_object()) {
+            config.extend(extra.clone());
+        }
+        config
+    };
+    match t {
+        McpTarget::MnemonHttp => {
+            let server = ServerProcess::start(binary, work, None)?;
+            let side = node_calls(
+                script,
+                &with(json!({"kind": "mnemon", "transport": "http",
+                             "url": format!("http://{}/mcp", server.addr)})),
+            );
+            server.stop()?;
+            side
+        }
+        // The same stores and embedder as `mnemon serve`, over the reference's transport.
+        McpTarget::MnemonStdio => node_calls(
+            script,
+            &with(
+                json!({"kind": "mnemon", "transport": "stdio", "command": binary,
+                         "args": ["--data-dir", work.join("data"), "mcp",
+                                  "--embedding-model", EMBEDDING_MODEL]}),
+            ),
+        ),
+        McpTarget::Reference => node_calls(
+            script,
+            &with(
+                json!({"kind": "reference", "transport": "stdio", "command": "node",
+                         "args": [reference],
+                         "env": {"MEMORY_FILE_PATH": work.join("reference-memory.jsonl")}}),
+            ),
+        ),
+        McpTarget::NullStdio => node_calls(
+            script,
+            &with(
+                json!({"kind": "mnemon", "transport": "stdio", "command": "node",
+                         "args": [null_server, "stdio"]}),
+            ),
+        ),
+        McpTarget::NullHttp => {
+            let server = NullHttpServer::start(null_server)?;
+            node_calls(
+                script,
+                &with(json!({"kind": "mnemon", "transport": "http", "url": server.url})),
+            )
+        }
+    }
+}
+
+/// xtask/bench/mcp_null_server.cjs over HTTP, killed when dropped.
+struct NullHttpServer {
+    child: Child,
+    url: String,
+}
+
+impl NullHttpServer {
+    fn start(script: &Path) -> Result<NullHttpServer> {
+        let mut child = Command::new("node")
+            .arg(script)
+            .args(["http", "0"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .context("running node (install Node.js)")?;
+        let stdout = child.stdout.take().context("no stdout pipe")?;
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut line = String::new();
+            let _ = BufReader::new(stdout).read_line(&mut line);
+            let _ = tx.send(line);
+        });
+        let mut server = NullHttpServer {
+            child,
+            url: String::new(),
+        };
+        let line = rx
+            .recv_timeout(Duration::from_secs(30))
+            .context("the null MCP server did not report its address within 30 s")?;
+        server.url = line
+            .trim()
+            .strip_prefix("listening on ")
+            .with_context(|| format!("the null MCP server printed {line:?}"))?
+            .to_owned();
+        Ok(server)
+    }
+}
+
+impl Drop for NullHttpServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
 
 /// The reference server's entry point under `node_dir`, installed from npm on first use; or
@@ -1218,6 +1434,11 @@ fn node_calls(script: &Path, config: &serde_json::Value) -> Result<Side> {
     let mut child = Command::new("node")
         .arg(script)
         .arg(config.to_string())
+        // What `mnemon mcp` inherits through the client: the stores it names in `config` only.
+        .env_remove("MNEMON_DATABASE_URL")
+        .env_remove("MNEMON_NAMESPACE")
+        .env_remove("MNEMON_CONFIG_FILE")
+        .env_remove("MNEMON_EMBEDDING_MODEL")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
@@ -1334,12 +1555,73 @@ const HEADERS: [&str; 11] = [
 
 /// A markdown table of `rows` under [`HEADERS`], columns padded to their widest cell.
 fn table(rows: &[Vec<String>]) -> String {
-    let widths: Vec<usize> = (0..HEADERS.len())
+    aligned_table(&HEADERS, 2, rows)
+}
+
+/// The MCP SDK table's columns.
+const MCP_HEADERS: [&str; 9] = [
+    "server",
+    "calls",
+    "in flight",
+    "adds/s",
+    "add p50 / p99 ms",
+    "searches/s",
+    "search p50 / p99 ms",
+    "all calls/s",
+    "errors",
+];
+
+/// A markdown table of the MCP SDK runs under [`MCP_HEADERS`].
+fn mcp_table(rows: &[Vec<String>]) -> String {
+    aligned_table(&MCP_HEADERS, 1, rows)
+}
+
+/// One row of the MCP SDK table: `t`'s figures at `calls` and `concurrency`, or why it has none.
+fn mcp_cells(
+    calls: usize,
+    concurrency: usize,
+    t: McpTarget,
+    side: &Result<Side, String>,
+) -> Vec<String> {
+    let mut cells = vec![
+        t.label().to_owned(),
+        thousands(calls as f64),
+        concurrency.to_string(),
+    ];
+    match side {
+        Ok(s) => cells.extend([
+            thousands(s.adds.rate()),
+            format!(
+                "{} / {}",
+                ms(percentile_ms(&s.adds.latencies_us, 50.0)),
+                ms(percentile_ms(&s.adds.latencies_us, 99.0))
+            ),
+            thousands(s.searches.rate()),
+            format!(
+                "{} / {}",
+                ms(percentile_ms(&s.searches.latencies_us, 50.0)),
+                ms(percentile_ms(&s.searches.latencies_us, 99.0))
+            ),
+            thousands(s.rate()),
+            (s.adds.errors + s.searches.errors).to_string(),
+        ]),
+        Err(why) => {
+            cells.push(format!("failed: {why}"));
+            cells.extend(std::iter::repeat_n(String::new(), 5));
+        }
+    }
+    cells
+}
+
+/// A markdown table of `rows` under `headers`, columns padded to their widest cell, the first
+/// `text_columns` to the left and the figures to the right.
+fn aligned_table(headers: &[&str], text_columns: usize, rows: &[Vec<String>]) -> String {
+    let widths: Vec<usize> = (0..headers.len())
         .map(|c| {
             rows.iter()
                 .filter_map(|r| r.get(c))
                 .map(|s| s.chars().count())
-                .chain([HEADERS[c].chars().count()])
+                .chain([headers[c].chars().count()])
                 .max()
                 .unwrap_or(0)
         })
@@ -1351,7 +1633,7 @@ fn table(rows: &[Vec<String>]) -> String {
             .enumerate()
             .map(|(c, (s, &w))| {
                 // Text columns to the left, figures to the right.
-                if c < 2 {
+                if c < text_columns {
                     format!("{s:<w$}")
                 } else {
                     format!("{s:>w$}")
@@ -1360,13 +1642,14 @@ fn table(rows: &[Vec<String>]) -> String {
             .collect();
         format!("| {} |", padded.join(" | "))
     };
-    let mut out = line(&HEADERS.map(str::to_owned));
+    let header: Vec<String> = headers.iter().map(|h| (*h).to_owned()).collect();
+    let mut out = line(&header);
     out.push('\n');
     let rule: Vec<String> = widths
         .iter()
         .enumerate()
         .map(|(c, &w)| {
-            if c < 2 {
+            if c < text_columns {
                 "-".repeat(w + 2)
             } else {
                 format!("{}:", "-".repeat(w + 1))
@@ -1379,6 +1662,45 @@ fn table(rows: &[Vec<String>]) -> String {
         out.push_str(&line(row));
     }
     out
+}
+
+/// One MCP configuration's verdict for one of Mnemon's transports: its adds/s, searches/s and
+/// all calls/s over the reference's, each met only at ≥ 5× with no Mnemon error.
+fn judge_mcp(mnemon: &Result<Side, String>, reference: Option<&Result<Side, String>>) -> String {
+    let mnemon = match mnemon {
+        Ok(side) => side,
+        Err(why) => return format!("not measured: Mnemon failed ({why}) UNMET"),
+    };
+    let reference = match reference {
+        Some(Ok(side)) => side,
+        Some(Err(why)) => return format!("not measured: the reference failed ({why})"),
+        None => return "not measured: no reference run".to_owned(),
+    };
+    let errors = mnemon.adds.errors + mnemon.searches.errors;
+    let judged = |what: &str, m: f64, r: f64| -> String {
+        let ratio = if r > 0.0 { m / r } else { f64::NAN };
+        let met = ratio >= TARGET_MCP_RATIO && errors == 0;
+        format!(
+            "{what} {}/s vs {}/s = {ratio:.2}× {}",
+            thousands(m),
+            thousands(r),
+            verdict(met)
+        )
+    };
+    let mut text = [
+        judged("adds", mnemon.adds.rate(), reference.adds.rate()),
+        judged(
+            "searches",
+            mnemon.searches.rate(),
+            reference.searches.rate(),
+        ),
+        judged("all calls", mnemon.rate(), reference.rate()),
+    ]
+    .join("; ");
+    if errors > 0 {
+        text.push_str(&format!(" ({errors} mnemon errors)"));
+    }
+    text
 }
 
 impl Report {
@@ -1441,47 +1763,35 @@ impl Report {
                 None
             )
         ));
-        let mcp = match &self.mcp {
-            None => "not measured".to_owned(),
-            Some(McpReport {
-                reference: Err(why),
-                ..
-            }) => format!("not measured: the reference server could not run ({why})"),
-            Some(McpReport {
-                mnemon,
-                reference: Ok(reference),
-            }) => {
-                let errors = mnemon.adds.errors + mnemon.searches.errors;
-                let judged = |what: &str, m: f64, r: f64| -> String {
-                    let ratio = if r > 0.0 { m / r } else { f64::NAN };
-                    let met = ratio >= TARGET_MCP_RATIO && errors == 0;
-                    format!(
-                        "{what} {}/s vs {}/s = {ratio:.2}× {}",
-                        thousands(m),
-                        thousands(r),
-                        verdict(met)
-                    )
-                };
-                let mut text = [
-                    judged("adds", mnemon.adds.rate(), reference.adds.rate()),
-                    judged(
-                        "searches",
-                        mnemon.searches.rate(),
-                        reference.searches.rate(),
-                    ),
-                    judged("all calls", mnemon.rate(), reference.rate()),
-                ]
-                .join("; ");
-                if errors > 0 {
-                    text.push_str(&format!(" ({errors} mnemon errors)"));
-                }
-                text
-            }
-        };
-        lines.push(format!(
+        let title = format!(
             "MCP tool calls ≥ {TARGET_MCP_RATIO}× the reference memory server's rate (same SDK \
-             client, same calls): {mcp}"
-        ));
+             client, same calls)"
+        );
+        match &self.mcp {
+            None => lines.push(format!("{title}: not measured")),
+            Some(McpReport {
+                unavailable: Some(why),
+                ..
+            }) => lines.push(format!(
+                "{title}: not measured: the SDK and the reference server could not run ({why})"
+            )),
+            Some(McpReport { configs, .. }) => {
+                for config in configs {
+                    for (t, side) in config.sides.iter().filter(|(t, _)| t.judged()) {
+                        let head = format!(
+                            "{title}, {} calls, {} in flight, {}",
+                            thousands(config.calls as f64),
+                            config.concurrency,
+                            t.label()
+                        );
+                        lines.push(format!(
+                            "{head}: {}",
+                            judge_mcp(side, config.side(McpTarget::Reference))
+                        ));
+                    }
+                }
+            }
+        }
         lines
     }
 
@@ -1515,43 +1825,29 @@ impl Report {
         }
         if let Some(mcp) = &self.mcp {
             println!(
-                "\nMCP, the official TypeScript SDK client, {} adds then {} searches, {} in \
-                 flight, over {MCP_GROUPS} sessions / entities:",
-                p.mcp_calls, p.mcp_calls, p.mcp_concurrency
+                "\nMCP, the official TypeScript SDK client (xtask/bench/mcp_calls.cjs): N adds \
+                 then N searches over {MCP_GROUPS} sessions / entities, C calls in flight on one \
+                 session, every server on fresh stores; Mnemon: remember, recall (top 5); the \
+                 reference: add_observations, search_nodes (which answers the entity with all \
+                 its observations); client floor: a null server that answers at once (no server \
+                 over that transport can be timed faster by this client):"
             );
-            println!(
-                "| server | adds/s | add p50 / p99 ms | searches/s | search p50 / p99 ms | \
-                 errors |"
-            );
-            println!("|---|---:|---:|---:|---:|---:|");
-            let side = |name: &str, s: &Side| {
-                println!(
-                    "| {name} | {} | {} / {} | {} | {} / {} | {} |",
-                    thousands(s.adds.rate()),
-                    ms(percentile_ms(&s.adds.latencies_us, 50.0)),
-                    ms(percentile_ms(&s.adds.latencies_us, 99.0)),
-                    thousands(s.searches.rate()),
-                    ms(percentile_ms(&s.searches.latencies_us, 50.0)),
-                    ms(percentile_ms(&s.searches.latencies_us, 99.0)),
-                    s.adds.errors + s.searches.errors
-                );
-            };
-            match &mcp.reference {
-                Ok(r) => {
-                    side(
-                        "mnemon serve /mcp (streamable HTTP): remember, recall",
-                        &mcp.mnemon,
-                    );
-                    side(
-                        "@modelcontextprotocol/server-memory (stdio): add_observations, \
-                         search_nodes",
-                        r,
-                    );
+            match &mcp.unavailable {
+                Some(why) => {
+                    println!("(not measured: the SDK and {REFERENCE_PACKAGE} could not run: {why})")
                 }
-                Err(why) => println!(
-                    "| (not measured: the SDK and {REFERENCE_PACKAGE} could not run: {why}) | | \
-                     | | | |"
-                ),
+                None => {
+                    let rows: Vec<Vec<String>> = mcp
+                        .configs
+                        .iter()
+                        .flat_map(|c| {
+                            c.sides
+                                .iter()
+                                .map(|(t, side)| mcp_cells(c.calls, c.concurrency, *t, side))
+                        })
+                        .collect();
+                    println!("{}", mcp_table(&rows));
+                }
             }
         }
         println!("\nissue 15's targets:");
@@ -1583,10 +1879,11 @@ mod tests {
         assert!((p.seconds - 10.0).abs() < 1e-12);
         assert_eq!((p.sessions, p.messages, p.assets), (16, 50, 200));
         assert_eq!(p.mix, [1, 1, 1]);
-        assert_eq!((p.mcp_calls, p.mcp_concurrency), (1_000, 1));
+        assert_eq!(p.mcp_calls, vec![1_000, 10_000]);
+        assert_eq!(p.mcp_concurrency, vec![1, 8]);
         let p = parsed(
             "--clients 4,16 --seconds 2.5 --sessions 3 --messages 0 --assets 9 --mix 2:1:0 \
-             --mcp-calls 50 --mcp-concurrency 4 --skip-postgres --skip-reference",
+             --mcp-calls 50 --mcp-concurrency 4,16 --skip-postgres --skip-reference",
         );
         assert_eq!(p.clients, vec![4, 16]);
         assert!((p.seconds - 2.5).abs() < 1e-12);
@@ -1594,7 +1891,8 @@ mod tests {
             (p.sessions, p.messages, p.assets, p.mix),
             (3, 0, 9, [2, 1, 0])
         );
-        assert_eq!((p.mcp_calls, p.mcp_concurrency), (50, 4));
+        assert_eq!(p.mcp_calls, vec![50]);
+        assert_eq!(p.mcp_concurrency, vec![4, 16]);
         assert!(p.skip_postgres && p.skip_reference);
         assert!(matches!(parse(&args("--help")), Ok(None)));
     }
@@ -1876,13 +2174,33 @@ mod tests {
                 run("PostgreSQL", Workload::Mix, 8, outcome(1_600, 2_000, 0)),
             ],
             mcp: Some(McpReport {
-                mnemon: side(600, 100),
-                reference: Ok(side(100, 100)),
+                configs: vec![
+                    McpConfig {
+                        calls: 1_000,
+                        concurrency: 1,
+                        sides: vec![
+                            (McpTarget::MnemonHttp, Ok(side(600, 100))),
+                            (McpTarget::MnemonStdio, Err("mnemon mcp exited".to_owned())),
+                            (McpTarget::Reference, Ok(side(100, 100))),
+                            // A floor is shown, never judged.
+                            (McpTarget::NullStdio, Ok(side(100_000, 100_000))),
+                        ],
+                    },
+                    McpConfig {
+                        calls: 10_000,
+                        concurrency: 8,
+                        sides: vec![
+                            (McpTarget::MnemonHttp, Ok(side(600, 600))),
+                            (McpTarget::Reference, Err("node died".to_owned())),
+                        ],
+                    },
+                ],
+                unavailable: None,
             }),
             load: Default::default(),
         };
         let t = report.targets();
-        assert_eq!(t.len(), 4, "{t:#?}");
+        assert_eq!(t.len(), 6, "{t:#?}");
         assert!(t[0].contains("8 clients 12,000/s met"), "{}", t[0]);
         assert!(t[0].contains("64 clients 9,000/s UNMET"), "{}", t[0]);
         assert!(
@@ -1896,6 +2214,11 @@ mod tests {
             t[1]
         );
         assert!(t[2].contains("8 clients 1,600/s met"), "{}", t[2]);
+        assert!(
+            t[3].contains("1,000 calls, 1 in flight, mnemon serve /mcp (HTTP): "),
+            "{}",
+            t[3]
+        );
         assert!(t[3].contains("adds 600/s vs 100/s = 6.00× met"), "{}", t[3]);
         assert!(
             t[3].contains("searches 100/s vs 100/s = 1.00× UNMET"),
@@ -1908,10 +2231,22 @@ mod tests {
             t[3]
         );
 
+        // A transport that failed does not meet the target; a failed reference is not measured.
+        assert!(
+            t[4].contains("1 in flight, mnemon mcp (stdio): not measured: Mnemon failed (mnemon mcp exited) UNMET"),
+            "{}",
+            t[4]
+        );
+        assert!(
+            t[5].contains("10,000 calls, 8 in flight, mnemon serve /mcp (HTTP): not measured: the reference failed (node died)"),
+            "{}",
+            t[5]
+        );
+
         let missing = Report {
             mcp: Some(McpReport {
-                mnemon: Side::default(),
-                reference: Err("npm not found".to_owned()),
+                configs: Vec::new(),
+                unavailable: Some("npm not found".to_owned()),
             }),
             ..Report::default()
         };
@@ -1946,6 +2281,25 @@ mod tests {
             "resolve 2,500 × 1.50 / 1.50 ms",
             "only the operations sent"
         );
+    }
+
+    #[test]
+    fn the_mcp_table_has_a_row_per_target_and_configuration() {
+        let rows = vec![
+            mcp_cells(1_000, 1, McpTarget::MnemonHttp, &Ok(side(600, 300))),
+            mcp_cells(1_000, 1, McpTarget::Reference, &Err("node died".to_owned())),
+        ];
+        let text = mcp_table(&rows);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 4, "{text}");
+        let cells: Vec<&str> = lines[2].split('|').map(str::trim).collect();
+        assert_eq!(
+            &cells[1..5],
+            &["mnemon serve /mcp (HTTP)", "1,000", "1", "600"]
+        );
+        assert!(lines[3].contains("failed: node died"), "{}", lines[3]);
+        let width = lines[0].chars().count();
+        assert!(lines.iter().all(|l| l.chars().count() == width), "{text}");
     }
 
     #[test]
