@@ -310,7 +310,9 @@ fn tool_error(code: &str, message: &str) -> CallToolResult {
 pub struct MnemonMcp {
     resolver: Arc<dyn ServiceResolver>,
     library: Option<Arc<dyn LibrarySource>>,
-    tool_router: ToolRouter<MnemonMcp>,
+    /// Shared, not copied: the streamable-HTTP transport clones the server for every request,
+    /// and a copied router copies every tool's definition (names, descriptions, schemas).
+    tool_router: Arc<ToolRouter<MnemonMcp>>,
 }
 
 impl std::fmt::Debug for MnemonMcp {
@@ -327,7 +329,7 @@ impl MnemonMcp {
         MnemonMcp {
             resolver: Arc::new(resolver),
             library: None,
-            tool_router: MnemonMcp::tool_router(),
+            tool_router: Arc::new(MnemonMcp::tool_router()),
         }
     }
 
@@ -349,7 +351,7 @@ impl MnemonMcp {
     /// tool result: `summary` and the output on success, a tool error on failure.
     async fn run<T, F>(
         &self,
-        context: &RequestContext<RoleServer>,
+        mut context: RequestContext<RoleServer>,
         (tool, access): (&'static str, Access),
         op: F,
         summary: fn(&T) -> String,
@@ -358,7 +360,8 @@ impl MnemonMcp {
         T: Serialize + Send + 'static,
         F: FnOnce(&Service) -> Result<T, Failure> + Send + 'static,
     {
-        let request = context.extensions.get::<Parts>().cloned();
+        // Taken, not cloned: the call is its last user, and a clone copies every header.
+        let request = context.extensions.remove::<Parts>();
         let resolver = Arc::clone(&self.resolver);
         let joined = tokio::task::spawn_blocking(move || {
             let call = Call {
@@ -545,7 +548,7 @@ impl MnemonMcp {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, ErrorData> {
         self.run(
-            &context,
+            context,
             ("remember", Access::Write),
             move |s| {
                 let with = AddWith {
@@ -593,7 +596,7 @@ impl MnemonMcp {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, ErrorData> {
         self.run(
-            &context,
+            context,
             ("recall", Access::Read),
             move |s| recall(s, input),
             |o: &RecallOutput| format!("Recalled {}.", plural(o.messages.len(), "message")),
@@ -616,7 +619,7 @@ impl MnemonMcp {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, ErrorData> {
         self.run(
-            &context,
+            context,
             ("forget", Access::Write),
             move |s| forget(s, input),
             |o: &ForgetOutput| {
@@ -648,7 +651,7 @@ impl MnemonMcp {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, ErrorData> {
         self.run(
-            &context,
+            context,
             ("list_sessions", Access::Read),
             move |s| Ok(s.memory_sessions(input)?),
             |o: &SessionListOutput| {
@@ -683,7 +686,7 @@ impl MnemonMcp {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, ErrorData> {
         self.run(
-            &context,
+            context,
             ("put_asset", Access::Write),
             move |s| {
                 let expiry = ExpiryInput {
@@ -721,7 +724,7 @@ impl MnemonMcp {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, ErrorData> {
         self.run(
-            &context,
+            context,
             ("describe_asset", Access::Read),
             move |s| Ok(s.asset_meta(input)?),
             |_: &AssetMetaOutput| "The asset's meta.".to_owned(),
@@ -743,7 +746,7 @@ impl MnemonMcp {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, ErrorData> {
         self.run(
-            &context,
+            context,
             ("resolve_asset", Access::Read),
             move |s| Ok(s.asset_resolve(input)?),
             |_: &AssetResolveOutput| "The referenced value.".to_owned(),
@@ -766,7 +769,7 @@ impl MnemonMcp {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, ErrorData> {
         self.run(
-            &context,
+            context,
             ("list_assets", Access::Read),
             move |s| {
                 let found = s.asset_query(AssetQueryInput {
@@ -801,7 +804,7 @@ impl MnemonMcp {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, ErrorData> {
         self.run(
-            &context,
+            context,
             ("save_artifact", Access::Write),
             move |s| {
                 let expiry = ExpiryInput {
@@ -837,7 +840,7 @@ impl MnemonMcp {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, ErrorData> {
         self.run(
-            &context,
+            context,
             ("load_artifacts", Access::Read),
             move |s| Ok(s.artifact_load(input)?),
             |o: &ArtifactLoadOutput| {
@@ -870,7 +873,7 @@ impl MnemonMcp {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, ErrorData> {
         self.run(
-            &context,
+            context,
             ("list_artifacts", Access::Read),
             move |s| {
                 let mut found = s.artifact_query(ArtifactQueryInput {
@@ -906,7 +909,7 @@ impl MnemonMcp {
     ) -> Result<CallToolResult, ErrorData> {
         let library = self.library.clone();
         self.run(
-            &context,
+            context,
             ("search_library", Access::Read),
             move |s| {
                 let guard = library

@@ -148,7 +148,8 @@ impl Server {
         // Metrics wrap the whole app, so the Polymath endpoint `POST /` (the host's) is counted
         // like the /v1 routes (docs/reference/rest.md#status).
         let host = host.with_routes(routes).with_layer_around(move |app| {
-            app.layer(middleware::from_fn_with_state(metrics, metrics::track))
+            app.layer(middleware::from_fn(mcp_uncompressed))
+                .layer(middleware::from_fn_with_state(metrics, metrics::track))
         });
         Ok(Server { host })
     }
@@ -329,6 +330,19 @@ fn mcp_router(state: &AppState, allowed_hosts: Option<Vec<String>>) -> Router {
     }
     mnemon_mcp::router(server, options)
         .layer(middleware::from_fn_with_state(state.clone(), mcp_gate))
+}
+
+/// Answers `/mcp` uncompressed: drops the request's `Accept-Encoding` before the host's
+/// compression layer (inside this one) reads it. A tool result is small (a few KB), and
+/// inflating it cost the MCP TypeScript SDK's `fetch` about 0.5 ms a call on loopback, more
+/// than the recall itself (docs/reference/mcp.md#http).
+async fn mcp_uncompressed(mut request: Request, next: Next) -> Response {
+    if request.uri().path().starts_with("/mcp") {
+        request
+            .headers_mut()
+            .remove(axum::http::header::ACCEPT_ENCODING);
+    }
+    next.run(request).await
 }
 
 /// A tool error from a REST refusal (its code and message).

@@ -1437,6 +1437,77 @@ fn the_inspector_and_mcp_are_mounted_beside_the_library_host() {
     });
 }
 
+/// One JSON-RPC request to `/mcp` from a client that accepts gzip, as the MCP TypeScript SDK's
+/// `fetch` does: the answer's `Content-Encoding` (if any) and its body.
+fn mcp_post_accepting_gzip(api: &Api, body: Value) -> (Option<String>, Vec<u8>) {
+    let response = api
+        .client
+        .post(api.url("/mcp"))
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("accept-encoding", "gzip")
+        .header("mcp-protocol-version", "2025-06-18")
+        .body(body.to_string())
+        .send()
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let encoding = response
+        .headers()
+        .get("content-encoding")
+        .map(|v| v.to_str().unwrap().to_owned());
+    (encoding, response.bytes().unwrap().to_vec())
+}
+
+#[test]
+fn mcp_answers_are_not_compressed() {
+    // A tool result is a few KB at most, and on loopback inflating it cost the TypeScript
+    // SDK's fetch about 0.5 ms a call (docs/reference/mcp.md#http): /mcp answers plain JSON.
+    crypto();
+    let dir = tempfile::tempdir().unwrap();
+    let running = start(Stores::open(dir.path()).unwrap(), HostOptions::default());
+    let api = Api::new(&running);
+    let messages: Vec<Value> = (0..8)
+        .map(|i| json!({"name": "user", "content": format!("note {i}: the build on host 3 took {i} s, and the cache was cold again")}))
+        .collect();
+    let (_, added) = mcp_post_accepting_gzip(
+        &api,
+        json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+            "name": "remember", "arguments": {"session": "s", "messages": messages}}}),
+    );
+    let added: Value = serde_json::from_slice(&added).unwrap();
+    assert_eq!(added["result"]["structuredContent"]["added"], 8, "{added}");
+    let (encoding, body) = mcp_post_accepting_gzip(
+        &api,
+        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+            "name": "recall", "arguments": {"session": "s", "recent": 8}}}),
+    );
+    assert_eq!(encoding, None);
+    // Large enough that the REST routes would compress it.
+    assert!(body.len() > 1_000, "{}", body.len());
+    let recalled: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(
+        recalled["result"]["structuredContent"]["messages"]
+            .as_array()
+            .map(Vec::len),
+        Some(8),
+        "{recalled}"
+    );
+    // The REST routes still compress for a client that accepts it (so this test can tell).
+    let openapi = api
+        .client
+        .get(api.url("/v1/openapi.json"))
+        .header("accept-encoding", "gzip")
+        .send()
+        .unwrap();
+    assert_eq!(
+        openapi
+            .headers()
+            .get("content-encoding")
+            .map(|v| v.to_str().unwrap()),
+        Some("gzip")
+    );
+}
+
 #[test]
 fn metrics_count_requests_by_route_and_status() {
     crypto();
