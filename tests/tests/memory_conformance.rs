@@ -797,6 +797,145 @@ mod summaries {
         ]
     }
 
+    /// Issue 16: the stores keep the threads' stored vectors in memory between searches
+    /// (`crate::vector_scan` of mnemon-memory), and every search still answers from the
+    /// database's present state: after a warm search, an add through another store handle, a
+    /// delete, a message expiring, a forget and a dropped thread are each seen by the next
+    /// search across sessions and by the next top-k recall of a fresh handle, which equal the
+    /// threads' own full recalls (the mirror path, which never reads the cache) merged, and a
+    /// thread of another namespace never enters.
+    pub(super) fn searches_follow_every_change(stores: &dyn SummaryStores) {
+        let ns = "cached";
+        let s1 = scope(Some("u1"), Some("a"), Some("c1"));
+        let s2 = scope(Some("u2"), Some("a"), Some("c2"));
+        let item = |id: String, v: &[f32]| -> mnemon_memory::MsgInput {
+            json!({"id": id, "name": "n", "content": "c", "embedding": v}).into()
+        };
+        let fill = |scope: &Scope, prefix: &str, seeds: std::ops::Range<u64>| {
+            stores
+                .memory(ns, scope)
+                .add(
+                    seeds
+                        .map(|i| item(format!("{prefix}{i}"), &vector(i, DIM)))
+                        .collect(),
+                )
+                .unwrap();
+        };
+        fill(&s1, "a", 0..40);
+        fill(&s2, "b", 100..140);
+        let query = vector(7_777, DIM);
+        // The same scope in another namespace holds the query itself.
+        stores
+            .memory("cached-other", &s1)
+            .add(vec![item("intruder".into(), &query)])
+            .unwrap();
+        let columns = |s: &Scope| {
+            [&s.user_id, &s.agent_id, &s.session_id].map(|f| f.clone().unwrap_or_default())
+        };
+        // The threads' own full recalls through their mirrors, merged as a search orders them.
+        let expected = |scopes: &[&Scope], k: usize| {
+            let mut all = Vec::new();
+            for scope in scopes {
+                let options = RetrieveOptions {
+                    top_k: None,
+                    preserve_order: false,
+                    ..RetrieveOptions::default()
+                };
+                for r in stores
+                    .memory(ns, scope)
+                    .retrieve_by_embedding(RetrievalQuery::Vector(query.clone()), &options, None)
+                    .unwrap()
+                {
+                    all.push((
+                        (*scope).clone(),
+                        r.index,
+                        r.score,
+                        r.message.id().to_owned(),
+                    ));
+                }
+            }
+            all.sort_by(|a, b| {
+                b.2.partial_cmp(&a.2)
+                    .unwrap()
+                    .then(columns(&a.0).cmp(&columns(&b.0)))
+                    .then(a.1.cmp(&b.1))
+            });
+            all.truncate(k);
+            all
+        };
+        let check = |scopes: &[&Scope], step: &str| -> Vec<String> {
+            let want = expected(scopes, 7);
+            let got = stores
+                .search(ns, &ScopeFilter::all(), query.clone(), 7)
+                .unwrap();
+            assert_eq!(flat(&got), want, "search after {step}");
+            for scope in scopes {
+                let options = RetrieveOptions {
+                    top_k: Some(5),
+                    preserve_order: false,
+                    ..RetrieveOptions::default()
+                };
+                let fresh: Vec<(usize, f64, String)> = stores
+                    .fresh(ns, scope)
+                    .retrieve_by_embedding(RetrievalQuery::Vector(query.clone()), &options, None)
+                    .unwrap()
+                    .iter()
+                    .map(|r| (r.index, r.score, r.message.id().to_owned()))
+                    .collect();
+                let own: Vec<(usize, f64, String)> = expected(&[scope], 1000)
+                    .into_iter()
+                    .map(|(_, i, s, id)| (i, s, id))
+                    .take(5)
+                    .collect();
+                assert_eq!(fresh, own, "fresh recall of {scope:?} after {step}");
+            }
+            got.iter().map(|h| h.message.id().to_owned()).collect()
+        };
+        check(&[&s1, &s2], "the first adds");
+        // Warm now. An add through another store handle: the query itself, first.
+        stores
+            .memory_with_ttl(ns, Duration::from_secs(3600), &s1)
+            .add(vec![item("near".into(), &query)])
+            .unwrap();
+        let ids = check(&[&s1, &s2], "an add through another handle");
+        assert_eq!(ids.first().map(String::as_str), Some("near"));
+        // A delete, of it and of the thread's first message (every index moves).
+        stores
+            .memory(ns, &s1)
+            .delete_by_id(&["near", "a0"])
+            .unwrap();
+        let ids = check(&[&s1, &s2], "a delete");
+        assert!(!ids.iter().any(|id| id == "near" || id == "a0"), "{ids:?}");
+        // A message that expires, followed by one that does not: once it expired, it is gone
+        // and the other's index moves down.
+        let ttl = Duration::from_millis(10);
+        stores
+            .memory_with_ttl(ns, ttl, &s2)
+            .add(vec![item("brief".into(), &query)])
+            .unwrap();
+        stores
+            .memory(ns, &s2)
+            .add(vec![item("after".into(), &query)])
+            .unwrap();
+        let ids = check(&[&s1, &s2], "an add that will expire");
+        assert_eq!(&ids[..2], ["brief", "after"]);
+        stores.clock().advance(ttl * 2);
+        let ids = check(&[&s1, &s2], "the expiry");
+        assert_eq!(ids.first().map(String::as_str), Some("after"));
+        assert!(!ids.iter().any(|id| id == "brief"), "{ids:?}");
+        // A forget of one user, then a dropped thread.
+        stores.forget(ns, &ScopeFilter::user("u2")).unwrap();
+        let ids = check(&[&s1], "a forget");
+        assert!(ids.iter().all(|id| id.starts_with('a')), "{ids:?}");
+        assert!(stores.drop_thread(ns, &s1));
+        assert!(
+            stores
+                .search(ns, &ScopeFilter::all(), query.clone(), 7)
+                .unwrap()
+                .is_empty()
+        );
+    }
+
     pub(super) fn search_across_sessions(stores: &dyn SummaryStores) {
         fill_search_data(stores, "alpha");
         // The same data in another namespace, plus a thread of exact matches there.
@@ -2441,6 +2580,12 @@ mod sqlite_summaries {
     }
 
     #[test]
+    fn searches_follow_every_change_sqlite() {
+        let dir = tempfile::tempdir().unwrap();
+        super::summaries::searches_follow_every_change(&stores(&dir));
+    }
+
+    #[test]
     fn messages_with_nul_sqlite() {
         let dir = tempfile::tempdir().unwrap();
         super::summaries::messages_with_nul(&stores(&dir));
@@ -2683,6 +2828,21 @@ mod postgres_summaries {
     }
 
     /// Through the HNSW index wherever it can answer (pgvector, `hnsw_min_messages` 0), and
+    /// exactly (without pgvector).
+    #[test]
+    fn searches_follow_every_change_postgres() {
+        let server = mnemon_tests::require_postgres!();
+        for vector_index in [true, false] {
+            let stores = Stores::new(
+                server.fresh_database("memory_search_changes").unwrap(),
+                vector_index,
+                0,
+            );
+            super::summaries::searches_follow_every_change(&stores);
+        }
+    }
+
+    /// With pgvector and the index answering every search it can (`hnsw_min_messages` 0), and
     /// exactly (without pgvector).
     #[test]
     fn search_across_sessions_postgres() {

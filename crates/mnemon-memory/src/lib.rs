@@ -86,6 +86,8 @@ mod sqlite;
 mod sweep;
 mod thread;
 mod tokens;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+mod vector_scan;
 
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub use activity::{ThreadPage, ThreadSummary};

@@ -14,7 +14,6 @@ use mnemon_types::Msg;
 use serde::Serialize;
 
 use crate::error::MemoryError;
-use crate::exact;
 use crate::retrieval::{RetrievalQuery, rank};
 use crate::scope::Scope;
 
@@ -379,7 +378,9 @@ pub struct SearchHit {
 
 /// The exact cosine of the per-thread recall (`crate::retrieval`'s scorer): `f64` over the
 /// `f32`s, in `crate::exact`'s fixed order.
+#[cfg(any(test, feature = "postgres"))]
 pub(crate) fn cosine(query: &[f32], query_norm: f64, embedding: &[f32]) -> f64 {
+    use crate::exact;
     exact::cosine_with_norms(
         exact::dot(query, embedding),
         query_norm,

@@ -56,11 +56,12 @@ use crate::report::AddReport;
 use crate::retrieval::{Metric, RetrievalQuery, RetrieveOptions, Retrieved, query_vector};
 pub use crate::scope::Scope;
 use crate::search::{
-    Candidate, ScopeFilter, SearchHit, SearchRequest, TopK, by_mode, cosine, dimension_mismatch,
+    Candidate, ScopeFilter, SearchHit, SearchRequest, TopK, by_mode, dimension_mismatch,
     filter_sql, fts5_query, keyword_terms,
 };
 use crate::sweep::Forgotten;
 use crate::thread::{Change, ThreadState};
+use crate::vector_scan::{self, Scored, ThreadVectors, VectorCache};
 
 /// The memory tables' schema: `memory_schema` holds the version (its key column is `id`, as in
 /// files written before `mnemon-db`).
@@ -365,6 +366,9 @@ pub struct SqliteMemoryStore {
     has_keywords: bool,
     /// The thread mirrors shared by this store's handles (see [`MirrorCache`]).
     mirrors: Mutex<MirrorCache>,
+    /// The threads' stored vectors for the exact scans, shared by this store's handles
+    /// (`crate::vector_scan`).
+    vectors: VectorCache,
 }
 
 impl std::fmt::Debug for SqliteMemoryStore {
@@ -395,6 +399,7 @@ impl SqliteMemoryStore {
         let conn = sqlite::open(&path, &options.settings(), &SCHEMA).map_err(db_error)?;
         Ok(Arc::new(SqliteMemoryStore {
             mirrors: Mutex::default(),
+            vectors: VectorCache::default(),
             conn: Mutex::new(conn),
             path,
             factory,
@@ -488,6 +493,7 @@ impl SqliteMemoryStore {
         }
         Ok(Arc::new(SqliteMemoryStore {
             mirrors: Mutex::default(),
+            vectors: VectorCache::default(),
             conn: Mutex::new(read.conn),
             path,
             factory: default_factory(),
@@ -929,17 +935,12 @@ impl SqliteMemoryStore {
         }
         let mut top = TopK::new(top_k);
         {
-            // The body, before the embedding in the row, is never read by the scan. A filter is
-            // evaluated only for a row whose score would enter the top `k` as it stands (one
-            // indexed lookup each; the bar only rises, so a row it keeps out would never have
-            // been kept): the filter reads the body, and most rows never need it. The result
-            // is the one of filtering every row before the cut.
-            let mut stmt = tx.prepare_cached(concat!(
-                "SELECT m.seq, m.embedding, m.msg_id FROM memory_messages m
-                 WHERE m.thread_id = ?1 AND ",
-                live_sql!("m", "?2"),
-                " ORDER BY m.seq"
-            ))?;
+            // Each thread's stored vectors come from the store's cache at the thread's rev
+            // (`crate::vector_scan`), or are read into it; bodies are never read by the scan.
+            // A filter is evaluated only for a row whose score would enter the top `k` as it
+            // stands (one indexed lookup each; the bar only rises, so a row it keeps out would
+            // never have been kept): the filter reads the body, and most rows never need it.
+            // The result is the one of filtering every row before the cut.
             let mut check = match &request.filter {
                 Some(_) => Some(tx.prepare_cached(&format!(
                     "SELECT {matches} FROM memory_messages m WHERE m.thread_id = ?1 AND m.seq = ?2"
@@ -948,67 +949,59 @@ impl SqliteMemoryStore {
             };
             let mut values: Vec<rusqlite::types::Value> =
                 filter_params.into_iter().map(sql_value).collect();
-            let mut floats: Vec<f32> = Vec::with_capacity(query.len());
-            for (ordinal, (thread_id, _)) in threads.iter().enumerate() {
-                let mut rows = stmt.query(params![thread_id, now])?;
-                let mut index = 0;
-                while let Some(row) = rows.next()? {
-                    let position = index;
-                    index += 1;
-                    let seq: i64 = row.get(0)?;
-                    // Whether the filter selects this row (true without a filter).
-                    let mut selected = |values: &mut Vec<rusqlite::types::Value>| {
-                        let Some(check) = check.as_mut() else {
-                            return Ok::<bool, MemoryError>(true);
-                        };
-                        if let Some(first) = values.get_mut(0) {
-                            *first = rusqlite::types::Value::Integer(*thread_id);
-                        }
-                        if let Some(second) = values.get_mut(1) {
-                            *second = rusqlite::types::Value::Integer(seq);
-                        }
-                        let matched: Option<bool> = check
-                            .query_row(rusqlite::params_from_iter(values.iter()), |r| r.get(0))
-                            .optional()?;
-                        Ok(matched.unwrap_or(false))
-                    };
-                    let blob = row.get_ref(1)?.as_blob_or_null().map_err(|e| {
-                        corrupt(format!(
-                            "the embedding of a message at index {position}: {e}"
-                        ))
-                    })?;
-                    let Some(blob) = blob else {
-                        continue;
-                    };
-                    if blob.len() != query.len() * 4 {
-                        // A row the filter leaves out is no candidate, whatever its length.
-                        if !selected(&mut values)? {
-                            continue;
-                        }
-                        let id: String = row.get(2)?;
-                        if blob.len() % 4 != 0 {
-                            return Err(corrupt(format!(
-                                "message {id}: embedding of {} bytes",
-                                blob.len()
-                            )));
-                        }
-                        return Err(dimension_mismatch(id, query.len(), blob.len() / 4));
-                    }
-                    floats.clear();
-                    floats.extend(
-                        blob.chunks_exact(4)
-                            .map(|b| <[u8; 4]>::try_from(b).map_or(f32::NAN, f32::from_le_bytes)),
-                    );
-                    let candidate = Candidate {
-                        score: cosine(&query, query_norm, &floats),
-                        thread: ordinal,
-                        index: position,
-                        seq,
-                    };
-                    if top.admits(&candidate) && selected(&mut values)? {
-                        top.offer(candidate);
-                    }
+            // Whether the filter selects row `seq` of `thread_id` (true without a filter).
+            let mut selected = |thread_id: i64, seq: i64| {
+                let Some(check) = check.as_mut() else {
+                    return Ok::<bool, MemoryError>(true);
+                };
+                if let Some(first) = values.get_mut(0) {
+                    *first = rusqlite::types::Value::Integer(thread_id);
                 }
+                if let Some(second) = values.get_mut(1) {
+                    *second = rusqlite::types::Value::Integer(seq);
+                }
+                let matched: Option<bool> = check
+                    .query_row(rusqlite::params_from_iter(values.iter()), |r| r.get(0))
+                    .optional()?;
+                Ok(matched.unwrap_or(false))
+            };
+            let scan_start = self.vectors.start();
+            let score = vector_scan::cosine(&query, query_norm);
+            for (ordinal, (thread_id, _)) in threads.iter().enumerate() {
+                let thread_id = *thread_id;
+                let vectors = self.thread_vectors(&tx, thread_id, scan_start)?;
+                vectors.scan(now, query.len(), &score, |position, seq, found| {
+                    match found {
+                        Scored::Missing => {}
+                        // A row the filter leaves out is no candidate, whatever its length.
+                        Scored::Other(found) => {
+                            if selected(thread_id, seq)? {
+                                let id = message_id(&tx, thread_id, seq)?;
+                                return Err(dimension_mismatch(id, query.len(), found));
+                            }
+                        }
+                        Scored::Damaged(bytes) => {
+                            if selected(thread_id, seq)? {
+                                let id = message_id(&tx, thread_id, seq)?;
+                                return Err(corrupt(format!(
+                                    "message {id}: embedding of {bytes} bytes"
+                                )));
+                            }
+                        }
+                        Scored::Score(score) => {
+                            let candidate = Candidate {
+                                score,
+                                thread: ordinal,
+                                index: position,
+                                seq,
+                            };
+                            if top.admits(&candidate) && selected(thread_id, seq)? {
+                                top.offer(candidate);
+                            }
+                        }
+                    }
+                    Ok(())
+                })?;
             }
         }
         let mut read = tx.prepare_cached(
@@ -1155,6 +1148,48 @@ fn sql_value(param: SqlParam) -> rusqlite::types::Value {
         SqlParam::Integer(n) => rusqlite::types::Value::Integer(n),
         SqlParam::Real(x) => rusqlite::types::Value::Real(x),
     }
+}
+
+impl SqliteMemoryStore {
+    /// The stored vectors of thread `thread_id` as `tx` sees them: from the cache when it holds
+    /// the thread at its current rev, else read (every row, expired ones included: a scan
+    /// judges expiry itself) and cached when it fits (`crate::vector_scan`).
+    fn thread_vectors(
+        &self,
+        tx: &Transaction<'_>,
+        thread_id: i64,
+        scan_start: u64,
+    ) -> Result<Arc<ThreadVectors>, MemoryError> {
+        let rev: i64 = tx
+            .prepare_cached("SELECT rev FROM memory_threads WHERE thread_id = ?1")?
+            .query_row([thread_id], |r| r.get(0))?;
+        if let Some(vectors) = self.vectors.get(thread_id, rev) {
+            return Ok(vectors);
+        }
+        let mut vectors = ThreadVectors::new(rev);
+        let mut stmt = tx.prepare_cached(
+            "SELECT seq, expires_at, embedding FROM memory_messages WHERE thread_id = ?1
+             ORDER BY seq",
+        )?;
+        let mut rows = stmt.query([thread_id])?;
+        while let Some(row) = rows.next()? {
+            let seq: i64 = row.get(0)?;
+            let blob = row
+                .get_ref(2)?
+                .as_blob_or_null()
+                .map_err(|e| corrupt(format!("the embedding of the message at seq {seq}: {e}")))?;
+            vectors.push_le_bytes(seq, row.get(1)?, blob);
+        }
+        Ok(self.vectors.insert(thread_id, vectors, scan_start))
+    }
+}
+
+/// The id of the message at `seq` of thread `thread_id`, for an error naming it.
+fn message_id(tx: &Transaction<'_>, thread_id: i64, seq: i64) -> Result<String, MemoryError> {
+    tx.prepare_cached("SELECT msg_id FROM memory_messages WHERE thread_id = ?1 AND seq = ?2")?
+        .query_row([thread_id, seq], |r| r.get(0))
+        .optional()?
+        .ok_or_else(|| corrupt(format!("no message at seq {seq}")))
 }
 
 /// The deletes of [`SqliteMemoryStore::forget`], children first, each over the threads in
@@ -1947,7 +1982,37 @@ impl Backend for SqliteMemory {
             Metric::Custom(f) => f(query, row),
         };
         let mut top = TopK::new(k);
-        {
+        if options.mark.is_none() {
+            // Without a mark, the thread's stored vectors come from the store's cache at the
+            // thread's rev, or are read into it (`crate::vector_scan`): a handle opened per
+            // request scores a thread it has never read at the cost of the arithmetic.
+            let vectors = self
+                .store
+                .thread_vectors(&tx, thread_id, self.store.vectors.start())?;
+            let scored = |row: &[f32], norm: f64| match &options.metric {
+                Metric::Cosine => {
+                    exact::cosine_with_norms(exact::dot(query, row), query_norm, norm)
+                }
+                _ => score(row),
+            };
+            let mut complete = true;
+            vectors.scan(now, query.len(), scored, |position, seq, found| {
+                match found {
+                    Scored::Score(score) => top.offer(Candidate {
+                        score,
+                        thread: 0,
+                        index: position,
+                        seq,
+                    }),
+                    // The mirror path embeds it or gives the error.
+                    Scored::Missing | Scored::Other(_) | Scored::Damaged(_) => complete = false,
+                }
+                Ok::<(), MemoryError>(())
+            })?;
+            if !complete {
+                return Ok(None);
+            }
+        } else {
             let mut stmt = tx.prepare_cached(concat!(
                 "SELECT m.seq, m.embedding,
                    ?2 IS NULL OR EXISTS (SELECT 1 FROM memory_marks k
