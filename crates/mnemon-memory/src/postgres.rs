@@ -758,6 +758,9 @@ pub struct PostgresMemoryStore {
     default_ttl: Option<std::time::Duration>,
     /// [`PostgresMemoryOptions::clock`].
     clock: Arc<dyn mnemon_db::Clock>,
+    /// The threads' stored vectors for the exact scan of a search across sessions, shared
+    /// by this store's handles (`crate::vector_scan`).
+    vectors: crate::vector_scan::VectorCache,
 }
 
 impl std::fmt::Debug for PostgresMemoryStore {
@@ -852,6 +855,7 @@ impl PostgresMemoryStore {
             indexer,
             default_ttl: options.default_ttl,
             clock: options.clock,
+            vectors: crate::vector_scan::VectorCache::default(),
         }))
     }
 

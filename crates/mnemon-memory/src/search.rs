@@ -448,7 +448,6 @@ impl TopK {
     }
 
     /// Whether `candidate` would be kept if offered now: the bar a filter must be checked for.
-    #[cfg(feature = "sqlite")]
     pub(crate) fn admits(&self, candidate: &Candidate) -> bool {
         if self.k == 0 {
             return false;

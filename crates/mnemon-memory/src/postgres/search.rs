@@ -8,8 +8,11 @@
 //! namespace and filtered after its search, so a shortlist holding fewer than `top_k` of the
 //! selected messages is retried at pgvector's longest `ef_search`, and then the exact scan
 //! answers: a search never returns fewer than `top_k` when that many exist. Without pgvector, or
-//! when the counters rule the index out, the exact scan streams every selected message's stored
-//! `f32`s (never its body) through a bounded top-k.
+//! when the counters rule the index out, or with a filter, the exact scan scores every selected
+//! message's stored `f32`s (never its body) through a bounded top-k, from the store's in-memory
+//! copy of each thread's vectors at the thread's current rev (`crate::vector_scan`; read into it
+//! from the snapshot when missing or stale); a filter is checked, one indexed lookup each, only
+//! for the rows that would enter the top `k` as it stands, instead of on every row.
 
 use std::collections::HashMap;
 
@@ -32,12 +35,13 @@ use crate::search::{
     Candidate, ScopeFilter, SearchHit, SearchRequest, TopK, by_mode, cosine, dimension_mismatch,
     filter_sql, keyword_terms,
 };
+use crate::vector_scan::{self, Scored, ThreadVectors};
 
 /// The threads a filter selects (`$1` namespace; `$2`–`$4` user, agent, session or NULL for
 /// any), with their live count and, with pgvector, how many of their messages are indexable at
 /// dimension `$5`.
 const THREADS_WITH_DIMS_SQL: &str = "SELECT t.thread_id, t.user_id, t.agent_id, t.session_id,
-        t.live, COALESCE(d.n, 0), t.next_expiry
+        t.live, COALESCE(d.n, 0), t.next_expiry, t.rev
  FROM memory_threads t
  LEFT JOIN memory_dims d ON d.thread_id = t.thread_id AND d.dim = $5
  WHERE t.namespace = $1 AND ($2::text IS NULL OR t.user_id = $2)
@@ -45,7 +49,7 @@ const THREADS_WITH_DIMS_SQL: &str = "SELECT t.thread_id, t.user_id, t.agent_id, 
 
 /// [`THREADS_WITH_DIMS_SQL`] without the vector tables (no `$5`).
 const THREADS_SQL: &str = "SELECT t.thread_id, t.user_id, t.agent_id, t.session_id, t.live,
-        0::bigint, t.next_expiry
+        0::bigint, t.next_expiry, t.rev
  FROM memory_threads t
  WHERE t.namespace = $1 AND ($2::text IS NULL OR t.user_id = $2)
    AND ($3::text IS NULL OR t.agent_id = $3) AND ($4::text IS NULL OR t.session_id = $4)";
@@ -53,30 +57,6 @@ const THREADS_SQL: &str = "SELECT t.thread_id, t.user_id, t.agent_id, t.session_
 /// The filter of the exact scan and the shortlist, on `t` (`$1`–`$4` as above).
 const FILTER: &str = "t.namespace = $1 AND ($2::text IS NULL OR t.user_id = $2)
    AND ($3::text IS NULL OR t.agent_id = $3) AND ($4::text IS NULL OR t.session_id = $4)";
-
-/// The exact scan: every selected message live at `$5` (the clock's now), with its thread,
-/// seq, id and stored `f32`s (the vector column, or NULL without it, then the bytes), in each
-/// thread's order, so that a row's index is its position in the stream. The body is not read.
-fn scan_sql(vectors: bool) -> &'static str {
-    interned(filtered_scan_sql(vectors, "true"))
-}
-
-/// [`scan_sql`] with a sixth column: whether the metadata filter `matches` (SQL over the
-/// message row `m`, its values from `$6`) selects the row. A row it leaves out still counts
-/// for the index of the rows after it. Not interned: its text depends on the filter's shape.
-fn filtered_scan_sql(vectors: bool, matches: &str) -> String {
-    let vector = if vectors {
-        "m.embedding_v"
-    } else {
-        "NULL::bytea"
-    };
-    format!(
-        "SELECT m.thread_id, m.seq, m.msg_id, {vector}, m.embedding, {matches}
-         FROM memory_threads t JOIN memory_messages m ON m.thread_id = t.thread_id
-         WHERE {FILTER} AND (m.expires_at IS NULL OR m.expires_at > $5::bigint)
-         ORDER BY m.thread_id, m.seq"
-    )
-}
 
 /// A filter's bound value, as the fragment's casts expect it.
 fn pg_param(param: SqlParam) -> Box<dyn ToSql + Sync> {
@@ -117,6 +97,8 @@ struct Thread {
     usable: i64,
     /// At most the earliest `expires_at` of its messages (schema version 6).
     next_expiry: Option<i64>,
+    /// Bumped by every write of the thread: which cached vectors are current.
+    rev: i64,
 }
 
 impl PostgresMemoryStore {
@@ -295,14 +277,14 @@ impl PostgresMemoryStore {
     ) -> Result<Vec<SearchHit>, MemoryError> {
         let [user, agent, session] = request.within.columns()?;
         let top_k = request.top_k;
-        // `$1`–`$4` are the scope's, `$5` the clock's now; the filter's values follow.
-        let mut filter_params = vec![SqlParam::Integer(0); 5];
+        // The filter is translated first: one naming a field messages do not have is refused
+        // before anything is read. Its check of one row: `$1` the thread, `$2` the seq; the
+        // filter's values follow.
+        let mut check_params = vec![SqlParam::Integer(0); 2];
         let matches = match &request.filter {
-            Some(filter) => Some(filter_sql(filter, Dialect::Postgres, &mut filter_params)?),
+            Some(filter) => Some(filter_sql(filter, Dialect::Postgres, &mut check_params)?),
             None => None,
         };
-        let extra: Vec<Box<dyn ToSql + Sync>> =
-            filter_params.into_iter().skip(5).map(pg_param).collect();
         let query = query_vector(request.query.clone(), embedder)?;
         if top_k == 0 {
             return Ok(Vec::new());
@@ -334,6 +316,7 @@ impl PostgresMemoryStore {
                     live: r.try_get(4).map_err(pg_error)?,
                     usable: r.try_get(5).map_err(pg_error)?,
                     next_expiry: r.try_get(6).map_err(pg_error)?,
+                    rev: r.try_get(7).map_err(pg_error)?,
                 })
             })
             .collect::<Result<Vec<_>, MemoryError>>()?;
@@ -370,20 +353,22 @@ impl PostgresMemoryStore {
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 winners
             }
-            (None, None) => {
-                let statement = tx.prepare(scan_sql(vectors)).map_err(pg_error)?;
-                let mut params: Vec<&(dyn ToSql + Sync)> = filter.to_vec();
-                params.push(&now);
-                exact_scan(&mut tx, &statement, &params, &query, top_k, &ordinal)?
-            }
-            (None, Some(matches)) => {
-                let statement = tx
-                    .prepare(&filtered_scan_sql(vectors, matches))
-                    .map_err(pg_error)?;
-                let mut params: Vec<&(dyn ToSql + Sync)> = filter.to_vec();
-                params.push(&now);
-                params.extend(extra.iter().map(|p| &**p as &(dyn ToSql + Sync)));
-                exact_scan(&mut tx, &statement, &params, &query, top_k, &ordinal)?
+            (None, _) => {
+                let check = match &matches {
+                    Some(matches) => {
+                        let statement = tx
+                            .prepare(&format!(
+                                "SELECT {matches} FROM memory_messages m
+                                 WHERE m.thread_id = $1 AND m.seq = $2"
+                            ))
+                            .map_err(pg_error)?;
+                        let values: Vec<Box<dyn ToSql + Sync>> =
+                            check_params.into_iter().skip(2).map(pg_param).collect();
+                        Some((statement, values))
+                    }
+                    None => None,
+                };
+                self.cached_scan(&mut tx, &threads, &query, top_k, now, check.as_ref())?
             }
         };
         // The winners' messages and indices, a statement per thread.
@@ -535,62 +520,112 @@ impl PostgresMemoryStore {
     }
 }
 
-/// The winners of scoring every selected message's stored `f32`s, streamed (a row at a time,
-/// `k` candidates kept).
-/// `statement` is [`scan_sql`] or [`filtered_scan_sql`] (whose sixth column says whether the
-/// row is a candidate), `params` its parameters.
-fn exact_scan(
-    tx: &mut Transaction<'_>,
-    statement: &postgres::Statement,
-    params: &[&(dyn ToSql + Sync)],
-    query: &[f32],
-    k: usize,
-    ordinal: &HashMap<i64, usize>,
-) -> Result<Vec<Candidate>, MemoryError> {
-    let query_norm = exact::norm(query);
-    let filtered = statement.columns().len() > 5;
-    let mut rows = tx
-        .query_raw(statement, params.iter().copied())
-        .map_err(pg_error)?;
-    let mut top = TopK::new(k);
-    let mut current: Option<i64> = None;
-    let mut index = 0;
-    while let Some(row) = rows.next().map_err(pg_error)? {
-        let thread_id: i64 = row.try_get(0).map_err(pg_error)?;
-        if current != Some(thread_id) {
-            current = Some(thread_id);
-            index = 0;
+/// A filter's check of one row (`$1` thread, `$2` seq) and the filter's values.
+type Check = (postgres::Statement, Vec<Box<dyn ToSql + Sync>>);
+
+impl PostgresMemoryStore {
+    /// The exact scan: the winners of scoring every live message of `threads` (in their tie
+    /// order), from each thread's stored vectors as the store's cache holds them at the
+    /// thread's rev, or as read into it in `tx`'s snapshot (`crate::vector_scan`); bodies are
+    /// never read. A filter (`check`) is evaluated only for a row whose score would enter the
+    /// top `k` as it stands (the bar only rises, so a row it keeps out would never have been
+    /// kept) and for a row that would be an error: the result of filtering every row first.
+    fn cached_scan(
+        &self,
+        tx: &mut Transaction<'_>,
+        threads: &[Thread],
+        query: &[f32],
+        k: usize,
+        now: i64,
+        check: Option<&Check>,
+    ) -> Result<Vec<Candidate>, MemoryError> {
+        let vectors = matches!(self.vector, VectorMode::Pgvector { .. });
+        let load = tx
+            .prepare(if vectors {
+                "SELECT seq, expires_at, embedding_v, embedding FROM memory_messages
+                 WHERE thread_id = $1 ORDER BY seq"
+            } else {
+                "SELECT seq, expires_at, NULL::bytea, embedding FROM memory_messages
+                 WHERE thread_id = $1 ORDER BY seq"
+            })
+            .map_err(pg_error)?;
+        let query_norm = exact::norm(query);
+        let score = vector_scan::cosine(query, query_norm);
+        let scan_start = self.vectors.start();
+        let mut top = TopK::new(k);
+        for (ordinal, thread) in threads.iter().enumerate() {
+            let cached = match self.vectors.get(thread.id, thread.rev) {
+                Some(cached) => cached,
+                None => {
+                    let mut read = ThreadVectors::new(thread.rev);
+                    let mut rows = tx
+                        .query_raw(&load, [&thread.id as &(dyn ToSql + Sync)])
+                        .map_err(pg_error)?;
+                    while let Some(row) = rows.next().map_err(pg_error)? {
+                        let floats = match row
+                            .try_get::<_, Option<StoredFloats>>(2)
+                            .map_err(pg_error)?
+                        {
+                            Some(v) => Some(v),
+                            None => row
+                                .try_get::<_, Option<StoredFloats>>(3)
+                                .map_err(pg_error)?,
+                        };
+                        read.push(
+                            row.try_get(0).map_err(pg_error)?,
+                            row.try_get(1).map_err(pg_error)?,
+                            floats.as_ref().map(|f| f.0.as_slice()),
+                        );
+                    }
+                    drop(rows);
+                    self.vectors.insert(thread.id, read, scan_start)
+                }
+            };
+            let selected = |tx: &mut Transaction<'_>, seq: i64| -> Result<bool, MemoryError> {
+                let Some((statement, values)) = check else {
+                    return Ok(true);
+                };
+                let mut params: Vec<&(dyn ToSql + Sync)> = vec![&thread.id, &seq];
+                params.extend(values.iter().map(|p| &**p as &(dyn ToSql + Sync)));
+                let row = tx.query_opt(statement, &params).map_err(pg_error)?;
+                Ok(row
+                    .map(|r| r.try_get::<_, Option<bool>>(0))
+                    .transpose()
+                    .map_err(pg_error)?
+                    .flatten()
+                    .unwrap_or(false))
+            };
+            cached.scan(now, query.len(), &score, |position, seq, found| {
+                match found {
+                    Scored::Missing => {}
+                    Scored::Other(len) | Scored::Damaged(len) => {
+                        if selected(tx, seq)? {
+                            let id: String = tx
+                                .query_one(
+                                    "SELECT msg_id FROM memory_messages
+                                     WHERE thread_id = $1 AND seq = $2",
+                                    &[&thread.id, &seq],
+                                )
+                                .and_then(|r| r.try_get(0))
+                                .map_err(pg_error)?;
+                            return Err(dimension_mismatch(id, query.len(), len));
+                        }
+                    }
+                    Scored::Score(score) => {
+                        let candidate = Candidate {
+                            score,
+                            thread: ordinal,
+                            index: position,
+                            seq,
+                        };
+                        if top.admits(&candidate) && selected(tx, seq)? {
+                            top.offer(candidate);
+                        }
+                    }
+                }
+                Ok(())
+            })?;
         }
-        let position = index;
-        index += 1;
-        if filtered && !row.try_get::<_, bool>(5).map_err(pg_error)? {
-            continue;
-        }
-        let floats = match row
-            .try_get::<_, Option<StoredFloats>>(3)
-            .map_err(pg_error)?
-        {
-            Some(v) => Some(v),
-            None => row
-                .try_get::<_, Option<StoredFloats>>(4)
-                .map_err(pg_error)?,
-        };
-        let Some(floats) = floats else {
-            continue;
-        };
-        if floats.0.len() != query.len() {
-            let id: String = row.try_get(2).map_err(pg_error)?;
-            return Err(dimension_mismatch(id, query.len(), floats.0.len()));
-        }
-        let Some(&thread) = ordinal.get(&thread_id) else {
-            return Err(corrupt(format!("thread {thread_id} was not selected")));
-        };
-        top.offer(Candidate {
-            score: cosine(query, query_norm, &floats.0),
-            thread,
-            index: position,
-            seq: row.try_get(1).map_err(pg_error)?,
-        });
+        Ok(top.into_sorted())
     }
-    Ok(top.into_sorted())
 }
