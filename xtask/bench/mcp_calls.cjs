@@ -8,7 +8,8 @@
 //
 // Usage: node mcp_calls.cjs '<config JSON>' with
 //   node_dir     the npm prefix holding node_modules/@modelcontextprotocol/sdk
-//   kind         "mnemon" (remember / recall) or "reference" (add_observations / search_nodes)
+//   kind         "mnemon" (remember / recall), "reference" (add_observations / search_nodes) or
+//                "null" (mnemon's calls, to mcp_null_server.cjs)
 //   transport    "http" (url) or "stdio" (command, args, env)
 //   calls        adds, then as many searches
 //   groups       sessions (mnemon) or entities (reference) the calls are spread over
@@ -86,8 +87,24 @@ async function main() {
 
   const adds = await phase(add);
   const searches = await phase(search);
+  // How many of the acknowledged adds the server holds afterwards (after the clock): a server
+  // that loses adds made concurrently is not faster at the same work.
+  let kept = null;
+  if (config.kind === "reference") {
+    const graph = await client.callTool({ name: "read_graph", arguments: {} });
+    const entities = (graph.structuredContent || JSON.parse(graph.content[0].text)).entities;
+    kept = entities.reduce((n, e) => n + e.observations.length, 0);
+  } else if (config.kind === "mnemon") {
+    kept = 0;
+    let cursor;
+    do {
+      const page = await client.callTool({ name: "list_sessions", arguments: cursor ? { cursor } : {} });
+      for (const s of page.structuredContent.sessions) kept += s.messages || 0;
+      cursor = page.structuredContent.next_cursor;
+    } while (cursor);
+  }
   await client.close();
-  process.stdout.write(JSON.stringify({ adds, searches }) + "\n");
+  process.stdout.write(JSON.stringify({ adds, searches, kept }) + "\n");
 }
 
 main().catch((error) => {

@@ -1027,6 +1027,10 @@ impl Phase {
 struct Side {
     adds: Phase,
     searches: Phase,
+    /// How many added messages (observations) the server held after the run, as its own list
+    /// tool counts them (`None` for the null server): fewer than the acknowledged adds means
+    /// adds were lost.
+    kept: Option<u64>,
 }
 
 impl Side {
@@ -1071,6 +1075,7 @@ impl Side {
         Ok(Side {
             adds: phase("adds")?,
             searches: phase("searches")?,
+            kept: report["kept"].as_u64(),
         })
     }
 }
@@ -1336,7 +1341,7 @@ fn mcp_side(
         McpTarget::NullStdio => node_calls(
             script,
             &with(
-                json!({"kind": "mnemon", "transport": "stdio", "command": "node",
+                json!({"kind": "null", "transport": "stdio", "command": "node",
                          "args": [null_server, "stdio"]}),
             ),
         ),
@@ -1344,7 +1349,7 @@ fn mcp_side(
             let server = NullHttpServer::start(null_server)?;
             node_calls(
                 script,
-                &with(json!({"kind": "mnemon", "transport": "http", "url": server.url})),
+                &with(json!({"kind": "null", "transport": "http", "url": server.url})),
             )
         }
     }
@@ -1559,7 +1564,7 @@ fn table(rows: &[Vec<String>]) -> String {
 }
 
 /// The MCP SDK table's columns.
-const MCP_HEADERS: [&str; 9] = [
+const MCP_HEADERS: [&str; 10] = [
     "server",
     "calls",
     "in flight",
@@ -1569,6 +1574,7 @@ const MCP_HEADERS: [&str; 9] = [
     "search p50 / p99 ms",
     "all calls/s",
     "errors",
+    "adds kept",
 ];
 
 /// A markdown table of the MCP SDK runs under [`MCP_HEADERS`].
@@ -1604,10 +1610,20 @@ fn mcp_cells(
             ),
             thousands(s.rate()),
             (s.adds.errors + s.searches.errors).to_string(),
+            s.kept.map_or_else(
+                || "–".to_owned(),
+                |kept| {
+                    format!(
+                        "{} of {}",
+                        thousands(kept as f64),
+                        thousands(s.adds.latencies_us.len() as f64)
+                    )
+                },
+            ),
         ]),
         Err(why) => {
             cells.push(format!("failed: {why}"));
-            cells.extend(std::iter::repeat_n(String::new(), 5));
+            cells.extend(std::iter::repeat_n(String::new(), 6));
         }
     }
     cells
@@ -1687,6 +1703,11 @@ fn judge_mcp(mnemon: &Result<Side, String>, reference: Option<&Result<Side, Stri
             verdict(met)
         )
     };
+    let lost = |side: &Side| {
+        side.kept
+            .filter(|&kept| kept < side.adds.latencies_us.len() as u64)
+            .map(|kept| (kept, side.adds.latencies_us.len()))
+    };
     let mut text = [
         judged("adds", mnemon.adds.rate(), reference.adds.rate()),
         judged(
@@ -1699,6 +1720,20 @@ fn judge_mcp(mnemon: &Result<Side, String>, reference: Option<&Result<Side, Stri
     .join("; ");
     if errors > 0 {
         text.push_str(&format!(" ({errors} mnemon errors)"));
+    }
+    if let Some((kept, acknowledged)) = lost(reference) {
+        text.push_str(&format!(
+            " (the reference kept {} of its {} acknowledged adds)",
+            thousands(kept as f64),
+            thousands(acknowledged as f64)
+        ));
+    }
+    if let Some((kept, acknowledged)) = lost(mnemon) {
+        text.push_str(&format!(
+            " (Mnemon kept {} of its {} acknowledged adds)",
+            thousands(kept as f64),
+            thousands(acknowledged as f64)
+        ));
     }
     text
 }
@@ -2158,6 +2193,7 @@ mod tests {
         Side {
             adds: phase(adds),
             searches: phase(searches),
+            kept: Some(adds as u64),
         }
     }
 
@@ -2237,6 +2273,7 @@ mod tests {
             "{}",
             t[4]
         );
+        assert!(!t[3].contains("kept"), "nothing lost: {}", t[3]);
         assert!(
             t[5].contains("10,000 calls, 8 in flight, mnemon serve /mcp (HTTP): not measured: the reference failed (node died)"),
             "{}",
@@ -2303,12 +2340,34 @@ mod tests {
     }
 
     #[test]
+    fn lost_adds_are_named_in_the_verdict() {
+        let mnemon = side(600, 600);
+        let mut reference = side(100, 100);
+        reference.kept = Some(14);
+        let verdict = judge_mcp(&Ok(mnemon), Some(&Ok(reference)));
+        assert!(
+            verdict.ends_with("(the reference kept 14 of its 100 acknowledged adds)"),
+            "{verdict}"
+        );
+        let report = json!({
+            "adds": {"wall_seconds": 1.0, "seconds": [0.001], "errors": 0},
+            "searches": {"wall_seconds": 1.0, "seconds": [0.001], "errors": 0},
+            "kept": 1,
+        });
+        let s = Side::from_report(&report).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(s.kept, Some(1));
+        let row = mcp_cells(1, 1, McpTarget::MnemonStdio, &Ok(s));
+        assert_eq!(row.last().map(String::as_str), Some("1 of 1"));
+    }
+
+    #[test]
     fn mcp_sides_read_the_scripts_report() {
         let report = json!({
             "adds": {"wall_seconds": 2.0, "seconds": [0.003, 0.001], "errors": 1},
             "searches": {"wall_seconds": 1.0, "seconds": [0.002, 0.002], "errors": 0},
         });
         let s = Side::from_report(&report).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(s.kept, None);
         assert_eq!(s.adds.latencies_us, vec![1_000, 3_000]);
         assert_eq!(s.adds.errors, 1);
         assert!((s.adds.rate() - 1.0).abs() < 1e-9);
