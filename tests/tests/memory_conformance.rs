@@ -869,6 +869,38 @@ mod summaries {
                 .search(ns, &ScopeFilter::all(), query.clone(), 7)
                 .unwrap();
             assert_eq!(flat(&got), want, "search after {step}");
+            // A keyword search (every message's text is "c") gives every hit its index in its
+            // thread, as the thread's own recall does.
+            let indices: std::collections::HashMap<String, (Scope, usize)> = expected(scopes, 1000)
+                .into_iter()
+                .map(|(scope, index, _, id)| (id, (scope, index)))
+                .collect();
+            for mode in [
+                mnemon_memory::SearchMode::Keyword { text: "c".into() },
+                mnemon_memory::SearchMode::Hybrid {
+                    text: "c".into(),
+                    weights: mnemon_memory::HybridWeights::default(),
+                },
+            ] {
+                let request = SearchRequest {
+                    mode,
+                    ..SearchRequest::new(
+                        ScopeFilter::all(),
+                        RetrievalQuery::Vector(query.clone()),
+                        1000,
+                    )
+                };
+                let hits = stores.search_with(ns, &request).unwrap();
+                assert_eq!(hits.len(), indices.len(), "keyword hits after {step}");
+                for hit in hits {
+                    assert_eq!(
+                        indices.get(hit.message.id()),
+                        Some(&(hit.scope.clone(), hit.index)),
+                        "keyword hit {} after {step}",
+                        hit.message.id()
+                    );
+                }
+            }
             for scope in scopes {
                 let options = RetrieveOptions {
                     top_k: Some(5),

@@ -878,9 +878,20 @@ impl SqliteMemoryStore {
             let Some((thread_id, [user, agent, session])) = threads.get(winner.thread) else {
                 return Err(corrupt(format!("no thread at {}", winner.thread)));
             };
-            let index: i64 =
-                position.query_row(params![thread_id, winner.seq, now], |r| r.get(0))?;
-            let index = usize::try_from(index).unwrap_or(0);
+            // The index from the thread's cached vectors when they are current (a hybrid
+            // search's vector ranking has just read them), else counted: the count reads every
+            // row before the winner, embeddings included.
+            let cached = self
+                .cached_thread_vectors(&tx, *thread_id)?
+                .and_then(|v| v.index_of(winner.seq, now));
+            let index = match cached {
+                Some(index) => index,
+                None => {
+                    let index: i64 =
+                        position.query_row(params![thread_id, winner.seq, now], |r| r.get(0))?;
+                    usize::try_from(index).unwrap_or(0)
+                }
+            };
             let message = read
                 .query_row(params![thread_id, winner.seq], |row| {
                     let id: String = row.get(0)?;
@@ -1151,6 +1162,19 @@ fn sql_value(param: SqlParam) -> rusqlite::types::Value {
 }
 
 impl SqliteMemoryStore {
+    /// The cached vectors of thread `thread_id` if they are its current ones, without reading
+    /// the thread otherwise.
+    fn cached_thread_vectors(
+        &self,
+        tx: &Transaction<'_>,
+        thread_id: i64,
+    ) -> Result<Option<Arc<ThreadVectors>>, MemoryError> {
+        let rev: i64 = tx
+            .prepare_cached("SELECT rev FROM memory_threads WHERE thread_id = ?1")?
+            .query_row([thread_id], |r| r.get(0))?;
+        Ok(self.vectors.get(thread_id, rev))
+    }
+
     /// The stored vectors of thread `thread_id` as `tx` sees them: from the cache when it holds
     /// the thread at its current rev, else read (every row, expired ones included: a scan
     /// judges expiry itself) and cached when it fits (`crate::vector_scan`).

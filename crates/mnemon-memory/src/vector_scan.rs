@@ -149,6 +149,23 @@ impl ThreadVectors {
         self.rev
     }
 
+    /// The index of the message at `seq` among the live rows at `now` (its position in the
+    /// thread), or `None` when no row has that `seq` or it is not live: what counting the live
+    /// rows before it in the database gives, without reading them.
+    pub(crate) fn index_of(&self, seq: i64, now: i64) -> Option<usize> {
+        let row = self.seqs.binary_search(&seq).ok()?;
+        let expires = self.expires.get(..=row)?;
+        if !mnemon_db::expiry::is_live(*expires.last()?, now) {
+            return None;
+        }
+        let expired = expires
+            .iter()
+            .take(row)
+            .filter(|e| !mnemon_db::expiry::is_live(**e, now))
+            .count();
+        Some(row - expired)
+    }
+
     /// Roughly the bytes it holds.
     pub(crate) fn bytes(&self) -> usize {
         self.floats.len() * 4
@@ -404,6 +421,28 @@ mod tests {
             seen,
             [Scored::Damaged(3), Scored::Other(0), Scored::Damaged(1)]
         );
+    }
+
+    #[test]
+    fn index_of_counts_the_live_rows_before() {
+        let mut t = ThreadVectors::new(0);
+        for (seq, expires) in [
+            (1, None),
+            (3, Some(5)),
+            (4, None),
+            (9, Some(50)),
+            (12, None),
+        ] {
+            t.push(seq, expires, None);
+        }
+        assert_eq!(t.index_of(1, 10), Some(0));
+        assert_eq!(t.index_of(3, 10), None);
+        assert_eq!(t.index_of(3, 4), Some(1));
+        assert_eq!(t.index_of(4, 10), Some(1));
+        assert_eq!(t.index_of(4, 4), Some(2));
+        assert_eq!(t.index_of(12, 10), Some(3));
+        assert_eq!(t.index_of(12, 60), Some(2));
+        assert_eq!(t.index_of(2, 0), None);
     }
 
     #[test]
