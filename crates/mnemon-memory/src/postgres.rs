@@ -2443,215 +2443,8 @@ impl std::fmt::Debug for PostgresMemory {
 }
 
 impl PostgresMemory {
-    /// The thread's scope.
-    pub fn scope(&self) -> &Scope {
-        &self.scope
-    }
-
-    /// The store holding the thread.
-    pub fn store(&self) -> &Arc<PostgresMemoryStore> {
-        &self.store
-    }
-
-    fn mirror(&self) -> MutexGuard<'_, Mirror> {
-        self.mirror.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    fn vectors(&self) -> bool {
-        matches!(self.store.vector, VectorMode::Pgvector { .. })
-    }
-}
-
-/// Starts a read-only transaction whose reads all see one snapshot.
-fn snapshot(client: &mut pg::PooledClient) -> Result<Transaction<'_>, MemoryError> {
-    client
-        .build_transaction()
-        .isolation_level(IsolationLevel::RepeatableRead)
-        .read_only(true)
-        .start()
-        .map_err(pg_error)
-}
-
-impl Backend for PostgresMemory {
-    fn factory(&self) -> &MsgFactory {
-        &self.store.factory
-    }
-
-    fn deadline(&self, expiry: mnemon_db::Expiry) -> Result<Option<i64>, MemoryError> {
-        Ok(expiry.deadline(self.store.now(), self.store.default_ttl))
-    }
-
-    fn check_model(&self, model: &str) -> Result<(), MemoryError> {
-        let mut client = self.store.client()?;
-        let mut tx = snapshot(&mut client)?;
-        let Some((thread_id, _)) = thread_row(&mut tx, &self.store.namespace, &self.scope)? else {
-            return Ok(());
-        };
-        let other: Option<String> = tx
-            .query_opt(OTHER_MODEL_SQL, &[&thread_id, &model])
-            .map_err(pg_error)?
-            .map(|r| r.try_get(0))
-            .transpose()
-            .map_err(pg_error)?;
-        tx.commit().map_err(pg_error)?;
-        model_mismatch(other, model)
-    }
-
-    fn read<R>(&self, f: impl FnOnce(&ThreadState) -> R) -> Result<R, MemoryError> {
-        let now = self.store.now();
-        let mut client = self.store.client()?;
-        let mut tx = snapshot(&mut client)?;
-        let thread = thread_row(&mut tx, &self.store.namespace, &self.scope)?;
-        let mut mirror = self.mirror();
-        mirror.sync(&mut tx, thread, &self.store.factory, self.vectors(), now)?;
-        tx.commit().map_err(pg_error)?;
-        drop(client);
-        Ok(f(&mirror.state))
-    }
-
-    fn write<R>(
-        &self,
-        f: impl FnOnce(&ThreadState) -> Result<(Option<Change>, R), MemoryError>,
-    ) -> Result<R, MemoryError> {
-        let now = self.store.now();
-        let mut client = self.store.client()?;
-        let mut tx = client.transaction_cached().map_err(pg_error)?;
-        let mut thread = lock_thread(
-            &mut tx,
-            &self.store.namespace,
-            &self.scope,
-            &self.store.factory,
-        )?;
-        if purge_expired(&mut tx, thread, now, self.vectors())? > 0 {
-            thread.rev += 1;
-        }
-        let mut mirror = self.mirror();
-        mirror.sync(
-            &mut tx,
-            Some((thread.id, thread.rev)),
-            &self.store.factory,
-            self.vectors(),
-            now,
-        )?;
-        let (change, result) = f(&mirror.state)?;
-        if let Some(change) = change {
-            let (dims, pending) = persist(
-                &mut tx,
-                thread,
-                &mirror.state,
-                &change,
-                self.vectors(),
-                self.store.deferred_dims(),
-            )?;
-            tx.commit().map_err(pg_error)?;
-            let earliest = match &change {
-                Change::Append(entries) => earliest_of(entries.iter())
-                    .into_iter()
-                    .chain(mirror.earliest)
-                    .min(),
-                Change::Replace(entries) => earliest_of(entries.iter()),
-                _ => mirror.earliest,
-            };
-            mirror.state.apply(change);
-            mirror.rev = thread.rev + 1;
-            mirror.earliest = earliest;
-            drop(mirror);
-            drop(client);
-            self.store.after_write(&dims, pending);
-        } else {
-            tx.commit().map_err(pg_error)?;
-        }
-        Ok(result)
-    }
-
-    fn scan(
-        &self,
-        with_marks: bool,
-        f: &mut dyn FnMut(&Entry) -> Result<(), MemoryError>,
-    ) -> Result<usize, MemoryError> {
-        let now = self.store.now();
-        let mut client = self.store.client()?;
-        let mut tx = snapshot(&mut client)?;
-        let Some((thread_id, rev)) = thread_row(&mut tx, &self.store.namespace, &self.scope)?
-        else {
-            return Ok(0);
-        };
-        let mirror = self.mirror();
-        if mirror.current(thread_id, rev, now) {
-            mirror.state.entries().iter().try_for_each(&mut *f)?;
-            return Ok(mirror.state.len());
-        }
-        drop(mirror);
-        // Rows stream through a portal, a bounded number at a time, and are never mirrored.
-        let mut marks = if with_marks {
-            thread_marks(&mut tx, thread_id)?
-        } else {
-            HashMap::new()
-        };
-        let select = format!(
-            "SELECT {}, m.expires_at, m.embedding_model FROM memory_messages m
-             WHERE m.thread_id = $1 AND {} ORDER BY m.seq",
-            message_columns(self.vectors()),
-            live_sql!("$2")
-        );
-        let portal = tx.bind(&select, &[&thread_id, &now]).map_err(pg_error)?;
-        let mut count = 0;
-        loop {
-            let rows = tx.query_portal(&portal, 512).map_err(pg_error)?;
-            if rows.is_empty() {
-                break;
-            }
-            for row in &rows {
-                let id: &str = row.try_get(0).map_err(pg_error)?;
-                let marks = marks.remove(id).unwrap_or_default();
-                // The stored fields ride along, as the mirror's entries carry them, for the
-                // `AgentScope00Stored` export.
-                let expires_at: Option<i64> = row.try_get(6).map_err(pg_error)?;
-                let model: Option<String> = row.try_get(7).map_err(pg_error)?;
-                let entry = row_entry(&self.store.factory, row, count, marks)?
-                    .expiring(expires_at)
-                    .embedded_by(model);
-                f(&entry)?;
-                count += 1;
-            }
-        }
-        tx.commit().map_err(pg_error)?;
-        Ok(count)
-    }
-
-    fn select_recent(
-        &self,
-        mark: Option<&str>,
-        exclude_mark: Option<&str>,
-        n: usize,
-    ) -> Result<Vec<Msg>, MemoryError> {
-        let now = self.store.now();
-        let mut client = self.store.client()?;
-        let mut tx = snapshot(&mut client)?;
-        let Some((thread_id, rev)) = thread_row(&mut tx, &self.store.namespace, &self.scope)?
-        else {
-            return Ok(Vec::new());
-        };
-        let mirror = self.mirror();
-        let selected = if mirror.current(thread_id, rev, now) {
-            mirror.state.select(mark, exclude_mark, Some(n))
-        } else {
-            drop(mirror);
-            recent_rows(
-                &mut tx,
-                thread_id,
-                &self.store.factory,
-                (mark, exclude_mark),
-                n,
-                self.vectors(),
-                now,
-            )?
-        };
-        tx.commit().map_err(pg_error)?;
-        Ok(selected)
-    }
-
-    fn retrieve_from_index(
+    /// The HNSW path of [`Backend::retrieve_from_index`]: `None` when the index cannot answer.
+    fn retrieve_through_hnsw(
         &self,
         query: &[f32],
         options: &RetrieveOptions,
@@ -2885,6 +2678,317 @@ impl Backend for PostgresMemory {
         tx.commit().map_err(pg_error)?;
         self.store.index_recalls.fetch_add(1, Ordering::Relaxed);
         Ok(Some(found))
+    }
+
+    /// A cut to `top_k` without a mark, when the handle's mirror is not current (a handle
+    /// opened per request): every live message's stored vector from the store's cache at the
+    /// thread's rev, or read into it (`crate::vector_scan`), scored exactly with the metric, and
+    /// only the winners' bodies read; `None` (the mirror path, which embeds or gives the error)
+    /// when a message has no vector or one of another length.
+    fn retrieve_from_cache(
+        &self,
+        query: &[f32],
+        options: &RetrieveOptions,
+    ) -> Result<Option<Vec<Retrieved>>, MemoryError> {
+        let (Some(k), None) = (options.top_k, &options.mark) else {
+            return Ok(None);
+        };
+        let [user, agent, session] = self.scope.columns()?;
+        let mut client = self.store.client()?;
+        let mut tx = snapshot(&mut client)?;
+        let Some(thread) = tx
+            .query_opt(
+                "SELECT thread_id, rev FROM memory_threads
+                 WHERE namespace = $1 AND user_id = $2 AND agent_id = $3 AND session_id = $4",
+                &[&self.store.namespace.as_str(), &user, &agent, &session],
+            )
+            .map_err(pg_error)?
+        else {
+            return Ok(None);
+        };
+        let thread_id: i64 = thread.try_get(0).map_err(pg_error)?;
+        let rev: i64 = thread.try_get(1).map_err(pg_error)?;
+        let now = self.store.now();
+        if self.mirror().current(thread_id, rev, now) {
+            // The mirror's matrix answers faster than the cache.
+            return Ok(None);
+        }
+        let scan_start = self.store.vectors.start();
+        let vectors = self
+            .store
+            .thread_vectors(&mut tx, thread_id, rev, scan_start)?;
+        let query_norm = exact::norm(query);
+        let score = |row: &[f32], norm: f64| match &options.metric {
+            Metric::Cosine => exact::cosine_with_norms(exact::dot(query, row), query_norm, norm),
+            Metric::Dot => exact::dot(query, row),
+            Metric::NegEuclidean => -exact::squared_l2(query, row).sqrt(),
+            Metric::Custom(f) => f(query, row),
+        };
+        let mut top = crate::search::TopK::new(k);
+        let mut complete = true;
+        vectors.scan(now, query.len(), score, |position, seq, found| {
+            match found {
+                crate::vector_scan::Scored::Score(score) => {
+                    top.offer(crate::search::Candidate {
+                        score,
+                        thread: 0,
+                        index: position,
+                        seq,
+                    });
+                }
+                _ => complete = false,
+            }
+            Ok::<(), MemoryError>(())
+        })?;
+        if !complete {
+            return Ok(None);
+        }
+        let scored: Vec<(f64, i64)> = top
+            .into_sorted()
+            .into_iter()
+            .map(|c| (c.score, c.seq))
+            .collect();
+        let statement = tx
+            .prepare(retrieved_sql(self.vectors()))
+            .map_err(pg_error)?;
+        let Some(mut found) = read_retrieved(
+            &mut tx,
+            &statement,
+            thread_id,
+            &self.store.factory,
+            scored,
+            now,
+        )?
+        else {
+            return Ok(None);
+        };
+        tx.commit().map_err(pg_error)?;
+        if options.preserve_order {
+            found.sort_by_key(|r| r.index);
+        }
+        Ok(Some(found))
+    }
+
+    /// The thread's scope.
+    pub fn scope(&self) -> &Scope {
+        &self.scope
+    }
+
+    /// The store holding the thread.
+    pub fn store(&self) -> &Arc<PostgresMemoryStore> {
+        &self.store
+    }
+
+    fn mirror(&self) -> MutexGuard<'_, Mirror> {
+        self.mirror.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn vectors(&self) -> bool {
+        matches!(self.store.vector, VectorMode::Pgvector { .. })
+    }
+}
+
+/// Starts a read-only transaction whose reads all see one snapshot.
+fn snapshot(client: &mut pg::PooledClient) -> Result<Transaction<'_>, MemoryError> {
+    client
+        .build_transaction()
+        .isolation_level(IsolationLevel::RepeatableRead)
+        .read_only(true)
+        .start()
+        .map_err(pg_error)
+}
+
+impl Backend for PostgresMemory {
+    fn factory(&self) -> &MsgFactory {
+        &self.store.factory
+    }
+
+    fn deadline(&self, expiry: mnemon_db::Expiry) -> Result<Option<i64>, MemoryError> {
+        Ok(expiry.deadline(self.store.now(), self.store.default_ttl))
+    }
+
+    fn check_model(&self, model: &str) -> Result<(), MemoryError> {
+        let mut client = self.store.client()?;
+        let mut tx = snapshot(&mut client)?;
+        let Some((thread_id, _)) = thread_row(&mut tx, &self.store.namespace, &self.scope)? else {
+            return Ok(());
+        };
+        let other: Option<String> = tx
+            .query_opt(OTHER_MODEL_SQL, &[&thread_id, &model])
+            .map_err(pg_error)?
+            .map(|r| r.try_get(0))
+            .transpose()
+            .map_err(pg_error)?;
+        tx.commit().map_err(pg_error)?;
+        model_mismatch(other, model)
+    }
+
+    fn read<R>(&self, f: impl FnOnce(&ThreadState) -> R) -> Result<R, MemoryError> {
+        let now = self.store.now();
+        let mut client = self.store.client()?;
+        let mut tx = snapshot(&mut client)?;
+        let thread = thread_row(&mut tx, &self.store.namespace, &self.scope)?;
+        let mut mirror = self.mirror();
+        mirror.sync(&mut tx, thread, &self.store.factory, self.vectors(), now)?;
+        tx.commit().map_err(pg_error)?;
+        drop(client);
+        Ok(f(&mirror.state))
+    }
+
+    fn write<R>(
+        &self,
+        f: impl FnOnce(&ThreadState) -> Result<(Option<Change>, R), MemoryError>,
+    ) -> Result<R, MemoryError> {
+        let now = self.store.now();
+        let mut client = self.store.client()?;
+        let mut tx = client.transaction_cached().map_err(pg_error)?;
+        let mut thread = lock_thread(
+            &mut tx,
+            &self.store.namespace,
+            &self.scope,
+            &self.store.factory,
+        )?;
+        if purge_expired(&mut tx, thread, now, self.vectors())? > 0 {
+            thread.rev += 1;
+        }
+        let mut mirror = self.mirror();
+        mirror.sync(
+            &mut tx,
+            Some((thread.id, thread.rev)),
+            &self.store.factory,
+            self.vectors(),
+            now,
+        )?;
+        let (change, result) = f(&mirror.state)?;
+        if let Some(change) = change {
+            let (dims, pending) = persist(
+                &mut tx,
+                thread,
+                &mirror.state,
+                &change,
+                self.vectors(),
+                self.store.deferred_dims(),
+            )?;
+            tx.commit().map_err(pg_error)?;
+            let earliest = match &change {
+                Change::Append(entries) => earliest_of(entries.iter())
+                    .into_iter()
+                    .chain(mirror.earliest)
+                    .min(),
+                Change::Replace(entries) => earliest_of(entries.iter()),
+                _ => mirror.earliest,
+            };
+            mirror.state.apply(change);
+            mirror.rev = thread.rev + 1;
+            mirror.earliest = earliest;
+            drop(mirror);
+            drop(client);
+            self.store.after_write(&dims, pending);
+        } else {
+            tx.commit().map_err(pg_error)?;
+        }
+        Ok(result)
+    }
+
+    fn scan(
+        &self,
+        with_marks: bool,
+        f: &mut dyn FnMut(&Entry) -> Result<(), MemoryError>,
+    ) -> Result<usize, MemoryError> {
+        let now = self.store.now();
+        let mut client = self.store.client()?;
+        let mut tx = snapshot(&mut client)?;
+        let Some((thread_id, rev)) = thread_row(&mut tx, &self.store.namespace, &self.scope)?
+        else {
+            return Ok(0);
+        };
+        let mirror = self.mirror();
+        if mirror.current(thread_id, rev, now) {
+            mirror.state.entries().iter().try_for_each(&mut *f)?;
+            return Ok(mirror.state.len());
+        }
+        drop(mirror);
+        // Rows stream through a portal, a bounded number at a time, and are never mirrored.
+        let mut marks = if with_marks {
+            thread_marks(&mut tx, thread_id)?
+        } else {
+            HashMap::new()
+        };
+        let select = format!(
+            "SELECT {}, m.expires_at, m.embedding_model FROM memory_messages m
+             WHERE m.thread_id = $1 AND {} ORDER BY m.seq",
+            message_columns(self.vectors()),
+            live_sql!("$2")
+        );
+        let portal = tx.bind(&select, &[&thread_id, &now]).map_err(pg_error)?;
+        let mut count = 0;
+        loop {
+            let rows = tx.query_portal(&portal, 512).map_err(pg_error)?;
+            if rows.is_empty() {
+                break;
+            }
+            for row in &rows {
+                let id: &str = row.try_get(0).map_err(pg_error)?;
+                let marks = marks.remove(id).unwrap_or_default();
+                // The stored fields ride along, as the mirror's entries carry them, for the
+                // `AgentScope00Stored` export.
+                let expires_at: Option<i64> = row.try_get(6).map_err(pg_error)?;
+                let model: Option<String> = row.try_get(7).map_err(pg_error)?;
+                let entry = row_entry(&self.store.factory, row, count, marks)?
+                    .expiring(expires_at)
+                    .embedded_by(model);
+                f(&entry)?;
+                count += 1;
+            }
+        }
+        tx.commit().map_err(pg_error)?;
+        Ok(count)
+    }
+
+    fn select_recent(
+        &self,
+        mark: Option<&str>,
+        exclude_mark: Option<&str>,
+        n: usize,
+    ) -> Result<Vec<Msg>, MemoryError> {
+        let now = self.store.now();
+        let mut client = self.store.client()?;
+        let mut tx = snapshot(&mut client)?;
+        let Some((thread_id, rev)) = thread_row(&mut tx, &self.store.namespace, &self.scope)?
+        else {
+            return Ok(Vec::new());
+        };
+        let mirror = self.mirror();
+        let selected = if mirror.current(thread_id, rev, now) {
+            mirror.state.select(mark, exclude_mark, Some(n))
+        } else {
+            drop(mirror);
+            recent_rows(
+                &mut tx,
+                thread_id,
+                &self.store.factory,
+                (mark, exclude_mark),
+                n,
+                self.vectors(),
+                now,
+            )?
+        };
+        tx.commit().map_err(pg_error)?;
+        Ok(selected)
+    }
+
+    /// A cut to `top_k` through the HNSW index when it can answer (see the module docs), else
+    /// from the thread's stored vectors in the store's cache ([`Self::retrieve_from_cache`]),
+    /// else `None`: the mirror.
+    fn retrieve_from_index(
+        &self,
+        query: &[f32],
+        options: &RetrieveOptions,
+    ) -> Result<Option<Vec<Retrieved>>, MemoryError> {
+        if let Some(found) = self.retrieve_through_hnsw(query, options)? {
+            return Ok(Some(found));
+        }
+        self.retrieve_from_cache(query, options)
     }
 
     fn load_document(&self, source: LoadSource, overwrite: bool) -> Result<AddReport, MemoryError> {

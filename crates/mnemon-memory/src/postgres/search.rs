@@ -524,6 +524,52 @@ impl PostgresMemoryStore {
 type Check = (postgres::Statement, Vec<Box<dyn ToSql + Sync>>);
 
 impl PostgresMemoryStore {
+    /// The stored vectors of thread `thread_id` at `rev` as `tx`'s snapshot holds them: from
+    /// the cache when it has the thread at that rev, else read (every row, expired ones
+    /// included: a scan judges expiry itself) and cached when it fits (`crate::vector_scan`).
+    pub(super) fn thread_vectors(
+        &self,
+        tx: &mut Transaction<'_>,
+        thread_id: i64,
+        rev: i64,
+        scan_start: u64,
+    ) -> Result<std::sync::Arc<ThreadVectors>, MemoryError> {
+        if let Some(cached) = self.vectors.get(thread_id, rev) {
+            return Ok(cached);
+        }
+        let load = tx
+            .prepare(if matches!(self.vector, VectorMode::Pgvector { .. }) {
+                "SELECT seq, expires_at, embedding_v, embedding FROM memory_messages
+                 WHERE thread_id = $1 ORDER BY seq"
+            } else {
+                "SELECT seq, expires_at, NULL::bytea, embedding FROM memory_messages
+                 WHERE thread_id = $1 ORDER BY seq"
+            })
+            .map_err(pg_error)?;
+        let mut read = ThreadVectors::new(rev);
+        let mut rows = tx
+            .query_raw(&load, [&thread_id as &(dyn ToSql + Sync)])
+            .map_err(pg_error)?;
+        while let Some(row) = rows.next().map_err(pg_error)? {
+            let floats = match row
+                .try_get::<_, Option<StoredFloats>>(2)
+                .map_err(pg_error)?
+            {
+                Some(v) => Some(v),
+                None => row
+                    .try_get::<_, Option<StoredFloats>>(3)
+                    .map_err(pg_error)?,
+            };
+            read.push(
+                row.try_get(0).map_err(pg_error)?,
+                row.try_get(1).map_err(pg_error)?,
+                floats.as_ref().map(|f| f.0.as_slice()),
+            );
+        }
+        drop(rows);
+        Ok(self.vectors.insert(thread_id, read, scan_start))
+    }
+
     /// The exact scan: the winners of scoring every live message of `threads` (in their tie
     /// order), from each thread's stored vectors as the store's cache holds them at the
     /// thread's rev, or as read into it in `tx`'s snapshot (`crate::vector_scan`); bodies are
@@ -539,48 +585,12 @@ impl PostgresMemoryStore {
         now: i64,
         check: Option<&Check>,
     ) -> Result<Vec<Candidate>, MemoryError> {
-        let vectors = matches!(self.vector, VectorMode::Pgvector { .. });
-        let load = tx
-            .prepare(if vectors {
-                "SELECT seq, expires_at, embedding_v, embedding FROM memory_messages
-                 WHERE thread_id = $1 ORDER BY seq"
-            } else {
-                "SELECT seq, expires_at, NULL::bytea, embedding FROM memory_messages
-                 WHERE thread_id = $1 ORDER BY seq"
-            })
-            .map_err(pg_error)?;
         let query_norm = exact::norm(query);
         let score = vector_scan::cosine(query, query_norm);
         let scan_start = self.vectors.start();
         let mut top = TopK::new(k);
         for (ordinal, thread) in threads.iter().enumerate() {
-            let cached = match self.vectors.get(thread.id, thread.rev) {
-                Some(cached) => cached,
-                None => {
-                    let mut read = ThreadVectors::new(thread.rev);
-                    let mut rows = tx
-                        .query_raw(&load, [&thread.id as &(dyn ToSql + Sync)])
-                        .map_err(pg_error)?;
-                    while let Some(row) = rows.next().map_err(pg_error)? {
-                        let floats = match row
-                            .try_get::<_, Option<StoredFloats>>(2)
-                            .map_err(pg_error)?
-                        {
-                            Some(v) => Some(v),
-                            None => row
-                                .try_get::<_, Option<StoredFloats>>(3)
-                                .map_err(pg_error)?,
-                        };
-                        read.push(
-                            row.try_get(0).map_err(pg_error)?,
-                            row.try_get(1).map_err(pg_error)?,
-                            floats.as_ref().map(|f| f.0.as_slice()),
-                        );
-                    }
-                    drop(rows);
-                    self.vectors.insert(thread.id, read, scan_start)
-                }
-            };
+            let cached = self.thread_vectors(tx, thread.id, thread.rev, scan_start)?;
             let selected = |tx: &mut Transaction<'_>, seq: i64| -> Result<bool, MemoryError> {
                 let Some((statement, values)) = check else {
                     return Ok(true);
