@@ -95,13 +95,14 @@ async function main() {
     const entities = (graph.structuredContent || JSON.parse(graph.content[0].text)).entities;
     kept = entities.reduce((n, e) => n + e.observations.length, 0);
   } else if (config.kind === "mnemon") {
+    // Each group's latest messages, as many as were added in all (recall without a query).
     kept = 0;
-    let cursor;
-    do {
-      const page = await client.callTool({ name: "list_sessions", arguments: cursor ? { cursor } : {} });
-      for (const s of page.structuredContent.sessions) kept += s.messages || 0;
-      cursor = page.structuredContent.next_cursor;
-    } while (cursor);
+    for (let g = 0; g < groups; g++) {
+      const got = await client.callTool({ name: "recall", arguments: {
+        session: group(g), recent: Math.max(1, config.calls | 0) } });
+      if (got.isError) throw new Error(`counting ${group(g)}: ${JSON.stringify(got.content)}`);
+      kept += got.structuredContent.messages.length;
+    }
   }
   await client.close();
   process.stdout.write(JSON.stringify({ adds, searches, kept }) + "\n");

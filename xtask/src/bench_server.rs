@@ -1027,9 +1027,10 @@ impl Phase {
 struct Side {
     adds: Phase,
     searches: Phase,
-    /// How many added messages (observations) the server held after the run, as its own list
-    /// tool counts them (`None` for the null server): fewer than the acknowledged adds means
-    /// adds were lost.
+    /// How many added messages (observations) the server held after the run, read back
+    /// through its own tools (Mnemon: `recall` of each session's latest; the reference:
+    /// `read_graph`; `None` for the null server): fewer than the acknowledged adds means adds
+    /// were lost.
     kept: Option<u64>,
 }
 
