@@ -63,7 +63,9 @@ enum Span {
     Missing,
     /// `floats[start..start + len]`.
     At { start: usize, len: usize },
-    /// Stored bytes that are not `f32`s: this many.
+    /// Stored bytes that are not `f32`s: this many (SQLite's blobs; PostgreSQL refuses such a
+    /// row when it is read).
+    #[cfg_attr(not(any(test, feature = "sqlite")), allow(dead_code))]
     Damaged(usize),
 }
 
@@ -109,6 +111,7 @@ impl ThreadVectors {
         }
     }
 
+    #[cfg(any(test, feature = "sqlite"))]
     /// [`push`](Self::push) of a vector stored as little-endian `f32` bytes; bytes that are
     /// not a whole number of them are a damaged row, which a scan reports
     /// ([`Scored::Damaged`]) if it reaches it.
@@ -149,6 +152,7 @@ impl ThreadVectors {
         self.rev
     }
 
+    #[cfg(any(test, feature = "sqlite"))]
     /// The index of the message at `seq` among the live rows at `now` (its position in the
     /// thread), or `None` when no row has that `seq` or it is not live: what counting the live
     /// rows before it in the database gives, without reading them.
