@@ -139,25 +139,26 @@ impl Service {
     }
 
     /// The memory handle reads of `scope` go through, or `None` when the session has no
-    /// thread. On SQLite a fresh handle (the store shares thread mirrors among handles). On
-    /// PostgreSQL the session's kept handle ([`Service::writer`]), kept from then on: a read
-    /// through a fresh handle loads and parses the whole thread first, which made every recall
-    /// of a busy session cost time in proportion to its size (docs/bench-server.md). Whether
-    /// the thread exists is asked of the database each time, so a session deleted by another
-    /// server is reported missing, as through a fresh handle.
+    /// thread. On PostgreSQL the session's kept write handle when this service keeps one
+    /// ([`Service::writer`]): its mirror is current after its own writes, while a fresh handle
+    /// loads and parses the whole thread for some reads, which made every recall of a busy
+    /// session cost time in proportion to its size (docs/bench-server.md). Otherwise a fresh
+    /// handle: reads never open a kept handle, so a large session only read is never mirrored
+    /// (the store answers its top-k recall from its vector cache). Whether the thread exists is
+    /// asked of the database each time, so a session deleted by another server is reported
+    /// missing, as through a fresh handle.
     pub(crate) fn reader(&self, scope: Scope) -> Result<Option<Arc<dyn Memory>>, MemoryError> {
         let Some(fresh) = self.stores.existing_memory(scope.clone())? else {
             return Ok(None);
         };
-        if matches!(self.stores.backend(), crate::Backend::Sqlite) {
-            return Ok(Some(Arc::from(fresh)));
-        }
-        drop(fresh);
-        let kept = self.writer(scope.clone())?;
-        // The bound of kept threads holds for reads too: a large thread is read through the
-        // handle this once and not kept.
-        self.release_if_large(&scope, kept.size()?);
-        Ok(Some(kept))
+        let kept = self
+            .writers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .handles
+            .get(&scope)
+            .map(|(handle, _)| Arc::clone(handle));
+        Ok(Some(kept.unwrap_or_else(|| Arc::from(fresh))))
     }
 
     /// Closes the kept write handle of `scope` when its thread holds more than
