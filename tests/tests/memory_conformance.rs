@@ -381,7 +381,7 @@ mod summaries {
     use mnemon_filter::Filter;
     use mnemon_memory::{
         Forgotten, LoadSource, Memory, MemoryError, RetrievalQuery, RetrieveOptions, Scope,
-        ScopeFilter, SearchHit, SearchRequest, ThreadPage, ThreadSummary,
+        ScopeFilter, SearchHit, SearchRequest, SearchResults, ThreadPage, ThreadSummary,
     };
     use serde_json::json;
 
@@ -411,7 +411,15 @@ mod summaries {
             &self,
             namespace: &str,
             request: &SearchRequest,
-        ) -> Result<Vec<SearchHit>, MemoryError>;
+        ) -> Result<Vec<SearchHit>, MemoryError> {
+            self.search_results(namespace, request).map(|r| r.hits)
+        }
+        /// `search_with` of `namespace`'s store, whole: the hits and whether they are complete.
+        fn search_results(
+            &self,
+            namespace: &str,
+            request: &SearchRequest,
+        ) -> Result<SearchResults, MemoryError>;
         /// `forget` of `namespace`'s store.
         fn forget(&self, namespace: &str, within: &ScopeFilter) -> Result<Forgotten, MemoryError>;
         /// The result of `sql`, a `SELECT` of one integer, run on the database directly.
@@ -1882,6 +1890,78 @@ mod summaries {
         );
     }
 
+    /// A keyword ranking reads at most `MAX_KEYWORD_MATCHES` matching messages, the newest
+    /// (the latest thread first, each its latest message first), and says so when more
+    /// matched; a filter applies to the messages read (docs/reference/memory.md#keyword-and-hybrid-search).
+    pub(super) fn keyword_matches_are_bounded(stores: &dyn SummaryStores) {
+        use mnemon_memory::{MAX_KEYWORD_MATCHES, SearchMode};
+        let old = scope(Some("u-old"), None, Some("old"));
+        let new = scope(Some("u-new"), None, Some("new"));
+        let message = |id: String, content: &str| -> mnemon_memory::MsgInput {
+            json!({"id": id, "name": "n", "content": content}).into()
+        };
+        // The best match by far, in the older thread.
+        stores
+            .memory("kwb", &old)
+            .add(vec![message("best".into(), "quay quay quay quay")])
+            .unwrap();
+        let newer = stores.memory("kwb", &new);
+        newer
+            .add(
+                (0..MAX_KEYWORD_MATCHES)
+                    .map(|i| message(format!("n{i}"), &format!("a quay among many, number {i}")))
+                    .collect(),
+            )
+            .unwrap();
+        let quay = keyword("quay", ScopeFilter::all(), 3);
+        let bounded = stores.search_results("kwb", &quay).unwrap();
+        assert!(!bounded.complete, "{} matched", MAX_KEYWORD_MATCHES + 1);
+        assert_eq!(bounded.hits.len(), 3);
+        assert!(
+            bounded.hits.iter().all(|h| h.scope == new),
+            "the older thread is not read: {:?}",
+            ids(&bounded.hits)
+        );
+        // Within the older thread's scope, every match is read.
+        let own = stores
+            .search_results("kwb", &keyword("quay", ScopeFilter::user("u-old"), 3))
+            .unwrap();
+        assert!(own.complete);
+        assert_eq!(ids(&own.hits), ["best"]);
+        // A filter applies to the messages read: it does not reach past the bound.
+        let only_best = keyword("quay", ScopeFilter::all(), 3)
+            .with_filter(Filter::parse(&json!({"eq": {"path": "id", "value": "best"}})).unwrap());
+        let filtered = stores.search_results("kwb", &only_best).unwrap();
+        assert!(
+            filtered.hits.is_empty() && !filtered.complete,
+            "{filtered:?}"
+        );
+        // A hybrid search reports its keyword ranking's bound; a vector search is complete.
+        let hybrid = SearchRequest {
+            mode: SearchMode::Hybrid {
+                text: "quay".into(),
+                weights: mnemon_memory::HybridWeights::default(),
+            },
+            ..SearchRequest::new(
+                ScopeFilter::all(),
+                RetrievalQuery::Vector(vec![1.0, 0.0]),
+                3,
+            )
+        };
+        assert!(!stores.search_results("kwb", &hybrid).unwrap().complete);
+        let vector = SearchRequest::new(
+            ScopeFilter::all(),
+            RetrievalQuery::Vector(vec![1.0, 0.0]),
+            3,
+        );
+        assert!(stores.search_results("kwb", &vector).unwrap().complete);
+        // Exactly the bound: every match is read, and the best one wins.
+        newer.delete_by_id(&["n0"]).unwrap();
+        let all = stores.search_results("kwb", &quay).unwrap();
+        assert!(all.complete);
+        assert_eq!(ids(&all.hits)[0], "best", "{:?}", ids(&all.hits));
+    }
+
     /// The fused ranking of two rankings, as docs/reference/memory.md defines it: each
     /// message's `Σ weight / (k + rank)`, ties in first-seen order (vector, then keyword).
     fn rrf(
@@ -2431,7 +2511,7 @@ mod sqlite_summaries {
     use mnemon_db::ManualClock;
     use mnemon_memory::{
         Forgotten, Memory, MemoryError, Namespace, RetrievalQuery, Scope, ScopeFilter, SearchHit,
-        SearchRequest, SqliteMemoryOptions, SqliteMemoryStore, ThreadPage,
+        SearchRequest, SearchResults, SqliteMemoryOptions, SqliteMemoryStore, ThreadPage,
     };
     use mnemon_tests::memory_conformance::test_factory;
 
@@ -2498,11 +2578,11 @@ mod sqlite_summaries {
             self.store(namespace).forget(within)
         }
 
-        fn search_with(
+        fn search_results(
             &self,
             namespace: &str,
             request: &SearchRequest,
-        ) -> Result<Vec<SearchHit>, MemoryError> {
+        ) -> Result<SearchResults, MemoryError> {
             self.store(namespace).search_with(request, None)
         }
 
@@ -2512,7 +2592,9 @@ mod sqlite_summaries {
             request: &SearchRequest,
             embedder: &dyn mnemon_types::Embedder,
         ) -> Result<Vec<SearchHit>, MemoryError> {
-            self.store(namespace).search_with(request, Some(embedder))
+            self.store(namespace)
+                .search_with(request, Some(embedder))
+                .map(|r| r.hits)
         }
 
         fn reembed(
@@ -2631,6 +2713,12 @@ mod sqlite_summaries {
     }
 
     #[test]
+    fn keyword_matches_are_bounded_sqlite() {
+        let dir = tempfile::tempdir().unwrap();
+        super::summaries::keyword_matches_are_bounded(&stores(&dir));
+    }
+
+    #[test]
     fn stored_export_round_trip_sqlite() {
         let dir = tempfile::tempdir().unwrap();
         super::summaries::stored_export_round_trip(&stores(&dir));
@@ -2675,7 +2763,7 @@ mod postgres_summaries {
     use mnemon_db::ManualClock;
     use mnemon_memory::{
         Forgotten, Memory, MemoryError, Namespace, PostgresMemoryOptions, PostgresMemoryStore,
-        RetrievalQuery, Scope, ScopeFilter, SearchHit, SearchRequest, ThreadPage,
+        RetrievalQuery, Scope, ScopeFilter, SearchHit, SearchRequest, SearchResults, ThreadPage,
     };
     use mnemon_tests::memory_conformance::test_factory;
 
@@ -2760,11 +2848,11 @@ mod postgres_summaries {
             self.store(namespace).forget(within)
         }
 
-        fn search_with(
+        fn search_results(
             &self,
             namespace: &str,
             request: &SearchRequest,
-        ) -> Result<Vec<SearchHit>, MemoryError> {
+        ) -> Result<SearchResults, MemoryError> {
             self.store(namespace).search_with(request, None)
         }
 
@@ -2774,7 +2862,9 @@ mod postgres_summaries {
             request: &SearchRequest,
             embedder: &dyn mnemon_types::Embedder,
         ) -> Result<Vec<SearchHit>, MemoryError> {
-            self.store(namespace).search_with(request, Some(embedder))
+            self.store(namespace)
+                .search_with(request, Some(embedder))
+                .map(|r| r.hits)
         }
 
         fn reembed(
@@ -2944,6 +3034,19 @@ mod postgres_summaries {
             );
             super::summaries::keyword_search(&stores);
             super::summaries::hybrid_search(&stores);
+        }
+    }
+
+    #[test]
+    fn keyword_matches_are_bounded_postgres() {
+        let server = mnemon_tests::require_postgres!();
+        for vector_index in [true, false] {
+            let stores = Stores::new(
+                server.fresh_database("memory_keyword_bound").unwrap(),
+                vector_index,
+                0,
+            );
+            super::summaries::keyword_matches_are_bounded(&stores);
         }
     }
 

@@ -2042,7 +2042,7 @@ fn migration_to_version_7_indexes_stored_messages() {
             mode: SearchMode::Keyword { text: text.into() },
             ..SearchRequest::new(ScopeFilter::all(), RetrievalQuery::Vector(vec![1.0]), 5)
         };
-        let hits = store.search_with(&request, None).unwrap();
+        let hits = store.search_with(&request, None).unwrap().hits;
         assert_eq!(hits.len(), 1);
         assert_eq!((hits[0].message.id(), hits[0].index), (id, index));
     }
@@ -2188,7 +2188,7 @@ fn every_write_path_fills_the_keyword_column() {
             },
             ..SearchRequest::new(ScopeFilter::all(), RetrievalQuery::Vector(vec![1.0]), 50)
         };
-        assert_eq!(store.search_with(&request, None).unwrap().len(), 8);
+        assert_eq!(store.search_with(&request, None).unwrap().hits.len(), 8);
         // The column refuses a row written without it.
         let err = client
             .execute(
@@ -2290,6 +2290,7 @@ fn migration_to_version_11_keeps_the_keyword_column() {
         let mut ids: Vec<String> = store
             .search_with(&request, None)
             .unwrap()
+            .hits
             .iter()
             .map(|h| h.message.id().to_owned())
             .collect();

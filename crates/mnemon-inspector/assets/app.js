@@ -248,6 +248,8 @@
       const out = await api('POST', '/v1/memory/search', body);
       fill(target,
         el('p', {class: 'muted'}, `${out.hits.length} hits, best first (${q.mode})`),
+        out.complete === false ? el('p', {class: 'muted', id: 'search-partial'},
+          'More messages have these words than the 10,000 a keyword ranking reads: these hits rank the newest 10,000 (latest session first). Narrow the user or agent, or search rarer words.') : null,
         el('div', {id: 'search-hits'}, out.hits.map((hit) => message(hit.message, {score: hit.score, session: hit.session_id}))));
     } catch (e) { fill(target, errorLine(e)); }
   }

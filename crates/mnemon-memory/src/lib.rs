@@ -114,7 +114,8 @@ pub use retrieval::{Metric, RetrievalQuery, RetrieveOptions, Retrieved, ScoreFn}
 pub use scope::Scope;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub use search::{
-    HybridWeights, MAX_HYBRID_CANDIDATES, ScopeFilter, SearchHit, SearchMode, SearchRequest,
+    HybridWeights, MAX_HYBRID_CANDIDATES, MAX_KEYWORD_MATCHES, ScopeFilter, SearchHit, SearchMode,
+    SearchRequest, SearchResults,
 };
 #[cfg(feature = "sqlite")]
 pub use sqlite::{SqliteMemory, SqliteMemoryOptions, SqliteMemoryStore};

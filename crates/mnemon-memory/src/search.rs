@@ -62,6 +62,36 @@ pub struct HybridWeights {
     pub candidates: usize,
 }
 
+/// The most messages a keyword ranking reads (docs/reference/memory.md#keyword-and-hybrid-search):
+/// those having one of the words, live and in the selected threads, the newest first (the
+/// most recently created thread first, each thread's latest message first). Relevance is
+/// scored only for them, and a metadata filter applies to them, so a word found in every
+/// message of a large namespace costs the same as one found in 10,000. When more messages
+/// match, [`SearchResults::complete`] is `false`: an older match, not read, might have ranked
+/// higher.
+pub const MAX_KEYWORD_MATCHES: usize = 10_000;
+
+/// What [`search_with`](crate::SqliteMemoryStore::search_with) of both stores returns: the hits,
+/// and whether every matching message was ranked.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SearchResults {
+    /// The hits, best first.
+    pub hits: Vec<SearchHit>,
+    /// `false` when the keyword ranking (of a keyword or hybrid search) stopped at
+    /// [`MAX_KEYWORD_MATCHES`] matching messages, the newest, and older ones also matched;
+    /// `true` otherwise (every vector search is complete).
+    pub complete: bool,
+}
+
+/// One keyword ranking: the best hits among the matching messages read, and whether they were
+/// all the matching messages ([`MAX_KEYWORD_MATCHES`]).
+pub(crate) struct KeywordRanking {
+    /// The best hits, best first.
+    pub(crate) hits: Vec<SearchHit>,
+    /// Whether every matching message was read.
+    pub(crate) complete: bool,
+}
+
 /// The most hits of each ranking a hybrid search fuses: every one of them is decoded (its body
 /// read and parsed), so an unbounded depth would let one request decode a whole namespace.
 pub const MAX_HYBRID_CANDIDATES: usize = 10_000;
@@ -136,11 +166,20 @@ pub(crate) fn fts5_query(terms: &[String]) -> String {
 pub(crate) fn by_mode(
     request: &SearchRequest,
     vector: impl FnOnce(&SearchRequest) -> Result<Vec<SearchHit>, MemoryError>,
-    keyword: impl FnOnce(&str, usize) -> Result<Vec<SearchHit>, MemoryError>,
-) -> Result<Vec<SearchHit>, MemoryError> {
+    keyword: impl FnOnce(&str, usize) -> Result<KeywordRanking, MemoryError>,
+) -> Result<SearchResults, MemoryError> {
     match &request.mode {
-        SearchMode::Vector => vector(request),
-        SearchMode::Keyword { text } => keyword(text, request.top_k),
+        SearchMode::Vector => Ok(SearchResults {
+            hits: vector(request)?,
+            complete: true,
+        }),
+        SearchMode::Keyword { text } => {
+            let ranking = keyword(text, request.top_k)?;
+            Ok(SearchResults {
+                hits: ranking.hits,
+                complete: ranking.complete,
+            })
+        }
         SearchMode::Hybrid { text, weights } => {
             weights.check()?;
             let depth = weights.candidates.max(request.top_k);
@@ -150,7 +189,10 @@ pub(crate) fn by_mode(
                 ..request.clone()
             })?;
             let by_keyword = keyword(text, depth)?;
-            Ok(fuse(by_vector, by_keyword, weights, request.top_k))
+            Ok(SearchResults {
+                hits: fuse(by_vector, by_keyword.hits, weights, request.top_k),
+                complete: by_keyword.complete,
+            })
         }
     }
 }
@@ -211,7 +253,9 @@ pub struct SearchRequest {
     pub top_k: usize,
     /// Only messages this metadata filter selects are ranked (docs/reference/memory.md#filters
     /// names the fields): applied before the top-k cut, so a filtered top 10 has 10 hits
-    /// whenever 10 messages match, however many closer ones do not.
+    /// whenever 10 messages match, however many closer ones do not (a keyword ranking applies
+    /// it to the [`MAX_KEYWORD_MATCHES`] messages it reads, and says when it read fewer than
+    /// all: [`SearchResults::complete`]).
     pub filter: Option<Filter>,
     /// How messages are ranked.
     pub mode: SearchMode,

@@ -56,8 +56,8 @@ use crate::report::AddReport;
 use crate::retrieval::{Metric, RetrievalQuery, RetrieveOptions, Retrieved, query_vector};
 pub use crate::scope::Scope;
 use crate::search::{
-    Candidate, ScopeFilter, SearchHit, SearchRequest, TopK, by_mode, dimension_mismatch,
-    filter_sql, fts5_query, keyword_terms,
+    Candidate, KeywordRanking, MAX_KEYWORD_MATCHES, ScopeFilter, SearchHit, SearchRequest,
+    SearchResults, TopK, by_mode, dimension_mismatch, filter_sql, fts5_query, keyword_terms,
 };
 use crate::sweep::Forgotten;
 use crate::thread::{Change, ThreadState};
@@ -690,6 +690,7 @@ impl SqliteMemoryStore {
         embedder: Option<&dyn Embedder>,
     ) -> Result<Vec<SearchHit>, MemoryError> {
         self.search_with(&SearchRequest::new(within.clone(), query, top_k), embedder)
+            .map(|results| results.hits)
     }
 
     /// [`search`](Self::search) with the whole request: a metadata filter
@@ -709,7 +710,7 @@ impl SqliteMemoryStore {
         &self,
         request: &SearchRequest,
         embedder: Option<&dyn Embedder>,
-    ) -> Result<Vec<SearchHit>, MemoryError> {
+    ) -> Result<SearchResults, MemoryError> {
         by_mode(
             request,
             |request| self.vector_search(request, embedder),
@@ -795,27 +796,37 @@ impl SqliteMemoryStore {
         Ok(threads)
     }
 
-    /// The keyword ranking of [`search_with`](Self::search_with): every message of the
-    /// selected threads whose text has one of the words, live and passing the filter, scored
-    /// by FTS5's BM25 (negated: higher is better), the best `top_k`; ties follow the threads'
-    /// order, then the index.
+    /// The keyword ranking of [`search_with`](Self::search_with): the newest
+    /// [`MAX_KEYWORD_MATCHES`] live messages of the selected threads whose text has one of the
+    /// words (by FTS5 rowid, descending: the latest thread first, each its latest message
+    /// first), of which those passing the filter are scored by FTS5's BM25 (negated: higher is
+    /// better), the best `top_k`; ties follow the threads' order, then the index.
     fn keyword_search(
         &self,
         request: &SearchRequest,
         text: &str,
         top_k: usize,
-    ) -> Result<Vec<SearchHit>, MemoryError> {
+    ) -> Result<KeywordRanking, MemoryError> {
         request.within.columns()?;
         let terms = keyword_terms(text)?;
         let now = self.now();
-        // `?1` the FTS5 query, `?2` the clock's now; the filter's values follow.
-        let mut filter_params = vec![SqlParam::Text(fts5_query(&terms)), SqlParam::Integer(now)];
+        // `?1` the FTS5 query, `?2` the clock's now, `?3` the selected threads (a JSON array),
+        // `?4` how many matches to read; the filter's values follow.
+        let mut filter_params = vec![
+            SqlParam::Text(fts5_query(&terms)),
+            SqlParam::Integer(now),
+            SqlParam::Integer(0),
+            SqlParam::Integer(0),
+        ];
         let matches = match &request.filter {
             Some(filter) => filter_sql(filter, Dialect::Sqlite, &mut filter_params)?,
             None => "1".to_owned(),
         };
         if top_k == 0 {
-            return Ok(Vec::new());
+            return Ok(KeywordRanking {
+                hits: Vec::new(),
+                complete: true,
+            });
         }
         if !self.has_keywords {
             return Err(MemoryError::Storage {
@@ -834,20 +845,42 @@ impl SqliteMemoryStore {
             .enumerate()
             .map(|(i, (id, _))| (*id, i))
             .collect();
+        let selected =
+            serde_json::to_string(&threads.iter().map(|(id, _)| *id).collect::<Vec<_>>())
+                .map_err(|e| corrupt(format!("thread ids as JSON: {e}")))?;
+        if let Some(param) = filter_params.get_mut(2) {
+            *param = SqlParam::Text(selected);
+        }
+        // One more than the bound: whether it is reached is whether more matched.
+        let read_at_most = MAX_KEYWORD_MATCHES.saturating_add(1);
+        if let Some(param) = filter_params.get_mut(3) {
+            *param = SqlParam::Integer(i64::try_from(read_at_most).unwrap_or(i64::MAX));
+        }
         let mut top = TopK::new(top_k);
+        let mut read_rows = 0usize;
         {
+            // FTS5 walks its doclists backwards for `ORDER BY rowid DESC` and stops at the
+            // limit, so BM25 and the filter are computed for the rows read only; the filter is
+            // a column, not a condition, so that rows it refuses count towards the bound too.
             let mut stmt = tx.prepare_cached(&format!(
                 "SELECT m.thread_id, m.seq, -bm25(memory_fts), {matches}
                  FROM memory_fts JOIN memory_messages m
                    ON m.thread_id = memory_fts.rowid / 4294967296
                   AND m.seq = memory_fts.rowid % 4294967296
-                 WHERE memory_fts MATCH ?1 AND {live}",
+                 WHERE memory_fts MATCH ?1 AND {live}
+                   AND m.thread_id IN (SELECT value FROM json_each(?3))
+                 ORDER BY memory_fts.rowid DESC
+                 LIMIT ?4",
                 live = live_sql!("m", "?2")
             ))?;
             let values: Vec<rusqlite::types::Value> =
                 filter_params.into_iter().map(sql_value).collect();
             let mut rows = stmt.query(rusqlite::params_from_iter(values.iter()))?;
             while let Some(row) = rows.next()? {
+                read_rows += 1;
+                if read_rows > MAX_KEYWORD_MATCHES {
+                    break;
+                }
                 let thread_id: i64 = row.get(0)?;
                 let Some(&thread) = ordinal.get(&thread_id) else {
                     continue;
@@ -908,7 +941,10 @@ impl SqliteMemoryStore {
         }
         drop((read, position));
         tx.commit()?;
-        Ok(hits)
+        Ok(KeywordRanking {
+            hits,
+            complete: read_rows <= MAX_KEYWORD_MATCHES,
+        })
     }
 
     /// The vector ranking of [`search_with`](Self::search_with).
@@ -3155,7 +3191,7 @@ mod keyword_tests {
         drop(reader);
         let store = SqliteMemoryStore::open(&path, SqliteMemoryOptions::default()).unwrap();
         for (text, id, index) in [("ferry", "a", 0), ("TIDES", "b", 1)] {
-            let hits = store.search_with(&keyword(text), None).unwrap();
+            let hits = store.search_with(&keyword(text), None).unwrap().hits;
             assert_eq!(hits.len(), 1);
             assert_eq!((hits[0].message.id(), hits[0].index), (id, index));
         }

@@ -371,6 +371,18 @@ pub struct MemorySearchAcrossOutput {
     /// The hits, best first (ties: lower index first within a thread, then the threads'
     /// scopes in byte order).
     pub hits: Vec<ScopedHit>,
+    /// `false` when a keyword or hybrid search found more messages with its words than the
+    /// 10,000 it ranks (the newest: the latest session first, each its latest message first),
+    /// so an older message might have ranked higher: narrow the scope (user, agent, session)
+    /// or search rarer words (docs/reference/memory.md#keyword-and-hybrid-search). Always `true` for a vector
+    /// search.
+    #[serde(default = "complete_by_default")]
+    pub complete: bool,
+}
+
+/// An answer without `complete` (from a server before it) ranked every match.
+fn complete_by_default() -> bool {
+    true
 }
 
 /// Input of [`Service::memory_reembed`]: which threads (every thread of the namespace when no
@@ -960,9 +972,11 @@ impl Service {
         if let Some(filter) = crate::expiry::parse_filter(input.filter.as_ref())? {
             request = request.with_filter(filter);
         }
-        let hits = self.stores().search_memory(&request, self.embedder())?;
+        let results = self.stores().search_memory(&request, self.embedder())?;
         Ok(MemorySearchAcrossOutput {
-            hits: hits
+            complete: results.complete,
+            hits: results
+                .hits
                 .into_iter()
                 .map(|hit| ScopedHit {
                     session_id: hit.scope.session_id,

@@ -31,8 +31,8 @@ use mnemon_artifacts::{
 use mnemon_db::Namespace;
 use mnemon_library::{Library, LibraryError};
 use mnemon_memory::{
-    Memory, MemoryError, Scope, ScopeFilter, SearchHit as MemorySearchHit, SearchRequest,
-    SqliteMemoryOptions, SqliteMemoryStore,
+    Memory, MemoryError, Scope, ScopeFilter, SearchRequest, SearchResults, SqliteMemoryOptions,
+    SqliteMemoryStore,
 };
 use mnemon_store::{AssetStore, SqliteAssetOptions, SqliteAssetStore, StoreError};
 use mnemon_types::Embedder;
@@ -434,12 +434,14 @@ impl Stores {
     /// Search across sessions (docs/reference/memory.md#search-across-sessions): the
     /// `request.top_k` messages closest to its query among the namespace's threads that
     /// `request.within` selects and its filter (if any) matches, best first. Messages without
-    /// an embedding are skipped.
+    /// an embedding are skipped. A keyword ranking reads at most
+    /// [`MAX_KEYWORD_MATCHES`](mnemon_memory::MAX_KEYWORD_MATCHES) matching messages, the newest;
+    /// [`SearchResults::complete`] says whether more matched.
     pub fn search_memory(
         &self,
         request: &SearchRequest,
         embedder: Option<&dyn Embedder>,
-    ) -> Result<Vec<MemorySearchHit>, MemoryError> {
+    ) -> Result<SearchResults, MemoryError> {
         match &self.memory {
             MemoryStore::Sqlite(store) => store.search_with(request, embedder),
             #[cfg(feature = "postgres")]

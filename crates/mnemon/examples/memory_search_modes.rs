@@ -94,7 +94,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         request.mode = mode;
         show(
             name,
-            &mnemon.search_memory(&request, Some(embedder.as_ref()))?,
+            &mnemon
+                .search_memory(&request, Some(embedder.as_ref()))?
+                .hits,
         );
     }
 
@@ -107,7 +109,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     show(
         "hybrid, role = user only",
-        &mnemon.search_memory(&request, Some(embedder.as_ref()))?,
+        &mnemon
+            .search_memory(&request, Some(embedder.as_ref()))?
+            .hits,
     );
     Ok(())
 }

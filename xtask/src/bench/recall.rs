@@ -188,7 +188,7 @@ impl Bench for SqliteBench {
     }
 
     fn search(&self, request: &SearchRequest) -> Result<Vec<SearchHit>> {
-        Ok(self.0.search_with(request, None)?)
+        Ok(self.0.search_with(request, None)?.hits)
     }
 
     fn forget(&self, within: &ScopeFilter) -> Result<u64> {
@@ -204,7 +204,7 @@ impl Bench for PostgresBench {
     }
 
     fn search(&self, request: &SearchRequest) -> Result<Vec<SearchHit>> {
-        Ok(self.0.search_with(request, None)?)
+        Ok(self.0.search_with(request, None)?.hits)
     }
 
     fn forget(&self, within: &ScopeFilter) -> Result<u64> {

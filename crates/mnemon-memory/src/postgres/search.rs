@@ -32,8 +32,8 @@ use crate::exact;
 use crate::retrieval::{RetrievalQuery, query_vector};
 use crate::scope::Scope;
 use crate::search::{
-    Candidate, ScopeFilter, SearchHit, SearchRequest, TopK, by_mode, cosine, dimension_mismatch,
-    filter_sql, keyword_terms,
+    Candidate, KeywordRanking, MAX_KEYWORD_MATCHES, ScopeFilter, SearchHit, SearchRequest,
+    SearchResults, TopK, by_mode, cosine, dimension_mismatch, filter_sql, keyword_terms,
 };
 use crate::vector_scan::{self, Scored, ThreadVectors};
 
@@ -124,6 +124,7 @@ impl PostgresMemoryStore {
         embedder: Option<&dyn Embedder>,
     ) -> Result<Vec<SearchHit>, MemoryError> {
         self.search_with(&SearchRequest::new(within.clone(), query, top_k), embedder)
+            .map(|results| results.hits)
     }
 
     /// [`search`](Self::search) with the whole request: a metadata filter
@@ -143,7 +144,7 @@ impl PostgresMemoryStore {
         &self,
         request: &SearchRequest,
         embedder: Option<&dyn Embedder>,
-    ) -> Result<Vec<SearchHit>, MemoryError> {
+    ) -> Result<SearchResults, MemoryError> {
         by_mode(
             request,
             |request| self.vector_search(request, embedder),
@@ -151,15 +152,17 @@ impl PostgresMemoryStore {
         )
     }
 
-    /// The keyword ranking of [`search_with`](Self::search_with): every live message of the
-    /// selected threads whose `tsvector` matches one of the words and that passes the filter,
-    /// scored by `ts_rank`, the best `top_k`; ties follow the threads' order, then the index.
+    /// The keyword ranking of [`search_with`](Self::search_with): the newest
+    /// [`MAX_KEYWORD_MATCHES`] live messages of the selected threads whose `tsvector` matches
+    /// one of the words (the latest thread first, each its latest message first, as the SQLite
+    /// store reads them), of which those passing the filter are scored by `ts_rank`, the best
+    /// `top_k`; ties follow the threads' order, then the index.
     fn keyword_search(
         &self,
         request: &SearchRequest,
         text: &str,
         top_k: usize,
-    ) -> Result<Vec<SearchHit>, MemoryError> {
+    ) -> Result<KeywordRanking, MemoryError> {
         let [user, agent, session] = request.within.columns()?;
         let terms = keyword_terms(text)?;
         // Every term is letters and digits only: quoted, none is read as an operator.
@@ -168,16 +171,20 @@ impl PostgresMemoryStore {
             .map(|t| format!("'{t}'"))
             .collect::<Vec<_>>()
             .join(" | ");
-        // `$1`–`$4` the scope's, `$5` the clock's now, `$6` the query; the filter's follow.
-        let mut filter_params = vec![SqlParam::Integer(0); 6];
+        // `$1` the clock's now, `$2` the query, `$3` the selected threads, `$4` how many
+        // matches to read; the filter's follow.
+        let mut filter_params = vec![SqlParam::Integer(0); 4];
         let matches = match &request.filter {
             Some(filter) => filter_sql(filter, Dialect::Postgres, &mut filter_params)?,
             None => "true".to_owned(),
         };
         let extra: Vec<Box<dyn ToSql + Sync>> =
-            filter_params.into_iter().skip(6).map(pg_param).collect();
+            filter_params.into_iter().skip(4).map(pg_param).collect();
         if top_k == 0 {
-            return Ok(Vec::new());
+            return Ok(KeywordRanking {
+                hits: Vec::new(),
+                complete: true,
+            });
         }
         let now = self.now();
         let namespace = self.namespace.as_str();
@@ -204,24 +211,43 @@ impl PostgresMemoryStore {
             .enumerate()
             .map(|(i, (id, _))| (*id, i))
             .collect();
+        let selected: Vec<i64> = threads.iter().map(|(id, _)| *id).collect();
+        // One more than the bound: whether it is reached is whether more matched.
+        let read_at_most = i64::try_from(MAX_KEYWORD_MATCHES.saturating_add(1)).unwrap_or(i64::MAX);
+        // The newest matches are chosen before anything is scored: `ts_rank` and the filter
+        // run on the rows the inner query kept only. The filter is a column, not a condition,
+        // so that rows it refuses count towards the bound too.
+        // Only the columns used: the rows may be sorted (when the planner reads the GIN index
+        // rather than the primary key backwards), and a narrow sort stays in memory. The
+        // filter's fragment reads the id and the body (and the marks by thread and id).
+        let columns = if request.filter.is_some() {
+            "n.thread_id, n.seq, n.search_tsv, n.msg_id, n.body"
+        } else {
+            "n.thread_id, n.seq, n.search_tsv"
+        };
         let statement = tx
             .prepare(&format!(
                 "SELECT m.thread_id, m.seq, ts_rank(m.search_tsv, q.q)::float8, {matches}
-                 FROM (SELECT to_tsquery('simple', $6::text)) AS q(q),
-                      memory_threads t JOIN memory_messages m ON m.thread_id = t.thread_id
-                 WHERE {FILTER} AND m.search_tsv @@ q.q
-                   AND (m.expires_at IS NULL OR m.expires_at > $5::bigint)"
+                 FROM (SELECT to_tsquery('simple', $2::text)) AS q(q),
+                      LATERAL (SELECT {columns} FROM memory_messages n
+                                WHERE n.thread_id = ANY($3::bigint[]) AND n.search_tsv @@ q.q
+                                  AND (n.expires_at IS NULL OR n.expires_at > $1::bigint)
+                                ORDER BY n.thread_id DESC, n.seq DESC
+                                LIMIT $4::bigint) AS m"
             ))
             .map_err(pg_error)?;
-        let mut params: Vec<&(dyn ToSql + Sync)> = scope.to_vec();
-        params.push(&now);
-        params.push(&tsquery);
+        let mut params: Vec<&(dyn ToSql + Sync)> = vec![&now, &tsquery, &selected, &read_at_most];
         params.extend(extra.iter().map(|p| &**p as &(dyn ToSql + Sync)));
+        let mut read_rows = 0usize;
         let mut top = TopK::new(top_k);
         let mut rows = tx
             .query_raw(&statement, params.iter().copied())
             .map_err(pg_error)?;
         while let Some(row) = rows.next().map_err(pg_error)? {
+            read_rows += 1;
+            if read_rows > MAX_KEYWORD_MATCHES {
+                break;
+            }
             let thread_id: i64 = row.try_get(0).map_err(pg_error)?;
             let Some(&thread) = ordinal.get(&thread_id) else {
                 return Err(corrupt(format!("thread {thread_id} was not selected")));
@@ -266,7 +292,10 @@ impl PostgresMemoryStore {
             });
         }
         tx.commit().map_err(pg_error)?;
-        Ok(hits)
+        Ok(KeywordRanking {
+            hits,
+            complete: read_rows <= MAX_KEYWORD_MATCHES,
+        })
     }
 
     /// The vector ranking of [`search_with`](Self::search_with).

@@ -511,6 +511,14 @@ fn search_across(
     output: OutputArg,
 ) -> CliResult {
     let found = service.memory_search_across(input).map_err(ops_error)?;
+    if !found.complete {
+        // On stderr, so that the JSON on stdout stays one document (it carries `complete`).
+        eprintln!(
+            "note: more messages have these words than the {} a keyword ranking reads; the hits \
+             rank the newest of them (narrow --user/--agent/--session, or search rarer words)",
+            mnemon_memory::MAX_KEYWORD_MATCHES
+        );
+    }
     emit(output.format, &found, |f| {
         let mut table = Table::new(&[
             "score", "session", "user", "agent", "index", "id", "name", "content",
