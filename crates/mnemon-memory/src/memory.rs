@@ -162,16 +162,24 @@ pub trait Memory: Send + Sync {
         tokenizer: &dyn Tokenizer,
         options: &BudgetOptions,
     ) -> Result<BudgetRecall, MemoryError> {
-        let candidates = self.get_memory(&MemoryQuery {
-            mark: options.mark.as_deref(),
-            exclude_mark: options.exclude_mark.as_deref(),
-            ..MemoryQuery::default()
-        })?;
-        Ok(recall_tail(
-            candidates,
-            budget,
-            tokenizer,
-            options.per_message_overhead,
-        ))
+        // Only the tail can fit: read the last `window` candidates, and a window four times
+        // larger only while the budget takes every message of the last one. The answer comes
+        // from one read (one snapshot), and equals the tail of every candidate: it stops at
+        // the first message from the end that does not fit, which the window then holds.
+        let mut window = 64usize;
+        loop {
+            let candidates = self.get_memory(&MemoryQuery {
+                recent_n: Some(window),
+                mark: options.mark.as_deref(),
+                exclude_mark: options.exclude_mark.as_deref(),
+                ..MemoryQuery::default()
+            })?;
+            let read = candidates.len();
+            let recall = recall_tail(candidates, budget, tokenizer, options.per_message_overhead);
+            if read < window || recall.messages.len() < read {
+                return Ok(recall);
+            }
+            window = window.saturating_mul(4);
+        }
     }
 }

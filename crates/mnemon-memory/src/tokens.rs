@@ -81,4 +81,54 @@ mod tests {
                 .is_empty()
         );
     }
+
+    proptest::proptest! {
+        /// `Memory::recall_within_budget` reads a growing window from the end: whatever the
+        /// sizes, budget and mark filters, it equals the tail of every candidate.
+        #[test]
+        fn windowed_recall_equals_the_whole_tail(
+            words in proptest::collection::vec((1usize..40, proptest::bool::ANY), 0..400),
+            budget in 0usize..6_000,
+            overhead in 0usize..4,
+            by_mark in 0u8..3,
+        ) {
+            use crate::{InMemoryMemory, Memory, MemoryQuery};
+            let memory = InMemoryMemory::with_factory(test_factory());
+            let inputs: Vec<crate::MsgInput> = words
+                .iter()
+                .enumerate()
+                .map(|(i, (n, _))| {
+                    serde_json::json!({"id": format!("m{i}"), "name": "n",
+                                       "content": vec!["w"; *n].join(" ")})
+                    .into()
+                })
+                .collect();
+            memory.add(inputs).unwrap();
+            let marked: Vec<String> = words
+                .iter()
+                .enumerate()
+                .filter(|(_, (_, mark))| *mark)
+                .map(|(i, _)| format!("m{i}"))
+                .collect();
+            let marked: Vec<&str> = marked.iter().map(String::as_str).collect();
+            memory.mark(&marked, "keep").unwrap();
+            let options = BudgetOptions {
+                per_message_overhead: overhead,
+                mark: (by_mark == 1).then(|| "keep".to_owned()),
+                exclude_mark: (by_mark == 2).then(|| "keep".to_owned()),
+            };
+            let all = memory
+                .get_memory(&MemoryQuery {
+                    mark: options.mark.as_deref(),
+                    exclude_mark: options.exclude_mark.as_deref(),
+                    ..MemoryQuery::default()
+                })
+                .unwrap();
+            let want = recall_tail(all, budget, &WhitespaceTokenizer, overhead);
+            let got = memory
+                .recall_within_budget(budget, &WhitespaceTokenizer, &options)
+                .unwrap();
+            proptest::prop_assert_eq!(got, want);
+        }
+    }
 }
