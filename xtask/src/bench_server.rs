@@ -50,9 +50,12 @@ use tokio::net::TcpStream;
 use crate::bench_stores::{thousands, verdict};
 use crate::cargo;
 
+mod mcp_rust;
+
 const USAGE: &str = "usage: cargo xtask bench server [--clients C[,C…]] [--seconds S] \
                      [--sessions N] [--messages N] [--assets N] [--mix R:A:S] [--mcp-calls N[,N…]] \
-                     [--mcp-concurrency C[,C…]] [--skip-postgres] [--skip-reference]
+                     [--mcp-concurrency C[,C…]] [--mcp-only] [--mnemon PATH] [--skip-postgres] \
+                     [--skip-reference]
   --clients C[,C…]     keep-alive connections of each run (default 8,64; each 1 to 256)
   --seconds S          length of each run (default 10; 0.5 to 120)
   --sessions N         memory sessions seeded, and used by the adds and recalls (default 16)
@@ -63,6 +66,9 @@ const USAGE: &str = "usage: cargo xtask bench server [--clients C[,C…]] [--sec
                        a memory size (default 1000,10000; each 1 to 100000)
   --mcp-concurrency C[,C…]  MCP SDK calls in flight at once, every server (default 1,8;
                        each 1 to 64)
+  --mcp-only           only the MCP client comparison (no REST or raw MCP runs)
+  --mnemon PATH        measure this mnemon binary (default: `cargo build --release -p mnemon`),
+                       e.g. a copy of an earlier build, to compare two versions
   --skip-postgres      SQLite only (no PostgreSQL server)
   --skip-reference     no Node.js reference server (no npm)";
 
@@ -109,6 +115,10 @@ struct Params {
     mcp_calls: Vec<usize>,
     /// The MCP SDK runs' calls in flight.
     mcp_concurrency: Vec<usize>,
+    /// Only the MCP client comparison.
+    mcp_only: bool,
+    /// The binary measured instead of a fresh release build.
+    mnemon: Option<PathBuf>,
     skip_postgres: bool,
     skip_reference: bool,
 }
@@ -124,6 +134,8 @@ fn parse(args: &[String]) -> Result<Option<Params>> {
         mix: [1, 1, 1],
         mcp_calls: vec![1_000, 10_000],
         mcp_concurrency: vec![1, 8],
+        mcp_only: false,
+        mnemon: None,
         skip_postgres: false,
         skip_reference: false,
     };
@@ -193,6 +205,8 @@ fn parse(args: &[String]) -> Result<Option<Params>> {
                     .map(|c| whole("--mcp-concurrency", c.trim(), 1, 64))
                     .collect::<Result<_>>()?;
             }
+            "--mcp-only" => p.mcp_only = true,
+            "--mnemon" => p.mnemon = Some(PathBuf::from(text("--mnemon")?)),
             "--skip-postgres" => p.skip_postgres = true,
             "--skip-reference" => p.skip_reference = true,
             other => bail!("unknown argument {other:?}; {USAGE}"),
@@ -210,7 +224,11 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
     if cargo::rerun_bench_in_release("server", args)? {
         return Ok(());
     }
-    let binary = cargo::release_mnemon()?;
+    let binary = match &params.mnemon {
+        Some(path) if path.is_file() => path.clone(),
+        Some(path) => bail!("--mnemon {}: no such file", path.display()),
+        None => cargo::release_mnemon()?,
+    };
     let target = cargo::target_dir();
     let dir = target.join("bench-server");
     if dir.exists() {
@@ -1035,10 +1053,24 @@ struct Side {
 }
 
 impl Side {
-    /// Every successful call over the time of both phases.
-    fn rate(&self) -> f64 {
-        let calls = self.adds.latencies_us.len() + self.searches.latencies_us.len();
-        calls as f64
+    /// The acknowledged adds the server still held afterwards (all of them when it was not
+    /// counted, as for the null server).
+    fn kept_adds(&self) -> usize {
+        let acknowledged = self.adds.latencies_us.len();
+        self.kept.map_or(acknowledged, |kept| {
+            usize::try_from(kept).map_or(acknowledged, |kept| kept.min(acknowledged))
+        })
+    }
+
+    /// Kept adds over the add phase's wall time: an add acknowledged and then lost is not
+    /// throughput.
+    fn kept_add_rate(&self) -> f64 {
+        self.kept_adds() as f64 / self.adds.wall.as_secs_f64().max(f64::MIN_POSITIVE)
+    }
+
+    /// Kept adds and successful searches over the time of both phases.
+    fn kept_rate(&self) -> f64 {
+        (self.kept_adds() + self.searches.latencies_us.len()) as f64
             / (self.adds.wall + self.searches.wall)
                 .as_secs_f64()
                 .max(f64::MIN_POSITIVE)
@@ -1128,9 +1160,34 @@ impl McpTarget {
     }
 }
 
-/// The MCP SDK client's figures at one memory size and one concurrency.
+/// Which MCP client makes the calls: both drive every target with the same calls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum McpClient {
+    /// The official TypeScript SDK's client in Node.js (xtask/bench/mcp_calls.cjs): what most
+    /// agents use, and the SDK the reference server is built on.
+    Sdk,
+    /// rmcp's client on one thread of this process (bench_server/mcp_rust.rs): a client that
+    /// costs little per call, so that the servers, not the client, set the rate.
+    Rust,
+}
+
+impl McpClient {
+    /// In the order measured and printed.
+    const ALL: [McpClient; 2] = [McpClient::Sdk, McpClient::Rust];
+
+    fn label(self) -> &'static str {
+        match self {
+            McpClient::Sdk => "TypeScript SDK",
+            McpClient::Rust => "rmcp (Rust)",
+        }
+    }
+}
+
+/// One MCP client's figures at one memory size and one concurrency.
 #[derive(Debug)]
 struct McpConfig {
+    /// The client that made the calls.
+    client: McpClient,
     /// Adds, then as many searches.
     calls: usize,
     /// Calls in flight.
@@ -1170,6 +1227,10 @@ fn measure(p: &Params, binary: &Path, dir: &Path, target: &Path) -> Result<Repor
         .enable_all()
         .build()?;
     let mut report = Report::default();
+    if p.mcp_only {
+        report.mcp = Some(measure_mcp(p, binary, dir, target));
+        return Ok(report);
+    }
     let backend_runs =
         |backend: &'static str, server: &ServerProcess, report: &mut Report| -> Result<()> {
             eprintln!("{backend}: seeding ...");
@@ -1259,32 +1320,45 @@ fn measure_mcp(p: &Params, binary: &Path, dir: &Path, target: &Path) -> McpRepor
     let mut n = 0;
     for &concurrency in &p.mcp_concurrency {
         for &calls in &p.mcp_calls {
-            let mut sides = Vec::new();
-            for t in McpTarget::ALL {
-                if t.floor() && calls != smallest {
-                    continue;
-                }
-                n += 1;
-                eprintln!(
-                    "MCP: the SDK client, {calls} adds and {calls} searches, {concurrency} in \
-                     flight, against {} ...",
-                    t.label()
-                );
-                let work = dir.join(format!("mcp-{n}"));
-                let base = json!({"node_dir": node_dir, "calls": calls, "groups": MCP_GROUPS,
-                                  "concurrency": concurrency});
-                let side = mcp_side(t, &base, binary, &index, &script, &null_server, &work)
+            for client in McpClient::ALL {
+                let mut sides = Vec::new();
+                for t in McpTarget::ALL {
+                    if t.floor() && calls != smallest {
+                        continue;
+                    }
+                    n += 1;
+                    eprintln!(
+                        "MCP: the {} client, {calls} adds and {calls} searches, {concurrency} \
+                         in flight, against {} ...",
+                        client.label(),
+                        t.label()
+                    );
+                    let work = dir.join(format!("mcp-{n}"));
+                    let base = json!({"node_dir": node_dir, "calls": calls, "groups": MCP_GROUPS,
+                                      "concurrency": concurrency});
+                    let side = mcp_side(
+                        client,
+                        t,
+                        &base,
+                        binary,
+                        &index,
+                        &script,
+                        &null_server,
+                        &work,
+                    )
                     .map_err(|e| format!("{e:#}"));
-                if let Err(why) = &side {
-                    eprintln!("MCP: {} failed: {why}", t.label());
+                    if let Err(why) = &side {
+                        eprintln!("MCP: {} failed: {why}", t.label());
+                    }
+                    sides.push((t, side));
                 }
-                sides.push((t, side));
+                configs.push(McpConfig {
+                    client,
+                    calls,
+                    concurrency,
+                    sides,
+                });
             }
-            configs.push(McpConfig {
-                calls,
-                concurrency,
-                sides,
-            });
         }
     }
     McpReport {
@@ -1293,8 +1367,10 @@ fn measure_mcp(p: &Params, binary: &Path, dir: &Path, target: &Path) -> McpRepor
     }
 }
 
-/// The SDK client's figures against `t`, on fresh stores under `work`.
+/// `client`'s figures against `t`, on fresh stores under `work`.
+#[allow(clippy::too_many_arguments)]
 fn mcp_side(
+    client: McpClient,
     t: McpTarget,
     base: &serde_json::Value,
     binary: &Path,
@@ -1304,6 +1380,9 @@ fn mcp_side(
     work: &Path,
 ) -> Result<Side> {
     std::fs::create_dir_all(work).with_context(|| format!("creating {}", work.display()))?;
+    if client == McpClient::Rust {
+        return rust_side(t, base, binary, reference, null_server, work);
+    }
     let with = |extra: serde_json::Value| -> serde_json::Value {
         let mut config = base.clone();
         if let (Some(config), Some(extra)) = (config.as_object_mut(), extra.as_object()) {
@@ -1351,6 +1430,89 @@ fn mcp_side(
             node_calls(
                 script,
                 &with(json!({"kind": "null", "transport": "http", "url": server.url})),
+            )
+        }
+    }
+}
+
+/// The rmcp client's figures against `t` (the same servers, stores and calls as the SDK
+/// client's, from `base`'s `calls` and `concurrency`).
+fn rust_side(
+    t: McpTarget,
+    base: &serde_json::Value,
+    binary: &Path,
+    reference: &Path,
+    null_server: &Path,
+    work: &Path,
+) -> Result<Side> {
+    use mcp_rust::{Endpoint, Kind};
+    let calls = base["calls"]
+        .as_u64()
+        .and_then(|c| usize::try_from(c).ok())
+        .context("no calls")?;
+    let concurrency = base["concurrency"]
+        .as_u64()
+        .and_then(|c| usize::try_from(c).ok())
+        .context("no concurrency")?;
+    let stdio = |command: &str, args: Vec<std::ffi::OsString>| Endpoint::Stdio {
+        command: command.into(),
+        args,
+        env: Vec::new(),
+    };
+    match t {
+        McpTarget::MnemonHttp => {
+            let server = ServerProcess::start(binary, work, None)?;
+            let side = mcp_rust::run(
+                Kind::Mnemon,
+                Endpoint::Http(format!("http://{}/mcp", server.addr)),
+                calls,
+                concurrency,
+            );
+            server.stop()?;
+            side
+        }
+        McpTarget::MnemonStdio => mcp_rust::run(
+            Kind::Mnemon,
+            Endpoint::Stdio {
+                command: binary.into(),
+                args: vec![
+                    "--data-dir".into(),
+                    work.join("data").into(),
+                    "mcp".into(),
+                    "--embedding-model".into(),
+                    EMBEDDING_MODEL.into(),
+                ],
+                env: Vec::new(),
+            },
+            calls,
+            concurrency,
+        ),
+        McpTarget::Reference => mcp_rust::run(
+            Kind::Reference,
+            Endpoint::Stdio {
+                command: "node".into(),
+                args: vec![reference.into()],
+                env: vec![(
+                    "MEMORY_FILE_PATH".to_owned(),
+                    work.join("reference-memory.jsonl").into(),
+                )],
+            },
+            calls,
+            concurrency,
+        ),
+        McpTarget::NullStdio => mcp_rust::run(
+            Kind::Null,
+            stdio("node", vec![null_server.into(), "stdio".into()]),
+            calls,
+            concurrency,
+        ),
+        McpTarget::NullHttp => {
+            let server = NullHttpServer::start(null_server)?;
+            mcp_rust::run(
+                Kind::Null,
+                Endpoint::Http(server.url.clone()),
+                calls,
+                concurrency,
             )
         }
     }
@@ -1564,33 +1726,38 @@ fn table(rows: &[Vec<String>]) -> String {
     aligned_table(&HEADERS, 2, rows)
 }
 
-/// The MCP SDK table's columns.
-const MCP_HEADERS: [&str; 10] = [
+/// The MCP table's columns.
+const MCP_HEADERS: [&str; 12] = [
+    "client",
     "server",
     "calls",
     "in flight",
-    "adds/s",
+    "acked adds/s",
+    "kept adds/s",
     "add p50 / p99 ms",
     "searches/s",
     "search p50 / p99 ms",
-    "all calls/s",
+    "kept calls/s",
     "errors",
     "adds kept",
 ];
 
-/// A markdown table of the MCP SDK runs under [`MCP_HEADERS`].
+/// A markdown table of the MCP runs under [`MCP_HEADERS`].
 fn mcp_table(rows: &[Vec<String>]) -> String {
-    aligned_table(&MCP_HEADERS, 1, rows)
+    aligned_table(&MCP_HEADERS, 2, rows)
 }
 
-/// One row of the MCP SDK table: `t`'s figures at `calls` and `concurrency`, or why it has none.
+/// One row of the MCP table: `client`'s figures against `t` at `calls` and `concurrency`, or why
+/// it has none.
 fn mcp_cells(
+    client: McpClient,
     calls: usize,
     concurrency: usize,
     t: McpTarget,
     side: &Result<Side, String>,
 ) -> Vec<String> {
     let mut cells = vec![
+        client.label().to_owned(),
         t.label().to_owned(),
         thousands(calls as f64),
         concurrency.to_string(),
@@ -1598,6 +1765,7 @@ fn mcp_cells(
     match side {
         Ok(s) => cells.extend([
             thousands(s.adds.rate()),
+            thousands(s.kept_add_rate()),
             format!(
                 "{} / {}",
                 ms(percentile_ms(&s.adds.latencies_us, 50.0)),
@@ -1609,7 +1777,7 @@ fn mcp_cells(
                 ms(percentile_ms(&s.searches.latencies_us, 50.0)),
                 ms(percentile_ms(&s.searches.latencies_us, 99.0))
             ),
-            thousands(s.rate()),
+            thousands(s.kept_rate()),
             (s.adds.errors + s.searches.errors).to_string(),
             s.kept.map_or_else(
                 || "–".to_owned(),
@@ -1624,7 +1792,7 @@ fn mcp_cells(
         ]),
         Err(why) => {
             cells.push(format!("failed: {why}"));
-            cells.extend(std::iter::repeat_n(String::new(), 6));
+            cells.extend(std::iter::repeat_n(String::new(), 7));
         }
     }
     cells
@@ -1681,8 +1849,10 @@ fn aligned_table(headers: &[&str], text_columns: usize, rows: &[Vec<String>]) ->
     out
 }
 
-/// One MCP configuration's verdict for one of Mnemon's transports: its adds/s, searches/s and
-/// all calls/s over the reference's, each met only at ≥ 5× with no Mnemon error.
+/// One MCP configuration's verdict for one of Mnemon's transports: its kept adds/s, searches/s
+/// and kept calls/s over the reference's, each met only at ≥ 5× with no Mnemon error. Adds are
+/// judged on the adds each server still held afterwards: an acknowledged add that the server
+/// lost (the reference's concurrent adds overwrite each other) is not throughput.
 fn judge_mcp(mnemon: &Result<Side, String>, reference: Option<&Result<Side, String>>) -> String {
     let mnemon = match mnemon {
         Ok(side) => side,
@@ -1710,13 +1880,17 @@ fn judge_mcp(mnemon: &Result<Side, String>, reference: Option<&Result<Side, Stri
             .map(|kept| (kept, side.adds.latencies_us.len()))
     };
     let mut text = [
-        judged("adds", mnemon.adds.rate(), reference.adds.rate()),
+        judged(
+            "kept adds",
+            mnemon.kept_add_rate(),
+            reference.kept_add_rate(),
+        ),
         judged(
             "searches",
             mnemon.searches.rate(),
             reference.searches.rate(),
         ),
-        judged("all calls", mnemon.rate(), reference.rate()),
+        judged("kept calls", mnemon.kept_rate(), reference.kept_rate()),
     ]
     .join("; ");
     if errors > 0 {
@@ -1724,9 +1898,10 @@ fn judge_mcp(mnemon: &Result<Side, String>, reference: Option<&Result<Side, Stri
     }
     if let Some((kept, acknowledged)) = lost(reference) {
         text.push_str(&format!(
-            " (the reference kept {} of its {} acknowledged adds)",
+            " (the reference kept {} of its {} acknowledged adds; acked adds {}/s)",
             thousands(kept as f64),
-            thousands(acknowledged as f64)
+            thousands(acknowledged as f64),
+            thousands(reference.adds.rate())
         ));
     }
     if let Some((kept, acknowledged)) = lost(mnemon) {
@@ -1800,7 +1975,7 @@ impl Report {
             )
         ));
         let title = format!(
-            "MCP tool calls ≥ {TARGET_MCP_RATIO}× the reference memory server's rate (same SDK \
+            "MCP tool calls ≥ {TARGET_MCP_RATIO}× the reference memory server's rate (same \
              client, same calls)"
         );
         match &self.mcp {
@@ -1815,7 +1990,8 @@ impl Report {
                 for config in configs {
                     for (t, side) in config.sides.iter().filter(|(t, _)| t.judged()) {
                         let head = format!(
-                            "{title}, {} calls, {} in flight, {}",
+                            "{title}, {} client, {} calls, {} in flight, {}",
+                            config.client.label(),
                             thousands(config.calls as f64),
                             config.concurrency,
                             t.label()
@@ -1861,12 +2037,16 @@ impl Report {
         }
         if let Some(mcp) = &self.mcp {
             println!(
-                "\nMCP, the official TypeScript SDK client (xtask/bench/mcp_calls.cjs): N adds \
-                 then N searches over {MCP_GROUPS} sessions / entities, C calls in flight on one \
-                 session, every server on fresh stores; Mnemon: remember, recall (top 5); the \
-                 reference: add_observations, search_nodes (which answers the entity with all \
-                 its observations); client floor: a null server that answers at once (no server \
-                 over that transport can be timed faster by this client):"
+                "\nMCP, two clients making the same calls: the official TypeScript SDK's \
+                 (xtask/bench/mcp_calls.cjs, Node.js) and rmcp's (Rust, one thread of this \
+                 process): N adds then N searches over {MCP_GROUPS} sessions / entities, C calls \
+                 in flight on one session, every server on fresh stores; Mnemon: remember, \
+                 recall (top 5); the reference: add_observations, search_nodes (which answers \
+                 the entity with all its observations); client floor: a null server that \
+                 answers at once (no server over that transport can be timed faster by that \
+                 client). Kept adds: the acknowledged adds the server held afterwards, read back \
+                 through its own tools; kept adds/s and kept calls/s count only those, and the \
+                 targets are judged on them:"
             );
             match &mcp.unavailable {
                 Some(why) => {
@@ -1877,9 +2057,9 @@ impl Report {
                         .configs
                         .iter()
                         .flat_map(|c| {
-                            c.sides
-                                .iter()
-                                .map(|(t, side)| mcp_cells(c.calls, c.concurrency, *t, side))
+                            c.sides.iter().map(|(t, side)| {
+                                mcp_cells(c.client, c.calls, c.concurrency, *t, side)
+                            })
                         })
                         .collect();
                     println!("{}", mcp_table(&rows));
@@ -1930,6 +2110,10 @@ mod tests {
         assert_eq!(p.mcp_calls, vec![50]);
         assert_eq!(p.mcp_concurrency, vec![4, 16]);
         assert!(p.skip_postgres && p.skip_reference);
+        assert!(!p.mcp_only && p.mnemon.is_none());
+        let p = parsed("--mcp-only --mnemon /tmp/mnemon-before");
+        assert!(p.mcp_only);
+        assert_eq!(p.mnemon, Some(PathBuf::from("/tmp/mnemon-before")));
         assert!(matches!(parse(&args("--help")), Ok(None)));
     }
 
@@ -1947,6 +2131,7 @@ mod tests {
             ("--mix 0:0:0", "not all 0"),
             ("--mix a:b:c", "three whole numbers"),
             ("--sessions 0", "1 to 1000"),
+            ("--mnemon", "needs a value"),
             ("--fast", "unknown argument"),
         ] {
             match parse(&args(words)) {
@@ -2213,6 +2398,7 @@ mod tests {
             mcp: Some(McpReport {
                 configs: vec![
                     McpConfig {
+                        client: McpClient::Sdk,
                         calls: 1_000,
                         concurrency: 1,
                         sides: vec![
@@ -2224,6 +2410,7 @@ mod tests {
                         ],
                     },
                     McpConfig {
+                        client: McpClient::Rust,
                         calls: 10_000,
                         concurrency: 8,
                         sides: vec![
@@ -2252,18 +2439,24 @@ mod tests {
         );
         assert!(t[2].contains("8 clients 1,600/s met"), "{}", t[2]);
         assert!(
-            t[3].contains("1,000 calls, 1 in flight, mnemon serve /mcp (HTTP): "),
+            t[3].contains(
+                "TypeScript SDK client, 1,000 calls, 1 in flight, mnemon serve /mcp (HTTP): "
+            ),
             "{}",
             t[3]
         );
-        assert!(t[3].contains("adds 600/s vs 100/s = 6.00× met"), "{}", t[3]);
+        assert!(
+            t[3].contains("kept adds 600/s vs 100/s = 6.00× met"),
+            "{}",
+            t[3]
+        );
         assert!(
             t[3].contains("searches 100/s vs 100/s = 1.00× UNMET"),
             "{}",
             t[3]
         );
         assert!(
-            t[3].contains("all calls 350/s vs 100/s = 3.50× UNMET"),
+            t[3].contains("kept calls 350/s vs 100/s = 3.50× UNMET"),
             "{}",
             t[3]
         );
@@ -2274,9 +2467,9 @@ mod tests {
             "{}",
             t[4]
         );
-        assert!(!t[3].contains("kept"), "nothing lost: {}", t[3]);
+        assert!(!t[3].contains("acknowledged"), "nothing lost: {}", t[3]);
         assert!(
-            t[5].contains("10,000 calls, 8 in flight, mnemon serve /mcp (HTTP): not measured: the reference failed (node died)"),
+            t[5].contains("rmcp (Rust) client, 10,000 calls, 8 in flight, mnemon serve /mcp (HTTP): not measured: the reference failed (node died)"),
             "{}",
             t[5]
         );
@@ -2324,16 +2517,35 @@ mod tests {
     #[test]
     fn the_mcp_table_has_a_row_per_target_and_configuration() {
         let rows = vec![
-            mcp_cells(1_000, 1, McpTarget::MnemonHttp, &Ok(side(600, 300))),
-            mcp_cells(1_000, 1, McpTarget::Reference, &Err("node died".to_owned())),
+            mcp_cells(
+                McpClient::Sdk,
+                1_000,
+                1,
+                McpTarget::MnemonHttp,
+                &Ok(side(600, 300)),
+            ),
+            mcp_cells(
+                McpClient::Rust,
+                1_000,
+                1,
+                McpTarget::Reference,
+                &Err("node died".to_owned()),
+            ),
         ];
         let text = mcp_table(&rows);
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines.len(), 4, "{text}");
         let cells: Vec<&str> = lines[2].split('|').map(str::trim).collect();
         assert_eq!(
-            &cells[1..5],
-            &["mnemon serve /mcp (HTTP)", "1,000", "1", "600"]
+            &cells[1..7],
+            &[
+                "TypeScript SDK",
+                "mnemon serve /mcp (HTTP)",
+                "1,000",
+                "1",
+                "600",
+                "600"
+            ]
         );
         assert!(lines[3].contains("failed: node died"), "{}", lines[3]);
         let width = lines[0].chars().count();
@@ -2347,7 +2559,29 @@ mod tests {
         reference.kept = Some(14);
         let verdict = judge_mcp(&Ok(mnemon), Some(&Ok(reference)));
         assert!(
-            verdict.ends_with("(the reference kept 14 of its 100 acknowledged adds)"),
+            verdict.ends_with(
+                "(the reference kept 14 of its 100 acknowledged adds; acked adds 100/s)"
+            ),
+            "{verdict}"
+        );
+        // Adds are judged on the kept ones, on both sides.
+        assert!(
+            verdict.contains("kept adds 600/s vs 14/s = 42.86× met"),
+            "{verdict}"
+        );
+        let mut lossy = side(600, 600);
+        lossy.kept = Some(60);
+        let verdict = judge_mcp(&Ok(lossy), Some(&Ok(side(100, 100))));
+        assert!(
+            verdict.contains("kept adds 60/s vs 100/s = 0.60× UNMET"),
+            "{verdict}"
+        );
+        assert!(
+            verdict.contains("kept calls 330/s vs 100/s = 3.30× UNMET"),
+            "{verdict}"
+        );
+        assert!(
+            verdict.ends_with("(Mnemon kept 60 of its 600 acknowledged adds)"),
             "{verdict}"
         );
         let report = json!({
@@ -2357,7 +2591,7 @@ mod tests {
         });
         let s = Side::from_report(&report).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(s.kept, Some(1));
-        let row = mcp_cells(1, 1, McpTarget::MnemonStdio, &Ok(s));
+        let row = mcp_cells(McpClient::Rust, 1, 1, McpTarget::MnemonStdio, &Ok(s));
         assert_eq!(row.last().map(String::as_str), Some("1 of 1"));
     }
 
@@ -2374,7 +2608,8 @@ mod tests {
         assert!((s.adds.rate() - 1.0).abs() < 1e-9);
         assert!((s.searches.rate() - 2.0).abs() < 1e-9);
         // 4 calls in 3 s.
-        assert!((s.rate() - 4.0 / 3.0).abs() < 1e-9);
+        assert!((s.kept_rate() - 4.0 / 3.0).abs() < 1e-9);
+        assert!((s.kept_add_rate() - 1.0).abs() < 1e-9);
         assert!(Side::from_report(&json!({"adds": {}})).is_err());
         let negative = json!({
             "adds": {"wall_seconds": 1.0, "seconds": [-1.0], "errors": 0},
