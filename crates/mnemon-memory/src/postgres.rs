@@ -620,9 +620,11 @@ const RECALL_THREAD_SQL: &str = "SELECT t.thread_id, t.live, t.rev,
 /// by pgvector's distance, and then every candidate that waits for the background indexer
 /// (`postgres/indexer.rs`), outside the index, all to be scored exactly (up to
 /// [`PENDING_SCAN_MAX`] of them; one more says there are too many). Each row: seq, id,
-/// `embedding` (the vector, or NULL when the mirror has them), whether it is pending. The
-/// dimension is formatted into the text: the partial index is chosen only when its predicate
-/// appears literally.
+/// `embedding` (the vector, or NULL when the mirror has them; always NULL for a pending row,
+/// read afterwards only when there are few enough of them to score: a thread whose embeddings
+/// were just stored may have tens of thousands pending, and reading each one's vector only to
+/// give up cost more than the exact scan), whether it is pending. The dimension is formatted
+/// into the text: the partial index is chosen only when its predicate appears literally.
 fn shortlist_sql(dim: usize, embedding: &str) -> &'static str {
     let scan_limit = PENDING_SCAN_MAX + 1;
     interned(format!(
@@ -633,7 +635,7 @@ fn shortlist_sql(dim: usize, embedding: &str) -> &'static str {
           ORDER BY m.embedding_v::vector({dim}) <=> $3::vector({dim})
           LIMIT $4)
          UNION ALL
-         (SELECT m.seq, m.msg_id, {embedding}, true FROM memory_messages m
+         (SELECT m.seq, m.msg_id, NULL::vector, true FROM memory_messages m
           WHERE m.thread_id = $1 AND m.pending_dim = {dim}
             AND ($2::text IS NULL OR EXISTS (SELECT 1 FROM memory_marks k
                  WHERE k.thread_id = m.thread_id AND k.msg_id = m.msg_id AND k.mark = $2))
@@ -2611,6 +2613,32 @@ impl PostgresMemory {
             // The index's filtered shortlist came up short: score everything instead.
             return Ok(None);
         }
+        // The pending rows' vectors, when the mirror does not have them: now that there are
+        // few enough of them to score.
+        let mut pending_vectors: HashMap<i64, Vec<f32>> = HashMap::new();
+        if mirror.is_none() {
+            let mut pending_seqs = Vec::new();
+            for row in &rows {
+                if row.try_get::<_, bool>(3).map_err(pg_error)? {
+                    pending_seqs.push(row.try_get::<_, i64>(0).map_err(pg_error)?);
+                }
+            }
+            if !pending_seqs.is_empty() {
+                for row in tx
+                    .query(
+                        "SELECT seq, embedding_v FROM memory_messages
+                         WHERE thread_id = $1 AND seq = ANY($2)",
+                        &[&thread_id, &pending_seqs],
+                    )
+                    .map_err(pg_error)?
+                {
+                    let stored: Option<StoredFloats> = row.try_get(1).map_err(pg_error)?;
+                    if let Some(stored) = stored {
+                        pending_vectors.insert(row.try_get(0).map_err(pg_error)?, stored.0);
+                    }
+                }
+            }
+        }
         // Exact scores; ties and order by `seq`, which orders messages as their indices do.
         let mut scored = Vec::with_capacity(rows.len());
         for row in &rows {
@@ -2623,6 +2651,9 @@ impl PostgresMemory {
                         .and_then(|i| mirror.state.entries().get(i))
                         .and_then(Entry::embedding);
                     (embedding, index)
+                }
+                None if row.try_get::<_, bool>(3).map_err(pg_error)? => {
+                    (pending_vectors.remove(&seq), None)
                 }
                 None => {
                     let stored: Option<StoredFloats> = row.try_get(2).map_err(pg_error)?;

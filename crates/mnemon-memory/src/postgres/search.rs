@@ -70,7 +70,8 @@ fn pg_param(param: SqlParam) -> Box<dyn ToSql + Sync> {
 /// The shortlist: the selected threads' indexed messages of dimension `dim` closest to `$5`
 /// through its HNSW index, the closest `$6` by pgvector's distance, then every selected message
 /// waiting for the background indexer (up to [`PENDING_SCAN_MAX`]; one more says too many).
-/// Each row: thread, seq, vector, whether pending. The dimension is in the text: the partial
+/// Each row: thread, seq, vector (NULL for a pending one: read afterwards, only when they are
+/// few enough to score), whether pending. The dimension is in the text: the partial
 /// index is chosen only when its predicate appears literally.
 fn shortlist_sql(dim: usize) -> &'static str {
     let scan_limit = PENDING_SCAN_MAX + 1;
@@ -81,7 +82,7 @@ fn shortlist_sql(dim: usize) -> &'static str {
           ORDER BY m.embedding_v::vector({dim}) <=> $5::vector({dim})
           LIMIT $6)
          UNION ALL
-         (SELECT m.thread_id, m.seq, m.embedding_v, true
+         (SELECT m.thread_id, m.seq, NULL::vector, true
           FROM memory_messages m JOIN memory_threads t ON t.thread_id = m.thread_id
           WHERE m.pending_dim = {dim} AND {FILTER}
           LIMIT {scan_limit})"
@@ -573,11 +574,44 @@ impl PostgresMemoryStore {
         if !enough(indexed, rows.len()) || rows.len() < k {
             return Ok(None);
         }
+        // The pending rows' vectors, now that there are few enough of them to score.
+        let mut pending: (Vec<i64>, Vec<i64>) = (Vec::new(), Vec::new());
+        for row in &rows {
+            if row.try_get::<_, bool>(3).map_err(pg_error)? {
+                pending.0.push(row.try_get(0).map_err(pg_error)?);
+                pending.1.push(row.try_get(1).map_err(pg_error)?);
+            }
+        }
+        let mut pending_vectors: HashMap<(i64, i64), StoredFloats> = HashMap::new();
+        if !pending.0.is_empty() {
+            for row in tx
+                .query(
+                    "SELECT m.thread_id, m.seq, m.embedding_v
+                     FROM unnest($1::bigint[], $2::bigint[]) AS p(thread_id, seq)
+                     JOIN memory_messages m ON m.thread_id = p.thread_id AND m.seq = p.seq",
+                    &[&pending.0, &pending.1],
+                )
+                .map_err(pg_error)?
+            {
+                let stored: Option<StoredFloats> = row.try_get(2).map_err(pg_error)?;
+                if let Some(stored) = stored {
+                    let key = (
+                        row.try_get(0).map_err(pg_error)?,
+                        row.try_get(1).map_err(pg_error)?,
+                    );
+                    pending_vectors.insert(key, stored);
+                }
+            }
+        }
         let mut top = TopK::new(k);
         for row in &rows {
             let thread_id: i64 = row.try_get(0).map_err(pg_error)?;
             let seq: i64 = row.try_get(1).map_err(pg_error)?;
-            let stored: Option<StoredFloats> = row.try_get(2).map_err(pg_error)?;
+            let stored: Option<StoredFloats> = if row.try_get::<_, bool>(3).map_err(pg_error)? {
+                pending_vectors.remove(&(thread_id, seq))
+            } else {
+                row.try_get(2).map_err(pg_error)?
+            };
             let (Some(stored), Some(&thread)) = (stored, ordinal.get(&thread_id)) else {
                 return Ok(None);
             };
