@@ -24,8 +24,8 @@ use postgres::types::ToSql;
 
 use super::{
     HNSW_MAX_DIM, HNSW_MAX_EF_SEARCH, PENDING_SCAN_MAX, PgVector, PostgresMemoryStore,
-    RESCORE_MARGIN, StoredFloats, VectorMode, corrupt, interned, model_mismatch, pg_error,
-    read_retrieved, retrieved_sql, seq_key, snapshot,
+    RESCORE_MARGIN, StoredFloats, VectorMode, corrupt, interned, message_columns, model_mismatch,
+    pg_error, row_entry, seq_key, snapshot,
 };
 use crate::error::MemoryError;
 use crate::exact;
@@ -87,6 +87,76 @@ fn shortlist_sql(dim: usize) -> &'static str {
           WHERE m.pending_dim = {dim} AND {FILTER}
           LIMIT {scan_limit})"
     ))
+}
+
+/// The statement of [`read_winners`]: `$1` the threads, `$2` the seqs (pairwise), `$3` the
+/// clock's now. Each row: the message's columns, its seq, its thread, its index (as the
+/// per-thread read computes it: gaps and expired rows before it do not count).
+fn winners_sql(vectors: bool) -> &'static str {
+    interned(format!(
+        "SELECT {}, m.seq, m.thread_id,
+            m.seq - f.lo - (SELECT count(*) FROM memory_gaps g
+                            WHERE g.thread_id = m.thread_id AND g.seq > f.lo AND g.seq < m.seq)
+              - (SELECT count(*) FROM memory_messages x
+                 WHERE x.thread_id = m.thread_id AND x.expires_at <= $3 AND x.seq < m.seq)
+         FROM unnest($1::bigint[], $2::bigint[]) AS w(thread_id, seq)
+         JOIN memory_messages m ON m.thread_id = w.thread_id AND m.seq = w.seq
+         CROSS JOIN LATERAL (SELECT min(seq) AS lo FROM memory_messages
+                             WHERE thread_id = w.thread_id) AS f",
+        message_columns(vectors)
+    ))
+}
+
+impl PostgresMemoryStore {
+    /// The winners' hits, in their order, from one statement whatever their threads: a
+    /// search's hits may come from as many threads as there are hits, and a round trip each
+    /// was most of a hybrid search's time (its 100 candidates per ranking).
+    fn read_winners(
+        &self,
+        tx: &mut Transaction<'_>,
+        winners: &[Candidate],
+        threads: &[(i64, [String; 3])],
+        now: i64,
+    ) -> Result<Vec<SearchHit>, MemoryError> {
+        let vectors = matches!(self.vector, VectorMode::Pgvector { .. });
+        let mut ids = Vec::with_capacity(winners.len());
+        for w in winners {
+            let Some((id, _)) = threads.get(w.thread) else {
+                return Err(corrupt(format!("no thread at {}", w.thread)));
+            };
+            ids.push(*id);
+        }
+        let seqs: Vec<i64> = winners.iter().map(|w| w.seq).collect();
+        let rows = tx
+            .query(winners_sql(vectors), &[&ids, &seqs, &now])
+            .map_err(pg_error)?;
+        let mut by_key = HashMap::with_capacity(rows.len());
+        for row in &rows {
+            let key: (i64, i64) = (
+                row.try_get(7).map_err(pg_error)?,
+                row.try_get(6).map_err(pg_error)?,
+            );
+            by_key.insert(key, row);
+        }
+        let mut hits = Vec::with_capacity(winners.len());
+        for (w, id) in winners.iter().zip(&ids) {
+            let (Some(row), Some((_, [user, agent, session]))) =
+                (by_key.get(&(*id, w.seq)), threads.get(w.thread))
+            else {
+                return Err(corrupt("a found message vanished from its snapshot".into()));
+            };
+            let index: i64 = row.try_get(8).map_err(pg_error)?;
+            let index = usize::try_from(index)
+                .map_err(|_| corrupt(format!("message at seq {} has index {index}", w.seq)))?;
+            hits.push(SearchHit {
+                scope: Scope::from_columns(user.clone(), agent.clone(), session.clone()),
+                index,
+                score: w.score,
+                message: row_entry(&self.factory, row, index, Vec::new())?.message(),
+            });
+        }
+        Ok(hits)
+    }
 }
 
 /// A selected thread.
@@ -314,30 +384,7 @@ impl PostgresMemoryStore {
                 winners
             }
         };
-        let vectors = matches!(self.vector, VectorMode::Pgvector { .. });
-        let read = tx.prepare(retrieved_sql(vectors)).map_err(pg_error)?;
-        let mut hits = Vec::with_capacity(winners.len());
-        for winner in winners {
-            let Some((thread_id, [user, agent, session])) = threads.get(winner.thread) else {
-                return Err(corrupt(format!("no thread at {}", winner.thread)));
-            };
-            let found = read_retrieved(
-                &mut tx,
-                &read,
-                *thread_id,
-                &self.factory,
-                vec![(winner.score, winner.seq)],
-                now,
-            )?
-            .and_then(|mut found| found.pop())
-            .ok_or_else(|| corrupt("a found message vanished from its snapshot".into()))?;
-            hits.push(SearchHit {
-                scope: Scope::from_columns(user.clone(), agent.clone(), session.clone()),
-                index: found.index,
-                score: winner.score,
-                message: found.message,
-            });
-        }
+        let hits = self.read_winners(&mut tx, &winners, &threads, now)?;
         tx.commit().map_err(pg_error)?;
         Ok(KeywordRanking {
             hits,
@@ -447,42 +494,10 @@ impl PostgresMemoryStore {
                 self.cached_scan(&mut tx, &threads, &query, top_k, now, check.as_ref())?
             }
         };
-        // The winners' messages and indices, a statement per thread.
-        let retrieved = retrieved_sql(vectors);
-        let statement = tx.prepare(retrieved).map_err(pg_error)?;
-        let mut by_thread: HashMap<usize, Vec<(f64, i64)>> = HashMap::new();
-        for w in &winners {
-            by_thread
-                .entry(w.thread)
-                .or_default()
-                .push((w.score, w.seq));
-        }
-        let mut found = HashMap::with_capacity(winners.len());
-        for (thread, scored) in by_thread {
-            let Some(t) = threads.get(thread) else {
-                return Err(corrupt(format!("no thread at {thread}")));
-            };
-            let seqs: Vec<i64> = scored.iter().map(|&(_, seq)| seq).collect();
-            let read = read_retrieved(&mut tx, &statement, t.id, &self.factory, scored, now)?
-                .ok_or_else(|| corrupt("a found message vanished from its snapshot".into()))?;
-            for (seq, r) in seqs.into_iter().zip(read) {
-                found.insert((thread, seq), r);
-            }
-        }
-        let mut hits = Vec::with_capacity(winners.len());
-        for w in winners {
-            let (Some(r), Some(t)) = (found.remove(&(w.thread, w.seq)), threads.get(w.thread))
-            else {
-                return Err(corrupt(format!("message at seq {} not read", w.seq)));
-            };
-            let [user, agent, session] = t.columns.clone();
-            hits.push(SearchHit {
-                scope: Scope::from_columns(user, agent, session),
-                index: r.index,
-                score: w.score,
-                message: r.message,
-            });
-        }
+        // The winners' messages and indices, in one statement.
+        let listed: Vec<(i64, [String; 3])> =
+            threads.iter().map(|t| (t.id, t.columns.clone())).collect();
+        let hits = self.read_winners(&mut tx, &winners, &listed, now)?;
         tx.commit().map_err(pg_error)?;
         Ok(hits)
     }
