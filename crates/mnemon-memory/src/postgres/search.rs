@@ -491,7 +491,18 @@ impl PostgresMemoryStore {
                     }
                     None => None,
                 };
-                self.cached_scan(&mut tx, &threads, &query, top_k, now, check.as_ref())?
+                let pooled = match (&matches, &check) {
+                    (Some(matches), Some((_, values))) => self.filtered_from_pool(
+                        &mut tx, &threads, &query, top_k, now, matches, values,
+                    )?,
+                    _ => None,
+                };
+                match pooled {
+                    Some(winners) => winners,
+                    None => {
+                        self.cached_scan(&mut tx, &threads, &query, top_k, now, check.as_ref())?
+                    }
+                }
             }
         };
         // The winners' messages and indices, in one statement.
@@ -654,6 +665,10 @@ const OTHER_MODEL_OF_THREADS_SQL: &str = "SELECT o.embedding_model
    LIMIT 1) AS o
  LIMIT 1";
 
+/// How many unfiltered candidates per hit a filtered search first scores and checks at once
+/// (`filtered_from_pool`).
+const POOL_PER_HIT: usize = 4;
+
 /// A filter's check of one row (`$1` thread, `$2` seq) and the filter's values.
 type Check = (postgres::Statement, Vec<Box<dyn ToSql + Sync>>);
 
@@ -702,6 +717,66 @@ impl PostgresMemoryStore {
         }
         drop(rows);
         Ok(self.vectors.insert(thread_id, read, scan_start))
+    }
+
+    /// A filtered exact scan in two statements when the filter lets enough through: the best
+    /// `POOL_PER_HIT × k` (at least 64) candidates unfiltered, then the filter checked for all
+    /// of them in one statement; their first `k` that pass are the filtered top `k` (every
+    /// other row ranks after all of them), and so are all that pass when the pool held every
+    /// candidate. `None` when fewer pass, or when a row has a vector of another length (whether
+    /// that is an error depends on the filter): the lazy scan of [`cached_scan`] then answers,
+    /// which checks the filter row by row, a round trip each (hundreds for a deep search).
+    #[allow(clippy::too_many_arguments)]
+    fn filtered_from_pool(
+        &self,
+        tx: &mut Transaction<'_>,
+        threads: &[Thread],
+        query: &[f32],
+        k: usize,
+        now: i64,
+        matches: &str,
+        values: &[Box<dyn ToSql + Sync>],
+    ) -> Result<Option<Vec<Candidate>>, MemoryError> {
+        let wide = k.saturating_mul(POOL_PER_HIT).max(64);
+        let pool = match self.cached_scan(tx, threads, query, wide, now, None) {
+            Ok(pool) => pool,
+            Err(MemoryError::DimensionMismatch { .. }) => return Ok(None),
+            Err(other) => return Err(other),
+        };
+        let mut ids = Vec::with_capacity(pool.len());
+        for c in &pool {
+            let Some(t) = threads.get(c.thread) else {
+                return Err(corrupt(format!("no thread at {}", c.thread)));
+            };
+            ids.push(t.id);
+        }
+        let seqs: Vec<i64> = pool.iter().map(|c| c.seq).collect();
+        let check = tx
+            .prepare(&format!(
+                "SELECT m.thread_id, m.seq
+                 FROM unnest($1::bigint[], $2::bigint[]) AS c(thread_id, seq)
+                 JOIN memory_messages m ON m.thread_id = c.thread_id AND m.seq = c.seq
+                 WHERE {matches}"
+            ))
+            .map_err(pg_error)?;
+        let mut params: Vec<&(dyn ToSql + Sync)> = vec![&ids, &seqs];
+        params.extend(values.iter().map(|p| &**p as &(dyn ToSql + Sync)));
+        let passed: std::collections::HashSet<(i64, i64)> = tx
+            .query(&check, &params)
+            .map_err(pg_error)?
+            .iter()
+            .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
+            .collect::<Result<_, postgres::Error>>()
+            .map_err(pg_error)?;
+        let whole = pool.len() < wide;
+        let winners: Vec<Candidate> = pool
+            .iter()
+            .zip(&ids)
+            .filter(|(c, id)| passed.contains(&(**id, c.seq)))
+            .map(|(c, _)| *c)
+            .take(k)
+            .collect();
+        Ok((winners.len() == k || whole).then_some(winners))
     }
 
     /// The exact scan: the winners of scoring every live message of `threads` (in their tie
