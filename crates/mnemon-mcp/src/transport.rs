@@ -83,14 +83,19 @@ where
 
 /// Serves one MCP session over stdin and stdout until the client closes it (what `mnemon mcp`
 /// runs). Nothing else may write to stdout meanwhile: logs go to stderr.
+///
+/// When both streams are pipes (as an MCP client starts a server), they are read and written
+/// through tokio's non-blocking pipe driver (`rmcp::transport::stdio_pipes`), not tokio's
+/// `Stdin`/`Stdout`, which hand every read and every write to the blocking thread pool: two
+/// thread hand-offs a call saved (docs/reference/mcp.md#throughput). Anything else (a file, a
+/// terminal) falls back to the blocking handles.
 pub async fn serve_stdio(server: MnemonMcp) -> Result<(), McpError> {
-    let running =
-        server
-            .serve(rmcp::transport::stdio())
-            .await
-            .map_err(|e| McpError::Initialize {
-                detail: e.to_string(),
-            })?;
+    let running = server
+        .serve(rmcp::transport::stdio_pipes())
+        .await
+        .map_err(|e| McpError::Initialize {
+            detail: e.to_string(),
+        })?;
     running.waiting().await.map_err(|e| McpError::Session {
         detail: e.to_string(),
     })?;
