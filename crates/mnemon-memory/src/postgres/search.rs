@@ -159,6 +159,21 @@ impl PostgresMemoryStore {
     }
 }
 
+/// Planner settings for the rest of a search's transaction: no sequential scan, hash or merge
+/// join. Every other statement of a search looks rows up by key from a bounded list (the
+/// selected threads, the winners, a pool of candidates), for which a nested loop over the
+/// primary key is right at any size; before a table's first `ANALYZE` (a namespace just
+/// imported, for up to autovacuum's naptime) the planner, guessing sizes, hashed the whole
+/// table instead (100,000 rows read to fetch 100 winners). The keyword query keeps the GIN
+/// index or the primary key, and the HNSW shortlist sets its own.
+fn key_lookups(tx: &mut Transaction<'_>) -> Result<(), MemoryError> {
+    tx.batch_execute(
+        "SET LOCAL enable_seqscan = off; SET LOCAL enable_hashjoin = off;
+         SET LOCAL enable_mergejoin = off",
+    )
+    .map_err(pg_error)
+}
+
 /// A selected thread.
 struct Thread {
     id: i64,
@@ -307,6 +322,7 @@ impl PostgresMemoryStore {
         // stay in memory; with statistics the primary key is read backwards and nothing sorts.
         tx.batch_execute("SET LOCAL work_mem = '64MB'")
             .map_err(pg_error)?;
+        key_lookups(&mut tx)?;
         let mut read_rows = 0usize;
         let mut candidates = Vec::new();
         let mut rows = tx
@@ -417,6 +433,7 @@ impl PostgresMemoryStore {
         let filter: [&(dyn ToSql + Sync); 4] = [&namespace, &user, &agent, &session];
         let mut client = self.client()?;
         let mut tx = snapshot(&mut client)?;
+        key_lookups(&mut tx)?;
         let rows = if vectors {
             let dim = i32::try_from(query.len()).unwrap_or(i32::MAX);
             let mut params = filter.to_vec();
