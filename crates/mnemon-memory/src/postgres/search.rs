@@ -174,6 +174,45 @@ fn key_lookups(tx: &mut Transaction<'_>) -> Result<(), MemoryError> {
     .map_err(pg_error)
 }
 
+/// The check of a filter (its SQL `matches`, over a message row `m`) for a batch of rows: `$1`
+/// their threads, `$2` their seqs, pairwise; the filter's values follow. Each row: the thread
+/// and seq of one that passes.
+fn batch_check_sql(matches: &str) -> String {
+    format!(
+        "SELECT m.thread_id, m.seq
+         FROM unnest($1::bigint[], $2::bigint[]) AS c(thread_id, seq)
+         JOIN memory_messages m ON m.thread_id = c.thread_id AND m.seq = c.seq
+         WHERE {matches}"
+    )
+}
+
+/// Those of `candidates` (in their order; `ids` their threads' ids) that pass the filter
+/// `check` (a [`batch_check_sql`] statement, with the filter's `values`), in one statement.
+fn passing(
+    tx: &mut Transaction<'_>,
+    check: &postgres::Statement,
+    values: &[Box<dyn ToSql + Sync>],
+    candidates: &[Candidate],
+    ids: &[i64],
+) -> Result<Vec<Candidate>, MemoryError> {
+    let seqs: Vec<i64> = candidates.iter().map(|c| c.seq).collect();
+    let mut params: Vec<&(dyn ToSql + Sync)> = vec![&ids, &seqs];
+    params.extend(values.iter().map(|p| &**p as &(dyn ToSql + Sync)));
+    let passed: std::collections::HashSet<(i64, i64)> = tx
+        .query(check, &params)
+        .map_err(pg_error)?
+        .iter()
+        .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
+        .collect::<Result<_, postgres::Error>>()
+        .map_err(pg_error)?;
+    Ok(candidates
+        .iter()
+        .zip(ids)
+        .filter(|(c, id)| passed.contains(&(**id, c.seq)))
+        .map(|(c, _)| *c)
+        .collect())
+}
+
 /// A selected thread.
 struct Thread {
     id: i64,
@@ -359,14 +398,7 @@ impl PostgresMemoryStore {
             // checks (each parses a body) when the filter lets many through.
             Some(matches) => {
                 candidates.sort_by(Candidate::order);
-                let check = tx
-                    .prepare(&format!(
-                        "SELECT m.thread_id, m.seq
-                         FROM unnest($1::bigint[], $2::bigint[]) AS c(thread_id, seq)
-                         JOIN memory_messages m ON m.thread_id = c.thread_id AND m.seq = c.seq
-                         WHERE {matches}"
-                    ))
-                    .map_err(pg_error)?;
+                let check = tx.prepare(&batch_check_sql(matches)).map_err(pg_error)?;
                 let mut winners = Vec::with_capacity(top_k);
                 let mut batch = top_k.saturating_mul(2).max(64);
                 let mut rest = candidates.as_slice();
@@ -378,24 +410,8 @@ impl PostgresMemoryStore {
                         .iter()
                         .map(|c| threads.get(c.thread).map_or(0, |t| t.0))
                         .collect();
-                    let seqs: Vec<i64> = now_checked.iter().map(|c| c.seq).collect();
-                    let mut params: Vec<&(dyn ToSql + Sync)> = vec![&thread_ids, &seqs];
-                    params.extend(extra.iter().map(|p| &**p as &(dyn ToSql + Sync)));
-                    let passed: std::collections::HashSet<(i64, i64)> = tx
-                        .query(&check, &params)
-                        .map_err(pg_error)?
-                        .iter()
-                        .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
-                        .collect::<Result<_, postgres::Error>>()
-                        .map_err(pg_error)?;
-                    winners.extend(
-                        now_checked
-                            .iter()
-                            .zip(&thread_ids)
-                            .filter(|(c, t)| passed.contains(&(**t, c.seq)))
-                            .map(|(c, _)| *c)
-                            .take(top_k - winners.len()),
-                    );
+                    let passed = passing(&mut tx, &check, &extra, now_checked, &thread_ids)?;
+                    winners.extend(passed.into_iter().take(top_k - winners.len()));
                 }
                 winners
             }
@@ -767,32 +783,10 @@ impl PostgresMemoryStore {
             };
             ids.push(t.id);
         }
-        let seqs: Vec<i64> = pool.iter().map(|c| c.seq).collect();
-        let check = tx
-            .prepare(&format!(
-                "SELECT m.thread_id, m.seq
-                 FROM unnest($1::bigint[], $2::bigint[]) AS c(thread_id, seq)
-                 JOIN memory_messages m ON m.thread_id = c.thread_id AND m.seq = c.seq
-                 WHERE {matches}"
-            ))
-            .map_err(pg_error)?;
-        let mut params: Vec<&(dyn ToSql + Sync)> = vec![&ids, &seqs];
-        params.extend(values.iter().map(|p| &**p as &(dyn ToSql + Sync)));
-        let passed: std::collections::HashSet<(i64, i64)> = tx
-            .query(&check, &params)
-            .map_err(pg_error)?
-            .iter()
-            .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
-            .collect::<Result<_, postgres::Error>>()
-            .map_err(pg_error)?;
+        let check = tx.prepare(&batch_check_sql(matches)).map_err(pg_error)?;
         let whole = pool.len() < wide;
-        let winners: Vec<Candidate> = pool
-            .iter()
-            .zip(&ids)
-            .filter(|(c, id)| passed.contains(&(**id, c.seq)))
-            .map(|(c, _)| *c)
-            .take(k)
-            .collect();
+        let mut winners = passing(tx, &check, values, &pool, &ids)?;
+        winners.truncate(k);
         Ok((winners.len() == k || whole).then_some(winners))
     }
 
