@@ -15,13 +15,17 @@
 //!   and recall (`POST /v1/memory/sessions/{s}/search`, a text query, top 5) in the `--mix`
 //!   proportions (default equal thirds), into the seeded sessions (which grow as the run adds).
 //!
-//! MCP, side by side on a fresh SQLite server: the official MCP TypeScript SDK's client
-//! (xtask/bench/mcp_calls.cjs) makes `--mcp-calls` adds and then as many searches against
-//! `mnemon serve`'s `/mcp` (`remember`, `recall`) and against the reference memory server
+//! MCP, side by side on fresh stores: two clients, the official MCP TypeScript SDK's
+//! (xtask/bench/mcp_calls.cjs, Node.js) and rmcp's (bench_server/mcp_rust.rs, one thread of
+//! this process, so that a client's own per-call cost does not set the rate), each make
+//! `--mcp-calls` adds and then as many searches against `mnemon serve`'s `/mcp` and `mnemon mcp`
+//! over stdio (`remember`, `recall`), against the reference memory server
 //! `@modelcontextprotocol/server-memory` from npm over stdio (`add_observations`,
-//! `search_nodes`), spread over the same 16 groups (sessions / entities); and the same raw
-//! HTTP client as above sends `tools/call` requests (`remember` and `recall`, half each) to
-//! `/mcp` from each count of `--clients` for `--seconds`.
+//! `search_nodes`), spread over the same 16 groups (sessions / entities), and against a null
+//! server (the client's floor); afterwards each counts the adds the server kept, and adds are
+//! judged on the kept ones. And the same raw HTTP client as above sends `tools/call` requests
+//! (`remember` and `recall`, half each) to `/mcp` from each count of `--clients` for
+//! `--seconds`.
 //!
 //! Every run reports answers/s (2xx answers over the wall time), p50 and p99 latency, errors
 //! (non-2xx, I/O, MCP tool errors), the server's RSS sampled every 100 ms (start, peak, end) and
