@@ -130,6 +130,16 @@ pub struct Recalled {
 pub struct RecallOutput {
     /// With a query: the closest messages, best first; without: the latest, oldest first.
     pub messages: Vec<Recalled>,
+    /// `false` when a keyword or hybrid recall found its words in more messages than the
+    /// 10,000 newest it ranks, so an older one might have ranked higher: narrow the session,
+    /// user or agent, or use rarer words. Always `true` otherwise.
+    #[serde(default = "complete_by_default")]
+    pub complete: bool,
+}
+
+/// An answer without `complete` ranked every match.
+fn complete_by_default() -> bool {
+    true
 }
 
 /// Input of `forget`.
@@ -422,6 +432,7 @@ fn recall(service: &Service, input: RecallInput) -> Result<RecallOutput, Failure
             include_embeddings: false,
         })?;
         return Ok(RecallOutput {
+            complete: true,
             messages: got
                 .messages
                 .into_iter()
@@ -453,6 +464,7 @@ fn recall(service: &Service, input: RecallInput) -> Result<RecallOutput, Failure
             include_embeddings: false,
         })?;
         return Ok(RecallOutput {
+            complete: true,
             messages: hits
                 .hits
                 .into_iter()
@@ -489,6 +501,7 @@ fn recall(service: &Service, input: RecallInput) -> Result<RecallOutput, Failure
         include_embeddings: false,
     })?;
     Ok(RecallOutput {
+        complete: found.complete,
         messages: found
             .hits
             .into_iter()
