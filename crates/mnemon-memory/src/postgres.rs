@@ -1006,7 +1006,7 @@ impl PostgresMemoryStore {
         scope: Scope,
     ) -> Result<Option<PostgresMemory>, MemoryError> {
         let mut client = self.client()?;
-        let mut tx = client.transaction().map_err(pg_error)?;
+        let mut tx = client.transaction_cached().map_err(pg_error)?;
         let found = thread_row(&mut tx, &self.namespace, &scope)?.is_some();
         tx.commit().map_err(pg_error)?;
         Ok(found.then(|| self.handle(scope)))
@@ -1327,19 +1327,21 @@ fn corrupt(detail: String) -> MemoryError {
     }
 }
 
-/// The thread's `(thread_id, rev)` in `namespace`, without locking it.
+/// The statement of [`thread_row`]: `$1` the namespace, `$2`–`$4` the scope's columns.
+const THREAD_ROW_SQL: &str = "SELECT thread_id, rev FROM memory_threads
+     WHERE namespace = $1 AND user_id = $2 AND agent_id = $3 AND session_id = $4";
+
+/// The thread's `(thread_id, rev)` in `namespace`, without locking it. Prepared once per
+/// connection: every read of a handle starts here.
 fn thread_row(
-    tx: &mut Transaction<'_>,
+    tx: &mut CachedTransaction<'_>,
     namespace: &Namespace,
     scope: &Scope,
 ) -> Result<Option<(i64, i64)>, MemoryError> {
     let [user, agent, session] = scope.columns()?;
+    let statement = tx.prepare_cached(THREAD_ROW_SQL).map_err(pg_error)?;
     let row = tx
-        .query_opt(
-            "SELECT thread_id, rev FROM memory_threads
-             WHERE namespace = $1 AND user_id = $2 AND agent_id = $3 AND session_id = $4",
-            &[&namespace.as_str(), &user, &agent, &session],
-        )
+        .query_opt(&statement, &[&namespace.as_str(), &user, &agent, &session])
         .map_err(pg_error)?;
     row.map(|r| {
         Ok((
@@ -1383,15 +1385,20 @@ fn lock_thread(
         None => {
             // Two processes may create it at once: the loser's insert does nothing, and its
             // select then waits for the winner's commit.
+            let insert = tx
+                .prepare_cached(
+                    // A new thread's creation is its first activity.
+                    concat!(
+                        "INSERT INTO memory_threads
+                           (namespace, user_id, agent_id, session_id, created_at, last_active_ms)
+                         VALUES ($1, $2, $3, $4, $5, ",
+                        now_ms_sql!(),
+                        ") ON CONFLICT (namespace, user_id, agent_id, session_id) DO NOTHING"
+                    ),
+                )
+                .map_err(pg_error)?;
             tx.execute(
-                // A new thread's creation is its first activity.
-                concat!(
-                    "INSERT INTO memory_threads
-                       (namespace, user_id, agent_id, session_id, created_at, last_active_ms)
-                     VALUES ($1, $2, $3, $4, $5, ",
-                    now_ms_sql!(),
-                    ") ON CONFLICT (namespace, user_id, agent_id, session_id) DO NOTHING"
-                ),
+                &insert,
                 &[&namespace.as_str(), &user, &agent, &session, &factory.now()],
             )
             .map_err(pg_error)?;
@@ -1409,32 +1416,22 @@ fn lock_thread(
 /// Empties a locked thread: its messages (their marks cascade), gaps and dimension counts, and
 /// restarts its seqs at 1 (no message is left to be confused with a reused seq).
 fn clear_thread(
-    tx: &mut Transaction<'_>,
+    tx: &mut CachedTransaction<'_>,
     thread_id: i64,
     vectors: bool,
 ) -> Result<(), MemoryError> {
-    tx.execute(
+    let mut statements = vec![
         "DELETE FROM memory_messages WHERE thread_id = $1",
-        &[&thread_id],
-    )
-    .map_err(pg_error)?;
-    tx.execute(
         "DELETE FROM memory_gaps WHERE thread_id = $1",
-        &[&thread_id],
-    )
-    .map_err(pg_error)?;
+    ];
     if vectors {
-        tx.execute(
-            "DELETE FROM memory_dims WHERE thread_id = $1",
-            &[&thread_id],
-        )
-        .map_err(pg_error)?;
+        statements.push("DELETE FROM memory_dims WHERE thread_id = $1");
     }
-    tx.execute(
-        "UPDATE memory_threads SET next_seq = 1, live = 0 WHERE thread_id = $1",
-        &[&thread_id],
-    )
-    .map_err(pg_error)?;
+    statements.push("UPDATE memory_threads SET next_seq = 1, live = 0 WHERE thread_id = $1");
+    for sql in statements {
+        let statement = tx.prepare_cached(sql).map_err(pg_error)?;
+        tx.execute(&statement, &[&thread_id]).map_err(pg_error)?;
+    }
     Ok(())
 }
 
@@ -1451,13 +1448,15 @@ fn count_dims(
     if keys.is_empty() {
         return Ok(());
     }
-    tx.execute(
-        "INSERT INTO memory_dims (thread_id, dim, n)
-         SELECT $1, d, n FROM UNNEST($2::integer[], $3::bigint[]) AS t(d, n)
-         ON CONFLICT (thread_id, dim) DO UPDATE SET n = memory_dims.n + excluded.n",
-        &[&thread_id, &keys, &values],
-    )
-    .map_err(pg_error)?;
+    let statement = tx
+        .prepare_cached(
+            "INSERT INTO memory_dims (thread_id, dim, n)
+             SELECT $1, d, n FROM UNNEST($2::integer[], $3::bigint[]) AS t(d, n)
+             ON CONFLICT (thread_id, dim) DO UPDATE SET n = memory_dims.n + excluded.n",
+        )
+        .map_err(pg_error)?;
+    tx.execute(&statement, &[&thread_id, &keys, &values])
+        .map_err(pg_error)?;
     Ok(())
 }
 
@@ -1499,7 +1498,7 @@ impl Mirror {
     /// Brings the mirror up to date with the committed thread at `now`.
     fn sync(
         &mut self,
-        tx: &mut Transaction<'_>,
+        tx: &mut CachedTransaction<'_>,
         thread: Option<(i64, i64)>,
         factory: &MsgFactory,
         vectors: bool,
@@ -1543,15 +1542,15 @@ macro_rules! live_sql {
 
 /// Every mark of the thread, per message, in the order given.
 fn thread_marks(
-    tx: &mut Transaction<'_>,
+    tx: &mut CachedTransaction<'_>,
     thread_id: i64,
 ) -> Result<HashMap<String, Vec<String>>, MemoryError> {
-    let rows = tx
-        .query(
+    let statement = tx
+        .prepare_cached(
             "SELECT msg_id, mark FROM memory_marks WHERE thread_id = $1 ORDER BY msg_id, pos",
-            &[&thread_id],
         )
         .map_err(pg_error)?;
+    let rows = tx.query(&statement, &[&thread_id]).map_err(pg_error)?;
     let mut marks: HashMap<String, Vec<String>> = HashMap::new();
     for row in rows {
         marks
@@ -1564,23 +1563,18 @@ fn thread_marks(
 
 /// The thread's messages live at `now`, with their marks and expiries.
 fn load_thread(
-    tx: &mut Transaction<'_>,
+    tx: &mut CachedTransaction<'_>,
     thread_id: i64,
     factory: &MsgFactory,
     vectors: bool,
     now: i64,
 ) -> Result<ThreadState, MemoryError> {
     let mut marks = thread_marks(tx, thread_id)?;
+    let statement = tx
+        .prepare_cached(live_rows_sql(vectors))
+        .map_err(pg_error)?;
     let rows = tx
-        .query(
-            &format!(
-                "SELECT {}, m.expires_at, m.embedding_model FROM memory_messages m
-                 WHERE m.thread_id = $1 AND {} ORDER BY m.seq",
-                message_columns(vectors),
-                live_sql!("$2")
-            ),
-            &[&thread_id, &now],
-        )
+        .query(&statement, &[&thread_id, &now])
         .map_err(pg_error)?;
     let mut entries = Vec::with_capacity(rows.len());
     for row in &rows {
@@ -1595,6 +1589,18 @@ fn load_thread(
         );
     }
     Ok(ThreadState::from_entries(entries))
+}
+
+/// The thread's messages live at `now`, in order, with their expiries and embedding models
+/// (`$1` the thread, `$2` the clock's now): the statement of [`load_thread`] and of the portal
+/// of a scan (its text depends on the vector column).
+fn live_rows_sql(vectors: bool) -> &'static str {
+    interned(format!(
+        "SELECT {}, m.expires_at, m.embedding_model FROM memory_messages m
+         WHERE m.thread_id = $1 AND {} ORDER BY m.seq",
+        message_columns(vectors),
+        live_sql!("$2")
+    ))
 }
 
 /// The columns of a message row (table alias `m`) that [`row_entry`] reads, in its order: the
@@ -1696,7 +1702,7 @@ impl<'a> postgres::types::FromSql<'a> for StoredFloats {
 /// The last `n` messages of the thread passing the mark filters, in index order, reading only
 /// those rows.
 fn recent_rows(
-    tx: &mut Transaction<'_>,
+    tx: &mut CachedTransaction<'_>,
     thread_id: i64,
     factory: &MsgFactory,
     (mark, exclude_mark): (Option<&str>, Option<&str>),
@@ -1705,19 +1711,23 @@ fn recent_rows(
     now: i64,
 ) -> Result<Vec<Msg>, MemoryError> {
     let limit = i64::try_from(n).unwrap_or(i64::MAX);
-    let rows = tx
-        .query(
-            &format!(
-                "SELECT {} FROM memory_messages m
+    // Prepared once per connection (see `interned`).
+    let statement = tx
+        .prepare_cached(interned(format!(
+            "SELECT {} FROM memory_messages m
              WHERE m.thread_id = $1 AND {}
                AND ($2::text IS NULL OR EXISTS (SELECT 1 FROM memory_marks k
                     WHERE k.thread_id = m.thread_id AND k.msg_id = m.msg_id AND k.mark = $2))
                AND ($3::text IS NULL OR NOT EXISTS (SELECT 1 FROM memory_marks k
                     WHERE k.thread_id = m.thread_id AND k.msg_id = m.msg_id AND k.mark = $3))
              ORDER BY m.seq DESC LIMIT $4",
-                message_columns(vectors),
-                live_sql!("$5")
-            ),
+            message_columns(vectors),
+            live_sql!("$5")
+        )))
+        .map_err(pg_error)?;
+    let rows = tx
+        .query(
+            &statement,
             &[&thread_id, &mark, &exclude_mark, &limit, &now],
         )
         .map_err(pg_error)?;
@@ -2039,7 +2049,7 @@ impl Batch {
 }
 
 fn insert_marks(
-    tx: &mut Transaction<'_>,
+    tx: &mut CachedTransaction<'_>,
     thread_id: i64,
     ids: &[String],
     positions: &[i64],
@@ -2048,12 +2058,14 @@ fn insert_marks(
     if ids.is_empty() {
         return Ok(());
     }
-    tx.execute(
-        "INSERT INTO memory_marks (thread_id, msg_id, pos, mark)
-         SELECT $1, i, p, m FROM UNNEST($2::text[], $3::bigint[], $4::text[]) AS t(i, p, m)",
-        &[&thread_id, &ids, &positions, &marks],
-    )
-    .map_err(pg_error)?;
+    let statement = tx
+        .prepare_cached(
+            "INSERT INTO memory_marks (thread_id, msg_id, pos, mark)
+             SELECT $1, i, p, m FROM UNNEST($2::text[], $3::bigint[], $4::text[]) AS t(i, p, m)",
+        )
+        .map_err(pg_error)?;
+    tx.execute(&statement, &[&thread_id, &ids, &positions, &marks])
+        .map_err(pg_error)?;
     Ok(())
 }
 
@@ -2113,19 +2125,18 @@ fn delete_rows(
     } else {
         "RETURNING seq, NULL::integer"
     };
+    // Prepared once per connection (see `interned`): four texts.
     let removed = match doomed {
-        Doomed::Ids(ids) => tx.query(
-            &format!(
+        Doomed::Ids(ids) => tx
+            .prepare_cached(interned(format!(
                 "DELETE FROM memory_messages WHERE thread_id = $1 AND msg_id = ANY($2) {returning}"
-            ),
-            &[&thread_id, &ids],
-        ),
-        Doomed::ExpiredAt(now) => tx.query(
-            &format!(
+            )))
+            .and_then(|statement| tx.query(&statement, &[&thread_id, &ids])),
+        Doomed::ExpiredAt(now) => tx
+            .prepare_cached(interned(format!(
                 "DELETE FROM memory_messages WHERE thread_id = $1 AND expires_at <= $2 {returning}"
-            ),
-            &[&thread_id, &now],
-        ),
+            )))
+            .and_then(|statement| tx.query(&statement, &[&thread_id, &now])),
     }
     .map_err(pg_error)?;
     let mut seqs = Vec::with_capacity(removed.len());
@@ -2139,19 +2150,22 @@ fn delete_rows(
     }
     // The removed seqs become gaps; then the gaps below the smallest live seq, which no
     // position counts, are pruned (all of them when the thread is now empty).
-    tx.execute(
-        "INSERT INTO memory_gaps (thread_id, seq)
-         SELECT $1, s FROM UNNEST($2::bigint[]) AS s ON CONFLICT DO NOTHING",
-        &[&thread_id, &seqs],
-    )
-    .map_err(pg_error)?;
-    tx.execute(
-        "DELETE FROM memory_gaps WHERE thread_id = $1
-           AND seq < COALESCE((SELECT min(seq) FROM memory_messages WHERE thread_id = $1),
-                              9223372036854775807)",
-        &[&thread_id],
-    )
-    .map_err(pg_error)?;
+    let add_gaps = tx
+        .prepare_cached(
+            "INSERT INTO memory_gaps (thread_id, seq)
+             SELECT $1, s FROM UNNEST($2::bigint[]) AS s ON CONFLICT DO NOTHING",
+        )
+        .map_err(pg_error)?;
+    tx.execute(&add_gaps, &[&thread_id, &seqs])
+        .map_err(pg_error)?;
+    let prune_gaps = tx
+        .prepare_cached(
+            "DELETE FROM memory_gaps WHERE thread_id = $1
+               AND seq < COALESCE((SELECT min(seq) FROM memory_messages WHERE thread_id = $1),
+                                  9223372036854775807)",
+        )
+        .map_err(pg_error)?;
+    tx.execute(&prune_gaps, &[&thread_id]).map_err(pg_error)?;
     if vectors {
         count_dims(tx, thread_id, &[], &removed_dims)?;
     }
@@ -2173,15 +2187,17 @@ fn purge_expired(
         return Ok(0);
     }
     let removed = delete_rows(tx, thread.id, vectors, Doomed::ExpiredAt(now))?;
-    tx.execute(
-        "UPDATE memory_threads SET live = live - $2,
-           rev = rev + CASE WHEN $2 > 0 THEN 1 ELSE 0 END,
-           next_expiry = (SELECT min(expires_at) FROM memory_messages
-                          WHERE thread_id = $1 AND expires_at IS NOT NULL)
-         WHERE thread_id = $1",
-        &[&thread.id, &removed],
-    )
-    .map_err(pg_error)?;
+    let update = tx
+        .prepare_cached(
+            "UPDATE memory_threads SET live = live - $2,
+               rev = rev + CASE WHEN $2 > 0 THEN 1 ELSE 0 END,
+               next_expiry = (SELECT min(expires_at) FROM memory_messages
+                              WHERE thread_id = $1 AND expires_at IS NOT NULL)
+             WHERE thread_id = $1",
+        )
+        .map_err(pg_error)?;
+    tx.execute(&update, &[&thread.id, &removed])
+        .map_err(pg_error)?;
     Ok(u64::try_from(removed).unwrap_or(0))
 }
 
@@ -2244,11 +2260,12 @@ fn persist(
                 batch.push_marks(&id, marks);
                 ids.push(id);
             }
-            tx.execute(
-                "DELETE FROM memory_marks WHERE thread_id = $1 AND msg_id = ANY($2)",
-                &[&thread_id, &ids],
-            )
-            .map_err(pg_error)?;
+            let unmark = tx
+                .prepare_cached(
+                    "DELETE FROM memory_marks WHERE thread_id = $1 AND msg_id = ANY($2)",
+                )
+                .map_err(pg_error)?;
+            tx.execute(&unmark, &[&thread_id, &ids]).map_err(pg_error)?;
             insert_marks(
                 tx,
                 thread_id,
@@ -2270,17 +2287,16 @@ fn persist(
                 // The old dimensions of the updated rows come back from the statement's own
                 // snapshot of them (`o`), the new ones are the batch's: the counts move by the
                 // difference, without a count over the thread.
-                let old = tx
-                    .query(
-                        concat!(
-                            "UPDATE memory_messages m SET body = t.b, embedding = t.e,
+                let update = tx
+                    .prepare_cached(concat!(
+                        "UPDATE memory_messages m SET body = t.b, embedding = t.e,
                            embedding_v = t.v, embedding_dim = t.d, embedding_form = t.f,
                            pending_dim = t.p,
                            embedding_model = CASE WHEN t.e IS NULL AND t.v IS NULL
                                                   THEN NULL ELSE $9::text END,
                            search_tsv = ",
-                            search_tsv_sql!("t.w", "t.b"),
-                            "
+                        search_tsv_sql!("t.w", "t.b"),
+                        "
                          FROM UNNEST($2::text[], $3::text[], $4::bytea[], $5::vector[],
                                      $6::integer[], $7::smallint[], $8::integer[], $10::text[])
                                 AS t(i, b, e, v, d, f, p, w),
@@ -2288,7 +2304,11 @@ fn persist(
                          WHERE m.thread_id = $1 AND m.msg_id = t.i
                            AND o.thread_id = m.thread_id AND o.seq = m.seq
                          RETURNING COALESCE(o.embedding_dim, o.pending_dim)"
-                        ),
+                    ))
+                    .map_err(pg_error)?;
+                let old = tx
+                    .query(
+                        &update,
                         &[
                             &thread_id,
                             &batch.ids,
@@ -2311,8 +2331,8 @@ fn persist(
                 pending = batch.pending_dims.iter().any(Option::is_some);
                 dims.extend(batch.dims);
             } else {
-                tx.execute(
-                    concat!(
+                let update = tx
+                    .prepare_cached(concat!(
                         "UPDATE memory_messages m SET body = t.b, embedding = t.e,
                        embedding_form = t.f,
                        embedding_model = CASE WHEN t.e IS NULL THEN NULL ELSE $6::text END,
@@ -2322,7 +2342,10 @@ fn persist(
                      FROM UNNEST($2::text[], $3::text[], $4::bytea[], $5::smallint[], $7::text[])
                        AS t(i, b, e, f, w)
                      WHERE m.thread_id = $1 AND m.msg_id = t.i"
-                    ),
+                    ))
+                    .map_err(pg_error)?;
+                tx.execute(
+                    &update,
                     &[
                         &thread_id,
                         &batch.ids,
@@ -2499,7 +2522,7 @@ impl PostgresMemory {
         })();
         let (thread_statement, with_embeddings, without_embeddings, retrieved) =
             prepared.map_err(pg_error)?;
-        let mut tx = snapshot(&mut client)?;
+        let mut tx = snapshot_cached(&mut client)?;
         let thread = tx
             .query_opt(
                 &thread_statement,
@@ -2534,14 +2557,16 @@ impl PostgresMemory {
             ),
             // Filtered by a mark, the rarer recall: the candidates are counted.
             Some(mark) => {
-                let counts = tx
-                    .query_one(
+                let count = tx
+                    .prepare_cached(
                         "SELECT count(*), count(*) FILTER (WHERE m.embedding_dim = $3)
                          FROM memory_marks k JOIN memory_messages m
                            ON m.thread_id = k.thread_id AND m.msg_id = k.msg_id
                          WHERE k.thread_id = $1 AND k.mark = $2",
-                        &[&thread_id, &mark, &dim_i32],
                     )
+                    .map_err(pg_error)?;
+                let counts = tx
+                    .query_one(&count, &[&thread_id, &mark, &dim_i32])
                     .map_err(pg_error)?;
                 (
                     counts.try_get(0).map_err(pg_error)?,
@@ -2596,11 +2621,11 @@ impl PostgresMemory {
             // The index holds every thread's vectors of this dimension and filters the `ef` it
             // found to this thread (and mark): other threads' neighbours crowded this one's
             // out. Once more with pgvector's longest shortlist before the exact scan.
-            tx.execute(
-                "SELECT set_config('hnsw.ef_search', $1, true)",
-                &[&HNSW_MAX_EF_SEARCH.to_string()],
-            )
-            .map_err(pg_error)?;
+            let widen = tx
+                .prepare_cached("SELECT set_config('hnsw.ef_search', $1, true)")
+                .map_err(pg_error)?;
+            tx.execute(&widen, &[&HNSW_MAX_EF_SEARCH.to_string()])
+                .map_err(pg_error)?;
             rows = tx
                 .query(&shortlist, &[&thread_id, &mark, &vector, &rescored_i64])
                 .map_err(pg_error)?;
@@ -2624,12 +2649,14 @@ impl PostgresMemory {
                 }
             }
             if !pending_seqs.is_empty() {
-                for row in tx
-                    .query(
+                let pending_rows = tx
+                    .prepare_cached(
                         "SELECT seq, embedding_v FROM memory_messages
                          WHERE thread_id = $1 AND seq = ANY($2)",
-                        &[&thread_id, &pending_seqs],
                     )
+                    .map_err(pg_error)?;
+                for row in tx
+                    .query(&pending_rows, &[&thread_id, &pending_seqs])
                     .map_err(pg_error)?
                 {
                     let stored: Option<StoredFloats> = row.try_get(1).map_err(pg_error)?;
@@ -2724,21 +2751,12 @@ impl PostgresMemory {
         let (Some(k), None) = (options.top_k, &options.mark) else {
             return Ok(None);
         };
-        let [user, agent, session] = self.scope.columns()?;
         let mut client = self.store.client()?;
-        let mut tx = snapshot(&mut client)?;
-        let Some(thread) = tx
-            .query_opt(
-                "SELECT thread_id, rev FROM memory_threads
-                 WHERE namespace = $1 AND user_id = $2 AND agent_id = $3 AND session_id = $4",
-                &[&self.store.namespace.as_str(), &user, &agent, &session],
-            )
-            .map_err(pg_error)?
+        let mut tx = snapshot_cached(&mut client)?;
+        let Some((thread_id, rev)) = thread_row(&mut tx, &self.store.namespace, &self.scope)?
         else {
             return Ok(None);
         };
-        let thread_id: i64 = thread.try_get(0).map_err(pg_error)?;
-        let rev: i64 = thread.try_get(1).map_err(pg_error)?;
         let now = self.store.now();
         if self.mirror().current(thread_id, rev, now) {
             // The mirror's matrix answers faster than the cache.
@@ -2780,7 +2798,7 @@ impl PostgresMemory {
             .map(|c| (c.score, c.seq))
             .collect();
         let statement = tx
-            .prepare(retrieved_sql(self.vectors()))
+            .prepare_cached(retrieved_sql(self.vectors()))
             .map_err(pg_error)?;
         let Some(mut found) = read_retrieved(
             &mut tx,
@@ -2819,6 +2837,14 @@ impl PostgresMemory {
     }
 }
 
+/// Starts a read-only transaction whose reads all see one snapshot, in which statements are
+/// prepared into the connection's cache (as [`snapshot`]).
+fn snapshot_cached(client: &mut pg::PooledClient) -> Result<CachedTransaction<'_>, MemoryError> {
+    client
+        .build_transaction_cached(IsolationLevel::RepeatableRead, true)
+        .map_err(pg_error)
+}
+
 /// Starts a read-only transaction whose reads all see one snapshot.
 fn snapshot(client: &mut pg::PooledClient) -> Result<Transaction<'_>, MemoryError> {
     client
@@ -2840,12 +2866,13 @@ impl Backend for PostgresMemory {
 
     fn check_model(&self, model: &str) -> Result<(), MemoryError> {
         let mut client = self.store.client()?;
-        let mut tx = snapshot(&mut client)?;
+        let mut tx = snapshot_cached(&mut client)?;
         let Some((thread_id, _)) = thread_row(&mut tx, &self.store.namespace, &self.scope)? else {
             return Ok(());
         };
+        let other_model = tx.prepare_cached(OTHER_MODEL_SQL).map_err(pg_error)?;
         let other: Option<String> = tx
-            .query_opt(OTHER_MODEL_SQL, &[&thread_id, &model])
+            .query_opt(&other_model, &[&thread_id, &model])
             .map_err(pg_error)?
             .map(|r| r.try_get(0))
             .transpose()
@@ -2857,7 +2884,7 @@ impl Backend for PostgresMemory {
     fn read<R>(&self, f: impl FnOnce(&ThreadState) -> R) -> Result<R, MemoryError> {
         let now = self.store.now();
         let mut client = self.store.client()?;
-        let mut tx = snapshot(&mut client)?;
+        let mut tx = snapshot_cached(&mut client)?;
         let thread = thread_row(&mut tx, &self.store.namespace, &self.scope)?;
         let mut mirror = self.mirror();
         mirror.sync(&mut tx, thread, &self.store.factory, self.vectors(), now)?;
@@ -2928,7 +2955,7 @@ impl Backend for PostgresMemory {
     ) -> Result<usize, MemoryError> {
         let now = self.store.now();
         let mut client = self.store.client()?;
-        let mut tx = snapshot(&mut client)?;
+        let mut tx = snapshot_cached(&mut client)?;
         let Some((thread_id, rev)) = thread_row(&mut tx, &self.store.namespace, &self.scope)?
         else {
             return Ok(0);
@@ -2945,12 +2972,9 @@ impl Backend for PostgresMemory {
         } else {
             HashMap::new()
         };
-        let select = format!(
-            "SELECT {}, m.expires_at, m.embedding_model FROM memory_messages m
-             WHERE m.thread_id = $1 AND {} ORDER BY m.seq",
-            message_columns(self.vectors()),
-            live_sql!("$2")
-        );
+        let select = tx
+            .prepare_cached(live_rows_sql(self.vectors()))
+            .map_err(pg_error)?;
         let portal = tx.bind(&select, &[&thread_id, &now]).map_err(pg_error)?;
         let mut count = 0;
         loop {
@@ -2984,7 +3008,7 @@ impl Backend for PostgresMemory {
     ) -> Result<Vec<Msg>, MemoryError> {
         let now = self.store.now();
         let mut client = self.store.client()?;
-        let mut tx = snapshot(&mut client)?;
+        let mut tx = snapshot_cached(&mut client)?;
         let Some((thread_id, rev)) = thread_row(&mut tx, &self.store.namespace, &self.scope)?
         else {
             return Ok(Vec::new());

@@ -26,7 +26,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 
 use ::postgres::types::Type;
-use ::postgres::{Client, Statement, Transaction};
+use ::postgres::{Client, IsolationLevel, Statement, Transaction};
 
 use super::{Endpoint, Migrated, Settings, VectorSupport};
 use crate::DbError;
@@ -344,6 +344,27 @@ impl PooledClient {
     pub fn transaction_cached(&mut self) -> Result<CachedTransaction<'_>, ::postgres::Error> {
         let conn = self.conn_mut();
         let tx = conn.client.transaction()?;
+        Ok(CachedTransaction {
+            tx,
+            statements: &mut conn.statements,
+        })
+    }
+
+    /// As [`transaction_cached`](Self::transaction_cached), with the isolation level and access
+    /// mode given (as [`Client::build_transaction`]): e.g. a read-only snapshot
+    /// (`REPEATABLE READ`, read only) whose statements still come from the connection's cache.
+    pub fn build_transaction_cached(
+        &mut self,
+        isolation: IsolationLevel,
+        read_only: bool,
+    ) -> Result<CachedTransaction<'_>, ::postgres::Error> {
+        let conn = self.conn_mut();
+        let tx = conn
+            .client
+            .build_transaction()
+            .isolation_level(isolation)
+            .read_only(read_only)
+            .start()?;
         Ok(CachedTransaction {
             tx,
             statements: &mut conn.statements,
