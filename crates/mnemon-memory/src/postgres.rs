@@ -1006,9 +1006,17 @@ impl PostgresMemoryStore {
         scope: Scope,
     ) -> Result<Option<PostgresMemory>, MemoryError> {
         let mut client = self.client()?;
-        let mut tx = client.transaction_cached().map_err(pg_error)?;
-        let found = thread_row(&mut tx, &self.namespace, &scope)?.is_some();
-        tx.commit().map_err(pg_error)?;
+        let [user, agent, session] = scope.columns()?;
+        // One statement, atomic by itself: no transaction around it, which would cost two
+        // round trips more (the service asks this before every read of a session).
+        let statement = client.prepare_cached(THREAD_ROW_SQL).map_err(pg_error)?;
+        let found = client
+            .query_opt(
+                &statement,
+                &[&self.namespace.as_str(), &user, &agent, &session],
+            )
+            .map_err(pg_error)?
+            .is_some();
         Ok(found.then(|| self.handle(scope)))
     }
 
