@@ -753,6 +753,9 @@ pub struct PostgresMemoryStore {
     hnsw_ef_search: usize,
     /// How many recalls the HNSW path answered.
     index_recalls: AtomicU64,
+    /// Whether a search has looked for the planner's statistics of the messages (and asked
+    /// for them when there were none): `postgres/search.rs`.
+    statistics_checked: std::sync::atomic::AtomicBool,
     /// The background indexer, with [`PostgresMemoryOptions::background_indexing`] and
     /// pgvector.
     indexer: Option<indexer::Indexer>,
@@ -854,6 +857,7 @@ impl PostgresMemoryStore {
             hnsw_min_messages: options.hnsw_min_messages,
             hnsw_ef_search: options.hnsw_ef_search,
             index_recalls: AtomicU64::new(0),
+            statistics_checked: std::sync::atomic::AtomicBool::new(false),
             indexer,
             default_ttl: options.default_ttl,
             clock: options.clock,
