@@ -2389,16 +2389,26 @@ fn persist(
 /// do not count in its index).
 fn retrieved_sql(vectors: bool) -> &'static str {
     interned(format!(
-        "SELECT {}, m.seq,
-            m.seq - f.lo - (SELECT count(*) FROM memory_gaps g
-                            WHERE g.thread_id = $1 AND g.seq > f.lo AND g.seq < m.seq)
-              - (SELECT count(*) FROM memory_messages x
-                 WHERE x.thread_id = $1 AND x.expires_at <= $3 AND x.seq < m.seq)
+        "SELECT {}, m.seq, {}
          FROM (SELECT min(seq) AS lo FROM memory_messages WHERE thread_id = $1) f,
               memory_messages m
          WHERE m.thread_id = $1 AND m.seq = ANY($2)",
-        message_columns(vectors)
+        message_columns(vectors),
+        index_sql("$1")
     ))
+}
+
+/// A message row `m`'s index in its thread `thread` (an SQL expression: a parameter or a
+/// column), given `f.lo`, the thread's lowest stored seq, and `$3`, the clock's now: its seq
+/// from `lo`, less the removed seqs (`memory_gaps`) and the expired rows still stored before
+/// it. The one definition of a stored message's index, for every statement that reads one.
+fn index_sql(thread: &str) -> String {
+    format!(
+        "m.seq - f.lo - (SELECT count(*) FROM memory_gaps g
+                         WHERE g.thread_id = {thread} AND g.seq > f.lo AND g.seq < m.seq)
+           - (SELECT count(*) FROM memory_messages x
+              WHERE x.thread_id = {thread} AND x.expires_at <= $3 AND x.seq < m.seq)"
+    )
 }
 
 /// `sql` as a `&'static str`, the key of a connection's statement cache

@@ -24,8 +24,8 @@ use postgres::types::ToSql;
 
 use super::{
     HNSW_MAX_DIM, HNSW_MAX_EF_SEARCH, PENDING_SCAN_MAX, PgVector, PostgresMemoryStore,
-    RESCORE_MARGIN, StoredFloats, VectorMode, corrupt, interned, message_columns, model_mismatch,
-    pg_error, row_entry, seq_key, snapshot,
+    RESCORE_MARGIN, StoredFloats, VectorMode, corrupt, index_sql, interned, message_columns,
+    model_mismatch, pg_error, row_entry, seq_key, snapshot,
 };
 use crate::error::MemoryError;
 use crate::exact;
@@ -94,16 +94,13 @@ fn shortlist_sql(dim: usize) -> &'static str {
 /// per-thread read computes it: gaps and expired rows before it do not count).
 fn winners_sql(vectors: bool) -> &'static str {
     interned(format!(
-        "SELECT {}, m.seq, m.thread_id,
-            m.seq - f.lo - (SELECT count(*) FROM memory_gaps g
-                            WHERE g.thread_id = m.thread_id AND g.seq > f.lo AND g.seq < m.seq)
-              - (SELECT count(*) FROM memory_messages x
-                 WHERE x.thread_id = m.thread_id AND x.expires_at <= $3 AND x.seq < m.seq)
+        "SELECT {}, m.seq, m.thread_id, {}
          FROM unnest($1::bigint[], $2::bigint[]) AS w(thread_id, seq)
          JOIN memory_messages m ON m.thread_id = w.thread_id AND m.seq = w.seq
          CROSS JOIN LATERAL (SELECT min(seq) AS lo FROM memory_messages
                              WHERE thread_id = w.thread_id) AS f",
-        message_columns(vectors)
+        message_columns(vectors),
+        index_sql("m.thread_id")
     ))
 }
 
