@@ -71,7 +71,7 @@ use crate::cargo;
 
 const USAGE: &str = "usage: cargo xtask bench stores [--messages N] [--langgraph-messages N] \
                      [--dim D] [--queries Q] [--maintained M] [--singles S] [--clients C] \
-                     [--skip-langgraph]
+                     [--ef-search E] [--skip-langgraph]
   --messages N            messages of the bulk load, both backends (default 20000)
   --langgraph-messages N  LangGraph's bulk load: its first N messages (default: --messages)
   --dim D                 dimensions of every vector (default 1536)
@@ -79,6 +79,8 @@ const USAGE: &str = "usage: cargo xtask bench stores [--messages N] [--langgraph
   --maintained M          messages added with the HNSW index maintained (default 2000)
   --singles S             sequential single puts, and puts per concurrent client (default 200)
   --clients C             concurrent clients, each with its own connection (default 4; 0: skip)
+  --ef-search E           both stores' HNSW shortlist, hnsw.ef_search (default: each one's own:
+                          Mnemon 80, LangGraph pgvector's 40)
   --skip-langgraph        no LangGraph, no Python, no PyPI";
 
 /// Messages per batched add, on every backend, as the issue asks.
@@ -117,6 +119,8 @@ struct Params {
     maintained: usize,
     singles: usize,
     clients: usize,
+    /// Both stores' `hnsw.ef_search`; `None`: each one's default.
+    ef_search: Option<usize>,
     skip_langgraph: bool,
 }
 
@@ -130,6 +134,7 @@ fn parse(args: &[String]) -> Result<Option<Params>> {
         maintained: 2_000,
         singles: 200,
         clients: 4,
+        ef_search: None,
         skip_langgraph: false,
     };
     let mut maintained_given = false;
@@ -157,6 +162,7 @@ fn parse(args: &[String]) -> Result<Option<Params>> {
             }
             "--singles" => p.singles = value("--singles")?,
             "--clients" => p.clients = value("--clients")?,
+            "--ef-search" => p.ef_search = Some(value("--ef-search")?),
             "--skip-langgraph" => p.skip_langgraph = true,
             other => bail!("unknown argument {other:?}; {USAGE}"),
         }
@@ -587,6 +593,8 @@ struct Report {
     settings: Vec<(String, String)>,
     /// Mnemon's `hnsw_min_messages` for the run.
     hnsw_min_messages: usize,
+    /// Mnemon's `hnsw_ef_search` for the run.
+    hnsw_ef_search: usize,
     /// Whether the planner used the HNSW index before and after `ANALYZE`.
     planned: (bool, bool),
 }
@@ -663,6 +671,7 @@ fn measure(p: &Params, dir: &Path) -> Result<Report> {
     // stores fewer: the bench measures that path.
     let options = PostgresMemoryOptions {
         hnsw_min_messages: defaults.hnsw_min_messages.min(p.messages),
+        hnsw_ef_search: p.ef_search.unwrap_or(defaults.hnsw_ef_search),
         ..defaults
     };
     let store = PostgresMemoryStore::open(&url, options.clone())
@@ -775,6 +784,7 @@ fn measure(p: &Params, dir: &Path) -> Result<Report> {
         langgraph,
         settings,
         hnsw_min_messages: options.hnsw_min_messages,
+        hnsw_ef_search: options.hnsw_ef_search,
         planned: (planned_before, planned_after),
     })
 }
@@ -919,6 +929,18 @@ fn langgraph(
     let url = server
         .fresh_database("bench_langgraph")
         .context("creating the LangGraph database")?;
+    if let Some(ef) = p.ef_search {
+        // LangGraph sets no `hnsw.ef_search` (it searches with pgvector's default, 40):
+        // every connection to its database takes the run's value instead, like for like.
+        let mut admin = postgres::Client::connect(&url, postgres::NoTls)
+            .context("connecting to the LangGraph database")?;
+        admin
+            .batch_execute(&format!(
+                "DO $$ BEGIN EXECUTE format('ALTER DATABASE %I SET hnsw.ef_search = {ef}', \
+                 current_database()); END $$"
+            ))
+            .context("setting hnsw.ef_search for LangGraph's connections")?;
+    }
     let script = cargo::workspace_root().join("xtask/bench/langgraph_store.py");
     let config = json!({
         "url": url,
@@ -1349,7 +1371,8 @@ impl Report {
     fn print(&self, p: &Params) {
         println!(
             "\nstores: {} messages of {} dimensions (LangGraph: {}), {} queries, batches of \
-             {BATCH}, {} single puts, {} concurrent clients; Mnemon's HNSW path from {} messages",
+             {BATCH}, {} single puts, {} concurrent clients; Mnemon's HNSW path from {} messages, \
+             hnsw.ef_search {} (LangGraph: {})",
             thousands(p.messages as f64),
             p.dim,
             if self.langgraph.is_some() {
@@ -1360,7 +1383,10 @@ impl Report {
             p.queries,
             p.singles,
             p.clients,
-            thousands(self.hnsw_min_messages as f64)
+            thousands(self.hnsw_min_messages as f64),
+            self.hnsw_ef_search,
+            p.ef_search
+                .map_or_else(|| "pgvector's default, 40".to_owned(), |ef| ef.to_string())
         );
         let settings: Vec<String> = self
             .settings
@@ -1493,6 +1519,7 @@ mod tests {
                 maintained: 2_000,
                 singles: 200,
                 clients: 4,
+                ef_search: None,
                 skip_langgraph: false,
             }
         );
@@ -1663,6 +1690,7 @@ mod tests {
             }),
             settings: Vec::new(),
             hnsw_min_messages: 10_000,
+            hnsw_ef_search: 80,
             planned: (true, true),
         };
         let targets = report.targets();
@@ -1743,6 +1771,7 @@ mod tests {
             langgraph: Some(figures(100.0, 8, 5_000)),
             settings: Vec::new(),
             hnsw_min_messages: 10_000,
+            hnsw_ef_search: 80,
             planned: (true, true),
         };
         let targets = report.targets();
