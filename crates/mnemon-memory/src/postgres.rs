@@ -97,7 +97,7 @@ use crate::exact;
 use crate::load::decode_stream;
 use crate::ops::Backend;
 use crate::report::AddReport;
-use crate::retrieval::{Metric, RetrieveOptions, Retrieved, rank};
+use crate::retrieval::{self, Metric, RetrieveOptions, Retrieved, rank};
 use crate::scope::Scope;
 use crate::search::ScopeFilter;
 use crate::sweep::Forgotten;
@@ -2760,19 +2760,20 @@ impl PostgresMemory {
         Ok(Some(found))
     }
 
-    /// A cut to `top_k` without a mark, when the handle's mirror is not current (a handle
-    /// opened per request): every live message's stored vector from the store's cache at the
-    /// thread's rev, or read into it (`crate::vector_scan`), scored exactly with the metric, and
-    /// only the winners' bodies read; `None` (the mirror path, which embeds or gives the error)
-    /// when a message has no vector or one of another length.
+    /// The answer without the index, in one snapshot. With the handle's mirror current and
+    /// every candidate embedded, the mirror's matrix scores it at once: the same scores the
+    /// generic path (`ops.rs`: embed what is missing, then read and score) would give, without
+    /// its two more transactions, each reading the thread's row again. Otherwise, for a cut to
+    /// `top_k` without a mark when the mirror is not current (a handle opened per request):
+    /// every live message's stored vector from the store's cache at the thread's rev, or read
+    /// into it (`crate::vector_scan`), scored exactly with the metric, and only the winners'
+    /// bodies read. `None` (the generic path, which embeds or gives the error) when a candidate
+    /// has no vector or one of another length.
     fn retrieve_from_cache(
         &self,
         query: &[f32],
         options: &RetrieveOptions,
     ) -> Result<Option<Vec<Retrieved>>, MemoryError> {
-        let (Some(k), None) = (options.top_k, &options.mark) else {
-            return Ok(None);
-        };
         let mut client = self.store.client()?;
         let mut tx = snapshot_cached(&mut client)?;
         let Some((thread_id, rev)) = thread_row(&mut tx, &self.store.namespace, &self.scope)?
@@ -2780,10 +2781,21 @@ impl PostgresMemory {
             return Ok(None);
         };
         let now = self.store.now();
-        if self.mirror().current(thread_id, rev, now) {
-            // The mirror's matrix answers faster than the cache.
-            return Ok(None);
+        {
+            let mirror = self.mirror();
+            if mirror.current(thread_id, rev, now) {
+                tx.commit().map_err(pg_error)?;
+                drop(client);
+                if !retrieval::missing_embeddings(&mirror.state, options.mark.as_deref()).is_empty()
+                {
+                    return Ok(None);
+                }
+                return retrieval::score(&mirror.state, query, options).map(Some);
+            }
         }
+        let (Some(k), None) = (options.top_k, &options.mark) else {
+            return Ok(None);
+        };
         let scan_start = self.store.vectors.start();
         let vectors = self
             .store
@@ -3062,7 +3074,15 @@ impl Backend for PostgresMemory {
         query: &[f32],
         options: &RetrieveOptions,
     ) -> Result<Option<Vec<Retrieved>>, MemoryError> {
-        if let Some(found) = self.retrieve_through_hnsw(query, options)? {
+        // A thread the mirror holds with fewer messages than the index path needs skips the
+        // index's transaction. The mirror may be behind another process's writes: then the
+        // thread is scored exactly (and the mirror brought up to date), which is never wrong,
+        // only slower once; the next recall sees the thread's size.
+        let small = {
+            let mirror = self.mirror();
+            mirror.thread_id.is_some() && mirror.state.len() < self.store.hnsw_min_messages
+        };
+        if !small && let Some(found) = self.retrieve_through_hnsw(query, options)? {
             return Ok(Some(found));
         }
         self.retrieve_from_cache(query, options)
