@@ -17,8 +17,15 @@
 //! lists, counts, searches or deletes another namespace's threads. Files written before
 //! namespaces hold the default namespace's threads.
 //!
-//! **Readers.** [`SqliteMemoryStore::open_read_only`] never takes the write lock and works on a
-//! read-only directory or mount; a file without memory tables reads as empty.
+//! **Connections.** A writable store has one write connection, behind a mutex, which every
+//! mutating call holds from `BEGIN IMMEDIATE` through `COMMIT` (the fsync included), and a few
+//! read connections (`readers`, opened on demand) for every call that only reads: in WAL mode
+//! a read never waits for a write, and a read transaction begun after a write committed sees it
+//! on any connection, so an acknowledged write is read back by every later call of every
+//! handle. A store opened read-only has its one connection, which serves everything.
+//!
+//! **Read-only.** [`SqliteMemoryStore::open_read_only`] never takes the write lock and works on
+//! a read-only directory or mount; a file without memory tables reads as empty.
 //!
 //! **Caching.** Each [`SqliteMemory`] mirrors its thread in memory (messages, marks, the
 //! embedding matrix) and checks the thread's `rev` counter, which every write increments, at the
@@ -62,6 +69,10 @@ use crate::search::{
 use crate::sweep::Forgotten;
 use crate::thread::{Change, ThreadState};
 use crate::vector_scan::{self, Scored, ThreadVectors, VectorCache};
+
+mod readers;
+
+use readers::Readers;
 
 /// The memory tables' schema: `memory_schema` holds the version (its key column is `id`, as in
 /// files written before `mnemon-db`).
@@ -345,9 +356,16 @@ impl Default for SqliteMemoryOptions {
     }
 }
 
-/// An open SQLite file of memory threads. One connection, behind a mutex; share it with `Arc`.
+/// An open SQLite file of memory threads: one write connection behind a mutex and a few read
+/// connections (see the module docs); share it with `Arc`.
 pub struct SqliteMemoryStore {
+    /// The write connection; on a store opened read-only, the one connection.
     conn: Mutex<Connection>,
+    /// The read connections of a writable store (`None` when opened read-only: its one
+    /// connection may carry a temporary view over an older file, which a second connection
+    /// would not have, and it never waits for a writer anyway). Taken only with the thread's
+    /// mirror lock already held, or with no mirror lock at all, as the writer is.
+    readers: Option<Readers>,
     path: PathBuf,
     factory: MsgFactory,
     namespace: Namespace,
@@ -397,10 +415,13 @@ impl SqliteMemoryStore {
     ) -> Result<Arc<SqliteMemoryStore>, MemoryError> {
         let path = path.as_ref().to_path_buf();
         let conn = sqlite::open(&path, &options.settings(), &SCHEMA).map_err(db_error)?;
+        // After `open`: the file exists, is in WAL mode and has the current schema.
+        let readers = Readers::open(&path, &options.settings()).map_err(db_error)?;
         Ok(Arc::new(SqliteMemoryStore {
             mirrors: Mutex::default(),
             vectors: VectorCache::default(),
             conn: Mutex::new(conn),
+            readers: Some(readers),
             path,
             factory,
             namespace: options.namespace,
@@ -495,6 +516,7 @@ impl SqliteMemoryStore {
             mirrors: Mutex::default(),
             vectors: VectorCache::default(),
             conn: Mutex::new(read.conn),
+            readers: None,
             path,
             factory: default_factory(),
             namespace: options.namespace,
@@ -516,9 +538,23 @@ impl SqliteMemoryStore {
         &self.namespace
     }
 
+    /// The write connection (on a store opened read-only, the one connection).
     fn lock(&self) -> MutexGuard<'_, Connection> {
         // Transactions roll back on drop, so a panic elsewhere leaves the connection usable.
         self.conn.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A connection for a call that only reads: one of the readers, which never wait for the
+    /// writer's transaction (a store opened read-only has only its one connection). A caller
+    /// that checks a mirror against the thread's `rev` holds the mirror's lock when its read
+    /// transaction takes its snapshot (its first statement), as with the writer: every write
+    /// through this store changes the mirror and commits under that lock, so the snapshot and
+    /// the mirror cannot pass each other.
+    fn reader(&self) -> MutexGuard<'_, Connection> {
+        match &self.readers {
+            Some(readers) => readers.take(),
+            None => self.lock(),
+        }
     }
 
     /// The mirror of `scope`'s thread that every handle of this store shares.
@@ -570,7 +606,7 @@ impl SqliteMemoryStore {
         scope: Scope,
     ) -> Result<Option<SqliteMemory>, MemoryError> {
         let exists = {
-            let mut conn = self.lock();
+            let mut conn = self.reader();
             let tx = conn.transaction()?;
             let found = thread_row(&tx, self, &scope, None)?.is_some();
             tx.commit()?;
@@ -600,7 +636,7 @@ impl SqliteMemoryStore {
 
     /// Every thread's scope in the store's namespace, oldest first.
     pub fn threads(&self) -> Result<Vec<Scope>, MemoryError> {
-        let conn = self.lock();
+        let conn = self.reader();
         let mut stmt = conn.prepare(if self.before_namespaces {
             "SELECT user_id, agent_id, session_id FROM memory_threads WHERE ?1 = 'default'
              ORDER BY thread_id"
@@ -641,7 +677,7 @@ impl SqliteMemoryStore {
                 ),
             });
         }
-        let conn = self.lock();
+        let conn = self.reader();
         let mut stmt = conn.prepare_cached(if after.is_some() {
             PAGE_AFTER_SQL
         } else {
@@ -735,7 +771,7 @@ impl SqliteMemoryStore {
     ) -> Result<u64, MemoryError> {
         let model = embedder.model();
         let (scopes, total) = {
-            let mut conn = self.lock();
+            let mut conn = self.reader();
             let tx = conn.transaction()?;
             let threads = self.selected_threads(&tx, within)?;
             let mut count = tx.prepare_cached(concat!(
@@ -837,7 +873,7 @@ impl SqliteMemoryStore {
                 ),
             });
         }
-        let mut conn = self.lock();
+        let mut conn = self.reader();
         let tx = conn.transaction()?;
         let threads = self.selected_threads(&tx, &request.within)?;
         let ordinal: HashMap<i64, usize> = threads
@@ -968,7 +1004,7 @@ impl SqliteMemoryStore {
         if top_k == 0 {
             return Ok(Vec::new());
         }
-        let mut conn = self.lock();
+        let mut conn = self.reader();
         let tx = conn.transaction()?;
         let threads = self.selected_threads(&tx, &request.within)?;
         if let Some(embedder) = embedder {
@@ -1262,6 +1298,9 @@ const FORGET_SQL: &[&str] = &[
 
 impl Drop for SqliteMemoryStore {
     fn drop(&mut self) {
+        // The readers close first: the writer is then the file's last connection of this
+        // store, as it was alone.
+        drop(self.readers.take());
         // Folds the WAL back into the main file so that a single file is left at rest; never
         // waits for another process (see `mnemon_db::sqlite::checkpoint_on_close`).
         let conn = self.conn.get_mut().unwrap_or_else(PoisonError::into_inner);
@@ -1365,8 +1404,14 @@ const CACHED_THREADS: usize = 1_024;
 /// because a mirror is only read or changed under its own lock after its `(thread_id, rev)` is
 /// checked against the committed thread in the same transaction, as a handle's own mirror
 /// was; other processes' writes move `rev` and make it reload. Lock order: the mirror, then the
-/// connection, everywhere, so that a long read of one thread's mirror never holds up another
-/// thread's requests behind the connection.
+/// connection (the writer or a reader), everywhere, so that a long read of one thread's mirror
+/// never holds up another thread's requests behind a connection. With readers, the check stays
+/// sound because a read takes its snapshot (its first statement) with the mirror held, and a
+/// write through this store holds the mirror from before its `BEGIN IMMEDIATE` until the
+/// mirror has its change: a reader's snapshot is either before that write's commit (and the
+/// mirror still without the change) or after it (and the mirror with it, or reloaded). Writes
+/// that do not take the mirror (a load, `gc`, `forget`, `drop_thread`, other processes) move
+/// the thread's `rev` or remove it, so a mirror they make stale is never taken as current.
 #[derive(Debug, Default)]
 struct MirrorCache {
     entries: HashMap<Scope, CachedMirror>,
@@ -1866,6 +1911,21 @@ impl SqliteMemory {
             mirror
         })
     }
+
+    /// The mirror if no other call holds it (`None` if one does); a poisoned one is emptied, as
+    /// by [`mirror`](Self::mirror).
+    fn try_mirror(&self) -> Option<MutexGuard<'_, Mirror>> {
+        match self.mirror.try_lock() {
+            Ok(mirror) => Some(mirror),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+            Err(std::sync::TryLockError::Poisoned(poisoned)) => {
+                self.mirror.clear_poison();
+                let mut mirror = poisoned.into_inner();
+                *mirror = Mirror::default();
+                Some(mirror)
+            }
+        }
+    }
 }
 
 impl Backend for SqliteMemory {
@@ -1878,7 +1938,7 @@ impl Backend for SqliteMemory {
     }
 
     fn check_model(&self, model: &str) -> Result<(), MemoryError> {
-        let mut conn = self.store.lock();
+        let mut conn = self.store.reader();
         let tx = conn.transaction()?;
         let Some((thread_id, _)) = thread_row(&tx, &self.store, &self.scope, None)? else {
             return Ok(());
@@ -1892,10 +1952,11 @@ impl Backend for SqliteMemory {
     }
 
     fn read<R>(&self, f: impl FnOnce(&ThreadState) -> R) -> Result<R, MemoryError> {
-        // The mirror first, then the connection ([`MirrorCache`]).
+        // The mirror first, then a reader ([`MirrorCache`]); the snapshot is taken by
+        // `thread_row` with the mirror held.
         let mut mirror = self.mirror();
         let now = self.store.now();
-        let mut conn = self.store.lock();
+        let mut conn = self.store.reader();
         let tx = conn.transaction()?;
         let thread = thread_row(&tx, &self.store, &self.scope, None)?;
         mirror.sync(&tx, thread, &self.store.factory, now)?;
@@ -1950,7 +2011,7 @@ impl Backend for SqliteMemory {
         // The mirror first, then the connection ([`MirrorCache`]).
         let mirror = self.mirror();
         let now = self.store.now();
-        let mut conn = self.store.lock();
+        let mut conn = self.store.reader();
         // One read transaction: the snapshot taken at its first read serves the whole scan,
         // while other processes go on writing.
         let tx = conn.transaction()?;
@@ -1980,7 +2041,7 @@ impl Backend for SqliteMemory {
         // The mirror first, then the connection ([`MirrorCache`]).
         let mirror = self.mirror();
         let now = self.store.now();
-        let mut conn = self.store.lock();
+        let mut conn = self.store.reader();
         let tx = conn.transaction()?;
         let Some((thread_id, rev)) = thread_row(&tx, &self.store, &self.scope, None)? else {
             return Ok(Vec::new());
@@ -2010,27 +2071,52 @@ impl Backend for SqliteMemory {
     /// messages of 512 dimensions (`benches/memory.rs`, `sqlite_recall`). A candidate without
     /// a stored vector, or of another dimension, leaves the call to the mirror path, which
     /// embeds it or gives the error.
+    ///
+    /// When the mirror answers anyway (it is current, or the recall has no `top_k`) and every
+    /// candidate has an embedding, it is scored here, in the same read that checked the
+    /// mirror: the mirror path would read the thread twice more (for the missing embeddings,
+    /// then to score) to the same result, since with nothing missing `score` and
+    /// `score_embedded` agree. Anything missing leaves the call to that path.
     fn retrieve_from_index(
         &self,
         query: &[f32],
         options: &RetrieveOptions,
     ) -> Result<Option<Vec<Retrieved>>, MemoryError> {
-        let Some(k) = options.top_k else {
-            return Ok(None);
+        // The mirror first, then a reader ([`MirrorCache`]); the mirror is held for the check,
+        // and to the end when it answers. With a cut, a mirror held by another call is not
+        // waited for: the holder is most likely an add of the thread, which keeps it through
+        // its wait for the writer and its commit's fsync, and the stored vectors answer the
+        // same from the reader's snapshot, which needs no mirror.
+        let mut mirror = match options.top_k {
+            Some(_) => self.try_mirror(),
+            None => Some(self.mirror()),
         };
-        // The mirror first, then the connection ([`MirrorCache`]); it is held only for the
-        // check.
-        let mirror = self.mirror();
         let now = self.store.now();
-        let mut conn = self.store.lock();
+        let mut conn = self.store.reader();
         let tx = conn.transaction()?;
-        let Some((thread_id, rev)) = thread_row(&tx, &self.store, &self.scope, None)? else {
-            return Ok(None);
+        let thread = thread_row(&tx, &self.store, &self.scope, None)?;
+        let current = match (&mirror, thread) {
+            (Some(mirror), Some((id, rev))) => mirror.current(id, rev, now),
+            _ => false,
         };
-        if mirror.current(thread_id, rev, now) {
-            // The mirror's matrix answers faster than the rows.
-            return Ok(None);
-        }
+        let (k, thread_id) = match (options.top_k, thread, mirror.as_mut()) {
+            (Some(k), Some((thread_id, _)), _) if !current => (k, thread_id),
+            (_, _, Some(mirror)) => {
+                // The mirror's matrix answers faster than the rows; a thread not there reads
+                // as empty, as through the mirror path.
+                mirror.sync(&tx, thread, &self.store.factory, now)?;
+                tx.commit()?;
+                drop(conn);
+                if !crate::retrieval::missing_embeddings(&mirror.state, options.mark.as_deref())
+                    .is_empty()
+                {
+                    return Ok(None);
+                }
+                return crate::retrieval::score(&mirror.state, query, options).map(Some);
+            }
+            // No thread, and its mirror busy: the mirror path answers (empty).
+            (_, _, None) => return Ok(None),
+        };
         drop(mirror);
         let query_norm = exact::norm(query);
         let score = |row: &[f32]| match &options.metric {
@@ -3195,5 +3281,299 @@ mod keyword_tests {
             assert_eq!(hits.len(), 1);
             assert_eq!((hits[0].message.id(), hits[0].index), (id, index));
         }
+    }
+}
+
+/// Reads on their own connections (the module docs, **Connections**): a read never waits for
+/// the writer's open transaction, and every acknowledged write is read back by every later
+/// read, whichever handle and connection it goes through.
+#[cfg(test)]
+mod reader_tests {
+    use super::*;
+    use crate::clock::test_factory;
+    use crate::{ExportOptions, ExportTarget, Memory, MemoryQuery, SearchMode, SearchRequest};
+    use mnemon_types::EmbedError;
+    use serde_json::json;
+    use std::sync::mpsc;
+    use std::time::Instant;
+
+    /// A real embedder, small and deterministic: four byte sums of the text.
+    struct ByteSums;
+
+    impl Embedder for ByteSums {
+        fn model(&self) -> &str {
+            "test:byte-sums"
+        }
+
+        fn dimension(&self) -> usize {
+            4
+        }
+
+        fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+            Ok(texts
+                .iter()
+                .map(|text| {
+                    let mut v = [1.0f32; 4];
+                    for (i, b) in text.bytes().enumerate() {
+                        v[i % 4] += f32::from(b) / 255.0;
+                    }
+                    v.to_vec()
+                })
+                .collect())
+        }
+    }
+
+    fn store(dir: &tempfile::TempDir) -> Arc<SqliteMemoryStore> {
+        SqliteMemoryStore::open_with_factory(
+            dir.path().join("m.sqlite3"),
+            SqliteMemoryOptions::default(),
+            test_factory(),
+        )
+        .unwrap()
+    }
+
+    /// The message `id` with an embedding made of `seed`.
+    fn message(id: &str, seed: f32) -> crate::MsgInput {
+        json!({"id": id, "name": "n", "content": format!("the ferry {id}"),
+               "embedding": [seed, 1.0 - seed, 0.5, seed * seed]})
+        .into()
+    }
+
+    /// Every read path of the store and its handles, as a request would run them.
+    fn every_read(store: &Arc<SqliteMemoryStore>) -> Result<Vec<usize>, MemoryError> {
+        let scope = Scope::session("s");
+        let missing = || corrupt("the thread is missing".into());
+        let shared = store.existing_memory(scope.clone())?.ok_or_else(missing)?;
+        let unshared = store
+            .existing_memory_unshared(scope.clone())?
+            .ok_or_else(missing)?;
+        let top = RetrieveOptions {
+            top_k: Some(2),
+            ..RetrieveOptions::default()
+        };
+        let query = || RetrievalQuery::Vector(vec![0.3, 0.7, 0.5, 0.09]);
+        let recent = MemoryQuery {
+            recent_n: Some(2),
+            ..MemoryQuery::default()
+        };
+        let keyword = SearchRequest {
+            mode: SearchMode::Keyword {
+                text: "ferry".into(),
+            },
+            ..SearchRequest::new(ScopeFilter::all(), query(), 5)
+        };
+        Ok(vec![
+            // The REST recall: a text query through the embedder (its model checked).
+            shared
+                .retrieve_by_embedding(RetrievalQuery::Text("ferry".into()), &top, Some(&ByteSums))?
+                .len(),
+            // From the shared mirror, and from the stored vectors.
+            shared.retrieve_by_embedding(query(), &top, None)?.len(),
+            unshared.retrieve_by_embedding(query(), &top, None)?.len(),
+            shared.size()?,
+            unshared.get_memory(&recent)?.len(),
+            match unshared.export(ExportTarget::Messages, &ExportOptions::default())? {
+                crate::Exported::Messages(messages) => messages.len(),
+                other => return Err(corrupt(format!("not messages: {other:?}"))),
+            },
+            store.threads()?.len(),
+            store.thread_summaries(10, None)?.threads.len(),
+            store.search(&ScopeFilter::all(), query(), 5, None)?.len(),
+            store.search_with(&keyword, None)?.hits.len(),
+        ])
+    }
+
+    /// The bug: reads took the one connection that writes hold through their commit, so a
+    /// recall waited for every add of every session. Here the writer's transaction stays open
+    /// while every read path runs; on the old code the reads never got the connection and the
+    /// bounded wait failed.
+    #[test]
+    fn reads_do_not_wait_for_an_open_write_transaction() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = store(&dir);
+        let memory = store.memory(Scope::session("s")).unwrap();
+        memory
+            .add_with_model(
+                vec![message("a", 0.1), message("b", 0.5), message("c", 0.9)],
+                &crate::AddOptions::default(),
+                "test:byte-sums",
+            )
+            .unwrap();
+        let want = every_read(&store).unwrap();
+        assert_eq!(want, [2, 2, 2, 3, 2, 3, 1, 1, 3, 3]);
+
+        // The write lock held mid-transaction, as an add holds it through its commit's fsync;
+        // its change is not committed, so no read may see it.
+        let writer = store.lock();
+        writer
+            .execute_batch(
+                "BEGIN IMMEDIATE;
+                 UPDATE memory_threads SET rev = rev + 1, live = live + 100;",
+            )
+            .unwrap();
+        let (sent, received) = mpsc::channel();
+        let reading = Arc::clone(&store);
+        std::thread::spawn(move || {
+            let _ = sent.send(every_read(&reading));
+        });
+        let got = received.recv_timeout(Duration::from_secs(5));
+        // Released whatever happened, so that a waiting reader finishes rather than hangs.
+        writer.execute_batch("ROLLBACK").unwrap();
+        drop(writer);
+        let got = got.expect("a read waited for the writer's open transaction");
+        assert_eq!(got.unwrap(), want);
+    }
+
+    /// A recall with a cut does not wait for its thread's mirror, which an add of the thread
+    /// holds through its wait for the writer and its commit's fsync: it scores the stored
+    /// vectors of its snapshot instead, to the same hits. On the old code it waited.
+    #[test]
+    fn a_recall_does_not_wait_for_an_add_of_its_thread() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = store(&dir);
+        let memory = store.memory(Scope::session("s")).unwrap();
+        memory
+            .add_with_model(
+                vec![message("a", 0.1), message("b", 0.5), message("c", 0.9)],
+                &crate::AddOptions::default(),
+                "test:byte-sums",
+            )
+            .unwrap();
+        let recall = |store: &Arc<SqliteMemoryStore>| -> Result<_, MemoryError> {
+            let fresh = store
+                .existing_memory(Scope::session("s"))?
+                .ok_or_else(|| corrupt("the thread is missing".into()))?;
+            let top = RetrieveOptions {
+                top_k: Some(2),
+                ..RetrieveOptions::default()
+            };
+            Ok((
+                fresh.retrieve_by_embedding(
+                    RetrievalQuery::Text("ferry".into()),
+                    &top,
+                    Some(&ByteSums),
+                )?,
+                fresh.retrieve_by_embedding(
+                    RetrievalQuery::Vector(vec![0.3, 0.7, 0.5, 0.09]),
+                    &top,
+                    None,
+                )?,
+            ))
+        };
+        let want = recall(&store).unwrap();
+        assert_eq!((want.0.len(), want.1.len()), (2, 2));
+
+        // What an add of the thread holds mid-commit: the mirror, and the writer's open
+        // transaction.
+        let mirror = memory.mirror.lock().unwrap();
+        let writer = store.lock();
+        writer
+            .execute_batch("BEGIN IMMEDIATE; UPDATE memory_threads SET rev = rev + 1;")
+            .unwrap();
+        let (sent, received) = mpsc::channel();
+        let reading = Arc::clone(&store);
+        std::thread::spawn(move || {
+            let _ = sent.send(recall(&reading));
+        });
+        let got = received.recv_timeout(Duration::from_secs(5));
+        writer.execute_batch("ROLLBACK").unwrap();
+        drop((writer, mirror));
+        let got = got.expect("a recall waited for the add of its thread");
+        assert_eq!(got.unwrap(), want);
+    }
+
+    /// Read-your-writes across handles and connections, under concurrency: every add is read
+    /// back right after it is acknowledged (through a fresh handle sharing the mirror, one with
+    /// a mirror of its own, a recall and a search), and readers of a session written by others
+    /// never see it shrink.
+    #[test]
+    fn acknowledged_writes_are_read_by_every_later_read() {
+        const WRITERS: usize = 4;
+        const ADDS: usize = 25;
+        let dir = tempfile::tempdir().unwrap();
+        let store = store(&dir);
+        store.memory(Scope::session("shared")).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let writers: Vec<_> = (0..WRITERS)
+            .map(|w| {
+                let store = Arc::clone(&store);
+                std::thread::spawn(move || {
+                    for i in 0..ADDS {
+                        assert!(Instant::now() < deadline, "writer {w} too slow");
+                        let own = Scope::session(format!("w{w}"));
+                        let id = format!("w{w}-{i}");
+                        let seed = (w * ADDS + i) as f32 / (WRITERS * ADDS) as f32;
+                        store
+                            .memory(own.clone())
+                            .unwrap()
+                            .add(vec![message(&id, seed)])
+                            .unwrap();
+                        store
+                            .existing_memory(Scope::session("shared"))
+                            .unwrap()
+                            .unwrap()
+                            .add(vec![message(&format!("s-{id}"), seed)])
+                            .unwrap();
+                        let fresh = store.existing_memory(own.clone()).unwrap().unwrap();
+                        assert_eq!(fresh.size().unwrap(), i + 1, "{id}");
+                        let unshared = store.existing_memory_unshared(own.clone()).unwrap();
+                        let last = unshared
+                            .unwrap()
+                            .get_memory(&MemoryQuery {
+                                recent_n: Some(1),
+                                ..MemoryQuery::default()
+                            })
+                            .unwrap();
+                        assert_eq!(last[0].id(), id);
+                        // Its own vector is its best match.
+                        let query =
+                            RetrievalQuery::Vector(vec![seed, 1.0 - seed, 0.5, seed * seed]);
+                        let best = store
+                            .existing_memory_unshared(own.clone())
+                            .unwrap()
+                            .unwrap()
+                            .retrieve_by_embedding(query.clone(), &RetrieveOptions::default(), None)
+                            .unwrap();
+                        assert!((best[0].score - 1.0).abs() < 1e-6, "{id}: {best:?}");
+                        let within = ScopeFilter::all().session(format!("w{w}"));
+                        let hits = store.search(&within, query, 1, None).unwrap();
+                        assert!((hits[0].score - 1.0).abs() < 1e-6, "{id}: {hits:?}");
+                        let shared = store.existing_memory(Scope::session("shared")).unwrap();
+                        let ids: Vec<String> = shared
+                            .unwrap()
+                            .get_memory(&MemoryQuery::default())
+                            .unwrap()
+                            .iter()
+                            .map(|m| m.id().to_owned())
+                            .collect();
+                        assert!(ids.contains(&format!("s-{id}")), "{id}");
+                    }
+                })
+            })
+            .collect();
+        let readers: Vec<_> = (0..2)
+            .map(|_| {
+                let store = Arc::clone(&store);
+                std::thread::spawn(move || {
+                    let mut seen = 0;
+                    while seen < WRITERS * ADDS {
+                        assert!(Instant::now() < deadline, "the readers never saw every add");
+                        let shared = store.existing_memory(Scope::session("shared")).unwrap();
+                        let size = shared.unwrap().size().unwrap();
+                        assert!(
+                            size >= seen,
+                            "the shared session shrank from {seen} to {size}"
+                        );
+                        seen = size;
+                        std::thread::sleep(Duration::from_millis(1));
+                    }
+                })
+            })
+            .collect();
+        for handle in writers.into_iter().chain(readers) {
+            handle.join().unwrap();
+        }
+        let shared = store.existing_memory(Scope::session("shared")).unwrap();
+        assert_eq!(shared.unwrap().size().unwrap(), WRITERS * ADDS);
     }
 }

@@ -1,0 +1,137 @@
+//! The read connections of a writable [`SqliteMemoryStore`](super::SqliteMemoryStore).
+//!
+//! The store's one write connection is held from `BEGIN IMMEDIATE` to `COMMIT`, the commit's
+//! WAL fsync included (`Durability::Full`). Reads used to take that same connection, so every
+//! recall queued behind every add of every session (the SQLite mix of docs/bench-server.md).
+//! In WAL mode a read transaction on another connection never waits for the writer and sees
+//! every transaction committed before it began, so reads go to connections of their own: a
+//! committed (acknowledged) write is seen by every later read, on whichever connection it
+//! runs.
+//!
+//! The pool grows on demand, up to [`MAX_READERS`]: the first connection is opened with the
+//! store (a file that cannot be read fails the open, not the first read), the others only when
+//! every open one is busy, so a store used by one thread at a time (the CLI, most tests) keeps
+//! two connections. Each reader is `query_only`: a write routed to a reader by mistake fails
+//! instead of bypassing the writer's `BEGIN IMMEDIATE`.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError, TryLockError};
+
+use mnemon_db::DbError;
+use mnemon_db::sqlite::{self, Settings};
+use rusqlite::Connection;
+
+/// How many read connections a store opens at most. Reads are short (a thread's row, its
+/// vectors from the store's cache, the winners' bodies), so a few connections serve many
+/// concurrent requests; each holds its own page cache (SQLite's default, about 2 MB).
+pub(super) const MAX_READERS: usize = 4;
+
+/// A store's read connections: the first, opened with the store, and up to
+/// [`MAX_READERS`]` - 1` more opened on demand.
+#[derive(Debug)]
+pub(super) struct Readers {
+    /// The database file, for the connections opened later.
+    path: PathBuf,
+    /// The store's connection settings (busy timeout, durability), for the same.
+    settings: Settings,
+    /// The connection every read can fall back to waiting for.
+    first: Mutex<Connection>,
+    /// The connections opened on demand; slot `i` is filled only after every slot before it.
+    more: [OnceLock<Mutex<Connection>>; MAX_READERS - 1],
+    /// How many connections are open: 1 + the filled prefix of `more`.
+    opened: AtomicUsize,
+    /// Serialises the opening of new connections, so that two busy readers never both open
+    /// one for the same slot.
+    growing: Mutex<()>,
+    /// Where the next [`Readers::take`] starts looking: consecutive reads spread over the
+    /// connections instead of all trying the first.
+    next: AtomicUsize,
+}
+
+impl Readers {
+    /// The pool of the database at `path`, with its first connection open.
+    pub(super) fn open(path: &Path, settings: &Settings) -> Result<Readers, DbError> {
+        Ok(Readers {
+            path: path.to_path_buf(),
+            settings: *settings,
+            first: Mutex::new(connect(path, settings)?),
+            more: Default::default(),
+            opened: AtomicUsize::new(1),
+            growing: Mutex::new(()),
+            next: AtomicUsize::new(0),
+        })
+    }
+
+    /// A read connection, for the caller alone until the guard drops: a free one if there is
+    /// one (tried round-robin), else a new one while fewer than [`MAX_READERS`] are open, else
+    /// the first one tried, waited for.
+    pub(super) fn take(&self) -> MutexGuard<'_, Connection> {
+        let start = self.next.fetch_add(1, Ordering::Relaxed);
+        if let Some(free) = self.free(start) {
+            return free;
+        }
+        // Every open connection is busy: one more, if the pool may grow. A connection that
+        // cannot be opened (say, too many open files) is not an error: an open one serves the
+        // read once it is free.
+        if let Ok(true) = self.grow()
+            && let Some(free) = self.free(start)
+        {
+            return free;
+        }
+        let opened = self.opened.load(Ordering::Acquire).max(1);
+        self.slot(start % opened)
+            .unwrap_or(&self.first)
+            .lock()
+            // A panic during a read leaves the connection as usable as ever: the transaction
+            // it held rolled back when it was dropped.
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// An open connection nobody holds, trying them from `start` (modulo how many are open).
+    fn free(&self, start: usize) -> Option<MutexGuard<'_, Connection>> {
+        let opened = self.opened.load(Ordering::Acquire).max(1);
+        (0..opened).find_map(|i| match self.slot((start + i) % opened)?.try_lock() {
+            Ok(conn) => Some(conn),
+            // As in `take`: the connection is usable.
+            Err(TryLockError::Poisoned(poisoned)) => Some(poisoned.into_inner()),
+            Err(TryLockError::WouldBlock) => None,
+        })
+    }
+
+    /// Opens one more connection into the next empty slot; `Ok(false)` when every slot is
+    /// filled.
+    fn grow(&self) -> Result<bool, DbError> {
+        let _growing = self.growing.lock().unwrap_or_else(PoisonError::into_inner);
+        let opened = self.opened.load(Ordering::Acquire);
+        let Some(slot) = opened.checked_sub(1).and_then(|i| self.more.get(i)) else {
+            return Ok(false);
+        };
+        let conn = connect(&self.path, &self.settings)?;
+        // Only a thread holding `growing` fills a slot, and `opened` says this one is empty.
+        let _ = slot.set(Mutex::new(conn));
+        self.opened.store(opened + 1, Ordering::Release);
+        Ok(true)
+    }
+
+    /// Connection `i`, if it is open.
+    fn slot(&self, i: usize) -> Option<&Mutex<Connection>> {
+        match i.checked_sub(1) {
+            None => Some(&self.first),
+            Some(more) => self.more.get(more).and_then(OnceLock::get),
+        }
+    }
+}
+
+/// A read connection to the database at `path`: set up as every Mnemon connection (WAL, busy
+/// timeout), and `query_only`.
+fn connect(path: &Path, settings: &Settings) -> Result<Connection, DbError> {
+    let conn = sqlite::connect(path, settings)?;
+    conn.pragma_update(None, "query_only", "ON")
+        .map_err(|e| DbError::Setup {
+            path: path.to_path_buf(),
+            action: "making a read connection query-only",
+            detail: e.to_string(),
+        })?;
+    Ok(conn)
+}
