@@ -135,3 +135,57 @@ fn connect(path: &Path, settings: &Settings) -> Result<Connection, DbError> {
         })?;
     Ok(conn)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    /// The pool opens a connection only when every open one is busy, never more than
+    /// [`MAX_READERS`], each refusing writes; past the bound a read waits for a free one.
+    #[test]
+    fn the_pool_grows_on_demand_up_to_its_bound() {
+        let dir = tempfile::tempdir().unwrap();
+        let readers = Readers::open(&dir.path().join("r.sqlite3"), &Settings::default()).unwrap();
+        let opened = || readers.opened.load(Ordering::Acquire);
+        assert_eq!(opened(), 1);
+        // One at a time: the first connection serves every read.
+        for _ in 0..10 {
+            drop(readers.take());
+        }
+        assert_eq!(opened(), 1);
+        let held: Vec<_> = (0..MAX_READERS).map(|_| readers.take()).collect();
+        assert_eq!(opened(), MAX_READERS);
+        let mut distinct: Vec<*const Connection> = held
+            .iter()
+            .map(|conn| &**conn as *const Connection)
+            .collect();
+        distinct.sort();
+        distinct.dedup();
+        assert_eq!(distinct.len(), MAX_READERS);
+        for conn in &held {
+            assert!(conn.execute_batch("CREATE TABLE t (x)").is_err());
+            let one: i64 = conn.query_row("SELECT 1", [], |r| r.get(0)).unwrap();
+            assert_eq!(one, 1);
+        }
+        std::thread::scope(|scope| {
+            let (sent, received) = mpsc::channel();
+            let pool = &readers;
+            scope.spawn(move || {
+                let conn = pool.take();
+                let _ = sent.send(conn.query_row("SELECT 2", [], |r| r.get::<_, i64>(0)));
+            });
+            // Every connection is held and the pool is full: the read waits…
+            assert!(received.recv_timeout(Duration::from_millis(200)).is_err());
+            assert_eq!(opened(), MAX_READERS);
+            // …until the connections are released.
+            drop(held);
+            let got = received.recv_timeout(Duration::from_secs(5));
+            assert_eq!(
+                got.expect("the read never got a free connection").unwrap(),
+                2
+            );
+        });
+    }
+}
