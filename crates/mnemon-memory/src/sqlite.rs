@@ -48,7 +48,7 @@ use mnemon_db::sqlite::{self, Migration, Schema, Settings};
 use mnemon_db::{DbError, Durability, Namespace};
 use mnemon_filter::{Dialect, SqlParam};
 use mnemon_types::{Embedder, Msg, MsgFactory, MsgKind};
-use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior, params};
+use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 use serde_json::Value;
 
 use crate::activity::{Cursor, ThreadPage, ThreadSummary, fetch_count, now_ms, page};
@@ -70,8 +70,10 @@ use crate::sweep::Forgotten;
 use crate::thread::{Change, ThreadState};
 use crate::vector_scan::{self, Scored, ThreadVectors, VectorCache};
 
+mod group_commit;
 mod readers;
 
+use group_commit::Writer;
 use readers::Readers;
 
 /// The memory tables' schema: `memory_schema` holds the version (its key column is `id`, as in
@@ -359,8 +361,9 @@ impl Default for SqliteMemoryOptions {
 /// An open SQLite file of memory threads: one write connection behind a mutex and a few read
 /// connections (see the module docs); share it with `Arc`.
 pub struct SqliteMemoryStore {
-    /// The write connection; on a store opened read-only, the one connection.
-    conn: Mutex<Connection>,
+    /// The write connection, where concurrent writes share transactions
+    /// (`sqlite/group_commit.rs`); on a store opened read-only, the one connection.
+    writer: Writer,
     /// The read connections of a writable store (`None` when opened read-only: its one
     /// connection may carry a temporary view over an older file, which a second connection
     /// would not have, and it never waits for a writer anyway). Taken only with the thread's
@@ -420,7 +423,7 @@ impl SqliteMemoryStore {
         Ok(Arc::new(SqliteMemoryStore {
             mirrors: Mutex::default(),
             vectors: VectorCache::default(),
-            conn: Mutex::new(conn),
+            writer: Writer::new(conn),
             readers: Some(readers),
             path,
             factory,
@@ -515,7 +518,7 @@ impl SqliteMemoryStore {
         Ok(Arc::new(SqliteMemoryStore {
             mirrors: Mutex::default(),
             vectors: VectorCache::default(),
-            conn: Mutex::new(read.conn),
+            writer: Writer::new(read.conn),
             readers: None,
             path,
             factory: default_factory(),
@@ -538,10 +541,10 @@ impl SqliteMemoryStore {
         &self.namespace
     }
 
-    /// The write connection (on a store opened read-only, the one connection).
+    /// The write connection (on a store opened read-only, the one connection), for a
+    /// transaction of the caller's own: any batch of writes open on it is committed first.
     fn lock(&self) -> MutexGuard<'_, Connection> {
-        // Transactions roll back on drop, so a panic elsewhere leaves the connection usable.
-        self.conn.lock().unwrap_or_else(PoisonError::into_inner)
+        self.writer.lock()
     }
 
     /// A connection for a call that only reads: one of the readers, which never wait for the
@@ -810,7 +813,7 @@ impl SqliteMemoryStore {
     /// scopes' columns (`''` for an absent id).
     fn selected_threads(
         &self,
-        tx: &Transaction<'_>,
+        tx: &Connection,
         within: &ScopeFilter,
     ) -> Result<Vec<(i64, [String; 3])>, MemoryError> {
         let [user, agent, session] = within.columns()?;
@@ -1238,7 +1241,7 @@ impl SqliteMemoryStore {
     /// the thread otherwise.
     fn cached_thread_vectors(
         &self,
-        tx: &Transaction<'_>,
+        tx: &Connection,
         thread_id: i64,
     ) -> Result<Option<Arc<ThreadVectors>>, MemoryError> {
         let rev: i64 = tx
@@ -1252,7 +1255,7 @@ impl SqliteMemoryStore {
     /// judges expiry itself) and cached when it fits (`crate::vector_scan`).
     fn thread_vectors(
         &self,
-        tx: &Transaction<'_>,
+        tx: &Connection,
         thread_id: i64,
         scan_start: u64,
     ) -> Result<Arc<ThreadVectors>, MemoryError> {
@@ -1281,7 +1284,7 @@ impl SqliteMemoryStore {
 }
 
 /// The id of the message at `seq` of thread `thread_id`, for an error naming it.
-fn message_id(tx: &Transaction<'_>, thread_id: i64, seq: i64) -> Result<String, MemoryError> {
+fn message_id(tx: &Connection, thread_id: i64, seq: i64) -> Result<String, MemoryError> {
     tx.prepare_cached("SELECT msg_id FROM memory_messages WHERE thread_id = ?1 AND seq = ?2")?
         .query_row([thread_id, seq], |r| r.get(0))
         .optional()?
@@ -1303,8 +1306,7 @@ impl Drop for SqliteMemoryStore {
         drop(self.readers.take());
         // Folds the WAL back into the main file so that a single file is left at rest; never
         // waits for another process (see `mnemon_db::sqlite::checkpoint_on_close`).
-        let conn = self.conn.get_mut().unwrap_or_else(PoisonError::into_inner);
-        sqlite::checkpoint_on_close(conn);
+        sqlite::checkpoint_on_close(&self.writer.lock());
     }
 }
 
@@ -1330,7 +1332,7 @@ fn db_error(error: DbError) -> MemoryError {
 /// missing and a factory is given. Every other statement reaches rows through the `thread_id`
 /// found here, which is how a handle never sees another namespace's rows.
 fn thread_row(
-    tx: &Transaction<'_>,
+    tx: &Connection,
     store: &SqliteMemoryStore,
     scope: &Scope,
     create_with: Option<&MsgFactory>,
@@ -1505,7 +1507,7 @@ impl Mirror {
     /// Brings the mirror up to date with the committed thread at `now`.
     fn sync(
         &mut self,
-        tx: &Transaction<'_>,
+        tx: &Connection,
         thread: Option<(i64, i64)>,
         factory: &MsgFactory,
         now: i64,
@@ -1537,7 +1539,7 @@ fn corrupt(detail: String) -> MemoryError {
 
 /// The thread's messages live at `now`, with their marks and expiries.
 fn load_thread(
-    tx: &Transaction<'_>,
+    tx: &Connection,
     thread_id: i64,
     factory: &MsgFactory,
     now: i64,
@@ -1595,7 +1597,7 @@ fn row_message(
 
 /// The marks of one message, in the order they were given.
 fn message_marks(
-    tx: &Transaction<'_>,
+    tx: &Connection,
     thread_id: i64,
     msg_id: &str,
 ) -> Result<Vec<String>, MemoryError> {
@@ -1609,7 +1611,7 @@ fn message_marks(
 /// Calls `f` with every message of the thread, read from the rows in index order one at a
 /// time (see `Backend::scan`); marks are read per message only when `with_marks`.
 fn scan_rows(
-    tx: &Transaction<'_>,
+    tx: &Connection,
     thread_id: i64,
     factory: &MsgFactory,
     with_marks: bool,
@@ -1646,7 +1648,7 @@ fn scan_rows(
 /// The last `n` messages of the thread passing the mark filters, in index order, reading only
 /// those rows (newest first, then reversed).
 fn recent_rows(
-    tx: &Transaction<'_>,
+    tx: &Connection,
     thread_id: i64,
     factory: &MsgFactory,
     mark: Option<&str>,
@@ -1689,11 +1691,7 @@ fn kind_str(kind: MsgKind) -> &'static str {
     kind.as_str()
 }
 
-fn insert_entries(
-    tx: &Transaction<'_>,
-    thread_id: i64,
-    entries: &[Entry],
-) -> Result<(), MemoryError> {
+fn insert_entries(tx: &Connection, thread_id: i64, entries: &[Entry]) -> Result<(), MemoryError> {
     let next: i64 = tx
         .prepare_cached(
             "SELECT COALESCE(MAX(seq), 0) + 1 FROM memory_messages WHERE thread_id = ?1",
@@ -1722,7 +1720,7 @@ fn insert_entries(
 }
 
 fn insert_marks(
-    tx: &Transaction<'_>,
+    tx: &Connection,
     thread_id: i64,
     msg_id: &str,
     marks: &[String],
@@ -1741,7 +1739,7 @@ fn insert_marks(
 
 /// Writes `change` (planned against `state`) into the open transaction.
 fn persist(
-    tx: &Transaction<'_>,
+    tx: &Connection,
     thread_id: i64,
     state: &ThreadState,
     change: &Change,
@@ -1807,7 +1805,7 @@ fn persist(
 /// mirror of it reloads) and recomputes `next_expiry`. Returns how many went. Not activity:
 /// `last_active_ms` stays. Every write of a thread starts here, so that an expired row never
 /// holds an id a new message may take again.
-fn purge_expired(tx: &Transaction<'_>, thread_id: i64, now: i64) -> Result<u64, MemoryError> {
+fn purge_expired(tx: &Connection, thread_id: i64, now: i64) -> Result<u64, MemoryError> {
     let next: Option<i64> = tx
         .prepare_cached("SELECT next_expiry FROM memory_threads WHERE thread_id = ?1")?
         .query_row([thread_id], |r| r.get(0))
@@ -1830,11 +1828,7 @@ fn purge_expired(tx: &Transaction<'_>, thread_id: i64, now: i64) -> Result<u64, 
 }
 
 /// Lowers the thread's `next_expiry` to the earliest of `entries`' expiries, if any.
-fn note_expiries(
-    tx: &Transaction<'_>,
-    thread_id: i64,
-    entries: &[Entry],
-) -> Result<(), MemoryError> {
+fn note_expiries(tx: &Connection, thread_id: i64, entries: &[Entry]) -> Result<(), MemoryError> {
     if let Some(earliest) = entries.iter().filter_map(|e| e.expires_at).min() {
         tx.prepare_cached(
             "UPDATE memory_threads SET next_expiry = MIN(COALESCE(next_expiry, ?2), ?2)
@@ -1853,7 +1847,7 @@ fn earliest_of<'a>(entries: impl IntoIterator<Item = &'a Entry>) -> Option<i64> 
 /// Ends a write of the thread (schema version 3): a new rev, the count set to `live_set` or
 /// moved by `live_delta`, and the activity time, which a clock stepping back never lowers.
 fn bump(
-    tx: &Transaction<'_>,
+    tx: &Connection,
     thread_id: i64,
     live_set: Option<i64>,
     live_delta: i64,
@@ -1911,21 +1905,6 @@ impl SqliteMemory {
             mirror
         })
     }
-
-    /// The mirror if no other call holds it (`None` if one does); a poisoned one is emptied, as
-    /// by [`mirror`](Self::mirror).
-    fn try_mirror(&self) -> Option<MutexGuard<'_, Mirror>> {
-        match self.mirror.try_lock() {
-            Ok(mirror) => Some(mirror),
-            Err(std::sync::TryLockError::WouldBlock) => None,
-            Err(std::sync::TryLockError::Poisoned(poisoned)) => {
-                self.mirror.clear_poison();
-                let mut mirror = poisoned.into_inner();
-                *mirror = Mirror::default();
-                Some(mirror)
-            }
-        }
-    }
 }
 
 impl Backend for SqliteMemory {
@@ -1969,24 +1948,43 @@ impl Backend for SqliteMemory {
         &self,
         f: impl FnOnce(&ThreadState) -> Result<(Option<Change>, R), MemoryError>,
     ) -> Result<R, MemoryError> {
-        // The mirror first, then the connection ([`MirrorCache`]).
+        // The mirror first, then the connection ([`MirrorCache`]). The mirror is held until
+        // the write's batch committed (`sqlite/group_commit.rs`): no other write of the thread
+        // through it can pass this one, and no read sees it changed before it is durable.
         let mut mirror = self.mirror();
         let now = self.store.now();
-        let mut conn = self.store.lock();
-        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let Some((thread_id, mut rev)) =
-            thread_row(&tx, &self.store, &self.scope, Some(&self.store.factory))?
-        else {
-            return Err(corrupt("the thread could not be created".into()));
+        let member = self.store.writer.join()?;
+        let planned = (|| {
+            let tx = member.conn();
+            let Some((thread_id, mut rev)) =
+                thread_row(tx, &self.store, &self.scope, Some(&self.store.factory))?
+            else {
+                return Err(corrupt("the thread could not be created".into()));
+            };
+            if purge_expired(tx, thread_id, now)? > 0 {
+                rev += 1;
+            }
+            mirror.sync(tx, Some((thread_id, rev)), &self.store.factory, now)?;
+            let (change, result) = f(&mirror.state)?;
+            if let Some(change) = &change {
+                persist(tx, thread_id, &mirror.state, change)?;
+            }
+            Ok((rev, change, result))
+        })();
+        let committed = member.finish(planned.is_ok());
+        let (rev, change, result) = match (planned, committed) {
+            (Ok(planned), Ok(group_commit::Committed::Yes)) => planned,
+            (planned, committed) => {
+                // The sync may have read rows of other writes of the batch (handles with
+                // mirrors of their own), which a batch that did not commit never stored: the
+                // mirror reloads at its next use.
+                *mirror = Mirror::default();
+                planned?;
+                committed?;
+                return Err(corrupt("a write was undone although it succeeded".into()));
+            }
         };
-        if purge_expired(&tx, thread_id, now)? > 0 {
-            rev += 1;
-        }
-        mirror.sync(&tx, Some((thread_id, rev)), &self.store.factory, now)?;
-        let (change, result) = f(&mirror.state)?;
         if let Some(change) = change {
-            persist(&tx, thread_id, &mirror.state, &change)?;
-            tx.commit()?;
             let earliest = match &change {
                 Change::Append(entries) => earliest_of(entries.iter())
                     .into_iter()
@@ -1998,8 +1996,6 @@ impl Backend for SqliteMemory {
             mirror.state.apply(change);
             mirror.rev = rev + 1;
             mirror.earliest = earliest;
-        } else {
-            tx.commit()?;
         }
         Ok(result)
     }
@@ -2083,14 +2079,11 @@ impl Backend for SqliteMemory {
         options: &RetrieveOptions,
     ) -> Result<Option<Vec<Retrieved>>, MemoryError> {
         // The mirror first, then a reader ([`MirrorCache`]); the mirror is held for the check,
-        // and to the end when it answers. With a cut, a mirror held by another call is not
-        // waited for: the holder is most likely an add of the thread, which keeps it through
-        // its wait for the writer and its commit's fsync, and the stored vectors answer the
-        // same from the reader's snapshot, which needs no mirror.
-        let mut mirror = match options.top_k {
-            Some(_) => self.try_mirror(),
-            None => Some(self.mirror()),
-        };
+        // and to the end when it answers. A recall waits for a mirror an add of the thread
+        // holds: scoring the stored vectors from the reader's snapshot instead was measured
+        // slower under `cargo xtask bench server`'s mix (the vector cache is stale right after
+        // an add, so each such recall read the thread's vectors again: docs/bench-server.md).
+        let mut mirror = Some(self.mirror());
         let now = self.store.now();
         let mut conn = self.store.reader();
         let tx = conn.transaction()?;
@@ -3421,64 +3414,6 @@ mod reader_tests {
         writer.execute_batch("ROLLBACK").unwrap();
         drop(writer);
         let got = got.expect("a read waited for the writer's open transaction");
-        assert_eq!(got.unwrap(), want);
-    }
-
-    /// A recall with a cut does not wait for its thread's mirror, which an add of the thread
-    /// holds through its wait for the writer and its commit's fsync: it scores the stored
-    /// vectors of its snapshot instead, to the same hits. On the old code it waited.
-    #[test]
-    fn a_recall_does_not_wait_for_an_add_of_its_thread() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = store(&dir);
-        let memory = store.memory(Scope::session("s")).unwrap();
-        memory
-            .add_with_model(
-                vec![message("a", 0.1), message("b", 0.5), message("c", 0.9)],
-                &crate::AddOptions::default(),
-                "test:byte-sums",
-            )
-            .unwrap();
-        let recall = |store: &Arc<SqliteMemoryStore>| -> Result<_, MemoryError> {
-            let fresh = store
-                .existing_memory(Scope::session("s"))?
-                .ok_or_else(|| corrupt("the thread is missing".into()))?;
-            let top = RetrieveOptions {
-                top_k: Some(2),
-                ..RetrieveOptions::default()
-            };
-            Ok((
-                fresh.retrieve_by_embedding(
-                    RetrievalQuery::Text("ferry".into()),
-                    &top,
-                    Some(&ByteSums),
-                )?,
-                fresh.retrieve_by_embedding(
-                    RetrievalQuery::Vector(vec![0.3, 0.7, 0.5, 0.09]),
-                    &top,
-                    None,
-                )?,
-            ))
-        };
-        let want = recall(&store).unwrap();
-        assert_eq!((want.0.len(), want.1.len()), (2, 2));
-
-        // What an add of the thread holds mid-commit: the mirror, and the writer's open
-        // transaction.
-        let mirror = memory.mirror.lock().unwrap();
-        let writer = store.lock();
-        writer
-            .execute_batch("BEGIN IMMEDIATE; UPDATE memory_threads SET rev = rev + 1;")
-            .unwrap();
-        let (sent, received) = mpsc::channel();
-        let reading = Arc::clone(&store);
-        std::thread::spawn(move || {
-            let _ = sent.send(recall(&reading));
-        });
-        let got = received.recv_timeout(Duration::from_secs(5));
-        writer.execute_batch("ROLLBACK").unwrap();
-        drop((writer, mirror));
-        let got = got.expect("a recall waited for the add of its thread");
         assert_eq!(got.unwrap(), want);
     }
 

@@ -1,0 +1,361 @@
+//! Group commit: concurrent writes of a [`SqliteMemoryStore`](super::SqliteMemoryStore) share
+//! one transaction and one fsync.
+//!
+//! With `synchronous = FULL` every commit waits for the WAL to reach the disk, and the store has
+//! one write connection, so writes from many clients queue behind each other's fsync: on the
+//! 2-core development machine the writer saturated at about 1,400 adds a second under `cargo
+//! xtask bench server`'s mix, and an add's latency was mostly that queue (docs/bench-server.md).
+//! Here a write that finds the connection free opens a batch (`BEGIN IMMEDIATE`); each write
+//! does its statements inside a savepoint of the open batch, so that its own error undoes only
+//! its own statements; and the last one in line, the one that sees no other write waiting for
+//! the connection (or a full batch), commits it for all. Every member is acknowledged only
+//! after that commit returned: an acknowledged write has been flushed as before, whatever
+//! batch it was in.
+//!
+//! A member that leaves the connection to the next one waits for the batch's outcome. It never
+//! relies on the next one alone: after a short wait it takes the connection itself and commits
+//! the batch if it is still open, so a batch cannot be left open by a caller that went away.
+//! Every other use of the write connection ([`Writer::lock`]) first commits an open batch.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use rusqlite::Connection;
+
+use crate::error::MemoryError;
+
+/// The most writes one batch holds: past it, the member that reaches it commits even with
+/// others waiting, so that the first member's wait stays bounded.
+const MAX_BATCH: usize = 64;
+
+/// How long a member waits for the batch's outcome before checking that someone will still
+/// commit it.
+const RECHECK: Duration = Duration::from_millis(20);
+
+/// The savepoint each member's statements run in.
+const SAVEPOINT: &str = "mnemon_write";
+
+/// The outcome of one batch, shared by its members.
+#[derive(Debug, Default)]
+pub(super) struct Batch {
+    /// How many writes joined it; only changed with the connection held.
+    members: AtomicUsize,
+    /// `None` while open; then the commit's result (its error's text).
+    outcome: Mutex<Option<Result<(), String>>>,
+    done: Condvar,
+}
+
+impl Batch {
+    fn outcome(&self) -> MutexGuard<'_, Option<Result<(), String>>> {
+        self.outcome.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn finish(&self, result: Result<(), String>) {
+        *self.outcome() = Some(result);
+        self.done.notify_all();
+    }
+}
+
+/// The write connection and the batch open on it.
+#[derive(Debug)]
+pub(super) struct Writer {
+    conn: Mutex<Connection>,
+    /// The batch open on the connection: read and replaced only with `conn` held.
+    open: Mutex<Option<Arc<Batch>>>,
+    /// Callers blocked on `conn` right now.
+    waiting: AtomicUsize,
+    /// Batches committed, for the tests.
+    #[cfg(test)]
+    commits: AtomicUsize,
+}
+
+/// The write connection held for one member of a batch, its savepoint open.
+pub(super) struct Member<'a> {
+    writer: &'a Writer,
+    conn: MutexGuard<'a, Connection>,
+    batch: Arc<Batch>,
+}
+
+/// How a member's write ended.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Committed {
+    /// The batch committed: the member's statements are durable.
+    Yes,
+    /// The member's own statements failed and were undone; the batch went on without them.
+    Undone,
+}
+
+impl Writer {
+    pub(super) fn new(conn: Connection) -> Writer {
+        Writer {
+            conn: Mutex::new(conn),
+            open: Mutex::new(None),
+            waiting: AtomicUsize::new(0),
+            #[cfg(test)]
+            commits: AtomicUsize::new(0),
+        }
+    }
+
+    fn acquire(&self) -> MutexGuard<'_, Connection> {
+        self.waiting.fetch_add(1, Ordering::SeqCst);
+        // Transactions roll back on drop, so a panic elsewhere leaves the connection usable.
+        let conn = self.conn.lock().unwrap_or_else(PoisonError::into_inner);
+        self.waiting.fetch_sub(1, Ordering::SeqCst);
+        conn
+    }
+
+    fn open_slot(&self) -> MutexGuard<'_, Option<Arc<Batch>>> {
+        self.open.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Commits the open batch, if any, on `conn` (held by the caller).
+    fn commit_open(&self, conn: &Connection) {
+        let Some(batch) = self.open_slot().take() else {
+            return;
+        };
+        #[cfg(test)]
+        self.commits.fetch_add(1, Ordering::SeqCst);
+        let result = conn.execute_batch("COMMIT").map_err(|e| {
+            // A failed COMMIT may leave the transaction open: end it, so that the next
+            // batch can begin.
+            let _ = conn.execute_batch("ROLLBACK");
+            e.to_string()
+        });
+        batch.finish(result);
+    }
+
+    /// The write connection for a call of its own (a transaction it begins and ends itself),
+    /// after committing any open batch.
+    pub(super) fn lock(&self) -> MutexGuard<'_, Connection> {
+        let conn = self.acquire();
+        self.commit_open(&conn);
+        conn
+    }
+
+    /// Joins the open batch (or opens one) and begins the member's savepoint.
+    pub(super) fn join(&self) -> Result<Member<'_>, MemoryError> {
+        let conn = self.acquire();
+        let batch = {
+            let mut open = self.open_slot();
+            match open.as_ref() {
+                Some(batch) => Arc::clone(batch),
+                None => {
+                    conn.execute_batch("BEGIN IMMEDIATE")?;
+                    let batch = Arc::new(Batch::default());
+                    *open = Some(Arc::clone(&batch));
+                    batch
+                }
+            }
+        };
+        batch.members.fetch_add(1, Ordering::SeqCst);
+        if let Err(e) = conn.execute_batch(&format!("SAVEPOINT {SAVEPOINT}")) {
+            // Not part of the batch after all; whoever comes next commits it.
+            drop(conn);
+            return Err(e.into());
+        }
+        Ok(Member {
+            writer: self,
+            conn,
+            batch,
+        })
+    }
+}
+
+impl Member<'_> {
+    /// The connection, inside the member's savepoint.
+    pub(super) fn conn(&self) -> &Connection {
+        &self.conn
+    }
+
+    /// Ends the member's write: keeps its statements (`keep`) or undoes them, hands the
+    /// connection on or commits the batch, and waits until the batch is committed. An error
+    /// is the batch's: none of its members' statements were kept.
+    pub(super) fn finish(self, keep: bool) -> Result<Committed, MemoryError> {
+        let Member {
+            writer,
+            conn,
+            batch,
+        } = self;
+        let ended = if keep {
+            conn.execute_batch(&format!("RELEASE {SAVEPOINT}"))
+        } else {
+            conn.execute_batch(&format!("ROLLBACK TO {SAVEPOINT}; RELEASE {SAVEPOINT}"))
+        };
+        if let Err(e) = ended {
+            // The savepoint cannot be ended cleanly: the whole batch is unsure, so it ends now.
+            let _ = conn.execute_batch("ROLLBACK");
+            if let Some(open) = writer.open_slot().take() {
+                open.finish(Err(e.to_string()));
+            }
+            return Err(e.into());
+        }
+        let last = writer.waiting.load(Ordering::SeqCst) == 0
+            || batch.members.load(Ordering::SeqCst) >= MAX_BATCH;
+        if last {
+            writer.commit_open(&conn);
+        }
+        drop(conn);
+        let outcome = wait(writer, &batch);
+        match (outcome, keep) {
+            (Ok(()), true) => Ok(Committed::Yes),
+            (Ok(()), false) => Ok(Committed::Undone),
+            (Err(e), _) => Err(MemoryError::Storage {
+                detail: format!(
+                    "the transaction holding this write (with other concurrent writes) did not \
+                     commit: {e}; nothing of it was stored, so it can be retried"
+                ),
+            }),
+        }
+    }
+}
+
+/// Waits for `batch`'s outcome; commits it when it is still open and nobody else is in line
+/// for the connection.
+fn wait(writer: &Writer, batch: &Arc<Batch>) -> Result<(), String> {
+    let mut outcome = batch.outcome();
+    loop {
+        if let Some(result) = outcome.as_ref() {
+            return result.clone();
+        }
+        let (next, timeout) = batch
+            .done
+            .wait_timeout(outcome, RECHECK)
+            .unwrap_or_else(PoisonError::into_inner);
+        outcome = next;
+        if outcome.is_none() && timeout.timed_out() {
+            drop(outcome);
+            let conn = writer.acquire();
+            let still_open = writer
+                .open_slot()
+                .as_ref()
+                .is_some_and(|open| Arc::ptr_eq(open, batch));
+            if still_open && writer.waiting.load(Ordering::SeqCst) == 0 {
+                writer.commit_open(&conn);
+            }
+            drop(conn);
+            outcome = batch.outcome();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn writer(dir: &tempfile::TempDir) -> Arc<Writer> {
+        let conn = Connection::open(dir.path().join("w.sqlite3")).unwrap();
+        conn.execute_batch(
+            "PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL;
+             CREATE TABLE t (n INTEGER PRIMARY KEY);",
+        )
+        .unwrap();
+        Arc::new(Writer::new(conn))
+    }
+
+    fn count(dir: &tempfile::TempDir) -> i64 {
+        let conn = Connection::open(dir.path().join("w.sqlite3")).unwrap();
+        conn.query_row("SELECT count(*) FROM t", [], |r| r.get(0))
+            .unwrap()
+    }
+
+    /// A lone write commits at once and is visible to another connection when acknowledged.
+    #[test]
+    fn a_lone_write_is_committed_when_acknowledged() {
+        let dir = tempfile::tempdir().unwrap();
+        let w = writer(&dir);
+        let m = w.join().unwrap();
+        m.conn().execute("INSERT INTO t VALUES (1)", []).unwrap();
+        assert_eq!(m.finish(true).unwrap(), Committed::Yes);
+        assert_eq!(count(&dir), 1);
+        assert!(w.open_slot().is_none());
+    }
+
+    /// Two writes in one batch share one commit; a member whose own statements fail is undone
+    /// alone, and the batch's other write commits.
+    #[test]
+    fn an_undone_member_leaves_the_others_committed() {
+        let dir = tempfile::tempdir().unwrap();
+        let w = writer(&dir);
+        // Two members in one batch: the first leaves the connection to a waiting second.
+        let first = w.join().unwrap();
+        first
+            .conn()
+            .execute("INSERT INTO t VALUES (1)", [])
+            .unwrap();
+        let second = {
+            let w = Arc::clone(&w);
+            std::thread::spawn(move || {
+                let m = w.join().unwrap();
+                m.conn().execute("INSERT INTO t VALUES (2)", []).unwrap();
+                m.finish(false).unwrap()
+            })
+        };
+        while w.waiting.load(Ordering::SeqCst) == 0 {
+            std::thread::yield_now();
+        }
+        assert_eq!(first.finish(true).unwrap(), Committed::Yes);
+        assert_eq!(second.join().unwrap(), Committed::Undone);
+        let conn = Connection::open(dir.path().join("w.sqlite3")).unwrap();
+        let kept: Vec<i64> = conn
+            .prepare("SELECT n FROM t")
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(kept, vec![1]);
+        assert_eq!(w.commits.load(Ordering::SeqCst), 1);
+    }
+
+    /// Many concurrent writers: every acknowledged write is committed, in at most as many
+    /// commits as writes, and no batch is left open.
+    #[test]
+    fn concurrent_writes_share_commits_and_all_land() {
+        let dir = tempfile::tempdir().unwrap();
+        let w = writer(&dir);
+        let threads: Vec<_> = (0..8)
+            .map(|t| {
+                let w = Arc::clone(&w);
+                std::thread::spawn(move || {
+                    for i in 0..50 {
+                        let m = w.join().unwrap();
+                        m.conn()
+                            .execute("INSERT INTO t VALUES (?1)", [t * 1000 + i])
+                            .unwrap();
+                        assert_eq!(m.finish(true).unwrap(), Committed::Yes);
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        assert_eq!(count(&dir), 400);
+        assert!(w.commits.load(Ordering::SeqCst) <= 400);
+        assert!(w.open_slot().is_none());
+        // A call of its own after the batches finds no transaction open.
+        let conn = w.lock();
+        assert!(conn.is_autocommit());
+    }
+
+    /// A member that leaves the connection to a caller that will never commit (here: the test
+    /// holding the count of waiters up by hand) still gets its batch committed, by itself.
+    #[test]
+    fn a_batch_is_never_left_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let w = writer(&dir);
+        let m = w.join().unwrap();
+        m.conn().execute("INSERT INTO t VALUES (7)", []).unwrap();
+        // Someone "waiting" who never comes.
+        w.waiting.fetch_add(1, Ordering::SeqCst);
+        let w2 = Arc::clone(&w);
+        let release = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(100));
+            w2.waiting.fetch_sub(1, Ordering::SeqCst);
+        });
+        assert_eq!(m.finish(true).unwrap(), Committed::Yes);
+        release.join().unwrap();
+        assert_eq!(count(&dir), 1);
+    }
+}
