@@ -1955,7 +1955,7 @@ impl Backend for SqliteMemory {
         let now = self.store.now();
         let member = self.store.writer.join()?;
         let planned = (|| {
-            let tx = member.conn();
+            let tx = member.conn()?;
             let Some((thread_id, mut rev)) =
                 thread_row(tx, &self.store, &self.scope, Some(&self.store.factory))?
             else {

@@ -70,11 +70,22 @@ pub(super) struct Writer {
     commits: AtomicUsize,
 }
 
-/// The write connection held for one member of a batch, its savepoint open.
+/// The write connection held for one member of a batch, its savepoint open. Dropped without
+/// [`Member::finish`] (a panic on the way), it undoes its own statements and leaves the batch
+/// to its other members.
 pub(super) struct Member<'a> {
     writer: &'a Writer,
-    conn: MutexGuard<'a, Connection>,
+    /// `Some` until [`Member::finish`] hands the connection on.
+    conn: Option<MutexGuard<'a, Connection>>,
     batch: Arc<Batch>,
+}
+
+impl Drop for Member<'_> {
+    fn drop(&mut self) {
+        if let Some(conn) = self.conn.take() {
+            let _ = conn.execute_batch(&format!("ROLLBACK TO {SAVEPOINT}; RELEASE {SAVEPOINT}"));
+        }
+    }
 }
 
 /// How a member's write ended.
@@ -156,7 +167,7 @@ impl Writer {
         }
         Ok(Member {
             writer: self,
-            conn,
+            conn: Some(conn),
             batch,
         })
     }
@@ -164,19 +175,24 @@ impl Writer {
 
 impl Member<'_> {
     /// The connection, inside the member's savepoint.
-    pub(super) fn conn(&self) -> &Connection {
-        &self.conn
+    pub(super) fn conn(&self) -> Result<&Connection, MemoryError> {
+        self.conn.as_deref().ok_or_else(|| MemoryError::Storage {
+            detail: "a write used its connection after handing it on (a bug in mnemon-memory)"
+                .into(),
+        })
     }
 
     /// Ends the member's write: keeps its statements (`keep`) or undoes them, hands the
     /// connection on or commits the batch, and waits until the batch is committed. An error
     /// is the batch's: none of its members' statements were kept.
-    pub(super) fn finish(self, keep: bool) -> Result<Committed, MemoryError> {
-        let Member {
-            writer,
-            conn,
-            batch,
-        } = self;
+    pub(super) fn finish(mut self, keep: bool) -> Result<Committed, MemoryError> {
+        let writer = self.writer;
+        let batch = Arc::clone(&self.batch);
+        let Some(conn) = self.conn.take() else {
+            return Err(MemoryError::Storage {
+                detail: "a write was finished twice (a bug in mnemon-memory)".into(),
+            });
+        };
         let ended = if keep {
             conn.execute_batch(&format!("RELEASE {SAVEPOINT}"))
         } else {
@@ -265,7 +281,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let w = writer(&dir);
         let m = w.join().unwrap();
-        m.conn().execute("INSERT INTO t VALUES (1)", []).unwrap();
+        m.conn()
+            .unwrap()
+            .execute("INSERT INTO t VALUES (1)", [])
+            .unwrap();
         assert_eq!(m.finish(true).unwrap(), Committed::Yes);
         assert_eq!(count(&dir), 1);
         assert!(w.open_slot().is_none());
@@ -281,13 +300,17 @@ mod tests {
         let first = w.join().unwrap();
         first
             .conn()
+            .unwrap()
             .execute("INSERT INTO t VALUES (1)", [])
             .unwrap();
         let second = {
             let w = Arc::clone(&w);
             std::thread::spawn(move || {
                 let m = w.join().unwrap();
-                m.conn().execute("INSERT INTO t VALUES (2)", []).unwrap();
+                m.conn()
+                    .unwrap()
+                    .execute("INSERT INTO t VALUES (2)", [])
+                    .unwrap();
                 m.finish(false).unwrap()
             })
         };
@@ -321,6 +344,7 @@ mod tests {
                     for i in 0..50 {
                         let m = w.join().unwrap();
                         m.conn()
+                            .unwrap()
                             .execute("INSERT INTO t VALUES (?1)", [t * 1000 + i])
                             .unwrap();
                         assert_eq!(m.finish(true).unwrap(), Committed::Yes);
@@ -339,6 +363,52 @@ mod tests {
         assert!(conn.is_autocommit());
     }
 
+    /// A member dropped without finishing (a panic on the way) undoes its own statements; the
+    /// batch's other write still commits.
+    #[test]
+    fn a_dropped_member_is_undone() {
+        let dir = tempfile::tempdir().unwrap();
+        let w = writer(&dir);
+        let first = w.join().unwrap();
+        first
+            .conn()
+            .unwrap()
+            .execute("INSERT INTO t VALUES (1)", [])
+            .unwrap();
+        let dropped = {
+            let w = Arc::clone(&w);
+            std::thread::spawn(move || {
+                let m = w.join().unwrap();
+                m.conn()
+                    .unwrap()
+                    .execute("INSERT INTO t VALUES (2)", [])
+                    .unwrap();
+                drop(m);
+                // The next write joins the same batch and commits it.
+                let m = w.join().unwrap();
+                m.conn()
+                    .unwrap()
+                    .execute("INSERT INTO t VALUES (3)", [])
+                    .unwrap();
+                m.finish(true).unwrap()
+            })
+        };
+        while w.waiting.load(Ordering::SeqCst) == 0 {
+            std::thread::yield_now();
+        }
+        assert_eq!(first.finish(true).unwrap(), Committed::Yes);
+        assert_eq!(dropped.join().unwrap(), Committed::Yes);
+        let conn = Connection::open(dir.path().join("w.sqlite3")).unwrap();
+        let kept: Vec<i64> = conn
+            .prepare("SELECT n FROM t ORDER BY n")
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(kept, vec![1, 3]);
+    }
+
     /// A member that leaves the connection to a caller that will never commit (here: the test
     /// holding the count of waiters up by hand) still gets its batch committed, by itself.
     #[test]
@@ -346,7 +416,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let w = writer(&dir);
         let m = w.join().unwrap();
-        m.conn().execute("INSERT INTO t VALUES (7)", []).unwrap();
+        m.conn()
+            .unwrap()
+            .execute("INSERT INTO t VALUES (7)", [])
+            .unwrap();
         // Someone "waiting" who never comes.
         w.waiting.fetch_add(1, Ordering::SeqCst);
         let w2 = Arc::clone(&w);
