@@ -269,10 +269,29 @@ mod tests {
         Arc::new(Writer::new(conn))
     }
 
-    fn count(dir: &tempfile::TempDir) -> i64 {
+    fn count(dir: &tempfile::TempDir) -> usize {
+        kept(dir).len()
+    }
+
+    /// The committed rows, read through a connection of their own.
+    fn kept(dir: &tempfile::TempDir) -> Vec<i64> {
         let conn = Connection::open(dir.path().join("w.sqlite3")).unwrap();
-        conn.query_row("SELECT count(*) FROM t", [], |r| r.get(0))
+        conn.prepare("SELECT n FROM t ORDER BY n")
             .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap()
+    }
+
+    /// Joins a batch of `w` and inserts `n` inside the member's savepoint.
+    fn insert(w: &Arc<Writer>, n: i64) -> Member<'_> {
+        let m = w.join().unwrap();
+        m.conn()
+            .unwrap()
+            .execute("INSERT INTO t VALUES (?1)", [n])
+            .unwrap();
+        m
     }
 
     /// A lone write commits at once and is visible to another connection when acknowledged.
@@ -280,11 +299,7 @@ mod tests {
     fn a_lone_write_is_committed_when_acknowledged() {
         let dir = tempfile::tempdir().unwrap();
         let w = writer(&dir);
-        let m = w.join().unwrap();
-        m.conn()
-            .unwrap()
-            .execute("INSERT INTO t VALUES (1)", [])
-            .unwrap();
+        let m = insert(&w, 1);
         assert_eq!(m.finish(true).unwrap(), Committed::Yes);
         assert_eq!(count(&dir), 1);
         assert!(w.open_slot().is_none());
@@ -297,20 +312,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let w = writer(&dir);
         // Two members in one batch: the first leaves the connection to a waiting second.
-        let first = w.join().unwrap();
-        first
-            .conn()
-            .unwrap()
-            .execute("INSERT INTO t VALUES (1)", [])
-            .unwrap();
+        let first = insert(&w, 1);
         let second = {
             let w = Arc::clone(&w);
             std::thread::spawn(move || {
-                let m = w.join().unwrap();
-                m.conn()
-                    .unwrap()
-                    .execute("INSERT INTO t VALUES (2)", [])
-                    .unwrap();
+                let m = insert(&w, 2);
                 m.finish(false).unwrap()
             })
         };
@@ -319,15 +325,7 @@ mod tests {
         }
         assert_eq!(first.finish(true).unwrap(), Committed::Yes);
         assert_eq!(second.join().unwrap(), Committed::Undone);
-        let conn = Connection::open(dir.path().join("w.sqlite3")).unwrap();
-        let kept: Vec<i64> = conn
-            .prepare("SELECT n FROM t")
-            .unwrap()
-            .query_map([], |r| r.get(0))
-            .unwrap()
-            .collect::<Result<_, _>>()
-            .unwrap();
-        assert_eq!(kept, vec![1]);
+        assert_eq!(kept(&dir), vec![1]);
         assert_eq!(w.commits.load(Ordering::SeqCst), 1);
     }
 
@@ -369,27 +367,14 @@ mod tests {
     fn a_dropped_member_is_undone() {
         let dir = tempfile::tempdir().unwrap();
         let w = writer(&dir);
-        let first = w.join().unwrap();
-        first
-            .conn()
-            .unwrap()
-            .execute("INSERT INTO t VALUES (1)", [])
-            .unwrap();
+        let first = insert(&w, 1);
         let dropped = {
             let w = Arc::clone(&w);
             std::thread::spawn(move || {
-                let m = w.join().unwrap();
-                m.conn()
-                    .unwrap()
-                    .execute("INSERT INTO t VALUES (2)", [])
-                    .unwrap();
+                let m = insert(&w, 2);
                 drop(m);
                 // The next write joins the same batch and commits it.
-                let m = w.join().unwrap();
-                m.conn()
-                    .unwrap()
-                    .execute("INSERT INTO t VALUES (3)", [])
-                    .unwrap();
+                let m = insert(&w, 3);
                 m.finish(true).unwrap()
             })
         };
@@ -398,15 +383,7 @@ mod tests {
         }
         assert_eq!(first.finish(true).unwrap(), Committed::Yes);
         assert_eq!(dropped.join().unwrap(), Committed::Yes);
-        let conn = Connection::open(dir.path().join("w.sqlite3")).unwrap();
-        let kept: Vec<i64> = conn
-            .prepare("SELECT n FROM t ORDER BY n")
-            .unwrap()
-            .query_map([], |r| r.get(0))
-            .unwrap()
-            .collect::<Result<_, _>>()
-            .unwrap();
-        assert_eq!(kept, vec![1, 3]);
+        assert_eq!(kept(&dir), vec![1, 3]);
     }
 
     /// A member that leaves the connection to a caller that will never commit (here: the test
@@ -415,11 +392,7 @@ mod tests {
     fn a_batch_is_never_left_open() {
         let dir = tempfile::tempdir().unwrap();
         let w = writer(&dir);
-        let m = w.join().unwrap();
-        m.conn()
-            .unwrap()
-            .execute("INSERT INTO t VALUES (7)", [])
-            .unwrap();
+        let m = insert(&w, 7);
         // Someone "waiting" who never comes.
         w.waiting.fetch_add(1, Ordering::SeqCst);
         let w2 = Arc::clone(&w);
