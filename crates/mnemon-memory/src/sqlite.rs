@@ -2394,7 +2394,8 @@ mod stream_tests {
     };
     use serde_json::json;
 
-    fn store(dir: &tempfile::TempDir) -> Arc<SqliteMemoryStore> {
+    /// A store in `dir` with the tests' clock (shared with `reader_tests`).
+    pub(super) fn store(dir: &tempfile::TempDir) -> Arc<SqliteMemoryStore> {
         SqliteMemoryStore::open_with_factory(
             dir.path().join("m.sqlite3"),
             SqliteMemoryOptions::default(),
@@ -3282,8 +3283,8 @@ mod keyword_tests {
 /// read, whichever handle and connection it goes through.
 #[cfg(test)]
 mod reader_tests {
+    use super::stream_tests::store;
     use super::*;
-    use crate::clock::test_factory;
     use crate::{ExportOptions, ExportTarget, Memory, MemoryQuery, SearchMode, SearchRequest};
     use mnemon_types::EmbedError;
     use serde_json::json;
@@ -3314,15 +3315,6 @@ mod reader_tests {
                 })
                 .collect())
         }
-    }
-
-    fn store(dir: &tempfile::TempDir) -> Arc<SqliteMemoryStore> {
-        SqliteMemoryStore::open_with_factory(
-            dir.path().join("m.sqlite3"),
-            SqliteMemoryOptions::default(),
-            test_factory(),
-        )
-        .unwrap()
     }
 
     /// The message `id` with an embedding made of `seed`.
