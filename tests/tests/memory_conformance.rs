@@ -43,6 +43,63 @@ mod sqlite {
     mnemon_tests::memory_conformance_tests!(maker());
 }
 
+/// The suite again with the recall index on from the first message, built inside the recall,
+/// with a beam covering every thread the suite makes: each cosine top-k recall goes through
+/// the index (docs/reference/memory.md#the-recall-index), and must give the exact scan's answer.
+fn index_everything() -> mnemon_memory::RecallIndexOptions {
+    mnemon_memory::RecallIndexOptions {
+        min_messages: 0,
+        ef: 100_000,
+        background: false,
+    }
+}
+
+mod in_memory_indexed {
+    use super::*;
+    use mnemon_memory::InMemoryMemory;
+    use mnemon_tests::memory_conformance::test_factory;
+
+    fn maker() -> impl Fn() -> Box<dyn Memory> {
+        || {
+            Box::new(
+                InMemoryMemory::with_factory(test_factory()).with_recall_index(index_everything()),
+            )
+        }
+    }
+
+    mnemon_tests::memory_conformance_tests!(maker());
+}
+
+mod sqlite_indexed {
+    use super::*;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use mnemon_memory::{Scope, SqliteMemoryOptions, SqliteMemoryStore};
+    use mnemon_tests::memory_conformance::test_factory;
+
+    fn maker() -> impl Fn() -> Box<dyn Memory> {
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<SqliteMemoryStore> = SqliteMemoryStore::open_with_factory(
+            dir.path().join("mnemon.sqlite3"),
+            SqliteMemoryOptions {
+                recall_index: index_everything(),
+                ..SqliteMemoryOptions::default()
+            },
+            test_factory(),
+        )
+        .unwrap();
+        let next = AtomicUsize::new(0);
+        move || {
+            let _keep = &dir;
+            let n = next.fetch_add(1, Ordering::Relaxed);
+            Box::new(store.memory(Scope::session(format!("s{n}"))).unwrap())
+        }
+    }
+
+    mnemon_tests::memory_conformance_tests!(maker());
+}
+
 /// The suite again, with every read served by a second handle: another `SqliteMemoryStore` (its own
 /// connection and mirror) opened on the same file. Writes go through the first handle, so each
 /// read after a write reloads the thread from the database rather than from the writer's

@@ -77,6 +77,7 @@ fn nearest(service: &Service, session: &str, vector: [f32; 2]) -> String {
             top_k: Some(1),
             metric: MetricName::Cosine,
             mark: None,
+            exact: false,
             include_embeddings: false,
         })
         .unwrap_or_else(|error| panic!("searching {session}: {error}"));

@@ -461,6 +461,7 @@ fn recall(service: &Service, input: RecallInput) -> Result<RecallOutput, Failure
             top_k: Some(top_k),
             metric: MetricName::Cosine,
             mark: input.mark,
+            exact: false,
             include_embeddings: false,
         })?;
         return Ok(RecallOutput {

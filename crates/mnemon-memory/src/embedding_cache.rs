@@ -10,6 +10,7 @@
 //! [`crate::retrieval`], which never needs the matrix.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use mnemon_vector::Matrix;
 
@@ -40,7 +41,13 @@ pub(crate) struct EmbeddingCache {
     /// Embeddings whose length differs from the matrix's dimension, with their norms.
     odd: Vec<(Vec<f32>, f64)>,
     missing: usize,
+    /// Unique to this cache since it was built: kept while rows are only appended, so a
+    /// recall index built over its first rows stays valid for it (`crate::recall_index`).
+    lineage: u64,
 }
+
+/// The next [`EmbeddingCache::lineage`].
+static NEXT_LINEAGE: AtomicU64 = AtomicU64::new(1);
 
 impl EmbeddingCache {
     /// The cache of `entries`. The matrix takes the most common embedding length, so one stray
@@ -67,6 +74,7 @@ impl EmbeddingCache {
             row_norms: Vec::with_capacity(rows),
             odd: Vec::new(),
             missing: 0,
+            lineage: NEXT_LINEAGE.fetch_add(1, Ordering::Relaxed),
         };
         for vector in vectors {
             cache.push(vector);
@@ -173,6 +181,17 @@ impl EmbeddingCache {
     /// The matrix (every embedding of the common dimension).
     pub(crate) fn matrix(&self) -> &Matrix {
         &self.matrix
+    }
+
+    /// The message of matrix row `r`.
+    pub(crate) fn row_entry(&self, r: usize) -> Option<usize> {
+        self.row_entry.get(r).copied()
+    }
+
+    /// This cache's lineage: the same from its build through every append and fill, and
+    /// never another cache's.
+    pub(crate) fn lineage(&self) -> u64 {
+        self.lineage
     }
 
     /// The exact norm of matrix row `r`.

@@ -74,6 +74,7 @@ mod memory;
 mod ops;
 #[cfg(feature = "postgres")]
 mod postgres;
+mod recall_index;
 mod report;
 mod retrieval;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
@@ -108,6 +109,7 @@ pub use mnemon_filter::Filter;
 pub use mnemon_types::{Tokenizer, WhitespaceTokenizer};
 #[cfg(feature = "postgres")]
 pub use postgres::{PostgresMemory, PostgresMemoryOptions, PostgresMemoryStore, VectorMode};
+pub use recall_index::{RecallIndexOptions, RecallIndexStatus};
 pub use report::{AddReport, DeleteByIdReport, DeleteReport};
 pub use retrieval::{Metric, RetrievalQuery, RetrieveOptions, Retrieved, ScoreFn};
 #[cfg(any(feature = "sqlite", feature = "postgres"))]

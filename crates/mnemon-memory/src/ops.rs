@@ -13,6 +13,7 @@ use crate::export::{ExportWriter, write_atomically_with};
 use crate::load::{convert_inputs, decode_source};
 use crate::marks::{validate_mark, validate_marks};
 use crate::memory::{AddOptions, Memory, MemoryQuery};
+use crate::recall_index::RecallIndexOptions;
 use crate::report::{AddReport, DeleteByIdReport, DeleteReport};
 use crate::retrieval::{
     self, RetrievalQuery, RetrieveOptions, Retrieved, embed_texts, missing_embeddings,
@@ -23,6 +24,12 @@ use crate::thread::{Change, ThreadState};
 pub(crate) trait Backend: Send + Sync {
     /// The factory that fills in missing ids and timestamps.
     fn factory(&self) -> &MsgFactory;
+
+    /// When a large thread's recall uses the approximate index (`crate::recall_index`):
+    /// `None` never (PostgreSQL, which has pgvector's).
+    fn recall_index(&self) -> Option<&RecallIndexOptions> {
+        None
+    }
 
     /// Runs `f` on the current state (synchronised with storage), under a read lock.
     fn read<R>(&self, f: impl FnOnce(&ThreadState) -> R) -> Result<R, MemoryError>;
@@ -233,9 +240,9 @@ impl<B: Backend> Memory for B {
             // Every message present when this recall began has been embedded by now; one
             // still without an embedding was added by another writer while the embedder ran,
             // so the recall is ordered before that add instead of failing on it.
-            self.read(|s| retrieval::score_embedded(s, &query, options))?
+            self.read(|s| retrieval::score_embedded(s, &query, options, self.recall_index()))?
         } else {
-            self.read(|s| retrieval::score(s, &query, options))?
+            self.read(|s| retrieval::score(s, &query, options, self.recall_index()))?
         }
     }
 

@@ -2790,7 +2790,7 @@ impl PostgresMemory {
                 {
                     return Ok(None);
                 }
-                return retrieval::score(&mirror.state, query, options).map(Some);
+                return retrieval::score(&mirror.state, query, options, None).map(Some);
             }
         }
         let (Some(k), None) = (options.top_k, &options.mark) else {

@@ -20,6 +20,7 @@ use serde::Serialize;
 use crate::embedding_cache::EmbeddingCache;
 use crate::error::MemoryError;
 use crate::exact;
+use crate::recall_index::{self, RecallIndexOptions};
 use crate::thread::ThreadState;
 
 /// A caller's metric: `(query, embedding) -> score`, larger is closer.
@@ -75,6 +76,10 @@ pub struct RetrieveOptions {
     pub preserve_order: bool,
     /// Consider only messages carrying this mark.
     pub mark: Option<String>,
+    /// Always scan every candidate exactly, never through the thread's
+    /// [recall index](crate::RecallIndexOptions) (default false: a large thread's cosine
+    /// recall cut to `top_k` uses it; docs/reference/memory.md#the-recall-index).
+    pub exact: bool,
 }
 
 impl Default for RetrieveOptions {
@@ -84,6 +89,7 @@ impl Default for RetrieveOptions {
             top_k: Some(1),
             preserve_order: true,
             mark: None,
+            exact: false,
         }
     }
 }
@@ -184,12 +190,22 @@ const TWO_PHASE_WORK: usize = 1 << 16;
 
 /// Scores the candidates (every one must have an embedding) and ranks them
 /// (docs/reference/memory.md#retrieval-steps steps 3–6).
+/// `index` is the backend's recall index policy (`None`: never, as PostgreSQL, which has
+/// pgvector).
 pub(crate) fn score(
     state: &ThreadState,
     query: &[f32],
     options: &RetrieveOptions,
+    index: Option<&RecallIndexOptions>,
 ) -> Result<Vec<Retrieved>, MemoryError> {
-    score_with(state, query, options, TWO_PHASE_WORK, Unembedded::Refuse)
+    score_with(
+        state,
+        query,
+        options,
+        TWO_PHASE_WORK,
+        Unembedded::Refuse,
+        index,
+    )
 }
 
 /// [`score`] over the candidates that have an embedding, leaving out those without one: for a
@@ -199,8 +215,16 @@ pub(crate) fn score_embedded(
     state: &ThreadState,
     query: &[f32],
     options: &RetrieveOptions,
+    index: Option<&RecallIndexOptions>,
 ) -> Result<Vec<Retrieved>, MemoryError> {
-    score_with(state, query, options, TWO_PHASE_WORK, Unembedded::Skip)
+    score_with(
+        state,
+        query,
+        options,
+        TWO_PHASE_WORK,
+        Unembedded::Skip,
+        index,
+    )
 }
 
 /// What scoring does with a candidate without an embedding.
@@ -219,6 +243,7 @@ fn score_with(
     options: &RetrieveOptions,
     two_phase_work: usize,
     unembedded: Unembedded,
+    index: Option<&RecallIndexOptions>,
 ) -> Result<Vec<Retrieved>, MemoryError> {
     let cache = state.embedding_cache();
     let mut chosen = candidates(state, options.mark.as_deref());
@@ -254,12 +279,27 @@ fn score_with(
         return Ok(Vec::new());
     }
     let scorer = ExactScorer::new(&cache, query, &options.metric);
-    let two_phase = keep < chosen.len()
+    // A large thread's cosine top-k: the index's candidates, scored exactly.
+    let indexed = match index {
+        Some(index)
+            if !options.exact
+                && matches!(options.metric, Metric::Cosine)
+                && query.iter().all(|x| x.is_finite()) =>
+        {
+            recall_index::candidates(state.index_slot(), &cache, query, &chosen, keep, index)
+        }
+        _ => None,
+    };
+    let two_phase = indexed.is_none()
+        && keep < chosen.len()
         && chosen.len().saturating_mul(query.len()) >= two_phase_work
         && !matches!(options.metric, Metric::Custom(_));
-    let mut scored = two_phase
-        .then(|| shortlist(&cache, query, &options.metric, &chosen, keep))
-        .flatten()
+    let mut scored = indexed
+        .or_else(|| {
+            two_phase
+                .then(|| shortlist(&cache, query, &options.metric, &chosen, keep))
+                .flatten()
+        })
         .map_or_else(
             || scorer.score_all(&chosen),
             |short| scorer.score_all(&short),
@@ -494,6 +534,7 @@ mod tests {
                             top_k: Some(top_k),
                             preserve_order: false,
                             mark,
+                            exact: false,
                         };
                         let key = |r: Vec<Retrieved>| {
                             r.into_iter()
@@ -501,14 +542,17 @@ mod tests {
                                 .collect::<Vec<_>>()
                         };
                         let fast =
-                            key(score_with(&state, &query, &options, 0, Unembedded::Refuse)
-                                .unwrap());
+                            key(
+                                score_with(&state, &query, &options, 0, Unembedded::Refuse, None)
+                                    .unwrap(),
+                            );
                         let slow = key(score_with(
                             &state,
                             &query,
                             &options,
                             usize::MAX,
                             Unembedded::Refuse,
+                            None,
                         )
                         .unwrap());
                         assert_eq!(fast, slow, "{metric:?} top {top_k} dim {dim}");
@@ -542,10 +586,11 @@ mod tests {
                 top_k: Some(top_k),
                 preserve_order: false,
                 mark: None,
+                exact: false,
             };
             let key = |r: Vec<Retrieved>| r.into_iter().map(|r| (r.index, r.score)).collect::<Vec<_>>();
-            let fast = key(score_with(&state, &query, &options, 0, Unembedded::Refuse).unwrap());
-            let slow = key(score_with(&state, &query, &options, usize::MAX, Unembedded::Refuse).unwrap());
+            let fast = key(score_with(&state, &query, &options, 0, Unembedded::Refuse, None).unwrap());
+            let slow = key(score_with(&state, &query, &options, usize::MAX, Unembedded::Refuse, None).unwrap());
             proptest::prop_assert_eq!(fast, slow);
         }
     }
@@ -594,6 +639,7 @@ mod tests {
             &RetrieveOptions::default(),
             0,
             Unembedded::Refuse,
+            None,
         )
         .unwrap();
         assert!((got[0].score - dot / (norm(&q64) * norm(&e64))).abs() < 1e-15);
@@ -607,7 +653,7 @@ mod tests {
             top_k: Some(3),
             ..RetrieveOptions::default()
         };
-        let got = score_with(&state, &query, &options, 0, Unembedded::Refuse).unwrap();
+        let got = score_with(&state, &query, &options, 0, Unembedded::Refuse, None).unwrap();
         assert_eq!(got.len(), 3);
         assert!(got.iter().all(|r| r.score.is_nan()));
         assert_eq!(

@@ -59,6 +59,7 @@ use crate::error::MemoryError;
 use crate::exact;
 use crate::load::decode_stream;
 use crate::ops::{Backend, reembed_thread};
+use crate::recall_index::{RecallIndexOptions, RecallIndexStatus};
 use crate::report::AddReport;
 use crate::retrieval::{Metric, RetrievalQuery, RetrieveOptions, Retrieved, query_vector};
 pub use crate::scope::Scope;
@@ -332,6 +333,10 @@ pub struct SqliteMemoryOptions {
     /// The clock that stamps expiries and decides what has expired
     /// (docs/reference/memory.md#expiry). Default: the system clock.
     pub clock: Arc<dyn mnemon_db::Clock>,
+    /// When a large thread's recall uses the approximate index
+    /// (docs/reference/memory.md#the-recall-index). Default: from 50,000 embeddings, built in
+    /// the background.
+    pub recall_index: RecallIndexOptions,
 }
 
 impl SqliteMemoryOptions {
@@ -354,6 +359,7 @@ impl Default for SqliteMemoryOptions {
             namespace: Namespace::default(),
             default_ttl: None,
             clock: Arc::new(mnemon_db::SystemClock),
+            recall_index: RecallIndexOptions::default(),
         }
     }
 }
@@ -382,6 +388,8 @@ pub struct SqliteMemoryStore {
     default_ttl: Option<Duration>,
     /// [`SqliteMemoryOptions::clock`].
     clock: Arc<dyn mnemon_db::Clock>,
+    /// [`SqliteMemoryOptions::recall_index`].
+    recall_index: RecallIndexOptions,
     /// The file has the keyword index (schema version 5): always, but for a reader of an
     /// older file.
     has_keywords: bool,
@@ -432,6 +440,7 @@ impl SqliteMemoryStore {
             before_activity: false,
             default_ttl: options.default_ttl,
             clock: options.clock,
+            recall_index: options.recall_index,
             has_keywords: true,
         }))
     }
@@ -527,6 +536,7 @@ impl SqliteMemoryStore {
             before_activity,
             default_ttl: options.default_ttl,
             clock: options.clock,
+            recall_index: options.recall_index,
             has_keywords,
         }))
     }
@@ -1890,6 +1900,12 @@ impl SqliteMemory {
         &self.scope
     }
 
+    /// The state of the recall index of the thread's mirror
+    /// (docs/reference/memory.md#the-recall-index), brought up to date with the file first.
+    pub fn recall_index_status(&self) -> Result<RecallIndexStatus, MemoryError> {
+        self.read(|s| s.index_slot().status(&s.embedding_cache()))
+    }
+
     /// The store holding the thread.
     pub fn store(&self) -> &Arc<SqliteMemoryStore> {
         &self.store
@@ -1910,6 +1926,10 @@ impl SqliteMemory {
 impl Backend for SqliteMemory {
     fn factory(&self) -> &MsgFactory {
         &self.store.factory
+    }
+
+    fn recall_index(&self) -> Option<&RecallIndexOptions> {
+        Some(&self.store.recall_index)
     }
 
     fn deadline(&self, expiry: mnemon_db::Expiry) -> Result<Option<i64>, MemoryError> {
@@ -2105,7 +2125,13 @@ impl Backend for SqliteMemory {
                 {
                     return Ok(None);
                 }
-                return crate::retrieval::score(&mirror.state, query, options).map(Some);
+                return crate::retrieval::score(
+                    &mirror.state,
+                    query,
+                    options,
+                    Some(&self.store.recall_index),
+                )
+                .map(Some);
             }
             // No thread, and its mirror busy: the mirror path answers (empty).
             (_, _, None) => return Ok(None),
@@ -2727,6 +2753,7 @@ mod stream_tests {
                             top_k,
                             preserve_order,
                             mark: mark.clone(),
+                            exact: false,
                         };
                         let recall = |m: &SqliteMemory| {
                             m.retrieve_by_embedding(

@@ -13,6 +13,7 @@ use mnemon_types::Msg;
 
 use crate::embedding_cache::EmbeddingCache;
 use crate::entry::Entry;
+use crate::recall_index::IndexSlot;
 use crate::report::{AddReport, DeleteByIdReport, DeleteReport};
 
 /// A change to a thread, planned against its current state.
@@ -36,6 +37,9 @@ pub(crate) struct ThreadState {
     entries: Vec<Entry>,
     positions: HashMap<String, usize>,
     cache: Mutex<Option<Arc<EmbeddingCache>>>,
+    /// The approximate index of the cache's rows, when the thread is large enough
+    /// (`crate::recall_index`).
+    index: Arc<IndexSlot>,
 }
 
 impl ThreadState {
@@ -165,6 +169,11 @@ impl ThreadState {
         let mut slot = self.cache.lock().unwrap_or_else(PoisonError::into_inner);
         slot.get_or_insert_with(|| Arc::new(EmbeddingCache::build(&self.entries)))
             .clone()
+    }
+
+    /// The thread's recall index slot.
+    pub(crate) fn index_slot(&self) -> &Arc<IndexSlot> {
+        &self.index
     }
 
     /// Indices of the messages passing the mark filters, in order.

@@ -243,6 +243,10 @@ pub struct MemorySearchInput {
     /// Only messages carrying this mark.
     #[serde(default)]
     pub mark: Option<String>,
+    /// Scan every message exactly, never through a large session's approximate recall index
+    /// (docs/reference/memory.md#the-recall-index). Default false.
+    #[serde(default)]
+    pub exact: bool,
     /// Include each message's embedding.
     #[serde(default)]
     pub include_embeddings: bool,
@@ -813,6 +817,7 @@ impl Service {
             top_k: Some(input.top_k.unwrap_or(5)),
             preserve_order: false,
             mark: input.mark,
+            exact: input.exact,
         };
         let hits = memory.retrieve_by_embedding(query, &options, self.embedder())?;
         Ok(MemorySearchOutput {

@@ -228,6 +228,10 @@ pub(crate) enum MemoryCommand {
         /// Only messages carrying this mark.
         #[arg(long, value_name = "M")]
         mark: Option<String>,
+        /// Within one session, scan every message exactly instead of searching a large
+        /// session's recall index (docs/reference/memory.md#the-recall-index).
+        #[arg(long)]
+        exact: bool,
         /// Also print each message's embedding.
         #[arg(long)]
         include_embeddings: bool,
@@ -275,6 +279,10 @@ pub(crate) enum MemoryCommand {
         /// Only messages carrying this mark.
         #[arg(long, value_name = "M")]
         mark: Option<String>,
+        /// Scan every message exactly instead of searching a large session's recall index
+        /// (docs/reference/memory.md#the-recall-index).
+        #[arg(long)]
+        exact: bool,
     },
 }
 
@@ -778,6 +786,7 @@ pub(crate) fn run(command: MemoryCommand, target: &Target<'_>) -> CliResult {
             metric,
             top_k,
             mark,
+            exact,
             include_embeddings,
             output,
         } => {
@@ -859,6 +868,7 @@ pub(crate) fn run(command: MemoryCommand, target: &Target<'_>) -> CliResult {
                         MetricArg::L2 => MetricName::L2,
                     },
                     mark,
+                    exact,
                     include_embeddings,
                 })
                 .map_err(ops_error)?;
@@ -926,6 +936,7 @@ pub(crate) fn run(command: MemoryCommand, target: &Target<'_>) -> CliResult {
             top_k,
             preserve_order,
             mark,
+            exact,
         } => {
             let vector = parse_vector(&query, "--query")?;
             let memory = open_source(target, source)?;
@@ -938,6 +949,7 @@ pub(crate) fn run(command: MemoryCommand, target: &Target<'_>) -> CliResult {
                 top_k: Some(top_k),
                 preserve_order,
                 mark,
+                exact,
             };
             let hits: Vec<Hit> = memory
                 .retrieve_by_embedding(RetrievalQuery::Vector(vector), &options, None)
