@@ -670,29 +670,25 @@ mod tests {
     }
 
     #[test]
-    fn a_non_finite_embedding_fails_the_build_once() {
+    fn extreme_and_zero_embeddings_are_indexed_and_scored_exactly() {
         let f = test_factory();
-        let mut entries: Vec<Entry> = (0..64)
-            .map(|i| {
-                Entry::new(
-                    f.msg("n", i)
-                        .embedding(vec![i as f32, 1.0])
-                        .build()
-                        .unwrap(),
-                    vec![],
-                )
-            })
+        let mut vectors: Vec<Vec<f32>> = (0..64).map(|i| vec![i as f32, 1.0]).collect();
+        vectors.push(vec![f32::MAX, f32::MAX]);
+        vectors.push(vec![0.0, 0.0]);
+        vectors.push(vec![f32::MIN_POSITIVE, -f32::MIN_POSITIVE]);
+        let entries = vectors
+            .into_iter()
+            .enumerate()
+            .map(|(i, v)| Entry::new(f.msg("n", i).embedding(v).build().unwrap(), vec![]))
             .collect();
-        entries.push(Entry::new(
-            f.msg("n", "big")
-                .embedding(vec![f32::MAX, f32::MAX])
-                .build()
-                .unwrap(),
-            vec![],
-        ));
         let state = ThreadState::from_entries(entries);
-        let o = options(3, None);
-        let got = indexed(&state, &[1.0, 0.5], &o, &inline(8));
-        assert_eq!(key(&got), key(&exact(&state, &[1.0, 0.5], &o)));
+        let query = [1.0, 0.5];
+        let index = inline(67);
+        for top_k in [1, 3, 66] {
+            let o = options(top_k, None);
+            let got = indexed(&state, &query, &o, &index);
+            assert_eq!(key(&got), key(&exact(&state, &query, &o)), "top {top_k}");
+        }
+        assert!(answers(&state, &query, 3, &index));
     }
 }
