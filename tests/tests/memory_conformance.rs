@@ -226,12 +226,19 @@ mod sqlite_second_handle {
     }
 
     fn maker() -> impl Fn() -> Box<dyn Memory> {
+        maker_with(mnemon_memory::RecallIndexOptions::default())
+    }
+
+    fn maker_with(recall_index: mnemon_memory::RecallIndexOptions) -> impl Fn() -> Box<dyn Memory> {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("mnemon.sqlite3");
         let open = || -> Arc<SqliteMemoryStore> {
             SqliteMemoryStore::open_with_factory(
                 &path,
-                SqliteMemoryOptions::default(),
+                SqliteMemoryOptions {
+                    recall_index: recall_index.clone(),
+                    ..SqliteMemoryOptions::default()
+                },
                 test_factory(),
             )
             .unwrap()
@@ -249,6 +256,14 @@ mod sqlite_second_handle {
     }
 
     mnemon_tests::memory_conformance_tests!(maker());
+
+    /// Again with the recall index on from the first message: the second handle's top-k
+    /// recalls stream the stored vectors through the store's recall indexes.
+    mod indexed {
+        use super::*;
+
+        mnemon_tests::memory_conformance_tests!(maker_with(super::super::index_everything()));
+    }
 }
 
 /// The tenant-isolation check (issue 13, item 3) against the SQLite memory: one file, a store
@@ -2578,6 +2593,7 @@ mod sqlite_summaries {
         path: PathBuf,
         open: Mutex<HashMap<String, Arc<SqliteMemoryStore>>>,
         clock: Arc<ManualClock>,
+        recall_index: mnemon_memory::RecallIndexOptions,
     }
 
     impl Stores {
@@ -2585,6 +2601,7 @@ mod sqlite_summaries {
             SqliteMemoryOptions {
                 namespace: Namespace::new(namespace).unwrap(),
                 clock: self.clock.clone(),
+                recall_index: self.recall_index.clone(),
                 ..SqliteMemoryOptions::default()
             }
         }
@@ -2728,6 +2745,32 @@ mod sqlite_summaries {
             path: dir.path().join("mnemon.sqlite3"),
             open: Mutex::new(HashMap::new()),
             clock: Arc::new(ManualClock::new(0)),
+            recall_index: mnemon_memory::RecallIndexOptions::default(),
+        }
+    }
+
+    /// [`stores`] whose every search and streamed recall goes through the threads' recall
+    /// indexes (built inside the search, with a beam covering every thread): the answers must
+    /// be the exact scan's.
+    fn indexed_stores(dir: &tempfile::TempDir) -> Stores {
+        Stores {
+            recall_index: super::index_everything(),
+            ..stores(dir)
+        }
+    }
+
+    #[test]
+    fn searches_through_recall_indexes_sqlite() {
+        for check in [
+            super::summaries::search_across_sessions,
+            super::summaries::searches_follow_every_change,
+            super::summaries::search_reaches_past_other_users,
+            super::summaries::expiry_at_the_boundary,
+            super::summaries::filtered_search,
+            super::summaries::embedding_models,
+        ] {
+            let dir = tempfile::tempdir().unwrap();
+            check(&indexed_stores(&dir));
         }
     }
 

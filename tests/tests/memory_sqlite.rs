@@ -278,3 +278,91 @@ fn acknowledged_adds_survive_sigkill() {
         stored.len()
     );
 }
+
+/// A recall through handles whose mirror is not current streams the stored vectors through
+/// the store's recall index (docs/reference/memory.md#the-recall-index): with a beam covering
+/// the thread, each answer is the exact scan's, across appends, deletes and re-reads by
+/// other stores, and a handle's own mirror (the other path) agrees.
+#[test]
+fn streamed_recalls_through_the_recall_index_are_the_exact_scans() {
+    use mnemon_memory::{RecallIndexOptions, RetrievalQuery, RetrieveOptions, Retrieved};
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("mnemon.sqlite3");
+    let indexed = SqliteMemoryStore::open_with_factory(
+        &path,
+        SqliteMemoryOptions {
+            recall_index: RecallIndexOptions {
+                min_messages: 0,
+                ef: 100_000,
+                background: false,
+            },
+            ..SqliteMemoryOptions::default()
+        },
+        test_factory(),
+    )
+    .unwrap();
+    let writer = open(&path);
+    let scope = Scope::session("long");
+    let memory = writer.memory(scope.clone()).unwrap();
+    let vector = |i: u64| -> Vec<f32> {
+        let mut x = i.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        (0..16)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                (x % 2000) as f32 / 1000.0 - 1.0
+            })
+            .collect()
+    };
+    let add = |range: std::ops::Range<u64>| {
+        let batch: Vec<mnemon_memory::MsgInput> = range
+            .map(|i| {
+                mnemon_memory::MsgInput::Json(json!({"id": format!("m{i}"), "name": "u",
+                    "content": format!("message {i}"), "embedding": vector(i)}))
+            })
+            .collect();
+        memory.add(batch).unwrap();
+    };
+    let key = |r: Vec<Retrieved>| -> Vec<(usize, u64, String)> {
+        r.into_iter()
+            .map(|r| (r.index, r.score.to_bits(), r.message.id().to_owned()))
+            .collect()
+    };
+    let check = |round: &str| {
+        for q in 0..5u64 {
+            let query = RetrievalQuery::Vector(vector(10_000 + q));
+            let options = RetrieveOptions {
+                top_k: Some(7),
+                preserve_order: false,
+                ..RetrieveOptions::default()
+            };
+            let exact = RetrieveOptions {
+                exact: true,
+                ..options.clone()
+            };
+            let fresh = indexed
+                .existing_memory_unshared(scope.clone())
+                .unwrap()
+                .unwrap();
+            let got = key(fresh
+                .retrieve_by_embedding(query.clone(), &options, None)
+                .unwrap());
+            let want = key(fresh
+                .retrieve_by_embedding(query.clone(), &exact, None)
+                .unwrap());
+            let mirrored = key(memory.retrieve_by_embedding(query, &options, None).unwrap());
+            assert_eq!(got, want, "{round}, query {q}");
+            assert_eq!(got, mirrored, "{round}, query {q}");
+        }
+    };
+    add(0..300);
+    check("first");
+    add(300..340);
+    check("after an append");
+    memory.delete_by_id(&["m3", "m150", "m339"]).unwrap();
+    check("after deletes");
+    add(340..500);
+    check("after an append past a quarter of the index");
+}

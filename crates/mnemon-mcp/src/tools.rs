@@ -500,6 +500,7 @@ fn recall(service: &Service, input: RecallInput) -> Result<RecallOutput, Failure
         keywords: None,
         hybrid: None,
         include_embeddings: false,
+        exact: false,
     })?;
     Ok(RecallOutput {
         complete: found.complete,

@@ -36,6 +36,10 @@ use mnemon_vector::Matrix;
 
 use crate::embedding_cache::EmbeddingCache;
 
+mod stored;
+
+pub(crate) use stored::StoredIndexes;
+
 /// When a thread's recall uses the approximate index, and how it searches it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RecallIndexOptions {
@@ -296,19 +300,24 @@ fn normalised(cache: &EmbeddingCache) -> Matrix {
     let mut out = Matrix::with_capacity(m.dim(), m.rows());
     let mut row = vec![0f32; m.dim()];
     for r in 0..m.rows() {
-        let norm = cache.row_norm(r);
-        let src = m.row(r).unwrap_or(&[]);
-        for (o, x) in row.iter_mut().zip(src) {
-            *o = if norm > 0.0 {
-                (f64::from(*x) / norm) as f32
-            } else {
-                0.0
-            };
-        }
+        normalise_into(m.row(r).unwrap_or(&[]), cache.row_norm(r), &mut row);
         // Same dimension by construction.
         let _ = out.push_row(&row);
     }
     out
+}
+
+/// `vector / norm` into `out` (as long as `vector`), in `f64` and rounded once; zeros for a zero
+/// norm. The same vector and norm always give the same bits, which the stored index's mapping
+/// relies on.
+fn normalise_into(vector: &[f32], norm: f64, out: &mut [f32]) {
+    for (o, x) in out.iter_mut().zip(vector) {
+        *o = if norm > 0.0 {
+            (f64::from(*x) / norm) as f32
+        } else {
+            0.0
+        };
+    }
 }
 
 /// The messages (indices into the thread, ascending) a cosine recall of `query` cut to `keep`

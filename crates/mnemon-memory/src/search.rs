@@ -259,6 +259,9 @@ pub struct SearchRequest {
     pub filter: Option<Filter>,
     /// How messages are ranked.
     pub mode: SearchMode,
+    /// Scan every selected message exactly, never through a large thread's recall index
+    /// (docs/reference/memory.md#the-recall-index; SQLite). Default false.
+    pub exact: bool,
 }
 
 impl SearchRequest {
@@ -270,6 +273,7 @@ impl SearchRequest {
             top_k,
             filter: None,
             mode: SearchMode::Vector,
+            exact: false,
         }
     }
 

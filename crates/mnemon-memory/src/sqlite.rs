@@ -59,7 +59,7 @@ use crate::error::MemoryError;
 use crate::exact;
 use crate::load::decode_stream;
 use crate::ops::{Backend, reembed_thread};
-use crate::recall_index::{RecallIndexOptions, RecallIndexStatus};
+use crate::recall_index::{RecallIndexOptions, RecallIndexStatus, StoredIndexes};
 use crate::report::AddReport;
 use crate::retrieval::{Metric, RetrievalQuery, RetrieveOptions, Retrieved, query_vector};
 pub use crate::scope::Scope;
@@ -390,6 +390,10 @@ pub struct SqliteMemoryStore {
     clock: Arc<dyn mnemon_db::Clock>,
     /// [`SqliteMemoryOptions::recall_index`].
     recall_index: RecallIndexOptions,
+    /// The recall indexes over the threads' stored vectors, for the exact scans' paths: a
+    /// search across sessions, and a recall through a handle whose mirror is not current
+    /// (`crate::recall_index`).
+    indexes: StoredIndexes,
     /// The file has the keyword index (schema version 5): always, but for a reader of an
     /// older file.
     has_keywords: bool,
@@ -440,6 +444,7 @@ impl SqliteMemoryStore {
             before_activity: false,
             default_ttl: options.default_ttl,
             clock: options.clock,
+            indexes: StoredIndexes::new(options.recall_index.clone()),
             recall_index: options.recall_index,
             has_keywords: true,
         }))
@@ -536,6 +541,7 @@ impl SqliteMemoryStore {
             before_activity,
             default_ttl: options.default_ttl,
             clock: options.clock,
+            indexes: StoredIndexes::new(options.recall_index.clone()),
             recall_index: options.recall_index,
             has_keywords,
         }))
@@ -1063,10 +1069,20 @@ impl SqliteMemoryStore {
             };
             let scan_start = self.vectors.start();
             let score = vector_scan::cosine(&query, query_norm);
+            // Without a filter, a large thread's recall index picks the rows to score
+            // (`crate::recall_index`); a filter is checked on the rows entering the top `k`,
+            // which only the whole scan can promise to fill.
+            let indexed = request.filter.is_none() && !request.exact;
             for (ordinal, (thread_id, _)) in threads.iter().enumerate() {
                 let thread_id = *thread_id;
                 let vectors = self.thread_vectors(&tx, thread_id, scan_start)?;
-                vectors.scan(now, query.len(), &score, |position, seq, found| {
+                let rows = indexed
+                    .then(|| {
+                        self.indexes
+                            .candidates(thread_id, &vectors, now, &query, top_k)
+                    })
+                    .flatten();
+                let visit = |position, seq, found| {
                     match found {
                         Scored::Missing => {}
                         // A row the filter leaves out is no candidate, whatever its length.
@@ -1097,7 +1113,11 @@ impl SqliteMemoryStore {
                         }
                     }
                     Ok(())
-                })?;
+                };
+                match rows {
+                    Some(rows) => vectors.scan_rows(now, query.len(), &rows, &score, visit)?,
+                    None => vectors.scan(now, query.len(), &score, visit)?,
+                }
             }
         }
         let mut read = tx.prepare_cached(
@@ -2161,7 +2181,7 @@ impl Backend for SqliteMemory {
                 _ => score(row),
             };
             let mut complete = true;
-            vectors.scan(now, query.len(), scored, |position, seq, found| {
+            let visit = |position, seq, found| {
                 match found {
                     Scored::Score(score) => top.offer(Candidate {
                         score,
@@ -2173,7 +2193,19 @@ impl Backend for SqliteMemory {
                     Scored::Missing | Scored::Other(_) | Scored::Damaged(_) => complete = false,
                 }
                 Ok::<(), MemoryError>(())
-            })?;
+            };
+            // A large thread's cosine recall: its recall index picks the rows to score.
+            let rows = (matches!(options.metric, Metric::Cosine) && !options.exact)
+                .then(|| {
+                    self.store
+                        .indexes
+                        .candidates(thread_id, &vectors, now, query, k)
+                })
+                .flatten();
+            match rows {
+                Some(rows) => vectors.scan_rows(now, query.len(), &rows, scored, visit)?,
+                None => vectors.scan(now, query.len(), scored, visit)?,
+            }
             if !complete {
                 return Ok(None);
             }

@@ -147,9 +147,30 @@ impl ThreadVectors {
     }
 
     /// The `rev` this is the thread at.
-    #[cfg(test)]
     pub(crate) fn rev(&self) -> i64 {
         self.rev
+    }
+
+    /// Rows, expired ones included.
+    pub(crate) fn rows(&self) -> usize {
+        self.seqs.len()
+    }
+
+    /// Every row's `seq`, ascending.
+    pub(crate) fn seqs(&self) -> &[i64] {
+        &self.seqs
+    }
+
+    /// Whether row `row` is live at `now`.
+    pub(crate) fn is_live(&self, row: usize, now: i64) -> bool {
+        self.expires
+            .get(row)
+            .is_some_and(|e| mnemon_db::expiry::is_live(*e, now))
+    }
+
+    /// The exact norm of row `row`'s vector (0 without one).
+    pub(crate) fn norm(&self, row: usize) -> f64 {
+        self.norms.get(row).copied().unwrap_or(0.0)
     }
 
     #[cfg(any(test, feature = "sqlite"))]
@@ -181,7 +202,7 @@ impl ThreadVectors {
     }
 
     /// The stored vector of row `row`.
-    fn vector(&self, row: usize) -> Option<&[f32]> {
+    pub(crate) fn vector(&self, row: usize) -> Option<&[f32]> {
         match *self.spans.get(row)? {
             Span::At { start, len } => self.floats.get(start..start.checked_add(len)?),
             Span::Missing | Span::Damaged(_) => None,
@@ -225,6 +246,52 @@ impl ThreadVectors {
                 Span::At { .. } => Scored::Score(scores.get(row).copied().unwrap_or(f64::NAN)),
             };
             visit(position, seq, found)?;
+        }
+        Ok(())
+    }
+}
+
+impl ThreadVectors {
+    /// [`scan`](Self::scan) of only the rows `rows` (ascending; the candidates a recall index
+    /// found, `crate::recall_index`): each live one among them is scored and visited in order
+    /// with its position among all the live rows, as the whole scan would visit it.
+    pub(crate) fn scan_rows<E>(
+        &self,
+        now: i64,
+        dim: usize,
+        rows: &[usize],
+        score: impl Fn(&[f32], f64) -> f64 + Sync,
+        mut visit: impl FnMut(usize, i64, Scored) -> Result<(), E>,
+    ) -> Result<(), E> {
+        let scores: Vec<f64> = rows
+            .par_iter()
+            .with_min_len(64)
+            .map(|&row| match self.vector(row) {
+                Some(v) if v.len() == dim => score(v, self.norm(row)),
+                _ => f64::NAN,
+            })
+            .collect();
+        // Positions count the live rows before each candidate: one pass over the expiries.
+        let mut live_before = 0;
+        let mut next = 0;
+        for (&row, &score) in rows.iter().zip(&scores) {
+            while next < row {
+                live_before += usize::from(self.is_live(next, now));
+                next += 1;
+            }
+            if !self.is_live(row, now) {
+                continue;
+            }
+            let Some(&seq) = self.seqs.get(row) else {
+                continue;
+            };
+            let found = match self.spans.get(row).copied().unwrap_or(Span::Missing) {
+                Span::Missing => Scored::Missing,
+                Span::Damaged(bytes) => Scored::Damaged(bytes),
+                Span::At { len, .. } if len != dim => Scored::Other(len),
+                Span::At { .. } => Scored::Score(score),
+            };
+            visit(live_before, seq, found)?;
         }
         Ok(())
     }

@@ -313,6 +313,10 @@ pub struct MemorySearchAcrossInput {
     /// Include each message's embedding.
     #[serde(default)]
     pub include_embeddings: bool,
+    /// Scan every selected message exactly, never through a large session's approximate recall
+    /// index (docs/reference/memory.md#the-recall-index). Default false.
+    #[serde(default)]
+    pub exact: bool,
 }
 
 /// How a search across sessions ranks messages
@@ -974,6 +978,7 @@ impl Service {
         };
         let mut request = SearchRequest::new(within, query, top_k);
         request.mode = mode;
+        request.exact = input.exact;
         if let Some(filter) = crate::expiry::parse_filter(input.filter.as_ref())? {
             request = request.with_filter(filter);
         }
@@ -1277,6 +1282,7 @@ mod tests {
                     keywords: None,
                     hybrid: None,
                     include_embeddings: false,
+                    exact: false,
                 })
                 .unwrap()
         };
@@ -1310,6 +1316,7 @@ mod tests {
                 keywords: None,
                 hybrid: None,
                 include_embeddings: false,
+                exact: false,
             })
         };
         let only_b = filtered(serde_json::json!({"eq": {"path": "id", "value": "b"}})).unwrap();
@@ -1341,6 +1348,7 @@ mod tests {
                     keywords: None,
                     hybrid: None,
                     include_embeddings: false,
+                    exact: false,
                 },
                 "user_id must not be empty",
             ),
@@ -1356,6 +1364,7 @@ mod tests {
                     keywords: None,
                     hybrid: None,
                     include_embeddings: false,
+                    exact: false,
                 },
                 "at most 1000",
             ),
@@ -1378,6 +1387,7 @@ mod tests {
                 keywords: keywords.map(str::to_owned),
                 hybrid: None,
                 include_embeddings: false,
+                exact: false,
             })
         };
         let keyword = words(&no_embedder, SearchModeName::Keyword, None).unwrap();
@@ -1410,6 +1420,7 @@ mod tests {
             keywords: None,
             hybrid: None,
             include_embeddings: false,
+            exact: false,
         });
         assert!(no_words.unwrap_err().to_string().contains("needs words"),);
         let error = no_embedder
@@ -1424,6 +1435,7 @@ mod tests {
                 keywords: None,
                 hybrid: None,
                 include_embeddings: false,
+                exact: false,
             })
             .unwrap_err();
         assert_eq!(error.code(), "embedder_not_configured");
@@ -1462,6 +1474,7 @@ mod tests {
                 keywords: None,
                 hybrid: None,
                 include_embeddings: false,
+                exact: false,
             })
             .unwrap();
         assert_eq!(found.hits.len(), 3);

@@ -228,8 +228,8 @@ pub(crate) enum MemoryCommand {
         /// Only messages carrying this mark.
         #[arg(long, value_name = "M")]
         mark: Option<String>,
-        /// Within one session, scan every message exactly instead of searching a large
-        /// session's recall index (docs/reference/memory.md#the-recall-index).
+        /// Scan every message exactly instead of searching large sessions'
+        /// recall indexes (docs/reference/memory.md#the-recall-index).
         #[arg(long)]
         exact: bool,
         /// Also print each message's embedding.
@@ -854,6 +854,7 @@ pub(crate) fn run(command: MemoryCommand, target: &Target<'_>) -> CliResult {
                     keywords,
                     hybrid,
                     include_embeddings,
+                    exact,
                 };
                 return search_across(&service, input, output);
             };
