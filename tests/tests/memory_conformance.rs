@@ -23,12 +23,17 @@ mod sqlite {
     use mnemon_memory::{Scope, SqliteMemoryOptions, SqliteMemoryStore};
     use mnemon_tests::memory_conformance::test_factory;
 
-    /// Every memory is a new thread of one store in a temporary directory the maker owns.
     fn maker() -> impl Fn() -> Box<dyn Memory> {
+        maker_with(SqliteMemoryOptions::default())
+    }
+
+    /// Every memory is a new thread of one store, opened with `options`, in a temporary
+    /// directory the maker owns.
+    pub(super) fn maker_with(options: SqliteMemoryOptions) -> impl Fn() -> Box<dyn Memory> {
         let dir = tempfile::tempdir().unwrap();
         let store: Arc<SqliteMemoryStore> = SqliteMemoryStore::open_with_factory(
             dir.path().join("mnemon.sqlite3"),
-            SqliteMemoryOptions::default(),
+            options,
             test_factory(),
         )
         .unwrap();
@@ -72,29 +77,13 @@ mod in_memory_indexed {
 
 mod sqlite_indexed {
     use super::*;
-    use std::sync::Arc;
-    use std::sync::atomic::{AtomicUsize, Ordering};
-
-    use mnemon_memory::{Scope, SqliteMemoryOptions, SqliteMemoryStore};
-    use mnemon_tests::memory_conformance::test_factory;
+    use mnemon_memory::SqliteMemoryOptions;
 
     fn maker() -> impl Fn() -> Box<dyn Memory> {
-        let dir = tempfile::tempdir().unwrap();
-        let store: Arc<SqliteMemoryStore> = SqliteMemoryStore::open_with_factory(
-            dir.path().join("mnemon.sqlite3"),
-            SqliteMemoryOptions {
-                recall_index: index_everything(),
-                ..SqliteMemoryOptions::default()
-            },
-            test_factory(),
-        )
-        .unwrap();
-        let next = AtomicUsize::new(0);
-        move || {
-            let _keep = &dir;
-            let n = next.fetch_add(1, Ordering::Relaxed);
-            Box::new(store.memory(Scope::session(format!("s{n}"))).unwrap())
-        }
+        super::sqlite::maker_with(SqliteMemoryOptions {
+            recall_index: index_everything(),
+            ..SqliteMemoryOptions::default()
+        })
     }
 
     mnemon_tests::memory_conformance_tests!(maker());

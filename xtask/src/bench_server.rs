@@ -2202,7 +2202,10 @@ mod tests {
         assert!(p.skip_postgres && p.skip_reference);
         assert!(!p.mcp_only && p.mnemon.is_none());
         assert_eq!(p.paced, None);
-        assert_eq!(parsed("--paced 3000,5000").paced, Some(vec![3_000.0, 5_000.0]));
+        assert_eq!(
+            parsed("--paced 3000,5000").paced,
+            Some(vec![3_000.0, 5_000.0])
+        );
         assert_eq!(parsed("--paced 0").paced, Some(vec![]));
         let p = parsed("--mcp-only --mnemon /tmp/mnemon-before");
         assert!(p.mcp_only);

@@ -147,6 +147,33 @@ impl BuiltIndex {
     fn rows(&self) -> usize {
         self.vectors.rows()
     }
+
+    /// The graph's candidates for a top-`keep` of `query` among the rows `visible` admits
+    /// (index rows, best first): `keep` plus [`MARGIN`] of them, or every visible row when the
+    /// beam (`ef`, at least that many) covers the index. `None` when the graph does not answer
+    /// (a walk that could not find them, or an unusable view): the caller's exact scan does.
+    fn walk(
+        &self,
+        query: &[f32],
+        keep: usize,
+        ef: usize,
+        visible: impl Fn(u32) -> bool + Sync,
+    ) -> Option<Vec<u32>> {
+        let view =
+            IndexView::reopen(self.bytes.as_bytes(), self.vectors.view(), &self.verified).ok()?;
+        let indexed = self.rows();
+        let ef = ef.max(keep.saturating_add(MARGIN));
+        // A beam covering the index returns every visible row: the recall is then exact.
+        let count = if ef >= indexed {
+            indexed
+        } else {
+            keep.saturating_add(MARGIN)
+        };
+        let mut params = SearchParams::new(count);
+        params.ef = ef;
+        let found = view.search(query, &params, visible).ok()?;
+        (found.method == SearchMethod::Graph).then(|| found.hits.iter().map(|h| h.index).collect())
+    }
 }
 
 /// What a thread's slot holds.
@@ -362,29 +389,10 @@ pub(crate) fn candidates(
             .row_entry(r)
             .is_some_and(|i| is_chosen.get(i) == Some(&true))
     };
-    let view = IndexView::reopen(
-        built.bytes.as_bytes(),
-        built.vectors.view(),
-        &built.verified,
-    )
-    .ok()?;
-    let ef = options.ef.max(keep.saturating_add(MARGIN));
-    // A beam covering the index returns every visible row: the recall is then exact.
-    let count = if ef >= indexed {
-        indexed
-    } else {
-        keep.saturating_add(MARGIN)
-    };
-    let mut params = SearchParams::new(count);
-    params.ef = ef;
-    let found = view.search(query, &params, |r| visible(r as usize)).ok()?;
-    if found.method != SearchMethod::Graph {
-        return None;
-    }
+    let found = built.walk(query, keep, options.ef, |r| visible(r as usize))?;
     let mut out: Vec<usize> = found
-        .hits
         .iter()
-        .filter_map(|h| cache.row_entry(h.index as usize))
+        .filter_map(|&r| cache.row_entry(r as usize))
         .chain(
             (indexed..rows)
                 .filter(|&r| visible(r))

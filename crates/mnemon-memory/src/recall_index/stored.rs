@@ -14,10 +14,9 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use mnemon_ann::{IndexView, SearchMethod, SearchParams};
 use mnemon_vector::Matrix;
 
-use super::{BuiltIndex, MARGIN, REBUILD_TAIL, RecallIndexOptions, normalise_into};
+use super::{BuiltIndex, REBUILD_TAIL, RecallIndexOptions, normalise_into};
 use crate::vector_scan::ThreadVectors;
 
 /// The most bytes the indexes of one store hold (their normalised copies of the vectors and
@@ -201,28 +200,10 @@ impl StoredIndexes {
                 .get(i as usize)
                 .is_some_and(|&r| r != u32::MAX && vectors.is_live(r as usize, now))
         };
-        let view = IndexView::reopen(
-            ready.built.bytes.as_bytes(),
-            ready.built.vectors.view(),
-            &ready.built.verified,
-        )
-        .ok()?;
-        let ef = self.options.ef.max(keep.saturating_add(MARGIN));
-        let count = if ef >= indexed {
-            indexed
-        } else {
-            keep.saturating_add(MARGIN)
-        };
-        let mut params = SearchParams::new(count);
-        params.ef = ef;
-        let found = view.search(query, &params, visible).ok()?;
-        if found.method != SearchMethod::Graph {
-            return None;
-        }
+        let found = ready.built.walk(query, keep, self.options.ef, visible)?;
         let mut out: Vec<usize> = found
-            .hits
             .iter()
-            .filter_map(|h| mapping.rows.get(h.index as usize))
+            .filter_map(|&i| mapping.rows.get(i as usize))
             .map(|&r| r as usize)
             .chain(
                 mapping
