@@ -8,7 +8,8 @@
 //! store's cached vectors through the store's index of the thread, as a handle opened per
 //! request does when no handle holds the thread), and as a search across sessions. Prints
 //! each index's build time, p50/p99 of each path, their ratio, and the index's recall@10
-//! against the exact answers. In a temporary folder.
+//! against the exact answers. In a temporary folder. `RECALL_VECTOR_CACHE_MB` sets the store's
+//! vector cache (default 256 MiB, `SqliteMemoryOptions::vector_cache_bytes`).
 //!
 //! `cargo run --release -p mnemon-memory --example recall_index`
 
@@ -83,6 +84,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 background: false,
                 ..RecallIndexOptions::default()
             },
+            vector_cache_bytes: env("RECALL_VECTOR_CACHE_MB", 256) << 20,
             ..SqliteMemoryOptions::default()
         },
     )?;

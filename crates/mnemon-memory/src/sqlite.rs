@@ -337,6 +337,12 @@ pub struct SqliteMemoryOptions {
     /// (docs/reference/memory.md#the-recall-index). Default: from 50,000 embeddings, built in
     /// the background.
     pub recall_index: RecallIndexOptions,
+    /// The most bytes of stored vectors the store keeps in memory for the searches across
+    /// sessions and the recalls through handles without a current mirror
+    /// (docs/reference/memory.md#the-recall-index). A thread larger than this is read from
+    /// the file at every such search. Default 256 MiB (100,000 vectors of 256 dimensions take
+    /// about 108 MB; of 1,536 dimensions, about 620 MB).
+    pub vector_cache_bytes: usize,
 }
 
 impl SqliteMemoryOptions {
@@ -360,6 +366,7 @@ impl Default for SqliteMemoryOptions {
             default_ttl: None,
             clock: Arc::new(mnemon_db::SystemClock),
             recall_index: RecallIndexOptions::default(),
+            vector_cache_bytes: crate::vector_scan::CACHE_BUDGET_BYTES,
         }
     }
 }
@@ -434,7 +441,7 @@ impl SqliteMemoryStore {
         let readers = Readers::open(&path, &options.settings()).map_err(db_error)?;
         Ok(Arc::new(SqliteMemoryStore {
             mirrors: Mutex::default(),
-            vectors: VectorCache::default(),
+            vectors: VectorCache::new(options.vector_cache_bytes),
             writer: Writer::new(conn),
             readers: Some(readers),
             path,
@@ -531,7 +538,7 @@ impl SqliteMemoryStore {
         }
         Ok(Arc::new(SqliteMemoryStore {
             mirrors: Mutex::default(),
-            vectors: VectorCache::default(),
+            vectors: VectorCache::new(options.vector_cache_bytes),
             writer: Writer::new(read.conn),
             readers: None,
             path,
@@ -2375,6 +2382,43 @@ mod open_tests {
             busy_timeout: Duration::from_millis(300),
             ..SqliteMemoryOptions::default()
         }
+    }
+
+    /// `vector_cache_bytes` bounds the store's vector cache: a thread that does not fit is read
+    /// from the file at each search (the same hits), one that fits is kept.
+    #[test]
+    fn the_vector_cache_takes_its_budget_from_the_options() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("db.sqlite3");
+        let open = |bytes: usize| {
+            SqliteMemoryStore::open(
+                &path,
+                SqliteMemoryOptions {
+                    vector_cache_bytes: bytes,
+                    ..quick()
+                },
+            )
+            .unwrap()
+        };
+        let writer = open(0);
+        let memory = writer.memory(Scope::session("s")).unwrap();
+        let batch: Vec<crate::MsgInput> = (0..20)
+            .map(|i| {
+                crate::MsgInput::Json(serde_json::json!({"id": format!("m{i}"), "name": "u",
+                    "content": "c", "embedding": [i as f32, 1.0, 0.5]}))
+            })
+            .collect();
+        crate::Memory::add(&memory, batch).unwrap();
+        let request = SearchRequest::new(
+            ScopeFilter::all(),
+            RetrievalQuery::Vector(vec![1.0, 0.0, 0.0]),
+            3,
+        );
+        let none = writer.search_with(&request, None).unwrap();
+        assert_eq!(writer.vectors.len(), 0);
+        let roomy = open(1 << 20);
+        assert_eq!(roomy.search_with(&request, None).unwrap().hits, none.hits);
+        assert_eq!(roomy.vectors.len(), 1);
     }
 
     #[test]

@@ -18,7 +18,8 @@
 //! that need them. Entries never cross namespaces: only threads a scan selected (by namespace)
 //! are looked up, by id.
 //!
-//! **Bounded.** The entries of one store hold at most [`CACHE_BUDGET_BYTES`]; the least
+//! **Bounded.** The entries of one store hold at most [`CACHE_BUDGET_BYTES`] (a SQLite store:
+//! `SqliteMemoryOptions::vector_cache_bytes`); the least
 //! recently used entries make room, except those the running scan already used (so a scan over
 //! more threads than fit does not evict its own entries over and over: the threads that do not
 //! fit are scanned from the database as before).
@@ -36,8 +37,8 @@ use rayon::prelude::*;
 
 use crate::exact;
 
-/// The most bytes the cached threads of one store hold (256 MiB: 100,000 vectors of 256
-/// dimensions take about 108 MB).
+/// The most bytes the cached threads of one store hold by default (256 MiB: 100,000 vectors of
+/// 256 dimensions take about 108 MB; of 1,536, about 620 MB).
 pub(crate) const CACHE_BUDGET_BYTES: usize = 256 << 20;
 
 /// The rows scored on one task of the parallel scoring.
