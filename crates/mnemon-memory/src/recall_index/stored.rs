@@ -171,7 +171,7 @@ impl StoredIndexes {
     pub(crate) fn candidates(
         &self,
         thread_id: i64,
-        vectors: &ThreadVectors,
+        vectors: &Arc<ThreadVectors>,
         now: i64,
         query: &[f32],
         keep: usize,
@@ -222,7 +222,7 @@ impl StoredIndexes {
     fn usable(
         &self,
         thread_id: i64,
-        vectors: &ThreadVectors,
+        vectors: &Arc<ThreadVectors>,
         dim: usize,
     ) -> Option<Arc<StoredIndex>> {
         let ready = {
@@ -248,7 +248,7 @@ impl StoredIndexes {
 
     /// Starts a build of the thread's index over `vectors` (the rows with a vector of `dim`
     /// dimensions), unless one is running or the last failed at this `rev`.
-    fn start_build(&self, thread_id: i64, vectors: &ThreadVectors, dim: usize) {
+    fn start_build(&self, thread_id: i64, vectors: &Arc<ThreadVectors>, dim: usize) {
         {
             let mut inner = lock(&self.inner);
             let slot = inner.threads.entry(thread_id).or_default();
@@ -257,26 +257,18 @@ impl StoredIndexes {
             }
             slot.building = true;
         }
-        let mut normalised = Matrix::with_capacity(dim, vectors.rows());
-        let mut seqs = Vec::with_capacity(vectors.rows());
-        let mut scratch = vec![0f32; dim];
-        for (r, &seq) in vectors.seqs().iter().enumerate() {
-            if let Some(v) = vectors.vector(r)
-                && v.len() == dim
-            {
-                normalise_into(v, vectors.norm(r), &mut scratch);
-                if normalised.push_row(&scratch).is_ok() {
-                    seqs.push(seq);
-                }
-            }
-        }
         let rev = vectors.rev();
         let inner = Arc::clone(&self.inner);
+        // A snapshot never changes, so the copy is made by the build itself, off the search's
+        // path (the mirror's index must copy first: its rows keep growing in place).
+        let vectors = Arc::clone(vectors);
         let job = move || {
             let _building = Building {
                 inner: &inner,
                 thread_id,
             };
+            let (normalised, seqs) = normalised_rows(&vectors, dim);
+            drop(vectors);
             let built = BuiltIndex::build(0, normalised);
             let mut guard = lock(&inner);
             let slot = guard.threads.entry(thread_id).or_default();
@@ -319,6 +311,25 @@ impl StoredIndexes {
             .and_then(|s| s.ready.as_ref())
             .map(|r| r.built.vectors.rows())
     }
+}
+
+/// The unit-normalised copy of the snapshot's rows with a vector of `dim` dimensions, and
+/// their seqs.
+fn normalised_rows(vectors: &ThreadVectors, dim: usize) -> (Matrix, Vec<i64>) {
+    let mut normalised = Matrix::with_capacity(dim, vectors.rows());
+    let mut seqs = Vec::with_capacity(vectors.rows());
+    let mut scratch = vec![0f32; dim];
+    for (r, &seq) in vectors.seqs().iter().enumerate() {
+        if let Some(v) = vectors.vector(r)
+            && v.len() == dim
+        {
+            normalise_into(v, vectors.norm(r), &mut scratch);
+            if normalised.push_row(&scratch).is_ok() {
+                seqs.push(seq);
+            }
+        }
+    }
+    (normalised, seqs)
 }
 
 /// Clears a thread's `building` mark however its build ends (a panic included), so a later
@@ -369,12 +380,12 @@ mod tests {
     use super::*;
     use crate::vector_scan::{Scored, cosine};
 
-    fn snapshot(rev: i64, rows: &[(i64, Option<i64>, Vec<f32>)]) -> ThreadVectors {
+    fn snapshot(rev: i64, rows: &[(i64, Option<i64>, Vec<f32>)]) -> Arc<ThreadVectors> {
         let mut v = ThreadVectors::new(rev);
         for (seq, expires, vector) in rows {
             v.push(*seq, *expires, Some(vector));
         }
-        v
+        Arc::new(v)
     }
 
     fn random_rows(n: usize, dim: usize, seed: u64) -> Vec<(i64, Option<i64>, Vec<f32>)> {
@@ -497,9 +508,9 @@ mod tests {
         );
         assert_eq!(ix.indexed(3), Some(260));
         // A row without a vector of the query's dimension: the exact scan answers.
-        let mut v = snapshot(3, &rows);
+        let mut v = Arc::into_inner(snapshot(3, &rows)).unwrap();
         v.push(9_999, None, None);
-        assert!(ix.candidates(3, &v, 0, &query, 3).is_none());
+        assert!(ix.candidates(3, &Arc::new(v), 0, &query, 3).is_none());
         // Another dimension builds that dimension's index.
         let other = random_rows(100, 4, 8);
         let q4 = random_rows(1, 4, 9).remove(0).2;
