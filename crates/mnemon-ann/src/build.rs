@@ -261,10 +261,7 @@ fn insert_batch(
                 let Some(codes) = graph.codes_of(node) else {
                     return Vec::new();
                 };
-                let query = Query {
-                    codes,
-                    scale: graph.scales.get(i).copied().unwrap_or(0.0),
-                };
+                let query = Query::new(codes, graph.scales.get(i).copied().unwrap_or(0.0));
                 let own_top = levels[i].min(state.top);
                 let mut entries = vec![graph.descend(&query, own_top)];
                 let mut per_level = vec![Vec::new(); own_top + 1];
@@ -375,10 +372,7 @@ fn repair(state: &mut State, ef_construction: usize) {
             let frozen = state.levels();
             let graph = state.graph(&frozen);
             let codes = graph.codes_of(u as u32).unwrap_or(&[]);
-            let query = Query {
-                codes,
-                scale: state.scales[u],
-            };
+            let query = Query::new(codes, state.scales[u]);
             let entry = Cand {
                 score: graph.score(&query, state.entry),
                 node: state.entry,

@@ -9,7 +9,7 @@ use std::cell::RefCell;
 use std::cmp::{Ordering, Reverse};
 use std::collections::BinaryHeap;
 
-use crate::kernel::dot_codes;
+use crate::kernel::{Prepared, dot_codes, prefetch};
 
 /// An empty adjacency slot.
 pub(crate) const EMPTY: u32 = u32::MAX;
@@ -72,10 +72,22 @@ impl PartialOrd for Cand {
     }
 }
 
-/// A query in code space.
+/// A query in code space, prepared for the kernel.
 pub(crate) struct Query<'q> {
     pub codes: &'q [i8],
     pub scale: f32,
+    prepared: Prepared,
+}
+
+impl<'q> Query<'q> {
+    /// A query with these padded codes and scale.
+    pub fn new(codes: &'q [i8], scale: f32) -> Self {
+        Query {
+            codes,
+            scale,
+            prepared: Prepared::new(codes),
+        }
+    }
 }
 
 impl<'a> Graph<'a> {
@@ -92,17 +104,22 @@ impl<'a> Graph<'a> {
     pub fn score(&self, query: &Query<'_>, node: u32) -> f32 {
         match (self.codes_of(node), self.scales.get(node as usize)) {
             (Some(codes), Some(&scale)) => {
-                dot_codes(query.codes, codes) as f32 * query.scale * scale
+                query.prepared.dot(query.codes, codes) as f32 * query.scale * scale
             }
             _ => f32::MIN,
         }
     }
 
-    /// The approximate dot product of two nodes.
+    /// The approximate dot product of two nodes (one product: not worth preparing a query).
     #[inline]
     pub fn score_nodes(&self, a: u32, b: u32) -> f32 {
-        match (self.codes_of(a), self.scales.get(a as usize)) {
-            (Some(codes), Some(&scale)) => self.score(&Query { codes, scale }, b),
+        match (
+            self.codes_of(a),
+            self.scales.get(a as usize),
+            self.codes_of(b),
+            self.scales.get(b as usize),
+        ) {
+            (Some(ca), Some(&sa), Some(cb), Some(&sb)) => dot_codes(ca, cb) as f32 * sa * sb,
             _ => f32::MIN,
         }
     }
@@ -131,19 +148,9 @@ impl<'a> Graph<'a> {
     /// about 30% slower per query, and 2, 6 or all 24 lines are within the noise of each other.
     #[inline]
     fn prefetch(&self, node: u32) {
-        #[cfg(target_arch = "x86_64")]
-        {
-            if let Some(codes) = self.codes_of(node) {
-                use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
-                for line in codes.chunks(64).take(PREFETCH_LINES) {
-                    // SAFETY: prefetching is a hint that never faults; the address lies inside
-                    // `codes`.
-                    unsafe { _mm_prefetch::<_MM_HINT_T0>(line.as_ptr()) };
-                }
-            }
+        if let Some(codes) = self.codes_of(node) {
+            prefetch(codes, PREFETCH_LINES);
         }
-        #[cfg(not(target_arch = "x86_64"))]
-        let _ = node;
     }
 
     /// Greedy descent on one upper level: the best node reachable by always moving to a better

@@ -87,6 +87,77 @@ pub(crate) fn dot_codes(a: &[i8], b: &[i8]) -> i32 {
     kernel()(a, b)
 }
 
+/// A query's codes made ready for many dot products against rows: on CPUs with AVX-512 VNNI,
+/// the magnitudes of its codes and, per 64-byte block, which codes are negative. `vpdpbusd`
+/// multiplies unsigned by signed bytes, so a pair of signed rows costs a sign mask, an absolute
+/// value and a masked negation per block on top of the multiply-add; with those of the query
+/// computed once, a row costs one load, one masked negation and one multiply-add per block.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Prepared {
+    /// `|code|` of every query code (padded like the codes); empty when the CPU has no VNNI.
+    magnitudes: Vec<u8>,
+    /// Bit `j` of word `b`: code `64·b + j` is negative.
+    negative: Vec<u64>,
+}
+
+impl Prepared {
+    /// Prepares `codes` (a padded code row) for the kernel this CPU uses.
+    pub(crate) fn new(codes: &[i8]) -> Self {
+        if kernel() != portable as DotFn && codes.len().is_multiple_of(CODE_ALIGN) {
+            Prepared {
+                magnitudes: codes.iter().map(|c| c.unsigned_abs()).collect(),
+                negative: codes
+                    .chunks(CODE_ALIGN)
+                    .map(|block| {
+                        block
+                            .iter()
+                            .enumerate()
+                            .fold(0u64, |mask, (j, &c)| mask | (u64::from(c < 0) << j))
+                    })
+                    .collect(),
+            }
+        } else {
+            Prepared::default()
+        }
+    }
+
+    /// The dot product of the prepared query (whose codes are `codes`) and `row`: the same
+    /// value as [`dot_codes`]`(codes, row)`.
+    #[inline]
+    pub(crate) fn dot(&self, codes: &[i8], row: &[i8]) -> i32 {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if !self.magnitudes.is_empty() && row.len() == self.magnitudes.len() {
+                // SAFETY: `magnitudes` is only filled when `kernel()` chose the VNNI kernel,
+                // which it does only when the CPU reports AVX-512 F, BW and VNNI; the lengths
+                // are equal multiples of 64 (checked in `new` and above) and `negative` holds
+                // one word per block.
+                return unsafe { vnni::dot_prepared(&self.magnitudes, &self.negative, row) };
+            }
+        }
+        dot_codes(codes, row)
+    }
+}
+
+/// Hints the CPU to fetch the first `lines` cache lines of `data` (a row about to be read): a
+/// hint that never faults, a no-op off x86-64.
+#[inline]
+pub(crate) fn prefetch<T>(data: &[T], lines: usize) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+        let bytes = std::mem::size_of_val(data);
+        let start = data.as_ptr().cast::<i8>();
+        for line in 0..lines.min(bytes.div_ceil(64)) {
+            // SAFETY: prefetching is a hint that never faults, and `line · 64` lies inside
+            // `data`, so the offset pointer stays inside its allocation.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(start.add(line * 64)) };
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (data, lines);
+}
+
 /// `mnemon-vector`'s AVX2 kernel (or its portable loop): exact in i64, and the sums of
 /// [`MAX_DIMS`] codes fit an i32.
 fn portable(a: &[i8], b: &[i8]) -> i32 {
@@ -96,8 +167,8 @@ fn portable(a: &[i8], b: &[i8]) -> i32 {
 #[cfg(target_arch = "x86_64")]
 mod vnni {
     use std::arch::x86_64::{
-        __m512i, _mm512_abs_epi8, _mm512_dpbusd_epi32, _mm512_loadu_si512, _mm512_mask_sub_epi8,
-        _mm512_movepi8_mask, _mm512_reduce_add_epi32, _mm512_setzero_si512,
+        __m512i, _mm512_abs_epi8, _mm512_add_epi32, _mm512_dpbusd_epi32, _mm512_loadu_si512,
+        _mm512_mask_sub_epi8, _mm512_movepi8_mask, _mm512_reduce_add_epi32, _mm512_setzero_si512,
     };
 
     use super::CODE_ALIGN;
@@ -144,6 +215,42 @@ mod vnni {
         }
         _mm512_reduce_add_epi32(acc)
     }
+
+    /// The dot product of a prepared query (`magnitudes`, `negative`: see `Prepared`) and a
+    /// row, in two independent accumulators so consecutive multiply-adds do not wait for each
+    /// other.
+    ///
+    /// # Safety
+    /// The CPU must support AVX-512 F, BW and VNNI; `magnitudes` and `row` must have one length,
+    /// a multiple of 64, and `negative` at least one word per 64 bytes.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+    pub(super) unsafe fn dot_prepared(magnitudes: &[u8], negative: &[u64], row: &[i8]) -> i32 {
+        let zero = _mm512_setzero_si512();
+        let (mut even, mut odd) = (_mm512_setzero_si512(), _mm512_setzero_si512());
+        let blocks = (row.len() / CODE_ALIGN)
+            .min(magnitudes.len() / CODE_ALIGN)
+            .min(negative.len());
+        let mut b = 0;
+        while b < blocks {
+            // SAFETY: block `b` lies inside both slices (`b < blocks`); unaligned loads accept
+            // any address.
+            let (x, y) = unsafe {
+                (
+                    _mm512_loadu_si512(magnitudes.as_ptr().add(b * CODE_ALIGN).cast::<__m512i>()),
+                    _mm512_loadu_si512(row.as_ptr().add(b * CODE_ALIGN).cast::<__m512i>()),
+                )
+            };
+            // |q| · (y carrying q's sign) = q · y, as in `dot`.
+            let signed_y = _mm512_mask_sub_epi8(y, negative[b], zero, y);
+            if b % 2 == 0 {
+                even = _mm512_dpbusd_epi32(even, x, signed_y);
+            } else {
+                odd = _mm512_dpbusd_epi32(odd, x, signed_y);
+            }
+            b += 1;
+        }
+        _mm512_reduce_add_epi32(_mm512_add_epi32(even, odd))
+    }
 }
 
 #[cfg(test)]
@@ -178,6 +285,14 @@ mod tests {
             let n = 64 * 40 + 17;
             let (a, b) = (vec![x; n], vec![y; n]);
             assert_eq!(dot_codes(&a, &b), scalar(&a, &b), "{x} · {y}");
+            let (mut pa, mut pb) = (a.clone(), b.clone());
+            pa.resize(code_stride(n), 0);
+            pb.resize(code_stride(n), 0);
+            assert_eq!(
+                Prepared::new(&pa).dot(&pa, &pb),
+                scalar(&a, &b),
+                "{x} · {y}"
+            );
         }
         assert_eq!(dot_codes(&[], &[]), 0);
     }
@@ -190,6 +305,13 @@ mod tests {
             let (a, b): (Vec<i8>, Vec<i8>) = v.into_iter().unzip();
             prop_assert_eq!(dot_codes(&a, &b), scalar(&a, &b));
             prop_assert_eq!(portable(&a, &b), scalar(&a, &b));
+            // Prepared queries, on padded rows as the graph holds them (either side's codes).
+            let stride = code_stride(a.len());
+            let (mut pa, mut pb) = (a.clone(), b.clone());
+            pa.resize(stride, 0);
+            pb.resize(stride, 0);
+            // The query side may hold −128 (a code row never does).
+            prop_assert_eq!(Prepared::new(&pa).dot(&pa, &pb), scalar(&a, &b));
         }
 
         #[test]

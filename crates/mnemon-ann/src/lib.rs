@@ -203,6 +203,9 @@ fn vectors_identity(v: MatrixView<'_>) -> (usize, usize, usize, usize) {
     (at, v.rows(), v.dim(), v.stride())
 }
 
+/// Cache lines of the next candidate's `f32` row requested while the re-rank scores one.
+const RERANK_PREFETCH_LINES: usize = 16;
+
 /// Rows [`IndexView::open`] re-quantises to check the index matches the vectors.
 const STALE_SAMPLE: usize = 64;
 
@@ -475,10 +478,7 @@ impl<'a> IndexView<'a> {
         let graph = self.parsed.graph();
         let mut codes = vec![0i8; self.parsed.header.code_stride as usize];
         let scale = kernel::quantise(query, &mut codes);
-        let q = Query {
-            codes: &codes,
-            scale,
-        };
+        let q = Query::new(&codes, scale);
         let ef = params.ef.max(params.count).min(count);
         // A budget covering every row never gives up: the walk then reaches every row (the
         // build made level 0 connected from the entry point, which is always a seed).
@@ -522,17 +522,26 @@ impl<'a> IndexView<'a> {
             Some(f) => f,
         };
         let depth = params.rerank.unwrap_or(ef).max(params.count);
-        let mut hits: Vec<Hit> = found
-            .iter()
-            .take(depth)
-            .filter_map(|c| {
-                let row = self.vectors.row(c.node as usize)?;
-                Some(Hit {
+        let candidates = found.get(..depth.min(found.len())).unwrap_or(&[]);
+        let mut hits: Vec<Hit> = Vec::with_capacity(candidates.len());
+        for (k, c) in candidates.iter().enumerate() {
+            // Each row is a random read of `4 · dims` bytes: the next one is requested while
+            // this one is scored.
+            if let Some(next) = candidates
+                .get(k + 1)
+                .and_then(|n| self.vectors.row(n.node as usize))
+            {
+                kernel::prefetch(next, RERANK_PREFETCH_LINES);
+            }
+            if let Some(row) = self.vectors.row(c.node as usize)
+                && let Ok(score) = mnemon_vector::dot(query, row)
+            {
+                hits.push(Hit {
                     index: c.node,
-                    score: mnemon_vector::dot(query, row).ok()?,
-                })
-            })
-            .collect();
+                    score,
+                });
+            }
+        }
         hits.sort_unstable_by(|a, b| b.score.total_cmp(&a.score).then(a.index.cmp(&b.index)));
         hits.truncate(params.count);
         Ok(SearchOutcome {
