@@ -46,31 +46,37 @@ pub(crate) fn quantise(row: &[f32], codes: &mut [i8]) -> f32 {
 /// The signature shared by the kernels.
 type DotFn = fn(&[i8], &[i8]) -> i32;
 
-/// The kernel chosen once for this CPU.
-fn kernel() -> DotFn {
-    static KERNEL: OnceLock<DotFn> = OnceLock::new();
-    *KERNEL.get_or_init(|| {
+/// Whether this CPU has AVX-512 F, BW and VNNI (checked once).
+fn has_vnni() -> bool {
+    static VNNI: OnceLock<bool> = OnceLock::new();
+    *VNNI.get_or_init(|| {
         #[cfg(target_arch = "x86_64")]
         {
-            if std::is_x86_feature_detected!("avx512f")
+            std::is_x86_feature_detected!("avx512f")
                 && std::is_x86_feature_detected!("avx512bw")
                 && std::is_x86_feature_detected!("avx512vnni")
-            {
-                return vnni::dot_checked;
-            }
         }
-        portable
+        #[cfg(not(target_arch = "x86_64"))]
+        false
     })
+}
+
+/// The kernel chosen once for this CPU.
+fn kernel() -> DotFn {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if has_vnni() {
+            return vnni::dot_checked;
+        }
+    }
+    portable
 }
 
 /// The name of the int8 kernel in use, for benchmark reports.
 pub fn int8_kernel_name() -> &'static str {
     #[cfg(target_arch = "x86_64")]
     {
-        if std::is_x86_feature_detected!("avx512f")
-            && std::is_x86_feature_detected!("avx512bw")
-            && std::is_x86_feature_detected!("avx512vnni")
-        {
+        if has_vnni() {
             return "avx512-vnni";
         }
         if std::is_x86_feature_detected!("avx2") {
@@ -103,7 +109,7 @@ pub(crate) struct Prepared {
 impl Prepared {
     /// Prepares `codes` (a padded code row) for the kernel this CPU uses.
     pub(crate) fn new(codes: &[i8]) -> Self {
-        if kernel() != portable as DotFn && codes.len().is_multiple_of(CODE_ALIGN) {
+        if has_vnni() && codes.len().is_multiple_of(CODE_ALIGN) {
             Prepared {
                 magnitudes: codes.iter().map(|c| c.unsigned_abs()).collect(),
                 negative: codes
@@ -128,8 +134,8 @@ impl Prepared {
         #[cfg(target_arch = "x86_64")]
         {
             if !self.magnitudes.is_empty() && row.len() == self.magnitudes.len() {
-                // SAFETY: `magnitudes` is only filled when `kernel()` chose the VNNI kernel,
-                // which it does only when the CPU reports AVX-512 F, BW and VNNI; the lengths
+                // SAFETY: `magnitudes` is only filled when `has_vnni()`, i.e. the CPU reports
+                // AVX-512 F, BW and VNNI; the lengths
                 // are equal multiples of 64 (checked in `new` and above) and `negative` holds
                 // one word per block.
                 return unsafe { vnni::dot_prepared(&self.magnitudes, &self.negative, row) };

@@ -99,6 +99,39 @@ fn recall_on_clustered_vectors_is_high_and_scores_are_exact() {
     assert!(recall >= 0.98, "recall@10 {recall}");
 }
 
+/// The default re-rank depth (`default_rerank`, below a wide beam) keeps the recall of
+/// re-ranking every candidate.
+#[test]
+fn the_default_rerank_depth_keeps_the_full_rerank_recall() {
+    assert_eq!(default_rerank(10), 64);
+    assert_eq!(default_rerank(100), 400);
+    let m = clustered(3_000, 32, 30, 8);
+    let bytes = build_default(&m);
+    let index = IndexView::open(bytes.as_bytes(), m.view(), &OpenOptions::default()).unwrap();
+    let queries = clustered(100, 32, 30, 9);
+    let recall = |rerank: Option<usize>| {
+        let params = SearchParams {
+            ef: 400,
+            rerank,
+            ..SearchParams::new(10)
+        };
+        let mut found = 0;
+        for q in 0..queries.rows() {
+            let query = queries.row(q).unwrap();
+            let o = index.search(query, &params, |_| true).unwrap();
+            assert_eq!(o.hits.len(), 10);
+            let truth = exact(&m, query, 10, |_| true);
+            found += indices(&o).iter().filter(|i| truth.contains(i)).count();
+        }
+        found as f64 / 1000.0
+    };
+    let (default, full) = (recall(None), recall(Some(400)));
+    assert!(
+        default >= full - 0.005,
+        "default {default}, every candidate {full}"
+    );
+}
+
 #[test]
 fn a_shallow_rerank_keeps_exact_scores_and_most_of_the_recall() {
     let m = clustered(3_000, 32, 30, 8);

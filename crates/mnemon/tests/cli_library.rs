@@ -428,6 +428,26 @@ fn pack_index_then_query_through_the_index() {
     );
     assert_eq!(json_out(&through_index), scanned);
     assert_eq!(stderr(&through_index), "");
+    // The beam is at least the bits wanted, however narrow `--index-ef`; 0 is refused.
+    let narrow = query(
+        dir.path(),
+        &file,
+        path_arg(&args),
+        &["--index-min-bits", "0", "--index-ef", "1"],
+    );
+    assert_eq!(json_out(&narrow), scanned);
+    let refused = query(
+        dir.path(),
+        &file,
+        path_arg(&args),
+        &["--index-min-bits", "0", "--index-ef", "0"],
+    );
+    assert_eq!(refused.status.code(), Some(2), "{}", stderr(&refused));
+    assert!(
+        stderr(&refused).contains("--index-ef"),
+        "{}",
+        stderr(&refused)
+    );
 
     // Damaged: refused with a warning, and the scan answers.
     let mut bytes = std::fs::read(&index).unwrap();

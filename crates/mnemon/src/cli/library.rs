@@ -52,6 +52,11 @@ pub(crate) enum LibraryCommand {
         /// Search the library's ANN index (when it has a current one) from this many bits up.
         #[arg(long, value_name = "BITS", default_value_t = mnemon_library::DEFAULT_INDEX_MIN_BITS)]
         index_min_bits: usize,
+        /// The ANN index's search beam (candidates re-ranked exactly): larger is slower and
+        /// finds more of the true nearest bits.
+        #[arg(long, value_name = "EF", default_value_t = mnemon_library::DEFAULT_INDEX_EF as u32,
+              value_parser = clap::value_parser!(u32).range(1..=100_000))]
+        index_ef: u32,
         /// Seed for the random query vector drawn when no embedding is given.
         #[arg(long)]
         seed: Option<u64>,
@@ -270,6 +275,7 @@ pub(crate) fn run(command: LibraryCommand, quiet: bool) -> CliResult {
             fast,
             exact,
             index_min_bits,
+            index_ef,
             seed,
         } => {
             let mut arguments = match &args {
@@ -294,7 +300,7 @@ pub(crate) fn run(command: LibraryCommand, quiet: bool) -> CliResult {
                 exact,
                 index: mnemon_library::IndexUse {
                     min_bits: index_min_bits,
-                    ..mnemon_library::IndexUse::default()
+                    ef: index_ef as usize,
                 },
             };
             let parsed = wire::parse_query(&lib, &arguments, &options).map_err(CliError::input)?;
