@@ -135,9 +135,8 @@ impl Prepared {
         {
             if !self.magnitudes.is_empty() && row.len() == self.magnitudes.len() {
                 // SAFETY: `magnitudes` is only filled when `has_vnni()`, i.e. the CPU reports
-                // AVX-512 F, BW and VNNI; the lengths
-                // are equal multiples of 64 (checked in `new` and above) and `negative` holds
-                // one word per block.
+                // AVX-512 F, BW and VNNI; the lengths are equal multiples of 64 (checked in
+                // `new` and above) and `negative` holds one word per block.
                 return unsafe { vnni::dot_prepared(&self.magnitudes, &self.negative, row) };
             }
         }
