@@ -99,6 +99,26 @@ fn recall_on_clustered_vectors_is_high_and_scores_are_exact() {
     assert!(recall >= 0.98, "recall@10 {recall}");
 }
 
+/// Unfiltered searches of every row of `queries` with `params`, each outcome passed to `check`
+/// with its query: the share of the exact top 10 found.
+fn recall_at_10(
+    index: &IndexView<'_>,
+    m: &Matrix,
+    queries: &Matrix,
+    params: &SearchParams,
+    check: impl Fn(&[f32], &SearchOutcome),
+) -> f64 {
+    let mut found = 0;
+    for q in 0..queries.rows() {
+        let query = queries.row(q).unwrap();
+        let o = index.search(query, params, |_| true).unwrap();
+        check(query, &o);
+        let truth = exact(m, query, 10, |_| true);
+        found += indices(&o).iter().filter(|i| truth.contains(i)).count();
+    }
+    found as f64 / (queries.rows() * 10) as f64
+}
+
 /// The default re-rank depth (`default_rerank`, below a wide beam) keeps the recall of
 /// re-ranking every candidate.
 #[test]
@@ -115,15 +135,9 @@ fn the_default_rerank_depth_keeps_the_full_rerank_recall() {
             rerank,
             ..SearchParams::new(10)
         };
-        let mut found = 0;
-        for q in 0..queries.rows() {
-            let query = queries.row(q).unwrap();
-            let o = index.search(query, &params, |_| true).unwrap();
-            assert_eq!(o.hits.len(), 10);
-            let truth = exact(&m, query, 10, |_| true);
-            found += indices(&o).iter().filter(|i| truth.contains(i)).count();
-        }
-        found as f64 / 1000.0
+        recall_at_10(&index, &m, &queries, &params, |_, o| {
+            assert_eq!(o.hits.len(), 10)
+        })
     };
     let (default, full) = (recall(None), recall(Some(400)));
     assert!(
@@ -142,10 +156,7 @@ fn a_shallow_rerank_keeps_exact_scores_and_most_of_the_recall() {
         rerank: Some(3),
         ..SearchParams::new(10)
     };
-    let mut found = 0;
-    for q in 0..queries.rows() {
-        let query = queries.row(q).unwrap();
-        let o = index.search(query, &params, |_| true).unwrap();
+    let recall = recall_at_10(&index, &m, &queries, &params, |query, o| {
         // At least `count` are re-ranked, whatever the depth asked.
         assert_eq!(o.hits.len(), 10);
         assert!(o.hits.windows(2).all(|w| w[0].score >= w[1].score));
@@ -153,14 +164,8 @@ fn a_shallow_rerank_keeps_exact_scores_and_most_of_the_recall() {
             let row = m.row(h.index as usize).unwrap();
             assert_eq!(h.score, mnemon_vector::dot(query, row).unwrap());
         }
-        let truth = exact(&m, query, 10, |_| true);
-        found += indices(&o).iter().filter(|i| truth.contains(i)).count();
-    }
-    assert!(
-        found as f64 / 500.0 >= 0.9,
-        "recall@10 {}",
-        found as f64 / 500.0
-    );
+    });
+    assert!(recall >= 0.9, "recall@10 {recall}");
 }
 
 #[test]
