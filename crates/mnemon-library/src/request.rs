@@ -55,9 +55,9 @@ pub struct IndexUse {
     /// Libraries with fewer bits are scanned exactly even when they have an index; `0` uses the
     /// index on every library that has one, `usize::MAX` never.
     pub min_bits: usize,
-    /// The search's beam width (at least the bits wanted is used): the candidates re-ranked
-    /// with the exact `f32` score. When it covers the library (`ef` ≥ bits) the result is the
-    /// exact scan's.
+    /// The search's beam width (at least the bits wanted is used): the candidates the walk
+    /// keeps, the best of which (`mnemon_ann::default_rerank`) are re-ranked with the exact
+    /// `f32` score. When it covers the library (`ef` ≥ bits) the result is the exact scan's.
     pub ef: usize,
 }
 

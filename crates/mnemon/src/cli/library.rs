@@ -52,8 +52,8 @@ pub(crate) enum LibraryCommand {
         /// Search the library's ANN index (when it has a current one) from this many bits up.
         #[arg(long, value_name = "BITS", default_value_t = mnemon_library::DEFAULT_INDEX_MIN_BITS)]
         index_min_bits: usize,
-        /// The ANN index's search beam (candidates re-ranked exactly): larger is slower and
-        /// finds more of the true nearest bits.
+        /// The ANN index's search beam (the candidates the walk keeps; the best are re-ranked
+        /// exactly): larger is slower and finds more of the true nearest bits.
         #[arg(long, value_name = "EF", default_value_t = mnemon_library::DEFAULT_INDEX_EF as u32,
               value_parser = clap::value_parser!(u32).range(1..=100_000))]
         index_ef: u32,

@@ -137,9 +137,9 @@ pub(crate) struct ServeArgs {
     #[arg(long, value_name = "BITS", default_value_t = mnemon::library::DEFAULT_INDEX_MIN_BITS)]
     index_min_bits: usize,
 
-    /// The ANN index's search beam: the candidates re-ranked with their exact scores. Larger is
-    /// slower and finds more of the true nearest bits; at 1,000,000 bits about 512 is needed for
-    /// 99% of them (docs/reference/library.md#ann-index).
+    /// The ANN index's search beam: the candidates the walk keeps, the best of which are
+    /// re-ranked with their exact scores. Larger is slower and finds more of the true nearest
+    /// bits; at 1,000,000 bits about 384 finds 99% of them (docs/reference/library.md#ann-index).
     #[arg(long, value_name = "EF", default_value_t = mnemon::library::DEFAULT_INDEX_EF as u32,
           value_parser = clap::value_parser!(u32).range(1..=100_000))]
     index_ef: u32,
