@@ -1,27 +1,40 @@
-//! Scans of concurrent queries, answered together: one pass over the matrix scores every row for
-//! all the exact queries waiting, and one pass over the int8 copy bounds every row for all the
-//! fast queries waiting (docs/reference/library.md#index-and-performance: a scan is bound by
-//! memory bandwidth, so a large library answers several queries a pass for little more than the
-//! cost of one; the kernels are register-blocked, so the arithmetic of a full batch stays close
-//! to the memory's pace).
+//! Scans of concurrent queries, shared: a scanning thread walks the library block by block,
+//! and every query waiting at that moment gets the block scored for it, its exact scores
+//! (exact queries) or its int8 bounds (fast queries) (docs/reference/host.md#shared-scans). A
+//! scan is bound by memory bandwidth, so a block read once for all the queries costs little
+//! more than for one, and the kernels are register-blocked, so the arithmetic of many queries
+//! stays close to the memory's pace.
 //!
-//! Only the scoring (exact) or the pre-scan (fast) is shared. Each request plans its query before and builds and serialises
-//! its result after, on its own blocking task, so a query with a huge result never holds up
-//! the others' scans.
+//! A query joins the scan at the block it has reached and leaves once it has seen every block
+//! (`mnemon_library::ScanJob`), so it never waits for a pass to finish before its own starts:
+//! with closed-loop clients, whose next queries arrive one by one as their answers go out,
+//! passes that each cover the whole library served one or two queries each.
+//!
+//! Only the scoring (exact) or the pre-scan (fast) is shared. Each request plans its query
+//! before and builds and serialises its result after, on its own blocking task, so a query with
+//! a huge result never holds up the others' scans.
 
+use std::ops::Range;
 use std::sync::Arc;
 use std::sync::mpsc;
-use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
 
-use mnemon_library::Prescan;
+use mnemon_library::{Prescan, ScanJob, ScanKind};
 
 use crate::source::Snapshot;
 
-/// At most this many queries share one pass; beyond it the arithmetic, not the memory traffic,
-/// sets the pace.
-const MAX_BATCH: usize = 16;
+/// At most this many queries are in the scan at once; more wait for a place. The host's
+/// default query slots ([`crate::HostOptions::max_concurrent_queries`]) are as many.
+const MAX_ACTIVE: usize = 16;
+
+/// A scan goes through a library in about this many blocks, so a query joining it waits at
+/// most a block's time before its first rows are scored.
+const BLOCKS_PER_SCAN: usize = 32;
+
+/// Blocks are at least this many rows: each step costs a dispatch to the thread pool, and
+/// smaller blocks would not split over its threads.
+const MIN_BLOCK_ROWS: usize = 4096;
 
 /// What a job asks for, and where the answer goes.
 enum Reply {
@@ -31,23 +44,20 @@ enum Reply {
     Prescan(oneshot::Sender<Prescan>),
 }
 
-/// One query's scan, waiting for its batch.
+impl Reply {
+    fn kind(&self) -> ScanKind {
+        match self {
+            Reply::Scores(_) => ScanKind::Scores,
+            Reply::Prescan(_) => ScanKind::Prescan,
+        }
+    }
+}
+
+/// One query's scan, waiting to join.
 struct Job {
     snapshot: Arc<Snapshot>,
     vector: Vec<f32>,
     reply: Reply,
-}
-
-impl Job {
-    /// Whether `self` and `other` can share a pass: the same library snapshot and the same
-    /// kind of scan.
-    fn shares_pass_with(&self, other: &Job) -> bool {
-        Arc::ptr_eq(&self.snapshot, &other.snapshot)
-            && matches!(
-                (&self.reply, &other.reply),
-                (Reply::Scores(_), Reply::Scores(_)) | (Reply::Prescan(_), Reply::Prescan(_))
-            )
-    }
 }
 
 /// The queue of scans and the thread that runs them.
@@ -104,87 +114,151 @@ impl ScanBatcher {
     }
 }
 
-/// Takes the waiting jobs, up to [`MAX_BATCH`], and runs them in one pass per snapshot and kind
-/// (a reload can leave requests on the previous snapshot); while a pass runs, new jobs queue up
-/// for the next.
-///
-/// When the last pass served several queries, clients are waiting on each other's passes: the
-/// answers of one pass go out together and their clients' next queries come back within a
-/// moment of each other. Taking only the first of them would start a pass for one query while
-/// the rest queue behind it, and passes would alternate between one query and the others, so
-/// the thread waits up to an eighth of the last pass's time ([`gather_window`]) for the rest.
-fn run(queue: &mpsc::Receiver<Job>) {
-    let mut last = (0usize, Duration::ZERO);
-    while let Ok(first) = queue.recv() {
-        let deadline = Instant::now() + gather_window(last.0, last.1);
-        let mut jobs = vec![first];
-        while jobs.len() < MAX_BATCH {
-            let wait = deadline.saturating_duration_since(Instant::now());
-            match queue.recv_timeout(wait) {
-                Ok(job) => jobs.push(job),
-                Err(_) => break,
-            }
+/// The scans in progress, one per library snapshot (a reload can leave requests on the
+/// previous one), each with the queries in it.
+struct Scan {
+    snapshot: Arc<Snapshot>,
+    block_rows: usize,
+    blocks: usize,
+    /// The block the next step scores.
+    next: usize,
+    members: Vec<Member>,
+}
+
+/// A query in a scan.
+struct Member {
+    job: ScanJob,
+    reply: Reply,
+    /// Blocks still to score before the query has seen every row.
+    blocks_left: usize,
+}
+
+impl Scan {
+    fn new(snapshot: Arc<Snapshot>) -> Scan {
+        let rows = snapshot.library.len();
+        let block_rows = rows.div_ceil(BLOCKS_PER_SCAN).max(MIN_BLOCK_ROWS);
+        Scan {
+            snapshot,
+            block_rows,
+            blocks: rows.div_ceil(block_rows),
+            next: 0,
+            members: Vec::new(),
         }
-        let started = Instant::now();
-        let served = jobs.len();
-        while !jobs.is_empty() {
-            let lead = jobs.remove(0);
-            let (mut same, rest): (Vec<Job>, Vec<Job>) = jobs
-                .into_iter()
-                .partition(|job| job.shares_pass_with(&lead));
-            same.insert(0, lead);
-            jobs = rest;
-            pass(same);
+    }
+
+    /// Rows of block `b`.
+    fn block(&self, b: usize) -> Range<usize> {
+        let start = b.saturating_mul(self.block_rows);
+        start..start.saturating_add(self.block_rows)
+    }
+
+    /// Adds a query at the current block. A vector the library refuses is answered by
+    /// dropping its reply: the requester then scans on its own, where the error is its own.
+    fn join(&mut self, job: Job) {
+        let Ok(scan) = self.snapshot.library.scan_job(job.reply.kind(), job.vector) else {
+            return;
+        };
+        let member = Member {
+            job: scan,
+            reply: job.reply,
+            blocks_left: self.blocks,
+        };
+        if member.blocks_left == 0 {
+            member.answer();
+        } else {
+            self.members.push(member);
         }
-        last = (served, started.elapsed());
+    }
+
+    /// Scores the next block for every query in the scan and answers those that have now seen
+    /// every block.
+    fn step(&mut self) {
+        let rows = self.block(self.next);
+        let mut jobs: Vec<&mut ScanJob> = self.members.iter_mut().map(|m| &mut m.job).collect();
+        self.snapshot.library.scan_rows(&mut jobs, rows);
+        tracing::trace!(
+            queries = self.members.len(),
+            block = self.next,
+            "scanned a block"
+        );
+        self.next = (self.next + 1) % self.blocks.max(1);
+        for member in &mut self.members {
+            member.blocks_left = member.blocks_left.saturating_sub(1);
+        }
+        let (done, left): (Vec<Member>, Vec<Member>) = std::mem::take(&mut self.members)
+            .into_iter()
+            .partition(|m| m.blocks_left == 0);
+        self.members = left;
+        for member in done {
+            member.answer();
+        }
     }
 }
 
-/// How long to wait for more queries after the first, given how many the last pass served and
-/// how long it took: nothing after a lone query (a single client never waits), else an eighth
-/// of the pass, at most [`MAX_GATHER`]: a small share of each query's time, for passes that
-/// serve every waiting client at once.
-fn gather_window(last_served: usize, last_took: Duration) -> Duration {
-    if last_served < 2 {
-        return Duration::ZERO;
-    }
-    (last_took / 8).min(MAX_GATHER)
-}
-
-/// The longest [`gather_window`].
-const MAX_GATHER: Duration = Duration::from_millis(3);
-
-/// One pass for jobs of one snapshot and one kind.
-fn pass(jobs: Vec<Job>) {
-    let Some(snapshot) = jobs.first().map(|job| Arc::clone(&job.snapshot)) else {
-        return;
-    };
-    let vectors: Vec<&[f32]> = jobs.iter().map(|job| job.vector.as_slice()).collect();
-    match jobs.first().map(|job| &job.reply) {
-        Some(Reply::Scores(_)) => {
-            // Planned vectors have the library's dimension; if one did not, the whole batch is
-            // refused and each requester scores on its own, where the error is its own.
-            let Ok(scores) = snapshot.library.scores_many(&vectors) else {
-                return;
-            };
-            tracing::trace!(queries = jobs.len(), "scanned together");
-            for (job, scores) in jobs.into_iter().zip(scores) {
-                // A requester that went away no longer needs its scores.
-                if let Reply::Scores(reply) = job.reply {
+impl Member {
+    /// Sends the query its answer; a requester that went away no longer needs it. A job
+    /// that somehow did not cover every row answers nothing, and its requester scans alone.
+    fn answer(self) {
+        match self.reply {
+            Reply::Scores(reply) => {
+                if let Some(scores) = self.job.into_scores() {
                     let _ = reply.send(scores);
                 }
             }
-        }
-        Some(Reply::Prescan(_)) => {
-            let prescans = snapshot.library.prescan_many(&vectors);
-            tracing::trace!(queries = jobs.len(), "pre-scanned together");
-            for (job, prescan) in jobs.into_iter().zip(prescans) {
-                if let Reply::Prescan(reply) = job.reply {
+            Reply::Prescan(reply) => {
+                if let Some(prescan) = self.job.into_prescan() {
                     let _ = reply.send(prescan);
                 }
             }
         }
-        None => {}
+    }
+}
+
+/// Runs the scans: admits waiting queries (up to [`MAX_ACTIVE`] in all), scores one block of
+/// each scan in progress, and sleeps only when no query is in any scan.
+fn run(queue: &mpsc::Receiver<Job>) {
+    let mut scans: Vec<Scan> = Vec::new();
+    loop {
+        let mut active: usize = scans.iter().map(|s| s.members.len()).sum();
+        if active == 0 {
+            match queue.recv() {
+                Ok(job) => {
+                    admit(&mut scans, job);
+                    active = 1;
+                }
+                Err(_) => return,
+            }
+        }
+        while active < MAX_ACTIVE {
+            match queue.try_recv() {
+                Ok(job) => {
+                    admit(&mut scans, job);
+                    active += 1;
+                }
+                Err(_) => break,
+            }
+        }
+        for scan in &mut scans {
+            if !scan.members.is_empty() {
+                scan.step();
+            }
+        }
+        scans.retain(|s| !s.members.is_empty());
+    }
+}
+
+/// Puts `job` into the scan of its snapshot, starting one if there is none.
+fn admit(scans: &mut Vec<Scan>, job: Job) {
+    match scans
+        .iter_mut()
+        .find(|s| Arc::ptr_eq(&s.snapshot, &job.snapshot))
+    {
+        Some(scan) => scan.join(job),
+        None => {
+            let mut scan = Scan::new(Arc::clone(&job.snapshot));
+            scan.join(job);
+            scans.push(scan);
+        }
     }
 }
 
@@ -192,14 +266,6 @@ fn pass(jobs: Vec<Job>) {
 mod tests {
     use super::*;
 
-    #[test]
-    fn gathers_only_after_shared_passes() {
-        let pass = Duration::from_millis(16);
-        assert_eq!(gather_window(0, Duration::ZERO), Duration::ZERO);
-        assert_eq!(gather_window(1, pass), Duration::ZERO);
-        assert_eq!(gather_window(2, pass), Duration::from_millis(2));
-        assert_eq!(gather_window(8, Duration::from_secs(1)), MAX_GATHER);
-    }
     use crate::source::{ConfigSource, LibrarySource, Sources};
     use mnemon_library::synthetic::{unit_vector, write_synthetic};
     use mnemon_library::{AccessGrant, QueryRequest, wire};
@@ -208,7 +274,7 @@ mod tests {
 
     fn snapshot() -> Arc<Snapshot> {
         let mut bytes = Vec::new();
-        write_synthetic(&mut bytes, "m", 3000, 40, 9).unwrap();
+        write_synthetic(&mut bytes, "m", 10_000, 40, 9).unwrap();
         let sources = Sources {
             library: LibrarySource::bytes("test", bytes),
             config: ConfigSource::Defaults,
@@ -216,8 +282,45 @@ mod tests {
         Arc::new(sources.load().unwrap())
     }
 
-    /// Issue 17 item 0: exact and fast queries sent at once are batched (each kind in its own
-    /// pass) and every one gets exactly what it would get alone: the same score bits, and for
+    /// Issue 17 item 0: queries that join the scan one by one, at different blocks, each get
+    /// what they would get alone, and the scan goes on for the later ones after the first
+    /// leave.
+    #[test]
+    fn queries_joining_at_different_blocks_answer_as_alone() {
+        let snapshot = snapshot();
+        let library = &snapshot.library;
+        let mut scan = Scan::new(Arc::clone(&snapshot));
+        assert_eq!((scan.block_rows, scan.blocks), (MIN_BLOCK_ROWS, 3));
+        let mut rng = ChaCha8Rng::seed_from_u64(5);
+        let vectors: Vec<Vec<f32>> = (0..4).map(|_| unit_vector(&mut rng, 40)).collect();
+        let mut answers = Vec::new();
+        for (i, vector) in vectors.iter().enumerate() {
+            let (reply, answer) = oneshot::channel();
+            scan.join(Job {
+                snapshot: Arc::clone(&snapshot),
+                vector: vector.clone(),
+                reply: Reply::Scores(reply),
+            });
+            answers.push(answer);
+            // The i-th query joins after i steps: at block i % 3.
+            scan.step();
+            assert_eq!(scan.members.len(), (i + 1).min(2));
+        }
+        while !scan.members.is_empty() {
+            scan.step();
+        }
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        for (vector, mut answer) in vectors.iter().zip(answers) {
+            let got = answer.try_recv().unwrap();
+            assert_eq!(
+                bits(&got),
+                bits(&library.embeddings().scores(vector).unwrap())
+            );
+        }
+    }
+
+    /// Issue 17 item 0: exact and fast queries sent at once share the scan (each kind with its
+    /// own kernel) and every one gets exactly what it would get alone: the same score bits, and for
     /// fast queries the same result as the query run by itself.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn mixed_batches_answer_each_query_as_alone() {

@@ -110,10 +110,19 @@ async fn run_query(state: &HostState, req: Request) -> Result<(Vec<u8>, usize), 
     let _slot = limits.query_slot().await?;
     let max_result = state.options.max_result_bytes;
     let snapshot = state.snapshot();
+    let library = &snapshot.library;
+    let floats = library
+        .len()
+        .saturating_mul(library.dimension().unwrap_or(0));
+    let batcher = state
+        .batcher
+        .as_ref()
+        .filter(|_| floats >= state.options.batch_scans_from);
     let options = QueryOptions {
         seed: None,
         default_count: Some(DEFAULT_COUNT),
-        fast: state.options.fast,
+        // A shared scan pre-scans exact queries too: the same results (HostOptions).
+        fast: state.options.fast || (batcher.is_some() && state.options.prescan_shared_scans),
         exact: false,
         index: state.options.index,
     };
@@ -126,14 +135,6 @@ async fn run_query(state: &HostState, req: Request) -> Result<(Vec<u8>, usize), 
     if request.embedding.is_none() {
         request.seed = state.next_seed();
     }
-    let library = &snapshot.library;
-    let floats = library
-        .len()
-        .saturating_mul(library.dimension().unwrap_or(0));
-    let batcher = state
-        .batcher
-        .as_ref()
-        .filter(|_| floats >= state.options.batch_scans_from);
     let outcome = match batcher {
         None => {
             tokio::task::spawn_blocking(move || {

@@ -119,7 +119,7 @@ impl Int8Matrix {
     /// What the bounds need from `query`: its int8 codes and the constants of the slack, or
     /// `None` when the bound cannot be trusted (dimension too large, a query of the wrong
     /// length or not finite, or scores that could overflow f32).
-    fn prepare(&self, query: &[f32]) -> Option<QueryCodes> {
+    pub(crate) fn prepare(&self, query: &[f32]) -> Option<QueryCodes> {
         if self.dim == 0 || self.dim > MAX_DIM || query.len() != self.dim {
             return None;
         }
@@ -200,52 +200,82 @@ impl Int8Matrix {
         let prepared: Vec<Option<QueryCodes>> = queries.iter().map(|q| self.prepare(q)).collect();
         // Only the trusted queries are scanned; `slot[k]` is the k-th of them.
         let trusted: Vec<&QueryCodes> = prepared.iter().flatten().collect();
-        let codes: Vec<&[i8]> = trusted.iter().map(|q| q.codes.as_slice()).collect();
         let rows = self.scales.len();
         let mut bounds: Vec<Vec<f64>> = trusted.iter().map(|_| vec![HIDDEN; rows]).collect();
-        if !trusted.is_empty() {
-            let mut per_chunk: Vec<Vec<&mut [f64]>> = Vec::new();
-            for out in &mut bounds {
-                for (c, chunk) in out.chunks_mut(ROWS_PER_TASK).enumerate() {
-                    if per_chunk.len() <= c {
-                        per_chunk.push(Vec::with_capacity(trusted.len()));
-                    }
-                    if let Some(slot) = per_chunk.get_mut(c) {
-                        slot.push(chunk);
-                    }
-                }
-            }
-            per_chunk
-                .into_par_iter()
-                .enumerate()
-                .for_each(|(chunk, mut outs)| {
-                    let base = chunk * ROWS_PER_TASK;
-                    let len = outs.first().map_or(0, |o| o.len());
-                    let block = self
-                        .codes
-                        .get(base * self.dim..(base + len) * self.dim)
-                        .unwrap_or(&[]);
-                    let mut dots = vec![0i64; len * codes.len()];
-                    dot_i8_symmetric_many(block, self.dim, &codes, &mut dots);
-                    for (offset, row_dots) in dots.chunks(codes.len()).enumerate() {
-                        for ((out, q), &int_dot) in outs.iter_mut().zip(&trusted).zip(row_dots) {
-                            if let Some(slot) = out.get_mut(offset) {
-                                *slot = self.bound(base + offset, int_dot, q);
-                            }
-                        }
-                    }
-                });
-        }
+        let mut outs: Vec<&mut [f64]> = bounds.iter_mut().map(Vec::as_mut_slice).collect();
+        self.upper_bounds_rows(&trusted, 0, &mut outs);
         let mut scanned = bounds.into_iter();
         prepared
             .iter()
             .map(|q| q.as_ref().and_then(|_| scanned.next()))
             .collect()
     }
+
+    /// The rows of [`Int8Matrix::upper_bounds_many`] from `first` on: `outs[k][i]` becomes row
+    /// `first + i`'s bound for `queries[k]`, for `i` below the shortest output and the rows left
+    /// (entries past them are left as they are). Each block of rows is read once for all the
+    /// queries ([`dot_i8_symmetric_many`]); one step of a scan shared by queries that come and
+    /// go (`crate::shared_scan`).
+    pub(crate) fn upper_bounds_rows(
+        &self,
+        queries: &[&QueryCodes],
+        first: usize,
+        outs: &mut [&mut [f64]],
+    ) {
+        let pairs = queries.len().min(outs.len());
+        let Some(queries) = queries.get(..pairs) else {
+            return;
+        };
+        let codes: Vec<&[i8]> = queries.iter().map(|q| q.codes.as_slice()).collect();
+        let len = outs
+            .iter()
+            .take(pairs)
+            .map(|o| o.len())
+            .min()
+            .unwrap_or(0)
+            .min(self.scales.len().saturating_sub(first));
+        if pairs == 0 || len == 0 {
+            return;
+        }
+        let mut per_chunk: Vec<Vec<&mut [f64]>> = Vec::new();
+        for out in outs.iter_mut().take(pairs) {
+            let Some(out) = out.get_mut(..len) else {
+                continue;
+            };
+            for (c, chunk) in out.chunks_mut(ROWS_PER_TASK).enumerate() {
+                if per_chunk.len() <= c {
+                    per_chunk.push(Vec::with_capacity(pairs));
+                }
+                if let Some(slot) = per_chunk.get_mut(c) {
+                    slot.push(chunk);
+                }
+            }
+        }
+        per_chunk
+            .into_par_iter()
+            .enumerate()
+            .for_each(|(chunk, mut outs)| {
+                let base = first + chunk * ROWS_PER_TASK;
+                let len = outs.first().map_or(0, |o| o.len());
+                let block = self
+                    .codes
+                    .get(base * self.dim..(base + len) * self.dim)
+                    .unwrap_or(&[]);
+                let mut dots = vec![0i64; len * codes.len()];
+                dot_i8_symmetric_many(block, self.dim, &codes, &mut dots);
+                for (offset, row_dots) in dots.chunks(codes.len()).enumerate() {
+                    for ((out, q), &int_dot) in outs.iter_mut().zip(queries).zip(row_dots) {
+                        if let Some(slot) = out.get_mut(offset) {
+                            *slot = self.bound(base + offset, int_dot, q);
+                        }
+                    }
+                }
+            });
+    }
 }
 
 /// A query quantised for the bounds, with the constants of its slack.
-struct QueryCodes {
+pub(crate) struct QueryCodes {
     codes: Vec<i8>,
     /// The query's int8 scale `t`.
     scale: f64,
@@ -354,37 +384,29 @@ where
 type Bounded = (f64, usize);
 
 /// The bound of a row that is hidden from the query or already scored.
-const HIDDEN: f64 = f64::NEG_INFINITY;
+pub(crate) const HIDDEN: f64 = f64::NEG_INFINITY;
 
 /// Takes the `n` rows with the highest bounds (ties: lower index first) out of `bounds`
 /// (marking them [`HIDDEN`]), and returns them, in no particular order, with the highest bound
 /// left (`None` when no row is left).
 ///
-/// Each task selects its chunk's best `n` and notes the best bound it leaves behind; only those
-/// few candidates are merged, so a query never sorts or copies all the rows' bounds.
+/// Each task keeps its chunk's best `n` in a bounded heap and notes the best bound it leaves
+/// behind; only those few candidates are merged, so a query never sorts or copies all the
+/// rows' bounds (most rows fail one comparison with the heap's worst).
 fn take_highest(bounds: &mut [f64], n: usize) -> (Vec<usize>, Option<f64>) {
-    let by_bound = |a: &Bounded, b: &Bounded| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1));
-    let best_of = |mut rows: Vec<Bounded>| -> (Vec<Bounded>, Option<f64>) {
-        if rows.len() <= n {
-            return (rows, None);
-        }
-        rows.select_nth_unstable_by(n, by_bound);
-        let left = rows.get(n).map(|&(bound, _)| bound);
-        rows.truncate(n);
-        (rows, left)
-    };
     let per_chunk: Vec<(Vec<Bounded>, Option<f64>)> = bounds
         .par_chunks(ROWS_PER_TASK)
         .enumerate()
         .map(|(chunk, slots)| {
             let base = chunk * ROWS_PER_TASK;
-            let rows = slots
-                .iter()
-                .enumerate()
-                .filter(|&(_, &bound)| bound != HIDDEN)
-                .map(|(offset, &bound)| (bound, base + offset))
-                .collect();
-            best_of(rows)
+            best_n(
+                slots
+                    .iter()
+                    .enumerate()
+                    .filter(|&(_, &bound)| bound != HIDDEN)
+                    .map(|(offset, &bound)| (bound, base + offset)),
+                n,
+            )
         })
         .collect();
     let mut left: Option<f64> = None;
@@ -393,7 +415,7 @@ fn take_highest(bounds: &mut [f64], n: usize) -> (Vec<usize>, Option<f64>) {
         left = max_bound(left, chunk_left);
         candidates.extend(rows);
     }
-    let (chosen, merge_left) = best_of(candidates);
+    let (chosen, merge_left) = best_n(candidates.into_iter(), n);
     left = max_bound(left, merge_left);
     for &(_, index) in &chosen {
         if let Some(bound) = bounds.get_mut(index) {
@@ -401,6 +423,57 @@ fn take_highest(bounds: &mut [f64], n: usize) -> (Vec<usize>, Option<f64>) {
         }
     }
     (chosen.into_iter().map(|(_, index)| index).collect(), left)
+}
+
+/// A row in the bounded heap of [`best_n`]: ordered so that the heap's top is the worst kept
+/// (lowest bound, then highest index).
+#[derive(PartialEq)]
+struct Kept(Bounded);
+
+impl Eq for Kept {}
+
+impl PartialOrd for Kept {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Kept {
+    /// Better rows (higher bound, then lower index) compare lower.
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        other
+            .0
+            .0
+            .total_cmp(&self.0.0)
+            .then(self.0.1.cmp(&other.0.1))
+    }
+}
+
+/// The best `n` of `rows` (highest bound, ties: lower index), in no particular order, and the
+/// highest bound among the rest (`None` when none is left).
+fn best_n(rows: impl Iterator<Item = Bounded>, n: usize) -> (Vec<Bounded>, Option<f64>) {
+    let mut heap: std::collections::BinaryHeap<Kept> =
+        std::collections::BinaryHeap::with_capacity(n.saturating_add(1).min(4096));
+    let mut left: Option<f64> = None;
+    for row in rows {
+        if heap.len() < n {
+            heap.push(Kept(row));
+            continue;
+        }
+        let Some(mut worst) = heap.peek_mut() else {
+            // `n == 0`: every row is left.
+            left = max_bound(left, Some(row.0));
+            continue;
+        };
+        if Kept(row) < *worst {
+            let evicted = std::mem::replace(&mut *worst, Kept(row));
+            drop(worst);
+            left = max_bound(left, Some(evicted.0.0));
+        } else {
+            left = max_bound(left, Some(row.0));
+        }
+    }
+    (heap.into_iter().map(|k| k.0).collect(), left)
 }
 
 fn max_bound(a: Option<f64>, b: Option<f64>) -> Option<f64> {
@@ -425,6 +498,30 @@ mod tests {
             m.push_row(r).unwrap();
         }
         m
+    }
+
+    proptest! {
+        /// The bounded-heap selection takes exactly the rows a full sort ranks first (bound
+        /// descending, index ascending), and reports the best bound it leaves.
+        #[test]
+        fn take_highest_equals_a_full_sort(
+            raw in proptest::collection::vec(prop_oneof![Just(HIDDEN), Just(0.5f64), -4.0f64..4.0], 0..5000),
+            n in 0usize..300,
+        ) {
+            let mut bounds = raw.clone();
+            let (mut got, left) = take_highest(&mut bounds, n);
+            let mut all: Vec<(f64, usize)> = raw.iter().copied().enumerate()
+                .filter(|&(_, b)| b != HIDDEN).map(|(i, b)| (b, i)).collect();
+            all.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+            let mut want: Vec<usize> = all.iter().take(n).map(|&(_, i)| i).collect();
+            got.sort_unstable();
+            want.sort_unstable();
+            prop_assert_eq!(&got, &want);
+            prop_assert_eq!(left, all.get(n).map(|&(b, _)| b));
+            for i in &got {
+                prop_assert_eq!(bounds[*i], HIDDEN);
+            }
+        }
     }
 
     proptest! {

@@ -54,6 +54,7 @@ mod request;
 mod result;
 #[cfg(feature = "schema")]
 pub mod schema;
+mod shared_scan;
 mod sidecar;
 mod storage;
 pub mod synthetic;
@@ -75,6 +76,7 @@ pub use problems::{Problem, ProblemKind};
 pub use query::{PlannedQuery, Prescan};
 pub use request::{DEFAULT_INDEX_EF, DEFAULT_INDEX_MIN_BITS, IndexUse, QueryRequest};
 pub use result::{Hit, QueryMethod, QueryResult};
+pub use shared_scan::{ScanJob, ScanKind};
 pub use sidecar::sidecar_path;
 pub use wire::QueryOptions;
 

@@ -89,6 +89,19 @@ pub struct Prescan {
     bounds: Option<Vec<f64>>,
 }
 
+impl Prescan {
+    /// A pre-scan of `query` with `bounds` for every row, or `None` when they cannot be trusted.
+    pub(crate) fn new(query: Vec<f32>, bounds: Option<Vec<f64>>) -> Prescan {
+        Prescan { query, bounds }
+    }
+
+    /// Every row's bound, when trusted.
+    #[cfg(test)]
+    pub(crate) fn bounds(&self) -> Option<&[f64]> {
+        self.bounds.as_deref()
+    }
+}
+
 impl std::fmt::Debug for Prescan {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Prescan")

@@ -360,17 +360,49 @@ impl<'a> MatrixView<'a> {
     /// cache, in register-blocked tiles of queries × rows (`crate::blocked`), so `n` queries
     /// cost little more than one until the multiply-adds themselves set the pace.
     pub fn scores_many(&self, queries: &[&[f32]]) -> Result<Vec<Vec<f32>>, VectorError> {
+        let mut out: Vec<Vec<f32>> = queries.iter().map(|_| vec![0.0; self.rows]).collect();
+        let mut outs: Vec<&mut [f32]> = out.iter_mut().map(Vec::as_mut_slice).collect();
+        self.scores_many_rows(queries, 0, &mut outs)?;
+        Ok(out)
+    }
+
+    /// [`MatrixView::scores_many`] over a run of rows: `outs[q][i]` becomes the dot product of
+    /// row `first + i` with `queries[q]`, bit for bit what [`MatrixView::scores`] gives that
+    /// row, for `i` below the shortest output and below the rows left after `first` (entries
+    /// past them are left as they are). An error when a query does not have
+    /// [`MatrixView::dim`] floats; `queries` and `outs` are paired in order, extra ones of
+    /// either ignored.
+    ///
+    /// This is one step of a scan shared by queries that join and leave while it runs: each
+    /// block of rows is read once for all the queries waiting at that moment.
+    pub fn scores_many_rows(
+        &self,
+        queries: &[&[f32]],
+        first: usize,
+        outs: &mut [&mut [f32]],
+    ) -> Result<(), VectorError> {
         for query in queries {
             self.check_query(query)?;
         }
+        let pairs = queries.len().min(outs.len());
+        let queries = queries.get(..pairs).unwrap_or(&[]);
+        let len = outs
+            .iter()
+            .take(pairs)
+            .map(|o| o.len())
+            .min()
+            .unwrap_or(0)
+            .min(self.rows.saturating_sub(first));
         let kernel = blocked::detect();
-        let mut out: Vec<Vec<f32>> = queries.iter().map(|_| vec![0.0; self.rows]).collect();
         // Chunk `c` of every query's output, gathered per chunk so tasks own disjoint slices.
         let mut per_chunk: Vec<Vec<&mut [f32]>> = Vec::new();
-        for scores in &mut out {
+        for scores in outs.iter_mut().take(pairs) {
+            let Some(scores) = scores.get_mut(..len) else {
+                continue;
+            };
             for (c, chunk) in scores.chunks_mut(ROWS_PER_TASK).enumerate() {
                 if per_chunk.len() <= c {
-                    per_chunk.push(Vec::with_capacity(queries.len()));
+                    per_chunk.push(Vec::with_capacity(pairs));
                 }
                 if let Some(slot) = per_chunk.get_mut(c) {
                     slot.push(chunk);
@@ -381,7 +413,7 @@ impl<'a> MatrixView<'a> {
             .into_par_iter()
             .enumerate()
             .for_each(|(c, mut outputs)| {
-                let base = c * ROWS_PER_TASK;
+                let base = first + c * ROWS_PER_TASK;
                 let len = outputs.first().map_or(0, |o| o.len());
                 let rows = blocked::Rows {
                     data: self.data.get(base * self.stride..).unwrap_or(&[]),
@@ -391,7 +423,7 @@ impl<'a> MatrixView<'a> {
                 };
                 blocked::dots(kernel, rows, queries, &mut outputs);
             });
-        Ok(out)
+        Ok(())
     }
 
     /// Scores every row with a caller-supplied kernel, in parallel (for example cosine or
@@ -484,6 +516,54 @@ mod tests {
         assert_eq!(
             Matrix::new(dim).view().scores_many(&refs).unwrap(),
             vec![Vec::<f32>::new(); 5]
+        );
+    }
+
+    /// Issue 17 item 0: a scan shared by queries that come and go scores the rows block by
+    /// block, starting anywhere; every block gives the one-query scan's bits.
+    #[test]
+    fn scores_many_rows_equals_the_rows_of_one_scan() {
+        let dim = 21;
+        let rows = ROWS_PER_TASK + 300;
+        let mut m = Matrix::new(dim);
+        for r in 0..rows {
+            let row: Vec<f32> = (0..dim)
+                .map(|d| ((r * 17 + d * 3) % 89) as f32 / 11.0 - 4.0)
+                .collect();
+            m.push_row(&row).unwrap();
+        }
+        let queries: Vec<Vec<f32>> = (0..3)
+            .map(|q| (0..dim).map(|d| ((q * 7 + d) % 13) as f32 - 6.0).collect())
+            .collect();
+        let refs: Vec<&[f32]> = queries.iter().map(Vec::as_slice).collect();
+        let view = m.view();
+        let whole = view.scores_many(&refs).unwrap();
+        // Blocks that straddle task boundaries, in rotated order, the last one cut short.
+        let blocks = [(700, 500), (1200, 500), (0, 700)];
+        let mut got = vec![vec![f32::NAN; rows]; 3];
+        for (first, len) in blocks {
+            let mut outs: Vec<&mut [f32]> = got
+                .iter_mut()
+                .map(|g| &mut g[first..(first + len).min(rows)])
+                .collect();
+            view.scores_many_rows(&refs, first, &mut outs).unwrap();
+        }
+        for (g, w) in got.iter().zip(&whole) {
+            assert_eq!(
+                g.iter().map(|s| s.to_bits()).collect::<Vec<_>>(),
+                w.iter().map(|s| s.to_bits()).collect::<Vec<_>>()
+            );
+        }
+        // Outputs past the last row are left alone; a query of another dimension is refused.
+        let mut tail = vec![-1.0f32; 10];
+        view.scores_many_rows(&refs[..1], rows - 4, &mut [&mut tail[..]])
+            .unwrap();
+        assert_eq!(&tail[..4], &whole[0][rows - 4..]);
+        assert!(tail[4..].iter().all(|&s| s == -1.0));
+        let short = [1.0f32; 3];
+        assert!(
+            view.scores_many_rows(&[&short[..]], 0, &mut [&mut tail[..]])
+                .is_err()
         );
     }
 
