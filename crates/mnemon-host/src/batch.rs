@@ -75,7 +75,7 @@ impl ScanBatcher {
         Ok(ScanBatcher { jobs })
     }
 
-    /// Every row's score against `vector` in the snapshot's library, computed in a pass shared
+    /// Every row's score against `vector` in the snapshot's library, computed in the walk shared
     /// with the other queries waiting. `None` if the scanning thread is gone (it only stops when
     /// the host does); the caller then scores on its own.
     pub(crate) async fn scores(
@@ -95,7 +95,7 @@ impl ScanBatcher {
     }
 
     /// The int8 pre-scan of a fast query's `vector` in the snapshot's library, computed in a
-    /// pass shared with the other fast queries waiting. `None` if the scanning thread is gone;
+    /// walk shared with the other queries present. `None` if the scanning thread is gone;
     /// the caller then pre-scans on its own.
     pub(crate) async fn prescan(
         &self,

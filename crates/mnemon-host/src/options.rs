@@ -31,8 +31,8 @@ pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 /// The default [`HostOptions::max_buffered_body_bytes`]: 64 MiB.
 pub const DEFAULT_MAX_BUFFERED_BODY_BYTES: usize = 64 * 1024 * 1024;
 
-/// The default [`HostOptions::max_concurrent_queries`]: 16, the most the scan batcher shares
-/// one pass between, so the cap never costs throughput.
+/// The default [`HostOptions::max_concurrent_queries`]: 16, the most queries the shared scan
+/// serves at once, so the cap never costs throughput.
 pub const DEFAULT_MAX_CONCURRENT_QUERIES: usize = 16;
 
 /// The default [`HostOptions::queue_timeout`]: 5 s.
@@ -68,10 +68,11 @@ pub struct HostOptions {
     /// 50,000) is searched through it, unless a query sends `exact: true`; `index.ef` is the
     /// beam width. `min_bits: usize::MAX` never uses an index.
     pub index: IndexUse,
-    /// Scans of libraries holding at least this many floats (bits × dimension) are batched:
-    /// concurrent exact queries share one pass over the matrix, and concurrent fast queries one
-    /// pass of the int8 pre-scan, which multiplies throughput on libraries too large for the CPU
-    /// caches. Results are the same either way. `0` batches every library, `usize::MAX` none.
+    /// Scans of libraries holding at least this many floats (bits × dimension) are shared:
+    /// concurrent queries join one walk over the library, each block read once for all of them
+    /// (docs/reference/host.md#shared-scans), which multiplies throughput on libraries too large
+    /// for the CPU caches. Results are the same either way. `0` shares the scans of every
+    /// library, `usize::MAX` none.
     pub batch_scans_from: usize,
     /// Shared scans of exact queries use the int8 pre-scan too, exactly as fast mode does
     /// (default `true`): the same results, bit for bit (rows are scored exactly in order of a

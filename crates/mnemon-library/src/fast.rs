@@ -129,12 +129,12 @@ impl Int8Matrix {
         if self.max_norm * q_norm >= 1e37 {
             return None;
         }
+        let gamma = (self.dim as f64 + 64.0) * U32 * 1.01;
         Some(QueryCodes {
             codes,
             scale: f64::from(q_scale),
-            err: q_err,
-            norm: q_norm,
-            gamma: (self.dim as f64 + 64.0) * U32 * 1.01,
+            slack_quant: q_err + gamma * q_norm,
+            slack_err: (1.0 + gamma) * q_norm,
         })
     }
 
@@ -142,20 +142,14 @@ impl Int8Matrix {
     /// its codes with the query's. One function for the one-query and the batched pre-scan, so
     /// both give the same bounds bit for bit.
     fn bound(&self, i: usize, int_dot: i64, q: &QueryCodes) -> f64 {
-        let (Some(&qn), Some(&en), Some(&scale)) = (
+        match (
             self.quant_norm.get(i),
             self.err_norm.get(i),
             self.scales.get(i),
-        ) else {
-            return f64::INFINITY;
-        };
-        if !(qn.is_finite() && en.is_finite()) {
-            return f64::INFINITY;
+        ) {
+            (Some(&qn), Some(&en), Some(&scale)) => row_bound(int_dot, scale, qn, en, q),
+            _ => f64::INFINITY,
         }
-        let approx = int_dot as f64 * f64::from(scale) * q.scale;
-        let slack = qn * q.err + en * q.norm + q.gamma * (qn + en) * q.norm;
-        // Padding covers the rounding of this sum and of `approx` itself.
-        approx + slack * (1.0 + PAD) + approx.abs() * 4.0 * PAD
     }
 
     /// For every row where `keep` holds, an upper bound of `dot(row, query)` as the exact scan
@@ -274,17 +268,32 @@ impl Int8Matrix {
     }
 }
 
+/// The upper bound of a row with int8 dot product `int_dot`, scale `scale`, `‖x̂‖ = qn` and
+/// `‖e‖ = en` (see the module's overview). The slack `qn·‖f‖ + en·‖q‖ + γ·(qn + en)·‖q‖` is
+/// computed as `qn·A + en·B` with the query's constants [`QueryCodes::slack_quant`] and
+/// [`QueryCodes::slack_err`]: the same sum regrouped, whose rounding (a few units of 2⁻⁵³) the
+/// padding covers many times over. A row with a non-finite value has infinite norms and an
+/// infinite bound (always scored exactly).
+#[inline]
+fn row_bound(int_dot: i64, scale: f32, qn: f64, en: f64, q: &QueryCodes) -> f64 {
+    if !(qn.is_finite() && en.is_finite()) {
+        return f64::INFINITY;
+    }
+    let approx = int_dot as f64 * f64::from(scale) * q.scale;
+    let slack = qn * q.slack_quant + en * q.slack_err;
+    // Padding covers the rounding of this sum and of `approx` itself.
+    approx + slack * (1.0 + PAD) + approx.abs() * 4.0 * PAD
+}
+
 /// A query quantised for the bounds, with the constants of its slack.
 pub(crate) struct QueryCodes {
     codes: Vec<i8>,
     /// The query's int8 scale `t`.
     scale: f64,
-    /// `‖f‖`, padded.
-    err: f64,
-    /// `‖q̂‖ + ‖f‖`, padded.
-    norm: f64,
-    /// `γ` of the f32 dot product's rounding.
-    gamma: f64,
+    /// `‖f‖ + γ·‖q‖` (`‖f‖` and `‖q‖ ≤ ‖q̂‖ + ‖f‖` padded): what the slack multiplies `‖x̂‖` by.
+    slack_quant: f64,
+    /// `(1 + γ)·‖q‖`: what the slack multiplies `‖e‖` by.
+    slack_err: f64,
 }
 
 /// Upper bounds computed ahead, by [`Int8Matrix::upper_bounds_many`], for every row; `keep` is
@@ -455,21 +464,31 @@ fn best_n(rows: impl Iterator<Item = Bounded>, n: usize) -> (Vec<Bounded>, Optio
     let mut heap: std::collections::BinaryHeap<Kept> =
         std::collections::BinaryHeap::with_capacity(n.saturating_add(1).min(4096));
     let mut left: Option<f64> = None;
+    // The bound of the worst row kept once the heap is full: a row with a lower bound is
+    // worse than it, which one comparison of floats decides for most rows.
+    let mut worst = f64::NEG_INFINITY;
     for row in rows {
         if heap.len() < n {
             heap.push(Kept(row));
+            if heap.len() == n {
+                worst = heap.peek().map_or(f64::NEG_INFINITY, |k| k.0.0);
+            }
             continue;
         }
-        let Some(mut worst) = heap.peek_mut() else {
-            // `n == 0`: every row is left.
+        if n == 0 || row.0 < worst {
             left = max_bound(left, Some(row.0));
             continue;
+        }
+        let Some(mut top) = heap.peek_mut() else {
+            continue;
         };
-        if Kept(row) < *worst {
-            let evicted = std::mem::replace(&mut *worst, Kept(row));
-            drop(worst);
+        if Kept(row) < *top {
+            let evicted = std::mem::replace(&mut *top, Kept(row));
+            drop(top);
             left = max_bound(left, Some(evicted.0.0));
+            worst = heap.peek().map_or(f64::NEG_INFINITY, |k| k.0.0);
         } else {
+            drop(top);
             left = max_bound(left, Some(row.0));
         }
     }

@@ -555,7 +555,7 @@ mod tests {
             );
         }
         // Outputs past the last row are left alone; a query of another dimension is refused.
-        let mut tail = vec![-1.0f32; 10];
+        let mut tail = [-1.0f32; 10];
         view.scores_many_rows(&refs[..1], rows - 4, &mut [&mut tail[..]])
             .unwrap();
         assert_eq!(&tail[..4], &whole[0][rows - 4..]);
