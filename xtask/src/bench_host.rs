@@ -11,7 +11,7 @@
 //! with the server for CPU; the figures are a lower bound on what the host does alone. Timings
 //! need an optimised build: a debug xtask re-runs itself with `cargo run --release`.
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Write};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -257,7 +257,10 @@ fn start_server_with(
     cmd.args(["serve", "--addr", "127.0.0.1:0", "--library"])
         .arg(library)
         .args(extra)
-        .env("RUST_LOG", "info")
+        .env(
+            "RUST_LOG",
+            std::env::var("MNEMON_BENCH_SERVER_LOG").unwrap_or_else(|_| "info".into()),
+        )
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
@@ -268,6 +271,8 @@ fn start_server_with(
     let (addr_tx, addr_rx) = std::sync::mpsc::channel();
     let log_lines = Arc::new(AtomicUsize::new(0));
     let counter = Arc::clone(&log_lines);
+    let mut trace = std::env::var_os("MNEMON_BENCH_SERVER_TRACE")
+        .and_then(|path| std::fs::File::create(path).ok());
     // Drains the log for the whole run: a full pipe would stall the server.
     std::thread::spawn(move || {
         for line in BufReader::new(stderr).lines() {
@@ -279,6 +284,9 @@ fn start_server_with(
                 counter.fetch_add(1, Ordering::Relaxed);
             } else if line.contains("ERROR") || line.contains("WARN") {
                 eprintln!("server: {line}");
+            } else if let Some(file) = &mut trace {
+                // `MNEMON_BENCH_SERVER_TRACE` names a file for the server's other lines.
+                let _ = writeln!(file, "{line}");
             }
         }
     });
