@@ -130,11 +130,14 @@ impl Int8Matrix {
             return None;
         }
         let gamma = (self.dim as f64 + 64.0) * U32 * 1.01;
+        // At least the smallest normal number, so that an infinite row norm (a row holding a
+        // non-finite value) makes an infinite slack even for the zero query, never NaN; a
+        // larger slack is still an upper bound.
         Some(QueryCodes {
             codes,
             scale: f64::from(q_scale),
-            slack_quant: q_err + gamma * q_norm,
-            slack_err: (1.0 + gamma) * q_norm,
+            slack_quant: (q_err + gamma * q_norm).max(f64::MIN_POSITIVE),
+            slack_err: ((1.0 + gamma) * q_norm).max(f64::MIN_POSITIVE),
         })
     }
 
@@ -257,11 +260,22 @@ impl Int8Matrix {
                     .unwrap_or(&[]);
                 let mut dots = vec![0i64; len * codes.len()];
                 dot_i8_symmetric_many(block, self.dim, &codes, &mut dots);
-                for (offset, row_dots) in dots.chunks(codes.len()).enumerate() {
-                    for ((out, q), &int_dot) in outs.iter_mut().zip(queries).zip(row_dots) {
-                        if let Some(slot) = out.get_mut(offset) {
-                            *slot = self.bound(base + offset, int_dot, q);
-                        }
+                let row_range = base..base + len;
+                let (Some(scales), Some(quant), Some(err)) = (
+                    self.scales.get(row_range.clone()),
+                    self.quant_norm.get(row_range.clone()),
+                    self.err_norm.get(row_range),
+                ) else {
+                    return;
+                };
+                // Query by query, so the loop runs over rows without a branch or an index
+                // check (`row_bound` needs neither).
+                for (k, (out, q)) in outs.iter_mut().zip(queries).enumerate() {
+                    let row_dots = dots.iter().skip(k).step_by(codes.len());
+                    for ((((slot, &int_dot), &scale), &qn), &en) in
+                        out.iter_mut().zip(row_dots).zip(scales).zip(quant).zip(err)
+                    {
+                        *slot = row_bound(int_dot, scale, qn, en, q);
                     }
                 }
             });
@@ -272,13 +286,12 @@ impl Int8Matrix {
 /// `‖e‖ = en` (see the module's overview). The slack `qn·‖f‖ + en·‖q‖ + γ·(qn + en)·‖q‖` is
 /// computed as `qn·A + en·B` with the query's constants [`QueryCodes::slack_quant`] and
 /// [`QueryCodes::slack_err`]: the same sum regrouped, whose rounding (a few units of 2⁻⁵³) the
-/// padding covers many times over. A row with a non-finite value has infinite norms and an
-/// infinite bound (always scored exactly).
+/// padding covers many times over. A row with a non-finite value has infinite norms, a zero
+/// scale and zero codes, so its bound is infinite (it is always scored exactly): the query's
+/// constants are positive (see [`Int8Matrix::prepare`]), so the slack is infinite, never NaN,
+/// and `approx` is zero. No branch, so the batched pre-scan's loop over rows vectorises.
 #[inline]
 fn row_bound(int_dot: i64, scale: f32, qn: f64, en: f64, q: &QueryCodes) -> f64 {
-    if !(qn.is_finite() && en.is_finite()) {
-        return f64::INFINITY;
-    }
     let approx = int_dot as f64 * f64::from(scale) * q.scale;
     let slack = qn * q.slack_quant + en * q.slack_err;
     // Padding covers the rounding of this sum and of `approx` itself.
@@ -338,11 +351,15 @@ pub(crate) enum Need {
 ///
 /// `prescanned`, when given, holds every row's bound for `query` from
 /// [`Int8Matrix::upper_bounds_many`] (a batched pre-scan), so the pre-scan is not run again.
+/// `all_visible` says that `keep` holds for every row (the caller counted them), so the
+/// pre-scan's bounds are used as they are, without asking `keep` row by row.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn select<F>(
     int8: &Int8Matrix,
     view: &MatrixView<'_>,
     query: &[f32],
     keep: &F,
+    all_visible: bool,
     prescanned: Option<Vec<f64>>,
     first_batch: usize,
     need: &mut dyn FnMut(&[Scored]) -> Need,
@@ -351,6 +368,7 @@ where
     F: Fn(usize) -> bool + Sync,
 {
     let (mut bounds, visible) = match prescanned {
+        Some(bounds) if bounds.len() == view.rows() && all_visible => (bounds, view.rows()),
         Some(bounds) if bounds.len() == view.rows() => apply_keep(bounds, keep),
         _ => int8.upper_bounds(query, keep)?,
     };
@@ -409,8 +427,10 @@ const GROUP: usize = 32;
 /// spent more time on its comparisons than the int8 pre-scan on its arithmetic.
 fn take_highest(bounds: &mut [f64], n: usize) -> (Vec<usize>, Option<f64>) {
     let best = |rows: &[f64]| {
-        rows.iter()
-            .fold(HIDDEN, |best, &bound| if bound > best { bound } else { best })
+        rows.iter().fold(
+            HIDDEN,
+            |best, &bound| if bound > best { bound } else { best },
+        )
     };
     let mut groups: Vec<f64> = bounds
         .chunks(GROUP)
@@ -616,7 +636,7 @@ mod tests {
         for _ in 0..5 {
             let q = crate::synthetic::unit_vector(&mut rng, dim);
             let keep = |i: usize| i % 7 != 3;
-            let scored = select(&p, &view, &q, &keep, None, 74, &mut |s| {
+            let scored = select(&p, &view, &q, &keep, false, None, 74, &mut |s| {
                 if s.len() >= 10 {
                     Need::Prefix(10)
                 } else {

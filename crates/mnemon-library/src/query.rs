@@ -572,6 +572,7 @@ impl Library {
                     &view,
                     query,
                     keep,
+                    visible == self.len(),
                     prescan,
                     (4 * k).max(k + 64),
                     &mut |scored| {
@@ -594,8 +595,15 @@ impl Library {
                         token_counts,
                     )
                 };
-                let mut chosen =
-                    fast::select(int8, &view, query, keep, prescan, 64, &mut |scored| {
+                let mut chosen = fast::select(
+                    int8,
+                    &view,
+                    query,
+                    keep,
+                    visible == self.len(),
+                    prescan,
+                    64,
+                    &mut |scored| {
                         match cut_of(scored) {
                             (_, _, true) => Need::More,
                             // A lone first bit over the budget: only it was looked at.
@@ -603,7 +611,8 @@ impl Library {
                             // The bit after the kept ones ended the budget, so it counts too.
                             (kept, None, false) => Need::Prefix(kept + 1),
                         }
-                    })?;
+                    },
+                )?;
                 let (kept, truncate, _) = cut_of(&chosen);
                 chosen.truncate(kept);
                 Some((chosen, truncate))
