@@ -767,3 +767,68 @@ fn mnemon_toml_configures_serve_below_flags_and_environment() {
         "{stderr}"
     );
 }
+
+/// `mnemon serve --no-shared-prescan` (issue 17 item 0): on a library large enough for shared
+/// scans (2,048 bits × 512 = 1 Mi floats, the default threshold), concurrent exact queries give
+/// the same bits and similarities with and without the int8 pre-scan, and as `--fast` does.
+/// `--random-seed` makes the three servers draw the same query vectors in the same order.
+#[test]
+fn shared_scans_answer_the_same_with_and_without_the_prescan() {
+    let dir = tempfile::tempdir().unwrap();
+    let library = dir.path().join("large.json");
+    mnemon_library::synthetic::write_synthetic(
+        std::io::BufWriter::new(std::fs::File::create(&library).unwrap()),
+        "synthetic-model",
+        2048,
+        512,
+        17,
+    )
+    .unwrap();
+    let library = library.to_str().unwrap();
+    let base = ["--library", library, "--random-seed", "5"];
+    let servers: Vec<Serve> = [&[][..], &["--no-shared-prescan"], &["--fast"]]
+        .iter()
+        .map(|extra| {
+            let args: Vec<&str> = base.iter().chain(extra.iter()).copied().collect();
+            Serve::start(dir.path(), &args)
+        })
+        .collect();
+    let body = b"version=1&query_embedding_model=synthetic-model&count=5&count_type=bit";
+    for round in 0..6 {
+        // Four queries at once per server, so they share scans where the host batches them;
+        // their answers are compared by the order they were drawn in, which the seeded RNG
+        // fixes only for requests made one after another, so each server's are sorted.
+        let answers: Vec<Vec<String>> = servers
+            .iter()
+            .map(|server| {
+                let mut bits: Vec<String> = std::thread::scope(|scope| {
+                    let handles: Vec<_> = (0..4)
+                        .map(|_| {
+                            scope.spawn(|| {
+                                let (status, result) =
+                                    server.post("application/x-www-form-urlencoded", body);
+                                assert_eq!(status, 200, "{result}");
+                                result["bits"].to_string()
+                            })
+                        })
+                        .collect();
+                    handles.into_iter().map(|h| h.join().unwrap()).collect()
+                });
+                bits.sort();
+                bits
+            })
+            .collect();
+        assert_eq!(answers[0], answers[1], "round {round}: prescan or not");
+        assert_eq!(answers[0], answers[2], "round {round}: exact or fast");
+        for bits in &answers[0] {
+            assert_eq!(
+                serde_json::from_str::<Value>(bits)
+                    .unwrap()
+                    .as_array()
+                    .unwrap()
+                    .len(),
+                5
+            );
+        }
+    }
+}
