@@ -95,7 +95,8 @@ pub(crate) struct ServeArgs {
     /// Score concurrent exact queries of large libraries in f32 only, without the int8
     /// pre-scan that shared scans use by default (docs/reference/host.md#operation): the
     /// results are the same either way; this saves the int8 copy's memory (a quarter of the
-    /// embeddings) at about half the throughput under concurrency.
+    /// embeddings), but every concurrent exact query then reads the f32 rows, four times the
+    /// int8 copy's bytes, and is scored in full, so fewer are answered per second.
     #[arg(long)]
     no_shared_prescan: bool,
 
