@@ -291,7 +291,7 @@ impl Int8Matrix {
 /// padding covers many times over. A row with a non-finite value has infinite norms, a zero
 /// scale and zero codes, so its bound is infinite (it is always scored exactly): the query's
 /// constants are positive (see [`Int8Matrix::prepare`]), so the slack is infinite, never NaN,
-/// and `approx` is zero. No branch, so the batched pre-scan's loop over rows vectorises.
+/// and `approx` is zero. No branch in the batched pre-scan's loop over rows.
 #[inline]
 fn row_bound(int_dot: i64, scale: f32, qn: f64, en: f64, q: &QueryCodes) -> f64 {
     let approx = int_dot as f64 * f64::from(scale) * q.scale;
