@@ -34,7 +34,8 @@ pub fn dot_i8_symmetric(a: &[i8], b: &[i8]) -> i64 {
 /// This is the pre-scan of many queries in one pass over an int8 matrix. On a CPU with
 /// AVX-512 VNNI (`vpdpbusd`: 64 byte products summed into 16 lanes per instruction), tiles of
 /// up to 8 queries × 2 rows are scored per inner loop, so each 64-byte row chunk loaded serves
-/// every query of the tile from registers, while rows further on are requested into L2; elsewhere each pair goes through [`dot_i8_symmetric`]. Queries follow
+/// every query of the tile from registers, while rows further on are requested into L2;
+/// elsewhere each pair goes through [`dot_i8_symmetric`]. Queries follow
 /// [`dot_i8_symmetric`]'s contract for its second operand (no `-128`); a query whose length is
 /// not `dim` is scored pair by pair over the common prefix, as [`dot_i8_symmetric`] does.
 pub fn dot_i8_symmetric_many(codes: &[i8], dim: usize, queries: &[&[i8]], out: &mut [i64]) {
