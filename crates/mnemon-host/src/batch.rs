@@ -44,19 +44,13 @@ enum Reply {
     Prescan(oneshot::Sender<Prescan>),
 }
 
-impl Reply {
-    fn kind(&self) -> ScanKind {
-        match self {
-            Reply::Scores(_) => ScanKind::Scores,
-            Reply::Prescan(_) => ScanKind::Prescan,
-        }
-    }
-}
-
 /// One query's scan, waiting to join.
 struct Job {
     snapshot: Arc<Snapshot>,
     vector: Vec<f32>,
+    /// What the scan computes for it: [`ScanKind::Scores`] for a [`Reply::Scores`], a
+    /// pre-scan for a [`Reply::Prescan`].
+    kind: ScanKind,
     reply: Reply,
 }
 
@@ -88,6 +82,7 @@ impl ScanBatcher {
             .send(Job {
                 snapshot,
                 vector,
+                kind: ScanKind::Scores,
                 reply: Reply::Scores(reply),
             })
             .ok()?;
@@ -95,18 +90,26 @@ impl ScanBatcher {
     }
 
     /// The int8 pre-scan of a fast query's `vector` in the snapshot's library, computed in a
-    /// walk shared with the other queries present. `None` if the scanning thread is gone;
-    /// the caller then pre-scans on its own.
+    /// walk shared with the other queries present: every row's bound, or with
+    /// [`ScanKind::PrescanTop`] those that can rank among the best
+    /// ([`mnemon_library::Library::prescan_kind`] says which the query needs). `None` if the
+    /// scanning thread is gone; the caller then pre-scans on its own.
     pub(crate) async fn prescan(
         &self,
         snapshot: Arc<Snapshot>,
         vector: Vec<f32>,
+        kind: ScanKind,
     ) -> Option<Prescan> {
+        let kind = match kind {
+            ScanKind::Scores => ScanKind::Prescan,
+            pre => pre,
+        };
         let (reply, answer) = oneshot::channel();
         self.jobs
             .send(Job {
                 snapshot,
                 vector,
+                kind,
                 reply: Reply::Prescan(reply),
             })
             .ok()?;
@@ -155,7 +158,7 @@ impl Scan {
     /// Adds a query at the current block. A vector the library refuses is answered by
     /// dropping its reply: the requester then scans on its own, where the error is its own.
     fn join(&mut self, job: Job) {
-        let Ok(scan) = self.snapshot.library.scan_job(job.reply.kind(), job.vector) else {
+        let Ok(scan) = self.snapshot.library.scan_job(job.kind, job.vector) else {
             return;
         };
         let member = Member {
@@ -299,6 +302,7 @@ mod tests {
             scan.join(Job {
                 snapshot: Arc::clone(&snapshot),
                 vector: vector.clone(),
+                kind: ScanKind::Scores,
                 reply: Reply::Scores(reply),
             });
             answers.push(answer);
@@ -321,7 +325,8 @@ mod tests {
 
     /// Issue 17 item 0: exact and fast queries sent at once share the scan (each kind with its
     /// own kernel) and every one gets exactly what it would get alone: the same score bits, and for
-    /// fast queries the same result as the query run by itself.
+    /// fast queries, with every row's bound or only the best rows', the same result as the query
+    /// run by itself.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn mixed_batches_answer_each_query_as_alone() {
         let snapshot = snapshot();
@@ -344,11 +349,20 @@ mod tests {
                 } else {
                     let mut request = QueryRequest::new("m", vector.clone(), 7);
                     request.fast = true;
+                    let plan = library.plan(&request, AccessGrant::default()).unwrap();
+                    // Half the fast queries gather every row's bound, half only the best rows'.
+                    let kind = if i % 4 == 1 {
+                        ScanKind::Prescan
+                    } else {
+                        library.prescan_kind(&plan)
+                    };
+                    if i % 4 == 3 {
+                        assert_eq!(kind, ScanKind::PrescanTop(7));
+                    }
                     let prescan = batcher
-                        .prescan(Arc::clone(&snapshot), vector)
+                        .prescan(Arc::clone(&snapshot), vector, kind)
                         .await
                         .unwrap();
-                    let plan = library.plan(&request, AccessGrant::default()).unwrap();
                     let batched = library.run_prescanned(plan, prescan).unwrap();
                     request.fast = false;
                     let alone = library.query(&request, &AccessGrant::default()).unwrap();

@@ -152,8 +152,9 @@ async fn run_query(state: &HostState, req: Request) -> Result<(Vec<u8>, usize), 
                 .map_err(library_error)?;
             if let Some(vector) = plan.prescan_vector() {
                 // Fast mode: the int8 pre-scan is shared; the exact re-rank is the query's own.
+                let kind = snapshot.library.prescan_kind(&plan);
                 let prescan = batcher
-                    .prescan(Arc::clone(&snapshot), vector.to_vec())
+                    .prescan(Arc::clone(&snapshot), vector.to_vec(), kind)
                     .await;
                 tokio::task::spawn_blocking(move || {
                     let result = match prescan {

@@ -10,11 +10,12 @@ use crate::access::AccessGrant;
 use crate::cut::CountType;
 use crate::cut::{cut, cut_ranked};
 use crate::error::{LibraryError, Result};
-use crate::fast::{self, Need};
+use crate::fast::{self, Bounds, Need};
 use crate::library::{Library, norm_f64};
 use crate::omit::{Omit, OmitKey};
 use crate::request::QueryRequest;
 use crate::result::{Hit, QueryMethod, QueryResult};
+use crate::shared_scan::{MAX_PRESCAN_TOP, ScanKind};
 use crate::storage::NO_TAG;
 
 /// A query whose request has been checked: the first half of [`Library::query`], made by
@@ -84,21 +85,22 @@ impl PlannedQuery {
 pub struct Prescan {
     /// The vector it was computed for: a pre-scan of another vector is never used.
     query: Vec<f32>,
-    /// Every row's upper bound, or `None` when bounds cannot be trusted for this vector (the
-    /// query then runs the exact scan, as it would alone).
-    bounds: Option<Vec<f64>>,
+    /// The rows' upper bounds (every row's, or those that can rank among the best), or `None`
+    /// when bounds cannot be trusted for this vector (the query then runs the exact scan, as it
+    /// would alone).
+    bounds: Option<Bounds>,
 }
 
 impl Prescan {
-    /// A pre-scan of `query` with `bounds` for every row, or `None` when they cannot be trusted.
-    pub(crate) fn new(query: Vec<f32>, bounds: Option<Vec<f64>>) -> Prescan {
+    /// A pre-scan of `query` with `bounds`, or `None` when they cannot be trusted.
+    pub(crate) fn new(query: Vec<f32>, bounds: Option<Bounds>) -> Prescan {
         Prescan { query, bounds }
     }
 
-    /// Every row's bound, when trusted.
+    /// The bounds, when trusted.
     #[cfg(test)]
-    pub(crate) fn bounds(&self) -> Option<&[f64]> {
-        self.bounds.as_deref()
+    pub(crate) fn bounds(&self) -> Option<&Bounds> {
+        self.bounds.as_ref()
     }
 }
 
@@ -106,7 +108,7 @@ impl std::fmt::Debug for Prescan {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Prescan")
             .field("dimension", &self.query.len())
-            .field("rows", &self.bounds.as_ref().map(Vec::len))
+            .field("rows", &self.bounds.as_ref().map(Bounds::total))
             .finish_non_exhaustive()
     }
 }
@@ -197,7 +199,7 @@ impl Library {
             .zip(queries)
             .map(|(bounds, query)| Prescan {
                 query: query.to_vec(),
-                bounds,
+                bounds: bounds.map(Bounds::Every),
             })
             .collect()
     }
@@ -214,8 +216,23 @@ impl Library {
         });
         let bounds = prescan
             .bounds
-            .filter(|b| same_vector && b.len() == self.len());
+            .filter(|b| same_vector && b.total() == self.len());
         self.finish(plan, None, bounds)
+    }
+
+    /// What a shared scan should compute for `plan`'s pre-scan ([`Library::scan_job`]):
+    /// [`ScanKind::PrescanTop`] for a bit-mode query of at most [`MAX_PRESCAN_TOP`] bits under
+    /// a grant that sees every row, whose cut needs only the rows that can rank among its
+    /// `count` best; [`ScanKind::Prescan`] (every row's bound) otherwise. Either gives the same
+    /// result; the first reads and writes far less.
+    pub fn prescan_kind(&self, plan: &PlannedQuery) -> ScanKind {
+        let all_visible = self.restricted_rows(&self.open_tags(&plan.grant)) == 0;
+        match (plan.count_type, usize::try_from(plan.count)) {
+            (CountType::Bit, Ok(k)) if all_visible && (1..=MAX_PRESCAN_TOP).contains(&k) => {
+                ScanKind::PrescanTop(k)
+            }
+            _ => ScanKind::Prescan,
+        }
     }
 
     /// The exact score of every row for each of `queries` (vectors of the library's
@@ -298,43 +315,18 @@ impl Library {
         &self,
         plan: PlannedQuery,
         scores: Option<&[f32]>,
-        prescan: Option<Vec<f64>>,
+        prescan: Option<Bounds>,
     ) -> Result<QueryResult<'_>> {
         // A sidecar changed under the map: refuse rather than answer from zeros or new bytes.
         self.store.check_backing()?;
         // Restrict: which tags the grant opens.
-        let open_tag: Vec<bool> = self
-            .store
-            .tag_names
-            .iter()
-            .map(|t| plan.grant.opens(t))
-            .collect();
+        let open_tag = self.open_tags(&plan.grant);
         let tags = &self.store.tags;
         let keep = |i: usize| {
             let t = tags[i];
             t == NO_TAG || open_tag.get(t as usize).copied().unwrap_or(false)
         };
-        // Exactly the bits `keep` refuses: tagged with a tag the grant does not open, or with a
-        // tag index past the table.
-        let counts = self.tag_counts.get_or_init(|| {
-            let mut counts = vec![0usize; self.store.tag_names.len() + 1];
-            let past = self.store.tag_names.len();
-            for &t in tags {
-                if t != NO_TAG {
-                    let slot = (t as usize).min(past);
-                    if let Some(c) = counts.get_mut(slot) {
-                        *c += 1;
-                    }
-                }
-            }
-            counts
-        });
-        let restricted: usize = counts
-            .iter()
-            .enumerate()
-            .filter(|&(t, _)| !open_tag.get(t).copied().unwrap_or(false))
-            .map(|(_, &c)| c)
-            .sum();
+        let restricted = self.restricted_rows(&open_tag);
         let visible = self.len().saturating_sub(restricted);
 
         let indexed = match &plan.query {
@@ -386,6 +378,39 @@ impl Library {
         })
     }
 
+    /// Which of the library's tags `grant` opens, by tag index.
+    fn open_tags(&self, grant: &AccessGrant) -> Vec<bool> {
+        self.store
+            .tag_names
+            .iter()
+            .map(|t| grant.opens(t))
+            .collect()
+    }
+
+    /// The rows hidden by a grant that opens `open_tag`: tagged with a tag it does not open,
+    /// or with a tag index past the table (exactly the rows `finish`'s `keep` refuses).
+    fn restricted_rows(&self, open_tag: &[bool]) -> usize {
+        let counts = self.tag_counts.get_or_init(|| {
+            let mut counts = vec![0usize; self.store.tag_names.len() + 1];
+            let past = self.store.tag_names.len();
+            for &t in &self.store.tags {
+                if t != NO_TAG {
+                    let slot = (t as usize).min(past);
+                    if let Some(c) = counts.get_mut(slot) {
+                        *c += 1;
+                    }
+                }
+            }
+            counts
+        });
+        counts
+            .iter()
+            .enumerate()
+            .filter(|&(t, _)| !open_tag.get(t).copied().unwrap_or(false))
+            .map(|(_, &c)| c)
+            .sum()
+    }
+
     /// Scores, sorts and cuts: the chosen bits in result order, and the character limit for the
     /// first bit's text when it alone is over a token budget.
     #[allow(clippy::too_many_arguments)]
@@ -397,7 +422,7 @@ impl Library {
         keep: &F,
         visible: usize,
         scan: Scan<'_>,
-        prescan: Option<Vec<f64>>,
+        prescan: Option<Bounds>,
     ) -> Result<(Vec<Scored>, Option<usize>)>
     where
         F: Fn(usize) -> bool + Sync,
@@ -556,7 +581,7 @@ impl Library {
         count_type: CountType,
         keep: &F,
         visible: usize,
-        prescan: Option<Vec<f64>>,
+        prescan: Option<Bounds>,
     ) -> Option<(Vec<Scored>, Option<usize>)>
     where
         F: Fn(usize) -> bool + Sync,
@@ -572,7 +597,7 @@ impl Library {
                     &view,
                     query,
                     keep,
-                    visible == self.len(),
+                    visible,
                     prescan,
                     (4 * k).max(k + 64),
                     &mut |scored| {
@@ -600,7 +625,7 @@ impl Library {
                     &view,
                     query,
                     keep,
-                    visible == self.len(),
+                    visible,
                     prescan,
                     64,
                     &mut |scored| {

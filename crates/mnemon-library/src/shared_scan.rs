@@ -16,7 +16,7 @@
 use std::ops::Range;
 
 use crate::error::{LibraryError, Result};
-use crate::fast::{HIDDEN, QueryCodes};
+use crate::fast::{Bounds, BoundsOut, HIDDEN, QueryCodes, TopBounds};
 use crate::library::Library;
 use crate::query::Prescan;
 
@@ -29,7 +29,17 @@ pub enum ScanKind {
     /// Every row's int8 bound, as [`Library::prescan_many`] computes it (for
     /// [`Library::run_prescanned`]).
     Prescan,
+    /// The int8 bounds of only the rows that can rank among the query's `k` best, for a
+    /// bit-mode query of count `k` that sees every row ([`Library::prescan_kind`] says when):
+    /// a few hundred rows instead of all. [`Library::run_prescanned`] gives the same result as
+    /// with [`ScanKind::Prescan`], and scans exactly if the rows listed do not decide it.
+    /// `k` above [`MAX_PRESCAN_TOP`], or not below the library's size, computes every bound.
+    PrescanTop(usize),
 }
+
+/// The largest `k` of [`ScanKind::PrescanTop`] computed as such: the rows kept grow with `k`,
+/// and keeping them costs a little per row seen.
+pub const MAX_PRESCAN_TOP: usize = 256;
 
 /// One query's part in a scan shared with other queries: fed blocks of rows by
 /// [`Library::scan_rows`] until it has covered every row of its library.
@@ -46,7 +56,15 @@ enum JobState {
     Scores(Vec<f32>),
     /// `None` when the int8 bounds cannot be trusted for this query: the job then covers rows
     /// without computing anything, and its pre-scan says to scan exactly.
-    Bounds(Option<(QueryCodes, Vec<f64>)>),
+    Bounds(Option<(QueryCodes, Gathered)>),
+}
+
+/// The bounds a pre-scan job gathers.
+enum Gathered {
+    /// Every row's, by row.
+    Every(Vec<f64>),
+    /// Those of the rows that can rank among the `k` best.
+    Top(TopBounds),
 }
 
 impl std::fmt::Debug for ScanJob {
@@ -62,8 +80,9 @@ impl std::fmt::Debug for ScanJob {
 impl ScanJob {
     /// What this job computes.
     pub fn kind(&self) -> ScanKind {
-        match self.state {
+        match &self.state {
             JobState::Scores(_) => ScanKind::Scores,
+            JobState::Bounds(Some((_, Gathered::Top(top)))) => ScanKind::PrescanTop(top.k()),
             JobState::Bounds(_) => ScanKind::Prescan,
         }
     }
@@ -89,7 +108,11 @@ impl ScanJob {
         match self.state {
             JobState::Bounds(bounds) => {
                 let complete = self.covered >= self.rows;
-                let bounds = bounds.filter(|_| complete).map(|(_, b)| b);
+                let rows = self.rows;
+                let bounds = bounds.filter(|_| complete).map(|(_, b)| match b {
+                    Gathered::Every(bounds) => Bounds::Every(bounds),
+                    Gathered::Top(top) => top.finish(rows),
+                });
                 Some(Prescan::new(self.query, bounds))
             }
             JobState::Scores(_) => None,
@@ -112,10 +135,17 @@ impl Library {
         }
         let state = match kind {
             ScanKind::Scores => JobState::Scores(vec![0.0; rows]),
-            ScanKind::Prescan => JobState::Bounds(
+            ScanKind::PrescanTop(k) if (1..=MAX_PRESCAN_TOP).contains(&k) && k < rows => {
+                JobState::Bounds(
+                    self.int8_matrix()
+                        .prepare(&query)
+                        .map(|codes| (codes, Gathered::Top(TopBounds::new(k)))),
+                )
+            }
+            ScanKind::Prescan | ScanKind::PrescanTop(_) => JobState::Bounds(
                 self.int8_matrix()
                     .prepare(&query)
-                    .map(|codes| (codes, vec![HIDDEN; rows])),
+                    .map(|codes| (codes, Gathered::Every(vec![HIDDEN; rows]))),
             ),
         };
         Ok(ScanJob {
@@ -141,7 +171,7 @@ impl Library {
         let mut vectors: Vec<&[f32]> = Vec::new();
         let mut scores: Vec<&mut [f32]> = Vec::new();
         let mut codes: Vec<&QueryCodes> = Vec::new();
-        let mut bounds: Vec<&mut [f64]> = Vec::new();
+        let mut bounds: Vec<BoundsOut<'_>> = Vec::new();
         for job in jobs.iter_mut() {
             if job.rows != total {
                 continue;
@@ -154,11 +184,15 @@ impl Library {
                         scores.push(out);
                     }
                 }
-                JobState::Bounds(Some((q, out))) => {
+                JobState::Bounds(Some((q, Gathered::Every(out)))) => {
                     if let Some(out) = out.get_mut(rows.clone()) {
                         codes.push(q);
-                        bounds.push(out);
+                        bounds.push(BoundsOut::Every(out));
                     }
+                }
+                JobState::Bounds(Some((q, Gathered::Top(top)))) => {
+                    codes.push(q);
+                    bounds.push(BoundsOut::Top(top));
                 }
                 JobState::Bounds(None) => {}
             }
@@ -173,7 +207,7 @@ impl Library {
         }
         if !bounds.is_empty() {
             self.int8_matrix()
-                .upper_bounds_rows(&codes, first, &mut bounds);
+                .upper_bounds_rows(&codes, rows, &mut bounds);
         }
     }
 }
@@ -182,6 +216,7 @@ impl Library {
 mod tests {
     use super::*;
     use crate::synthetic::{unit_vector, write_synthetic};
+    use crate::{AccessGrant, CountType, QueryRequest, wire};
     use proptest::prelude::*;
     use rand::SeedableRng;
     use rand_chacha::ChaCha8Rng;
@@ -204,6 +239,7 @@ mod tests {
             block in 1usize..3000,
             starts in proptest::collection::vec(0usize..5000, 1..5),
             seed in 0u64..1000,
+            top in 1usize..12,
         ) {
             let lib = library(rows, dim, seed);
             let mut rng = ChaCha8Rng::seed_from_u64(seed);
@@ -214,7 +250,7 @@ mod tests {
             let blocks: Vec<Range<usize>> = (0..rows.div_ceil(block))
                 .map(|b| b * block..((b + 1) * block).min(rows))
                 .collect();
-            for kind in [ScanKind::Scores, ScanKind::Prescan] {
+            for kind in [ScanKind::Scores, ScanKind::Prescan, ScanKind::PrescanTop(top)] {
                 // Job k joins at block `starts[k] % blocks` and is fed every block once.
                 let mut jobs: Vec<(usize, ScanJob)> = queries
                     .iter()
@@ -245,11 +281,61 @@ mod tests {
                         ScanKind::Prescan => {
                             let got = job.into_prescan().unwrap();
                             let want = whole_bounds[k].as_ref().map(|b| b.iter().map(|x| x.to_bits()).collect::<Vec<_>>());
-                            let got = got.bounds().map(|b| b.iter().map(|x| x.to_bits()).collect::<Vec<_>>());
+                            let got = got.bounds().map(|b| match b {
+                                Bounds::Every(b) => b.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+                                Bounds::Listed { .. } => Vec::new(),
+                            });
                             prop_assert_eq!(got, want);
+                        }
+                        ScanKind::PrescanTop(count) => {
+                            // Only the best rows' bounds, yet the exact scan's result.
+                            let prescan = job.into_prescan().unwrap();
+                            if count < rows {
+                                let listed = matches!(prescan.bounds(), Some(Bounds::Listed { .. }));
+                                prop_assert!(listed);
+                            }
+                            let mut request = QueryRequest::new("m", queries[k].clone(), count as i64);
+                            request.fast = true;
+                            let plan = lib.plan(&request, AccessGrant::default()).unwrap();
+                            prop_assert_eq!(lib.prescan_kind(&plan), ScanKind::PrescanTop(count));
+                            let got = lib.run_prescanned(plan, prescan).unwrap();
+                            request.fast = false;
+                            let want = lib.query(&request, &AccessGrant::default()).unwrap();
+                            prop_assert_eq!(wire::render(&got).unwrap(), wire::render(&want).unwrap());
                         }
                     }
                 }
+            }
+        }
+    }
+
+    /// A pre-scan that listed only the rows that can rank among the 2 best still answers
+    /// other cuts (more bits, a token budget) with the exact scan's result: its floor tells the
+    /// selection that the list does not decide them, and the exact scan runs.
+    #[test]
+    fn a_short_list_answers_other_cuts_exactly() {
+        let lib = library(3000, 16, 4);
+        let mut rng = ChaCha8Rng::seed_from_u64(8);
+        for _ in 0..4 {
+            let q = unit_vector(&mut rng, 16);
+            for (count, count_type) in [
+                (2, CountType::Bit),
+                (40, CountType::Bit),
+                (1, CountType::Bit),
+                (300, CountType::Token),
+            ] {
+                let mut job = lib.scan_job(ScanKind::PrescanTop(2), q.clone()).unwrap();
+                lib.scan_rows(&mut [&mut job], 0..1700);
+                lib.scan_rows(&mut [&mut job], 1700..3000);
+                let prescan = job.into_prescan().unwrap();
+                let mut request = QueryRequest::new("m", q.clone(), count);
+                request.count_type = count_type;
+                request.fast = true;
+                let plan = lib.plan(&request, AccessGrant::default()).unwrap();
+                let got = lib.run_prescanned(plan, prescan).unwrap();
+                request.fast = false;
+                let want = lib.query(&request, &AccessGrant::default()).unwrap();
+                assert_eq!(wire::render(&got).unwrap(), wire::render(&want).unwrap());
             }
         }
     }

@@ -16,8 +16,13 @@
 //! `γ = (D + 64)·2⁻²⁴·1.01` (any summation order, FMA or not, f64 accumulation even better).
 //! Norms are computed in f64 and padded for their own rounding.
 
+mod top;
+
 use mnemon_vector::{MatrixView, Scored, dot, dot_i8_symmetric, dot_i8_symmetric_many};
 use rayon::prelude::*;
+
+pub(crate) use top::{Bounds, TopBounds};
+use top::ChunkTop;
 
 /// Rows quantised or bounded per rayon task. A shared scan's block of 4,096 rows makes four
 /// tasks, so neither core waits long for the other at the end of a block (2,048-row tasks left
@@ -152,7 +157,7 @@ impl Int8Matrix {
             self.err_norm.get(i),
             self.scales.get(i),
         ) {
-            (Some(&qn), Some(&en), Some(&scale)) => row_bound(int_dot, scale, qn, en, q),
+            (Some(&qn), Some(&en), Some(&scale)) => row_bounds(int_dot, scale, qn, en, q).0,
             _ => f64::INFINITY,
         }
     }
@@ -201,8 +206,11 @@ impl Int8Matrix {
         let trusted: Vec<&QueryCodes> = prepared.iter().flatten().collect();
         let rows = self.scales.len();
         let mut bounds: Vec<Vec<f64>> = trusted.iter().map(|_| vec![HIDDEN; rows]).collect();
-        let mut outs: Vec<&mut [f64]> = bounds.iter_mut().map(Vec::as_mut_slice).collect();
-        self.upper_bounds_rows(&trusted, 0, &mut outs);
+        let mut outs: Vec<BoundsOut<'_>> = bounds
+            .iter_mut()
+            .map(|b| BoundsOut::Every(b.as_mut_slice()))
+            .collect();
+        self.upper_bounds_rows(&trusted, 0..rows, &mut outs);
         let mut scanned = bounds.into_iter();
         prepared
             .iter()
@@ -210,17 +218,19 @@ impl Int8Matrix {
             .collect()
     }
 
-    /// The rows of [`Int8Matrix::upper_bounds_many`] from `first` on: `outs[k][i]` becomes row
-    /// `first + i`'s bound for `queries[k]`, for `i` below the shortest output and the rows left
-    /// (entries past them are left as they are). Each block of rows is read once for all the
-    /// queries ([`dot_i8_symmetric_many`]); one step of a scan shared by queries that come and
-    /// go (`crate::shared_scan`).
+    /// The bounds of rows `rows` (cut to the library), for each of `queries` into its `outs`
+    /// entry: [`BoundsOut::Every`] gets row `rows.start + i`'s bound at `i`, for `i` below the
+    /// shortest such output (entries past it are left as they are, and the other queries are
+    /// cut to it); [`BoundsOut::Top`] gathers the rows that can rank among the query's best. Each
+    /// block of rows is read once for all the queries ([`dot_i8_symmetric_many`]); one step of
+    /// a scan shared by queries that come and go (`crate::shared_scan`).
     pub(crate) fn upper_bounds_rows(
         &self,
         queries: &[&QueryCodes],
-        first: usize,
-        outs: &mut [&mut [f64]],
+        rows: std::ops::Range<usize>,
+        outs: &mut [BoundsOut<'_>],
     ) {
+        let first = rows.start;
         let pairs = queries.len().min(outs.len());
         let Some(queries) = queries.get(..pairs) else {
             return;
@@ -229,33 +239,45 @@ impl Int8Matrix {
         let len = outs
             .iter()
             .take(pairs)
-            .map(|o| o.len())
+            .filter_map(|o| match o {
+                BoundsOut::Every(slots) => Some(slots.len()),
+                BoundsOut::Top(_) => None,
+            })
             .min()
-            .unwrap_or(0)
-            .min(self.scales.len().saturating_sub(first));
+            .unwrap_or(usize::MAX)
+            .min(rows.end.min(self.scales.len()).saturating_sub(first));
         if pairs == 0 || len == 0 {
             return;
         }
-        let mut per_chunk: Vec<Vec<&mut [f64]>> = Vec::new();
+        let chunks = len.div_ceil(ROWS_PER_TASK);
+        let mut per_chunk: Vec<Vec<ChunkOut<'_>>> =
+            (0..chunks).map(|_| Vec::with_capacity(pairs)).collect();
         for out in outs.iter_mut().take(pairs) {
-            let Some(out) = out.get_mut(..len) else {
-                continue;
-            };
-            for (c, chunk) in out.chunks_mut(ROWS_PER_TASK).enumerate() {
-                if per_chunk.len() <= c {
-                    per_chunk.push(Vec::with_capacity(pairs));
+            match out {
+                BoundsOut::Every(slots) => {
+                    let Some(slots) = slots.get_mut(..len) else {
+                        continue;
+                    };
+                    for (slot, chunk) in per_chunk.iter_mut().zip(slots.chunks_mut(ROWS_PER_TASK))
+                    {
+                        slot.push(ChunkOut::Every(chunk));
+                    }
                 }
-                if let Some(slot) = per_chunk.get_mut(c) {
-                    slot.push(chunk);
+                BoundsOut::Top(top) => {
+                    let (k, threshold) = (top.k(), top.threshold());
+                    for slot in &mut per_chunk {
+                        slot.push(ChunkOut::Top { k, threshold });
+                    }
                 }
             }
         }
-        per_chunk
+        let found: Vec<Vec<ChunkTop>> = per_chunk
             .into_par_iter()
             .enumerate()
-            .for_each(|(chunk, mut outs)| {
+            .map(|(chunk, mut outs)| {
                 let base = first + chunk * ROWS_PER_TASK;
-                let len = outs.first().map_or(0, |o| o.len());
+                let len = ROWS_PER_TASK.min(first + len - base);
+                let mut tops = Vec::new();
                 let block = self
                     .codes
                     .get(base * self.dim..(base + len) * self.dim)
@@ -268,36 +290,77 @@ impl Int8Matrix {
                     self.quant_norm.get(row_range.clone()),
                     self.err_norm.get(row_range),
                 ) else {
-                    return;
+                    return tops;
                 };
-                // Query by query, so the loop runs over rows without a branch or an index
-                // check (`row_bound` needs neither).
+                // Query by query, so the loop runs over rows without an index check
+                // (`row_bounds` needs none).
                 for (k, (out, q)) in outs.iter_mut().zip(queries).enumerate() {
-                    let row_dots = dots.iter().skip(k).step_by(codes.len());
-                    for ((((slot, &int_dot), &scale), &qn), &en) in
-                        out.iter_mut().zip(row_dots).zip(scales).zip(quant).zip(err)
-                    {
-                        *slot = row_bound(int_dot, scale, qn, en, q);
+                    let bounds = dots
+                        .iter()
+                        .skip(k)
+                        .step_by(codes.len())
+                        .zip(scales)
+                        .zip(quant)
+                        .zip(err)
+                        .map(|(((&int_dot, &scale), &qn), &en)| row_bounds(int_dot, scale, qn, en, q));
+                    match out {
+                        ChunkOut::Every(slots) => {
+                            for (slot, (upper, _)) in slots.iter_mut().zip(bounds) {
+                                *slot = upper;
+                            }
+                        }
+                        ChunkOut::Top { k, threshold } => {
+                            tops.push(TopBounds::scan_chunk(*k, *threshold, base, bounds));
+                        }
                     }
                 }
-            });
+                tops
+            })
+            .collect();
+        for chunk in found {
+            let mut chunk = chunk.into_iter();
+            for out in outs.iter_mut().take(pairs) {
+                if let BoundsOut::Top(top) = out
+                    && let Some(rows) = chunk.next()
+                {
+                    top.merge(rows);
+                }
+            }
+        }
     }
 }
 
-/// The upper bound of a row with int8 dot product `int_dot`, scale `scale`, `‖x̂‖ = qn` and
-/// `‖e‖ = en` (see the module's overview). The slack `qn·‖f‖ + en·‖q‖ + γ·(qn + en)·‖q‖` is
-/// computed as `qn·A + en·B` with the query's constants [`QueryCodes::slack_quant`] and
-/// [`QueryCodes::slack_err`]: the same sum regrouped, whose rounding (a few units of 2⁻⁵³) the
-/// padding covers many times over. A row with a non-finite value has infinite norms, a zero
-/// scale and zero codes, so its bound is infinite (it is always scored exactly): the query's
-/// constants are positive (see [`Int8Matrix::prepare`]), so the slack is infinite, never NaN,
-/// and `approx` is zero. No branch in the batched pre-scan's loop over rows.
+/// Where [`Int8Matrix::upper_bounds_rows`] puts one query's bounds.
+pub(crate) enum BoundsOut<'a> {
+    /// Every row's bound, by row from the first row scanned.
+    Every(&'a mut [f64]),
+    /// Only the rows that can rank among the query's best.
+    Top(&'a mut TopBounds),
+}
+
+/// One query's part of one task of [`Int8Matrix::upper_bounds_rows`].
+enum ChunkOut<'a> {
+    Every(&'a mut [f64]),
+    /// A [`TopBounds`]'s `k` and threshold before the block.
+    Top { k: usize, threshold: f64 },
+}
+
+/// The upper and lower bound of a row with int8 dot product `int_dot`, scale `scale`,
+/// `‖x̂‖ = qn` and `‖e‖ = en` (see the module's overview): `approx ± margin`. The slack
+/// `qn·‖f‖ + en·‖q‖ + γ·(qn + en)·‖q‖` is computed as `qn·A + en·B` with the query's constants
+/// [`QueryCodes::slack_quant`] and [`QueryCodes::slack_err`]: the same sum regrouped, whose
+/// rounding (a few units of 2⁻⁵³) the padding covers many times over. A row with a non-finite
+/// value has infinite norms, a zero scale and zero codes, so its bounds are ±∞ (it is always
+/// scored exactly): the query's constants are positive (see [`Int8Matrix::prepare`]), so the
+/// slack is infinite, never NaN, and `approx` is zero. No branch, so the batched pre-scan's loop
+/// over rows has none.
 #[inline]
-fn row_bound(int_dot: i64, scale: f32, qn: f64, en: f64, q: &QueryCodes) -> f64 {
+fn row_bounds(int_dot: i64, scale: f32, qn: f64, en: f64, q: &QueryCodes) -> (f64, f64) {
     let approx = int_dot as f64 * f64::from(scale) * q.scale;
     let slack = qn * q.slack_quant + en * q.slack_err;
-    // Padding covers the rounding of this sum and of `approx` itself.
-    approx + slack * (1.0 + PAD) + approx.abs() * 4.0 * PAD
+    // Padding covers the rounding of the slack, of `approx` and of these sums.
+    let margin = slack * (1.0 + PAD) + approx.abs() * 4.0 * PAD;
+    (approx + margin, approx - margin)
 }
 
 /// A query quantised for the bounds, with the constants of its slack.
@@ -349,36 +412,64 @@ pub(crate) enum Need {
 /// ascending), for a cut that looks at a prefix of that order: `need` is called with the rows
 /// scored so far, in order, and says how long a prefix decides the result. Returns the scored
 /// rows in order (at least that prefix), or `None` when the exact scan should be used instead
-/// (no trustworthy bound, or so many rows needed scoring that a full scan is cheaper).
+/// (no trustworthy bound, bounds listed for too few rows, or so many rows needed scoring that a
+/// full scan is cheaper).
 ///
-/// `prescanned`, when given, holds every row's bound for `query` from
-/// [`Int8Matrix::upper_bounds_many`] (a batched pre-scan), so the pre-scan is not run again.
-/// `all_visible` says that `keep` holds for every row (the caller counted them), so the
-/// pre-scan's bounds are used as they are, without asking `keep` row by row.
+/// `prescanned`, when given, holds the bounds for `query` from a pre-scan computed ahead
+/// ([`Int8Matrix::upper_bounds_many`] or a shared scan), so the pre-scan is not run again.
+/// `visible` is the number of rows `keep` holds for (the caller counted them): when it is
+/// every row, the pre-scan's bounds are used as they are, without asking `keep` row by row.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn select<F>(
     int8: &Int8Matrix,
     view: &MatrixView<'_>,
     query: &[f32],
     keep: &F,
-    all_visible: bool,
-    prescanned: Option<Vec<f64>>,
+    visible: usize,
+    prescanned: Option<Bounds>,
     first_batch: usize,
     need: &mut dyn FnMut(&[Scored]) -> Need,
 ) -> Option<Vec<Scored>>
 where
     F: Fn(usize) -> bool + Sync,
 {
-    let (mut bounds, visible) = match prescanned {
-        Some(bounds) if bounds.len() == view.rows() && all_visible => (bounds, view.rows()),
-        Some(bounds) if bounds.len() == view.rows() => apply_keep(bounds, keep),
-        _ => int8.upper_bounds(query, keep)?,
+    let all_visible = visible == view.rows();
+    let (mut pool, visible) = match prescanned {
+        Some(bounds) if bounds.total() != view.rows() => {
+            (Pool::Every(int8.upper_bounds(query, keep)?.0), visible)
+        }
+        Some(Bounds::Every(bounds)) if all_visible => (Pool::Every(bounds), visible),
+        Some(Bounds::Every(bounds)) => {
+            let (bounds, visible) = apply_keep(bounds, keep);
+            (Pool::Every(bounds), visible)
+        }
+        Some(Bounds::Listed {
+            mut rows, floor, ..
+        }) => {
+            if !all_visible {
+                rows.retain(|&(_, index)| keep(index));
+            }
+            rows.sort_unstable_by(rank);
+            (
+                Pool::Listed {
+                    rows,
+                    next: 0,
+                    floor,
+                },
+                visible,
+            )
+        }
+        None => {
+            let (bounds, visible) = int8.upper_bounds(query, keep)?;
+            (Pool::Every(bounds), visible)
+        }
     };
+    let floor = pool.floor();
     let mut scored: Vec<Scored> = Vec::new();
     let mut batch = first_batch.max(1);
     loop {
         // Score the next batch of rows, highest bound first.
-        let (next, next_bound) = take_highest(&mut bounds, batch);
+        let (next, next_bound) = pool.take(batch);
         // A row or query of another length cannot be scored here: the exact scan answers.
         for index in next {
             let score = dot(view.row(index)?, query).ok()?;
@@ -386,27 +477,80 @@ where
         }
         scored.sort_unstable_by(Scored::rank_cmp);
         let done = match need(&scored) {
-            Need::Prefix(p) => match next_bound {
-                None => true,
-                // Every unscored row's exact score is below its bound, so below the prefix's
-                // last score: it ranks after the whole prefix.
-                Some(bound) => {
-                    p == 0
-                        || scored
-                            .get(p - 1)
-                            .is_some_and(|s| bound < f64::from(s.score))
-                }
-            },
-            Need::More => next_bound.is_none(),
+            // Every unscored row's exact score is below its bound, so below the prefix's last
+            // score: it ranks after the whole prefix. Unlisted rows' bounds are below the
+            // floor.
+            Need::Prefix(p) => {
+                p == 0
+                    || match scored.get(p - 1) {
+                        Some(s) => {
+                            let last = f64::from(s.score);
+                            next_bound.is_none_or(|bound| bound < last)
+                                && (floor == HIDDEN || floor <= last)
+                        }
+                        // Fewer rows than the prefix: decided once every row is scored.
+                        None => next_bound.is_none() && floor == HIDDEN,
+                    }
+            }
+            Need::More => next_bound.is_none() && floor == HIDDEN,
         };
         if done {
             return Some(scored);
         }
+        // Nothing left to score, yet the rows not listed might matter.
+        next_bound?;
         if scored.len().saturating_mul(4) >= visible {
             return None;
         }
         batch = batch.saturating_mul(2);
     }
+}
+
+/// The rows a selection has not scored yet, with their bounds.
+enum Pool {
+    /// Every row's bound by row ([`HIDDEN`] once taken, or when hidden).
+    Every(Vec<f64>),
+    /// The rows listed, best first, and the first not yet taken; every other row's bound is
+    /// below `floor`.
+    Listed {
+        rows: Vec<Bounded>,
+        next: usize,
+        floor: f64,
+    },
+}
+
+impl Pool {
+    /// A value no row outside the pool's bounds reaches ([`HIDDEN`] when it has them all).
+    fn floor(&self) -> f64 {
+        match self {
+            Pool::Every(_) => HIDDEN,
+            Pool::Listed { floor, .. } => *floor,
+        }
+    }
+
+    /// Takes the `n` rows with the highest bounds (ties: lower index first), and returns them
+    /// with the highest bound left among the pool's rows (`None` when none is left).
+    fn take(&mut self, n: usize) -> (Vec<usize>, Option<f64>) {
+        match self {
+            Pool::Every(bounds) => take_highest(bounds, n),
+            Pool::Listed { rows, next, .. } => {
+                let end = next.saturating_add(n).min(rows.len());
+                let taken = rows
+                    .get(*next..end)
+                    .unwrap_or(&[])
+                    .iter()
+                    .map(|&(_, index)| index)
+                    .collect();
+                *next = end;
+                (taken, rows.get(end).map(|&(bound, _)| bound))
+            }
+        }
+    }
+}
+
+/// Bound descending, index ascending.
+fn rank(a: &Bounded, b: &Bounded) -> std::cmp::Ordering {
+    b.0.total_cmp(&a.0).then(a.1.cmp(&b.1))
 }
 
 /// A row's bound and index.
@@ -461,7 +605,6 @@ fn take_highest(bounds: &mut [f64], n: usize) -> (Vec<usize>, Option<f64>) {
             below = bound;
         }
     }
-    let rank = |a: &Bounded, b: &Bounded| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1));
     let mut left = (below != HIDDEN).then_some(below);
     if candidates.len() > n {
         let (_, next, _) = candidates.select_nth_unstable_by(n, rank);
@@ -638,7 +781,7 @@ mod tests {
         for _ in 0..5 {
             let q = crate::synthetic::unit_vector(&mut rng, dim);
             let keep = |i: usize| i % 7 != 3;
-            let scored = select(&p, &view, &q, &keep, false, None, 74, &mut |s| {
+            let scored = select(&p, &view, &q, &keep, (0..rows).filter(|&i| keep(i)).count(), None, 74, &mut |s| {
                 if s.len() >= 10 {
                     Need::Prefix(10)
                 } else {
