@@ -27,9 +27,10 @@ pub fn dot_i8_symmetric(a: &[i8], b: &[i8]) -> i64 {
 }
 
 /// The int8 dot product of every row of `codes` (row-major, `dim` codes per row; a partial
-/// last row is ignored) with each of `queries`: `out[r * queries.len() + q]` is
-/// [`dot_i8_symmetric`]`(row r, queries[q])`, exactly (both are exact integer sums). Entries of
-/// `out` beyond what it holds are not computed.
+/// last row is ignored) with each of `queries`, query by query: with `rows` the rows of `codes`
+/// (cut to `out.len() / queries.len()`), `out[q * rows + r]` is
+/// [`dot_i8_symmetric`]`(row r, queries[q])`, exactly (both are exact integer sums). Each
+/// query's dots are contiguous, so what is computed from them runs over plain slices.
 ///
 /// This is the pre-scan of many queries in one pass over an int8 matrix. On a CPU with
 /// AVX-512 VNNI (`vpdpbusd`: 64 byte products summed into 16 lanes per instruction), tiles of
@@ -56,7 +57,7 @@ pub fn dot_i8_symmetric_many(codes: &[i8], dim: usize, queries: &[&[i8]], out: &
     for r in 0..rows {
         let row = codes.get(r * dim..(r + 1) * dim).unwrap_or(&[]);
         for (q, query) in queries.iter().enumerate() {
-            if let Some(slot) = out.get_mut(r * queries.len() + q) {
+            if let Some(slot) = out.get_mut(q * rows + r) {
                 *slot = dot_i8_symmetric(row, query);
             }
         }
@@ -131,6 +132,7 @@ mod vnni {
                 let tile = Tile {
                     codes,
                     dim,
+                    rows,
                     r0: r,
                     ahead,
                     queries,
@@ -168,6 +170,8 @@ mod vnni {
     struct Tile<'a> {
         codes: &'a [i8],
         dim: usize,
+        /// Rows scored in all: the stride between queries in `out`.
+        rows: usize,
         /// The tile's first row.
         r0: usize,
         /// The first row to request ahead, if any.
@@ -189,7 +193,7 @@ mod vnni {
         // Indexed loops keep each accumulator of the tile a named register slot.
         #[allow(clippy::needless_range_loop)]
         unsafe fn score<const QT: usize, const RT: usize>(&self, out: &mut [i64]) {
-            let (codes, dim, nq) = (self.codes, self.dim, self.queries.len());
+            let (codes, dim) = (self.codes, self.dim);
             let flip = _mm512_set1_epi8(i8::MIN);
             // SAFETY: rows `r0..r0 + RT` lie within `codes`.
             let rp: [*const i8; RT] =
@@ -260,7 +264,7 @@ mod vnni {
             for q in 0..QT {
                 let shift = self.sums.get(self.q0 + q).copied().unwrap_or(0);
                 for r in 0..RT {
-                    if let Some(slot) = out.get_mut((self.r0 + r) * nq + self.q0 + q) {
+                    if let Some(slot) = out.get_mut((self.q0 + q) * self.rows + self.r0 + r) {
                         *slot = total[q][r] - shift;
                     }
                 }
@@ -396,12 +400,8 @@ mod many_tests {
         for r in 0..rows {
             for (q, query) in refs.iter().enumerate() {
                 let row = &codes[r * dim..(r + 1) * dim];
-                assert_eq!(
-                    out[r * refs.len() + q],
-                    scalar(row, query),
-                    "row {r} query {q}"
-                );
-                assert_eq!(out[r * refs.len() + q], dot_i8_symmetric(row, query));
+                assert_eq!(out[q * rows + r], scalar(row, query), "row {r} query {q}");
+                assert_eq!(out[q * rows + r], dot_i8_symmetric(row, query));
             }
         }
     }

@@ -292,26 +292,43 @@ impl Int8Matrix {
                 ) else {
                     return tops;
                 };
-                // Query by query, so the loop runs over rows without an index check
-                // (`row_bounds` needs none).
+                // Query by query, over each query's contiguous dots: the loops run over
+                // plain slices, without an index check or a branch.
+                let mut uppers = Vec::new();
                 for (k, (out, q)) in outs.iter_mut().zip(queries).enumerate() {
-                    let bounds = dots
-                        .iter()
-                        .skip(k)
-                        .step_by(codes.len())
+                    let Some(row_dots) = dots.get(k * len..(k + 1) * len) else {
+                        continue;
+                    };
+                    let slots: &mut [f64] = match out {
+                        ChunkOut::Every(slots) => slots,
+                        ChunkOut::Top { .. } => {
+                            uppers.clear();
+                            uppers.resize(len, 0.0);
+                            &mut uppers
+                        }
+                    };
+                    for ((((slot, &int_dot), &scale), &qn), &en) in slots
+                        .iter_mut()
+                        .zip(row_dots)
                         .zip(scales)
                         .zip(quant)
                         .zip(err)
-                        .map(|(((&int_dot, &scale), &qn), &en)| row_bounds(int_dot, scale, qn, en, q));
-                    match out {
-                        ChunkOut::Every(slots) => {
-                            for (slot, (upper, _)) in slots.iter_mut().zip(bounds) {
-                                *slot = upper;
+                    {
+                        *slot = row_bounds(int_dot, scale, qn, en, q).0;
+                    }
+                    if let ChunkOut::Top { k, threshold } = out {
+                        let lower = |i: usize| match (
+                            row_dots.get(i),
+                            scales.get(i),
+                            quant.get(i),
+                            err.get(i),
+                        ) {
+                            (Some(&d), Some(&s), Some(&qn), Some(&en)) => {
+                                row_bounds(d, s, qn, en, q).1
                             }
-                        }
-                        ChunkOut::Top { k, threshold } => {
-                            tops.push(TopBounds::scan_chunk(*k, *threshold, base, bounds));
-                        }
+                            _ => f64::NEG_INFINITY,
+                        };
+                        tops.push(TopBounds::scan_chunk(*k, *threshold, base, &uppers, lower));
                     }
                 }
                 tops

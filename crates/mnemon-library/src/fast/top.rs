@@ -81,22 +81,26 @@ impl TopBounds {
         }
     }
 
-    /// The rows of one task: `bounds` yields each row's `(upper, lower)` bound from row
-    /// `first` on. Keeps the rows whose upper bound reaches the threshold, which starts at
-    /// `threshold` (the collection's, before the block) and rises with this task's own `k`
-    /// best lower bounds. Rarely true comparisons only, so the loop costs little more than
-    /// the bounds.
+    /// The rows of one task: `uppers[i]` is row `first + i`'s upper bound and `lower(i)` its
+    /// lower bound (never above the upper). Keeps the rows whose upper bound reaches the
+    /// threshold, which starts at `threshold` (the collection's, before the block) and rises
+    /// with this task's own `k` best lower bounds. A lower bound can only raise the threshold
+    /// where the upper bound reaches it, so `lower` is asked for those rows only; on a scan
+    /// under way almost no row gets past the one comparison.
     pub(crate) fn scan_chunk(
         k: usize,
         mut threshold: f64,
         first: usize,
-        bounds: impl Iterator<Item = (f64, f64)>,
+        uppers: &[f64],
+        lower: impl Fn(usize) -> f64,
     ) -> ChunkTop {
         let mut chunk = ChunkTop::default();
-        for (offset, (upper, lower)) in bounds.enumerate() {
-            if upper >= threshold {
-                chunk.rows.push((upper, first + offset));
+        for (offset, &upper) in uppers.iter().enumerate() {
+            if upper < threshold {
+                continue;
             }
+            chunk.rows.push((upper, first + offset));
+            let lower = lower(offset);
             if lower > threshold {
                 if chunk.lowers.len() >= k {
                     // Full: `lower` beats the lowest of them (the threshold is at least it).
@@ -154,7 +158,8 @@ mod tests {
             let bounds: Vec<(f64, f64)> = raw.iter().map(|&(mid, half)| (mid + half, mid - half)).collect();
             let mut top = TopBounds::new(k);
             for (c, part) in bounds.chunks(chunk).enumerate() {
-                let found = TopBounds::scan_chunk(top.k(), top.threshold(), c * chunk, part.iter().copied());
+                let uppers: Vec<f64> = part.iter().map(|b| b.0).collect();
+                let found = TopBounds::scan_chunk(top.k(), top.threshold(), c * chunk, &uppers, |i| part[i].1);
                 top.merge(found);
             }
             let Bounds::Listed { rows, floor, total } = top.finish(bounds.len()) else {
