@@ -307,15 +307,7 @@ impl Int8Matrix {
                             &mut uppers
                         }
                     };
-                    for ((((slot, &int_dot), &scale), &qn), &en) in slots
-                        .iter_mut()
-                        .zip(row_dots)
-                        .zip(scales)
-                        .zip(quant)
-                        .zip(err)
-                    {
-                        *slot = row_bounds(int_dot, scale, qn, en, q).0;
-                    }
+                    upper_bounds_of(slots, row_dots, scales, quant, err, q);
                     if let ChunkOut::Top { k, threshold } = out {
                         let lower = |i: usize| match (
                             row_dots.get(i),
@@ -378,6 +370,69 @@ fn row_bounds(int_dot: i64, scale: f32, qn: f64, en: f64, q: &QueryCodes) -> (f6
     // Padding covers the rounding of the slack, of `approx` and of these sums.
     let margin = slack * (1.0 + PAD) + approx.abs() * 4.0 * PAD;
     (approx + margin, approx - margin)
+}
+
+/// `slots[i]` = the upper bound of the row with `dots[i]`, `scales[i]`, `quant[i]`, `err[i]`
+/// ([`row_bounds`]), over the shortest of them. With AVX-512 (F and DQ, which converts 8 i64
+/// to f64 at once) the same loop is compiled for it: the same operations in the same order
+/// on each row, so the same bits; it took 7–8 cycles a row compiled for plain x86-64, a
+/// tenth of a fast shared scan's time.
+fn upper_bounds_of(
+    slots: &mut [f64],
+    dots: &[i64],
+    scales: &[f32],
+    quant: &[f64],
+    err: &[f64],
+    q: &QueryCodes,
+) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::is_x86_feature_detected!("avx512f") && std::is_x86_feature_detected!("avx512dq")
+        {
+            // SAFETY: the CPU supports AVX-512F and DQ, checked just above.
+            unsafe { upper_bounds_avx512(slots, dots, scales, quant, err, q) };
+            return;
+        }
+    }
+    upper_bounds_loop(slots, dots, scales, quant, err, q);
+}
+
+/// [`upper_bounds_of`] compiled for AVX-512F and DQ.
+///
+/// # Safety
+/// The CPU must support AVX-512F and DQ.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512dq")]
+unsafe fn upper_bounds_avx512(
+    slots: &mut [f64],
+    dots: &[i64],
+    scales: &[f32],
+    quant: &[f64],
+    err: &[f64],
+    q: &QueryCodes,
+) {
+    upper_bounds_loop(slots, dots, scales, quant, err, q);
+}
+
+/// The loop of [`upper_bounds_of`], inlined into each of its compilations.
+#[inline(always)]
+fn upper_bounds_loop(
+    slots: &mut [f64],
+    dots: &[i64],
+    scales: &[f32],
+    quant: &[f64],
+    err: &[f64],
+    q: &QueryCodes,
+) {
+    for ((((slot, &int_dot), &scale), &qn), &en) in slots
+        .iter_mut()
+        .zip(dots)
+        .zip(scales)
+        .zip(quant)
+        .zip(err)
+    {
+        *slot = row_bounds(int_dot, scale, qn, en, q).0;
+    }
 }
 
 /// A query quantised for the bounds, with the constants of its slack.
