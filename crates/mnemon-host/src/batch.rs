@@ -44,13 +44,14 @@ enum Reply {
     Prescan(oneshot::Sender<Prescan>),
 }
 
-/// One query's scan, waiting to join.
+/// One query's scan, waiting to join: made by the requester
+/// ([`mnemon_library::Library::scan_job`]: the query quantised, the output allocated), so the
+/// scanning thread, which every query present waits on, only adds it.
 struct Job {
     snapshot: Arc<Snapshot>,
-    vector: Vec<f32>,
-    /// What the scan computes for it: [`ScanKind::Scores`] for a [`Reply::Scores`], a
+    /// What the scan computes for the query: exact scores for a [`Reply::Scores`], a
     /// pre-scan for a [`Reply::Prescan`].
-    kind: ScanKind,
+    scan: ScanJob,
     reply: Reply,
 }
 
@@ -71,18 +72,19 @@ impl ScanBatcher {
 
     /// Every row's score against `vector` in the snapshot's library, computed in the walk shared
     /// with the other queries waiting. `None` if the scanning thread is gone (it only stops when
-    /// the host does); the caller then scores on its own.
+    /// the host does) or the library refuses the vector; the caller then scores on its own,
+    /// where the error is its own.
     pub(crate) async fn scores(
         &self,
         snapshot: Arc<Snapshot>,
         vector: Vec<f32>,
     ) -> Option<Vec<f32>> {
+        let scan = snapshot.library.scan_job(ScanKind::Scores, vector).ok()?;
         let (reply, answer) = oneshot::channel();
         self.jobs
             .send(Job {
                 snapshot,
-                vector,
-                kind: ScanKind::Scores,
+                scan,
                 reply: Reply::Scores(reply),
             })
             .ok()?;
@@ -93,7 +95,8 @@ impl ScanBatcher {
     /// walk shared with the other queries present: every row's bound, or with
     /// [`ScanKind::PrescanTop`] those that can rank among the best
     /// ([`mnemon_library::Library::prescan_kind`] says which the query needs). `None` if the
-    /// scanning thread is gone; the caller then pre-scans on its own.
+    /// scanning thread is gone or the library refuses the vector; the caller then pre-scans on
+    /// its own.
     pub(crate) async fn prescan(
         &self,
         snapshot: Arc<Snapshot>,
@@ -104,12 +107,12 @@ impl ScanBatcher {
             ScanKind::Scores => ScanKind::Prescan,
             pre => pre,
         };
+        let scan = snapshot.library.scan_job(kind, vector).ok()?;
         let (reply, answer) = oneshot::channel();
         self.jobs
             .send(Job {
                 snapshot,
-                vector,
-                kind,
+                scan,
                 reply: Reply::Prescan(reply),
             })
             .ok()?;
@@ -155,14 +158,10 @@ impl Scan {
         start..start.saturating_add(self.block_rows)
     }
 
-    /// Adds a query at the current block. A vector the library refuses is answered by
-    /// dropping its reply: the requester then scans on its own, where the error is its own.
+    /// Adds a query at the current block.
     fn join(&mut self, job: Job) {
-        let Ok(scan) = self.snapshot.library.scan_job(job.kind, job.vector) else {
-            return;
-        };
         let member = Member {
-            job: scan,
+            job: job.scan,
             reply: job.reply,
             blocks_left: self.blocks,
         };
@@ -301,8 +300,7 @@ mod tests {
             let (reply, answer) = oneshot::channel();
             scan.join(Job {
                 snapshot: Arc::clone(&snapshot),
-                vector: vector.clone(),
-                kind: ScanKind::Scores,
+                scan: library.scan_job(ScanKind::Scores, vector.clone()).unwrap(),
                 reply: Reply::Scores(reply),
             });
             answers.push(answer);

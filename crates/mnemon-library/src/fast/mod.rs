@@ -291,7 +291,7 @@ impl Int8Matrix {
                     return tops;
                 };
                 let (mut dots, mut uppers) = SCRATCH.take();
-                dots.clear();
+                // Every entry is written by the kernel, so the buffer is not cleared first.
                 dots.resize(len * codes.len(), 0);
                 dot_i8_symmetric_many(block, self.dim, &codes, &mut dots);
                 // Query by query, over each query's contiguous dots: the loops run over
