@@ -76,7 +76,7 @@ pub use problems::{Problem, ProblemKind};
 pub use query::{PlannedQuery, Prescan};
 pub use request::{DEFAULT_INDEX_EF, DEFAULT_INDEX_MIN_BITS, IndexUse, QueryRequest};
 pub use result::{Hit, QueryMethod, QueryResult};
-pub use shared_scan::{ScanJob, ScanKind};
+pub use shared_scan::{MAX_PRESCAN_TOP, ScanJob, ScanKind};
 pub use sidecar::sidecar_path;
 pub use wire::QueryOptions;
 

@@ -21,8 +21,8 @@ mod top;
 use mnemon_vector::{MatrixView, Scored, dot, dot_i8_symmetric, dot_i8_symmetric_many};
 use rayon::prelude::*;
 
-pub(crate) use top::{Bounds, TopBounds};
 use top::ChunkTop;
+pub(crate) use top::{Bounds, TopBounds};
 
 /// Rows quantised or bounded per rayon task. A shared scan's block of 4,096 rows makes four
 /// tasks, so neither core waits long for the other at the end of a block (2,048-row tasks left
@@ -258,8 +258,7 @@ impl Int8Matrix {
                     let Some(slots) = slots.get_mut(..len) else {
                         continue;
                     };
-                    for (slot, chunk) in per_chunk.iter_mut().zip(slots.chunks_mut(ROWS_PER_TASK))
-                    {
+                    for (slot, chunk) in per_chunk.iter_mut().zip(slots.chunks_mut(ROWS_PER_TASK)) {
                         slot.push(ChunkOut::Every(chunk));
                     }
                 }
@@ -360,7 +359,10 @@ pub(crate) enum BoundsOut<'a> {
 enum ChunkOut<'a> {
     Every(&'a mut [f64]),
     /// A [`TopBounds`]'s `k` and threshold before the block.
-    Top { k: usize, threshold: f64 },
+    Top {
+        k: usize,
+        threshold: f64,
+    },
 }
 
 /// The upper and lower bound of a row with int8 dot product `int_dot`, scale `scale`,
@@ -396,8 +398,7 @@ fn upper_bounds_of(
 ) {
     #[cfg(target_arch = "x86_64")]
     {
-        if std::is_x86_feature_detected!("avx512f") && std::is_x86_feature_detected!("avx512dq")
-        {
+        if std::is_x86_feature_detected!("avx512f") && std::is_x86_feature_detected!("avx512dq") {
             // SAFETY: the CPU supports AVX-512F and DQ, checked just above.
             unsafe { upper_bounds_avx512(slots, dots, scales, quant, err, q) };
             return;
@@ -433,12 +434,8 @@ fn upper_bounds_loop(
     err: &[f64],
     q: &QueryCodes,
 ) {
-    for ((((slot, &int_dot), &scale), &qn), &en) in slots
-        .iter_mut()
-        .zip(dots)
-        .zip(scales)
-        .zip(quant)
-        .zip(err)
+    for ((((slot, &int_dot), &scale), &qn), &en) in
+        slots.iter_mut().zip(dots).zip(scales).zip(quant).zip(err)
     {
         *slot = row_bounds(int_dot, scale, qn, en, q).0;
     }
@@ -602,9 +599,9 @@ where
     }
 }
 
-/// The first batch scored from a [`Pool::Listed`]: on random unit vectors the 5 best rows are
-/// decided by the 10–20 rows with the highest bounds, where the first batch from every row's
-/// bounds is 69.
+/// The first batch scored from a [`Pool::Listed`]. Counted over 8,500 host queries for the 5
+/// best of 100,000 random unit vectors: the first 16 rows decided half of them, 28 rows 91%,
+/// 44 all (mean about 20); the first batch from every row's bounds is 69.
 const LISTED_FIRST_BATCH: usize = 16;
 
 /// The batches scored from a [`Pool::Listed`] after the first: a round costs a sort of the
@@ -886,13 +883,22 @@ mod tests {
         for _ in 0..5 {
             let q = crate::synthetic::unit_vector(&mut rng, dim);
             let keep = |i: usize| i % 7 != 3;
-            let scored = select(&p, &view, &q, &keep, (0..rows).filter(|&i| keep(i)).count(), None, 74, &mut |s| {
-                if s.len() >= 10 {
-                    Need::Prefix(10)
-                } else {
-                    Need::More
-                }
-            })
+            let scored = select(
+                &p,
+                &view,
+                &q,
+                &keep,
+                (0..rows).filter(|&i| keep(i)).count(),
+                None,
+                74,
+                &mut |s| {
+                    if s.len() >= 10 {
+                        Need::Prefix(10)
+                    } else {
+                        Need::More
+                    }
+                },
+            )
             .unwrap();
             assert!(scored.len() < rows / 8, "scored {} rows", scored.len());
             assert_eq!(scored[..10], view.top_k(&q, 10, keep).unwrap()[..]);
