@@ -199,7 +199,7 @@ mod indexed {
         let options = HostOptions {
             index: IndexUse {
                 min_bits: 0,
-                ef: 128,
+                ef: Some(128),
             },
             batch_scans_from: 0,
             ..HostOptions::default()
@@ -262,7 +262,7 @@ mod indexed {
         let lib = Library::open(&path).unwrap();
         let narrow = IndexUse {
             min_bits: 3000,
-            ef: 10,
+            ef: Some(10),
         };
         let options = HostOptions {
             index: narrow,
@@ -309,7 +309,7 @@ mod indexed {
         let options = HostOptions {
             index: IndexUse {
                 min_bits: 3001,
-                ef: 10,
+                ef: Some(10),
             },
             ..HostOptions::default()
         };
@@ -330,7 +330,7 @@ mod indexed {
         let options = HostOptions {
             index: IndexUse {
                 min_bits: 0,
-                ef: 10,
+                ef: Some(10),
             },
             ..HostOptions::default()
         };

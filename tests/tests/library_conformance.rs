@@ -209,7 +209,7 @@ fn run_case(
         fast: mode == Mode::Fast,
         index: IndexUse {
             min_bits: if mode == Mode::Indexed { 0 } else { usize::MAX },
-            ef: 128,
+            ef: Some(128),
         },
         ..QueryOptions::default()
     };

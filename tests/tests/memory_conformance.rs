@@ -54,7 +54,7 @@ mod sqlite {
 fn index_everything() -> mnemon_memory::RecallIndexOptions {
     mnemon_memory::RecallIndexOptions {
         min_messages: 0,
-        ef: 100_000,
+        ef: Some(100_000),
         background: false,
     }
 }

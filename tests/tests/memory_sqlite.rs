@@ -294,7 +294,7 @@ fn streamed_recalls_through_the_recall_index_are_the_exact_scans() {
         SqliteMemoryOptions {
             recall_index: RecallIndexOptions {
                 min_messages: 0,
-                ef: 100_000,
+                ef: Some(100_000),
                 background: false,
             },
             ..SqliteMemoryOptions::default()

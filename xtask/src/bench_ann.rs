@@ -215,11 +215,23 @@ fn run_in_pool(p: &Params, dir: &Path) -> Result<()> {
     }
     let index = IndexView::open(&map, data.view(), &OpenOptions::default())?;
 
+    // The beam a library or thread of this size gets by default is always measured.
+    let default_ef = mnemon_ann::default_ef(data.rows());
+    let mut efs = p.efs.clone();
+    if !efs.contains(&default_ef) {
+        efs.push(default_ef);
+        efs.sort_unstable();
+    }
     let mut ours = Vec::new();
-    for &ef in &p.efs {
+    for &ef in &efs {
         let row = measure_ours(&index, &queries, &truth, ef, p.rerank, p.threads)?;
+        let note = if ef == default_ef {
+            " (the default at this size)"
+        } else {
+            ""
+        };
         println!(
-            "  mnemon-ann ef {ef:>4}: recall@10 {:.4}, p50 {:.3} ms, p99 {:.3} ms, {:.0} q/s on {} threads, {:.0} rows scored per query",
+            "  mnemon-ann ef {ef:>4}: recall@10 {:.4}, p50 {:.3} ms, p99 {:.3} ms, {:.0} q/s on {} threads, {:.0} rows scored per query{note}",
             row.recall, row.p50_ms, row.p99_ms, row.qps, p.threads, row.scored
         );
         ours.push(row);

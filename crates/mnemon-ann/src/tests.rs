@@ -119,6 +119,24 @@ fn recall_at_10(
     found as f64 / (queries.rows() * 10) as f64
 }
 
+/// The default beam is 128 up to 100,000 rows and grows with the square root above, in steps
+/// of 32, never shrinking as the index grows.
+#[test]
+fn the_default_beam_grows_with_the_index() {
+    assert_eq!(default_ef(0), 128);
+    assert_eq!(default_ef(100_000), 128);
+    assert_eq!(default_ef(100_001), 160);
+    assert_eq!(default_ef(1_000_000), 416);
+    assert_eq!(default_ef(10_000_000), 1_280);
+    assert!(default_ef(usize::MAX) >= default_ef(1 << 40));
+    let mut last = 0;
+    for rows in (0..4_000_000).step_by(9_973) {
+        let ef = default_ef(rows);
+        assert!(ef >= last && ef.is_multiple_of(32), "{rows} rows: {ef}");
+        last = ef;
+    }
+}
+
 /// The default re-rank depth (`default_rerank`, below a wide beam) keeps the recall of
 /// re-ranking every candidate.
 #[test]

@@ -66,7 +66,8 @@ pub struct HostOptions {
     /// When a library's approximate index answers (docs/reference/library.md#ann-index): a
     /// library opened with a verified `<file>.ann` and at least `index.min_bits` bits (default
     /// 50,000) is searched through it, unless a query sends `exact: true`; `index.ef` is the
-    /// beam width. `min_bits: usize::MAX` never uses an index.
+    /// beam width (by default sized by the library, `mnemon_library::default_index_ef`).
+    /// `min_bits: usize::MAX` never uses an index.
     pub index: IndexUse,
     /// Scans of libraries holding at least this many floats (bits × dimension) are shared:
     /// concurrent queries join one walk over the library, each block read once for all of them

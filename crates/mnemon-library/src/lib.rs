@@ -74,7 +74,7 @@ pub use library::{
 pub use omit::{Omit, OmitKey};
 pub use problems::{Problem, ProblemKind};
 pub use query::{PlannedQuery, Prescan};
-pub use request::{DEFAULT_INDEX_EF, DEFAULT_INDEX_MIN_BITS, IndexUse, QueryRequest};
+pub use request::{DEFAULT_INDEX_MIN_BITS, IndexUse, QueryRequest, default_index_ef};
 pub use result::{Hit, QueryMethod, QueryResult};
 pub use shared_scan::{MAX_PRESCAN_TOP, ScanJob, ScanKind};
 pub use sidecar::sidecar_path;

@@ -170,7 +170,10 @@ impl Library {
             rows: self.len(),
             grant,
             indexed,
-            ef: request.index.ef,
+            ef: request
+                .index
+                .ef
+                .unwrap_or_else(|| crate::request::default_index_ef(self.len())),
         })
     }
 

@@ -46,8 +46,13 @@ pub struct QueryRequest {
 /// milliseconds (about 11 ms at 50,000 × 1,536 on 2 cores), which is worth exact results.
 pub const DEFAULT_INDEX_MIN_BITS: usize = 50_000;
 
-/// The default [`IndexUse::ef`]: the candidates an indexed query collects and re-ranks exactly.
-pub const DEFAULT_INDEX_EF: usize = 128;
+/// The beam an indexed query of a library of `bits` bits uses when [`IndexUse::ef`] is `None`:
+/// 128 up to 100,000 bits, growing with the square root above (416 at 1,000,000), so a larger
+/// library keeps finding about 99% of the true nearest bits
+/// (docs/reference/library.md#ann-index; [`mnemon_ann::default_ef`]).
+pub fn default_index_ef(bits: usize) -> usize {
+    mnemon_ann::default_ef(bits)
+}
 
 /// When and how a query uses a library's approximate index (docs/reference/library.md#ann-index).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -58,14 +63,15 @@ pub struct IndexUse {
     /// The search's beam width (at least the bits wanted is used): the candidates the walk
     /// keeps, the best of which (`mnemon_ann::default_rerank`) are re-ranked with the exact
     /// `f32` score. When it covers the library (`ef` ≥ bits) the result is the exact scan's.
-    pub ef: usize,
+    /// `None` (the default) sizes it by the library: [`default_index_ef`].
+    pub ef: Option<usize>,
 }
 
 impl Default for IndexUse {
     fn default() -> Self {
         IndexUse {
             min_bits: DEFAULT_INDEX_MIN_BITS,
-            ef: DEFAULT_INDEX_EF,
+            ef: None,
         }
     }
 }

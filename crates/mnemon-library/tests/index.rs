@@ -43,7 +43,10 @@ fn packed(bits: usize, dim: usize, seed: u64, tagged: impl Fn(usize) -> bool) ->
 
 /// The index on every library that has one, with the given beam width.
 fn always(ef: usize) -> IndexUse {
-    IndexUse { min_bits: 0, ef }
+    IndexUse {
+        min_bits: 0,
+        ef: Some(ef),
+    }
 }
 
 fn request(lib: &Library, query: &[f32], count: i64, count_type: CountType) -> QueryRequest {
@@ -199,7 +202,7 @@ fn restricted_users_get_count_visible_bits() {
         let visible = 1500usize.div_ceil(every);
         for q in queries(&lib, 6, 2) {
             let mut r = request(&lib, &q, count, CountType::Bit);
-            r.index.ef = 32;
+            r.index.ef = Some(32);
             let result = lib.query(&r, &AccessGrant::default()).unwrap();
             assert_ne!(result.method(), QueryMethod::Scan);
             assert_eq!(result.hits().len(), (count as usize).min(visible));

@@ -48,9 +48,10 @@ pub struct RecallIndexOptions {
     /// milliseconds. `usize::MAX` turns the index off.
     pub min_messages: usize,
     /// The walk's beam width: the candidates found before the exact re-score (at least `top_k`
-    /// plus a small margin). Default 128. A beam at least as wide as the index makes every
-    /// visible row a candidate, and the recall exact.
-    pub ef: usize,
+    /// plus a small margin). `None` (the default) sizes it by the index, as libraries do
+    /// ([`mnemon_ann::default_ef`]: 128 up to 100,000 rows, 416 at 1,000,000). A beam at least
+    /// as wide as the index makes every visible row a candidate, and the recall exact.
+    pub ef: Option<usize>,
     /// Build the index on a background thread (the default): recalls do not wait for it, the
     /// exact scan answers until it is ready. `false` builds it inside the recall that finds it
     /// missing or outgrown (batch jobs, tests).
@@ -61,7 +62,7 @@ impl Default for RecallIndexOptions {
     fn default() -> Self {
         RecallIndexOptions {
             min_messages: 50_000,
-            ef: 128,
+            ef: None,
             background: true,
         }
     }
@@ -156,13 +157,15 @@ impl BuiltIndex {
         &self,
         query: &[f32],
         keep: usize,
-        ef: usize,
+        ef: Option<usize>,
         visible: impl Fn(u32) -> bool + Sync,
     ) -> Option<Vec<u32>> {
         let view =
             IndexView::reopen(self.bytes.as_bytes(), self.vectors.view(), &self.verified).ok()?;
         let indexed = self.rows();
-        let ef = ef.max(keep.saturating_add(MARGIN));
+        let ef = ef
+            .unwrap_or_else(|| mnemon_ann::default_ef(indexed))
+            .max(keep.saturating_add(MARGIN));
         // A beam covering the index returns every visible row: the recall is then exact.
         let count = if ef >= indexed {
             indexed
@@ -450,7 +453,7 @@ mod tests {
     fn inline(ef: usize) -> RecallIndexOptions {
         RecallIndexOptions {
             min_messages: 0,
-            ef,
+            ef: Some(ef),
             background: false,
         }
     }
@@ -539,7 +542,10 @@ mod tests {
     #[test]
     fn a_narrow_beam_finds_nearly_every_neighbour_with_exact_scores() {
         let (state, _) = thread(4_000, 32, 1, 7);
-        let index = inline(RecallIndexOptions::default().ef);
+        let index = RecallIndexOptions {
+            ef: None,
+            ..inline(0)
+        };
         let (mut hit, mut wanted) = (0, 0);
         for seed in 0..20 {
             // The first query is near one of the messages' centres, the others near random

@@ -53,5 +53,5 @@ pub use error::{ErrorKind, OpsError};
 pub use service::Service;
 pub use stores::{
     ARTIFACTS_DIR, Backend, DATABASE_FILE, LIBRARIES_DIR, NAMESPACES_DIR, OpenError, OpenOptions,
-    Stores, artifact_backends,
+    RecallOptions, Stores, artifact_backends,
 };

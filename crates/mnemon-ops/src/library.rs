@@ -199,7 +199,7 @@ mod tests {
         let library = indexed_library(dir.path());
         let index = IndexUse {
             min_bits: 0,
-            ef: 10,
+            ef: Some(10),
         };
         let service =
             Service::new(crate::Stores::open(dir.path().join("data")).unwrap()).with_index(index);

@@ -93,6 +93,23 @@ pub struct OpenOptions {
     /// own (docs/reference/rest.md#expiry-and-filters): the namespace's default time-to-live.
     /// `None` (the default): such records never expire.
     pub default_ttl: Option<std::time::Duration>,
+    /// How the memory store serves recall over large threads: the most bytes of stored vectors
+    /// it keeps in memory (`None`: the store's default, 256 MiB) and when a thread's recall uses
+    /// the approximate index (docs/reference/memory.md#the-recall-index). SQLite only: with
+    /// PostgreSQL, pgvector's HNSW index serves recall and these are not used.
+    pub recall: RecallOptions,
+}
+
+/// [`OpenOptions::recall`]: how a SQLite memory store serves recall over large threads.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RecallOptions {
+    /// The most bytes of stored vectors kept in memory for searches across sessions and for
+    /// recalls through handles without a current mirror; a thread larger than this is read
+    /// from the file at each such search. `None`: 256 MiB (`SqliteMemoryOptions`'s default).
+    /// 100,000 vectors of 1,536 dimensions take about 620 MB.
+    pub vector_cache_bytes: Option<usize>,
+    /// When a large thread's recall uses the approximate index, and its beam.
+    pub index: mnemon_memory::RecallIndexOptions,
 }
 
 impl OpenOptions {
@@ -116,6 +133,11 @@ impl OpenOptions {
             default_ttl: ttl,
             ..self
         }
+    }
+
+    /// These options with `recall` for the memory store ([`OpenOptions::recall`]).
+    pub fn with_recall(self, recall: RecallOptions) -> OpenOptions {
+        OpenOptions { recall, ..self }
     }
 
     /// These options with the `write_to_file` backend rooted at `root`.
@@ -272,14 +294,19 @@ impl Stores {
                     },
                 )
                 .map_err(OpenError::Artifacts)?;
-                let memory = SqliteMemoryStore::open(
-                    &database,
+                let memory = SqliteMemoryStore::open(&database, {
+                    let defaults = SqliteMemoryOptions::default();
                     SqliteMemoryOptions {
                         namespace: namespace.clone(),
                         default_ttl: options.default_ttl,
-                        ..SqliteMemoryOptions::default()
-                    },
-                )
+                        recall_index: options.recall.index.clone(),
+                        vector_cache_bytes: options
+                            .recall
+                            .vector_cache_bytes
+                            .unwrap_or(defaults.vector_cache_bytes),
+                        ..defaults
+                    }
+                })
                 .map_err(OpenError::Memory)?;
                 (
                     Arc::new(assets),

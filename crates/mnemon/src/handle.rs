@@ -32,5 +32,5 @@
 
 pub use mnemon_ops::{
     ARTIFACTS_DIR, Backend, DATABASE_FILE, LIBRARIES_DIR, NAMESPACES_DIR, OpenError, OpenOptions,
-    Stores as Mnemon, artifact_backends,
+    RecallOptions, Stores as Mnemon, artifact_backends,
 };

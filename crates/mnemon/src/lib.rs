@@ -56,7 +56,7 @@ pub mod migrate;
 #[cfg(feature = "sqlite")]
 pub use handle::{
     ARTIFACTS_DIR, Backend, DATABASE_FILE, LIBRARIES_DIR, Mnemon, NAMESPACES_DIR, OpenError,
-    OpenOptions, artifact_backends,
+    OpenOptions, RecallOptions, artifact_backends,
 };
 
 pub use mnemon_artifacts as artifacts;

@@ -401,7 +401,7 @@ mod tests {
     fn indexes(ef: usize) -> StoredIndexes {
         StoredIndexes::new(RecallIndexOptions {
             min_messages: 0,
-            ef,
+            ef: Some(ef),
             background: false,
         })
     }

@@ -53,10 +53,10 @@ pub(crate) enum LibraryCommand {
         #[arg(long, value_name = "BITS", default_value_t = mnemon_library::DEFAULT_INDEX_MIN_BITS)]
         index_min_bits: usize,
         /// The ANN index's search beam (the candidates the walk keeps; the best are re-ranked
-        /// exactly): larger is slower and finds more of the true nearest bits.
-        #[arg(long, value_name = "EF", default_value_t = mnemon_library::DEFAULT_INDEX_EF as u32,
-              value_parser = clap::value_parser!(u32).range(1..=100_000))]
-        index_ef: u32,
+        /// exactly): larger is slower and finds more of the true nearest bits. Default: by
+        /// library size, 128 up to 100,000 bits, 416 at 1,000,000.
+        #[arg(long, value_name = "EF", value_parser = clap::value_parser!(u32).range(1..=100_000))]
+        index_ef: Option<u32>,
         /// Seed for the random query vector drawn when no embedding is given.
         #[arg(long)]
         seed: Option<u64>,
@@ -300,7 +300,7 @@ pub(crate) fn run(command: LibraryCommand, quiet: bool) -> CliResult {
                 exact,
                 index: mnemon_library::IndexUse {
                     min_bits: index_min_bits,
-                    ef: index_ef as usize,
+                    ef: index_ef.map(|ef| ef as usize),
                 },
             };
             let parsed = wire::parse_query(&lib, &arguments, &options).map_err(CliError::input)?;

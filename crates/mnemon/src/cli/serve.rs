@@ -147,10 +147,60 @@ pub(crate) struct ServeArgs {
 
     /// The ANN index's search beam: the candidates the walk keeps, the best of which are
     /// re-ranked with their exact scores. Larger is slower and finds more of the true nearest
-    /// bits; at 1,000,000 bits about 384 finds 99% of them (docs/reference/library.md#ann-index).
-    #[arg(long, value_name = "EF", default_value_t = mnemon::library::DEFAULT_INDEX_EF as u32,
-          value_parser = clap::value_parser!(u32).range(1..=100_000))]
-    index_ef: u32,
+    /// bits. Default: by library size, 128 up to 100,000 bits and 128 · √(bits / 100,000)
+    /// above (416 at 1,000,000), about 99% of the true nearest bits
+    /// (docs/reference/library.md#ann-index).
+    #[arg(long, value_name = "EF", value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    index_ef: Option<u32>,
+
+    /// The most MiB of stored embedding vectors the memory store keeps in memory for searches
+    /// across sessions and recalls of threads without a current mirror; a larger thread is read
+    /// from the database file at each such search. SQLite only; each namespace served has its
+    /// own. 100,000 vectors of 1,536 dimensions take about 590 MiB
+    /// (docs/reference/memory.md#the-recall-index).
+    #[arg(long, value_name = "MIB", default_value_t = default_memory_cache_mib(),
+          value_parser = clap::value_parser!(u32).range(0..=1_048_576))]
+    memory_cache_mib: u32,
+
+    /// Threads with at least this many embeddings are recalled through an approximate index
+    /// (built in the background; the exact scan answers until it is ready); `0` indexes every
+    /// thread. SQLite only: PostgreSQL uses pgvector (docs/reference/memory.md#the-recall-index).
+    #[arg(long, value_name = "MESSAGES", default_value_t = mnemon::memory::RecallIndexOptions::default().min_messages)]
+    recall_index_min_messages: usize,
+
+    /// Turn the recall index off: every recall scans its thread exactly.
+    #[arg(long, conflicts_with = "recall_index_min_messages")]
+    no_recall_index: bool,
+
+    /// The recall index's search beam. Default: by thread size, as for libraries (128 up to
+    /// 100,000 embeddings, 416 at 1,000,000).
+    #[arg(long, value_name = "EF", value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    recall_index_ef: Option<u32>,
+}
+
+/// `--memory-cache-mib`'s default: the SQLite memory store's own (256 MiB).
+fn default_memory_cache_mib() -> u32 {
+    let bytes = mnemon::memory::SqliteMemoryOptions::default().vector_cache_bytes;
+    u32::try_from(bytes >> 20).unwrap_or(u32::MAX)
+}
+
+impl ServeArgs {
+    /// The memory store's recall settings these flags ask for.
+    fn recall(&self) -> mnemon::RecallOptions {
+        let min_messages = if self.no_recall_index {
+            usize::MAX
+        } else {
+            self.recall_index_min_messages
+        };
+        mnemon::RecallOptions {
+            vector_cache_bytes: Some((self.memory_cache_mib as usize) << 20),
+            index: mnemon::memory::RecallIndexOptions {
+                min_messages,
+                ef: self.recall_index_ef.map(|ef| ef as usize),
+                ..mnemon::memory::RecallIndexOptions::default()
+            },
+        }
+    }
 }
 
 /// A positive, finite number of seconds.
@@ -181,9 +231,10 @@ pub(crate) fn run(args: ServeArgs, target: &Target<'_>, quiet: bool) -> CliResul
     let keyed = keys.is_some();
     let index = mnemon::library::IndexUse {
         min_bits: args.index_min_bits,
-        ef: args.index_ef as usize,
+        ef: args.index_ef.map(|ef| ef as usize),
     };
-    let mut rest = server_config(target, args.embedding_model.as_deref(), keys, index)?;
+    let recall = args.recall();
+    let mut rest = server_config(target, args.embedding_model.as_deref(), keys, index, recall)?;
     rest.gc_interval = args.gc_interval;
     if !loopback {
         // Reached under names we cannot know: keys (or the proxy of --insecure) protect /mcp,
@@ -287,8 +338,9 @@ fn server_config(
     embedding_model: Option<&str>,
     keys: Option<Arc<KeyStore>>,
     index: mnemon::library::IndexUse,
+    recall: mnemon::RecallOptions,
 ) -> Result<ServerConfig, CliError> {
-    let options = target.open_options();
+    let options = target.open_options().with_recall(recall);
     let embedder: Option<Arc<dyn Embedder>> = match embedding_model {
         None => None,
         Some(model) => Some(Arc::from(
@@ -454,6 +506,44 @@ mod tests {
         for bad in ["0", "-1", "inf", "NaN", "x", "1e9"] {
             assert!(seconds(bad).is_err(), "{bad}");
         }
+    }
+
+    /// The recall flags reach the memory store's options; without them the store's own
+    /// defaults apply.
+    #[test]
+    fn recall_flags_become_the_memory_options() {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Wrap {
+            #[command(flatten)]
+            serve: ServeArgs,
+        }
+        let parse = |args: &[&str]| {
+            let argv = std::iter::once("serve").chain(args.iter().copied());
+            Wrap::try_parse_from(argv).map(|w| w.serve.recall())
+        };
+        let defaults = parse(&[]).unwrap();
+        let store = mnemon::memory::SqliteMemoryOptions::default();
+        assert_eq!(defaults.vector_cache_bytes, Some(store.vector_cache_bytes));
+        assert_eq!(defaults.index, store.recall_index);
+        let set = parse(&[
+            "--memory-cache-mib",
+            "1024",
+            "--recall-index-min-messages",
+            "10",
+            "--recall-index-ef",
+            "64",
+        ])
+        .unwrap();
+        assert_eq!(set.vector_cache_bytes, Some(1 << 30));
+        assert_eq!((set.index.min_messages, set.index.ef), (10, Some(64)));
+        assert_eq!(
+            parse(&["--no-recall-index"]).unwrap().index.min_messages,
+            usize::MAX
+        );
+        assert!(parse(&["--no-recall-index", "--recall-index-min-messages", "5"]).is_err());
+        assert!(parse(&["--recall-index-ef", "0"]).is_err());
+        assert!(parse(&["--memory-cache-mib", "-1"]).is_err());
     }
 
     #[test]
