@@ -45,10 +45,13 @@ struct Params {
     /// Run only the case whose name starts with this (`fixture` or `synthetic`), or `limits`:
     /// the memory and connection scenarios of issue 11 instead of the load.
     only: Option<String>,
+    /// Measure this `mnemon` binary instead of the workspace's release build: an earlier
+    /// build copied aside, for an A/B in runs close in time (the machine's speed drifts).
+    mnemon: Option<PathBuf>,
 }
 
 const USAGE: &str = "usage: cargo xtask bench host [--requests N] [--connections C] [--bits N] \
-                     [--dim D] [--fast] [--only fixture|synthetic|limits]";
+                     [--dim D] [--fast] [--only fixture|synthetic|limits] [--mnemon PATH]";
 
 fn parse(args: &[String]) -> Result<Params> {
     let mut p = Params {
@@ -58,6 +61,7 @@ fn parse(args: &[String]) -> Result<Params> {
         dim: 1536,
         fast: false,
         only: None,
+        mnemon: None,
     };
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -73,6 +77,10 @@ fn parse(args: &[String]) -> Result<Params> {
             "--bits" => p.bits = value("--bits")?.max(1),
             "--dim" => p.dim = value("--dim")?.max(1),
             "--fast" => p.fast = true,
+            "--mnemon" => {
+                let path = it.next().context("--mnemon needs a value")?;
+                p.mnemon = Some(PathBuf::from(path));
+            }
             "--only" => match it.next().map(String::as_str) {
                 Some(case @ ("fixture" | "synthetic" | "limits")) => p.only = Some(case.to_owned()),
                 _ => bail!("--only takes fixture, synthetic or limits; {USAGE}"),
@@ -90,7 +98,11 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
     if cargo::rerun_bench_in_release("host", args)? {
         return Ok(());
     }
-    let binary = cargo::release_mnemon()?;
+    let binary = match &params.mnemon {
+        Some(path) if path.is_file() => path.clone(),
+        Some(path) => bail!("--mnemon {}: no such file", path.display()),
+        None => cargo::release_mnemon()?,
+    };
     let target = cargo::target_dir();
 
     let fixture = root.join("tests/fixtures/polymath/library.json");
