@@ -1507,6 +1507,18 @@ impl Mirror {
             && mnemon_db::expiry::is_live(self.earliest, now)
     }
 
+    /// Whether the mirror can answer a read whose snapshot saw the thread at `(thread_id,
+    /// rev)`: it holds that rev or a later one (every write bumps `rev`, so a later rev is a
+    /// thread committed after the snapshot was taken, which a read may return). A read that
+    /// took its snapshot just before this handle's own add committed finds the mirror one rev
+    /// ahead; taking it as stale made that read load the whole thread back to the older rev,
+    /// and the next add load it again (docs/postgres.md#mirrors-under-concurrency).
+    fn holds(&self, thread_id: i64, rev: i64, now: i64) -> bool {
+        self.thread_id == Some(thread_id)
+            && self.rev >= rev
+            && mnemon_db::expiry::is_live(self.earliest, now)
+    }
+
     /// Brings the mirror up to date with the committed thread at `now`.
     fn sync(
         &mut self,
@@ -1523,7 +1535,7 @@ impl Mirror {
                 }
             }
             Some((id, rev)) => {
-                if !self.current(id, rev, now) {
+                if !self.holds(id, rev, now) {
                     self.state = load_thread(tx, id, factory, vectors, now)?;
                     self.earliest = earliest_of(self.state.entries());
                     self.thread_id = Some(id);
@@ -2783,7 +2795,7 @@ impl PostgresMemory {
         let now = self.store.now();
         {
             let mirror = self.mirror();
-            if mirror.current(thread_id, rev, now) {
+            if mirror.holds(thread_id, rev, now) {
                 tx.commit().map_err(pg_error)?;
                 drop(client);
                 if !retrieval::missing_embeddings(&mirror.state, options.mark.as_deref()).is_empty()
@@ -2995,7 +3007,7 @@ impl Backend for PostgresMemory {
             return Ok(0);
         };
         let mirror = self.mirror();
-        if mirror.current(thread_id, rev, now) {
+        if mirror.holds(thread_id, rev, now) {
             mirror.state.entries().iter().try_for_each(&mut *f)?;
             return Ok(mirror.state.len());
         }
@@ -3048,7 +3060,7 @@ impl Backend for PostgresMemory {
             return Ok(Vec::new());
         };
         let mirror = self.mirror();
-        let selected = if mirror.current(thread_id, rev, now) {
+        let selected = if mirror.holds(thread_id, rev, now) {
             mirror.state.select(mark, exclude_mark, Some(n))
         } else {
             drop(mirror);
@@ -3243,6 +3255,26 @@ impl Backend for PostgresMemory {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    /// A mirror one rev ahead of a read's snapshot (the handle's own add committed after the
+    /// read took it) answers the read: it is not stale, and treating it as stale reloaded the
+    /// whole thread at every such read, and again at the next add. A mirror behind the
+    /// snapshot, of another thread, or holding an expired message does not.
+    #[test]
+    fn a_mirror_ahead_of_the_snapshot_answers_reads() {
+        let mirror = Mirror {
+            thread_id: Some(7),
+            rev: 12,
+            state: ThreadState::default(),
+            earliest: Some(1_000),
+        };
+        assert!(mirror.holds(7, 12, 10));
+        assert!(mirror.holds(7, 11, 10));
+        assert!(!mirror.current(7, 11, 10));
+        assert!(!mirror.holds(7, 13, 10));
+        assert!(!mirror.holds(8, 12, 10));
+        assert!(!mirror.holds(7, 12, 1_000));
+    }
 
     /// pgvector's `vector_recv` reading of a binary vector: the components, or why not.
     fn vector_recv(bytes: &[u8]) -> Result<Vec<f32>, String> {
