@@ -48,10 +48,14 @@ struct Params {
     /// Measure this `mnemon` binary instead of the workspace's release build: an earlier
     /// build copied aside, for an A/B in runs close in time (the machine's speed drifts).
     mnemon: Option<PathBuf>,
+    /// Serve the synthetic library through its ANN index (`mnemon library pack --index`, a
+    /// hard link of the library in `bench-host/indexed/`, so the plain runs keep scanning).
+    index: bool,
 }
 
 const USAGE: &str = "usage: cargo xtask bench host [--requests N] [--connections C] [--bits N] \
-                     [--dim D] [--fast] [--only fixture|synthetic|limits] [--mnemon PATH]";
+                     [--dim D] [--fast] [--index] [--only fixture|synthetic|limits] \
+                     [--mnemon PATH]";
 
 fn parse(args: &[String]) -> Result<Params> {
     let mut p = Params {
@@ -62,6 +66,7 @@ fn parse(args: &[String]) -> Result<Params> {
         fast: false,
         only: None,
         mnemon: None,
+        index: false,
     };
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -77,6 +82,7 @@ fn parse(args: &[String]) -> Result<Params> {
             "--bits" => p.bits = value("--bits")?.max(1),
             "--dim" => p.dim = value("--dim")?.max(1),
             "--fast" => p.fast = true,
+            "--index" => p.index = true,
             "--mnemon" => {
                 let path = it.next().context("--mnemon needs a value")?;
                 p.mnemon = Some(PathBuf::from(path));
@@ -112,6 +118,8 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
     }
     let synthetic = if params.only.as_deref() == Some("fixture") {
         PathBuf::new()
+    } else if params.index {
+        indexed_library(&binary, &synthetic_library(&target, &params)?)?
     } else {
         synthetic_library(&target, &params)?
     };
@@ -131,10 +139,15 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
     ];
     println!(
         "mnemon serve under load: {} requests over {} connections per library, \
-         count=5 count_type=bit, form bodies, random unit query vectors{}",
+         count=5 count_type=bit, form bodies, random unit query vectors{}{}",
         params.requests,
         params.connections,
-        if params.fast { ", --fast" } else { "" }
+        if params.fast { ", --fast" } else { "" },
+        if params.index {
+            ", the synthetic library through its ANN index"
+        } else {
+            ""
+        }
     );
     let mut failed = false;
     for (name, path, dim, target_rps) in cases {
@@ -155,6 +168,39 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
         bail!("some requests failed");
     }
     Ok(())
+}
+
+/// The synthetic library at `library` hard-linked into `indexed/` beside it and packed there
+/// with its ANN index (`mnemon library pack --index`, with a progress bar), once: the index of
+/// 100,000 × 1,536 takes about 40 s to build. The library itself keeps no index, so runs
+/// without `--index` still scan.
+fn indexed_library(binary: &Path, library: &Path) -> Result<PathBuf> {
+    let parent = library.parent().context("the library has no folder")?;
+    let dir = parent.join("indexed");
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let name = library
+        .file_name()
+        .context("the library has no file name")?;
+    let linked = dir.join(name);
+    let mut index = linked.clone().into_os_string();
+    index.push(".ann");
+    if !linked.is_file() {
+        std::fs::hard_link(library, &linked)
+            .or_else(|_| std::fs::copy(library, &linked).map(drop))
+            .with_context(|| format!("linking {} into {}", library.display(), dir.display()))?;
+    }
+    if !Path::new(&index).is_file() {
+        eprintln!("packing {} with its ANN index ...", linked.display());
+        let status = Command::new(binary)
+            .args(["library", "pack", "--index"])
+            .arg(&linked)
+            .status()
+            .with_context(|| format!("running {} library pack", binary.display()))?;
+        if !status.success() {
+            bail!("mnemon library pack --index {} failed", linked.display());
+        }
+    }
+    Ok(linked)
 }
 
 /// Writes the synthetic library once; later runs reuse it.
@@ -235,6 +281,8 @@ struct ServerProcess {
     child: Child,
     addr: SocketAddr,
     log_lines: Arc<AtomicUsize>,
+    /// The server logged that queries search the library's ANN index.
+    indexed: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Drop for ServerProcess {
@@ -283,6 +331,8 @@ fn start_server_with(
     let (addr_tx, addr_rx) = std::sync::mpsc::channel();
     let log_lines = Arc::new(AtomicUsize::new(0));
     let counter = Arc::clone(&log_lines);
+    let indexed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let index_seen = Arc::clone(&indexed);
     let mut trace = std::env::var_os("MNEMON_BENCH_SERVER_TRACE")
         .and_then(|path| std::fs::File::create(path).ok());
     // Drains the log for the whole run: a full pipe would stall the server.
@@ -294,6 +344,8 @@ fn start_server_with(
                 let _ = addr_tx.send(addr);
             } else if line.contains("mnemon_host::access") {
                 counter.fetch_add(1, Ordering::Relaxed);
+            } else if line.contains("queries search the library's ANN index") {
+                index_seen.store(true, Ordering::Relaxed);
             } else if line.contains("ERROR") || line.contains("WARN") {
                 eprintln!("server: {line}");
             } else if let Some(file) = &mut trace {
@@ -311,6 +363,7 @@ fn start_server_with(
         child,
         addr,
         log_lines,
+        indexed,
     })
 }
 
@@ -347,6 +400,13 @@ fn query_bodies(dim: usize) -> Vec<String> {
 fn bench_library(binary: &Path, library: &Path, dim: usize, params: &Params) -> Result<Report> {
     let mut server = start_server(binary, library, params.fast)?;
     let pid = server.child.id();
+    if params.index && !server.indexed.load(Ordering::Relaxed) {
+        // The address line comes after the library is loaded, so the index line is in by now.
+        bail!(
+            "the server did not report searching {}'s ANN index",
+            library.display()
+        );
+    }
     let url = format!("http://{}/", server.addr);
     let bodies = Arc::new(query_bodies(dim));
     let runtime = tokio::runtime::Builder::new_current_thread()
