@@ -13,6 +13,10 @@
 //! file written by a newer build. When the version is already current it reads it without
 //! taking the write lock.
 //!
+//! **Checkpoints.** A read-write connection does not checkpoint the WAL inside the commit that
+//! fills it, as SQLite does by default: a background thread per file does it while writers go
+//! on (`sqlite/checkpointer.rs`).
+//!
 //! **Read-only.** [`open_read_only`] never writes and never creates anything: it opens the file
 //! with `SQLITE_OPEN_READONLY`, and when SQLite cannot open the WAL's shared-memory file (a
 //! read-only directory or mount, where the `-shm` file does not exist and cannot be created) it
@@ -25,8 +29,11 @@ use std::time::{Duration, Instant};
 
 use rusqlite::{Connection, ErrorCode, OpenFlags, OptionalExtension};
 
+mod checkpointer;
+
 pub use crate::schema::{Migration, Schema};
 use crate::{DbError, Durability};
+use checkpointer::Checkpointer;
 
 /// How connections are set up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -69,7 +76,7 @@ pub fn open(path: &Path, settings: &Settings, schema: &Schema) -> Result<Connect
 /// Opens (creating if needed) the database at `path` for reading and writing and sets it up,
 /// without touching any schema: for a component's second connection after [`open`].
 pub fn connect(path: &Path, settings: &Settings) -> Result<Connection, DbError> {
-    let conn = Connection::open(path).map_err(|e| DbError::Open {
+    let mut conn = Connection::open(path).map_err(|e| DbError::Open {
         path: path.to_path_buf(),
         detail: e.to_string(),
     })?;
@@ -97,6 +104,9 @@ pub fn connect(path: &Path, settings: &Settings) -> Result<Connection, DbError> 
         });
     }
     configure(&conn, settings).map_err(setup("setting synchronous and foreign_keys"))?;
+    Checkpointer::for_file(path)
+        .attach(&mut conn)
+        .map_err(setup("installing the checkpoint hook"))?;
     Ok(conn)
 }
 
