@@ -67,7 +67,7 @@ mod mcp_rust;
 const USAGE: &str = "usage: cargo xtask bench server [--clients C[,C…]] [--seconds S] \
                      [--sessions N] [--messages N] [--assets N] [--mix R:A:S] [--mcp-calls N[,N…]] \
                      [--mcp-concurrency C[,C…]] [--mcp-only] [--mnemon PATH] [--skip-postgres] \
-                     [--skip-reference] [--paced R[,R…]]
+                     [--skip-reference] [--paced R[,R…]] [--durability full|normal]
   --clients C[,C…]     keep-alive connections of each run (default 8,64; each 1 to 256)
   --seconds S          length of each run (default 10; 0.5 to 120)
   --sessions N         memory sessions seeded, and used by the adds and recalls (default 16)
@@ -85,7 +85,10 @@ const USAGE: &str = "usage: cargo xtask bench server [--clients C[,C…]] [--sec
   --skip-reference     no Node.js reference server (no npm)
   --paced R[,R…]       also run each mix at R requests/s in all, on a fixed schedule, latency
                        from each request's scheduled time (default 3150 on SQLite and 1600 on
-                       PostgreSQL, a little above issue 15's rates; 0 for none; each 1 to 100000)";
+                       PostgreSQL, a little above issue 15's rates; 0 for none; each 1 to 100000)
+  --durability LEVEL   every Mnemon server's --durability: full (default: each commit synced)
+                       or normal (a commit survives a killed process, not a power loss; the
+                       reference server never syncs) (docs/reference/config.md#durability)";
 
 /// The embedder of every server: offline and deterministic.
 const EMBEDDING_MODEL: &str = "mnemon:hashing-v1-512";
@@ -138,6 +141,16 @@ struct Params {
     skip_reference: bool,
     /// The paced mixed runs' rates (requests/s in all); `None`: the defaults per backend.
     paced: Option<Vec<f64>>,
+    /// Every Mnemon server's `--durability`.
+    durability: &'static str,
+}
+
+/// `--durability` of the run, for every `mnemon` process it starts (set once by [`run`]).
+static DURABILITY: std::sync::OnceLock<&'static str> = std::sync::OnceLock::new();
+
+/// The `--durability` every `mnemon` process of the run gets.
+fn durability() -> &'static str {
+    DURABILITY.get().copied().unwrap_or("full")
 }
 
 /// The paced mixed runs' default rates: a little above issue 15's targets, so that a server
@@ -161,6 +174,7 @@ fn parse(args: &[String]) -> Result<Option<Params>> {
         skip_postgres: false,
         skip_reference: false,
         paced: None,
+        durability: "full",
     };
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -232,6 +246,13 @@ fn parse(args: &[String]) -> Result<Option<Params>> {
             "--mnemon" => p.mnemon = Some(PathBuf::from(text("--mnemon")?)),
             "--skip-postgres" => p.skip_postgres = true,
             "--skip-reference" => p.skip_reference = true,
+            "--durability" => {
+                p.durability = match text("--durability")?.as_str() {
+                    "full" => "full",
+                    "normal" => "normal",
+                    other => bail!("--durability {other:?}: full or normal; {USAGE}"),
+                }
+            }
             "--paced" => {
                 let value = text("--paced")?;
                 p.paced = Some(
@@ -257,6 +278,7 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
     if cargo::rerun_bench_in_release("server", args)? {
         return Ok(());
     }
+    let _ = DURABILITY.set(params.durability);
     let binary = match &params.mnemon {
         Some(path) if path.is_file() => path.clone(),
         Some(path) => bail!("--mnemon {}: no such file", path.display()),
@@ -768,6 +790,7 @@ impl ServerProcess {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         let mut cmd = Command::new(binary);
         cmd.arg("--data-dir").arg(dir.join("data"));
+        cmd.args(["--durability", durability()]);
         if let Some(url) = database_url {
             cmd.args(["--database-url", url]);
         }
@@ -1481,7 +1504,8 @@ fn mcp_side(
             script,
             &with(
                 json!({"kind": "mnemon", "transport": "stdio", "command": binary,
-                         "args": ["--data-dir", work.join("data"), "mcp",
+                         "args": ["--data-dir", work.join("data"),
+                                  "--durability", durability(), "mcp",
                                   "--embedding-model", EMBEDDING_MODEL]}),
             ),
         ),
@@ -1553,6 +1577,8 @@ fn rust_side(
                 args: vec![
                     "--data-dir".into(),
                     work.join("data").into(),
+                    "--durability".into(),
+                    durability().into(),
                     "mcp".into(),
                     "--embedding-model".into(),
                     EMBEDDING_MODEL.into(),
@@ -2097,8 +2123,16 @@ impl Report {
         println!(
             "\nmnemon serve under load: {} s per run, keep-alive HTTP/1.1 clients {:?}, \
              {} sessions × {} seeded messages, {} assets, mix resolve:add:recall = {}:{}:{}, \
-             embedder {EMBEDDING_MODEL}",
-            p.seconds, p.clients, p.sessions, p.messages, p.assets, p.mix[0], p.mix[1], p.mix[2]
+             embedder {EMBEDDING_MODEL}, durability {}",
+            p.seconds,
+            p.clients,
+            p.sessions,
+            p.messages,
+            p.assets,
+            p.mix[0],
+            p.mix[1],
+            p.mix[2],
+            p.durability
         );
         println!(
             "load average before: {}; after: {} (the machine is shared: indicative figures)",
@@ -2187,6 +2221,8 @@ mod tests {
         assert_eq!(p.mix, [1, 1, 1]);
         assert_eq!(p.mcp_calls, vec![1_000, 10_000]);
         assert_eq!(p.mcp_concurrency, vec![1, 8]);
+        assert_eq!(p.durability, "full");
+        assert_eq!(parsed("--durability normal").durability, "normal");
         let p = parsed(
             "--clients 4,16 --seconds 2.5 --sessions 3 --messages 0 --assets 9 --mix 2:1:0 \
              --mcp-calls 50 --mcp-concurrency 4,16 --skip-postgres --skip-reference",
@@ -2231,6 +2267,7 @@ mod tests {
             ("--paced 200000", "0 to 100000"),
             ("--paced fast", "whole number"),
             ("--fast", "unknown argument"),
+            ("--durability off", "full or normal"),
         ] {
             match parse(&args(words)) {
                 Err(error) => assert!(error.to_string().contains(says), "{words}: {error}"),

@@ -28,7 +28,7 @@ use mnemon_artifacts::{
     ArtifactError, ArtifactStore, BackendRegistry, SqliteArtifactOptions, SqliteArtifactStore,
     StorageBackend, WRITE_TO_FILE, WriteToFile,
 };
-use mnemon_db::Namespace;
+use mnemon_db::{Durability, Namespace};
 use mnemon_library::{Library, LibraryError};
 use mnemon_memory::{
     Memory, MemoryError, Scope, ScopeFilter, SearchRequest, SearchResults, SqliteMemoryOptions,
@@ -98,6 +98,12 @@ pub struct OpenOptions {
     /// the approximate index (docs/reference/memory.md#the-recall-index). SQLite only: with
     /// PostgreSQL, pgvector's HNSW index serves recall and these are not used.
     pub recall: RecallOptions,
+    /// How hard every store's commits work to survive crashes. `Full` (the default): an
+    /// acknowledged write survives a killed process, an operating-system crash and a power
+    /// loss. `Normal`: it survives a killed process; an OS crash or power loss may lose the last
+    /// writes (SQLite `synchronous = NORMAL`, PostgreSQL `synchronous_commit = off`), and
+    /// commits skip their wait for the disk (docs/reference/config.md#durability).
+    pub durability: Durability,
 }
 
 /// [`OpenOptions::recall`]: how a SQLite memory store serves recall over large threads.
@@ -138,6 +144,11 @@ impl OpenOptions {
     /// These options with `recall` for the memory store ([`OpenOptions::recall`]).
     pub fn with_recall(self, recall: RecallOptions) -> OpenOptions {
         OpenOptions { recall, ..self }
+    }
+
+    /// These options with `durability` for every store ([`OpenOptions::durability`]).
+    pub fn with_durability(self, durability: Durability) -> OpenOptions {
+        OpenOptions { durability, ..self }
     }
 
     /// These options with the `write_to_file` backend rooted at `root`.
@@ -281,6 +292,7 @@ impl Stores {
                     SqliteAssetOptions {
                         namespace: namespace.clone(),
                         default_ttl: options.default_ttl,
+                        durability: options.durability,
                         ..SqliteAssetOptions::default()
                     },
                 )
@@ -290,6 +302,7 @@ impl Stores {
                     SqliteArtifactOptions {
                         namespace: namespace.clone(),
                         default_ttl: options.default_ttl,
+                        durability: options.durability,
                         ..SqliteArtifactOptions::default()
                     },
                 )
@@ -300,6 +313,7 @@ impl Stores {
                         namespace: namespace.clone(),
                         default_ttl: options.default_ttl,
                         recall_index: options.recall.index.clone(),
+                        durability: options.durability,
                         vector_cache_bytes: options
                             .recall
                             .vector_cache_bytes
@@ -322,6 +336,7 @@ impl Stores {
                     mnemon_store::PostgresAssetOptions {
                         namespace: namespace.clone(),
                         default_ttl: options.default_ttl,
+                        durability: options.durability,
                         ..Default::default()
                     },
                 )
@@ -331,6 +346,7 @@ impl Stores {
                     mnemon_artifacts::PostgresArtifactOptions {
                         namespace: namespace.clone(),
                         default_ttl: options.default_ttl,
+                        durability: options.durability,
                         ..Default::default()
                     },
                 )
@@ -340,6 +356,7 @@ impl Stores {
                     mnemon_memory::PostgresMemoryOptions {
                         namespace: namespace.clone(),
                         default_ttl: options.default_ttl,
+                        durability: options.durability,
                         ..Default::default()
                     },
                 )

@@ -396,6 +396,7 @@ mod tests {
             namespace: &ns,
             artifact_files: None,
             default_ttl: None,
+            durability: mnemon::db::Durability::Full,
         };
         let config = json!({
             "class_path": "ix.chains.artifacts.SaveArtifact",
@@ -451,6 +452,7 @@ mod tests {
             namespace: &ns,
             artifact_files: None,
             default_ttl: None,
+            durability: mnemon::db::Durability::Full,
         };
         assert!(list(&target, "s", None).unwrap().is_empty());
         let (text, missing) =
@@ -474,6 +476,7 @@ mod tests {
             namespace: &ns,
             artifact_files: None,
             default_ttl: None,
+            durability: mnemon::db::Durability::Full,
         };
         assert!(is_input(show(&target, "not-a-uuid")));
         assert!(is_input(save(

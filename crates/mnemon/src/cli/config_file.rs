@@ -251,6 +251,47 @@ mod tests {
     }
 
     #[test]
+    fn durability_comes_from_the_flag_or_the_file_and_reaches_the_stores() {
+        use clap::FromArgMatches;
+        let durability = |args: &[&str]| {
+            let cli = Cli::from_arg_matches(&matches(args)).unwrap();
+            let durability: mnemon::db::Durability = cli.durability.into();
+            durability
+        };
+        assert_eq!(
+            durability(&["asset", "list"]),
+            mnemon::db::Durability::Full
+        );
+        assert_eq!(
+            durability(&["--durability", "normal", "serve"]),
+            mnemon::db::Durability::Normal
+        );
+        // The file's key becomes the flag, which the command line then parses as typed.
+        let from_file = flags("durability = \"normal\"\n", &["mcp"]).unwrap();
+        assert_eq!(from_file, ["--durability=normal"]);
+        let mut args = vec!["mcp"];
+        args.extend(from_file.iter().map(String::as_str));
+        assert_eq!(durability(&args), mnemon::db::Durability::Normal);
+        let target = super::super::Target {
+            data_dir: std::path::Path::new("data"),
+            database_url: None,
+            namespace: &mnemon::db::Namespace::default(),
+            artifact_files: None,
+            default_ttl: None,
+            durability: durability(&args),
+        };
+        assert_eq!(
+            target.open_options().durability,
+            mnemon::db::Durability::Normal
+        );
+        let refused = Cli::command()
+            .try_get_matches_from(["mnemon", "--durability", "off", "asset", "list"])
+            .unwrap_err()
+            .to_string();
+        assert!(refused.contains("full") && refused.contains("normal"), "{refused}");
+    }
+
+    #[test]
     fn mistakes_name_the_key_and_what_to_write() {
         let error = |text: &str| format!("{:#}", flags(text, &["serve"]).unwrap_err());
         assert!(error("nmespace = \"x\"").contains("unknown setting `nmespace`"));

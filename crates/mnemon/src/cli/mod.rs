@@ -66,6 +66,14 @@ pub(crate) struct Cli {
           value_parser = mnemon_ops::expiry::parse_duration)]
     pub(crate) default_ttl: Option<std::time::Duration>,
 
+    /// How hard the stores' writes work to survive crashes: `full` (the default; an
+    /// acknowledged write survives a killed process, an OS crash and a power loss) or `normal`
+    /// (it survives a killed process; an OS crash or power loss may lose the last writes, and
+    /// commits do not wait for the disk) (docs/reference/config.md#durability).
+    #[arg(long, global = true, env = "MNEMON_DURABILITY", value_enum,
+          default_value_t = DurabilityArg::Full, value_name = "LEVEL")]
+    pub(crate) durability: DurabilityArg,
+
     /// The namespace (tenant) whose assets, artifacts and memory the commands see.
     #[arg(
         long,
@@ -142,6 +150,24 @@ enum Command {
     },
 }
 
+/// `--durability`: [`mnemon::db::Durability`] on the command line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum DurabilityArg {
+    /// Every acknowledged write is on stable storage.
+    Full,
+    /// Every acknowledged write survives a killed process, not an OS crash or power loss.
+    Normal,
+}
+
+impl From<DurabilityArg> for mnemon::db::Durability {
+    fn from(arg: DurabilityArg) -> Self {
+        match arg {
+            DurabilityArg::Full => mnemon::db::Durability::Full,
+            DurabilityArg::Normal => mnemon::db::Durability::Normal,
+        }
+    }
+}
+
 /// Where the store commands (`asset`, `artifact`, `memory`, `ref`) read and write.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Target<'a> {
@@ -155,18 +181,21 @@ pub(crate) struct Target<'a> {
     pub(crate) artifact_files: Option<&'a std::path::Path>,
     /// `--default-ttl`: the namespace's default time-to-live, if given.
     pub(crate) default_ttl: Option<std::time::Duration>,
+    /// `--durability`.
+    pub(crate) durability: mnemon::db::Durability,
 }
 
 impl Target<'_> {
     /// How the global options open the stores: `--database-url`, `--namespace`,
-    /// `--artifact-files`, `--default-ttl`.
+    /// `--artifact-files`, `--default-ttl`, `--durability`.
     pub(crate) fn open_options(&self) -> mnemon_ops::OpenOptions {
         let options = match self.database_url {
             Some(url) => mnemon_ops::OpenOptions::postgres(url),
             None => mnemon_ops::OpenOptions::default(),
         }
         .with_namespace(self.namespace.clone())
-        .with_default_ttl(self.default_ttl);
+        .with_default_ttl(self.default_ttl)
+        .with_durability(self.durability);
         match self.artifact_files {
             Some(root) => options.with_write_to_file_root(root),
             None => options,
@@ -233,6 +262,7 @@ pub(crate) fn run() -> ExitCode {
         namespace: &cli.namespace,
         artifact_files: cli.artifact_files.as_deref(),
         default_ttl: cli.default_ttl,
+        durability: cli.durability.into(),
     };
     let outcome = match cli.command {
         Command::Ref(cmd) => reference::run(cmd, &target),
