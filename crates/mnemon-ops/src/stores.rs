@@ -100,9 +100,10 @@ pub struct OpenOptions {
     pub recall: RecallOptions,
     /// How hard every store's commits work to survive crashes. `Full` (the default): an
     /// acknowledged write survives a killed process, an operating-system crash and a power
-    /// loss. `Normal`: it survives a killed process; an OS crash or power loss may lose the last
-    /// writes (SQLite `synchronous = NORMAL`, PostgreSQL `synchronous_commit = off`), and
-    /// commits skip their wait for the disk (docs/reference/config.md#durability).
+    /// loss. `Normal`: commits skip their wait for the disk, and an acknowledged write survives
+    /// a killed process, but an OS crash or power loss (SQLite `synchronous = NORMAL`), or a
+    /// crash of the PostgreSQL server (`synchronous_commit = off`), may lose the last writes
+    /// (docs/reference/config.md#durability).
     pub durability: Durability,
 }
 

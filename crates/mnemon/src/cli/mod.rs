@@ -68,8 +68,9 @@ pub(crate) struct Cli {
 
     /// How hard the stores' writes work to survive crashes: `full` (the default; an
     /// acknowledged write survives a killed process, an OS crash and a power loss) or `normal`
-    /// (it survives a killed process; an OS crash or power loss may lose the last writes, and
-    /// commits do not wait for the disk) (docs/reference/config.md#durability).
+    /// (it survives a killed process, but an OS crash or power loss, or with PostgreSQL a crash
+    /// of its server, may lose the last writes; commits do not wait for the disk)
+    /// (docs/reference/config.md#durability).
     #[arg(long, global = true, env = "MNEMON_DURABILITY", value_enum,
           default_value_t = DurabilityArg::Full, value_name = "LEVEL")]
     pub(crate) durability: DurabilityArg,
