@@ -153,6 +153,15 @@ fn durability() -> &'static str {
     DURABILITY.get().copied().unwrap_or("full")
 }
 
+/// The global arguments every `mnemon` process of the run gets before its command: none at
+/// the default durability, so that `--mnemon` can measure a build from before `--durability`.
+fn global_args() -> Vec<&'static str> {
+    match durability() {
+        "full" => Vec::new(),
+        level => vec!["--durability", level],
+    }
+}
+
 /// The paced mixed runs' default rates: a little above issue 15's targets, so that a server
 /// that keeps up answers at least the target's rate over the run.
 const DEFAULT_PACE_SQLITE: f64 = 3_150.0;
@@ -790,7 +799,7 @@ impl ServerProcess {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         let mut cmd = Command::new(binary);
         cmd.arg("--data-dir").arg(dir.join("data"));
-        cmd.args(["--durability", durability()]);
+        cmd.args(global_args());
         if let Some(url) = database_url {
             cmd.args(["--database-url", url]);
         }
@@ -1465,6 +1474,14 @@ fn measure_mcp(p: &Params, binary: &Path, dir: &Path, target: &Path) -> McpRepor
     }
 }
 
+/// The arguments of `mnemon mcp` over `work/data`, as `mnemon serve` is started.
+fn mnemon_mcp_args(work: &Path) -> Vec<std::ffi::OsString> {
+    let mut args = vec!["--data-dir".into(), work.join("data").into_os_string()];
+    args.extend(global_args().into_iter().map(Into::into));
+    args.extend(["mcp", "--embedding-model", EMBEDDING_MODEL].map(Into::into));
+    args
+}
+
 /// `client`'s figures against `t`, on fresh stores under `work`.
 #[allow(clippy::too_many_arguments)]
 fn mcp_side(
@@ -1504,9 +1521,9 @@ fn mcp_side(
             script,
             &with(
                 json!({"kind": "mnemon", "transport": "stdio", "command": binary,
-                         "args": ["--data-dir", work.join("data"),
-                                  "--durability", durability(), "mcp",
-                                  "--embedding-model", EMBEDDING_MODEL]}),
+                         "args": mnemon_mcp_args(work).iter()
+                             .map(|a| a.to_string_lossy().into_owned())
+                             .collect::<Vec<_>>()}),
             ),
         ),
         McpTarget::Reference => node_calls(
@@ -1574,15 +1591,7 @@ fn rust_side(
             Kind::Mnemon,
             Endpoint::Stdio {
                 command: binary.into(),
-                args: vec![
-                    "--data-dir".into(),
-                    work.join("data").into(),
-                    "--durability".into(),
-                    durability().into(),
-                    "mcp".into(),
-                    "--embedding-model".into(),
-                    EMBEDDING_MODEL.into(),
-                ],
+                args: mnemon_mcp_args(work),
                 env: Vec::new(),
             },
             calls,

@@ -258,10 +258,7 @@ mod tests {
             let durability: mnemon::db::Durability = cli.durability.into();
             durability
         };
-        assert_eq!(
-            durability(&["asset", "list"]),
-            mnemon::db::Durability::Full
-        );
+        assert_eq!(durability(&["asset", "list"]), mnemon::db::Durability::Full);
         assert_eq!(
             durability(&["--durability", "normal", "serve"]),
             mnemon::db::Durability::Normal
@@ -288,7 +285,10 @@ mod tests {
             .try_get_matches_from(["mnemon", "--durability", "off", "asset", "list"])
             .unwrap_err()
             .to_string();
-        assert!(refused.contains("full") && refused.contains("normal"), "{refused}");
+        assert!(
+            refused.contains("full") && refused.contains("normal"),
+            "{refused}"
+        );
     }
 
     #[test]
