@@ -2259,6 +2259,26 @@ mod tests {
     }
 
     #[test]
+    fn the_default_durability_adds_no_argument() {
+        // `--mnemon` measures builds from before `--durability`, which refuse the flag: the
+        // default must leave every command line as it was (`run` alone sets `DURABILITY`).
+        assert_eq!(durability(), "full");
+        assert!(global_args().is_empty());
+        let args = mnemon_mcp_args(Path::new("w"));
+        assert_eq!(
+            args,
+            [
+                "--data-dir",
+                "w/data",
+                "mcp",
+                "--embedding-model",
+                EMBEDDING_MODEL
+            ]
+            .map(std::ffi::OsString::from)
+        );
+    }
+
+    #[test]
     fn bad_arguments_say_what_to_fix() {
         for (words, says) in [
             ("--clients", "needs a value"),
