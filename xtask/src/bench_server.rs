@@ -761,6 +761,46 @@ struct Outcome {
     /// Cores' worth of CPU the server and this process used over the run.
     server_cpu: f64,
     client_cpu: f64,
+    /// How the machine itself behaved over the run.
+    machine: Machine,
+}
+
+/// The machine's own stalls over a run, measured beside the load, so that a latency tail can be
+/// told apart from the shared machine pausing: the slowest of the 4 KiB writes with `fdatasync`
+/// made every [`RSS_PERIOD`] to a file beside the stores, and the most a [`RSS_PERIOD`] sleep
+/// overran (a paused or starved process).
+#[derive(Debug, Default, Clone, Copy)]
+struct Machine {
+    worst_sync: Duration,
+    worst_lag: Duration,
+}
+
+/// Every [`RSS_PERIOD`] until `stop`: a 4 KiB write and `fdatasync` to `path`; the slowest.
+fn probe_syncs(path: &Path, stop: &AtomicBool) -> Duration {
+    use std::io::{Seek, Write};
+    let Ok(mut file) = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(path)
+    else {
+        return Duration::ZERO;
+    };
+    let block = [0x5au8; 4096];
+    let mut worst = Duration::ZERO;
+    while !stop.load(Ordering::Relaxed) {
+        let started = Instant::now();
+        let written = file
+            .seek(std::io::SeekFrom::Start(0))
+            .and_then(|_| file.write_all(&block))
+            .and_then(|()| file.sync_data());
+        if written.is_err() {
+            break;
+        }
+        worst = worst.max(started.elapsed());
+        std::thread::sleep(RSS_PERIOD);
+    }
+    worst
 }
 
 impl Outcome {
@@ -963,12 +1003,22 @@ fn load(
         let stop = Arc::clone(&stop);
         std::thread::spawn(move || {
             let mut samples = vec![proc_status_kb(pid, "VmRSS:")];
+            let mut worst_lag = Duration::ZERO;
             while !stop.load(Ordering::Relaxed) {
+                let slept = Instant::now();
                 std::thread::sleep(RSS_PERIOD);
+                worst_lag = worst_lag.max(slept.elapsed().saturating_sub(RSS_PERIOD));
                 samples.push(proc_status_kb(pid, "VmRSS:"));
             }
-            samples
+            (samples, worst_lag)
         })
+    };
+    let prober = {
+        let stop = Arc::clone(&stop);
+        let path = cargo::target_dir()
+            .join("bench-server")
+            .join("machine-probe");
+        std::thread::spawn(move || probe_syncs(&path, &stop))
     };
     let server_ticks = process_ticks(&pid.to_string());
     let client_ticks = process_ticks("self");
@@ -1082,7 +1132,8 @@ fn load(
     let server_cpu = (process_ticks(&pid.to_string()).saturating_sub(server_ticks)) as f64 / ticks;
     let client_cpu = (process_ticks("self").saturating_sub(client_ticks)) as f64 / ticks;
     stop.store(true, Ordering::Relaxed);
-    let samples = sampler.join().unwrap_or_default();
+    let (samples, worst_lag) = sampler.join().unwrap_or_default();
+    let worst_sync = prober.join().unwrap_or_default();
     let mut latencies_us = latencies;
     for l in &mut latencies_us {
         l.sort_unstable();
@@ -1095,6 +1146,10 @@ fn load(
         rss: Rss::of(&samples),
         server_cpu: server_cpu / elapsed.as_secs_f64(),
         client_cpu: client_cpu / elapsed.as_secs_f64(),
+        machine: Machine {
+            worst_sync,
+            worst_lag,
+        },
     }
 }
 
@@ -1791,6 +1846,11 @@ impl Run {
             ),
             format!("{:.2}", o.server_cpu),
             format!("{:.2}", o.client_cpu),
+            format!(
+                "{:.1} / {:.1}",
+                o.machine.worst_sync.as_secs_f64() * 1e3,
+                o.machine.worst_lag.as_secs_f64() * 1e3
+            ),
         ]
     }
 
@@ -1820,7 +1880,7 @@ impl Run {
     }
 }
 
-const HEADERS: [&str; 11] = [
+const HEADERS: [&str; 12] = [
     "backend",
     "workload",
     "clients",
@@ -1832,6 +1892,7 @@ const HEADERS: [&str; 11] = [
     "server RSS MB start / peak / end",
     "server CPU (cores)",
     "client CPU (cores)",
+    "machine: worst fsync / sleep overrun ms",
 ];
 
 /// A markdown table of `rows` under [`HEADERS`], columns padded to their widest cell.
@@ -2153,7 +2214,10 @@ impl Report {
             "answers/s: 2xx answers (MCP: no tool error) over the wall time of the run; \
              latency from the request's first byte written to its answer's last byte read (paced \
              runs: from the time the request was due); CPU: \
-             cores' worth over the run (the client is this process, one thread)."
+             cores' worth over the run (the client is this process, one thread); machine: \
+             the slowest 4 KiB write + fdatasync beside the stores, and the longest overrun of a \
+             100 ms sleep, over the run (probes every 100 ms: tens of ms there mean the shared \
+             machine itself stalled)."
         );
         println!("per operation (answers × p50 / p99):");
         for run in &self.runs {
