@@ -13,6 +13,7 @@
 
 use anyhow::{Result, bail};
 
+mod apt;
 mod bench_ann;
 mod bench_host;
 mod bench_library;

@@ -6,8 +6,10 @@
 //!    so those suites fail instead of skipping when the server cannot start.
 //! 2. Installs headless Chromium and chromedriver for the inspector's browser tests
 //!    (`cargo xtask chromium install`, Debian packages) and sets `MNEMON_REQUIRE_BROWSER=1`, so
-//!    those tests fail instead of skipping when the browser cannot start; then runs
-//!    `cargo test --workspace`.
+//!    those tests fail instead of skipping when the browser cannot start. Installs `strace`
+//!    (Debian package) for the check that the bundled SQLite syncs with `fdatasync`
+//!    (`mnemon-db`, docs/reference/config.md#durability) and sets `MNEMON_REQUIRE_STRACE=1`.
+//!    Then runs `cargo test --workspace`.
 //! 3. Runs the original clients against what Mnemon serves and writes (`tests/clients/`):
 //!    Polymath's TypeScript client against `mnemon serve` (after `npm ci`), and AgentScope 0.1.6
 //!    loading a `memory export --format agentscope-0.1` file (in a virtual environment under
@@ -23,7 +25,7 @@ use std::process::Command;
 use anyhow::{Context, Result, bail};
 
 use crate::cargo::{run_in, run_in_with_env, workspace_root};
-use crate::{chromium, postgres};
+use crate::{apt, chromium, postgres};
 
 const USAGE: &str = "usage: cargo xtask test [--no-clients]";
 
@@ -46,12 +48,15 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
         browser.display(),
         driver.display()
     );
+    let strace = apt::ensure("strace", "the check of the bundled SQLite's sync calls")?;
+    eprintln!("strace for the tests: {}", strace.display());
     run_in_with_env(
         &root,
         &["test", "--workspace"],
         &[
             ("MNEMON_REQUIRE_POSTGRES", "1"),
             ("MNEMON_REQUIRE_BROWSER", "1"),
+            ("MNEMON_REQUIRE_STRACE", "1"),
         ],
     )?;
     if clients {

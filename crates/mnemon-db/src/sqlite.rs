@@ -443,6 +443,87 @@ mod tests {
         }],
     };
 
+    /// Where [`commit_once_for_strace`] writes, when it runs under strace.
+    const STRACE_DIR: &str = "MNEMON_DB_STRACE_DIR";
+
+    /// One durable commit on a fresh file: run alone, under strace, by
+    /// [`a_durable_commit_syncs_with_fdatasync`]; without its directory it does nothing.
+    #[test]
+    #[ignore = "run under strace by a_durable_commit_syncs_with_fdatasync"]
+    fn commit_once_for_strace() {
+        let Some(dir) = std::env::var_os(STRACE_DIR) else {
+            return;
+        };
+        let conn = open(
+            &Path::new(&dir).join("db.sqlite3"),
+            &Settings::default(),
+            &NOTES,
+        )
+        .unwrap();
+        conn.execute_batch("INSERT INTO note_notes DEFAULT VALUES")
+            .unwrap();
+    }
+
+    /// The bundled SQLite syncs with `fdatasync`, never `fsync` (which also writes the inode, a
+    /// second synchronous write per commit): the workspace builds it with `HAVE_FDATASYNC`
+    /// (`.cargo/config.toml`, docs/reference/config.md#durability). Traced with strace: without
+    /// it, or where tracing is refused, the test says so in one `SKIPPED:` line, and fails when
+    /// `MNEMON_REQUIRE_STRACE=1` (`cargo xtask test`, CI).
+    #[test]
+    fn a_durable_commit_syncs_with_fdatasync() {
+        let skip = |why: String| {
+            if std::env::var("MNEMON_REQUIRE_STRACE").is_ok_and(|v| v == "1") {
+                panic!("MNEMON_REQUIRE_STRACE=1 but {why}");
+            }
+            eprintln!("SKIPPED: the sync-call check of the bundled SQLite: {why}");
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let trace = dir.path().join("trace");
+        let run = std::process::Command::new("strace")
+            .args(["-f", "-qq", "-e", "trace=fsync,fdatasync", "-o"])
+            .arg(&trace)
+            .arg("--")
+            .arg(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "sqlite::tests::commit_once_for_strace",
+                "--ignored",
+                "--test-threads=1",
+            ])
+            .env(STRACE_DIR, dir.path())
+            .output();
+        let output = match run {
+            Ok(output) => output,
+            Err(e) => {
+                return skip(format!(
+                    "cannot run strace ({e}); install it (apt-get install strace)"
+                ));
+            }
+        };
+        if !output.status.success() {
+            return skip(format!(
+                "strace failed ({}): {}",
+                output.status,
+                String::from_utf8_lossy(&output.stderr).trim()
+            ));
+        }
+        let calls = std::fs::read_to_string(&trace).unwrap();
+        // Each line: the thread's id, then the call (`fdatasync(3) = 0`).
+        let named = |name: &str| {
+            calls
+                .lines()
+                .filter(|l| {
+                    l.split_whitespace()
+                        .nth(1)
+                        .is_some_and(|c| c.starts_with(name))
+                })
+                .count()
+        };
+        let (datasyncs, fsyncs) = (named("fdatasync("), named("fsync("));
+        assert!(datasyncs > 0, "no fdatasync traced: {calls}");
+        assert_eq!(fsyncs, 0, "SQLite synced with fsync: {calls}");
+    }
+
     #[test]
     fn begin_immediate_waits_for_another_writer_then_gives_up() {
         let dir = tempfile::tempdir().unwrap();
