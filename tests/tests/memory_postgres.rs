@@ -1433,17 +1433,7 @@ fn hnsw_recall_uses_the_index_before_any_analyze() {
         .batch_execute("ALTER TABLE memory_messages SET (autovacuum_enabled = false)")
         .unwrap();
     let memory = store.memory(Scope::session("s")).unwrap();
-    let mut next = vectors(0x00a1);
-    for b in 0..3 {
-        let items = (0..1000)
-            .map(|i| {
-                json!({"id": format!("m{b}-{i:04}"), "name": "n", "content": "c",
-                       "embedding": next(32)})
-                .into()
-            })
-            .collect();
-        memory.add(items).unwrap();
-    }
+    add_embedded(&memory, 0x00a1, 32);
     let scans = |client: &mut postgres::Client| -> i64 {
         client
             .query_one(
@@ -1464,6 +1454,7 @@ fn hnsw_recall_uses_the_index_before_any_analyze() {
     assert_eq!(analyzed, 0, "the table has statistics already");
     let before = scans(&mut client);
     let recalls = store.index_recalls();
+    let mut next = vectors(0x00a2);
     for _ in 0..5 {
         let query: Vec<f32> = next(32).iter().map(|&x| x as f32).collect();
         let got = memory
@@ -1847,6 +1838,86 @@ fn pending_rows_are_recalled_exactly_and_indexed_in_the_background() {
     assert_counters(&mut client);
     let other_reference = exact.memory(Scope::session("t")).unwrap();
     assert_recalls_match_exact(&indexing, &other, &other_reference, 14);
+}
+
+/// Adds 3,000 messages (`m0-0000` … `m2-0999`) with seeded embeddings of `dim` dimensions, in
+/// three batches of 1,000.
+fn add_embedded(memory: &dyn Memory, seed: u64, dim: usize) {
+    let mut next = vectors(seed);
+    for batch in 0..3 {
+        let items = (0..1000)
+            .map(|i| {
+                json!({"id": format!("m{batch}-{i:04}"), "name": "n", "content": "c",
+                       "embedding": next(dim)})
+                .into()
+            })
+            .collect();
+        memory.add(items).unwrap();
+    }
+}
+
+/// How many index entries scans of the pending rows' partial index have returned, by the
+/// statistics of connections that have closed.
+fn pending_entries_read(client: &mut postgres::Client) -> i64 {
+    client
+        .query_one(
+            "SELECT COALESCE(sum(idx_tup_read), 0)::bigint FROM pg_stat_user_indexes
+             WHERE indexrelname = 'memory_messages_pending'",
+            &[],
+        )
+        .unwrap()
+        .get(0)
+}
+
+/// Moving pending rows into the index reads each of them about once: every batch walks the
+/// pending rows' partial index and stops at the batch size. The statement it replaced read
+/// every pending row of the thread, and sorted them, for each batch of 32
+/// (docs/postgres.md#moving-pending-rows): 291,000 entries for these 3,000 rows.
+#[test]
+fn moving_pending_rows_reads_each_about_once() {
+    let server = mnemon_tests::require_postgres!();
+    let (url, mut client) = fresh(server, "memory_move_cost");
+    let store = open(
+        &url,
+        PostgresMemoryOptions {
+            hnsw_min_messages: 100,
+            background_indexing: false,
+            ..PostgresMemoryOptions::default()
+        },
+    );
+    let memory = store.memory(Scope::session("s")).unwrap();
+    add_embedded(&memory, 0x9e4d_0201, 8);
+    let pending = client
+        .execute(
+            "UPDATE memory_messages SET pending_dim = embedding_dim, embedding_dim = NULL
+             WHERE embedding_dim IS NOT NULL",
+            &[],
+        )
+        .unwrap();
+    assert_eq!(pending, 3000);
+    let before = pending_entries_read(&mut client);
+    assert_eq!(store.flush_index().unwrap(), 3000);
+    assert_eq!(store.pending_index().unwrap(), 0);
+    assert_counters(&mut client);
+    // Closing the store's connections hands their statistics to the server.
+    drop(memory);
+    drop(store);
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let read = loop {
+        let read = pending_entries_read(&mut client) - before;
+        if read >= 3000 || std::time::Instant::now() > deadline {
+            break read;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(
+        read >= 3000,
+        "the statistics never arrived: {read} entries read"
+    );
+    assert!(
+        read < 20_000,
+        "moving 3,000 pending rows read {read} entries of their index"
+    );
 }
 
 /// Schema version 4 stores an embedding once: a message whose numbers are `f32`s (widened, or
