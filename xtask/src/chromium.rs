@@ -8,8 +8,9 @@
 //! `cargo xtask test` calls [`install`] and then sets `MNEMON_REQUIRE_BROWSER=1`, so the
 //! browser tests fail instead of skipping.
 
-use anyhow::{Context, Result, bail};
 use std::path::PathBuf;
+
+use anyhow::{Context, Result, bail};
 
 use crate::apt;
 

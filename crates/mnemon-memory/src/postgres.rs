@@ -905,15 +905,9 @@ impl PostgresMemoryStore {
         let started = std::time::Instant::now();
         let mut cursor = indexer::Cursor::START;
         loop {
-            let n =
-                indexer::move_pending(&mut client, &self.namespace, indexer::BATCH, &mut cursor)?;
+            let n = indexer::move_next(&mut client, &self.namespace, &mut cursor)?;
             moved += n;
             if n > 0 {
-                continue;
-            }
-            if cursor != indexer::Cursor::START {
-                // The end of the index: look again from its start (see `indexer::Cursor`).
-                cursor = indexer::Cursor::START;
                 continue;
             }
             // Rows another indexer holds are moved once it commits: wait for them too, but

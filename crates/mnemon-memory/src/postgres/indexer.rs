@@ -29,7 +29,7 @@ use crate::error::MemoryError;
 /// How many pending rows one move takes: each costs an HNSW insertion (milliseconds), so a
 /// batch holds its rows' locks for a fraction of a second, and a writer removing one of them
 /// waits at most that long.
-pub(super) const BATCH: i64 = 32;
+const BATCH: i64 = 32;
 
 /// How long the indexer keeps its connection open without work.
 const IDLE: Duration = Duration::from_secs(2);
@@ -59,9 +59,8 @@ impl Cursor {
 
 /// Moves at most `limit` pending rows of `namespace` after `after` into the HNSW indexes, in one
 /// transaction, and moves `after` to the last of them; returns how many it moved (0: none left
-/// after `after` that another mover is not moving: start again from [`Cursor::START`] to see
-/// the rows behind it).
-pub(super) fn move_pending(
+/// after `after` that another mover is not moving; [`move_next`] then looks from the start).
+fn move_pending(
     client: &mut postgres::Client,
     namespace: &Namespace,
     limit: i64,
@@ -112,6 +111,22 @@ pub(super) fn move_pending(
         }
     }
     Ok(u64::try_from(rows.len()).unwrap_or(u64::MAX))
+}
+
+/// Moves the next batch after `cursor` (see [`move_pending`]); at the end of the index it
+/// looks once more from the start, for rows added behind the cursor or skipped while another
+/// mover held them. Returns how many it moved: 0 only when a look from the start found none.
+pub(super) fn move_next(
+    client: &mut postgres::Client,
+    namespace: &Namespace,
+    cursor: &mut Cursor,
+) -> Result<u64, MemoryError> {
+    let moved = move_pending(client, namespace, BATCH, cursor)?;
+    if moved > 0 || *cursor == Cursor::START {
+        return Ok(moved);
+    }
+    *cursor = Cursor::START;
+    move_pending(client, namespace, BATCH, cursor)
 }
 
 /// How many rows of `namespace` are pending.
@@ -263,17 +278,10 @@ fn drain(
     };
     let mut client = pool.get().map_err(db_error)?;
     let mut cursor = Cursor::START;
-    loop {
-        if move_pending(&mut client, namespace, BATCH, &mut cursor)? == 0 {
-            if cursor == Cursor::START {
-                return Ok(());
-            }
-            // The end of the index: look again from its start, for rows added behind the
-            // cursor or skipped while another mover held them.
-            cursor = Cursor::START;
-        }
+    while move_next(&mut client, namespace, &mut cursor)? > 0 {
         if shared.lock().stop {
-            return Ok(());
+            break;
         }
     }
+    Ok(())
 }
