@@ -121,6 +121,7 @@ pub(crate) fn build(
     vectors: mnemon_vector::MatrixView<'_>,
     params: &BuildParams,
     progress: &(dyn Fn(BuildProgress) + Sync),
+    cancelled: &(dyn Fn() -> bool + Sync),
 ) -> Result<IndexBytes, AnnError> {
     let (count, dims) = (vectors.rows(), vectors.dim());
     if dims == 0 || dims > kernel::MAX_DIMS {
@@ -198,6 +199,9 @@ pub(crate) fn build(
         total: count,
     });
     while inserted < count {
+        if cancelled() {
+            return Err(AnnError::Cancelled);
+        }
         let batch = (inserted / BATCH_DIVISOR)
             .clamp(1, MAX_BATCH)
             .min(count - inserted);
@@ -217,6 +221,9 @@ pub(crate) fn build(
             inserted,
             total: count,
         });
+    }
+    if cancelled() {
+        return Err(AnnError::Cancelled);
     }
     repair(&mut state, params.ef_construction);
 

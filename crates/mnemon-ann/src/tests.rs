@@ -213,6 +213,34 @@ fn progress_reaches_the_total_and_exact_mode_scans() {
 }
 
 #[test]
+fn a_cancelled_build_stops_at_the_next_batch() {
+    let m = clustered(2_000, 8, 5, 9);
+    let last = std::sync::Mutex::new(None);
+    let asked = std::sync::atomic::AtomicUsize::new(0);
+    // Cancelled when asked the fifth time: before the fifth batch.
+    let cancelled = || asked.fetch_add(1, std::sync::atomic::Ordering::SeqCst) >= 4;
+    let built = build_cancellable(
+        m.view(),
+        &BuildParams::default(),
+        &|p| *last.lock().unwrap() = Some(p),
+        &cancelled,
+    );
+    assert_eq!(built.unwrap_err(), AnnError::Cancelled);
+    assert_eq!(asked.load(std::sync::atomic::Ordering::SeqCst), 5);
+    // The first node, then four batches of one (a batch is at most 1/64 of the graph).
+    assert_eq!(
+        *last.lock().unwrap(),
+        Some(BuildProgress {
+            inserted: 5,
+            total: 2_000
+        })
+    );
+    // Never cancelled: the same bytes as `build`.
+    let whole = build_cancellable(m.view(), &BuildParams::default(), &|_| {}, &|| false).unwrap();
+    assert_eq!(whole.as_bytes(), build_default(&m).as_bytes());
+}
+
+#[test]
 fn a_selective_filter_falls_back_to_an_exact_scan_and_says_so() {
     let m = clustered(4_000, 16, 10, 5);
     let bytes = build_default(&m);

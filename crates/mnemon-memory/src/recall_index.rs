@@ -27,7 +27,7 @@
 //! scan answers. The rows are copied (normalised) before the build starts, so the thread keeps
 //! changing meanwhile.
 
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, Weak};
 
 use mnemon_ann::{
     BuildParams, IndexBytes, IndexView, OpenOptions, SearchMethod, SearchParams, Verified, Verify,
@@ -112,6 +112,19 @@ const REBUILD_TAIL: usize = 4;
 /// Builds run one at a time in the process: each is parallel already.
 static BUILDS: Mutex<()> = Mutex::new(());
 
+/// Builds that stopped because their owner was dropped (tests watch it).
+#[cfg(test)]
+pub(crate) static ABANDONED_BUILDS: std::sync::atomic::AtomicUsize =
+    std::sync::atomic::AtomicUsize::new(0);
+
+/// Why a build gave no index.
+enum BuildError {
+    /// Nobody holds the index's owner any more: the build stopped.
+    Abandoned,
+    /// The rows cannot be indexed (a NaN or an infinite value), and why.
+    Failed(String),
+}
+
 /// A built index: the unit-normalised rows it was built over and its bytes.
 struct BuiltIndex {
     lineage: u64,
@@ -121,11 +134,34 @@ struct BuiltIndex {
 }
 
 impl BuiltIndex {
-    /// Builds over `vectors`, rows `0..` of the cache lineage `lineage`.
-    fn build(lineage: u64, vectors: Matrix) -> Result<Self, String> {
+    /// Builds over `vectors`, rows `0..` of the cache lineage `lineage`, unless `abandoned`
+    /// says, before the build starts or between its batches, that nobody holds the index's
+    /// owner any more (its store or thread was dropped): a build at 100,000 rows takes a core
+    /// for seconds to minutes, which a closed store must not go on spending.
+    fn build(
+        lineage: u64,
+        vectors: Matrix,
+        abandoned: &(dyn Fn() -> bool + Sync),
+    ) -> Result<Self, BuildError> {
         let _one = BUILDS.lock().unwrap_or_else(PoisonError::into_inner);
-        let bytes = mnemon_ann::build(vectors.view(), &BuildParams::default(), &|_| {})
-            .map_err(|e| e.to_string())?;
+        let built = if abandoned() {
+            Err(mnemon_ann::AnnError::Cancelled)
+        } else {
+            mnemon_ann::build_cancellable(
+                vectors.view(),
+                &BuildParams::default(),
+                &|_| {},
+                abandoned,
+            )
+        };
+        let bytes = built.map_err(|e| match e {
+            mnemon_ann::AnnError::Cancelled => {
+                #[cfg(test)]
+                ABANDONED_BUILDS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                BuildError::Abandoned
+            }
+            e => BuildError::Failed(e.to_string()),
+        })?;
         // Just built over these very rows: the structure check suffices.
         let verified = IndexView::open(
             bytes.as_bytes(),
@@ -135,7 +171,7 @@ impl BuiltIndex {
                 expected_fingerprint: None,
             },
         )
-        .map_err(|e| e.to_string())?
+        .map_err(|e| BuildError::Failed(e.to_string()))?
         .verified();
         Ok(BuiltIndex {
             lineage,
@@ -208,12 +244,14 @@ impl std::fmt::Debug for IndexSlot {
 
 /// Clears the slot's `building` mark however the build ends (a panic included), so a later
 /// recall can start another.
-struct BuildingGuard<'a>(&'a IndexSlot);
+struct BuildingGuard<'a>(&'a Weak<IndexSlot>);
 
 impl Drop for BuildingGuard<'_> {
     fn drop(&mut self) {
-        self.0.lock().building = None;
-        self.0.built.notify_all();
+        if let Some(slot) = self.0.upgrade() {
+            slot.lock().building = None;
+            slot.built.notify_all();
+        }
     }
 }
 
@@ -254,18 +292,20 @@ impl IndexSlot {
         }
         drop(s);
         let vectors = normalised(cache);
+        // The build holds the slot weakly: when the thread's state is dropped (its store
+        // closed), the build stops at its next batch instead of finishing for nobody.
+        let slot = Arc::downgrade(self);
         if options.background {
-            let slot = Arc::clone(self);
             let spawned = std::thread::Builder::new()
                 .name("mnemon-recall-index".into())
-                .spawn(move || slot.finish_build(lineage, vectors));
+                .spawn(move || IndexSlot::finish_build(&slot, lineage, vectors));
             if spawned.is_err() {
                 // No thread to build on: the exact scan answers, and a later recall retries.
                 self.lock().building = None;
             }
             ready
         } else {
-            self.finish_build(lineage, vectors);
+            IndexSlot::finish_build(&slot, lineage, vectors);
             self.lock()
                 .ready
                 .as_ref()
@@ -275,18 +315,24 @@ impl IndexSlot {
         }
     }
 
-    /// Builds over `vectors` and stores the result (or why it failed).
-    fn finish_build(&self, lineage: u64, vectors: Matrix) {
-        let _guard = BuildingGuard(self);
+    /// Builds over `vectors` and stores the result (or why it failed) in the slot, if anyone
+    /// still holds it; stops early once nobody does.
+    fn finish_build(slot: &Weak<IndexSlot>, lineage: u64, vectors: Matrix) {
+        let _guard = BuildingGuard(slot);
         let rows = vectors.rows();
-        let built = BuiltIndex::build(lineage, vectors);
-        let mut s = self.lock();
+        let built = BuiltIndex::build(lineage, vectors, &|| slot.strong_count() == 0);
+        let Some(slot) = slot.upgrade() else {
+            return;
+        };
+        let mut s = slot.lock();
         match built {
             Ok(built) => {
                 s.ready = Some(Arc::new(built));
                 s.failed = None;
             }
-            Err(why) => s.failed = Some((lineage, rows, why)),
+            Err(BuildError::Failed(why)) => s.failed = Some((lineage, rows, why)),
+            // Only when nobody held the slot, and then it cannot be upgraded.
+            Err(BuildError::Abandoned) => {}
         }
     }
 
@@ -408,7 +454,7 @@ pub(crate) fn candidates(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::time::Duration;
 
     use proptest::prelude::*;
@@ -668,6 +714,33 @@ mod tests {
             }
         );
         assert!(answers(&state, &query, 5, &index));
+    }
+
+    /// Waits (up to a minute) until more than `before` builds were abandoned.
+    pub(crate) fn wait_for_abandoned_builds(before: usize) -> usize {
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            let now = ABANDONED_BUILDS.load(std::sync::atomic::Ordering::SeqCst);
+            if now > before || std::time::Instant::now() > deadline {
+                return now;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    #[test]
+    fn a_background_build_stops_when_its_thread_is_dropped() {
+        // Large enough that the build takes far longer than the drop below.
+        let (state, query) = thread(20_000, 8, 1, 17);
+        let index = RecallIndexOptions {
+            background: true,
+            ..inline(16)
+        };
+        let before = ABANDONED_BUILDS.load(std::sync::atomic::Ordering::SeqCst);
+        indexed(&state, &query, &options(5, None), &index);
+        drop(state);
+        // Before the fix the build ran to its end for nobody, and none was abandoned.
+        assert!(wait_for_abandoned_builds(before) > before);
     }
 
     #[test]

@@ -12,11 +12,11 @@
 //! thread id is never reused, so an index can never stand for another thread.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 
 use mnemon_vector::Matrix;
 
-use super::{BuiltIndex, REBUILD_TAIL, RecallIndexOptions, normalise_into};
+use super::{BuildError, BuiltIndex, REBUILD_TAIL, RecallIndexOptions, normalise_into};
 use crate::vector_scan::ThreadVectors;
 
 /// The most bytes the indexes of one store hold (their normalised copies of the vectors and
@@ -258,7 +258,9 @@ impl StoredIndexes {
             slot.building = true;
         }
         let rev = vectors.rev();
-        let inner = Arc::clone(&self.inner);
+        // The build holds the store's indexes weakly: once the store is dropped, it stops at
+        // its next batch instead of finishing for nobody.
+        let inner = Arc::downgrade(&self.inner);
         // A snapshot never changes, so the copy is made by the build itself, off the search's
         // path (the mirror's index must copy first: its rows keep growing in place).
         let vectors = Arc::clone(vectors);
@@ -269,7 +271,10 @@ impl StoredIndexes {
             };
             let (normalised, seqs) = normalised_rows(&vectors, dim);
             drop(vectors);
-            let built = BuiltIndex::build(0, normalised);
+            let built = BuiltIndex::build(0, normalised, &|| inner.strong_count() == 0);
+            let Some(inner) = inner.upgrade() else {
+                return;
+            };
             let mut guard = lock(&inner);
             let slot = guard.threads.entry(thread_id).or_default();
             slot.building = false;
@@ -282,7 +287,9 @@ impl StoredIndexes {
                     }));
                     slot.failed_rev = None;
                 }
-                Err(_) => slot.failed_rev = Some(rev),
+                Err(BuildError::Failed(_)) => slot.failed_rev = Some(rev),
+                // Only when the store was dropped, and then it cannot be upgraded.
+                Err(BuildError::Abandoned) => {}
             }
             evict(&mut guard, thread_id);
         };
@@ -335,13 +342,15 @@ fn normalised_rows(vectors: &ThreadVectors, dim: usize) -> (Matrix, Vec<i64>) {
 /// Clears a thread's `building` mark however its build ends (a panic included), so a later
 /// search can start another.
 struct Building<'a> {
-    inner: &'a Mutex<Inner>,
+    inner: &'a Weak<Mutex<Inner>>,
     thread_id: i64,
 }
 
 impl Drop for Building<'_> {
     fn drop(&mut self) {
-        if let Some(slot) = lock(self.inner).threads.get_mut(&self.thread_id) {
+        if let Some(inner) = self.inner.upgrade()
+            && let Some(slot) = lock(&inner).threads.get_mut(&self.thread_id)
+        {
             slot.building = false;
         }
     }
@@ -467,6 +476,25 @@ mod tests {
         let m = ix.usable(7, &v2, 12).unwrap().mapping(&v2);
         assert_eq!(m.rows.iter().filter(|&&r| r == u32::MAX).count(), 2);
         assert_eq!(m.tail.len(), 3);
+    }
+
+    #[test]
+    fn a_background_build_stops_when_its_store_is_dropped() {
+        use crate::recall_index::{ABANDONED_BUILDS, tests::wait_for_abandoned_builds};
+        // Large enough that the build takes far longer than the drop below.
+        let v = snapshot(1, &random_rows(20_000, 8, 8));
+        let ix = StoredIndexes::new(RecallIndexOptions {
+            min_messages: 0,
+            ef: Some(16),
+            background: true,
+        });
+        let query = random_rows(1, 8, 9).remove(0).2;
+        let before = ABANDONED_BUILDS.load(std::sync::atomic::Ordering::SeqCst);
+        // No index yet: the build starts and the exact scan answers.
+        assert!(ix.candidates(1, &v, 0, &query, 5).is_none());
+        drop(ix);
+        // Before the fix the build ran to its end for nobody, and none was abandoned.
+        assert!(wait_for_abandoned_builds(before) > before);
     }
 
     #[test]
