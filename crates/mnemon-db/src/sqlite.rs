@@ -13,6 +13,17 @@
 //! file written by a newer build. When the version is already current it reads it without
 //! taking the write lock.
 //!
+//! **Prepared once.** Every connection keeps up to [`STATEMENT_CACHE`] prepared statements
+//! (rusqlite keeps 16 by default, fewer than one store's working set: the memory store alone
+//! prepares about 40, so a mixed load evicted and re-parsed them in turn), and plans without
+//! looking at bound values (SQLite's query planner stability guarantee,
+//! `SQLITE_DBCONFIG_ENABLE_QPSG`). Without it SQLite re-prepares a statement when a new value is
+//! bound to a `LIMIT ?` (it compiles the limit in as a constant), or when a value compared with
+//! `=` moves to or from 0 or 1 (a guess that the column is a flag): a store's thread ids and
+//! page sizes do that all the time, and each re-prepare parses and plans the statement again.
+//! The stores' statements never needed a value-dependent plan (no `LIKE` on a bound pattern, no
+//! `STAT4`).
+//!
 //! **Checkpoints.** A read-write connection does not checkpoint the WAL inside the commit that
 //! fills it, as SQLite does by default: a background thread per file does it while writers go
 //! on (`sqlite/checkpointer.rs`).
@@ -103,7 +114,9 @@ pub fn connect(path: &Path, settings: &Settings) -> Result<Connection, DbError> 
             mode,
         });
     }
-    configure(&conn, settings).map_err(setup("setting synchronous and foreign_keys"))?;
+    configure(&conn, settings).map_err(setup(
+        "setting synchronous, foreign_keys and the query planner",
+    ))?;
     Checkpointer::for_file(path)
         .attach(&mut conn)
         .map_err(setup("installing the checkpoint hook"))?;
@@ -120,7 +133,7 @@ pub fn open_in_memory(settings: &Settings, schema: &Schema) -> Result<Connection
     })?;
     configure(&conn, settings).map_err(|e| DbError::Setup {
         path: path.clone(),
-        action: "setting synchronous and foreign_keys",
+        action: "setting synchronous, foreign_keys and the query planner",
         detail: e.to_string(),
     })?;
     migrate(&mut conn, &path, settings, schema)?;
@@ -288,7 +301,22 @@ pub fn checkpoint_on_close(conn: &Connection) {
     }
 }
 
+/// Prepared statements each connection keeps (see the module documentation).
+pub const STATEMENT_CACHE: usize = 128;
+
+/// Plans that never depend on bound values, and a statement cache that holds a store's
+/// working set (see the module documentation).
+fn prepare_once(conn: &Connection) -> rusqlite::Result<()> {
+    conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
+    conn.set_db_config(
+        rusqlite::config::DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG,
+        true,
+    )
+    .map(|_| ())
+}
+
 fn configure(conn: &Connection, settings: &Settings) -> rusqlite::Result<()> {
+    prepare_once(conn)?;
     conn.pragma_update(None, "synchronous", synchronous(settings.durability))?;
     conn.pragma_update(
         None,
@@ -392,6 +420,7 @@ fn open_file_read_only(
         (Connection::open_with_flags(path, flags)?, ReadSource::File)
     };
     conn.busy_timeout(settings.busy_timeout)?;
+    prepare_once(&conn)?;
     conn.pragma_update(None, "query_only", "ON")?;
     let deadline = Instant::now() + settings.busy_timeout;
     let version = retry_busy(deadline, || read_version(&conn, schema))?;
@@ -442,6 +471,57 @@ mod tests {
             sql: "CREATE TABLE note_notes (id INTEGER PRIMARY KEY);",
         }],
     };
+
+    /// How often SQLite re-prepared `sql` while it ran once per set of bound values.
+    fn reprepares(conn: &Connection, sql: &str, bindings: &[&[i64]]) -> i32 {
+        let mut statement = conn.prepare_cached(sql).unwrap();
+        for values in bindings {
+            let mut rows = statement
+                .query(rusqlite::params_from_iter(values.iter()))
+                .unwrap();
+            while rows.next().unwrap().is_some() {}
+        }
+        statement.get_status(rusqlite::StatementStatus::RePrepare)
+    }
+
+    #[test]
+    fn statements_are_not_reprepared_for_new_bound_values() {
+        let dir = tempfile::tempdir().unwrap();
+        let conn = open(
+            &dir.path().join("plans.sqlite"),
+            &Settings::default(),
+            &NOTES,
+        )
+        .unwrap();
+        conn.execute_batch(
+            "CREATE TABLE note_rows (thread_id INTEGER, seq INTEGER, flag INTEGER,
+               PRIMARY KEY (thread_id, seq));
+             INSERT INTO note_rows VALUES (1, 1, 0), (1, 2, 1), (2, 1, 0), (3, 1, 1);",
+        )
+        .unwrap();
+        // A new `LIMIT` value: before, a re-prepare at every change.
+        let limit = "SELECT seq FROM note_rows WHERE thread_id = ?1 ORDER BY seq LIMIT ?2";
+        let bindings: &[&[i64]] = &[&[1, 1], &[1, 2], &[1, 5], &[1, 1]];
+        assert_eq!(reprepares(&conn, limit, bindings), 0);
+        // A value compared with `=` moving to and from 0 or 1, in a statement the planner
+        // orders (here `MAX`, planned as the last row in `seq` order): before, a re-prepare at
+        // each crossing. The memory store's next `seq` is this statement.
+        let next = "SELECT COALESCE(MAX(seq), 0) + 1 FROM note_rows WHERE thread_id = ?1";
+        assert_eq!(reprepares(&conn, next, &[&[1], &[2], &[1], &[3], &[0]]), 0);
+        // More statements than rusqlite's default cache of 16 stay prepared.
+        for round in 0..2 {
+            for i in 0..40 {
+                let sql = format!("SELECT {i} FROM note_rows WHERE thread_id = ?1 LIMIT ?2");
+                let statement = conn.prepare_cached(&sql).unwrap();
+                // A statement taken from the cache has run before (its VM step counter
+                // survives between runs); a freshly prepared one has not.
+                let ran_before = statement.get_status(rusqlite::StatementStatus::VmStep) > 0;
+                assert_eq!(ran_before, round == 1, "statement {i}, round {round}");
+                drop(statement);
+                reprepares(&conn, &sql, &[&[1, 1]]);
+            }
+        }
+    }
 
     /// Where [`commit_once_for_strace`] writes, when it runs under strace.
     const STRACE_DIR: &str = "MNEMON_DB_STRACE_DIR";
