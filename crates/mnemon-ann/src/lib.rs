@@ -162,11 +162,11 @@ pub fn build(
     build::build(vectors, params, progress, &|| false)
 }
 
-/// Builds like [`build`], asking `cancelled` before each batch of insertions and before the
-/// final repair pass; once it answers `true` the build stops and returns
-/// [`AnnError::Cancelled`]. A batch is at most 8,192 insertions, so a build stops within a
-/// fraction of a second of being asked: a build whose result nobody will read (the store that
-/// wanted it was closed) gives its cores back instead of running on for seconds or minutes.
+/// Builds like [`build`], asking `cancelled` before each node's insertion (so it must be
+/// cheap: an atomic load) and before the final repair pass; once it answers `true` the build
+/// stops and returns [`AnnError::Cancelled`], within one node's insertion (milliseconds at
+/// 1,536 dimensions): a build whose result nobody will read (the store that wanted it was
+/// closed) gives its cores back instead of running on for seconds or minutes.
 ///
 /// ```
 /// use mnemon_ann::{AnnError, BuildParams, build_cancellable};

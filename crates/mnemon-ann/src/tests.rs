@@ -213,21 +213,33 @@ fn progress_reaches_the_total_and_exact_mode_scans() {
 }
 
 #[test]
-fn a_cancelled_build_stops_at_the_next_batch() {
+fn a_cancelled_build_stops_at_once() {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
     let m = clustered(2_000, 8, 5, 9);
     let last = std::sync::Mutex::new(None);
-    let asked = std::sync::atomic::AtomicUsize::new(0);
-    // Cancelled when asked the fifth time: before the fifth batch.
-    let cancelled = || asked.fetch_add(1, std::sync::atomic::Ordering::SeqCst) >= 4;
+    // Asked to stop once five nodes are in (the first, then batches of one).
+    let stop = AtomicBool::new(false);
+    let asked_after = AtomicUsize::new(0);
     let built = build_cancellable(
         m.view(),
         &BuildParams::default(),
-        &|p| *last.lock().unwrap() = Some(p),
-        &cancelled,
+        &|p| {
+            *last.lock().unwrap() = Some(p);
+            if p.inserted >= 5 {
+                stop.store(true, Ordering::SeqCst);
+            }
+        },
+        &|| {
+            let stop = stop.load(Ordering::SeqCst);
+            if stop {
+                asked_after.fetch_add(1, Ordering::SeqCst);
+            }
+            stop
+        },
     );
     assert_eq!(built.unwrap_err(), AnnError::Cancelled);
-    assert_eq!(asked.load(std::sync::atomic::Ordering::SeqCst), 5);
-    // The first node, then four batches of one (a batch is at most 1/64 of the graph).
+    // Stopped at the first question after the request: no node more was inserted.
+    assert_eq!(asked_after.load(Ordering::SeqCst), 1);
     assert_eq!(
         *last.lock().unwrap(),
         Some(BuildProgress {
@@ -235,6 +247,18 @@ fn a_cancelled_build_stops_at_the_next_batch() {
             total: 2_000
         })
     );
+    // Asked to stop in the middle of a batch: the batch's remaining nodes are skipped and the
+    // build stops before reporting it.
+    let calls = AtomicUsize::new(0);
+    let reported = AtomicUsize::new(0);
+    let built = build_cancellable(
+        m.view(),
+        &BuildParams::default(),
+        &|p| reported.store(p.inserted, Ordering::SeqCst),
+        &|| calls.fetch_add(1, Ordering::SeqCst) >= 1_000,
+    );
+    assert_eq!(built.unwrap_err(), AnnError::Cancelled);
+    assert!(reported.load(Ordering::SeqCst) < 1_000);
     // Never cancelled: the same bytes as `build`.
     let whole = build_cancellable(m.view(), &BuildParams::default(), &|_| {}, &|| false).unwrap();
     assert_eq!(whole.as_bytes(), build_default(&m).as_bytes());

@@ -135,8 +135,8 @@ struct BuiltIndex {
 
 impl BuiltIndex {
     /// Builds over `vectors`, rows `0..` of the cache lineage `lineage`, unless `abandoned`
-    /// says, before the build starts or between its batches, that nobody holds the index's
-    /// owner any more (its store or thread was dropped): a build at 100,000 rows takes a core
+    /// says, before the build starts or before any node's insertion, that nobody holds the
+    /// index's owner any more (its store or thread was dropped): a build at 100,000 rows takes a core
     /// for seconds to minutes, which a closed store must not go on spending.
     fn build(
         lineage: u64,
@@ -293,7 +293,7 @@ impl IndexSlot {
         drop(s);
         let vectors = normalised(cache);
         // The build holds the slot weakly: when the thread's state is dropped (its store
-        // closed), the build stops at its next batch instead of finishing for nobody.
+        // closed), the build stops at once instead of finishing for nobody.
         let slot = Arc::downgrade(self);
         if options.background {
             let spawned = std::thread::Builder::new()

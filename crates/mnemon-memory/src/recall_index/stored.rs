@@ -259,7 +259,7 @@ impl StoredIndexes {
         }
         let rev = vectors.rev();
         // The build holds the store's indexes weakly: once the store is dropped, it stops at
-        // its next batch instead of finishing for nobody.
+        // once instead of finishing for nobody.
         let inner = Arc::downgrade(&self.inner);
         // A snapshot never changes, so the copy is made by the build itself, off the search's
         // path (the mirror's index must copy first: its rows keep growing in place).
