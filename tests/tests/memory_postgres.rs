@@ -10,8 +10,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use mnemon_memory::{
-    Memory, MemoryError, MemoryQuery, PostgresMemoryOptions, PostgresMemoryStore, RetrievalQuery,
-    RetrieveOptions, Scope, VectorMode,
+    Memory, MemoryError, MemoryQuery, PostgresMemory, PostgresMemoryOptions, PostgresMemoryStore,
+    RetrievalQuery, RetrieveOptions, Scope, VectorMode,
 };
 use mnemon_tests::memory_conformance::test_factory;
 use mnemon_tests::postgres::PgServer;
@@ -42,7 +42,7 @@ fn newer_schema_is_refused() {
         err,
         MemoryError::SchemaVersion {
             found: 99,
-            supported: 11
+            supported: 12
         }
     );
 }
@@ -1364,7 +1364,7 @@ fn migration_to_version_3_counts_existing_threads() {
         .get(0);
     // Through version 3 to the current one (8; the columns of 4 to 8 are still there: their
     // migrations, like the vector schema's version 3, add only what is missing).
-    assert_eq!(version, 11);
+    assert_eq!(version, 12);
     assert_counters(&mut client);
     let live: Vec<i64> = client
         .query("SELECT live FROM memory_threads ORDER BY thread_id", &[])
@@ -1856,6 +1856,27 @@ fn add_embedded(memory: &dyn Memory, seed: u64, dim: usize) {
     }
 }
 
+/// A store without background indexing (the tests move rows themselves) whose session `s`
+/// holds 3,000 messages of 8 dimensions in the HNSW index, in a fresh database `name`.
+fn indexed_thread(
+    server: &PgServer,
+    name: &str,
+    seed: u64,
+) -> (Arc<PostgresMemoryStore>, PostgresMemory, postgres::Client) {
+    let (url, client) = fresh(server, name);
+    let store = open(
+        &url,
+        PostgresMemoryOptions {
+            hnsw_min_messages: 100,
+            background_indexing: false,
+            ..PostgresMemoryOptions::default()
+        },
+    );
+    let memory = store.memory(Scope::session("s")).unwrap();
+    add_embedded(&memory, seed, 8);
+    (store, memory, client)
+}
+
 /// How many index entries scans of the pending rows' partial index have returned, by the
 /// statistics of connections that have closed.
 fn pending_entries_read(client: &mut postgres::Client) -> i64 {
@@ -1876,17 +1897,7 @@ fn pending_entries_read(client: &mut postgres::Client) -> i64 {
 #[test]
 fn moving_pending_rows_reads_each_about_once() {
     let server = mnemon_tests::require_postgres!();
-    let (url, mut client) = fresh(server, "memory_move_cost");
-    let store = open(
-        &url,
-        PostgresMemoryOptions {
-            hnsw_min_messages: 100,
-            background_indexing: false,
-            ..PostgresMemoryOptions::default()
-        },
-    );
-    let memory = store.memory(Scope::session("s")).unwrap();
-    add_embedded(&memory, 0x9e4d_0201, 8);
+    let (store, memory, mut client) = indexed_thread(server, "memory_move_cost", 0x9e4d_0201);
     let pending = client
         .execute(
             "UPDATE memory_messages SET pending_dim = embedding_dim, embedding_dim = NULL
@@ -1918,6 +1929,92 @@ fn moving_pending_rows_reads_each_about_once() {
         read < 20_000,
         "moving 3,000 pending rows read {read} entries of their index"
     );
+}
+
+/// The thread's `pending_from` and `pending_epoch` (memory schema version 12).
+fn watermark(client: &mut postgres::Client) -> (i64, i64) {
+    let row = client
+        .query_one(
+            "SELECT pending_from, pending_epoch FROM memory_threads WHERE session_id = 's'",
+            &[],
+        )
+        .unwrap();
+    (row.get(0), row.get(1))
+}
+
+/// A recall through the index reads the pending rows' partial index only above the thread's
+/// pending watermark (docs/postgres.md#the-pending-watermark): moving rows raises it past them,
+/// an append leaves it, and every other write puts it back to the start under a new epoch, so
+/// that no pending row is ever below it. A recall still finds rows pending above it.
+#[test]
+fn the_pending_watermark_rises_with_moves_and_falls_with_other_writes() {
+    let server = mnemon_tests::require_postgres!();
+    let (store, memory, mut client) = indexed_thread(server, "memory_watermark", 0x77a1_0001);
+    assert_eq!(watermark(&mut client), (0, 0));
+    // Every row pending, as the background indexer would find them; moved, the watermark
+    // passes them all.
+    let make_pending =
+        "UPDATE memory_messages SET pending_dim = embedding_dim, embedding_dim = NULL
+                        WHERE embedding_dim IS NOT NULL AND seq > $1";
+    assert_eq!(client.execute(make_pending, &[&0_i64]).unwrap(), 3000);
+    assert_eq!(store.flush_index().unwrap(), 3000);
+    assert_eq!(watermark(&mut client), (3000, 0));
+    // Rows pending above it are still scored: the newest five, pending again, are found.
+    let mut next = vectors(0x77a1_0002);
+    let fresh_rows: Vec<Vec<f64>> = (0..5).map(|_| next(8)).collect();
+    memory
+        .add(
+            fresh_rows
+                .iter()
+                .enumerate()
+                .map(|(i, v)| {
+                    json!({"id": format!("new{i}"), "name": "n", "content": "c",
+                                     "embedding": v})
+                    .into()
+                })
+                .collect(),
+        )
+        .unwrap();
+    assert_eq!(client.execute(make_pending, &[&3000_i64]).unwrap(), 5);
+    assert_eq!(watermark(&mut client), (3000, 0), "an append leaves it");
+    let before = store.index_recalls();
+    let found = memory
+        .retrieve_by_embedding(
+            RetrievalQuery::Vector(fresh_rows[3].iter().map(|&x| x as f32).collect()),
+            &RetrieveOptions {
+                top_k: Some(3),
+                preserve_order: false,
+                ..RetrieveOptions::default()
+            },
+            None,
+        )
+        .unwrap();
+    assert_eq!(
+        store.index_recalls(),
+        before + 1,
+        "the recall went through the index"
+    );
+    assert_eq!(found.first().map(|r| r.message.id()), Some("new3"));
+    assert_eq!(store.flush_index().unwrap(), 5);
+    assert_eq!(watermark(&mut client), (3005, 0));
+    // Any other write (a deletion here; an updated embedding can make an old row pending)
+    // puts it back to the start under a new epoch; the next move raises it again.
+    memory.delete(&[0]).unwrap();
+    assert_eq!(watermark(&mut client), (0, 1));
+    memory
+        .add(vec![
+            json!({"id": "last", "name": "n", "content": "c",
+                         "embedding": next(8)})
+            .into(),
+        ])
+        .unwrap();
+    assert_eq!(client.execute(make_pending, &[&3005_i64]).unwrap(), 1);
+    assert_eq!(store.flush_index().unwrap(), 1);
+    assert_eq!(watermark(&mut client), (3006, 1));
+    // A clear starts the seqs again from 1, and the watermark with them.
+    memory.clear().unwrap();
+    assert_eq!(watermark(&mut client).0, 0);
+    assert_counters(&mut client);
 }
 
 /// Schema version 4 stores an embedding once: a message whose numbers are `f32`s (widened, or
@@ -2007,7 +2104,7 @@ fn embeddings_are_stored_once_and_version_3_bodies_still_read() {
         .unwrap()
         .get(0);
     // Through 4 to the current version, 8 (whose columns are still there).
-    assert_eq!(version, 11);
+    assert_eq!(version, 12);
     assert_eq!(
         export_json(&store.memory(Scope::session("s")).unwrap()),
         before
@@ -2107,7 +2204,7 @@ fn migration_to_version_7_indexes_stored_messages() {
         .query_one("SELECT version FROM memory_schema", &[])
         .unwrap()
         .get(0);
-    assert_eq!(version, 11);
+    assert_eq!(version, 12);
     for (text, id, index) in [("ferry", "a", 0), ("TIDES", "b", 1)] {
         let request = SearchRequest {
             mode: SearchMode::Keyword { text: text.into() },
@@ -2341,7 +2438,7 @@ fn migration_to_version_11_keeps_the_keyword_column() {
         .query_one("SELECT version FROM memory_schema", &[])
         .unwrap()
         .get(0);
-    assert_eq!(version, 11);
+    assert_eq!(version, 12);
     assert_eq!(generated(&mut client), (String::new(), true));
     store
         .memory(Scope::session("s"))

@@ -101,6 +101,7 @@ fn move_pending(
         )
         .map_err(pg_error)?;
     tx.commit().map_err(pg_error)?;
+    let mut threads = Vec::new();
     for row in &rows {
         let moved = Cursor {
             thread_id: row.try_get(0).map_err(pg_error)?,
@@ -109,8 +110,42 @@ fn move_pending(
         if (moved.thread_id, moved.seq) > (after.thread_id, after.seq) {
             *after = moved;
         }
+        if !threads.contains(&moved.thread_id) {
+            threads.push(moved.thread_id);
+        }
+    }
+    if !threads.is_empty() {
+        raise_watermarks(client, &threads)?;
     }
     Ok(u64::try_from(rows.len()).unwrap_or(u64::MAX))
+}
+
+/// Raises the pending watermark (memory schema version 12) of `threads` after a move: to just
+/// below the lowest `seq` still pending, or below `next_seq` when none is, as one snapshot
+/// reads them. A row written after that snapshot is either appended (above `next_seq`, so
+/// above the new watermark) or made pending by another write, which bumps `pending_epoch`: the
+/// raise applies only where the epoch is still the one read (PostgreSQL re-checks the condition
+/// on the thread's latest row when a writer changed it meanwhile), so it never hides a
+/// pending row from a recall. The scan for the lowest pending row starts at the old
+/// watermark, so it too skips the dead entries below it.
+fn raise_watermarks(client: &mut postgres::Client, threads: &[i64]) -> Result<(), MemoryError> {
+    client
+        .execute(
+            "WITH s AS (
+               SELECT t.thread_id, t.pending_epoch AS epoch,
+                      COALESCE((SELECT min(m.seq) FROM memory_messages m
+                                WHERE m.thread_id = t.thread_id AND m.seq > t.pending_from
+                                  AND m.pending_dim IS NOT NULL),
+                               t.next_seq) - 1 AS w
+               FROM memory_threads t WHERE t.thread_id = ANY($1))
+             UPDATE memory_threads t SET pending_from = s.w
+             FROM s
+             WHERE t.thread_id = s.thread_id AND t.pending_epoch = s.epoch
+               AND s.w > t.pending_from",
+            &[&threads],
+        )
+        .map_err(pg_error)?;
+    Ok(())
 }
 
 /// Moves the next batch after `cursor` (see [`move_pending`]); at the end of the index it
