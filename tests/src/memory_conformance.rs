@@ -988,6 +988,32 @@ pub fn retrieval_behaviour(make: Maker<'_>) {
         .is_empty()
     );
     assert_eq!(run(vec![0.0, 1.0], RetrieveOptions::default())[0].0, "b");
+    // Without embeddings: the same messages and scores, each message's numbers left out.
+    let recall = |with_embeddings: bool| {
+        memory
+            .retrieve_by_embedding(
+                RetrievalQuery::Vector(vec![2.0, 0.0]),
+                &RetrieveOptions {
+                    with_embeddings,
+                    ..top_all.clone()
+                },
+                None,
+            )
+            .unwrap()
+    };
+    let (with, without) = (recall(true), recall(false));
+    assert_eq!(
+        with.iter()
+            .map(|r| (r.message.id(), r.score, r.index))
+            .collect::<Vec<_>>(),
+        without
+            .iter()
+            .map(|r| (r.message.id(), r.score, r.index))
+            .collect::<Vec<_>>()
+    );
+    assert!(with.iter().all(|r| r.message.embedding().is_some()));
+    assert!(without.iter().all(|r| r.message.embedding().is_none()));
+    assert_eq!(without[0].message.content(), with[0].message.content());
     let err = memory
         .retrieve_by_embedding(
             RetrievalQuery::Vector(vec![1.0, 0.0, 0.0]),

@@ -85,25 +85,38 @@ async function main() {
     return { wall_seconds: Number(process.hrtime.bigint() - started) / 1e9, seconds, errors };
   }
 
-  const adds = await phase(add);
-  const searches = await phase(search);
-  // How many of the acknowledged adds the server holds afterwards (after the clock): a server
-  // that loses adds made concurrently is not faster at the same work.
-  let kept = null;
-  if (config.kind === "reference") {
-    const graph = await client.callTool({ name: "read_graph", arguments: {} });
-    const entities = (graph.structuredContent || JSON.parse(graph.content[0].text)).entities;
-    kept = entities.reduce((n, e) => n + e.observations.length, 0);
-  } else if (config.kind === "mnemon") {
+  // How many of the acknowledged adds the server holds (off the clock): a server that loses
+  // adds made concurrently is not faster at the same work.
+  async function countKept() {
+    if (config.kind === "reference") {
+      const graph = await client.callTool({ name: "read_graph", arguments: {} });
+      const entities = (graph.structuredContent || JSON.parse(graph.content[0].text)).entities;
+      return entities.reduce((n, e) => n + e.observations.length, 0);
+    }
+    if (config.kind !== "mnemon") return null;
     // Each group's latest messages, as many as were added in all (recall without a query).
-    kept = 0;
+    let kept = 0;
     for (let g = 0; g < groups; g++) {
       const got = await client.callTool({ name: "recall", arguments: {
         session: group(g), recent: Math.max(1, config.calls | 0) } });
       if (got.isError) throw new Error(`counting ${group(g)}: ${JSON.stringify(got.content)}`);
       kept += got.structuredContent.messages.length;
     }
+    return kept;
   }
+
+  const adds = await phase(add);
+  const kept = await countKept();
+  // The top-up, off the clock: the adds a server lost are made again one at a time, so that
+  // every server's searches run over a memory of `calls` adds (the one that lost most would
+  // otherwise search the least).
+  if (kept !== null && kept < config.calls) {
+    for (let i = config.calls; i < config.calls + (config.calls - kept); i++) {
+      const result = await client.callTool(add(i));
+      if (result.isError) throw new Error(`top-up add ${i}: ${JSON.stringify(result.content)}`);
+    }
+  }
+  const searches = await phase(search);
   await client.close();
   process.stdout.write(JSON.stringify({ adds, searches, kept }) + "\n");
 }

@@ -62,7 +62,11 @@ use tokio::net::TcpStream;
 use crate::bench_stores::{thousands, verdict};
 use crate::cargo;
 
+mod mcp_calls;
+mod mcp_raw;
 mod mcp_rust;
+
+use mcp_calls::{Endpoint, Kind};
 
 const USAGE: &str = "usage: cargo xtask bench server [--clients C[,C…]] [--seconds S] \
                      [--sessions N] [--messages N] [--assets N] [--mix R:A:S] [--mcp-calls N[,N…]] \
@@ -1184,10 +1188,11 @@ impl Phase {
 struct Side {
     adds: Phase,
     searches: Phase,
-    /// How many added messages (observations) the server held after the run, read back
+    /// How many added messages (observations) the server held after the add phase, read back
     /// through its own tools (Mnemon: `recall` of each session's latest; the reference:
     /// `read_graph`; `None` for the null server): fewer than the acknowledged adds means adds
-    /// were lost.
+    /// were lost. The clients then make the lost ones again, one at a time and off the clock,
+    /// so that the searches run over the same memory on every server.
     kept: Option<u64>,
 }
 
@@ -1308,16 +1313,20 @@ enum McpClient {
     /// rmcp's client on one thread of this process (bench_server/mcp_rust.rs): a client that
     /// costs little per call, so that the servers, not the client, set the rate.
     Rust,
+    /// Raw JSON-RPC on one thread of this process (bench_server/mcp_raw.rs), pipelined over
+    /// stdio: no SDK, microseconds a call, so that the figures are the servers' own rates.
+    Raw,
 }
 
 impl McpClient {
     /// In the order measured and printed.
-    const ALL: [McpClient; 2] = [McpClient::Sdk, McpClient::Rust];
+    const ALL: [McpClient; 3] = [McpClient::Sdk, McpClient::Rust, McpClient::Raw];
 
     fn label(self) -> &'static str {
         match self {
             McpClient::Sdk => "TypeScript SDK",
             McpClient::Rust => "rmcp (Rust)",
+            McpClient::Raw => "raw JSON-RPC",
         }
     }
 }
@@ -1550,8 +1559,14 @@ fn mcp_side(
     work: &Path,
 ) -> Result<Side> {
     std::fs::create_dir_all(work).with_context(|| format!("creating {}", work.display()))?;
-    if client == McpClient::Rust {
-        return rust_side(t, base, binary, reference, null_server, work);
+    match client {
+        McpClient::Rust => {
+            return rust_side(mcp_rust::run, t, base, binary, reference, null_server, work);
+        }
+        McpClient::Raw => {
+            return rust_side(mcp_raw::run, t, base, binary, reference, null_server, work);
+        }
+        McpClient::Sdk => {}
     }
     let with = |extra: serde_json::Value| -> serde_json::Value {
         let mut config = base.clone();
@@ -1606,9 +1621,11 @@ fn mcp_side(
     }
 }
 
-/// The rmcp client's figures against `t` (the same servers, stores and calls as the SDK
-/// client's, from `base`'s `calls` and `concurrency`).
+/// The figures of a client of this process (`run`: rmcp's or the raw one) against `t` (the
+/// same servers, stores and calls as the SDK client's, from `base`'s `calls` and
+/// `concurrency`).
 fn rust_side(
+    run: fn(Kind, Endpoint, usize, usize) -> Result<Side>,
     t: McpTarget,
     base: &serde_json::Value,
     binary: &Path,
@@ -1616,7 +1633,6 @@ fn rust_side(
     null_server: &Path,
     work: &Path,
 ) -> Result<Side> {
-    use mcp_rust::{Endpoint, Kind};
     let calls = base["calls"]
         .as_u64()
         .and_then(|c| usize::try_from(c).ok())
@@ -1633,7 +1649,7 @@ fn rust_side(
     match t {
         McpTarget::MnemonHttp => {
             let server = ServerProcess::start(binary, work, None)?;
-            let side = mcp_rust::run(
+            let side = run(
                 Kind::Mnemon,
                 Endpoint::Http(format!("http://{}/mcp", server.addr)),
                 calls,
@@ -1642,7 +1658,7 @@ fn rust_side(
             server.stop()?;
             side
         }
-        McpTarget::MnemonStdio => mcp_rust::run(
+        McpTarget::MnemonStdio => run(
             Kind::Mnemon,
             Endpoint::Stdio {
                 command: binary.into(),
@@ -1652,7 +1668,7 @@ fn rust_side(
             calls,
             concurrency,
         ),
-        McpTarget::Reference => mcp_rust::run(
+        McpTarget::Reference => run(
             Kind::Reference,
             Endpoint::Stdio {
                 command: "node".into(),
@@ -1665,7 +1681,7 @@ fn rust_side(
             calls,
             concurrency,
         ),
-        McpTarget::NullStdio => mcp_rust::run(
+        McpTarget::NullStdio => run(
             Kind::Null,
             stdio("node", vec![null_server.into(), "stdio".into()]),
             calls,
@@ -1673,7 +1689,7 @@ fn rust_side(
         ),
         McpTarget::NullHttp => {
             let server = NullHttpServer::start(null_server)?;
-            mcp_rust::run(
+            run(
                 Kind::Null,
                 Endpoint::Http(server.url.clone()),
                 calls,

@@ -109,6 +109,17 @@ impl Entry {
         self.full().into_owned()
     }
 
+    /// The message to hand out: [`Entry::message`] when `with_embedding`, else the message
+    /// without its embedding numbers (a `null` in their place when there were any), which
+    /// costs no JSON array.
+    pub(crate) fn message_for(&self, with_embedding: bool) -> Msg {
+        if with_embedding {
+            self.message()
+        } else {
+            self.msg.clone()
+        }
+    }
+
     /// The whole message, borrowed when nothing was moved out of it.
     pub(crate) fn full(&self) -> Cow<'_, Msg> {
         match &self.embedding {

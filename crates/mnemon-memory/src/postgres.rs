@@ -2485,6 +2485,7 @@ fn read_retrieved(
     factory: &MsgFactory,
     scored: Vec<(f64, i64)>,
     now: i64,
+    with_embeddings: bool,
 ) -> Result<Option<Vec<Retrieved>>, MemoryError> {
     let seqs: Vec<i64> = scored.iter().map(|&(_, seq)| seq).collect();
     let bodies = tx
@@ -2502,7 +2503,7 @@ fn read_retrieved(
         let index: i64 = row.try_get(7).map_err(pg_error)?;
         let index = usize::try_from(index)
             .map_err(|_| corrupt(format!("message at seq {seq} has index {index}")))?;
-        let message = row_entry(factory, row, index, Vec::new())?.message();
+        let message = row_entry(factory, row, index, Vec::new())?.message_for(with_embeddings);
         found.push(Retrieved {
             score,
             index,
@@ -2781,7 +2782,7 @@ impl PostgresMemory {
                     entry.map(|(index, entry)| Retrieved {
                         score,
                         index,
-                        message: entry.message(),
+                        message: entry.message_for(options.with_embeddings),
                     })
                 })
                 .collect::<Option<Vec<_>>>(),
@@ -2797,6 +2798,7 @@ impl PostgresMemory {
                     &self.store.factory,
                     scored,
                     now,
+                    options.with_embeddings,
                 )?
             }
         };
@@ -2890,6 +2892,7 @@ impl PostgresMemory {
             &self.store.factory,
             scored,
             now,
+            options.with_embeddings,
         )?
         else {
             return Ok(None);

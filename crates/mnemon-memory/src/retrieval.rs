@@ -80,6 +80,11 @@ pub struct RetrieveOptions {
     /// [recall index](crate::RecallIndexOptions) (default false: a large thread's cosine
     /// recall cut to `top_k` uses it; docs/reference/memory.md#the-recall-index).
     pub exact: bool,
+    /// Return each message with its embedding (default true, as the reference). `false`
+    /// leaves a `null` in the message's `embedding` extra, for callers that show the messages
+    /// without their numbers: rebuilding a 1,536-dimension embedding as JSON numbers costs more
+    /// than scoring a small thread (docs/reference/memory.md#recall-without-embeddings).
+    pub with_embeddings: bool,
 }
 
 impl Default for RetrieveOptions {
@@ -90,6 +95,7 @@ impl Default for RetrieveOptions {
             preserve_order: true,
             mark: None,
             exact: false,
+            with_embeddings: true,
         }
     }
 }
@@ -315,7 +321,10 @@ fn score_with(
     Ok(scored
         .into_iter()
         .filter_map(|(score, index)| {
-            let message = state.entries().get(index)?.message();
+            let message = state
+                .entries()
+                .get(index)?
+                .message_for(options.with_embeddings);
             Some(Retrieved {
                 score,
                 index,
@@ -535,6 +544,7 @@ mod tests {
                             preserve_order: false,
                             mark,
                             exact: false,
+                            with_embeddings: true,
                         };
                         let key = |r: Vec<Retrieved>| {
                             r.into_iter()
@@ -587,6 +597,7 @@ mod tests {
                 preserve_order: false,
                 mark: None,
                 exact: false,
+                with_embeddings: true,
             };
             let key = |r: Vec<Retrieved>| r.into_iter().map(|r| (r.index, r.score)).collect::<Vec<_>>();
             let fast = key(score_with(&state, &query, &options, 0, Unembedded::Refuse, None).unwrap());

@@ -2268,7 +2268,7 @@ impl Backend for SqliteMemory {
             found.push(Retrieved {
                 score: winner.score,
                 index: winner.index,
-                message: Entry::new(message, Vec::new()).message(),
+                message: Entry::new(message, Vec::new()).message_for(options.with_embeddings),
             });
         }
         drop(read);
@@ -2830,6 +2830,7 @@ mod stream_tests {
                             preserve_order,
                             mark: mark.clone(),
                             exact: false,
+                            with_embeddings: true,
                         };
                         let recall = |m: &SqliteMemory| {
                             m.retrieve_by_embedding(

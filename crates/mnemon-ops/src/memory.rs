@@ -822,6 +822,8 @@ impl Service {
             preserve_order: false,
             mark: input.mark,
             exact: input.exact,
+            // Only asked-for embeddings are rebuilt as JSON (most of a small recall's cost).
+            with_embeddings: input.include_embeddings,
         };
         let hits = memory.retrieve_by_embedding(query, &options, self.embedder())?;
         Ok(MemorySearchOutput {

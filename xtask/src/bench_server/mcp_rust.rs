@@ -6,10 +6,11 @@
 //! (`mnemon serve`'s `/mcp`, the null server's).
 //!
 //! Each run: connect (initialize), make the reference's entities if it is the reference, then
-//! `calls` adds and `calls` searches, `concurrency` calls in flight on the one session, then
-//! count the adds the server kept through its own tools, after the clock.
+//! `calls` adds, `concurrency` calls in flight on the one session; off the clock, count the adds
+//! the server kept through its own tools and make the lost ones again one at a time (the
+//! top-up); then `calls` searches, `concurrency` in flight, over the same memory on every
+//! server.
 
-use std::ffi::OsString;
 use std::process::Stdio;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -17,81 +18,21 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
 use rmcp::ServiceExt as _;
-use rmcp::model::{CallToolRequestParams, CallToolResult};
+use rmcp::model::CallToolRequestParams;
 use rmcp::service::{Peer, RoleClient};
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use serde_json::{Value, json};
 
-use super::{MCP_GROUPS, NODE_TIMEOUT, Phase, Side, TOP_K};
-
-/// Which tools the client calls.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Kind {
-    /// Mnemon's `remember` and `recall`.
-    Mnemon,
-    /// The reference's `add_observations` and `search_nodes`.
-    Reference,
-    /// Mnemon's calls, to the null server (nothing is kept or counted).
-    Null,
-}
-
-/// Where the server is.
-#[derive(Debug, Clone)]
-pub(super) enum Endpoint {
-    /// Streamable HTTP at this URL.
-    Http(String),
-    /// A child process speaking newline-delimited JSON-RPC on its stdin and stdout.
-    Stdio {
-        command: OsString,
-        args: Vec<OsString>,
-        env: Vec<(String, OsString)>,
-    },
-}
-
-/// The group (session, entity) of call `i`: the names mcp_calls.cjs uses.
-fn group(i: usize) -> String {
-    format!("topic-{:02}", i % MCP_GROUPS)
-}
-
-/// The text of add `i`, as mcp_calls.cjs writes it.
-fn content(i: usize) -> String {
-    format!("note {i}: the build on host {} took {} s", i % 17, i % 60)
-}
+use super::mcp_calls::{Endpoint, Kind, Step, count_calls, kept_from, stdio_command, tool_call};
+use super::{NODE_TIMEOUT, Phase, Side};
 
 /// A `tools/call` request of `tool` with `arguments` (an object).
-fn params(tool: &'static str, arguments: Value) -> CallToolRequestParams {
+fn params((tool, arguments): (&'static str, Value)) -> CallToolRequestParams {
     let arguments = match arguments {
         Value::Object(map) => map,
         _ => serde_json::Map::new(),
     };
     CallToolRequestParams::new(tool).with_arguments(arguments)
-}
-
-/// Add `i` of `kind`.
-fn add(kind: Kind, i: usize) -> CallToolRequestParams {
-    match kind {
-        Kind::Reference => params(
-            "add_observations",
-            json!({"observations": [{"entityName": group(i), "contents": [content(i)]}]}),
-        ),
-        Kind::Mnemon | Kind::Null => params(
-            "remember",
-            json!({"session": group(i),
-                   "messages": [{"name": "user", "role": "user", "content": content(i)}]}),
-        ),
-    }
-}
-
-/// Search `i` of `kind`.
-fn search(kind: Kind, i: usize) -> CallToolRequestParams {
-    match kind {
-        Kind::Reference => params("search_nodes", json!({"query": group(i)})),
-        Kind::Mnemon | Kind::Null => params(
-            "recall",
-            json!({"session": group(i), "query": format!("build on host {}", i % 17),
-                   "top_k": TOP_K}),
-        ),
-    }
 }
 
 /// Runs one client session against `endpoint` (at most [`NODE_TIMEOUT`]) on a one-thread
@@ -123,15 +64,8 @@ async fn session(kind: Kind, endpoint: Endpoint, calls: usize, concurrency: usiz
             .await
             .with_context(|| format!("initializing an MCP session with {url}"))?,
         Endpoint::Stdio { command, args, env } => {
-            let mut cmd = tokio::process::Command::new(&command);
-            cmd.args(&args)
-                .envs(env)
-                // What `mnemon mcp` gets: the stores its arguments name only.
-                .env_remove("MNEMON_DATABASE_URL")
-                .env_remove("MNEMON_NAMESPACE")
-                .env_remove("MNEMON_CONFIG_FILE")
-                .env_remove("MNEMON_EMBEDDING_MODEL")
-                .kill_on_drop(true);
+            let mut cmd = stdio_command(&command, &args, env);
+            cmd.kill_on_drop(true);
             let (transport, _) = TokioChildProcess::builder(cmd)
                 .stderr(Stdio::null())
                 .spawn()
@@ -145,22 +79,29 @@ async fn session(kind: Kind, endpoint: Endpoint, calls: usize, concurrency: usiz
         }
     };
     let peer = client.peer().clone();
-    if kind == Kind::Reference {
-        // One entity per group, before the clock starts.
-        let entities: Vec<Value> = (0..MCP_GROUPS)
-            .map(|g| json!({"name": group(g), "entityType": "log", "observations": []}))
-            .collect();
+    if let Some(setup) = tool_call(kind, Step::Setup, 0) {
+        // Before the clock starts.
         let made = peer
-            .call_tool(params("create_entities", json!({"entities": entities})))
+            .call_tool(params(setup))
             .await
             .context("create_entities")?;
         if made.is_error == Some(true) {
             bail!("create_entities failed: {:?}", made.content);
         }
     }
-    let adds = phase(&peer, calls, concurrency, move |i| add(kind, i)).await;
-    let searches = phase(&peer, calls, concurrency, move |i| search(kind, i)).await;
+    let adds = phase(&peer, kind, Step::Add, 0..calls, concurrency).await;
     let kept = kept(&peer, kind, calls).await?;
+    // The top-up, off the clock: a server that lost adds made concurrently (the reference
+    // does) gets them again one at a time, so that every server's searches run over a memory
+    // of `calls` adds; otherwise the one that lost most would search the least.
+    if let Some(kept) = kept {
+        let missing = calls.saturating_sub(usize::try_from(kept).unwrap_or(usize::MAX));
+        let topped = phase(&peer, kind, Step::Add, calls..calls + missing, 1).await;
+        if topped.errors > 0 {
+            bail!("{} of the {missing} top-up adds failed", topped.errors);
+        }
+    }
+    let searches = phase(&peer, kind, Step::Search, 0..calls, concurrency).await;
     client
         .cancel()
         .await
@@ -172,14 +113,16 @@ async fn session(kind: Kind, endpoint: Endpoint, calls: usize, concurrency: usiz
     })
 }
 
-/// `calls` calls made by `make`, `concurrency` in flight on `peer`.
+/// The calls of `step` numbered `range`, `concurrency` in flight on `peer`.
 async fn phase(
     peer: &Peer<RoleClient>,
-    calls: usize,
+    kind: Kind,
+    step: Step,
+    range: std::ops::Range<usize>,
     concurrency: usize,
-    make: impl Fn(usize) -> CallToolRequestParams + Send + Sync + Copy + 'static,
 ) -> Phase {
-    let next = Arc::new(AtomicUsize::new(0));
+    let next = Arc::new(AtomicUsize::new(range.start));
+    let end = range.end;
     let started = Instant::now();
     let mut workers = tokio::task::JoinSet::new();
     for _ in 0..concurrency.max(1) {
@@ -191,10 +134,14 @@ async fn phase(
             let mut first_error = None;
             loop {
                 let i = next.fetch_add(1, Ordering::Relaxed);
-                if i >= calls {
+                if i >= end {
                     break;
                 }
-                let request = make(i);
+                let Some(request) = tool_call(kind, step, i).map(params) else {
+                    errors += 1;
+                    first_error.get_or_insert_with(|| format!("no {step:?} call"));
+                    break;
+                };
                 let sent = Instant::now();
                 match peer.call_tool(request).await {
                     Ok(result) if result.is_error != Some(true) => {
@@ -245,73 +192,17 @@ fn micros(d: Duration) -> u32 {
     u32::try_from(d.as_micros()).unwrap_or(u32::MAX)
 }
 
-/// The JSON result of a tool: its structured content, else its first text block parsed.
-fn structured(result: &CallToolResult) -> Option<Value> {
-    if let Some(value) = &result.structured_content {
-        return Some(value.clone());
-    }
-    let text = result.content.first()?.as_text()?;
-    serde_json::from_str(&text.text).ok()
-}
-
-/// How many added messages (observations) the server holds after the run, through its own
-/// tools: Mnemon's `recall` of each session's latest `calls`, the reference's `read_graph`.
+/// How many added messages (observations) the server holds, through its own tools (see
+/// [`count_calls`]).
 async fn kept(peer: &Peer<RoleClient>, kind: Kind, calls: usize) -> Result<Option<u64>> {
-    match kind {
-        Kind::Null => Ok(None),
-        Kind::Reference => {
-            let graph = peer
-                .call_tool(params("read_graph", json!({})))
-                .await
-                .context("counting with read_graph")?;
-            let graph = structured(&graph).context("read_graph answered no JSON")?;
-            let entities = graph["entities"]
-                .as_array()
-                .context("read_graph answered no entities")?;
-            Ok(Some(
-                entities
-                    .iter()
-                    .map(|e| e["observations"].as_array().map_or(0, |o| o.len() as u64))
-                    .sum(),
-            ))
-        }
-        Kind::Mnemon => {
-            let mut kept = 0;
-            for g in 0..MCP_GROUPS {
-                let got = peer
-                    .call_tool(params(
-                        "recall",
-                        json!({"session": group(g), "recent": calls.max(1)}),
-                    ))
-                    .await
-                    .with_context(|| format!("counting {} with recall", group(g)))?;
-                if got.is_error == Some(true) {
-                    bail!("counting {}: {:?}", group(g), got.content);
-                }
-                let got = structured(&got).context("recall answered no JSON")?;
-                kept += got["messages"].as_array().map_or(0, |m| m.len() as u64);
-            }
-            Ok(Some(kept))
-        }
+    let mut kept = None;
+    for (i, call) in count_calls(kind, calls).into_iter().enumerate() {
+        let got = peer
+            .call_tool(params(call))
+            .await
+            .context("counting the kept adds")?;
+        let answer = json!({"result": serde_json::to_value(&got)?});
+        kept = Some(kept.unwrap_or(0) + kept_from(kind, i, &answer)?);
     }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn calls_match_the_sdk_scripts() {
-        // The same names and texts as xtask/bench/mcp_calls.cjs.
-        assert_eq!(group(17), "topic-01");
-        assert_eq!(content(61), "note 61: the build on host 10 took 1 s");
-        let a = add(Kind::Reference, 3);
-        assert_eq!(a.name, "add_observations");
-        let s = search(Kind::Mnemon, 20);
-        assert_eq!(s.name, "recall");
-        assert_eq!(
-            s.arguments.as_ref().and_then(|m| m.get("query")),
-            Some(&json!("build on host 3"))
-        );
-    }
+    Ok(kept)
 }

@@ -951,6 +951,8 @@ pub(crate) fn run(command: MemoryCommand, target: &Target<'_>) -> CliResult {
                 preserve_order,
                 mark,
                 exact,
+                // Only ids and scores are printed.
+                with_embeddings: false,
             };
             let hits: Vec<Hit> = memory
                 .retrieve_by_embedding(RetrievalQuery::Vector(vector), &options, None)
