@@ -146,3 +146,31 @@ fn postgres_reads_go_through_kept_handles_and_see_other_servers() {
     assert_eq!(nearest(&service, "elsewhere", [-1.0, 0.1]), "west");
     assert_eq!(service.kept_write_handles(), before);
 }
+
+#[test]
+fn postgres_recall_takes_its_hnsw_shortlist_from_the_recall_options() {
+    let server = mnemon_tests::require_postgres!();
+    let url = server
+        .fresh_database("recall ef_search")
+        .unwrap_or_else(|error| panic!("{error}"));
+    let dir = tempfile::tempdir().unwrap_or_else(|error| panic!("{error}"));
+    let ef_search = |options: OpenOptions| {
+        Stores::open_with(dir.path(), &options)
+            .unwrap_or_else(|error| panic!("{error}"))
+            .vector_search()
+            .ef_search
+    };
+    // pgvector's own default, unless the server is told otherwise (`--recall-index-ef`).
+    assert_eq!(ef_search(OpenOptions::postgres(url.clone())), Some(40));
+    let recall = mnemon_ops::RecallOptions {
+        index: mnemon_memory::RecallIndexOptions {
+            ef: Some(120),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    assert_eq!(
+        ef_search(OpenOptions::postgres(url).with_recall(recall)),
+        Some(120)
+    );
+}

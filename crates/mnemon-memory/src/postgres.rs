@@ -65,8 +65,9 @@
 //! embeddings, indices and messages of the shortlist come from it; otherwise from the snapshot,
 //! with indices from the counters. Which messages come back is as good as the index's recall (HNSW
 //! is approximate: clustered 1,536-dimensional data, the shape of real embeddings, gave recall@10
-//! 1.000 at the default `ef_search` of 80, at 20,000 and 100,000 messages; uniformly random
-//! vectors, the hardest case, far less: see the option), and a shortlist that holds fewer than
+//! 0.960–1.000 at the default `ef_search` of 40 and 1.000 from 60 up at 100,000 messages, 1.000
+//! at 20,000; uniformly random vectors, the hardest case, far less: see the option), and a
+//! shortlist that holds fewer than
 //! `top_k` of the thread's candidates (the index is shared by every thread, and filtered after the
 //! search) is retried at `ef_search` 1,000, then the exact path answers: never silently fewer. Set
 //! `hnsw_min_messages` to `usize::MAX` for exact recall always. The recall's transaction turns
@@ -613,7 +614,7 @@ static VECTOR_SCHEMA: Schema = Schema {
 };
 
 /// [`PostgresMemoryOptions::hnsw_ef_search`]'s default.
-const DEFAULT_EF_SEARCH: usize = 80;
+const DEFAULT_EF_SEARCH: usize = 40;
 
 /// How many candidates beyond `top_k` (at least; `top_k` more when larger) an HNSW recall
 /// re-scores exactly: see `retrieve_from_index`.
@@ -693,20 +694,21 @@ pub struct PostgresMemoryOptions {
     /// threads, and every other recall, score every candidate exactly. See the module docs
     /// for what the HNSW path guarantees.
     pub hnsw_min_messages: usize,
-    /// The HNSW shortlist (`hnsw.ef_search`) of a cut through the index: default 80; at least
-    /// `top_k + max(top_k, 10)` (the candidates re-scored exactly), at most 1,000 (pgvector's
-    /// limit). A longer shortlist finds more of the exact top `k` and costs latency. Measured
-    /// on a 2-core machine with 1,536-dimensional vectors, pgvector's default index
-    /// parameters, and top 10 (issue 13's figures tests in tests/tests/memory_postgres.rs;
+    /// The HNSW shortlist (`hnsw.ef_search`) of a cut through the index: default 40,
+    /// pgvector's own (what LangGraph's `PostgresStore` and most pgvector users search with); at
+    /// least `top_k + max(top_k, 10)` (the candidates re-scored exactly), at most 1,000
+    /// (pgvector's limit). A longer shortlist finds more of the exact top `k` and costs latency;
+    /// `mnemon serve --recall-index-ef` sets it. Measured on a 2-core machine with
+    /// 1,536-dimensional vectors, pgvector's default index parameters, and top 10 (issue 13's
+    /// figures tests in tests/tests/memory_postgres.rs and `cargo xtask bench stores`;
     /// docs/postgres.md has the tables): on clustered data (about 50 per cluster, the shape of
-    /// real embeddings) recall@10 was 1.000 at 20,000 messages for every value from 40 to 800,
-    /// and at 100,000 it was 0.960–1.000 at pgvector's default of 40 and 1.000 at 60, 80 and
-    /// 100, so the default doubles pgvector's for a margin; the recall's p50 there was about 2
-    /// to 2.5 ms from 40 to 80 (handle's mirror current), 4 ms at 100, and about 10 ms at 200
-    /// and 54 at 800 (20,000 messages). On uniformly random vectors, the pathological case
-    /// where no neighbour is much nearer than any other, recall@10 at 20,000 was 0.33 at 40,
-    /// 0.43 at 100, 0.67 at 400 and 0.86 at 800. Raise it when your embeddings are less
-    /// clustered than that and recall matters more than latency.
+    /// real embeddings) at 100,000 messages, recall@10 was 0.960–1.000 at 40 (0.989–0.991 in the
+    /// benchmark's runs), 0.998–1.000 at 60 and 0.999–1.000 at 80, for a search p50 of 1.8, 2.6
+    /// and 3.4 ms (benchmark, after a bulk load); at 20,000 it was 1.000 for every value from 40
+    /// to 800. On uniformly random vectors, the pathological case where no neighbour is much
+    /// nearer than any other, recall@10 at 20,000 was 0.33 at 40, 0.43 at 100, 0.67 at 400 and
+    /// 0.86 at 800. Raise it when your embeddings are less clustered than that and recall
+    /// matters more than latency.
     pub hnsw_ef_search: usize,
     /// Defer HNSW maintenance to a background indexer (default on; `postgres/indexer.rs`):
     /// once a dimension's index exists, a write stores its vectors outside the index and is
@@ -893,6 +895,12 @@ impl PostgresMemoryStore {
     /// Whether embeddings also go to a pgvector column (see the module docs).
     pub fn vector_mode(&self) -> &VectorMode {
         &self.vector
+    }
+
+    /// The HNSW shortlist of a recall cut through the index
+    /// ([`PostgresMemoryOptions::hnsw_ef_search`], as opened).
+    pub fn hnsw_ef_search(&self) -> usize {
+        self.hnsw_ef_search
     }
 
     /// How many recalls through this store's memories, and searches across its sessions

@@ -61,6 +61,10 @@ pub struct VectorSearch {
     /// Why not pgvector, with `exact`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// The HNSW shortlist of a recall through the index (`hnsw.ef_search`), with `pgvector`
+    /// (`mnemon serve --recall-index-ef`; docs/postgres.md#the-hnsw-shortlist).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ef_search: Option<usize>,
 }
 
 /// The most assets [`Sizes::assets`] counts: it reads at most one more id than this, so the

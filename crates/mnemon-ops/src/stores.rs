@@ -95,8 +95,9 @@ pub struct OpenOptions {
     pub default_ttl: Option<std::time::Duration>,
     /// How the memory store serves recall over large threads: the most bytes of stored vectors
     /// it keeps in memory (`None`: the store's default, 256 MiB) and when a thread's recall uses
-    /// the approximate index (docs/reference/memory.md#the-recall-index). SQLite only: with
-    /// PostgreSQL, pgvector's HNSW index serves recall and these are not used.
+    /// the approximate index (docs/reference/memory.md#the-recall-index). With PostgreSQL,
+    /// pgvector's HNSW index serves recall: only `index.ef` is used there, as its shortlist
+    /// (`hnsw.ef_search`; `None`: the store's default, 40).
     pub recall: RecallOptions,
     /// How hard every store's commits work to survive crashes. `Full` (the default): an
     /// acknowledged write survives a killed process, an operating-system crash and a power
@@ -352,13 +353,15 @@ impl Stores {
                     },
                 )
                 .map_err(OpenError::Artifacts)?;
+                let defaults = mnemon_memory::PostgresMemoryOptions::default();
                 let memory = mnemon_memory::PostgresMemoryStore::open(
                     url,
                     mnemon_memory::PostgresMemoryOptions {
                         namespace: namespace.clone(),
                         default_ttl: options.default_ttl,
                         durability: options.durability,
-                        ..Default::default()
+                        hnsw_ef_search: options.recall.index.ef.unwrap_or(defaults.hnsw_ef_search),
+                        ..defaults
                     },
                 )
                 .map_err(OpenError::Memory)?;
@@ -543,6 +546,7 @@ impl Stores {
                 mode: "exact".to_owned(),
                 pgvector_version: None,
                 reason: Some("SQLite scores every embedding exactly".to_owned()),
+                ef_search: None,
             },
             #[cfg(feature = "postgres")]
             MemoryStore::Postgres(store) => match store.vector_mode() {
@@ -550,16 +554,19 @@ impl Stores {
                     mode: "pgvector".to_owned(),
                     pgvector_version: Some(version.clone()),
                     reason: None,
+                    ef_search: Some(store.hnsw_ef_search()),
                 },
                 mnemon_memory::VectorMode::Exact { reason } => crate::status::VectorSearch {
                     mode: "exact".to_owned(),
                     pgvector_version: None,
                     reason: Some(reason.clone()),
+                    ef_search: None,
                 },
                 other => crate::status::VectorSearch {
                     mode: "exact".to_owned(),
                     pgvector_version: None,
                     reason: Some(format!("{other:?}")),
+                    ef_search: None,
                 },
             },
         }

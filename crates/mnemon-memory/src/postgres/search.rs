@@ -69,7 +69,9 @@ fn pg_param(param: SqlParam) -> Box<dyn ToSql + Sync> {
 
 /// The shortlist: the selected threads' indexed messages of dimension `dim` closest to `$5`
 /// through its HNSW index, the closest `$6` by pgvector's distance, then every selected message
-/// waiting for the background indexer (up to [`PENDING_SCAN_MAX`]; one more says too many).
+/// waiting for the background indexer (up to [`PENDING_SCAN_MAX`]; one more says too many),
+/// read above each thread's pending watermark (`pending_from`, below every pending row: the
+/// moved rows' dead entries in the pending index lie under it; docs/postgres.md#the-pending-watermark).
 /// Each row: thread, seq, vector (NULL for a pending one: read afterwards, only when they are
 /// few enough to score), whether pending. The dimension is in the text: the partial
 /// index is chosen only when its predicate appears literally.
@@ -84,7 +86,7 @@ fn shortlist_sql(dim: usize) -> &'static str {
          UNION ALL
          (SELECT m.thread_id, m.seq, NULL::vector, true
           FROM memory_messages m JOIN memory_threads t ON t.thread_id = m.thread_id
-          WHERE m.pending_dim = {dim} AND {FILTER}
+          WHERE m.pending_dim = {dim} AND m.seq > t.pending_from AND {FILTER}
           LIMIT {scan_limit})"
     ))
 }

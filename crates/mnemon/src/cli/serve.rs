@@ -172,8 +172,10 @@ pub(crate) struct ServeArgs {
     #[arg(long, conflicts_with = "recall_index_min_messages")]
     no_recall_index: bool,
 
-    /// The recall index's search beam. Default: by thread size, as for libraries (128 up to
-    /// 100,000 embeddings, 416 at 1,000,000).
+    /// The recall index's search beam: wider finds more of the exact top k and costs latency.
+    /// SQLite default: by thread size, as for libraries (128 up to 100,000 embeddings, 416 at
+    /// 1,000,000). PostgreSQL: pgvector's `hnsw.ef_search` (default 40, at most 1,000;
+    /// docs/postgres.md#the-hnsw-shortlist).
     #[arg(long, value_name = "EF", value_parser = clap::value_parser!(u32).range(1..=100_000))]
     recall_index_ef: Option<u32>,
 }
