@@ -2250,16 +2250,19 @@ impl Report {
         }
         if let Some(mcp) = &self.mcp {
             println!(
-                "\nMCP, two clients making the same calls: the official TypeScript SDK's \
-                 (xtask/bench/mcp_calls.cjs, Node.js) and rmcp's (Rust, one thread of this \
-                 process): N adds then N searches over {MCP_GROUPS} sessions / entities, C calls \
-                 in flight on one session, every server on fresh stores; Mnemon: remember, \
-                 recall (top 5); the reference: add_observations, search_nodes (which answers \
-                 the entity with all its observations); client floor: a null server that \
-                 answers at once (no server over that transport can be timed faster by that \
-                 client). Kept adds: the acknowledged adds the server held afterwards, read back \
-                 through its own tools; kept adds/s and kept calls/s count only those, and the \
-                 targets are judged on them:"
+                "\nMCP, three clients making the same calls: the official TypeScript SDK's \
+                 (xtask/bench/mcp_calls.cjs, Node.js), rmcp's (Rust, one thread of this \
+                 process) and raw JSON-RPC (pipelined over stdio, keep-alive over HTTP; one \
+                 thread of this process): N adds then N searches over {MCP_GROUPS} sessions / \
+                 entities, C calls in flight on one session, every server on fresh stores; \
+                 Mnemon: remember, recall (top 5); the reference: add_observations, \
+                 search_nodes (which answers the entity with all its observations); client \
+                 floor: a null server that answers at once (no server over that transport can \
+                 be timed faster by that client). Kept adds: the acknowledged adds the server \
+                 held after the add phase, read back through its own tools; the lost ones are \
+                 then made again one at a time, off the clock, so that every server searches \
+                 N adds; kept adds/s and kept calls/s count only the kept ones, and the targets \
+                 are judged on them:"
             );
             match &mcp.unavailable {
                 Some(why) => {
