@@ -170,7 +170,19 @@ fn postgres_recall_takes_its_hnsw_shortlist_from_the_recall_options() {
         ..Default::default()
     };
     assert_eq!(
-        ef_search(OpenOptions::postgres(url).with_recall(recall)),
+        ef_search(OpenOptions::postgres(url.clone()).with_recall(recall)),
         Some(120)
+    );
+    // pgvector takes at most 1,000: the status says what a recall uses.
+    let wide = mnemon_ops::RecallOptions {
+        index: mnemon_memory::RecallIndexOptions {
+            ef: Some(5_000),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    assert_eq!(
+        ef_search(OpenOptions::postgres(url).with_recall(wide)),
+        Some(1_000)
     );
 }

@@ -897,10 +897,11 @@ impl PostgresMemoryStore {
         &self.vector
     }
 
-    /// The HNSW shortlist of a recall cut through the index
-    /// ([`PostgresMemoryOptions::hnsw_ef_search`], as opened).
+    /// The HNSW shortlist of a recall cut through the index: [`PostgresMemoryOptions::hnsw_ef_search`]
+    /// as opened, within pgvector's 1 to 1,000 (a recall widens it to the candidates it
+    /// re-scores, `top_k + max(top_k, 10)`, when that is more).
     pub fn hnsw_ef_search(&self) -> usize {
-        self.hnsw_ef_search
+        self.hnsw_ef_search.clamp(1, HNSW_MAX_EF_SEARCH)
     }
 
     /// How many recalls through this store's memories, and searches across its sessions
