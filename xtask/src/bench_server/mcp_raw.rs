@@ -141,12 +141,6 @@ impl Pipe {
         }
     }
 
-    async fn tool(&mut self, call: (&'static str, Value)) -> Result<Value> {
-        let (name, arguments) = call;
-        self.request("tools/call", json!({"name": name, "arguments": arguments}))
-            .await
-    }
-
     async fn session(&mut self, kind: Kind, calls: usize, concurrency: usize) -> Result<Side> {
         let init = self
             .request(
@@ -162,6 +156,14 @@ impl Pipe {
         self.send(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#)
             .await?;
         run_calls(self, kind, calls, concurrency).await
+    }
+}
+
+impl Caller for Pipe {
+    async fn tool(&mut self, call: (&'static str, Value)) -> Result<Value> {
+        let (name, arguments) = call;
+        self.request("tools/call", json!({"name": name, "arguments": arguments}))
+            .await
     }
 
     /// The calls of `step` numbered `range`, `concurrency` in flight, pipelined.
@@ -213,22 +215,6 @@ impl Pipe {
             );
         }
         Ok(phase)
-    }
-}
-
-impl Caller for Pipe {
-    async fn tool(&mut self, call: (&'static str, Value)) -> Result<Value> {
-        Pipe::tool(self, call).await
-    }
-
-    async fn phase(
-        &mut self,
-        kind: Kind,
-        step: Step,
-        range: std::ops::Range<usize>,
-        concurrency: usize,
-    ) -> Result<Phase> {
-        Pipe::phase(self, kind, step, range, concurrency).await
     }
 }
 
@@ -320,9 +306,11 @@ impl Http {
     fn body(&self, id: u64, call: (&'static str, Value)) -> Vec<u8> {
         http_request("POST", &self.path, &self.host, Some(&call_line(id, call)))
     }
+}
 
+impl Caller for Http {
     /// One call on a connection of its own.
-    async fn one(&self, call: (&'static str, Value)) -> Result<Value> {
+    async fn tool(&mut self, call: (&'static str, Value)) -> Result<Value> {
         let mut conn = Conn::connect(self.addr).await?;
         let (status, body) = conn.exchange(&self.body(0, call)).await?;
         if status != 200 {
@@ -331,8 +319,8 @@ impl Http {
         serde_json::from_slice(&body).context("an answer that is no JSON")
     }
 
-    async fn phase_on(
-        &self,
+    async fn phase(
+        &mut self,
         kind: Kind,
         step: Step,
         range: std::ops::Range<usize>,
@@ -414,21 +402,5 @@ impl Http {
             );
         }
         Ok(phase)
-    }
-}
-
-impl Caller for Http {
-    async fn tool(&mut self, call: (&'static str, Value)) -> Result<Value> {
-        self.one(call).await
-    }
-
-    async fn phase(
-        &mut self,
-        kind: Kind,
-        step: Step,
-        range: std::ops::Range<usize>,
-        concurrency: usize,
-    ) -> Result<Phase> {
-        self.phase_on(kind, step, range, concurrency).await
     }
 }
