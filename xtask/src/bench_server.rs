@@ -1181,6 +1181,20 @@ impl Phase {
     fn rate(&self) -> f64 {
         self.latencies_us.len() as f64 / self.wall.as_secs_f64().max(f64::MIN_POSITIVE)
     }
+
+    /// Ends a phase begun at `started`: its wall time, its latencies sorted, and the first
+    /// failed call's error, if any, printed under `client`'s name.
+    fn finish(mut self, started: Instant, client: &str, first_error: Option<String>) -> Phase {
+        self.wall = started.elapsed();
+        self.latencies_us.sort_unstable();
+        if let Some(error) = first_error {
+            eprintln!(
+                "MCP ({client}): {} calls failed; the first: {error}",
+                self.errors
+            );
+        }
+        self
+    }
 }
 
 /// The MCP SDK client's adds and searches against one server.

@@ -206,15 +206,7 @@ impl Caller for Pipe {
                 first_error.get_or_insert_with(|| answer_error(&answer));
             }
         }
-        phase.wall = started.elapsed();
-        phase.latencies_us.sort_unstable();
-        if let Some(error) = first_error {
-            eprintln!(
-                "MCP (raw client): {} calls failed; the first: {error}",
-                phase.errors
-            );
-        }
-        Ok(phase)
+        Ok(phase.finish(started, "raw client", first_error))
     }
 }
 
@@ -393,14 +385,6 @@ impl Caller for Http {
                 first_error = error;
             }
         }
-        phase.wall = started.elapsed();
-        phase.latencies_us.sort_unstable();
-        if let Some(error) = first_error {
-            eprintln!(
-                "MCP (raw client): {} calls failed; the first: {error}",
-                phase.errors
-            );
-        }
-        Ok(phase)
+        Ok(phase.finish(started, "raw client", first_error))
     }
 }

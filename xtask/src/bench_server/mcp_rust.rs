@@ -177,15 +177,7 @@ async fn phase(
             }
         }
     }
-    phase.wall = started.elapsed();
-    phase.latencies_us.sort_unstable();
-    if let Some(error) = first_error {
-        eprintln!(
-            "MCP (rmcp client): {} calls failed; the first: {error}",
-            phase.errors
-        );
-    }
-    phase
+    phase.finish(started, "rmcp client", first_error)
 }
 
 fn micros(d: Duration) -> u32 {
