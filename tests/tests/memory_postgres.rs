@@ -17,6 +17,9 @@ use mnemon_tests::memory_conformance::test_factory;
 use mnemon_tests::postgres::PgServer;
 use serde_json::json;
 
+/// The memory schema's version after every migration (`memory_schema`).
+const LATEST_SCHEMA: i64 = 13;
+
 fn open(url: &str, options: PostgresMemoryOptions) -> Arc<PostgresMemoryStore> {
     PostgresMemoryStore::open_with_factory(url, options, test_factory())
         .unwrap_or_else(|e| panic!("{e}"))
@@ -42,7 +45,7 @@ fn newer_schema_is_refused() {
         err,
         MemoryError::SchemaVersion {
             found: 99,
-            supported: 12
+            supported: LATEST_SCHEMA
         }
     );
 }
@@ -1364,7 +1367,7 @@ fn migration_to_version_3_counts_existing_threads() {
         .get(0);
     // Through version 3 to the current one (8; the columns of 4 to 8 are still there: their
     // migrations, like the vector schema's version 3, add only what is missing).
-    assert_eq!(version, 12);
+    assert_eq!(version, LATEST_SCHEMA);
     assert_counters(&mut client);
     let live: Vec<i64> = client
         .query("SELECT live FROM memory_threads ORDER BY thread_id", &[])
@@ -2104,7 +2107,7 @@ fn embeddings_are_stored_once_and_version_3_bodies_still_read() {
         .unwrap()
         .get(0);
     // Through 4 to the current version, 8 (whose columns are still there).
-    assert_eq!(version, 12);
+    assert_eq!(version, LATEST_SCHEMA);
     assert_eq!(
         export_json(&store.memory(Scope::session("s")).unwrap()),
         before
@@ -2204,7 +2207,7 @@ fn migration_to_version_7_indexes_stored_messages() {
         .query_one("SELECT version FROM memory_schema", &[])
         .unwrap()
         .get(0);
-    assert_eq!(version, 12);
+    assert_eq!(version, LATEST_SCHEMA);
     for (text, id, index) in [("ferry", "a", 0), ("TIDES", "b", 1)] {
         let request = SearchRequest {
             mode: SearchMode::Keyword { text: text.into() },
@@ -2438,7 +2441,7 @@ fn migration_to_version_11_keeps_the_keyword_column() {
         .query_one("SELECT version FROM memory_schema", &[])
         .unwrap()
         .get(0);
-    assert_eq!(version, 12);
+    assert_eq!(version, LATEST_SCHEMA);
     assert_eq!(generated(&mut client), (String::new(), true));
     store
         .memory(Scope::session("s"))
@@ -2525,4 +2528,162 @@ fn a_search_before_any_analyze_asks_for_one() {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// The foreign keys from `memory_messages` to `memory_threads`.
+fn message_thread_keys(client: &mut postgres::Client) -> i64 {
+    client
+        .query_one(
+            "SELECT count(*) FROM pg_constraint
+             WHERE conrelid = 'memory_messages'::regclass
+               AND confrelid = 'memory_threads'::regclass AND contype = 'f'",
+            &[],
+        )
+        .unwrap()
+        .get(0)
+}
+
+/// Messages and marks whose thread is gone.
+fn orphans(client: &mut postgres::Client) -> (i64, i64) {
+    let row = client
+        .query_one(
+            "SELECT (SELECT count(*) FROM memory_messages m
+                     WHERE NOT EXISTS (SELECT 1 FROM memory_threads t
+                                       WHERE t.thread_id = m.thread_id)),
+                    (SELECT count(*) FROM memory_marks k
+                     WHERE NOT EXISTS (SELECT 1 FROM memory_threads t
+                                       WHERE t.thread_id = k.thread_id))",
+            &[],
+        )
+        .unwrap();
+    (row.get(0), row.get(1))
+}
+
+/// Issue 13: schema version 13 drops the foreign key from a message to its thread (its check
+/// was a fifth of a batch insert's server time; docs/postgres.md#no-foreign-key-per-message), on
+/// a new database and on one migrated from version 12; deleting a session, or forgetting a
+/// subject, still leaves no message or mark of it behind.
+#[test]
+fn migration_to_version_13_drops_the_message_key_and_deletes_leave_no_orphans() {
+    use mnemon_memory::ScopeFilter;
+    let server = mnemon_tests::require_postgres!();
+    let (url, mut client) = fresh(server, "memory_no_message_key");
+    let fill = |store: &Arc<PostgresMemoryStore>, session: &str| {
+        let memory = store.memory(Scope::session(session)).unwrap();
+        memory
+            .add(
+                (0..20)
+                    .map(|i| {
+                        json!({"id": format!("{session}{i}"), "name": "n", "content": "x"}).into()
+                    })
+                    .collect(),
+            )
+            .unwrap();
+        assert_eq!(
+            memory
+                .mark(&[&format!("{session}3"), &format!("{session}4")], "hint")
+                .unwrap(),
+            2
+        );
+    };
+    {
+        let store = open(&url, PostgresMemoryOptions::default());
+        fill(&store, "a");
+    }
+    assert_eq!(message_thread_keys(&mut client), 0);
+    // Back to version 12, with the key as version 1 created it.
+    client
+        .batch_execute(
+            "ALTER TABLE memory_messages ADD FOREIGN KEY (thread_id)
+               REFERENCES memory_threads ON DELETE CASCADE;
+             UPDATE memory_schema SET version = 12;",
+        )
+        .unwrap();
+    assert_eq!(message_thread_keys(&mut client), 1);
+    let store = open(&url, PostgresMemoryOptions::default());
+    let version: i64 = client
+        .query_one("SELECT version FROM memory_schema", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(version, LATEST_SCHEMA);
+    assert_eq!(message_thread_keys(&mut client), 0);
+    for session in ["b", "c", "d"] {
+        fill(&store, session);
+    }
+    let count = |client: &mut postgres::Client, table: &str| -> i64 {
+        client
+            .query_one(&format!("SELECT count(*) FROM {table}"), &[])
+            .unwrap()
+            .get(0)
+    };
+    assert_eq!(count(&mut client, "memory_messages"), 80);
+    assert_eq!(count(&mut client, "memory_marks"), 8);
+    assert!(store.drop_thread(&Scope::session("a")).unwrap());
+    assert!(!store.drop_thread(&Scope::session("a")).unwrap());
+    assert_eq!(orphans(&mut client), (0, 0));
+    assert_eq!(count(&mut client, "memory_messages"), 60);
+    assert_eq!(count(&mut client, "memory_marks"), 6);
+    let forgotten = store
+        .forget(&ScopeFilter {
+            session_id: Some("b".into()),
+            ..ScopeFilter::all()
+        })
+        .unwrap();
+    assert_eq!((forgotten.threads, forgotten.messages), (1, 20));
+    assert_eq!(orphans(&mut client), (0, 0));
+    assert_eq!(count(&mut client, "memory_messages"), 40);
+    // A session deleted and written again is a new, empty thread.
+    fill(&store, "a");
+    assert_eq!(
+        store.memory(Scope::session("a")).unwrap().size().unwrap(),
+        20
+    );
+    assert_eq!(count(&mut client, "memory_messages"), 60);
+}
+
+/// Issue 13: with no foreign key, a thread's lock is what keeps a message from outliving its
+/// thread. Writers appending to one session while another process's handle deletes it again
+/// and again: every append lands in a thread that exists, none is left behind by a delete.
+#[test]
+fn appends_racing_session_deletes_leave_no_orphans() {
+    let server = mnemon_tests::require_postgres!();
+    let (url, mut client) = fresh(server, "memory_append_delete_race");
+    let store = open(&url, PostgresMemoryOptions::default());
+    let deleter = open(&url, PostgresMemoryOptions::default());
+    std::thread::scope(|s| {
+        for w in 0..3 {
+            let store = &store;
+            s.spawn(move || {
+                let memory = store.memory(Scope::session("raced")).unwrap();
+                for i in 0..60 {
+                    let id = format!("w{w}-{i}");
+                    memory
+                        .add(vec![
+                            json!({"id": id.clone(), "name": "n", "content": "x"}).into(),
+                        ])
+                        .unwrap();
+                    if i % 3 == 0 {
+                        memory.mark(&[&id], "m").unwrap();
+                    }
+                }
+            });
+        }
+        s.spawn(|| {
+            for _ in 0..40 {
+                deleter.drop_thread(&Scope::session("raced")).unwrap();
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        });
+    });
+    assert_eq!(orphans(&mut client), (0, 0));
+    let left: i64 = client
+        .query_one("SELECT count(*) FROM memory_messages", &[])
+        .unwrap()
+        .get(0);
+    let size = store
+        .memory(Scope::session("raced"))
+        .unwrap()
+        .size()
+        .unwrap();
+    assert_eq!(usize::try_from(left).unwrap(), size);
 }

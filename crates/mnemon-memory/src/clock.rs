@@ -10,9 +10,34 @@ use mnemon_types::msg::{Clock, UuidIds};
 pub struct SystemClock;
 
 impl Clock for SystemClock {
+    /// Formatting the local time (the time zone's offset, then the format string parsed and
+    /// applied) was a tenth of a batch add's time in the writer (issue 13's batched adds: every
+    /// message without a timestamp asks): the text of the current second is kept per thread
+    /// and formatted again only when the second changes.
     fn now(&self) -> String {
-        chrono::Local::now().format("%Y-%m-%d %H:%M:%S").to_string()
+        let utc = chrono::Utc::now();
+        let second = utc.timestamp();
+        LAST_SECOND.with(|last| {
+            let mut last = last.borrow_mut();
+            match &*last {
+                Some((cached, text)) if *cached == second => text.clone(),
+                _ => {
+                    let text = utc
+                        .with_timezone(&chrono::Local)
+                        .format("%Y-%m-%d %H:%M:%S")
+                        .to_string();
+                    *last = Some((second, text.clone()));
+                    text
+                }
+            }
+        })
     }
+}
+
+thread_local! {
+    /// The last second [`SystemClock::now`] formatted on this thread (Unix seconds) and its text.
+    static LAST_SECOND: std::cell::RefCell<Option<(i64, String)>> =
+        const { std::cell::RefCell::new(None) };
 }
 
 /// A factory with random UUID ids and the local clock: what memories use unless told otherwise.
@@ -33,6 +58,20 @@ pub(crate) fn test_factory() -> MsgFactory {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn system_clock_text_is_the_current_second_of_the_local_time() {
+        for _ in 0..3 {
+            let before = chrono::Local::now().format("%Y-%m-%d %H:%M:%S").to_string();
+            let now = SystemClock.now();
+            let after = chrono::Local::now().format("%Y-%m-%d %H:%M:%S").to_string();
+            assert!(
+                before <= now && now <= after,
+                "{before} <= {now} <= {after}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(600));
+        }
+    }
 
     #[test]
     fn system_clock_format() {
