@@ -1734,26 +1734,73 @@ fn insert_entries(tx: &Connection, thread_id: i64, entries: &[Entry]) -> Result<
             "SELECT COALESCE(MAX(seq), 0) + 1 FROM memory_messages WHERE thread_id = ?1",
         )?
         .query_row([thread_id], |r| r.get(0))?;
-    let mut insert = tx.prepare_cached(
-        "INSERT INTO memory_messages
-           (thread_id, seq, msg_id, kind, body, embedding, expires_at, embedding_model)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-    )?;
-    for (seq, entry) in (next..).zip(entries) {
-        let body = serde_json::to_string(&*entry.full()).map_err(|e| corrupt(e.to_string()))?;
-        insert.execute(params![
-            thread_id,
-            seq,
-            entry.id(),
-            kind_str(entry.msg_without_embedding().kind()),
-            body,
-            embedding_blob(entry.embedding()),
-            entry.expires_at,
-            entry.embedding_model
-        ])?;
+    let mut seq = next;
+    let mut rest = entries;
+    while !rest.is_empty() {
+        let (chunk, tail) = rest.split_at(insert_chunk_len(rest.len()));
+        let mut insert = tx.prepare_cached(&insert_rows_sql(chunk.len()))?;
+        let mut column = 0;
+        let mut bind = |value: &dyn rusqlite::ToSql| -> rusqlite::Result<()> {
+            column += 1;
+            insert.raw_bind_parameter(column, value)
+        };
+        for entry in chunk {
+            let body = serde_json::to_string(&*entry.full()).map_err(|e| corrupt(e.to_string()))?;
+            bind(&thread_id)?;
+            bind(&seq)?;
+            bind(&entry.id())?;
+            bind(&kind_str(entry.msg_without_embedding().kind()))?;
+            bind(&body)?;
+            bind(&embedding_blob(entry.embedding()))?;
+            bind(&entry.expires_at)?;
+            bind(&entry.embedding_model)?;
+            seq += 1;
+        }
+        insert.raw_execute()?;
+        rest = tail;
+    }
+    // After every row: a mark's foreign key names its message.
+    for entry in entries {
         insert_marks(tx, thread_id, entry.id(), &entry.marks)?;
     }
     note_expiries(tx, thread_id, entries)
+}
+
+/// The most rows one insert statement of [`insert_entries`] takes. Each statement is one
+/// savepoint, and FTS5 writes its pending keyword entries to disk at every savepoint (the
+/// `memory_fts_insert` trigger of schema version 5 runs inside the statement): a statement per
+/// row wrote a segment per message and then merged them, half of a batch add's time
+/// (docs/reference/memory.md#keyword-and-hybrid-search). 64 rows of 8 columns stay far below
+/// SQLite's limit on parameters.
+const INSERT_CHUNK: usize = 64;
+
+/// How many of `remaining` rows the next insert statement takes: [`INSERT_CHUNK`], or the
+/// largest power of two that fits, so that every add uses at most seven prepared statements'
+/// shapes (64, 32, …, 1), all kept in the connection's statement cache.
+fn insert_chunk_len(remaining: usize) -> usize {
+    if remaining >= INSERT_CHUNK {
+        INSERT_CHUNK
+    } else {
+        // `remaining` is at least 1 here (the caller stops at 0).
+        1 << remaining.max(1).ilog2()
+    }
+}
+
+/// `INSERT INTO memory_messages (…) VALUES (…), …` for `rows` rows of the eight columns
+/// [`insert_entries`] binds, in that order.
+fn insert_rows_sql(rows: usize) -> String {
+    let mut sql = String::from(
+        "INSERT INTO memory_messages
+           (thread_id, seq, msg_id, kind, body, embedding, expires_at, embedding_model)
+         VALUES ",
+    );
+    for row in 0..rows {
+        if row > 0 {
+            sql.push_str(", ");
+        }
+        sql.push_str("(?, ?, ?, ?, ?, ?, ?, ?)");
+    }
+    sql
 }
 
 fn insert_marks(
@@ -3606,5 +3653,90 @@ mod reader_tests {
         }
         let shared = store.existing_memory(Scope::session("shared")).unwrap();
         assert_eq!(shared.unwrap().size().unwrap(), WRITERS * ADDS);
+    }
+}
+
+#[cfg(test)]
+mod batch_insert_tests {
+    use super::*;
+    use crate::{AddOptions, Memory};
+
+    #[test]
+    fn chunks_cover_any_batch_with_few_statement_shapes() {
+        for n in 1..=300_usize {
+            let (mut left, mut statements) = (n, 0);
+            while left > 0 {
+                let chunk = insert_chunk_len(left);
+                assert!(chunk.is_power_of_two() && chunk <= INSERT_CHUNK && chunk <= left);
+                left -= chunk;
+                statements += 1;
+            }
+            assert!(
+                statements <= n.div_ceil(INSERT_CHUNK) + 6,
+                "{n}: {statements}"
+            );
+        }
+        assert_eq!(
+            insert_rows_sql(2)
+                .matches("(?, ?, ?, ?, ?, ?, ?, ?)")
+                .count(),
+            2
+        );
+    }
+
+    /// A batch written in multi-row statements (64, 64, 16, 4, 2 rows) keeps its order, its
+    /// keyword rows (the FTS5 trigger runs per row inside each statement) and its marks.
+    #[test]
+    fn a_batch_in_chunks_keeps_order_keywords_and_marks() {
+        let dir = tempfile::tempdir().unwrap();
+        let store =
+            SqliteMemoryStore::open(dir.path().join("m.sqlite3"), SqliteMemoryOptions::default())
+                .unwrap();
+        let memory = store.memory(Scope::session("s")).unwrap();
+        memory
+            .add(vec![
+                serde_json::json!({"id": "first", "name": "n", "content": "x"}).into(),
+            ])
+            .unwrap();
+        let batch: Vec<_> = (0..150)
+            .map(|i| serde_json::json!({"id": format!("m{i}"), "name": "n", "content": format!("word{i} shared")}).into())
+            .collect();
+        let options = AddOptions {
+            marks: vec!["pin".into()],
+            ..AddOptions::default()
+        };
+        assert_eq!(memory.add_with(batch, &options).unwrap().added, 150);
+        let conn = store.lock();
+        let ids: Vec<(i64, String)> = conn
+            .prepare("SELECT seq, msg_id FROM memory_messages ORDER BY seq")
+            .unwrap()
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        let mut expected = vec![(1, "first".to_owned())];
+        expected.extend((0..150).map(|i| (i + 2, format!("m{i}"))));
+        assert_eq!(ids, expected);
+        let count = |sql: &str| -> i64 { conn.query_row(sql, [], |r| r.get(0)).unwrap() };
+        assert_eq!(
+            count("SELECT count(*) FROM memory_fts WHERE memory_fts MATCH 'shared'"),
+            150
+        );
+        assert_eq!(
+            count("SELECT count(*) FROM memory_fts WHERE memory_fts MATCH 'word149'"),
+            1
+        );
+        assert_eq!(
+            count(
+                "SELECT count(*) FROM memory_fts f JOIN memory_messages m
+                   ON f.rowid = m.thread_id * 4294967296 + m.seq
+                 WHERE m.msg_id = 'm149' AND memory_fts MATCH 'word149'"
+            ),
+            1
+        );
+        assert_eq!(
+            count("SELECT count(*) FROM memory_marks WHERE mark = 'pin'"),
+            150
+        );
     }
 }
