@@ -1734,7 +1734,18 @@ fn insert_entries(tx: &Connection, thread_id: i64, entries: &[Entry]) -> Result<
             "SELECT COALESCE(MAX(seq), 0) + 1 FROM memory_messages WHERE thread_id = ?1",
         )?
         .query_row([thread_id], |r| r.get(0))?;
-    let mut seq = next;
+    insert_rows(tx, thread_id, next, entries)?;
+    note_expiries(tx, thread_id, entries)
+}
+
+/// Inserts `entries` as the thread's rows from `seq` on, with their marks, in multi-row
+/// statements ([`INSERT_CHUNK`]).
+fn insert_rows(
+    tx: &Connection,
+    thread_id: i64,
+    mut seq: i64,
+    entries: &[Entry],
+) -> Result<(), MemoryError> {
     let mut rest = entries;
     while !rest.is_empty() {
         let (chunk, tail) = rest.split_at(insert_chunk_len(rest.len()));
@@ -1763,7 +1774,7 @@ fn insert_entries(tx: &Connection, thread_id: i64, entries: &[Entry]) -> Result<
     for entry in entries {
         insert_marks(tx, thread_id, entry.id(), &entry.marks)?;
     }
-    note_expiries(tx, thread_id, entries)
+    Ok(())
 }
 
 /// The most rows one insert statement of [`insert_entries`] takes. Each statement is one
@@ -1783,6 +1794,57 @@ fn insert_chunk_len(remaining: usize) -> usize {
     } else {
         // `remaining` is at least 1 here (the caller stops at 0).
         1 << remaining.max(1).ilog2()
+    }
+}
+
+/// Messages of a document being loaded, gathered for one multi-row insert.
+struct LoadChunk<'a> {
+    tx: &'a Connection,
+    thread_id: i64,
+    /// The seq the next written message gets.
+    seq: i64,
+    entries: Vec<Entry>,
+}
+
+impl LoadChunk<'_> {
+    /// Writes the gathered messages and empties the chunk. An id already stored, or earlier
+    /// in the document (then stored by an earlier chunk, or earlier in this one), is skipped
+    /// and reported, as `plan_add` does: the unique `(thread_id, msg_id)` index answers which
+    /// are stored, instead of a set of every id read.
+    fn write(
+        &mut self,
+        report: &mut AddReport,
+        earliest: &mut Option<i64>,
+    ) -> Result<(), MemoryError> {
+        if self.entries.is_empty() {
+            return Ok(());
+        }
+        let ids: Vec<&str> = self.entries.iter().map(Entry::id).collect();
+        let ids = serde_json::to_string(&ids).map_err(|e| corrupt(e.to_string()))?;
+        let mut stored: std::collections::HashSet<String> = self
+            .tx
+            .prepare_cached(
+                "SELECT msg_id FROM memory_messages
+                 WHERE thread_id = ?1 AND msg_id IN (SELECT value FROM json_each(?2))",
+            )?
+            .query_map(params![self.thread_id, ids], |r| r.get(0))?
+            .collect::<Result<_, _>>()?;
+        let mut kept = Vec::with_capacity(self.entries.len());
+        for entry in self.entries.drain(..) {
+            // `insert` is false for an id seen before: stored, or earlier in this chunk.
+            if stored.insert(entry.id().to_owned()) {
+                kept.push(entry);
+            } else {
+                report.skipped_duplicates.push(entry.id().to_owned());
+            }
+        }
+        insert_rows(self.tx, self.thread_id, self.seq, &kept)?;
+        self.seq += count_i64(kept.len());
+        report.added += kept.len();
+        if let Some(first) = earliest_of(&kept) {
+            *earliest = Some(earliest.map_or(first, |e| e.min(first)));
+        }
+        Ok(())
     }
 }
 
@@ -2347,7 +2409,7 @@ impl Backend for SqliteMemory {
                 [thread_id],
             )?;
         }
-        let mut seq: i64 = tx
+        let seq: i64 = tx
             .prepare_cached(
                 "SELECT COALESCE(MAX(seq), 0) + 1 FROM memory_messages WHERE thread_id = ?1",
             )?
@@ -2356,43 +2418,26 @@ impl Backend for SqliteMemory {
         // The earliest expiry among the inserted rows, for the thread's `next_expiry`.
         let mut earliest: Option<i64> = None;
         {
-            // A stored id (or one earlier in the document) is skipped, as `plan_add` does: the
-            // unique (thread_id, msg_id) index answers instead of a mirror of every id.
-            let mut insert = tx.prepare_cached(
-                "INSERT INTO memory_messages
-                   (thread_id, seq, msg_id, kind, body, embedding, expires_at, embedding_model)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
-                 ON CONFLICT (thread_id, msg_id) DO NOTHING",
-            )?;
-            decode_stream(factory, source, &mut |entry| {
+            // The document is read as a stream and written [`INSERT_CHUNK`] messages at a
+            // time (multi-row statements: see `insert_rows`), so memory stays bounded by a
+            // chunk whatever the document's size.
+            let mut chunk = LoadChunk {
+                tx: &tx,
+                thread_id,
+                seq,
+                entries: Vec::with_capacity(INSERT_CHUNK),
+            };
+            decode_stream(factory, source, &mut |mut entry| {
                 // A document's own expiry (an `AgentScope00Stored` export) wins over the
                 // handle's default.
-                let expires_at = entry.expires_at.or(deadline);
-                let body =
-                    serde_json::to_string(&*entry.full()).map_err(|e| corrupt(e.to_string()))?;
-                let inserted = insert.execute(params![
-                    thread_id,
-                    seq,
-                    entry.id(),
-                    kind_str(entry.msg_without_embedding().kind()),
-                    body,
-                    embedding_blob(entry.embedding()),
-                    expires_at,
-                    entry.embedding_model
-                ])?;
-                if inserted == 0 {
-                    report.skipped_duplicates.push(entry.id().to_owned());
-                    return Ok(());
+                entry.expires_at = entry.expires_at.or(deadline);
+                chunk.entries.push(entry);
+                if chunk.entries.len() >= INSERT_CHUNK {
+                    chunk.write(&mut report, &mut earliest)?;
                 }
-                earliest = match (earliest, expires_at) {
-                    (Some(a), Some(b)) => Some(a.min(b)),
-                    (a, b) => a.or(b),
-                };
-                insert_marks(&tx, thread_id, entry.id(), &entry.marks)?;
-                seq += 1;
-                report.added += 1;
                 Ok(())
             })?;
+            chunk.write(&mut report, &mut earliest)?;
         }
         if report.added > 0
             && let Some(deadline) = earliest
@@ -3738,5 +3783,66 @@ mod batch_insert_tests {
             count("SELECT count(*) FROM memory_marks WHERE mark = 'pin'"),
             150
         );
+    }
+
+    /// A loaded document is written in chunks; an id already stored, repeated within one
+    /// chunk or repeated in a later chunk is skipped and reported in document order, and the
+    /// kept messages get dense seqs, keyword rows and marks.
+    #[test]
+    fn a_loaded_document_in_chunks_skips_every_kind_of_duplicate() {
+        use crate::LoadSource;
+        let dir = tempfile::tempdir().unwrap();
+        let store =
+            SqliteMemoryStore::open(dir.path().join("m.sqlite3"), SqliteMemoryOptions::default())
+                .unwrap();
+        let memory = store.memory(Scope::session("s")).unwrap();
+        memory
+            .add(vec![
+                serde_json::json!({"id": "old", "name": "n", "content": "x"}).into(),
+            ])
+            .unwrap();
+        // 150 ids: m0..m139, with "old" at 5, m3 again at 10 (same chunk), m7 again at 100
+        // (a later chunk) and m139 again at the very end (the last, partial chunk).
+        let mut ids: Vec<String> = (0..140).map(|i| format!("m{i}")).collect();
+        ids.insert(5, "old".into());
+        ids.insert(10, "m3".into());
+        ids.insert(100, "m7".into());
+        ids.push("m139".into());
+        let document: Vec<Value> = ids
+            .iter()
+            .map(|id| {
+                serde_json::json!({"id": id, "name": "n", "content": format!("{id} said"),
+                                         "__marks": ["pin"]})
+            })
+            .collect();
+        let report = memory
+            .load(
+                LoadSource::Json(serde_json::to_string(&document).unwrap()),
+                false,
+            )
+            .unwrap();
+        assert_eq!(report.added, 140);
+        assert_eq!(report.skipped_duplicates, ["old", "m3", "m7", "m139"]);
+        let conn = store.lock();
+        let stored: Vec<(i64, String)> = conn
+            .prepare("SELECT seq, msg_id FROM memory_messages ORDER BY seq")
+            .unwrap()
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        let mut expected = vec![(1, "old".to_owned())];
+        expected.extend((0..140).map(|i| (i + 2, format!("m{i}"))));
+        assert_eq!(stored, expected);
+        let count = |sql: &str| -> i64 { conn.query_row(sql, [], |r| r.get(0)).unwrap() };
+        assert_eq!(
+            count("SELECT count(*) FROM memory_fts WHERE memory_fts MATCH 'said'"),
+            140
+        );
+        assert_eq!(
+            count("SELECT count(*) FROM memory_marks WHERE mark = 'pin'"),
+            140
+        );
+        assert_eq!(count("SELECT live FROM memory_threads"), 141);
     }
 }
