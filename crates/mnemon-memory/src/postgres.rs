@@ -1181,7 +1181,8 @@ impl PostgresMemoryStore {
     }
 
     /// Deletes a thread of the store's namespace with its messages and marks; returns whether
-    /// it existed. The thread is locked first, as every writer locks it (see docs/postgres.md#no-foreign-key-per-message).
+    /// it existed. The thread is locked first, as every writer locks it
+    /// (docs/postgres.md#no-foreign-key-per-message).
     pub fn drop_thread(&self, scope: &Scope) -> Result<bool, MemoryError> {
         let [user, agent, session] = scope.columns()?;
         let mut client = self.client()?;
