@@ -2650,6 +2650,7 @@ fn appends_racing_session_deletes_leave_no_orphans() {
     let (url, mut client) = fresh(server, "memory_append_delete_race");
     let store = open(&url, PostgresMemoryOptions::default());
     let deleter = open(&url, PostgresMemoryOptions::default());
+    let deleted = std::sync::atomic::AtomicUsize::new(0);
     std::thread::scope(|s| {
         for w in 0..3 {
             let store = &store;
@@ -2670,11 +2671,15 @@ fn appends_racing_session_deletes_leave_no_orphans() {
         }
         s.spawn(|| {
             for _ in 0..40 {
-                deleter.drop_thread(&Scope::session("raced")).unwrap();
+                if deleter.drop_thread(&Scope::session("raced")).unwrap() {
+                    deleted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
                 std::thread::sleep(Duration::from_millis(2));
             }
         });
     });
+    // The deletes met the appends: some found a thread to delete.
+    assert!(deleted.load(std::sync::atomic::Ordering::Relaxed) > 0);
     assert_eq!(orphans(&mut client), (0, 0));
     let left: i64 = client
         .query_one("SELECT count(*) FROM memory_messages", &[])

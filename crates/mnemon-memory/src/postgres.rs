@@ -1422,9 +1422,9 @@ fn thread_row(
 /// Deletes the threads `ids`, which the transaction holds locked (`FOR UPDATE`), with
 /// everything of theirs. Their messages are deleted here, not by a cascade: no foreign key ties
 /// a message to its thread (schema version 13), and this delete is what keeps every message's
-/// thread in existence. Children first, set-based, so that the cascades left (marks from
-/// messages; gaps and `memory_dims`, which exists only with pgvector, from threads) find
-/// nothing to do row by row.
+/// thread in existence. Children first, set-based, so that the cascades left from messages
+/// (marks) and from threads (gaps) find nothing to do row by row; `memory_dims`, which exists
+/// only with pgvector, is left to its cascade from the threads (a row per dimension in use).
 fn delete_threads(tx: &mut Transaction<'_>, ids: &[i64]) -> Result<(), MemoryError> {
     if ids.is_empty() {
         return Ok(());
@@ -1470,7 +1470,8 @@ fn lock_thread(
     // Two processes may create it at once: the loser's insert does nothing, and its select
     // then waits for the winner's commit. A delete of the thread can commit between that
     // insert and the select, which then finds nothing: the next round creates it again.
-    for _ in 0..LOCK_THREAD_ROUNDS {
+    // Each round selects, then inserts; the round after the last insert only selects.
+    for round in 0..=LOCK_THREAD_ROUNDS {
         if let Some(row) = tx.query_opt(&select, &params).map_err(pg_error)? {
             return Ok(LockedThread {
                 id: row.try_get(0).map_err(pg_error)?,
@@ -1478,6 +1479,9 @@ fn lock_thread(
                 next_seq: row.try_get(2).map_err(pg_error)?,
                 next_expiry: row.try_get(3).map_err(pg_error)?,
             });
+        }
+        if round == LOCK_THREAD_ROUNDS {
+            break;
         }
         let insert = tx
             .prepare_cached(

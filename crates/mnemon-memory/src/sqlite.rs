@@ -1777,7 +1777,7 @@ fn insert_rows(
     Ok(())
 }
 
-/// The most rows one insert statement of [`insert_entries`] takes. Each statement is one
+/// The most rows one insert statement of [`insert_rows`] takes. Each statement is one
 /// savepoint, and FTS5 writes its pending keyword entries to disk at every savepoint (the
 /// `memory_fts_insert` trigger of schema version 5 runs inside the statement): a statement per
 /// row wrote a segment per message and then merged them, half of a batch add's time
@@ -1849,7 +1849,7 @@ impl LoadChunk<'_> {
 }
 
 /// `INSERT INTO memory_messages (…) VALUES (…), …` for `rows` rows of the eight columns
-/// [`insert_entries`] binds, in that order.
+/// [`insert_rows`] binds, in that order.
 fn insert_rows_sql(rows: usize) -> String {
     let mut sql = String::from(
         "INSERT INTO memory_messages
