@@ -3706,6 +3706,24 @@ mod batch_insert_tests {
     use super::*;
     use crate::{AddOptions, Memory};
 
+    /// A store in `dir` and the memory of its session `s`.
+    fn session(dir: &Path) -> (Arc<SqliteMemoryStore>, SqliteMemory) {
+        let store =
+            SqliteMemoryStore::open(dir.join("m.sqlite3"), SqliteMemoryOptions::default()).unwrap();
+        let memory = store.memory(Scope::session("s")).unwrap();
+        (store, memory)
+    }
+
+    /// Every stored message's seq and id, in seq order.
+    fn seqs_and_ids(conn: &Connection) -> Vec<(i64, String)> {
+        conn.prepare("SELECT seq, msg_id FROM memory_messages ORDER BY seq")
+            .unwrap()
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap()
+    }
+
     #[test]
     fn chunks_cover_any_batch_with_few_statement_shapes() {
         for n in 1..=300_usize {
@@ -3734,10 +3752,7 @@ mod batch_insert_tests {
     #[test]
     fn a_batch_in_chunks_keeps_order_keywords_and_marks() {
         let dir = tempfile::tempdir().unwrap();
-        let store =
-            SqliteMemoryStore::open(dir.path().join("m.sqlite3"), SqliteMemoryOptions::default())
-                .unwrap();
-        let memory = store.memory(Scope::session("s")).unwrap();
+        let (store, memory) = session(dir.path());
         memory
             .add(vec![
                 serde_json::json!({"id": "first", "name": "n", "content": "x"}).into(),
@@ -3752,13 +3767,7 @@ mod batch_insert_tests {
         };
         assert_eq!(memory.add_with(batch, &options).unwrap().added, 150);
         let conn = store.lock();
-        let ids: Vec<(i64, String)> = conn
-            .prepare("SELECT seq, msg_id FROM memory_messages ORDER BY seq")
-            .unwrap()
-            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
-            .unwrap()
-            .collect::<Result<_, _>>()
-            .unwrap();
+        let ids = seqs_and_ids(&conn);
         let mut expected = vec![(1, "first".to_owned())];
         expected.extend((0..150).map(|i| (i + 2, format!("m{i}"))));
         assert_eq!(ids, expected);
@@ -3792,10 +3801,7 @@ mod batch_insert_tests {
     fn a_loaded_document_in_chunks_skips_every_kind_of_duplicate() {
         use crate::LoadSource;
         let dir = tempfile::tempdir().unwrap();
-        let store =
-            SqliteMemoryStore::open(dir.path().join("m.sqlite3"), SqliteMemoryOptions::default())
-                .unwrap();
-        let memory = store.memory(Scope::session("s")).unwrap();
+        let (store, memory) = session(dir.path());
         memory
             .add(vec![
                 serde_json::json!({"id": "old", "name": "n", "content": "x"}).into(),
@@ -3824,13 +3830,7 @@ mod batch_insert_tests {
         assert_eq!(report.added, 140);
         assert_eq!(report.skipped_duplicates, ["old", "m3", "m7", "m139"]);
         let conn = store.lock();
-        let stored: Vec<(i64, String)> = conn
-            .prepare("SELECT seq, msg_id FROM memory_messages ORDER BY seq")
-            .unwrap()
-            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
-            .unwrap()
-            .collect::<Result<_, _>>()
-            .unwrap();
+        let stored = seqs_and_ids(&conn);
         let mut expected = vec![(1, "old".to_owned())];
         expected.extend((0..140).map(|i| (i + 2, format!("m{i}"))));
         assert_eq!(stored, expected);
