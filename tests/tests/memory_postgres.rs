@@ -2020,6 +2020,147 @@ fn the_pending_watermark_rises_with_moves_and_falls_with_other_writes() {
     assert_counters(&mut client);
 }
 
+/// The server process of this database that waits for a lock while running a statement
+/// containing `text`, if one does.
+fn waiting_on(client: &mut postgres::Client, text: &str) -> Option<i32> {
+    client
+        .query_opt(
+            "SELECT pid FROM pg_stat_activity
+             WHERE datname = current_database() AND pid <> pg_backend_pid()
+               AND wait_event_type = 'Lock' AND position($1 in query) > 0",
+            &[&text],
+        )
+        .unwrap()
+        .map(|row| row.get(0))
+}
+
+/// The statement server process `pid` runs, or ran last.
+fn statement_of(client: &mut postgres::Client, pid: i32) -> String {
+    client
+        .query_one("SELECT query FROM pg_stat_activity WHERE pid = $1", &[&pid])
+        .unwrap()
+        .get(0)
+}
+
+/// Polls `condition` every 10 ms for up to 30 s; panics with `what` when it never holds.
+fn wait_until(what: &str, mut condition: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !condition() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never happened: {what}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// The race the pending watermark's epoch exists for (docs/postgres.md#the-pending-watermark):
+/// a mover computes the new watermark from its snapshot while another write, not yet committed,
+/// makes an old row pending again and puts the watermark back to 0 under a new epoch. The
+/// mover's raise waits for that write's lock on the thread, then finds the epoch changed and
+/// raises nothing, so the old row stays above the watermark, where a recall through the index
+/// reads it. Without the epoch condition the raise would apply on top of the write (PostgreSQL
+/// re-checks only the statement's conditions against the new row) and hide the row from every
+/// recall until it was moved. The test freezes the moment in between: a third connection keeps
+/// the old row from being moved (a `FOR KEY SHARE` lock, which the write's update does not
+/// conflict with and the mover's `FOR UPDATE SKIP LOCKED` skips).
+#[test]
+fn a_raise_racing_a_write_that_pends_an_old_row_raises_nothing() {
+    let server = mnemon_tests::require_postgres!();
+    let (store, memory, mut client) = indexed_thread(server, "memory_watermark_race", 0x77a1_0101);
+    let database: String = client
+        .query_one("SELECT current_database()", &[])
+        .unwrap()
+        .get(0);
+    // Ten appended rows wait for the index, above a watermark that passed the rest.
+    let make_pending =
+        "UPDATE memory_messages SET pending_dim = embedding_dim, embedding_dim = NULL
+                        WHERE embedding_dim IS NOT NULL AND seq > $1";
+    assert_eq!(client.execute(make_pending, &[&0_i64]).unwrap(), 3000);
+    assert_eq!(store.flush_index().unwrap(), 3000);
+    let mut next = vectors(0x77a1_0101);
+    // The row to make pending again: `m0-0004`, seq 5, the fifth vector of the seed.
+    let old: Vec<f32> = (0..5)
+        .map(|_| next(8))
+        .last()
+        .unwrap()
+        .iter()
+        .map(|&x| x as f32)
+        .collect();
+    let mut fresh_rows = vectors(0x77a1_0102);
+    memory
+        .add(
+            (0..10)
+                .map(|i| {
+                    json!({"id": format!("new{i}"), "name": "n", "content": "c",
+                           "embedding": fresh_rows(8)})
+                    .into()
+                })
+                .collect(),
+        )
+        .unwrap();
+    assert_eq!(client.execute(make_pending, &[&3000_i64]).unwrap(), 10);
+    assert_eq!(watermark(&mut client), (3000, 0));
+    let mut holder = server.connect(&database).unwrap();
+    let mut hold = holder.transaction().unwrap();
+    let held = hold
+        .execute(
+            "SELECT 1 FROM memory_messages WHERE msg_id = 'm0-0004' FOR KEY SHARE",
+            &[],
+        )
+        .unwrap();
+    assert_eq!(held, 1);
+    // The write, as the store's non-append writes make it (an updated embedding): the row
+    // pending again, the watermark back to 0 under a new epoch; not committed yet.
+    let mut writer = server.connect(&database).unwrap();
+    let mut write = writer.transaction().unwrap();
+    let pended = write
+        .execute(
+            "UPDATE memory_messages SET pending_dim = embedding_dim, embedding_dim = NULL
+             WHERE msg_id = 'm0-0004'",
+            &[],
+        )
+        .unwrap();
+    assert_eq!(pended, 1);
+    write
+        .execute(
+            "UPDATE memory_threads SET rev = rev + 1, pending_from = 0,
+               pending_epoch = pending_epoch + 1",
+            &[],
+        )
+        .unwrap();
+    std::thread::scope(|scope| {
+        let flushing = scope.spawn(|| store.flush_index());
+        // The mover moved the ten and waits to raise the watermark behind the write's lock.
+        let mut mover = None;
+        wait_until("the raise waiting for the write", || {
+            mover = waiting_on(&mut client, "pending_from = s.w");
+            mover.is_some()
+        });
+        let mover = mover.unwrap();
+        write.commit().unwrap();
+        // The raise is over once the mover counts the row it cannot move.
+        wait_until("the mover counting what is left", || {
+            statement_of(&mut client, mover).contains("count(*)")
+        });
+        assert_eq!(store.pending_index().unwrap(), 1);
+        assert_eq!(
+            watermark(&mut client),
+            (0, 1),
+            "the raise computed before the write applied on top of it"
+        );
+        let (found, through_index) = top10_ids(&store, &memory, &old);
+        assert_eq!(through_index, 1, "the recall went through the index");
+        assert_eq!(found.first().map(String::as_str), Some("m0-0004"));
+        // Released, the row is moved and the watermark rises under the new epoch.
+        hold.commit().unwrap();
+        assert_eq!(flushing.join().unwrap().unwrap(), 11);
+    });
+    assert_eq!(watermark(&mut client), (3010, 1));
+    assert_eq!(store.pending_index().unwrap(), 0);
+    assert_counters(&mut client);
+}
+
 /// Schema version 4 stores an embedding once: a message whose numbers are `f32`s (widened, or
 /// written as their shortest decimals) keeps a `null` placeholder in its body and its numbers
 /// only in the `vector` column (no bytes), one whose numbers are not keeps them in its body;
