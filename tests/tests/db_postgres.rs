@@ -124,6 +124,104 @@ fn the_pool_is_bounded_and_a_checkout_times_out_with_a_clear_error() {
     assert_eq!(count, 2);
 }
 
+/// How many connections named `mnemon` the server has to `url`'s database.
+fn server_connections(server: &PgServer, url: &str) -> i64 {
+    let mut admin = server
+        .connect("postgres")
+        .unwrap_or_else(|error| panic!("{error}"));
+    let database = url.rsplit('/').next().unwrap_or_default().to_owned();
+    admin
+        .query_one(
+            "SELECT count(*) FROM pg_stat_activity \
+             WHERE datname = $1 AND application_name = 'mnemon'",
+            &[&database],
+        )
+        .unwrap_or_else(|error| panic!("{error}"))
+        .get(0)
+}
+
+/// A sibling pool (what a memory store's background indexer uses) reaches the same database
+/// with the same settings and its own bound, opening nothing until asked; `close_idle` closes
+/// the connections idle for at least its argument, and the pool opens new ones afterwards.
+#[test]
+fn a_sibling_pool_connects_lazily_and_closes_its_idle_connections() {
+    let server = require_postgres!();
+    let url = fresh(server, "pool sibling");
+    let pool = pool(
+        &url,
+        Settings {
+            durability: Durability::Normal,
+            checkout_timeout: Duration::from_millis(300),
+            ..Settings::default()
+        },
+    );
+    let sibling = pool.sibling(2);
+    assert_eq!((sibling.size(), sibling.open_connections()), (2, 0));
+    assert_eq!(sibling.settings().durability, Durability::Normal);
+    let mut a = sibling.get().unwrap();
+    let b = sibling.get().unwrap();
+    let commit: String = a.query_one("SHOW synchronous_commit", &[]).unwrap().get(0);
+    assert_eq!(commit, "off", "the sibling keeps the pool's durability");
+    assert!(matches!(
+        sibling.get().unwrap_err(),
+        DbError::PoolTimeout { size: 2, .. }
+    ));
+    assert_eq!(server_connections(server, &url), 3);
+    drop((a, b));
+    sibling.close_idle(Duration::from_secs(3600));
+    assert_eq!(sibling.idle_connections(), 2, "not idle long enough");
+    sibling.close_idle(Duration::ZERO);
+    assert_eq!(
+        (sibling.open_connections(), sibling.idle_connections()),
+        (0, 0)
+    );
+    assert_eq!(pool.open_connections(), 1, "the first pool's stay");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while server_connections(server, &url) != 1 {
+        assert!(Instant::now() < deadline, "the closed connections stayed");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut c = sibling.get().unwrap();
+    assert_eq!(
+        c.query_one("SELECT 1", &[]).unwrap().get::<_, i32>(0),
+        1,
+        "a closed pool opens again"
+    );
+}
+
+/// Connections are closed without a panic on a thread that drives a tokio runtime (where an
+/// async server drops its last store handles when it stops): the client's goodbye is a
+/// blocking call, which tokio refuses there, so the pool closes them on a thread of its own.
+/// Every way a pool closes connections is taken: `close_idle`, `discard`, and the pool's last
+/// handle dropped with idle connections.
+#[test]
+fn a_pool_closes_its_connections_on_an_async_thread() {
+    let server = require_postgres!();
+    let url = fresh(server, "pool async close");
+    let pool = pool(&url, Settings::default());
+    let sibling = pool.sibling(2);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    // Opened here: every call of the synchronous client panics on such a thread; closing
+    // must not.
+    let (a, b) = (sibling.get().unwrap(), sibling.get().unwrap());
+    drop(pool.get().unwrap());
+    runtime.block_on(async move {
+        drop(a);
+        sibling.close_idle(Duration::ZERO);
+        b.discard();
+        assert_eq!(sibling.open_connections(), 0);
+        assert_eq!(pool.idle_connections(), 1);
+        drop(pool);
+    });
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while server_connections(server, &url) != 0 {
+        assert!(Instant::now() < deadline, "connections stayed open");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 #[test]
 fn a_waiting_checkout_gets_the_connection_returned_meanwhile() {
     let server = require_postgres!();

@@ -186,3 +186,102 @@ fn postgres_recall_takes_its_hnsw_shortlist_from_the_recall_options() {
         Some(1_000)
     );
 }
+
+/// Handles opened for many namespaces from clones of one `OpenOptions` (what a server does
+/// for its tenants) share one pool for their stores and one for their memory stores'
+/// background indexers (crates/mnemon-ops/src/pools.rs, docs/postgres.md#one-pool-per-database):
+/// with thirty tenants open, each having written an asset, an artifact and messages whose
+/// embeddings wait for the HNSW index, the process holds at most
+/// `STORE_CONNECTIONS + INDEXER_CONNECTIONS` connections to the database (three pools a
+/// tenant held at least ninety), the shared indexers index every tenant's messages, and each
+/// tenant still sees only its own records.
+#[test]
+fn postgres_namespaces_share_one_pool() {
+    let server = mnemon_tests::require_postgres!();
+    let url = server
+        .fresh_database("shared pools")
+        .unwrap_or_else(|error| panic!("{error}"));
+    let database = url.rsplit('/').next().unwrap_or_default().to_owned();
+    let mut admin = server
+        .connect(&database)
+        .unwrap_or_else(|error| panic!("{error}"));
+    let dir = tempfile::tempdir().unwrap_or_else(|error| panic!("{error}"));
+    let base = OpenOptions::postgres(url);
+    let message = |i: usize, n: usize| -> mnemon_memory::MsgInput {
+        serde_json::json!({"id": format!("t{i}-{n}"), "name": "u", "content": "c",
+                           "embedding": [1.0, i as f64 + n as f64]})
+        .into()
+    };
+    let tenants: Vec<Stores> = (0..30)
+        .map(|i| {
+            let namespace = format!("tenant-{i}").parse().unwrap();
+            let stores = Stores::open_with(dir.path(), &base.clone().with_namespace(namespace))
+                .unwrap_or_else(|error| panic!("{error}"));
+            let asset =
+                mnemon_types::Asset::from_json(serde_json::json!({"asset_id": "a", "content": i}))
+                    .unwrap();
+            stores.assets().put(&asset).unwrap();
+            stores
+                .artifacts()
+                .save(&mnemon_types::Artifact::new(
+                    "chat",
+                    "plan",
+                    "plan",
+                    format!("plan {i}"),
+                ))
+                .unwrap();
+            let session = stores.session("s").unwrap();
+            // The first creates the HNSW index of the dimension; later ones wait for the
+            // background indexer.
+            session.add(vec![message(i, 0)]).unwrap();
+            session.add(vec![message(i, 1), message(i, 2)]).unwrap();
+            stores
+        })
+        .collect();
+    let connections: i64 = admin
+        .query_one(
+            "SELECT count(*) FROM pg_stat_activity
+             WHERE datname = current_database() AND pid <> pg_backend_pid()",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    let most = mnemon_ops::STORE_CONNECTIONS + mnemon_ops::INDEXER_CONNECTIONS;
+    assert!(
+        connections <= most as i64,
+        "30 tenants hold {connections} connections, more than the {most} shared"
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let pending: i64 = admin
+            .query_one(
+                "SELECT count(*) FROM memory_messages WHERE pending_dim IS NOT NULL",
+                &[],
+            )
+            .unwrap()
+            .get(0);
+        if pending == 0 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{pending} messages never left the shared indexers' queue"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    for (i, stores) in tenants.iter().enumerate() {
+        let ids: Vec<String> = stores
+            .session("s")
+            .unwrap()
+            .get_memory(&mnemon_memory::MemoryQuery::default())
+            .unwrap()
+            .iter()
+            .map(|m| m.id().to_owned())
+            .collect();
+        assert_eq!(ids, [0, 1, 2].map(|n| format!("t{i}-{n}")));
+        let asset = stores.assets().get("a").unwrap().unwrap();
+        assert_eq!(asset.content.to_json(), Some(serde_json::json!(i)));
+        let artifact = stores.artifacts().latest("chat", "plan").unwrap().unwrap();
+        assert_eq!(artifact.name, format!("plan {i}"));
+    }
+}

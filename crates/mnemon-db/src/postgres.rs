@@ -153,6 +153,14 @@ impl Default for Settings {
 /// ```
 pub fn open(url: &str, settings: Settings, schemas: &[&Schema]) -> Result<Pool, DbError> {
     let pool = Pool::connect(url, settings)?;
+    migrate_all(&pool, schemas)?;
+    Ok(pool)
+}
+
+/// Brings each of `schemas` to its current version on `pool`, as [`open`] does: for a store
+/// opened on a pool that other stores share (one pool for every store and namespace of a
+/// process, docs/postgres.md#one-pool-per-database).
+pub fn migrate_all(pool: &Pool, schemas: &[&Schema]) -> Result<(), DbError> {
     for schema in schemas {
         match pool.migrate(schema)? {
             Migrated::Current => tracing::debug!(
@@ -170,7 +178,7 @@ pub fn open(url: &str, settings: Settings, schemas: &[&Schema]) -> Result<Pool, 
             ),
         }
     }
-    Ok(pool)
+    Ok(())
 }
 
 /// The `synchronous_commit` setting for a durability.

@@ -739,11 +739,18 @@ pub struct PostgresMemoryOptions {
     /// Defer HNSW maintenance to a background indexer (default on; `postgres/indexer.rs`):
     /// once a dimension's index exists, a write stores its vectors outside the index and is
     /// acknowledged after its durable commit, without the index insertions (milliseconds per
-    /// vector); the store's indexer thread, on a connection of its own, then moves them into
+    /// vector); the store's indexer thread, on a connection that is not one of the store's
+    /// ([`indexer_pool`](Self::indexer_pool)), then moves them into
     /// the index in small batches. Until then a recall scores them exactly beside the index's
     /// shortlist, so every written message is found as before. Off, every write inserts into
     /// the index before it commits.
     pub background_indexing: bool,
+    /// The pool the background indexer takes a connection from for each batch it moves.
+    /// `None` (the default): a pool of one connection of its own, opened when there is work
+    /// and closed after two seconds without. A pool shared by the stores of several
+    /// namespaces bounds how many connections all their indexers hold together (what
+    /// `mnemon_ops` does for a server's tenants: docs/postgres.md#one-pool-per-database).
+    pub indexer_pool: Option<Pool>,
     /// How long a message added with [`Expiry::Default`](mnemon_db::Expiry::Default) (every
     /// plain add and load) lives: the default time-to-live of this handle's namespace.
     /// Default: `None`, forever.
@@ -765,6 +772,7 @@ impl Default for PostgresMemoryOptions {
             hnsw_min_messages: 10_000,
             hnsw_ef_search: DEFAULT_EF_SEARCH,
             background_indexing: true,
+            indexer_pool: None,
             default_ttl: None,
             clock: Arc::new(mnemon_db::SystemClock),
         }
@@ -847,9 +855,31 @@ impl PostgresMemoryStore {
             pool_size: options.pool_size,
             ..Settings::default()
         };
-        // Opened as every PostgreSQL store is (`mnemon_db::postgres::open`); the vector schema
-        // follows only where pgvector is, or its column already exists.
-        let pool = pg::open(url, settings, &[&SCHEMA]).map_err(db_error)?;
+        let pool = Pool::connect(url, settings).map_err(db_error)?;
+        PostgresMemoryStore::open_on_with_factory(&pool, options, factory)
+    }
+
+    /// As [`open`](Self::open), on a pool other stores may share (one pool for every store
+    /// and namespace of a process: docs/postgres.md#one-pool-per-database). The pool's
+    /// settings apply: `options.durability` and `options.pool_size` are not used.
+    pub fn open_on(
+        pool: &Pool,
+        options: PostgresMemoryOptions,
+    ) -> Result<Arc<PostgresMemoryStore>, MemoryError> {
+        PostgresMemoryStore::open_on_with_factory(pool, options, default_factory())
+    }
+
+    /// As [`open_on`](Self::open_on), with the factory that fills in missing ids and
+    /// timestamps.
+    pub fn open_on_with_factory(
+        pool: &Pool,
+        options: PostgresMemoryOptions,
+        factory: MsgFactory,
+    ) -> Result<Arc<PostgresMemoryStore>, MemoryError> {
+        // Migrated as every PostgreSQL store is (`mnemon_db::postgres::migrate_all`); the
+        // vector schema follows only where pgvector is, or its column already exists.
+        pg::migrate_all(pool, &[&SCHEMA]).map_err(db_error)?;
+        let pool = pool.clone();
         let vector = if options.vector_index {
             match pool.vector_support().map_err(db_error)? {
                 VectorSupport::Available { version } => {
@@ -887,11 +917,10 @@ impl PostgresMemoryStore {
         }
         let indexer = match (&vector, options.background_indexing) {
             (VectorMode::Pgvector { .. }, true) => Some(indexer::Indexer::start(
-                url.to_owned(),
-                Settings {
-                    pool_size: 1,
-                    ..settings
-                },
+                options
+                    .indexer_pool
+                    .clone()
+                    .unwrap_or_else(|| pool.sibling(1)),
                 options.namespace.clone(),
             )?),
             _ => None,

@@ -44,12 +44,16 @@ pub mod library;
 pub mod maintenance;
 pub mod memory;
 pub mod page;
+#[cfg(feature = "postgres")]
+mod pools;
 pub mod refs;
 mod service;
 pub mod status;
 mod stores;
 
 pub use error::{ErrorKind, OpsError};
+#[cfg(feature = "postgres")]
+pub use pools::{INDEXER_CONNECTIONS, PostgresPools, STORE_CONNECTIONS};
 pub use service::Service;
 pub use stores::{
     ARTIFACTS_DIR, Backend, DATABASE_FILE, LIBRARIES_DIR, NAMESPACES_DIR, OpenError, OpenOptions,

@@ -106,6 +106,14 @@ pub struct OpenOptions {
     /// crash of the PostgreSQL server (`synchronous_commit = off`), may lose the last writes
     /// (docs/reference/config.md#durability).
     pub durability: Durability,
+    /// The PostgreSQL connections that the handles opened with these options, or a clone of
+    /// them, share: one pool for the stores of every namespace and one for the memory
+    /// stores' background indexers, per database and durability, opened by the first handle
+    /// (docs/postgres.md#one-pool-per-database). A server that opens a handle per tenant
+    /// from clones of one `OpenOptions` so holds a fixed number of connections however many
+    /// tenants it serves. Give two `OpenOptions` the same value to make them share too.
+    #[cfg(feature = "postgres")]
+    pub postgres_pools: crate::PostgresPools,
 }
 
 /// [`OpenOptions::recall`]: how a SQLite memory store serves recall over large threads.
@@ -190,6 +198,11 @@ pub enum OpenError {
     /// The memory store failed to open.
     #[error("cannot open the memory store: {0}")]
     Memory(MemoryError),
+    /// The PostgreSQL database could not be reached (a wrong URL, password or database name,
+    /// a server that is down).
+    #[cfg(feature = "postgres")]
+    #[error("cannot connect to the database: {0}")]
+    Database(mnemon_db::DbError),
     /// A library failed to load.
     #[error("cannot open library {name:?}: {error}")]
     Library {
@@ -333,34 +346,38 @@ impl Stores {
             }
             #[cfg(feature = "postgres")]
             Backend::Postgres { url } => {
-                let assets = mnemon_store::PostgresAssetStore::open(
-                    url,
+                // One pool for every namespace's stores (`pools.rs`): the stores' own options
+                // for durability and pool size are the pool's.
+                let (pool, indexer_pool) = options
+                    .postgres_pools
+                    .get(url, options.durability)
+                    .map_err(OpenError::Database)?;
+                let assets = mnemon_store::PostgresAssetStore::open_on(
+                    &pool,
                     mnemon_store::PostgresAssetOptions {
                         namespace: namespace.clone(),
                         default_ttl: options.default_ttl,
-                        durability: options.durability,
                         ..Default::default()
                     },
                 )
                 .map_err(OpenError::Assets)?;
-                let artifacts = mnemon_artifacts::PostgresArtifactStore::open(
-                    url,
+                let artifacts = mnemon_artifacts::PostgresArtifactStore::open_on(
+                    &pool,
                     mnemon_artifacts::PostgresArtifactOptions {
                         namespace: namespace.clone(),
                         default_ttl: options.default_ttl,
-                        durability: options.durability,
                         ..Default::default()
                     },
                 )
                 .map_err(OpenError::Artifacts)?;
                 let defaults = mnemon_memory::PostgresMemoryOptions::default();
-                let memory = mnemon_memory::PostgresMemoryStore::open(
-                    url,
+                let memory = mnemon_memory::PostgresMemoryStore::open_on(
+                    &pool,
                     mnemon_memory::PostgresMemoryOptions {
                         namespace: namespace.clone(),
                         default_ttl: options.default_ttl,
-                        durability: options.durability,
                         hnsw_ef_search: options.recall.index.ef.unwrap_or(defaults.hnsw_ef_search),
+                        indexer_pool: Some(indexer_pool),
                         ..defaults
                     },
                 )

@@ -188,9 +188,17 @@ impl PostgresAssetStore {
             pool_size: options.pool_size,
             ..Settings::default()
         };
-        let pool = pg::open(url, settings, &[&SCHEMA]).map_err(db_error)?;
+        let pool = Pool::connect(url, settings).map_err(db_error)?;
+        PostgresAssetStore::open_on(&pool, options)
+    }
+
+    /// As [`open`](Self::open), on a pool other stores may share (one pool for every store
+    /// and namespace of a process: docs/postgres.md#one-pool-per-database). The pool's
+    /// settings apply: `options.durability` and `options.pool_size` are not used.
+    pub fn open_on(pool: &Pool, options: PostgresAssetOptions) -> Result<Self, StoreError> {
+        pg::migrate_all(pool, &[&SCHEMA]).map_err(db_error)?;
         Ok(PostgresAssetStore {
-            pool,
+            pool: pool.clone(),
             codecs: options.codecs,
             namespace: options.namespace,
             default_ttl: options.default_ttl,

@@ -30,6 +30,8 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+#[cfg(feature = "postgres")]
+pub use mnemon_ops::PostgresPools;
 pub use mnemon_ops::{
     ARTIFACTS_DIR, Backend, DATABASE_FILE, LIBRARIES_DIR, NAMESPACES_DIR, OpenError, OpenOptions,
     RecallOptions, Stores as Mnemon, artifact_backends,

@@ -53,6 +53,8 @@ mod handle;
 #[cfg(feature = "sqlite")]
 pub mod migrate;
 
+#[cfg(all(feature = "sqlite", feature = "postgres"))]
+pub use handle::PostgresPools;
 #[cfg(feature = "sqlite")]
 pub use handle::{
     ARTIFACTS_DIR, Backend, DATABASE_FILE, LIBRARIES_DIR, Mnemon, NAMESPACES_DIR, OpenError,

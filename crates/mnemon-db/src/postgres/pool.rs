@@ -23,7 +23,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::ops::{Deref, DerefMut};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use ::postgres::types::Type;
 use ::postgres::{Client, IsolationLevel, Statement, Transaction};
@@ -75,6 +75,34 @@ impl Conn {
             client,
             statements: StatementCache::default(),
         }
+    }
+}
+
+/// Closes `conns`. A `postgres::Client` says goodbye to its server with a blocking call into
+/// the client's own runtime, which panics on a thread that drives a tokio runtime (an async
+/// server drops its last store handles on one when it stops), so there they are closed on a
+/// thread of their own, joined so that they are closed when this returns.
+fn close(conns: Vec<Conn>) {
+    if conns.is_empty() {
+        return;
+    }
+    if tokio::runtime::Handle::try_current().is_ok() {
+        let _ = std::thread::spawn(move || drop(conns)).join();
+    } else {
+        drop(conns);
+    }
+}
+
+impl Drop for Inner {
+    /// The last handle of the pool is gone: its idle connections close (see [`close`]).
+    fn drop(&mut self) {
+        let state = self.state.get_mut().unwrap_or_else(PoisonError::into_inner);
+        close(
+            std::mem::take(&mut state.idle)
+                .into_iter()
+                .map(|i| i.conn)
+                .collect(),
+        );
     }
 }
 
@@ -199,6 +227,50 @@ impl Pool {
         Ok(pool)
     }
 
+    /// A new pool to this pool's database, with its settings but at most `pool_size`
+    /// connections, none of them open yet: for a worker that must not take this pool's
+    /// connections (the memory store's background indexer). The URL is not parsed again.
+    pub fn sibling(&self, pool_size: usize) -> Pool {
+        let settings = Settings {
+            pool_size,
+            ..self.inner.settings
+        };
+        Pool {
+            inner: Arc::new(Inner {
+                endpoint: self.inner.endpoint.clone(),
+                size: pool_size.max(1),
+                settings,
+                state: Mutex::new(State::default()),
+                returned: Condvar::new(),
+            }),
+        }
+    }
+
+    /// The settings the pool connects with.
+    pub fn settings(&self) -> Settings {
+        self.inner.settings
+    }
+
+    /// Closes the connections that have been idle in the pool for at least `idle`, so that a
+    /// worker with nothing to do gives its connections back to the server; a later
+    /// [`get`](Self::get) opens new ones.
+    pub fn close_idle(&self, idle: Duration) {
+        let closed: Vec<Idle> = {
+            let mut state = self.inner.lock();
+            let (old, kept) = std::mem::take(&mut state.idle)
+                .into_iter()
+                .partition(|c| c.since.elapsed() >= idle);
+            state.idle = kept;
+            state.open = state.open.saturating_sub(old.len());
+            old
+        };
+        if !closed.is_empty() {
+            // Outside the lock: closing a connection is a round trip.
+            close(closed.into_iter().map(|i| i.conn).collect());
+            self.inner.returned.notify_all();
+        }
+    }
+
     /// A connection: an idle one if there is one (checked first if it was idle for long), a
     /// new one if fewer than [`Settings::pool_size`] are open, otherwise the first one returned
     /// within [`Settings::checkout_timeout`]; after that, [`DbError::PoolTimeout`].
@@ -220,6 +292,7 @@ impl Pool {
                     return Ok(self.wrap(idle.conn));
                 }
                 // A dead connection: forget it and try again (a new one fits now).
+                close(vec![idle.conn]);
                 state = inner.lock();
                 state.open = state.open.saturating_sub(1);
                 continue;
@@ -315,7 +388,9 @@ impl PooledClient {
     /// Closes this connection instead of returning it to the pool, e.g. after an error that
     /// leaves its session state unknown. Its prepared statements go with it.
     pub fn discard(mut self) {
-        self.conn = None;
+        if let Some(conn) = self.conn.take() {
+            close(vec![conn]);
+        }
         self.pool.release_slot();
     }
 
@@ -460,7 +535,7 @@ impl Drop for PooledClient {
             return;
         };
         if conn.client.is_closed() {
-            drop(conn);
+            close(vec![conn]);
             self.pool.release_slot();
             return;
         }

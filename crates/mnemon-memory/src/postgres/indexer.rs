@@ -21,7 +21,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use mnemon_db::Namespace;
-use mnemon_db::postgres::{Pool, Settings};
+use mnemon_db::postgres::Pool;
 
 use super::{db_error, pg_error};
 use crate::error::MemoryError;
@@ -201,8 +201,11 @@ impl Shared {
     }
 }
 
-/// The background thread of one store, with a connection of its own (opened when there is
-/// work, closed after [`IDLE`] without), so that it never takes one of the store's.
+/// The background thread of one store. It takes a connection from its pool for each batch
+/// (the pool is its own, one connection opened when there is work, unless the store was given
+/// one that the indexers of several namespaces share: `PostgresMemoryOptions::indexer_pool`),
+/// so that it never takes one of the store's, and closes the pool's connections after
+/// [`IDLE`] without work.
 #[derive(Debug)]
 pub(super) struct Indexer {
     shared: Arc<Shared>,
@@ -210,19 +213,15 @@ pub(super) struct Indexer {
 }
 
 impl Indexer {
-    /// Starts the indexer of `namespace` in the database at `url`; it first looks for rows
-    /// left pending by earlier processes.
-    pub(super) fn start(
-        url: String,
-        settings: Settings,
-        namespace: Namespace,
-    ) -> Result<Indexer, MemoryError> {
+    /// Starts the indexer of `namespace`, moving rows with connections from `pool`; it first
+    /// looks for rows left pending by earlier processes.
+    pub(super) fn start(pool: Pool, namespace: Namespace) -> Result<Indexer, MemoryError> {
         let shared = Arc::new(Shared::default());
         shared.lock().wake = true;
         let worker = Arc::clone(&shared);
         let thread = std::thread::Builder::new()
             .name("mnemon-memory-indexer".into())
-            .spawn(move || run(&url, settings, &namespace, &worker))
+            .spawn(move || run(&pool, &namespace, &worker))
             .map_err(|e| MemoryError::Storage {
                 detail: format!("cannot start the memory's background indexer thread: {e}"),
             })?;
@@ -251,8 +250,7 @@ impl Drop for Indexer {
     }
 }
 
-fn run(url: &str, settings: Settings, namespace: &Namespace, shared: &Shared) {
-    let mut pool: Option<Pool> = None;
+fn run(pool: &Pool, namespace: &Namespace, shared: &Shared) {
     loop {
         {
             let mut state = shared.lock();
@@ -263,8 +261,8 @@ fn run(url: &str, settings: Settings, namespace: &Namespace, shared: &Shared) {
                     .unwrap_or_else(PoisonError::into_inner);
                 state = next;
                 if timeout.timed_out() && !state.wake {
-                    // Idle: give the connection back to the server.
-                    pool = None;
+                    // Idle: give the connections nobody used meanwhile back to the server.
+                    pool.close_idle(IDLE);
                 }
             }
             if state.stop {
@@ -281,14 +279,12 @@ fn run(url: &str, settings: Settings, namespace: &Namespace, shared: &Shared) {
             }
             state.wake = false;
         }
-        let worked = drain(url, settings, namespace, shared, &mut pool);
-        if let Err(e) = worked {
+        if let Err(e) = drain(pool, namespace, shared) {
             tracing::warn!(
                 target: "mnemon_memory::postgres",
                 "the memory's background indexer stopped a round: {e}; pending rows stay \
                  searchable exactly and are indexed at the next write or open"
             );
-            pool = None;
             // Not in a tight loop against a server that is gone: wait for the next write.
             let state = shared.lock();
             let _ = shared
@@ -299,24 +295,25 @@ fn run(url: &str, settings: Settings, namespace: &Namespace, shared: &Shared) {
     }
 }
 
-/// Moves batches until none is left or the store stops.
-fn drain(
-    url: &str,
-    settings: Settings,
-    namespace: &Namespace,
-    shared: &Shared,
-    pool: &mut Option<Pool>,
-) -> Result<(), MemoryError> {
-    let pool = match pool {
-        Some(pool) => pool,
-        None => pool.insert(Pool::connect(url, settings).map_err(db_error)?),
-    };
-    let mut client = pool.get().map_err(db_error)?;
+/// Moves batches until none is left or the store stops, with a connection checked out for
+/// each batch: indexers sharing a pool take turns batch by batch, and none waits for another's
+/// whole backlog.
+fn drain(pool: &Pool, namespace: &Namespace, shared: &Shared) -> Result<(), MemoryError> {
     let mut cursor = Cursor::START;
-    while move_next(&mut client, namespace, &mut cursor)? > 0 {
+    loop {
+        let mut client = pool.get().map_err(db_error)?;
+        match move_next(&mut client, namespace, &mut cursor) {
+            Ok(0) => return Ok(()),
+            Ok(_) => {}
+            Err(e) => {
+                // Its session may be in any state: a fresh connection for the next round.
+                client.discard();
+                return Err(e);
+            }
+        }
+        drop(client);
         if shared.lock().stop {
-            break;
+            return Ok(());
         }
     }
-    Ok(())
 }

@@ -1,0 +1,81 @@
+//! [`PostgresPools`]: the PostgreSQL connections that every handle opened from one
+//! [`OpenOptions`](crate::OpenOptions), or a clone of it, shares (docs/postgres.md#one-pool-per-database).
+//!
+//! A handle is opened per namespace, and a server opens one for every tenant it serves. Were
+//! each handle's three stores to keep a pool of their own, every tenant ever served would hold
+//! at least three idle connections for the life of the process, and PostgreSQL's
+//! `max_connections` (100 by default) would refuse new tenants after a few dozen. The stores
+//! of every namespace therefore share one pool per database and durability, and the memory
+//! stores' background indexers share a second, small one: however many tenants a process
+//! serves, it holds at most [`STORE_CONNECTIONS`] + [`INDEXER_CONNECTIONS`] connections.
+
+use std::sync::{Arc, Mutex, PoisonError};
+
+use mnemon_db::postgres::{Pool, Settings};
+use mnemon_db::{DbError, Durability};
+
+/// The connections every store of every namespace shares: `mnemon_db::postgres::Settings`'
+/// default, enough to keep the server's cores busy from a 2-core host (a checkout waits for
+/// one when all are busy, up to 5 s).
+pub const STORE_CONNECTIONS: usize = 8;
+
+/// The connections the memory stores' background indexers share. Each indexer checks one out
+/// per batch it moves (32 rows, a fraction of a second), so those of many namespaces take
+/// turns; two let two batches run at once, one per core of the 2-core machine the HNSW
+/// insertions were measured on (docs/postgres.md#moving-pending-rows).
+pub const INDEXER_CONNECTIONS: usize = 2;
+
+/// The pools opened so far for one [`OpenOptions`](crate::OpenOptions) and its clones: one
+/// entry per database URL and durability. Cloning shares them; `Default` starts empty.
+#[derive(Clone, Default)]
+pub struct PostgresPools {
+    open: Arc<Mutex<Vec<Open>>>,
+}
+
+/// The pools of one database and durability.
+struct Open {
+    url: String,
+    durability: Durability,
+    stores: Pool,
+    indexers: Pool,
+}
+
+impl std::fmt::Debug for PostgresPools {
+    /// Never prints the URLs: they may hold passwords.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
+        f.debug_struct("PostgresPools")
+            .field("databases", &open.len())
+            .finish()
+    }
+}
+
+impl PostgresPools {
+    /// The stores' pool and the indexers' pool of the database at `url` with `durability`,
+    /// connecting the first time (a failure is not remembered: the next call tries again).
+    pub(crate) fn get(&self, url: &str, durability: Durability) -> Result<(Pool, Pool), DbError> {
+        let mut open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(found) = open
+            .iter()
+            .find(|o| o.url == url && o.durability == durability)
+        {
+            return Ok((found.stores.clone(), found.indexers.clone()));
+        }
+        let stores = Pool::connect(
+            url,
+            Settings {
+                durability,
+                pool_size: STORE_CONNECTIONS,
+                ..Settings::default()
+            },
+        )?;
+        let indexers = stores.sibling(INDEXER_CONNECTIONS);
+        open.push(Open {
+            url: url.to_owned(),
+            durability,
+            stores: stores.clone(),
+            indexers: indexers.clone(),
+        });
+        Ok((stores, indexers))
+    }
+}
