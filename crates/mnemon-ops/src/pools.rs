@@ -7,17 +7,19 @@
 //! `max_connections` (100 by default) would refuse new tenants after a few dozen. The stores
 //! of every namespace therefore share one pool per database and durability, and the memory
 //! stores' background indexers share a second, small one: however many tenants a process
-//! serves, it holds at most [`STORE_CONNECTIONS`] + [`INDEXER_CONNECTIONS`] connections.
+//! serves, it holds at most [`STORE_CONNECTIONS`] + [`INDEXER_CONNECTIONS`] (18) connections.
 
 use std::sync::{Arc, Mutex, PoisonError};
 
 use mnemon_db::postgres::{Pool, Settings};
 use mnemon_db::{DbError, Durability};
 
-/// The connections every store of every namespace shares: `mnemon_db::postgres::Settings`'
-/// default, enough to keep the server's cores busy from a 2-core host (a checkout waits for
-/// one when all are busy, up to 5 s).
-pub const STORE_CONNECTIONS: usize = 8;
+/// The connections every store of every namespace shares: as many as `mnemon serve` runs
+/// operations at once by default (`--max-concurrent-queries`, 16), so that no operation of a
+/// server with default limits waits for a connection, and each of its three stores may still
+/// use as many as it did with a pool of its own (8). A checkout waits for one when all are
+/// busy, up to 5 s.
+pub const STORE_CONNECTIONS: usize = 16;
 
 /// The connections the memory stores' background indexers share. Each indexer checks one out
 /// per batch it moves (32 rows, a fraction of a second), so those of many namespaces take
