@@ -7,7 +7,8 @@
 //! `max_connections` (100 by default) would refuse new tenants after a few dozen. The stores
 //! of every namespace therefore share one pool per database and durability, and the memory
 //! stores' background indexers share a second, small one: however many tenants a process
-//! serves, it holds at most [`STORE_CONNECTIONS`] + [`INDEXER_CONNECTIONS`] (18) connections.
+//! serves, its stores hold at most [`STORE_CONNECTIONS`] + [`INDEXER_CONNECTIONS`] (18)
+//! connections (a server with keys adds its key store's own pool).
 
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -45,9 +46,8 @@ struct Open {
 impl std::fmt::Debug for PostgresPools {
     /// Never prints the URLs: they may hold passwords.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
         f.debug_struct("PostgresPools")
-            .field("databases", &open.len())
+            .field("databases", &self.lock().len())
             .finish()
     }
 }
@@ -56,13 +56,11 @@ impl PostgresPools {
     /// The stores' pool and the indexers' pool of the database at `url` with `durability`,
     /// connecting the first time (a failure is not remembered: the next call tries again).
     pub(crate) fn get(&self, url: &str, durability: Durability) -> Result<(Pool, Pool), DbError> {
-        let mut open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(found) = open
-            .iter()
-            .find(|o| o.url == url && o.durability == durability)
-        {
-            return Ok((found.stores.clone(), found.indexers.clone()));
+        if let Some(found) = find(&self.lock(), url, durability) {
+            return Ok(found);
         }
+        // Connected without the lock held: with the server down, tenants opening at once each
+        // wait out their own connect timeout instead of one after another.
         let stores = Pool::connect(
             url,
             Settings {
@@ -72,6 +70,11 @@ impl PostgresPools {
             },
         )?;
         let indexers = stores.sibling(INDEXER_CONNECTIONS);
+        let mut open = self.lock();
+        if let Some(first) = find(&open, url, durability) {
+            // Another handle connected meanwhile: use its pools (this one's connection closes).
+            return Ok(first);
+        }
         open.push(Open {
             url: url.to_owned(),
             durability,
@@ -80,4 +83,16 @@ impl PostgresPools {
         });
         Ok((stores, indexers))
     }
+
+    /// The list; a panic elsewhere leaves it consistent (nothing panics while holding it).
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Open>> {
+        self.open.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// The pools in `open` for `url` and `durability`, if any.
+fn find(open: &[Open], url: &str, durability: Durability) -> Option<(Pool, Pool)> {
+    open.iter()
+        .find(|o| o.url == url && o.durability == durability)
+        .map(|o| (o.stores.clone(), o.indexers.clone()))
 }

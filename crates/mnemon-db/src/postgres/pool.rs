@@ -52,6 +52,10 @@ struct State {
     idle: Vec<Idle>,
     /// Connections open or being opened, idle ones included: never more than `size`.
     open: usize,
+    /// Checkouts waiting for a connection. A new checkout does not take a connection ahead
+    /// of them: a thread that returns one and at once asks again (a worker moving batch after
+    /// batch) would otherwise take it back before the woken waiter runs, and keep it.
+    waiting: usize,
 }
 
 struct Idle {
@@ -61,7 +65,7 @@ struct Idle {
 
 /// The most prepared statements one connection's cache keeps (see the module docs); the least
 /// recently used is closed beyond that. The stores use a few dozen distinct statements.
-pub const STATEMENT_CACHE_SIZE: usize = 64;
+pub const STATEMENT_CACHE_SIZE: usize = 128;
 
 /// One connection and the statements prepared on it.
 struct Conn {
@@ -273,13 +277,19 @@ impl Pool {
 
     /// A connection: an idle one if there is one (checked first if it was idle for long), a
     /// new one if fewer than [`Settings::pool_size`] are open, otherwise the first one returned
-    /// within [`Settings::checkout_timeout`]; after that, [`DbError::PoolTimeout`].
+    /// within [`Settings::checkout_timeout`]; after that, [`DbError::PoolTimeout`]. While
+    /// other checkouts wait, a new one waits behind them rather than taking a connection
+    /// first.
     pub fn get(&self) -> Result<PooledClient, DbError> {
         let inner = &self.inner;
         let deadline = Instant::now() + inner.settings.checkout_timeout;
         let mut state = inner.lock();
+        let mut waited = false;
         loop {
-            if let Some(mut idle) = state.idle.pop() {
+            let behind_others = state.waiting > 0 && !waited;
+            if behind_others {
+                // Fall through to the wait below.
+            } else if let Some(mut idle) = state.idle.pop() {
                 drop(state);
                 let usable = !idle.conn.client.is_closed()
                     && (idle.since.elapsed() < inner.settings.validate_after
@@ -291,13 +301,14 @@ impl Pool {
                 if usable {
                     return Ok(self.wrap(idle.conn));
                 }
-                // A dead connection: forget it and try again (a new one fits now).
+                // A dead connection: forget it and try again (a new one fits now, for this
+                // checkout or a waiting one).
                 close(vec![idle.conn]);
                 state = inner.lock();
                 state.open = state.open.saturating_sub(1);
+                inner.returned.notify_one();
                 continue;
-            }
-            if state.open < inner.size {
+            } else if state.open < inner.size {
                 state.open += 1;
                 drop(state);
                 return match inner.endpoint.connect(&inner.settings) {
@@ -316,11 +327,14 @@ impl Pool {
                     waited: inner.settings.checkout_timeout,
                 });
             }
+            state.waiting += 1;
             state = inner
                 .returned
                 .wait_timeout(state, deadline - now)
                 .unwrap_or_else(PoisonError::into_inner)
                 .0;
+            state.waiting = state.waiting.saturating_sub(1);
+            waited = true;
         }
     }
 

@@ -20,8 +20,8 @@ use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use mnemon_db::Namespace;
 use mnemon_db::postgres::Pool;
+use mnemon_db::{DbError, Namespace};
 
 use super::{db_error, pg_error};
 use crate::error::MemoryError;
@@ -279,7 +279,13 @@ fn run(pool: &Pool, namespace: &Namespace, shared: &Shared) {
             }
             state.wake = false;
         }
-        if let Err(e) = drain(pool, namespace, shared) {
+        let round = drain(pool, namespace, shared);
+        if let Ok(Round::Busy) = round {
+            // Every connection of a shared pool stayed busy for the checkout's wait (other
+            // namespaces' indexers): the rows are still pending, so this is another round,
+            // not a failure to report.
+            shared.lock().wake = true;
+        } else if let Err(e) = round {
             tracing::warn!(
                 target: "mnemon_memory::postgres",
                 "the memory's background indexer stopped a round: {e}; pending rows stay \
@@ -295,15 +301,28 @@ fn run(pool: &Pool, namespace: &Namespace, shared: &Shared) {
     }
 }
 
+/// How a round of [`drain`] ended without an error.
+enum Round {
+    /// Nothing is left to move, or the store stops.
+    Done,
+    /// No connection came free within the pool's checkout wait.
+    Busy,
+}
+
 /// Moves batches until none is left or the store stops, with a connection checked out for
-/// each batch: indexers sharing a pool take turns batch by batch, and none waits for another's
-/// whole backlog.
-fn drain(pool: &Pool, namespace: &Namespace, shared: &Shared) -> Result<(), MemoryError> {
+/// each batch: indexers sharing a pool take turns batch by batch (a checkout waits behind the
+/// ones already waiting: `mnemon_db::postgres::Pool::get`), and none waits for another's whole
+/// backlog.
+fn drain(pool: &Pool, namespace: &Namespace, shared: &Shared) -> Result<Round, MemoryError> {
     let mut cursor = Cursor::START;
     loop {
-        let mut client = pool.get().map_err(db_error)?;
+        let mut client = match pool.get() {
+            Ok(client) => client,
+            Err(DbError::PoolTimeout { .. }) => return Ok(Round::Busy),
+            Err(e) => return Err(db_error(e)),
+        };
         match move_next(&mut client, namespace, &mut cursor) {
-            Ok(0) => return Ok(()),
+            Ok(0) => return Ok(Round::Done),
             Ok(_) => {}
             Err(e) => {
                 // Its session may be in any state: a fresh connection for the next round.
@@ -313,7 +332,7 @@ fn drain(pool: &Pool, namespace: &Namespace, shared: &Shared) -> Result<(), Memo
         }
         drop(client);
         if shared.lock().stop {
-            return Ok(());
+            return Ok(Round::Done);
         }
     }
 }
