@@ -111,17 +111,7 @@ fn the_pool_is_bounded_and_a_checkout_times_out_with_a_clear_error() {
     assert_eq!((pool.open_connections(), pool.idle_connections()), (2, 2));
 
     // The server sees no more than the pool's size of our connections.
-    let mut admin = server.connect("postgres").unwrap();
-    let database = url.rsplit('/').next().unwrap_or_default().to_owned();
-    let count: i64 = admin
-        .query_one(
-            "SELECT count(*) FROM pg_stat_activity \
-             WHERE datname = $1 AND application_name = 'mnemon'",
-            &[&database],
-        )
-        .unwrap()
-        .get(0);
-    assert_eq!(count, 2);
+    assert_eq!(server_connections(server, &url), 2);
 }
 
 /// How many connections named `mnemon` the server has to `url`'s database.
