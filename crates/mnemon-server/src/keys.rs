@@ -14,42 +14,18 @@ use mnemon_keys::{AuthError, Grant, KeyStore, Namespace};
 use crate::auth::{Authenticator, Principal, Role};
 use crate::error::RestError;
 
-/// Authenticates requests with the keys of a [`KeyStore`].
+/// Authenticates requests with the keys of a [`KeyStore`]. Dropping it on an async worker
+/// thread (where the server drops its routes when it stops) is safe: a PostgreSQL key store's
+/// pool closes its connections on a thread of its own there (`mnemon_db::postgres::Pool`).
 #[derive(Debug, Clone)]
 pub struct KeyAuthenticator {
-    /// Always `Some`, but taken by `drop`.
-    store: Option<Arc<KeyStore>>,
+    store: Arc<KeyStore>,
 }
 
 impl KeyAuthenticator {
     /// Checks keys against `store`.
     pub fn new(store: Arc<KeyStore>) -> KeyAuthenticator {
-        KeyAuthenticator { store: Some(store) }
-    }
-
-    /// The key store.
-    fn keys(&self) -> Result<&KeyStore, RestError> {
-        self.store.as_deref().ok_or_else(|| {
-            RestError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "unavailable",
-                "the server is stopping; retry on another server",
-            )
-        })
-    }
-}
-
-impl Drop for KeyAuthenticator {
-    /// Drops the last handle of the store on a thread of its own: a PostgreSQL connection says
-    /// goodbye to its server with a blocking call, which panics on an async worker thread
-    /// (where the server drops its routes when it stops), as `Tenants` does for the stores.
-    fn drop(&mut self) {
-        if let Some(store) = self.store.take()
-            && tokio::runtime::Handle::try_current().is_ok()
-        {
-            // Joined, so the connections are closed when the server's run returns.
-            let _ = std::thread::spawn(move || drop(store)).join();
-        }
+        KeyAuthenticator { store }
     }
 }
 
@@ -115,7 +91,7 @@ fn answer(outcome: Result<Grant, AuthError>) -> Result<Principal, RestError> {
 
 impl Authenticator for KeyAuthenticator {
     fn authenticate(&self, headers: &HeaderMap) -> Result<Principal, RestError> {
-        answer(self.keys()?.authenticate(bearer(headers)?))
+        answer(self.store.authenticate(bearer(headers)?))
     }
 
     fn authenticate_now(&self, headers: &HeaderMap) -> Option<Result<Principal, RestError>> {
@@ -123,19 +99,13 @@ impl Authenticator for KeyAuthenticator {
             Ok(key) => key,
             Err(refused) => return Some(Err(refused)),
         };
-        match self.keys() {
-            Ok(store) => store.authenticate_cached(key).map(answer),
-            Err(stopping) => Some(Err(stopping)),
-        }
+        self.store.authenticate_cached(key).map(answer)
     }
 
     /// The namespaces of the valid (unrevoked) keys, each once; empty when the key store
     /// cannot be read (the sweep then covers the namespaces served since start).
     fn namespaces(&self) -> Vec<Namespace> {
-        let Ok(store) = self.keys() else {
-            return Vec::new();
-        };
-        match store.list(None) {
+        match self.store.list(None) {
             Ok(keys) => {
                 let mut namespaces: Vec<Namespace> = keys
                     .into_iter()

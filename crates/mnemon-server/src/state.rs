@@ -91,9 +91,10 @@ impl Tenants {
 }
 
 impl Drop for Tenants {
-    /// Drops the services on a thread of their own: a PostgreSQL connection says goodbye to
-    /// its server with a blocking call, which panics on an async worker thread (where the
-    /// server drops its routes when it stops).
+    /// Drops the services on a thread of their own: a service may hold what must not be
+    /// dropped on an async worker thread (where the server drops its routes when it stops),
+    /// such as an OpenAI-compatible embedder's blocking HTTP client. (PostgreSQL pools close
+    /// their connections safely there by themselves: `mnemon_db::postgres::Pool`.)
     fn drop(&mut self) {
         let services = std::mem::take(
             &mut *self
