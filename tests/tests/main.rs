@@ -27,6 +27,7 @@ mod memory_sqlite;
 mod ops_memory;
 mod postgres_server;
 mod refs_store;
+mod sqlite_writers;
 mod store_sweeps;
 
 /// The name the test harness gives the test `name` of the module at `module_path`

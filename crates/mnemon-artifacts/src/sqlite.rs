@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use mnemon_db::expiry::{Clock, Expiry, SystemClock, is_live};
-use mnemon_db::sqlite::{self, Migration, Schema, Settings};
+use mnemon_db::sqlite::{self, Migration, Schema, Settings, WriteQueue, WriteTurn};
 use mnemon_db::{DbError, Durability, Namespace};
 use mnemon_filter::{Dialect, Filter, SqlParam};
 use mnemon_types::{Artifact, StorageLocation, artifact::Timestamp};
@@ -159,6 +159,8 @@ const COLUMNS: &str = "id, key, artifact_type, name, description, storage_backen
 #[derive(Debug)]
 pub struct SqliteArtifactStore {
     conn: Mutex<Connection>,
+    /// The process's writers to the file: a write takes its turn here before the connection.
+    writers: Option<Arc<WriteQueue>>,
     busy_timeout: Duration,
     namespace: Namespace,
     /// The file predates namespaces (a version-1 file opened read-only): every record is the
@@ -226,7 +228,8 @@ impl SqliteArtifactStore {
     ) -> Result<Self, ArtifactError> {
         let settings = options.settings();
         let conn = sqlite::open(path.as_ref(), &settings, &SCHEMA).map_err(db_error)?;
-        Ok(Self::with(conn, &settings, options, &SCHEMA))
+        let writers = Some(WriteQueue::for_file(path.as_ref()));
+        Ok(Self::with(conn, writers, &settings, options, &SCHEMA))
     }
 
     /// Opens the database at `path` for reading only: no write lock is taken, nothing is
@@ -247,14 +250,14 @@ impl SqliteArtifactStore {
         let settings = options.settings();
         let path = path.as_ref();
         let schema = match sqlite::open_read_only(path, &settings, &SCHEMA) {
-            Ok(read) => return Ok(Self::with(read.conn, &settings, options, &SCHEMA)),
+            Ok(read) => return Ok(Self::with(read.conn, None, &settings, options, &SCHEMA)),
             Err(DbError::NeedsUpgrade { found: 1, .. }) => &SCHEMA_BEFORE_NAMESPACES,
             // A file from before expiry likewise: nothing in it expires.
             Err(DbError::NeedsUpgrade { found: 2, .. }) => &SCHEMA_BEFORE_EXPIRY,
             Err(e) => return Err(db_error(e)),
         };
         let read = sqlite::open_read_only(path, &settings, schema).map_err(db_error)?;
-        Ok(Self::with(read.conn, &settings, options, schema))
+        Ok(Self::with(read.conn, None, &settings, options, schema))
     }
 
     /// A private database in memory, for tests and short-lived programs; nothing is kept.
@@ -263,6 +266,7 @@ impl SqliteArtifactStore {
         let conn = sqlite::open_in_memory(&settings, &SCHEMA).map_err(db_error)?;
         Ok(Self::with(
             conn,
+            None,
             &settings,
             SqliteArtifactOptions::default(),
             &SCHEMA,
@@ -274,18 +278,21 @@ impl SqliteArtifactStore {
     pub fn open_in_memory_with(options: SqliteArtifactOptions) -> Result<Self, ArtifactError> {
         let settings = options.settings();
         let conn = sqlite::open_in_memory(&settings, &SCHEMA).map_err(db_error)?;
-        Ok(Self::with(conn, &settings, options, &SCHEMA))
+        Ok(Self::with(conn, None, &settings, options, &SCHEMA))
     }
 
-    /// A store on `conn`, whose artifact tables are at `schema`'s version.
+    /// A store on `conn`, whose artifact tables are at `schema`'s version, its writes queued
+    /// in `writers`.
     fn with(
         conn: Connection,
+        writers: Option<Arc<WriteQueue>>,
         settings: &Settings,
         options: SqliteArtifactOptions,
         schema: &'static Schema,
     ) -> Self {
         SqliteArtifactStore {
             conn: Mutex::new(conn),
+            writers,
             busy_timeout: settings.busy_timeout,
             namespace: options.namespace,
             before_namespaces: std::ptr::eq(schema, &SCHEMA_BEFORE_NAMESPACES),
@@ -366,6 +373,8 @@ impl SqliteArtifactStore {
         let mut all: Vec<&dyn rusqlite::ToSql> = vec![&ns];
         all.extend_from_slice(params);
         let (private, namespace) = (backends.is_private_to_namespace(), ns);
+        // One turn for the records' transaction and the content batches after it.
+        let _turn = self.write_turn(action)?;
         let conn = self.conn();
         sqlite::begin_immediate(&conn, self.busy_timeout)
             .map_err(|e| ArtifactError::database(action, e))?;
@@ -466,6 +475,17 @@ impl SqliteArtifactStore {
             "namespace = ?1"
         };
         sql.replace("{ns}", condition)
+    }
+
+    /// This store's turn to write among the process's writers to the file
+    /// (`mnemon_db::sqlite::WriteQueue`), taken before the connection; `None` for a store in
+    /// memory or opened read-only, which has no file to share.
+    fn write_turn(&self, action: &'static str) -> Result<Option<WriteTurn>, ArtifactError> {
+        self.writers
+            .as_ref()
+            .map(|queue| queue.take_turn(self.busy_timeout))
+            .transpose()
+            .map_err(|e| ArtifactError::database(action, e))
     }
 
     fn conn(&self) -> MutexGuard<'_, Connection> {
@@ -638,6 +658,7 @@ impl ArtifactStore for SqliteArtifactStore {
             .map(serde_json::to_string)
             .transpose()
             .map_err(ArtifactError::ContentEncoding)?;
+        let _turn = self.write_turn(ACTION)?;
         let conn = self.conn();
         // The write lock is taken before the content is written and released after the record
         // is committed: another save (in this process or another) cannot write the same
@@ -806,7 +827,9 @@ impl ArtifactStore for SqliteArtifactStore {
     }
 
     fn delete(&self, id: Uuid) -> Result<bool, ArtifactError> {
+        const ACTION: &str = "deleting an artifact";
         // An expired record is removed too, but reported absent, as reads report it.
+        let _turn = self.write_turn(ACTION)?;
         let removed: Option<Option<i64>> = self
             .conn()
             .prepare_cached(
@@ -817,7 +840,7 @@ impl ArtifactStore for SqliteArtifactStore {
                 s.query_row([self.namespace.as_str(), &id.to_string()], |r| r.get(0))
                     .optional()
             })
-            .map_err(|e| ArtifactError::database("deleting an artifact", e))?;
+            .map_err(|e| ArtifactError::database(ACTION, e))?;
         Ok(removed.is_some_and(|at| is_live(at, self.now())))
     }
 }

@@ -28,6 +28,10 @@
 //! fills it, as SQLite does by default: a background thread per file does it while writers go
 //! on (`sqlite/checkpointer.rs`).
 //!
+//! **Writers take turns.** The writers of one process wait for each other in a queue per file,
+//! first come first served, before they ask SQLite for its write lock, whose busy handler
+//! polls with growing sleeps and favours no one (`sqlite/write_queue.rs`).
+//!
 //! **Read-only.** [`open_read_only`] never writes and never creates anything: it opens the file
 //! with `SQLITE_OPEN_READONLY`, and when SQLite cannot open the WAL's shared-memory file (a
 //! read-only directory or mount, where the `-shm` file does not exist and cannot be created) it
@@ -41,10 +45,13 @@ use std::time::{Duration, Instant};
 use rusqlite::{Connection, ErrorCode, OpenFlags, OptionalExtension};
 
 mod checkpointer;
+mod per_file;
+mod write_queue;
 
 pub use crate::schema::{Migration, Schema};
 use crate::{DbError, Durability};
 use checkpointer::Checkpointer;
+pub use write_queue::{WriteConnection, WriteGuard, WriteQueue, WriteTurn};
 
 /// How connections are set up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -13,7 +13,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use mnemon_db::Namespace;
-use mnemon_db::sqlite::{self, Migration, Schema, Settings};
+use mnemon_db::sqlite::{self, Migration, Schema, Settings, WriteConnection, WriteGuard};
 use rusqlite::{Connection, OptionalExtension, params};
 
 use crate::KeyError;
@@ -48,11 +48,12 @@ const COLUMNS: &str =
 #[derive(Debug)]
 pub(crate) struct SqliteBackend {
     path: PathBuf,
-    /// `None` when opened read-only.
-    writer: Option<Mutex<Connection>>,
+    /// `None` when opened read-only. Like every write connection, it takes its turn among the
+    /// process's writers to the file first (`mnemon_db::sqlite::WriteQueue`).
+    writer: Option<WriteConnection>,
     reader: Mutex<Connection>,
-    /// Last-use times, never waiting for a lock; `None` when opened read-only.
-    toucher: Option<Mutex<Connection>>,
+    /// Last-use times, never waiting for a lock or a turn; `None` when opened read-only.
+    toucher: Option<WriteConnection>,
 }
 
 fn lock(conn: &Mutex<Connection>) -> MutexGuard<'_, Connection> {
@@ -64,18 +65,16 @@ impl SqliteBackend {
         let settings = settings(options);
         let writer = sqlite::open(path, &settings, &SCHEMA)?;
         let reader = sqlite::connect(path, &settings)?;
-        let toucher = sqlite::connect(
-            path,
-            &Settings {
-                busy_timeout: Duration::ZERO,
-                ..settings
-            },
-        )?;
+        let never_wait = Settings {
+            busy_timeout: Duration::ZERO,
+            ..settings
+        };
+        let toucher = sqlite::connect(path, &never_wait)?;
         Ok(SqliteBackend {
             path: path.to_path_buf(),
-            writer: Some(Mutex::new(writer)),
+            writer: Some(WriteConnection::new(writer, path, &settings)),
             reader: Mutex::new(reader),
-            toucher: Some(Mutex::new(toucher)),
+            toucher: Some(WriteConnection::new(toucher, path, &never_wait)),
         })
     }
 
@@ -97,8 +96,13 @@ impl SqliteBackend {
         }
     }
 
-    fn writer(&self) -> Result<MutexGuard<'_, Connection>, KeyError> {
-        self.writer.as_ref().map(lock).ok_or(KeyError::ReadOnly)
+    /// The write connection during this store's turn to write, for `action`.
+    fn writer(&self, action: &'static str) -> Result<WriteGuard<'_>, KeyError> {
+        self.writer
+            .as_ref()
+            .ok_or(KeyError::ReadOnly)?
+            .lock()
+            .map_err(self.failed(action))
     }
 }
 
@@ -125,7 +129,7 @@ fn raw(row: &rusqlite::Row<'_>) -> rusqlite::Result<RawRow> {
 
 impl Backend for SqliteBackend {
     fn insert(&self, row: &Row) -> Result<bool, KeyError> {
-        let conn = self.writer()?;
+        let conn = self.writer("create a key")?;
         let changed = conn
             .prepare_cached(
                 "INSERT INTO keys_keys (key_id, secret_hash, namespace, role, label, created_ms)
@@ -180,7 +184,7 @@ impl Backend for SqliteBackend {
     }
 
     fn revoke(&self, id: &str, now_ms: i64) -> Result<Revoked, KeyError> {
-        let conn = self.writer()?;
+        let conn = self.writer("revoke a key")?;
         let failed = self.failed("revoke a key");
         let changed = conn
             .execute(
@@ -208,9 +212,12 @@ impl Backend for SqliteBackend {
         let Some(toucher) = &self.toucher else {
             return Ok(());
         };
-        lock(toucher)
-            .prepare_cached("UPDATE keys_keys SET last_used_ms = ?2 WHERE key_id = ?1")
-            .and_then(|mut stmt| stmt.execute(params![id, now_ms]))
+        toucher
+            .lock()
+            .and_then(|conn| {
+                conn.prepare_cached("UPDATE keys_keys SET last_used_ms = ?2 WHERE key_id = ?1")?
+                    .execute(params![id, now_ms])
+            })
             .map_err(self.failed("record a key's use"))?;
         Ok(())
     }
@@ -234,8 +241,8 @@ impl Backend for SqliteBackend {
 
 impl Drop for SqliteBackend {
     fn drop(&mut self) {
-        if let Some(writer) = &self.writer {
-            sqlite::checkpoint_on_close(&lock(writer));
+        if let Some(writer) = &mut self.writer {
+            sqlite::checkpoint_on_close(writer.get_mut());
         }
     }
 }

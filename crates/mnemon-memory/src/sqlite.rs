@@ -69,13 +69,14 @@ use crate::search::{
 };
 use crate::sweep::Forgotten;
 use crate::thread::{Change, ThreadState};
-use crate::vector_scan::{self, Scored, ThreadVectors, VectorCache};
+use crate::vector_scan::{self, Scored, ThreadVectors};
 
 mod group_commit;
 mod readers;
+mod shared_file;
 
-use group_commit::Writer;
-use readers::Readers;
+use group_commit::WriterGuard;
+use shared_file::SharedFile;
 
 /// The memory tables' schema: `memory_schema` holds the version (its key column is `id`, as in
 /// files written before `mnemon-db`).
@@ -341,7 +342,9 @@ pub struct SqliteMemoryOptions {
     /// sessions and the recalls through handles without a current mirror
     /// (docs/reference/memory.md#the-recall-index). A thread larger than this is read from
     /// the file at every such search. Default 256 MiB (100,000 vectors of 256 dimensions take
-    /// about 108 MB; of 1,536 dimensions, about 620 MB).
+    /// about 108 MB; of 1,536 dimensions, about 620 MB). The handles on one file in one
+    /// process opened with the same settings and budget share one cache, whatever their
+    /// namespaces (`sqlite/shared_file.rs`): a server of many tenants holds one.
     pub vector_cache_bytes: usize,
 }
 
@@ -374,14 +377,16 @@ impl Default for SqliteMemoryOptions {
 /// An open SQLite file of memory threads: one write connection behind a mutex and a few read
 /// connections (see the module docs); share it with `Arc`.
 pub struct SqliteMemoryStore {
-    /// The write connection, where concurrent writes share transactions
-    /// (`sqlite/group_commit.rs`); on a store opened read-only, the one connection.
-    writer: Writer,
-    /// The read connections of a writable store (`None` when opened read-only: its one
-    /// connection may carry a temporary view over an older file, which a second connection
-    /// would not have, and it never waits for a writer anyway). Taken only with the thread's
-    /// mirror lock already held, or with no mirror lock at all, as the writer is.
-    readers: Option<Readers>,
+    /// The connections and the vector cache, shared with every handle on the file in this
+    /// process that was opened with the same settings (`sqlite/shared_file.rs`): the write
+    /// connection, where concurrent writes share transactions (`sqlite/group_commit.rs`; on a
+    /// store opened read-only, the one connection, not shared), and the read connections of a
+    /// writable store (`None` when opened read-only: its one connection may carry a temporary
+    /// view over an older file, which a second connection would not have, and it never waits
+    /// for a writer anyway). Connections are taken only with the thread's mirror lock already
+    /// held, or with no mirror lock at all. The vector cache holds the threads' stored vectors
+    /// for the exact scans (`crate::vector_scan`), keyed by thread id, unique in the file.
+    file: Arc<SharedFile>,
     path: PathBuf,
     factory: MsgFactory,
     namespace: Namespace,
@@ -406,9 +411,6 @@ pub struct SqliteMemoryStore {
     has_keywords: bool,
     /// The thread mirrors shared by this store's handles (see [`MirrorCache`]).
     mirrors: Mutex<MirrorCache>,
-    /// The threads' stored vectors for the exact scans, shared by this store's handles
-    /// (`crate::vector_scan`).
-    vectors: VectorCache,
 }
 
 impl std::fmt::Debug for SqliteMemoryStore {
@@ -436,14 +438,16 @@ impl SqliteMemoryStore {
         factory: MsgFactory,
     ) -> Result<Arc<SqliteMemoryStore>, MemoryError> {
         let path = path.as_ref().to_path_buf();
-        let conn = sqlite::open(&path, &options.settings(), &SCHEMA).map_err(db_error)?;
-        // After `open`: the file exists, is in WAL mode and has the current schema.
-        let readers = Readers::open(&path, &options.settings()).map_err(db_error)?;
+        let file = SharedFile::open(
+            &path,
+            &options.settings(),
+            &SCHEMA,
+            options.vector_cache_bytes,
+        )
+        .map_err(db_error)?;
         Ok(Arc::new(SqliteMemoryStore {
             mirrors: Mutex::default(),
-            vectors: VectorCache::new(options.vector_cache_bytes),
-            writer: Writer::new(conn),
-            readers: Some(readers),
+            file,
             path,
             factory,
             namespace: options.namespace,
@@ -538,9 +542,7 @@ impl SqliteMemoryStore {
         }
         Ok(Arc::new(SqliteMemoryStore {
             mirrors: Mutex::default(),
-            vectors: VectorCache::new(options.vector_cache_bytes),
-            writer: Writer::new(read.conn),
-            readers: None,
+            file: SharedFile::read_only(read.conn, options.vector_cache_bytes),
             path,
             factory: default_factory(),
             namespace: options.namespace,
@@ -565,9 +567,11 @@ impl SqliteMemoryStore {
     }
 
     /// The write connection (on a store opened read-only, the one connection), for a
-    /// transaction of the caller's own: any batch of writes open on it is committed first.
-    fn lock(&self) -> MutexGuard<'_, Connection> {
-        self.writer.lock()
+    /// transaction of the caller's own: any batch of writes open on it is committed first, and
+    /// the connection is held during this store's turn to write among the process's writers to
+    /// the file (`mnemon_db::sqlite::WriteQueue`).
+    fn lock(&self) -> Result<WriterGuard<'_>, MemoryError> {
+        self.file.writer.lock()
     }
 
     /// A connection for a call that only reads: one of the readers, which never wait for the
@@ -577,9 +581,10 @@ impl SqliteMemoryStore {
     /// through this store changes the mirror and commits under that lock, so the snapshot and
     /// the mirror cannot pass each other.
     fn reader(&self) -> MutexGuard<'_, Connection> {
-        match &self.readers {
+        match &self.file.readers {
             Some(readers) => readers.take(),
-            None => self.lock(),
+            // Opened read-only: the one connection never writes.
+            None => self.file.writer.lock_without_turn(),
         }
     }
 
@@ -594,7 +599,7 @@ impl SqliteMemoryStore {
     /// The memory of one thread, creating the thread if needed.
     pub fn memory(self: &Arc<Self>, scope: Scope) -> Result<SqliteMemory, MemoryError> {
         {
-            let mut conn = self.lock();
+            let mut conn = self.lock()?;
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
             thread_row(&tx, self, &scope, Some(&self.factory))?;
             tx.commit()?;
@@ -1074,7 +1079,7 @@ impl SqliteMemoryStore {
                     .optional()?;
                 Ok(matched.unwrap_or(false))
             };
-            let scan_start = self.vectors.start();
+            let scan_start = self.file.vectors.start();
             let score = vector_scan::cosine(&query, query_norm);
             // Without a filter, a large thread's recall index picks the rows to score
             // (`crate::recall_index`); a filter is checked on the rows entering the top `k`,
@@ -1158,7 +1163,7 @@ impl SqliteMemoryStore {
     /// it existed.
     pub fn drop_thread(&self, scope: &Scope) -> Result<bool, MemoryError> {
         let [user, agent, session] = scope.columns()?;
-        let conn = self.lock();
+        let conn = self.lock()?;
         if self.before_namespaces {
             // Read-only: the write fails as every write through a reader does.
             conn.execute("DELETE FROM memory_threads WHERE 0", [])?;
@@ -1183,7 +1188,7 @@ impl SqliteMemoryStore {
     /// are visited (an index range), each with one delete over its expired rows.
     pub fn gc(&self) -> Result<u64, MemoryError> {
         let now = self.now();
-        let mut conn = self.lock();
+        let mut conn = self.lock()?;
         if self.before_namespaces {
             conn.execute("DELETE FROM memory_threads WHERE 0", [])?;
             return Ok(0);
@@ -1214,7 +1219,7 @@ impl SqliteMemoryStore {
     /// empty memory (a later write through it starts a new thread, with a new id).
     pub fn forget(&self, within: &ScopeFilter) -> Result<Forgotten, MemoryError> {
         let [user, agent, session] = within.columns()?;
-        let mut conn = self.lock();
+        let mut conn = self.lock()?;
         if self.before_namespaces {
             // Read-only: the write fails as every write through a reader does.
             conn.execute("DELETE FROM memory_threads WHERE 0", [])?;
@@ -1284,7 +1289,7 @@ impl SqliteMemoryStore {
         let rev: i64 = tx
             .prepare_cached("SELECT rev FROM memory_threads WHERE thread_id = ?1")?
             .query_row([thread_id], |r| r.get(0))?;
-        Ok(self.vectors.get(thread_id, rev))
+        Ok(self.file.vectors.get(thread_id, rev))
     }
 
     /// The stored vectors of thread `thread_id` as `tx` sees them: from the cache when it holds
@@ -1299,7 +1304,7 @@ impl SqliteMemoryStore {
         let rev: i64 = tx
             .prepare_cached("SELECT rev FROM memory_threads WHERE thread_id = ?1")?
             .query_row([thread_id], |r| r.get(0))?;
-        if let Some(vectors) = self.vectors.get(thread_id, rev) {
+        if let Some(vectors) = self.file.vectors.get(thread_id, rev) {
             return Ok(vectors);
         }
         let mut vectors = ThreadVectors::new(rev);
@@ -1316,7 +1321,7 @@ impl SqliteMemoryStore {
                 .map_err(|e| corrupt(format!("the embedding of the message at seq {seq}: {e}")))?;
             vectors.push_le_bytes(seq, row.get(1)?, blob);
         }
-        Ok(self.vectors.insert(thread_id, vectors, scan_start))
+        Ok(self.file.vectors.insert(thread_id, vectors, scan_start))
     }
 }
 
@@ -1335,17 +1340,6 @@ const FORGET_SQL: &[&str] = &[
     "DELETE FROM memory_messages WHERE thread_id IN (SELECT thread_id FROM temp.memory_forget)",
     "DELETE FROM memory_threads WHERE thread_id IN (SELECT thread_id FROM temp.memory_forget)",
 ];
-
-impl Drop for SqliteMemoryStore {
-    fn drop(&mut self) {
-        // The readers close first: the writer is then the file's last connection of this
-        // store, as it was alone.
-        drop(self.readers.take());
-        // Folds the WAL back into the main file so that a single file is left at rest; never
-        // waits for another process (see `mnemon_db::sqlite::checkpoint_on_close`).
-        sqlite::checkpoint_on_close(&self.writer.lock());
-    }
-}
 
 /// The memory error for a setup failure: a newer schema keeps its own variant.
 fn db_error(error: DbError) -> MemoryError {
@@ -2109,7 +2103,7 @@ impl Backend for SqliteMemory {
         // through it can pass this one, and no read sees it changed before it is durable.
         let mut mirror = self.mirror();
         let now = self.store.now();
-        let member = self.store.writer.join()?;
+        let member = self.store.file.writer.join()?;
         let planned = (|| {
             let tx = member.conn()?;
             let Some((thread_id, mut rev)) =
@@ -2287,9 +2281,9 @@ impl Backend for SqliteMemory {
             // Without a mark, the thread's stored vectors come from the store's cache at the
             // thread's rev, or are read into it (`crate::vector_scan`): a handle opened per
             // request scores a thread it has never read at the cost of the arithmetic.
-            let vectors = self
-                .store
-                .thread_vectors(&tx, thread_id, self.store.vectors.start())?;
+            let vectors =
+                self.store
+                    .thread_vectors(&tx, thread_id, self.store.file.vectors.start())?;
             let scored = |row: &[f32], norm: f64| match &options.metric {
                 Metric::Cosine => {
                     exact::cosine_with_norms(exact::dot(query, row), query_norm, norm)
@@ -2390,7 +2384,7 @@ impl Backend for SqliteMemory {
 
     fn load_document(&self, source: LoadSource, overwrite: bool) -> Result<AddReport, MemoryError> {
         let factory = &self.store.factory;
-        let mut conn = self.store.lock();
+        let mut conn = self.store.lock()?;
         // One write transaction for the whole document, the thread's creation included: a
         // document that fails anywhere (or an I/O error) rolls all of it back, so a failed
         // import leaves neither rows nor an empty thread behind.
@@ -2476,6 +2470,64 @@ mod open_tests {
         }
     }
 
+    /// Handles of different namespaces on one file share its connections and vector cache
+    /// (`sqlite/shared_file.rs`), so their concurrent adds share commits; handles opened with
+    /// other settings, or after every handle closed, get their own.
+    #[test]
+    fn namespaces_on_one_file_share_its_writer_and_their_adds_share_commits() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("db.sqlite3");
+        let open = |namespace: &str, options: SqliteMemoryOptions| {
+            SqliteMemoryStore::open(
+                &path,
+                SqliteMemoryOptions {
+                    namespace: namespace.parse().unwrap(),
+                    ..options
+                },
+            )
+            .unwrap()
+        };
+        let (a, b) = (open("a", quick()), open("b", quick()));
+        assert!(Arc::ptr_eq(&a.file, &b.file));
+        let relaxed = SqliteMemoryOptions {
+            durability: Durability::Normal,
+            ..quick()
+        };
+        assert!(!Arc::ptr_eq(&a.file, &open("c", relaxed).file));
+        // One writer each: a thread's adds never share a commit with its own, so apart the
+        // two would commit once per add.
+        const ADDS: usize = 100;
+        std::thread::scope(|scope| {
+            for store in [&a, &b] {
+                scope.spawn(move || {
+                    let memory = store.memory(Scope::session("s")).unwrap();
+                    for i in 0..ADDS {
+                        let msg = crate::MsgInput::Json(serde_json::json!({
+                            "id": format!("m{i}"), "name": "u", "content": "c"}));
+                        crate::Memory::add(&memory, vec![msg]).unwrap();
+                    }
+                });
+            }
+        });
+        let commits = a.file.writer.commits();
+        assert!(
+            commits < 2 * ADDS,
+            "{commits} commits for {} adds",
+            2 * ADDS
+        );
+        // Each namespace holds its own 100 messages.
+        for store in [&a, &b] {
+            let memory = store.existing_memory(Scope::session("s")).unwrap().unwrap();
+            assert_eq!(crate::Memory::size(&memory).unwrap(), ADDS);
+        }
+        let weak = Arc::downgrade(&a.file);
+        drop((a, b));
+        assert!(
+            weak.upgrade().is_none(),
+            "the last handle closes the file's connections"
+        );
+    }
+
     /// `vector_cache_bytes` bounds the store's vector cache: a thread that does not fit is read
     /// from the file at each search (the same hits), one that fits is kept.
     #[test]
@@ -2507,10 +2559,10 @@ mod open_tests {
             3,
         );
         let none = writer.search_with(&request, None).unwrap();
-        assert_eq!(writer.vectors.len(), 0);
+        assert_eq!(writer.file.vectors.len(), 0);
         let roomy = open(1 << 20);
         assert_eq!(roomy.search_with(&request, None).unwrap().hits, none.hits);
-        assert_eq!(roomy.vectors.len(), 1);
+        assert_eq!(roomy.file.vectors.len(), 1);
     }
 
     #[test]
@@ -2630,6 +2682,7 @@ mod stream_tests {
         // Damage the oldest rows: a read of every row fails, a read of the last ten does not.
         store
             .lock()
+            .unwrap()
             .execute(
                 "UPDATE memory_messages SET body = 'not json' WHERE seq <= 10",
                 [],
@@ -2755,6 +2808,7 @@ mod stream_tests {
         // Damage every row: only a handle that reads them fails.
         store
             .lock()
+            .unwrap()
             .execute("UPDATE memory_messages SET body = 'not json'", [])
             .unwrap();
         let fresh = store.existing_memory(Scope::session("s")).unwrap().unwrap();
@@ -2791,6 +2845,7 @@ mod stream_tests {
         .unwrap();
         store
             .lock()
+            .unwrap()
             .execute(
                 "UPDATE memory_messages SET body = json_object('id', msg_id, 'name', 'n', \
                  'content', 'repaired') WHERE body = 'not json'",
@@ -2953,6 +3008,7 @@ mod stream_tests {
             .unwrap();
         store
             .lock()
+            .unwrap()
             .execute(
                 "UPDATE memory_messages SET body = 'not json' WHERE msg_id != ?1",
                 [best[0].message.id()],
@@ -3032,6 +3088,7 @@ mod stream_tests {
         assert!(store.threads().unwrap().is_empty());
         let count: i64 = store
             .lock()
+            .unwrap()
             .query_row("SELECT COUNT(*) FROM memory_messages", [], |r| r.get(0))
             .unwrap();
         assert_eq!(count, 0);
@@ -3136,6 +3193,7 @@ mod namespace_tests {
         store.memory(Scope::session("new")).unwrap();
         let id: i64 = store
             .lock()
+            .unwrap()
             .query_row(
                 "SELECT thread_id FROM memory_threads WHERE session_id = 'new'",
                 [],
@@ -3278,7 +3336,7 @@ mod summary_tests {
         for i in 0..50 {
             store.memory(Scope::session(format!("s{i}"))).unwrap();
         }
-        let conn = store.lock();
+        let conn = store.lock().unwrap();
         let plan = |sql: &str| -> String {
             let mut stmt = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).unwrap();
             let rows = stmt
@@ -3411,7 +3469,7 @@ mod expiry_tests {
         let store =
             SqliteMemoryStore::open(dir.path().join("m.sqlite3"), SqliteMemoryOptions::default())
                 .unwrap();
-        let conn = store.lock();
+        let conn = store.lock().unwrap();
         let mut stmt = conn
             .prepare(
                 "EXPLAIN QUERY PLAN SELECT thread_id FROM memory_threads
@@ -3585,7 +3643,7 @@ mod reader_tests {
 
         // The write lock held mid-transaction, as an add holds it through its commit's fsync;
         // its change is not committed, so no read may see it.
-        let writer = store.lock();
+        let writer = store.lock().unwrap();
         writer
             .execute_batch(
                 "BEGIN IMMEDIATE;
@@ -3766,7 +3824,7 @@ mod batch_insert_tests {
             ..AddOptions::default()
         };
         assert_eq!(memory.add_with(batch, &options).unwrap().added, 150);
-        let conn = store.lock();
+        let conn = store.lock().unwrap();
         let ids = seqs_and_ids(&conn);
         let mut expected = vec![(1, "first".to_owned())];
         expected.extend((0..150).map(|i| (i + 2, format!("m{i}"))));
@@ -3829,7 +3887,7 @@ mod batch_insert_tests {
             .unwrap();
         assert_eq!(report.added, 140);
         assert_eq!(report.skipped_duplicates, ["old", "m3", "m7", "m139"]);
-        let conn = store.lock();
+        let conn = store.lock().unwrap();
         let stored = seqs_and_ids(&conn);
         let mut expected = vec![(1, "old".to_owned())];
         expected.extend((0..140).map(|i| (i + 2, format!("m{i}"))));

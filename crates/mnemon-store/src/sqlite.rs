@@ -47,7 +47,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use mnemon_db::expiry::{Clock, Expiry, SystemClock, is_live};
-use mnemon_db::sqlite::{self, Migration, Schema, Settings};
+use mnemon_db::sqlite::{self, Migration, Schema, Settings, WriteConnection, WriteGuard};
 use mnemon_db::{DbError, Durability, Namespace};
 use mnemon_filter::{Dialect, Filter, SqlParam};
 use mnemon_types::Asset;
@@ -227,7 +227,7 @@ impl Default for SqliteAssetOptions {
 /// ```
 #[derive(Debug)]
 pub struct SqliteAssetStore {
-    writer: Mutex<Connection>,
+    writer: WriteConnection,
     reader: Mutex<Connection>,
     path: PathBuf,
     codecs: CodecRegistry,
@@ -259,7 +259,7 @@ impl SqliteAssetStore {
         let writer = sqlite::open(&path, &settings, &SCHEMA).map_err(db_error)?;
         let reader = sqlite::connect(&path, &settings).map_err(db_error)?;
         Ok(SqliteAssetStore {
-            writer: Mutex::new(writer),
+            writer: WriteConnection::new(writer, &path, &settings),
             reader: Mutex::new(reader),
             path,
             codecs: options.codecs,
@@ -300,7 +300,7 @@ impl SqliteAssetStore {
         let before_namespaces = std::ptr::eq(schema, &SCHEMA_BEFORE_NAMESPACES);
         let reader = open(schema).map_err(db_error)?;
         Ok(SqliteAssetStore {
-            writer: Mutex::new(writer.conn),
+            writer: WriteConnection::new(writer.conn, &path, &settings),
             reader: Mutex::new(reader.conn),
             path,
             codecs: options.codecs,
@@ -385,7 +385,9 @@ impl SqliteAssetStore {
         params: &[&dyn rusqlite::ToSql],
         action: &'static str,
     ) -> Result<u64, StoreError> {
-        let mut conn = self.writer();
+        let mut conn = self
+            .writer()
+            .map_err(StoreError::storage("starting a delete"))?;
         let tx = conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(StoreError::storage("starting a delete"))?;
@@ -408,9 +410,10 @@ impl SqliteAssetStore {
         Ok(removed as u64)
     }
 
-    // Transactions roll back when dropped, so a panic elsewhere leaves a connection usable.
-    fn writer(&self) -> MutexGuard<'_, Connection> {
-        self.writer.lock().unwrap_or_else(PoisonError::into_inner)
+    /// The write connection, once it is this store's turn to write among the process's
+    /// writers to the file (`mnemon_db::sqlite::WriteQueue`).
+    fn writer(&self) -> rusqlite::Result<WriteGuard<'_>> {
+        self.writer.lock()
     }
 
     fn reader(&self) -> MutexGuard<'_, Connection> {
@@ -428,7 +431,9 @@ impl SqliteAssetStore {
             now,
             expires_at: expiry.deadline(now, self.default_ttl),
         };
-        let mut conn = self.writer();
+        let mut conn = self
+            .writer()
+            .map_err(StoreError::storage("starting a write"))?;
         let tx = conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(StoreError::storage("starting a write"))?;
@@ -673,7 +678,9 @@ impl AssetStore for SqliteAssetStore {
     }
 
     fn delete(&self, asset_id: &str) -> Result<bool, StoreError> {
-        let mut conn = self.writer();
+        let mut conn = self
+            .writer()
+            .map_err(StoreError::storage("starting a delete"))?;
         let tx = conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(StoreError::storage("starting a delete"))?;
@@ -743,11 +750,7 @@ impl AssetStore for SqliteAssetStore {
 impl Drop for SqliteAssetStore {
     fn drop(&mut self) {
         // Folds the WAL back into the main file so that one file is left at rest; never waits.
-        let conn = self
-            .writer
-            .get_mut()
-            .unwrap_or_else(PoisonError::into_inner);
-        sqlite::checkpoint_on_close(conn);
+        sqlite::checkpoint_on_close(self.writer.get_mut());
     }
 }
 
@@ -855,6 +858,7 @@ mod tests {
             .unwrap();
             let sync: i64 = store
                 .writer()
+                .unwrap()
                 .query_row("PRAGMA synchronous", [], |r| r.get(0))
                 .unwrap();
             assert_eq!(sync, expected);

@@ -20,13 +20,14 @@
 //! holding an old snapshot for a long time can do that), the committing connection checkpoints
 //! itself, as SQLite would have.
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
 use rusqlite::{Connection, OpenFlags};
+
+use super::per_file::PerFile;
 
 /// WAL pages past which a commit asks for a checkpoint: SQLite's default autocheckpoint.
 pub(crate) const THRESHOLD: i32 = 1_000;
@@ -77,32 +78,18 @@ impl Shared {
 }
 
 /// The checkpointers alive in this process, by database file.
-fn registry() -> MutexGuard<'static, HashMap<PathBuf, Weak<Checkpointer>>> {
-    static REGISTRY: OnceLock<Mutex<HashMap<PathBuf, Weak<Checkpointer>>>> = OnceLock::new();
-    REGISTRY
-        .get_or_init(Mutex::default)
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-}
+static CHECKPOINTERS: PerFile<Checkpointer> = PerFile::new();
 
 impl Checkpointer {
     /// The checkpointer of the file at `path` (which exists), shared with every other
     /// connection to the same file in this process.
     pub(crate) fn for_file(path: &Path) -> Arc<Checkpointer> {
         // One file reached by two spellings must share one thread.
-        let key = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
-        let mut registry = registry();
-        if let Some(existing) = registry.get(&key).and_then(Weak::upgrade) {
-            return existing;
-        }
-        registry.retain(|_, weak| weak.strong_count() > 0);
-        let checkpointer = Arc::new(Checkpointer {
-            path: key.clone(),
+        CHECKPOINTERS.get(path, |path| Checkpointer {
+            path,
             shared: Arc::default(),
             thread: Mutex::new(Thread::NotStarted),
-        });
-        registry.insert(key, Arc::downgrade(&checkpointer));
-        checkpointer
+        })
     }
 
     /// Installs the hook on `conn`, a read-write connection to this checkpointer's file. It
@@ -306,11 +293,6 @@ mod tests {
         drop(conn);
         // The last connection closed: the checkpointer, its thread joined, is gone.
         assert!(weak.upgrade().is_none());
-        assert!(
-            registry()
-                .get(&std::fs::canonicalize(&path).unwrap())
-                .is_none_or(|w| w.upgrade().is_none())
-        );
     }
 
     #[test]

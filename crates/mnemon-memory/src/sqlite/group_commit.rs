@@ -16,11 +16,19 @@
 //! relies on the next one alone: after a short wait it takes the connection itself and commits
 //! the batch if it is still open, so a batch cannot be left open by a caller that went away.
 //! Every other use of the write connection ([`Writer::lock`]) first commits an open batch.
+//!
+//! A batch, and every other use of the connection, holds the process's turn to write to the
+//! file (`mnemon_db::sqlite::WriteQueue`) from its `BEGIN` to its end, so that the other stores'
+//! writers to the file (assets, artifacts, keys, other namespaces' memory) are served in turn
+//! rather than left polling SQLite's lock between two batches. A batch's turn is held by the
+//! batch, not by a thread: whichever member commits it ends the turn.
 
+use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
+use mnemon_db::sqlite::{WriteQueue, WriteTurn};
 use rusqlite::Connection;
 
 use crate::error::MemoryError;
@@ -57,12 +65,25 @@ impl Batch {
     }
 }
 
+/// The batch open on the connection, and its turn at the file.
+#[derive(Debug)]
+struct OpenBatch {
+    batch: Arc<Batch>,
+    /// Ended when the batch is committed or abandoned (dropped with it).
+    _turn: Option<WriteTurn>,
+}
+
 /// The write connection and the batch open on it.
 #[derive(Debug)]
 pub(super) struct Writer {
     conn: Mutex<Connection>,
+    /// The process's writers to the file; `None` for a connection that never writes (a store
+    /// opened read-only).
+    queue: Option<Arc<WriteQueue>>,
+    /// How long a write waits for its turn: the busy timeout.
+    turn_timeout: Duration,
     /// The batch open on the connection: read and replaced only with `conn` held.
-    open: Mutex<Option<Arc<Batch>>>,
+    open: Mutex<Option<OpenBatch>>,
     /// Callers blocked on `conn` right now.
     waiting: AtomicUsize,
     /// Batches committed, for the tests.
@@ -97,15 +118,50 @@ pub(super) enum Committed {
     Undone,
 }
 
+/// The write connection held for a transaction of the caller's own, with its turn at the file.
+pub(super) struct WriterGuard<'a> {
+    // Dropped in this order: the connection is free before the next writer is woken.
+    conn: MutexGuard<'a, Connection>,
+    _turn: Option<WriteTurn>,
+}
+
+impl Deref for WriterGuard<'_> {
+    type Target = Connection;
+
+    fn deref(&self) -> &Connection {
+        &self.conn
+    }
+}
+
+impl DerefMut for WriterGuard<'_> {
+    fn deref_mut(&mut self) -> &mut Connection {
+        &mut self.conn
+    }
+}
+
 impl Writer {
-    pub(super) fn new(conn: Connection) -> Writer {
+    /// The writer of `conn`, whose writes take their turns in `queue` (waiting up to
+    /// `turn_timeout`); without a queue, for a connection that never writes.
+    pub(super) fn new(
+        conn: Connection,
+        queue: Option<Arc<WriteQueue>>,
+        turn_timeout: Duration,
+    ) -> Writer {
         Writer {
             conn: Mutex::new(conn),
+            queue,
+            turn_timeout,
             open: Mutex::new(None),
             waiting: AtomicUsize::new(0),
             #[cfg(test)]
             commits: AtomicUsize::new(0),
         }
+    }
+
+    /// Batches committed so far.
+    #[cfg(test)]
+    pub(super) fn commits(&self) -> usize {
+        self.commits.load(Ordering::SeqCst)
     }
 
     fn acquire(&self) -> MutexGuard<'_, Connection> {
@@ -116,13 +172,21 @@ impl Writer {
         conn
     }
 
-    fn open_slot(&self) -> MutexGuard<'_, Option<Arc<Batch>>> {
+    fn open_slot(&self) -> MutexGuard<'_, Option<OpenBatch>> {
         self.open.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Commits the open batch, if any, on `conn` (held by the caller).
+    /// This writer's turn at the file, if it has a queue.
+    fn take_turn(&self) -> rusqlite::Result<Option<WriteTurn>> {
+        self.queue
+            .as_ref()
+            .map(|queue| queue.take_turn(self.turn_timeout))
+            .transpose()
+    }
+
+    /// Commits the open batch, if any, on `conn` (held by the caller), and ends its turn.
     fn commit_open(&self, conn: &Connection) {
-        let Some(batch) = self.open_slot().take() else {
+        let Some(OpenBatch { batch, _turn }) = self.open_slot().take() else {
             return;
         };
         #[cfg(test)]
@@ -137,8 +201,20 @@ impl Writer {
     }
 
     /// The write connection for a call of its own (a transaction it begins and ends itself),
-    /// after committing any open batch.
-    pub(super) fn lock(&self) -> MutexGuard<'_, Connection> {
+    /// after committing any open batch, once it is this writer's turn at the file.
+    pub(super) fn lock(&self) -> Result<WriterGuard<'_>, MemoryError> {
+        let conn = self.acquire();
+        self.commit_open(&conn);
+        // Holding the connection while waiting is safe: whoever has the turn does not need
+        // this connection (an open batch of it, which would, was just committed).
+        let turn = self.take_turn()?;
+        Ok(WriterGuard { conn, _turn: turn })
+    }
+
+    /// The write connection without a turn at the file, after committing any open batch: for
+    /// what never waits for SQLite's write lock (reads on a store opened read-only, the
+    /// checkpoint on close).
+    pub(super) fn lock_without_turn(&self) -> MutexGuard<'_, Connection> {
         let conn = self.acquire();
         self.commit_open(&conn);
         conn
@@ -150,11 +226,15 @@ impl Writer {
         let batch = {
             let mut open = self.open_slot();
             match open.as_ref() {
-                Some(batch) => Arc::clone(batch),
+                Some(open) => Arc::clone(&open.batch),
                 None => {
+                    let turn = self.take_turn()?;
                     conn.execute_batch("BEGIN IMMEDIATE")?;
                     let batch = Arc::new(Batch::default());
-                    *open = Some(Arc::clone(&batch));
+                    *open = Some(OpenBatch {
+                        batch: Arc::clone(&batch),
+                        _turn: turn,
+                    });
                     batch
                 }
             }
@@ -202,7 +282,7 @@ impl Member<'_> {
             // The savepoint cannot be ended cleanly: the whole batch is unsure, so it ends now.
             let _ = conn.execute_batch("ROLLBACK");
             if let Some(open) = writer.open_slot().take() {
-                open.finish(Err(e.to_string()));
+                open.batch.finish(Err(e.to_string()));
             }
             return Err(e.into());
         }
@@ -245,7 +325,7 @@ fn wait(writer: &Writer, batch: &Arc<Batch>) -> Result<(), String> {
             let still_open = writer
                 .open_slot()
                 .as_ref()
-                .is_some_and(|open| Arc::ptr_eq(open, batch));
+                .is_some_and(|open| Arc::ptr_eq(&open.batch, batch));
             if still_open && writer.waiting.load(Ordering::SeqCst) == 0 {
                 writer.commit_open(&conn);
             }
@@ -266,7 +346,8 @@ mod tests {
              CREATE TABLE t (n INTEGER PRIMARY KEY);",
         )
         .unwrap();
-        Arc::new(Writer::new(conn))
+        let queue = WriteQueue::for_file(&dir.path().join("w.sqlite3"));
+        Arc::new(Writer::new(conn, Some(queue), Duration::from_secs(5)))
     }
 
     fn count(dir: &tempfile::TempDir) -> usize {
@@ -357,7 +438,7 @@ mod tests {
         assert!(w.commits.load(Ordering::SeqCst) <= 400);
         assert!(w.open_slot().is_none());
         // A call of its own after the batches finds no transaction open.
-        let conn = w.lock();
+        let conn = w.lock().unwrap();
         assert!(conn.is_autocommit());
     }
 

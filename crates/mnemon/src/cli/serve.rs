@@ -155,8 +155,8 @@ pub(crate) struct ServeArgs {
 
     /// The most MiB of stored embedding vectors the memory store keeps in memory for searches
     /// across sessions and recalls of threads without a current mirror; a larger thread is read
-    /// from the database file at each such search. SQLite only; each namespace served has its
-    /// own. 100,000 vectors of 1,536 dimensions take about 590 MiB
+    /// from the database file at each such search. SQLite only; every namespace served shares
+    /// one. 100,000 vectors of 1,536 dimensions take about 590 MiB
     /// (docs/reference/memory.md#the-recall-index).
     #[arg(long, value_name = "MIB", default_value_t = default_memory_cache_mib(),
           value_parser = clap::value_parser!(u32).range(0..=1_048_576))]

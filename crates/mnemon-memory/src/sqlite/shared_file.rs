@@ -1,0 +1,134 @@
+//! What every memory store handle on one database file shares in this process: the write
+//! connection with its group commit, the read connections and the vector cache.
+//!
+//! A server opens a handle per namespace (tenant), all on one file. With a write connection
+//! each, the concurrent adds of different namespaces committed apart, one `fdatasync` each,
+//! taking turns at the file (`mnemon_db::sqlite::WriteQueue`): four namespaces adding at once
+//! made about half the adds a second of one namespace's four writers, whose adds share commits.
+//! With one writer per file, every namespace's concurrent adds join one batch. The read
+//! connections (up to four) and the vector cache (up to 256 MiB) were per handle too, so they
+//! grew with the number of tenants; a process now holds one set per file.
+//!
+//! Nothing of a namespace lives in these: every statement binds its namespace, and the vector
+//! cache is keyed by thread id, unique in the file. Handles share only when they were opened
+//! with the same connection settings and cache budget; a store opened read-only keeps its own
+//! connection (it may carry a temporary view over an older file).
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
+
+use mnemon_db::DbError;
+use mnemon_db::sqlite::{self, Schema, Settings, WriteQueue};
+use rusqlite::Connection;
+
+use super::group_commit::Writer;
+use super::readers::Readers;
+use crate::vector_scan::VectorCache;
+
+/// The connections and the vector cache of one database file, shared by the store handles on
+/// it. The last handle to drop it leaves the file checkpointed.
+#[derive(Debug)]
+pub(super) struct SharedFile {
+    pub(super) writer: Writer,
+    /// `None` when opened read-only: its one connection serves reads.
+    pub(super) readers: Option<Readers>,
+    pub(super) vectors: VectorCache,
+}
+
+/// What handles must agree on to share.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Terms {
+    settings: Settings,
+    vector_cache_bytes: usize,
+}
+
+type Registry = HashMap<PathBuf, Vec<(Terms, Weak<SharedFile>)>>;
+
+/// The shared files alive in this process.
+fn registry() -> MutexGuard<'static, Registry> {
+    static REGISTRY: OnceLock<Mutex<Registry>> = OnceLock::new();
+    REGISTRY
+        .get_or_init(Mutex::default)
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The file's registry key: its canonical path once it exists, so that two spellings share.
+fn key(path: &Path) -> PathBuf {
+    std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf())
+}
+
+impl SharedFile {
+    /// The shared connections of the database at `path` for handles opened with `settings`
+    /// and a vector cache of `vector_cache_bytes`: those of a live handle, or new ones, the file
+    /// created and `schema` brought to its current version by the first.
+    ///
+    /// Two first handles opening at the same moment may each open their own; they work as
+    /// before, apart.
+    pub(super) fn open(
+        path: &Path,
+        settings: &Settings,
+        schema: &Schema,
+        vector_cache_bytes: usize,
+    ) -> Result<Arc<SharedFile>, DbError> {
+        let terms = Terms {
+            settings: *settings,
+            vector_cache_bytes,
+        };
+        let live = registry().get(&key(path)).and_then(|shared| {
+            shared
+                .iter()
+                .filter(|(t, _)| *t == terms)
+                .find_map(|(_, weak)| weak.upgrade())
+        });
+        if let Some(shared) = live {
+            return Ok(shared);
+        }
+        // Opened outside the registry's lock: opening may wait for another process's
+        // migration, and other files' handles must not wait for it.
+        let conn = sqlite::open(path, settings, schema)?;
+        // After `open`: the file exists, is in WAL mode and has the current schema.
+        let readers = Readers::open(path, settings)?;
+        let shared = Arc::new(SharedFile {
+            writer: Writer::new(
+                conn,
+                Some(WriteQueue::for_file(path)),
+                settings.busy_timeout,
+            ),
+            readers: Some(readers),
+            vectors: VectorCache::new(vector_cache_bytes),
+        });
+        let mut registry = registry();
+        registry.retain(|_, shared| {
+            shared.retain(|(_, weak)| weak.strong_count() > 0);
+            !shared.is_empty()
+        });
+        registry
+            .entry(key(path))
+            .or_default()
+            .push((terms, Arc::downgrade(&shared)));
+        Ok(shared)
+    }
+
+    /// A store's own connection, opened read-only: shared with no other handle.
+    pub(super) fn read_only(conn: Connection, vector_cache_bytes: usize) -> Arc<SharedFile> {
+        Arc::new(SharedFile {
+            // Never writes, so it takes no turns.
+            writer: Writer::new(conn, None, Settings::default().busy_timeout),
+            readers: None,
+            vectors: VectorCache::new(vector_cache_bytes),
+        })
+    }
+}
+
+impl Drop for SharedFile {
+    fn drop(&mut self) {
+        // The readers close first: the writer is then the file's last connection of these
+        // handles, as it was alone.
+        drop(self.readers.take());
+        // Folds the WAL back into the main file so that a single file is left at rest; never
+        // waits for another process (see `mnemon_db::sqlite::checkpoint_on_close`).
+        sqlite::checkpoint_on_close(&self.writer.lock_without_turn());
+    }
+}
