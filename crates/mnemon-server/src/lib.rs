@@ -31,6 +31,7 @@ pub mod openapi;
 mod routes;
 mod state;
 mod status;
+mod tenants;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -50,8 +51,8 @@ use mnemon_ops::Service;
 pub use auth::{Authenticator, OpenAccess, Principal, Role};
 pub use error::{RestError, status_of};
 pub use keys::KeyAuthenticator;
-pub use state::{ServiceOpener, Tenants};
 pub use status::{LimitsStatus, RecentError, ServerStatus};
+pub use tenants::{MAX_OPEN_NAMESPACES, ServiceOpener, Tenants};
 
 use crate::state::AppState;
 
@@ -213,14 +214,17 @@ fn spawn_sweeper(
 /// ready namespace: each store's `gc`, logged when it removed something or failed (the next
 /// sweep tries again).
 fn sweep_all(tenants: &Tenants, auth: &dyn Authenticator, ready: &Namespace) {
-    let mut namespaces = tenants.open_namespaces();
+    let mut namespaces = tenants.served_namespaces();
     for namespace in auth.namespaces().into_iter().chain([ready.clone()]) {
         if !namespaces.contains(&namespace) {
             namespaces.push(namespace);
         }
     }
     for namespace in namespaces {
-        match tenants.get(&namespace).and_then(|service| service.gc()) {
+        match tenants
+            .get_transient(&namespace)
+            .and_then(|service| service.gc())
+        {
             Ok(swept) if swept.assets > 0 || swept.artifacts.records > 0 => tracing::info!(
                 namespace = namespace.as_str(),
                 assets = swept.assets,

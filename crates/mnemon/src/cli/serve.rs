@@ -153,6 +153,12 @@ pub(crate) struct ServeArgs {
     #[arg(long, value_name = "EF", value_parser = clap::value_parser!(u32).range(1..=100_000))]
     index_ef: Option<u32>,
 
+    /// The most namespaces (tenants) whose stores stay open: past it, the least recently used
+    /// is closed, and opened again on its next request (docs/limits.md#namespaces-held-open).
+    #[arg(long, value_name = "N", default_value_t = mnemon_server::MAX_OPEN_NAMESPACES,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1_000_000))]
+    max_open_namespaces: usize,
+
     /// The most MiB of stored embedding vectors the memory store keeps in memory for searches
     /// across sessions and recalls of threads without a current mirror; a larger thread is read
     /// from the database file at each such search. SQLite only; every namespace served shares
@@ -238,6 +244,7 @@ pub(crate) fn run(args: ServeArgs, target: &Target<'_>, quiet: bool) -> CliResul
     let recall = args.recall();
     let mut rest = server_config(target, args.embedding_model.as_deref(), keys, index, recall)?;
     rest.gc_interval = args.gc_interval;
+    rest.tenants.set_capacity(args.max_open_namespaces);
     if !loopback {
         // Reached under names we cannot know: keys (or the proxy of --insecure) protect /mcp,
         // not the Host check, which only guards loopback servers against DNS rebinding.
@@ -546,6 +553,13 @@ mod tests {
         assert!(parse(&["--no-recall-index", "--recall-index-min-messages", "5"]).is_err());
         assert!(parse(&["--recall-index-ef", "0"]).is_err());
         assert!(parse(&["--memory-cache-mib", "-1"]).is_err());
+        let open = |args: &[&str]| {
+            let argv = std::iter::once("serve").chain(args.iter().copied());
+            Wrap::try_parse_from(argv).map(|w| w.serve.max_open_namespaces)
+        };
+        assert_eq!(open(&[]).unwrap(), mnemon_server::MAX_OPEN_NAMESPACES);
+        assert_eq!(open(&["--max-open-namespaces", "4"]).unwrap(), 4);
+        assert!(open(&["--max-open-namespaces", "0"]).is_err());
     }
 
     #[test]
