@@ -285,3 +285,68 @@ fn postgres_namespaces_share_one_pool() {
         assert_eq!(artifact.name, format!("plan {i}"));
     }
 }
+
+/// `PostgresPools::with_store_connections` bounds the stores' shared pool (`mnemon serve`
+/// passes its `--max-concurrent-queries`): eight threads writing at once through four
+/// namespaces hold at most its 3 connections, where the default pool (16) would open one per
+/// thread.
+#[test]
+fn postgres_store_connections_follow_the_pool_size_asked() {
+    let server = mnemon_tests::require_postgres!();
+    let url = server
+        .fresh_database("sized pool")
+        .unwrap_or_else(|error| panic!("{error}"));
+    let database = url.rsplit('/').next().unwrap_or_default().to_owned();
+    let mut admin = server
+        .connect(&database)
+        .unwrap_or_else(|error| panic!("{error}"));
+    let dir = tempfile::tempdir().unwrap_or_else(|error| panic!("{error}"));
+    let mut base = OpenOptions::postgres(url);
+    base.postgres_pools = mnemon_ops::PostgresPools::with_store_connections(3);
+    let tenants: Vec<Stores> = (0..4)
+        .map(|i| {
+            let namespace = format!("sized-{i}").parse().unwrap();
+            Stores::open_with(dir.path(), &base.clone().with_namespace(namespace))
+                .unwrap_or_else(|error| panic!("{error}"))
+        })
+        .collect();
+    std::thread::scope(|scope| {
+        for t in 0..8 {
+            let stores = &tenants[t % tenants.len()];
+            scope.spawn(move || {
+                for n in 0..20 {
+                    let asset = mnemon_types::Asset::from_json(
+                        serde_json::json!({"asset_id": format!("a{t}-{n}"), "content": n}),
+                    )
+                    .unwrap_or_else(|error| panic!("{error}"));
+                    stores
+                        .assets()
+                        .put(&asset)
+                        .unwrap_or_else(|error| panic!("{error}"));
+                }
+            });
+        }
+    });
+    let connections: i64 = admin
+        .query_one(
+            "SELECT count(*) FROM pg_stat_activity
+             WHERE datname = current_database() AND pid <> pg_backend_pid()",
+            &[],
+        )
+        .unwrap_or_else(|error| panic!("{error}"))
+        .get(0);
+    // The stores' 3 and the indexers' 2 (no messages here: the indexers connect lazily).
+    assert!(
+        connections <= 3 + mnemon_ops::INDEXER_CONNECTIONS as i64,
+        "{connections} connections for a stores' pool of 3"
+    );
+    for stores in &tenants {
+        assert_eq!(
+            stores
+                .assets()
+                .count_where(None)
+                .unwrap_or_else(|error| panic!("{error}")),
+            40
+        );
+    }
+}

@@ -15,11 +15,12 @@ use std::sync::{Arc, Mutex, PoisonError};
 use mnemon_db::postgres::{Pool, Settings};
 use mnemon_db::{DbError, Durability};
 
-/// The connections every store of every namespace shares: as many as `mnemon serve` runs
-/// operations at once by default (`--max-concurrent-queries`, 16), so that no operation of a
-/// server with default limits waits for a connection, and each of its three stores may still
+/// The connections every store of every namespace shares by default: as many as `mnemon serve`
+/// runs operations at once by default (`--max-concurrent-queries`, 16), so that no operation of
+/// a server with default limits waits for a connection, and each of its three stores may still
 /// use as many as it did with a pool of its own (8). A checkout waits for one when all are
-/// busy, up to 5 s.
+/// busy, up to 5 s. A server started with another `--max-concurrent-queries` sizes its pool
+/// to it ([`PostgresPools::with_store_connections`]).
 pub const STORE_CONNECTIONS: usize = 16;
 
 /// The connections the memory stores' background indexers share. Each indexer checks one out
@@ -29,10 +30,19 @@ pub const STORE_CONNECTIONS: usize = 16;
 pub const INDEXER_CONNECTIONS: usize = 2;
 
 /// The pools opened so far for one [`OpenOptions`](crate::OpenOptions) and its clones: one
-/// entry per database URL and durability. Cloning shares them; `Default` starts empty.
-#[derive(Clone, Default)]
+/// entry per database URL and durability. Cloning shares them; `Default` starts empty, with
+/// stores' pools of [`STORE_CONNECTIONS`].
+#[derive(Clone)]
 pub struct PostgresPools {
     open: Arc<Mutex<Vec<Open>>>,
+    /// The size of each stores' pool.
+    store_connections: usize,
+}
+
+impl Default for PostgresPools {
+    fn default() -> Self {
+        PostgresPools::with_store_connections(STORE_CONNECTIONS)
+    }
 }
 
 /// The pools of one database and durability.
@@ -48,11 +58,23 @@ impl std::fmt::Debug for PostgresPools {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PostgresPools")
             .field("databases", &self.lock().len())
+            .field("store_connections", &self.store_connections)
             .finish()
     }
 }
 
 impl PostgresPools {
+    /// None open yet; each database's stores' pool will hold up to `connections` (at least 1)
+    /// connections, opened as they are needed. `mnemon serve` passes its
+    /// `--max-concurrent-queries`, so that no operation it admits waits for a connection; mind
+    /// the server's `max_connections` (100 by default), which every process shares.
+    pub fn with_store_connections(connections: usize) -> PostgresPools {
+        PostgresPools {
+            open: Arc::default(),
+            store_connections: connections.max(1),
+        }
+    }
+
     /// The stores' pool and the indexers' pool of the database at `url` with `durability`,
     /// connecting the first time (a failure is not remembered: the next call tries again).
     pub(crate) fn get(&self, url: &str, durability: Durability) -> Result<(Pool, Pool), DbError> {
@@ -65,7 +87,7 @@ impl PostgresPools {
             url,
             Settings {
                 durability,
-                pool_size: STORE_CONNECTIONS,
+                pool_size: self.store_connections,
                 ..Settings::default()
             },
         )?;

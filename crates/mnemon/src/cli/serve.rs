@@ -242,7 +242,14 @@ pub(crate) fn run(args: ServeArgs, target: &Target<'_>, quiet: bool) -> CliResul
         ef: args.index_ef.map(|ef| ef as usize),
     };
     let recall = args.recall();
-    let mut rest = server_config(target, args.embedding_model.as_deref(), keys, index, recall)?;
+    let mut rest = server_config(
+        target,
+        args.embedding_model.as_deref(),
+        keys,
+        index,
+        recall,
+        args.max_concurrent_queries,
+    )?;
     rest.gc_interval = args.gc_interval;
     rest.tenants.set_capacity(args.max_open_namespaces);
     if !loopback {
@@ -348,8 +355,11 @@ fn server_config(
     keys: Option<Arc<KeyStore>>,
     index: mnemon::library::IndexUse,
     recall: mnemon::RecallOptions,
+    operations: usize,
 ) -> Result<ServerConfig, CliError> {
-    let options = target.open_options().with_recall(recall);
+    let mut options = target.open_options().with_recall(recall);
+    // As many PostgreSQL connections as operations run at once: none waits for one.
+    options.postgres_pools = mnemon_ops::PostgresPools::with_store_connections(operations);
     let embedder: Option<Arc<dyn Embedder>> = match embedding_model {
         None => None,
         Some(model) => Some(Arc::from(
