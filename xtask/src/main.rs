@@ -6,7 +6,7 @@
 //! - `codegen [--check]`: JSON Schemas of the wire formats into `docs/schemas/`.
 //! - `release <VERSION> [--dry-run]`: bump every crate together and package them in dependency
 //!   order.
-//! - `bench <library|host|memory-stream|stores|ann|server|recall>`: the benchmarks that check
+//! - `bench <library|host|memory-stream|stores|ann|server|recall|writers>`: the benchmarks that check
 //!   the issues' performance targets.
 //! - `postgres install`: the PostgreSQL 16 + pgvector binaries the tests start themselves
 //!   (docs/postgres.md).
@@ -22,6 +22,8 @@ mod bench_memory;
 mod bench_recall;
 mod bench_server;
 mod bench_stores;
+#[path = "bench/writers.rs"]
+mod bench_writers;
 mod cargo;
 mod chromium;
 mod ci;
@@ -37,7 +39,7 @@ tasks:
   test [--no-clients]             every test: PostgreSQL install, cargo test, the original clients
   codegen [--check]               write JSON Schemas to docs/schemas (--check: fail if stale)
   release <VERSION> [--dry-run]   bump all crate versions, check the CHANGELOG, cargo package
-  bench <library|host|memory-stream|stores|ann|server|recall>
+  bench <library|host|memory-stream|stores|ann|server|recall|writers>
                                   run a benchmark and print its report
   postgres install                download PostgreSQL 16 + pgvector into target/postgres (tests)
   chromium install                apt-get Chromium + chromedriver (the inspector's browser tests)";
@@ -72,9 +74,10 @@ fn bench(args: &[String]) -> Result<()> {
         Some("ann") => bench_ann::run(rest),
         Some("server") => bench_server::run(rest),
         Some("recall") => bench_recall::run(rest),
+        Some("writers") => bench_writers::run(rest),
         Some(other) => {
             bail!(
-                "unknown benchmark {other:?}; available: library, host, memory-stream, stores, ann, server, recall"
+                "unknown benchmark {other:?}; available: library, host, memory-stream, stores, ann, server, recall, writers"
             )
         }
         None => bail!("usage: cargo xtask bench <name>"),
