@@ -159,7 +159,8 @@ const COLUMNS: &str = "id, key, artifact_type, name, description, storage_backen
 #[derive(Debug)]
 pub struct SqliteArtifactStore {
     conn: Mutex<Connection>,
-    /// The process's writers to the file: a write takes its turn here before the connection.
+    /// The process's writers to the file: a write takes its turn here once it holds the
+    /// connection.
     writers: Option<Arc<WriteQueue>>,
     busy_timeout: Duration,
     namespace: Namespace,
@@ -373,9 +374,10 @@ impl SqliteArtifactStore {
         let mut all: Vec<&dyn rusqlite::ToSql> = vec![&ns];
         all.extend_from_slice(params);
         let (private, namespace) = (backends.is_private_to_namespace(), ns);
-        // One turn for the records' transaction and the content batches after it.
-        let _turn = self.write_turn(action)?;
         let conn = self.conn();
+        // The records' transaction has a turn of its own, and so has each content batch below,
+        // so that other writers to the file (other stores, other namespaces) go between them.
+        let turn = self.write_turn(action)?;
         sqlite::begin_immediate(&conn, self.busy_timeout)
             .map_err(|e| ArtifactError::database(action, e))?;
         let deleted = (|| {
@@ -401,6 +403,7 @@ impl SqliteArtifactStore {
             // Best effort, as in a save: the error below says what failed.
             let _ = conn.execute_batch("ROLLBACK");
         }
+        drop(turn);
         let deleted = deleted.map_err(|e| ArtifactError::database(action, e))?;
         finished.map_err(|e| ArtifactError::database(action, e))?;
         let mut sweep = ArtifactSweep {
@@ -417,7 +420,13 @@ impl SqliteArtifactStore {
         for batch in locations.chunks(CONTENT_BATCH) {
             // Under the write lock, as a save writes content: no save to these locations can
             // commit between the check and the removal.
-            if let Err(e) = sqlite::begin_immediate(&conn, self.busy_timeout) {
+            let turn = self.write_turn(action);
+            let began = match &turn {
+                Ok(_) => sqlite::begin_immediate(&conn, self.busy_timeout)
+                    .map_err(|e| ArtifactError::database(action, e)),
+                Err(e) => Err(ArtifactError::database(action, e.to_string())),
+            };
+            if let Err(e) = began {
                 for location in batch {
                     sweep
                         .content_errors
@@ -456,6 +465,7 @@ impl SqliteArtifactStore {
             sweep.remove_contents(&unshared, backends);
             // Nothing was written: ending the transaction releases the lock.
             let _ = conn.execute_batch("ROLLBACK");
+            drop(turn);
         }
         Ok(sweep)
     }
@@ -478,8 +488,9 @@ impl SqliteArtifactStore {
     }
 
     /// This store's turn to write among the process's writers to the file
-    /// (`mnemon_db::sqlite::WriteQueue`), taken before the connection; `None` for a store in
-    /// memory or opened read-only, which has no file to share.
+    /// (`mnemon_db::sqlite::WriteQueue`), taken with the connection already held (the store's
+    /// reads use it too, and a turn must never wait for them); `None` for a store in memory or
+    /// opened read-only, which has no file to share.
     fn write_turn(&self, action: &'static str) -> Result<Option<WriteTurn>, ArtifactError> {
         self.writers
             .as_ref()
@@ -658,8 +669,10 @@ impl ArtifactStore for SqliteArtifactStore {
             .map(serde_json::to_string)
             .transpose()
             .map_err(ArtifactError::ContentEncoding)?;
-        let _turn = self.write_turn(ACTION)?;
+        // The connection before the turn: a writer holding the file's turn must not wait for
+        // this store's reads, which use the same connection.
         let conn = self.conn();
+        let _turn = self.write_turn(ACTION)?;
         // The write lock is taken before the content is written and released after the record
         // is committed: another save (in this process or another) cannot write the same
         // storage id in between, so the newest record always points at its own content.
@@ -829,9 +842,9 @@ impl ArtifactStore for SqliteArtifactStore {
     fn delete(&self, id: Uuid) -> Result<bool, ArtifactError> {
         const ACTION: &str = "deleting an artifact";
         // An expired record is removed too, but reported absent, as reads report it.
+        let conn = self.conn();
         let _turn = self.write_turn(ACTION)?;
-        let removed: Option<Option<i64>> = self
-            .conn()
+        let removed: Option<Option<i64>> = conn
             .prepare_cached(
                 "DELETE FROM artifact_records WHERE namespace = ?1 AND id = ?2 \
                  RETURNING expires_at",

@@ -242,7 +242,7 @@ impl Backend for SqliteBackend {
 impl Drop for SqliteBackend {
     fn drop(&mut self) {
         if let Some(writer) = &mut self.writer {
-            sqlite::checkpoint_on_close(writer.get_mut());
+            writer.checkpoint_on_close();
         }
     }
 }

@@ -214,12 +214,12 @@ fn spawn_sweeper(
 /// ready namespace: each store's `gc`, logged when it removed something or failed (the next
 /// sweep tries again).
 fn sweep_all(tenants: &Tenants, auth: &dyn Authenticator, ready: &Namespace) {
-    let mut namespaces = tenants.served_namespaces();
-    for namespace in auth.namespaces().into_iter().chain([ready.clone()]) {
-        if !namespaces.contains(&namespace) {
-            namespaces.push(namespace);
-        }
-    }
+    let namespaces: std::collections::BTreeSet<Namespace> = tenants
+        .served_namespaces()
+        .into_iter()
+        .chain(auth.namespaces())
+        .chain([ready.clone()])
+        .collect();
     for namespace in namespaces {
         match tenants
             .get_transient(&namespace)

@@ -124,25 +124,31 @@ impl Tenants {
         // Opened outside the lock: opening may wait on a database, and other namespaces'
         // requests must not wait for it. Two first requests may both open; one is kept.
         let opened = (self.open)(namespace)?;
-        let (service, closed) = {
+        let (service, closed, spare) = {
             let mut state = self.state();
             state.tick += 1;
             let tick = state.tick;
             state.served.insert(namespace.clone());
-            let service = state
-                .services
-                .entry(namespace.clone())
-                .or_insert(Entry {
-                    service: opened,
-                    used: tick,
-                    pinned: false,
-                })
-                .service
-                .clone();
+            let (service, spare) = match state.services.entry(namespace.clone()) {
+                // Opened by another first request meanwhile: that one is kept.
+                std::collections::hash_map::Entry::Occupied(mut kept) => {
+                    kept.get_mut().used = tick;
+                    (kept.get().service.clone(), Some(opened))
+                }
+                std::collections::hash_map::Entry::Vacant(slot) => {
+                    let entry = slot.insert(Entry {
+                        service: opened,
+                        used: tick,
+                        pinned: false,
+                    });
+                    (entry.service.clone(), None)
+                }
+            };
             let closed = self.over_capacity(&mut state, namespace);
-            (service, closed)
+            (service, closed, spare)
         };
-        drop(closed);
+        // Closed with the lock released.
+        drop((closed, spare));
         Ok(service)
     }
 

@@ -750,7 +750,7 @@ impl AssetStore for SqliteAssetStore {
 impl Drop for SqliteAssetStore {
     fn drop(&mut self) {
         // Folds the WAL back into the main file so that one file is left at rest; never waits.
-        sqlite::checkpoint_on_close(self.writer.get_mut());
+        self.writer.checkpoint_on_close();
     }
 }
 

@@ -120,6 +120,19 @@ impl WriteQueue {
     }
 }
 
+impl WriteQueue {
+    /// Folds the WAL back into the main file as `conn`, a write connection to this queue's
+    /// file, closes ([`checkpoint_on_close`](super::checkpoint_on_close)), during a turn and
+    /// only if no other writer of this process is at work or waiting: the checkpoint takes
+    /// SQLite's write lock, and a writer of this process meeting it there would fall back to
+    /// the busy handler's sleeps. Skipped otherwise; a later close, or SQLite, does it.
+    pub fn checkpoint_on_close(self: &Arc<Self>, conn: &Connection) {
+        if let Ok(_turn) = self.take_turn(Duration::ZERO) {
+            super::checkpoint_on_close(conn);
+        }
+    }
+}
+
 /// One writer's turn at a database file: no other writer of this process writes to the file
 /// until it is dropped. It may be moved to another thread and dropped there.
 #[derive(Debug)]
@@ -175,10 +188,11 @@ impl WriteConnection {
         self.conn.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// The connection, held exclusively already: for closing work that never waits for a
-    /// lock ([`checkpoint_on_close`](super::checkpoint_on_close)).
-    pub fn get_mut(&mut self) -> &mut Connection {
-        self.conn.get_mut().unwrap_or_else(PoisonError::into_inner)
+    /// Folds the WAL back into the main file as the store closes, when no other writer of
+    /// this process is at work ([`WriteQueue::checkpoint_on_close`]).
+    pub fn checkpoint_on_close(&mut self) {
+        let conn = self.conn.get_mut().unwrap_or_else(PoisonError::into_inner);
+        self.queue.checkpoint_on_close(conn);
     }
 }
 

@@ -105,6 +105,11 @@ impl Drop for Member<'_> {
     fn drop(&mut self) {
         if let Some(conn) = self.conn.take() {
             let _ = conn.execute_batch(&format!("ROLLBACK TO {SAVEPOINT}; RELEASE {SAVEPOINT}"));
+            // With nobody in line, nobody else would end the batch, which holds the file's
+            // write turn (and SQLite's lock) meanwhile: the other members' writes commit now.
+            if self.writer.waiting.load(Ordering::SeqCst) == 0 {
+                self.writer.commit_open(&conn);
+            }
         }
     }
 }
@@ -212,12 +217,21 @@ impl Writer {
     }
 
     /// The write connection without a turn at the file, after committing any open batch: for
-    /// what never waits for SQLite's write lock (reads on a store opened read-only, the
-    /// checkpoint on close).
+    /// what never waits for SQLite's write lock (reads on a store opened read-only).
     pub(super) fn lock_without_turn(&self) -> MutexGuard<'_, Connection> {
         let conn = self.acquire();
         self.commit_open(&conn);
         conn
+    }
+
+    /// Folds the WAL back into the main file as the writer closes, when no other writer of
+    /// this process is at work (`mnemon_db::sqlite::WriteQueue::checkpoint_on_close`); a
+    /// writer opened read-only never does.
+    pub(super) fn checkpoint_on_close(&self) {
+        let conn = self.lock_without_turn();
+        if let Some(queue) = &self.queue {
+            queue.checkpoint_on_close(&conn);
+        }
     }
 
     /// Joins the open batch (or opens one) and begins the member's savepoint.
@@ -241,7 +255,11 @@ impl Writer {
         };
         batch.members.fetch_add(1, Ordering::SeqCst);
         if let Err(e) = conn.execute_batch(&format!("SAVEPOINT {SAVEPOINT}")) {
-            // Not part of the batch after all; whoever comes next commits it.
+            // Not part of the batch after all: whoever comes next commits it, or, with nobody
+            // in line, this call, so that the batch does not keep the file's turn.
+            if self.waiting.load(Ordering::SeqCst) == 0 {
+                self.commit_open(&conn);
+            }
             drop(conn);
             return Err(e.into());
         }
@@ -454,7 +472,7 @@ mod tests {
             std::thread::spawn(move || {
                 let m = insert(&w, 2);
                 drop(m);
-                // The next write joins the same batch and commits it.
+                // The next write commits, in the same batch or a batch of its own.
                 let m = insert(&w, 3);
                 m.finish(true).unwrap()
             })
@@ -465,6 +483,22 @@ mod tests {
         assert_eq!(first.finish(true).unwrap(), Committed::Yes);
         assert_eq!(dropped.join().unwrap(), Committed::Yes);
         assert_eq!(kept(&dir), vec![1, 3]);
+    }
+
+    /// A lone member dropped without finishing ends its batch: the file's write turn is free
+    /// for the other stores' writers, and nothing of it was kept.
+    #[test]
+    fn a_lone_dropped_member_ends_its_batch_and_its_turn() {
+        let dir = tempfile::tempdir().unwrap();
+        let w = writer(&dir);
+        drop(insert(&w, 1));
+        assert!(w.open_slot().is_none());
+        let queue = w.queue.as_ref().unwrap();
+        assert!(
+            queue.take_turn(Duration::ZERO).is_ok(),
+            "the batch kept the turn"
+        );
+        assert_eq!(count(&dir), 0);
     }
 
     /// A member that leaves the connection to a caller that will never commit (here: the test

@@ -1,4 +1,5 @@
-//! The read connections of a writable [`SqliteMemoryStore`](super::SqliteMemoryStore).
+//! The read connections of a writable [`SqliteMemoryStore`](super::SqliteMemoryStore), shared
+//! with every store on the same file (`shared_file.rs`).
 //!
 //! The store's one write connection is held from `BEGIN IMMEDIATE` to `COMMIT`, the commit's
 //! WAL fsync included (`Durability::Full`). Reads used to take that same connection, so every
@@ -22,7 +23,7 @@ use mnemon_db::DbError;
 use mnemon_db::sqlite::{self, Settings};
 use rusqlite::Connection;
 
-/// How many read connections a store opens at most. Reads are short (a thread's row, its
+/// How many read connections a file's stores open at most. Reads are short (a thread's row, its
 /// vectors from the store's cache, the winners' bodies), so a few connections serve many
 /// concurrent requests; each holds its own page cache (SQLite's default, about 2 MB).
 pub(super) const MAX_READERS: usize = 4;

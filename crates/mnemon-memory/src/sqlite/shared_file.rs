@@ -128,7 +128,7 @@ impl Drop for SharedFile {
         // handles, as it was alone.
         drop(self.readers.take());
         // Folds the WAL back into the main file so that a single file is left at rest; never
-        // waits for another process (see `mnemon_db::sqlite::checkpoint_on_close`).
-        sqlite::checkpoint_on_close(&self.writer.lock_without_turn());
+        // waits for another process or for this one's writers.
+        self.writer.checkpoint_on_close();
     }
 }
