@@ -413,8 +413,9 @@ pub struct SqliteMemoryStore {
     /// The file has the keyword index (schema version 5): always, but for a reader of an
     /// older file.
     has_keywords: bool,
-    /// The thread mirrors shared by this store's handles (see [`MirrorCache`]).
-    mirrors: Mutex<MirrorCache>,
+    /// This store among the stores sharing its file's [`MirrorCache`]: its mirrors are its
+    /// own, keyed by this id and shared by its handles only.
+    id: u64,
 }
 
 impl std::fmt::Debug for SqliteMemoryStore {
@@ -450,7 +451,7 @@ impl SqliteMemoryStore {
         )
         .map_err(db_error)?;
         Ok(Arc::new(SqliteMemoryStore {
-            mirrors: Mutex::default(),
+            id: next_store_id(),
             file,
             path,
             factory,
@@ -545,7 +546,7 @@ impl SqliteMemoryStore {
             ))?;
         }
         Ok(Arc::new(SqliteMemoryStore {
-            mirrors: Mutex::default(),
+            id: next_store_id(),
             file: SharedFile::read_only(read.conn, options.vector_cache_bytes),
             path,
             factory: default_factory(),
@@ -594,10 +595,11 @@ impl SqliteMemoryStore {
 
     /// The mirror of `scope`'s thread that every handle of this store shares.
     fn shared_mirror(&self, scope: &Scope) -> Arc<Mutex<Mirror>> {
-        self.mirrors
+        self.file
+            .mirrors
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .get(scope)
+            .get(self.id, scope)
     }
 
     /// The memory of one thread, creating the thread if needed.
@@ -1345,6 +1347,23 @@ const FORGET_SQL: &[&str] = &[
     "DELETE FROM memory_threads WHERE thread_id IN (SELECT thread_id FROM temp.memory_forget)",
 ];
 
+/// A new store's id in its file's [`MirrorCache`]: unique in the process.
+fn next_store_id() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
+impl Drop for SqliteMemoryStore {
+    /// The store's mirrors leave its file's cache: no handle of it is left to use them.
+    fn drop(&mut self) {
+        self.file
+            .mirrors
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .forget_store(self.id);
+    }
+}
+
 /// The memory error for a setup failure: a newer schema keeps its own variant.
 fn db_error(error: DbError) -> MemoryError {
     match error {
@@ -1426,9 +1445,10 @@ fn thread_row(
     }
 }
 
-/// How many messages the mirrors no handle holds may keep in memory, together, before the least
-/// recently used are dropped ([`MirrorCache`]). At 256 dimensions a mirrored message takes
-/// about 3 KB, so about 150 MB; the mirrors that handles hold are never dropped.
+/// How many messages the mirrors no handle holds may keep in memory, together, for all the
+/// stores on one file, before the least recently used are dropped ([`MirrorCache`]). At 256
+/// dimensions a mirrored message takes about 3 KB, so about 150 MB; the mirrors that handles
+/// hold are never dropped.
 const CACHED_MESSAGES: usize = 50_000;
 
 /// How many threads' mirrors are kept, at most, besides those that handles hold.
@@ -1449,9 +1469,13 @@ const CACHED_THREADS: usize = 1_024;
 /// mirror still without the change) or after it (and the mirror with it, or reloaded). Writes
 /// that do not take the mirror (a load, `gc`, `forget`, `drop_thread`, other processes) move
 /// the thread's `rev` or remove it, so a mirror they make stale is never taken as current.
+///
+/// One cache serves every store on a file (`sqlite/shared_file.rs`), so that its bounds hold
+/// for a server's tenants together, but a store's mirrors are its own: each entry is keyed by
+/// its store's id, and a store's entries leave the cache when the store closes.
 #[derive(Debug, Default)]
 struct MirrorCache {
-    entries: HashMap<Scope, CachedMirror>,
+    entries: HashMap<(u64, Scope), CachedMirror>,
     /// Counts [`MirrorCache::get`] calls: the recency of each entry.
     tick: u64,
 }
@@ -1466,10 +1490,11 @@ impl MirrorCache {
     /// The mirror of `scope`, created empty when there is none; every 64th call (and when
     /// there are too many threads) drops least recently used mirrors that no handle holds
     /// until the rest are within [`CACHED_MESSAGES`] and [`CACHED_THREADS`].
-    fn get(&mut self, scope: &Scope) -> Arc<Mutex<Mirror>> {
+    fn get(&mut self, store: u64, scope: &Scope) -> Arc<Mutex<Mirror>> {
         self.tick += 1;
         let tick = self.tick;
-        let mirror = match self.entries.get_mut(scope) {
+        let key = (store, scope.clone());
+        let mirror = match self.entries.get_mut(&key) {
             Some(cached) => {
                 cached.used = tick;
                 Arc::clone(&cached.mirror)
@@ -1477,7 +1502,7 @@ impl MirrorCache {
             None => {
                 let mirror = Arc::new(Mutex::new(Mirror::default()));
                 self.entries.insert(
-                    scope.clone(),
+                    key,
                     CachedMirror {
                         mirror: Arc::clone(&mirror),
                         used: tick,
@@ -1492,10 +1517,15 @@ impl MirrorCache {
         mirror
     }
 
+    /// Drops the mirrors of a store that closed.
+    fn forget_store(&mut self, store: u64) {
+        self.entries.retain(|(id, _), _| *id != store);
+    }
+
     fn evict(&mut self) {
         let mut total = 0;
         let mut idle = Vec::new();
-        for (scope, cached) in &self.entries {
+        for (key, cached) in &self.entries {
             // A locked mirror is in use: it is neither counted nor dropped.
             let Ok(mirror) = cached.mirror.try_lock() else {
                 continue;
@@ -1503,16 +1533,16 @@ impl MirrorCache {
             let len = mirror.state.len();
             total += len;
             if Arc::strong_count(&cached.mirror) == 1 {
-                idle.push((cached.used, scope.clone(), len));
+                idle.push((cached.used, key.clone(), len));
             }
         }
         idle.sort_by_key(|(used, ..)| *used);
         let mut threads = self.entries.len();
-        for (_, scope, len) in idle {
+        for (_, key, len) in idle {
             if total <= CACHED_MESSAGES && threads <= CACHED_THREADS {
                 break;
             }
-            self.entries.remove(&scope);
+            self.entries.remove(&key);
             total -= len;
             threads -= 1;
         }
@@ -2524,8 +2554,20 @@ mod open_tests {
             let memory = store.existing_memory(Scope::session("s")).unwrap().unwrap();
             assert_eq!(crate::Memory::size(&memory).unwrap(), ADDS);
         }
+        // One mirrors' cache, each store's mirrors its own; a closed store's leave it.
+        let scope = Scope::session("s");
+        let (mirror_a, mirror_b) = (a.shared_mirror(&scope), b.shared_mirror(&scope));
+        assert!(!Arc::ptr_eq(&mirror_a, &mirror_b));
+        drop((mirror_a, mirror_b));
+        let entries = |store: &SqliteMemoryStore| store.file.mirrors.lock().unwrap().entries.len();
+        let both = entries(&a);
+        drop(b);
+        assert!(
+            entries(&a) < both,
+            "a closed store's mirrors stay in the file's cache"
+        );
         let weak = Arc::downgrade(&a.file);
-        drop((a, b));
+        drop(a);
         assert!(
             weak.upgrade().is_none(),
             "the last handle closes the file's connections"
@@ -2900,30 +2942,27 @@ mod stream_tests {
     #[test]
     fn the_shared_mirrors_are_bounded() {
         let mut cache = MirrorCache::default();
+        // Two stores' mirrors, bounded together.
         let held: Vec<_> = (0..10)
-            .map(|i| cache.get(&Scope::session(format!("held{i}"))))
+            .map(|i| cache.get(i % 2, &Scope::session(format!("held{i}"))))
             .collect();
         for i in 0..CACHED_THREADS * 2 {
-            drop(cache.get(&Scope::session(format!("t{i}"))));
+            drop(cache.get(i as u64 % 2, &Scope::session(format!("t{i}"))));
             assert!(cache.entries.len() <= CACHED_THREADS + 1);
         }
+        let has = |cache: &MirrorCache, store: u64, name: &str| {
+            cache.entries.contains_key(&(store, Scope::session(name)))
+        };
         for i in 0..10 {
-            assert!(
-                cache
-                    .entries
-                    .contains_key(&Scope::session(format!("held{i}")))
-            );
+            assert!(has(&cache, i % 2, &format!("held{i}")));
         }
         // The most recent idle ones are kept.
-        assert!(
-            cache
-                .entries
-                .contains_key(&Scope::session(format!("t{}", CACHED_THREADS * 2 - 1)))
-        );
-        assert!(!cache.entries.contains_key(&Scope::session("t0")));
+        let last = CACHED_THREADS * 2 - 1;
+        assert!(has(&cache, last as u64 % 2, &format!("t{last}")));
+        assert!(!has(&cache, 0, "t0"));
         // And by messages: an idle mirror past the message bound goes at the next sweep.
         {
-            let big = cache.get(&Scope::session("big"));
+            let big = cache.get(0, &Scope::session("big"));
             let mut mirror = big.lock().unwrap();
             let factory = test_factory();
             let entries = (0..CACHED_MESSAGES + 1)
@@ -2935,10 +2974,13 @@ mod stream_tests {
             mirror.state = ThreadState::from_entries(entries);
         }
         for _ in 0..64 {
-            drop(cache.get(&Scope::session("other")));
+            drop(cache.get(1, &Scope::session("other")));
         }
-        assert!(!cache.entries.contains_key(&Scope::session("big")));
+        assert!(!has(&cache, 0, "big"));
         drop(held);
+        // A closed store's mirrors go with it.
+        cache.forget_store(1);
+        assert!(cache.entries.keys().all(|(store, _)| *store == 0));
     }
 
     #[test]

@@ -6,8 +6,9 @@
 //! taking turns at the file (`mnemon_db::sqlite::WriteQueue`): four namespaces adding at once
 //! made about half the adds a second of one namespace's four writers, whose adds share commits.
 //! With one writer per file, every namespace's concurrent adds join one batch. The read
-//! connections (up to four) and the vector cache (up to 256 MiB) were per handle too, so they
-//! grew with the number of tenants; a process now holds one set per file.
+//! connections (up to four), the vector cache (up to 256 MiB) and the thread mirrors' cache (up
+//! to 50,000 messages) were per handle too, so they grew with the number of tenants; a process
+//! now holds one set per file. Each store's mirrors stay its own, keyed by the store.
 //!
 //! Nothing of a namespace lives in these: every statement binds its namespace, and the vector
 //! cache is keyed by thread id, unique in the file. Handles share only when they were opened
@@ -34,6 +35,9 @@ pub(super) struct SharedFile {
     /// `None` when opened read-only: its one connection serves reads.
     pub(super) readers: Option<Readers>,
     pub(super) vectors: VectorCache,
+    /// The thread mirrors of every store on the file, each store's its own
+    /// ([`MirrorCache`](super::MirrorCache)): one bound for them all.
+    pub(super) mirrors: Mutex<super::MirrorCache>,
 }
 
 /// What handles must agree on to share.
@@ -98,6 +102,7 @@ impl SharedFile {
             ),
             readers: Some(readers),
             vectors: VectorCache::new(vector_cache_bytes),
+            mirrors: Mutex::default(),
         });
         let mut registry = registry();
         registry.retain(|_, shared| {
@@ -118,6 +123,7 @@ impl SharedFile {
             writer: Writer::new(conn, None, Settings::default().busy_timeout),
             readers: None,
             vectors: VectorCache::new(vector_cache_bytes),
+            mirrors: Mutex::default(),
         })
     }
 }
