@@ -456,6 +456,25 @@ impl PgServer {
             })
     }
 
+    /// How many connections Mnemon's pools (`application_name` `mnemon`) hold to the database
+    /// of `url`, a URL of this server's: what the tests of shared and bounded pools count.
+    pub fn mnemon_connections(&self, url: &str) -> Result<i64, PgServerError> {
+        let database = url.rsplit('/').next().unwrap_or_default();
+        let what = || format!("counting the connections to {database}");
+        let mut admin = self.connect("postgres")?;
+        admin
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity \
+                 WHERE datname = $1 AND application_name = 'mnemon'",
+                &[&database],
+            )
+            .map(|row| row.get(0))
+            .map_err(|source| PgServerError::Sql {
+                what: what(),
+                source,
+            })
+    }
+
     /// The loopback port the server listens on (the same across [`PgServer::restart`]).
     pub fn port(&self) -> u16 {
         self.port.load(Ordering::Relaxed)

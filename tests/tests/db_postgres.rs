@@ -116,18 +116,9 @@ fn the_pool_is_bounded_and_a_checkout_times_out_with_a_clear_error() {
 
 /// How many connections named `mnemon` the server has to `url`'s database.
 fn server_connections(server: &PgServer, url: &str) -> i64 {
-    let mut admin = server
-        .connect("postgres")
-        .unwrap_or_else(|error| panic!("{error}"));
-    let database = url.rsplit('/').next().unwrap_or_default().to_owned();
-    admin
-        .query_one(
-            "SELECT count(*) FROM pg_stat_activity \
-             WHERE datname = $1 AND application_name = 'mnemon'",
-            &[&database],
-        )
+    server
+        .mnemon_connections(url)
         .unwrap_or_else(|error| panic!("{error}"))
-        .get(0)
 }
 
 /// A sibling pool (what a memory store's background indexer uses) reaches the same database

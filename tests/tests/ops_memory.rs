@@ -206,7 +206,7 @@ fn postgres_namespaces_share_one_pool() {
         .connect(&database)
         .unwrap_or_else(|error| panic!("{error}"));
     let dir = tempfile::tempdir().unwrap_or_else(|error| panic!("{error}"));
-    let base = OpenOptions::postgres(url);
+    let base = OpenOptions::postgres(url.clone());
     let message = |i: usize, n: usize| -> mnemon_memory::MsgInput {
         serde_json::json!({"id": format!("t{i}-{n}"), "name": "u", "content": "c",
                            "embedding": [1.0, i as f64 + n as f64]})
@@ -238,14 +238,9 @@ fn postgres_namespaces_share_one_pool() {
             stores
         })
         .collect();
-    let connections: i64 = admin
-        .query_one(
-            "SELECT count(*) FROM pg_stat_activity
-             WHERE datname = current_database() AND pid <> pg_backend_pid()",
-            &[],
-        )
-        .unwrap()
-        .get(0);
+    let connections = server
+        .mnemon_connections(&url)
+        .unwrap_or_else(|error| panic!("{error}"));
     let most = mnemon_ops::STORE_CONNECTIONS + mnemon_ops::INDEXER_CONNECTIONS;
     assert!(
         connections <= most as i64,
@@ -296,12 +291,8 @@ fn postgres_store_connections_follow_the_pool_size_asked() {
     let url = server
         .fresh_database("sized pool")
         .unwrap_or_else(|error| panic!("{error}"));
-    let database = url.rsplit('/').next().unwrap_or_default().to_owned();
-    let mut admin = server
-        .connect(&database)
-        .unwrap_or_else(|error| panic!("{error}"));
     let dir = tempfile::tempdir().unwrap_or_else(|error| panic!("{error}"));
-    let mut base = OpenOptions::postgres(url);
+    let mut base = OpenOptions::postgres(url.clone());
     base.postgres_pools = mnemon_ops::PostgresPools::with_store_connections(3);
     let tenants: Vec<Stores> = (0..4)
         .map(|i| {
@@ -327,14 +318,9 @@ fn postgres_store_connections_follow_the_pool_size_asked() {
             });
         }
     });
-    let connections: i64 = admin
-        .query_one(
-            "SELECT count(*) FROM pg_stat_activity
-             WHERE datname = current_database() AND pid <> pg_backend_pid()",
-            &[],
-        )
-        .unwrap_or_else(|error| panic!("{error}"))
-        .get(0);
+    let connections = server
+        .mnemon_connections(&url)
+        .unwrap_or_else(|error| panic!("{error}"));
     // The stores' 3 and the indexers' 2 (no messages here: the indexers connect lazily).
     assert!(
         connections <= 3 + mnemon_ops::INDEXER_CONNECTIONS as i64,
