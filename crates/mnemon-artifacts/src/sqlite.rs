@@ -3,6 +3,13 @@
 //! Connection setup, durability and the `artifact_schema` migrations are `mnemon-db`'s, shared
 //! with the other stores.
 //!
+//! **Connections.** Saves and deletes go through one write connection, taking their turn among
+//! the process's writers to the file (`mnemon_db::sqlite::WriteQueue`); reads go to a pool of
+//! read connections (`mnemon_db::sqlite::ReadPool`), so they never wait for a save's content or
+//! fsync. Every writable handle on one file with the same settings, whatever its namespace,
+//! shares these connections (`mnemon_db::sqlite::Shared`): a server's open tenants cost none of
+//! their own. A store in memory or opened read-only has its one connection for everything.
+//!
 //! **Expiry** (schema version 3): each record has an `expires_at` (milliseconds since the Unix
 //! epoch; NULL, never, for records saved before), every read is bound to
 //! `(expires_at IS NULL OR expires_at > now)`, and [`ArtifactStore::gc`] deletes expired
@@ -19,7 +26,9 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use mnemon_db::expiry::{Clock, Expiry, SystemClock, is_live};
-use mnemon_db::sqlite::{self, Migration, Schema, Settings, WriteQueue, WriteTurn};
+use mnemon_db::sqlite::{
+    self, Migration, ReadPool, Schema, Settings, Shared, WriteQueue, WriteTurn,
+};
 use mnemon_db::{DbError, Durability, Namespace};
 use mnemon_filter::{Dialect, Filter, SqlParam};
 use mnemon_types::{Artifact, StorageLocation, artifact::Timestamp};
@@ -158,10 +167,7 @@ const COLUMNS: &str = "id, key, artifact_type, name, description, storage_backen
 /// written before namespaces hold the default namespace's records.
 #[derive(Debug)]
 pub struct SqliteArtifactStore {
-    conn: Mutex<Connection>,
-    /// The process's writers to the file: a write takes its turn here once it holds the
-    /// connection.
-    writers: Option<Arc<WriteQueue>>,
+    connections: Arc<Connections>,
     busy_timeout: Duration,
     namespace: Namespace,
     /// The file predates namespaces (a version-1 file opened read-only): every record is the
@@ -228,9 +234,19 @@ impl SqliteArtifactStore {
         options: SqliteArtifactOptions,
     ) -> Result<Self, ArtifactError> {
         let settings = options.settings();
-        let conn = sqlite::open(path.as_ref(), &settings, &SCHEMA).map_err(db_error)?;
-        let writers = Some(WriteQueue::for_file(path.as_ref()));
-        Ok(Self::with(conn, writers, &settings, options, &SCHEMA))
+        let path = path.as_ref();
+        let connections = SHARED
+            .get_or_open(path, settings, || {
+                let conn = sqlite::open(path, &settings, &SCHEMA)?;
+                // After `open`: the file exists, in WAL mode, with the current schema.
+                Ok(Connections {
+                    conn: Mutex::new(conn),
+                    writers: Some(WriteQueue::for_file(path)),
+                    readers: Some(ReadPool::open(path, &settings)?),
+                })
+            })
+            .map_err(db_error)?;
+        Ok(Self::with(connections, &settings, options, &SCHEMA))
     }
 
     /// Opens the database at `path` for reading only: no write lock is taken, nothing is
@@ -251,14 +267,22 @@ impl SqliteArtifactStore {
         let settings = options.settings();
         let path = path.as_ref();
         let schema = match sqlite::open_read_only(path, &settings, &SCHEMA) {
-            Ok(read) => return Ok(Self::with(read.conn, None, &settings, options, &SCHEMA)),
+            Ok(read) => {
+                let own = Connections::one(read.conn);
+                return Ok(Self::with(own, &settings, options, &SCHEMA));
+            }
             Err(DbError::NeedsUpgrade { found: 1, .. }) => &SCHEMA_BEFORE_NAMESPACES,
             // A file from before expiry likewise: nothing in it expires.
             Err(DbError::NeedsUpgrade { found: 2, .. }) => &SCHEMA_BEFORE_EXPIRY,
             Err(e) => return Err(db_error(e)),
         };
         let read = sqlite::open_read_only(path, &settings, schema).map_err(db_error)?;
-        Ok(Self::with(read.conn, None, &settings, options, schema))
+        Ok(Self::with(
+            Connections::one(read.conn),
+            &settings,
+            options,
+            schema,
+        ))
     }
 
     /// A private database in memory, for tests and short-lived programs; nothing is kept.
@@ -266,8 +290,7 @@ impl SqliteArtifactStore {
         let settings = Settings::default();
         let conn = sqlite::open_in_memory(&settings, &SCHEMA).map_err(db_error)?;
         Ok(Self::with(
-            conn,
-            None,
+            Connections::one(conn),
             &settings,
             SqliteArtifactOptions::default(),
             &SCHEMA,
@@ -279,21 +302,23 @@ impl SqliteArtifactStore {
     pub fn open_in_memory_with(options: SqliteArtifactOptions) -> Result<Self, ArtifactError> {
         let settings = options.settings();
         let conn = sqlite::open_in_memory(&settings, &SCHEMA).map_err(db_error)?;
-        Ok(Self::with(conn, None, &settings, options, &SCHEMA))
+        Ok(Self::with(
+            Connections::one(conn),
+            &settings,
+            options,
+            &SCHEMA,
+        ))
     }
 
-    /// A store on `conn`, whose artifact tables are at `schema`'s version, its writes queued
-    /// in `writers`.
+    /// A store on `connections`, whose artifact tables are at `schema`'s version.
     fn with(
-        conn: Connection,
-        writers: Option<Arc<WriteQueue>>,
+        connections: Arc<Connections>,
         settings: &Settings,
         options: SqliteArtifactOptions,
         schema: &'static Schema,
     ) -> Self {
         SqliteArtifactStore {
-            conn: Mutex::new(conn),
-            writers,
+            connections,
             busy_timeout: settings.busy_timeout,
             namespace: options.namespace,
             before_namespaces: std::ptr::eq(schema, &SCHEMA_BEFORE_NAMESPACES),
@@ -488,21 +513,35 @@ impl SqliteArtifactStore {
     }
 
     /// This store's turn to write among the process's writers to the file
-    /// (`mnemon_db::sqlite::WriteQueue`), taken with the connection already held (the store's
-    /// reads use it too, and a turn must never wait for them); `None` for a store in memory or
-    /// opened read-only, which has no file to share.
+    /// (`mnemon_db::sqlite::WriteQueue`), taken with the write connection already held (the
+    /// handles of every namespace on the file share it, and a turn must never wait for it);
+    /// `None` for a store in memory or opened read-only, which has no file to share.
     fn write_turn(&self, action: &'static str) -> Result<Option<WriteTurn>, ArtifactError> {
-        self.writers
+        self.connections
+            .writers
             .as_ref()
             .map(|queue| queue.take_turn(self.busy_timeout))
             .transpose()
             .map_err(|e| ArtifactError::database(action, e))
     }
 
+    /// The write connection (for a store in memory or opened read-only, its only one).
     fn conn(&self) -> MutexGuard<'_, Connection> {
         // A panic while holding the lock cannot leave a half-applied change: SQLite rolls back
         // any statement or transaction that did not complete.
-        self.conn.lock().unwrap_or_else(PoisonError::into_inner)
+        self.connections
+            .conn
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A connection for a read alone: one of the file's readers, which never wait for a save,
+    /// or the store's only connection.
+    fn reader(&self) -> MutexGuard<'_, Connection> {
+        match &self.connections.readers {
+            Some(readers) => readers.take(),
+            None => self.conn(),
+        }
     }
 
     fn query_many(
@@ -511,7 +550,7 @@ impl SqliteArtifactStore {
         params: &[&dyn rusqlite::ToSql],
         action: &'static str,
     ) -> Result<Vec<Artifact>, ArtifactError> {
-        let conn = self.conn();
+        let conn = self.reader();
         let mut stmt = conn
             .prepare_cached(&self.in_namespace(sql))
             .map_err(|e| ArtifactError::database(action, e))?;
@@ -525,6 +564,32 @@ impl SqliteArtifactStore {
         Ok(out)
     }
 }
+
+/// The connections of a store handle: those of every writable handle on the same file with
+/// the same settings ([`SHARED`]), or the one connection of a store in memory or opened
+/// read-only.
+#[derive(Debug)]
+struct Connections {
+    /// Saves and deletes (and everything, without `readers`).
+    conn: Mutex<Connection>,
+    /// The process's writers to the file: a write takes its turn here once it holds `conn`.
+    writers: Option<Arc<WriteQueue>>,
+    readers: Option<ReadPool>,
+}
+
+impl Connections {
+    /// `conn` alone, for reads and writes, taking no turns: a store in memory or read-only.
+    fn one(conn: Connection) -> Arc<Connections> {
+        Arc::new(Connections {
+            conn: Mutex::new(conn),
+            writers: None,
+            readers: None,
+        })
+    }
+}
+
+/// The writable stores' connections alive in this process, per file and settings.
+static SHARED: Shared<Settings, Connections> = Shared::new();
 
 /// The raw columns of one row, decoded into a record outside rusqlite's error type so that a
 /// damaged row gets a [`ArtifactError::CorruptRecord`] naming it.
@@ -669,8 +734,8 @@ impl ArtifactStore for SqliteArtifactStore {
             .map(serde_json::to_string)
             .transpose()
             .map_err(ArtifactError::ContentEncoding)?;
-        // The connection before the turn: a writer holding the file's turn must not wait for
-        // this store's reads, which use the same connection.
+        // The connection before the turn: a writer holding the file's turn must never wait
+        // for this connection (held by the other namespaces' saves waiting for their turn).
         let conn = self.conn();
         let _turn = self.write_turn(ACTION)?;
         // The write lock is taken before the content is written and released after the record
@@ -702,7 +767,7 @@ impl ArtifactStore for SqliteArtifactStore {
             "SELECT {expires} FROM artifact_records WHERE {{ns}} AND id = ?2 AND {}",
             self.live(3)
         ));
-        let conn = self.conn();
+        let conn = self.reader();
         conn.prepare_cached(&sql)
             .and_then(|mut s| {
                 s.query_row(
@@ -734,7 +799,7 @@ impl ArtifactStore for SqliteArtifactStore {
     ) -> Result<u64, ArtifactError> {
         const ACTION: &str = "counting artifacts";
         let (sql, params) = self.filtered("count(*)", scope, filter, None)?;
-        let conn = self.conn();
+        let conn = self.reader();
         let n: i64 = conn
             .prepare_cached(&sql)
             .and_then(|mut s| s.query_row(rusqlite::params_from_iter(params), |r| r.get(0)))
@@ -826,7 +891,7 @@ impl ArtifactStore for SqliteArtifactStore {
         // One index probe per scope (`artifact_records_by_key` leads with namespace and
         // scope: `min` of the next scope is a seek), not a read of every record.
         let sql = self.in_namespace(&SCOPES.replace("{live}", &self.live(2)));
-        let conn = self.conn();
+        let conn = self.reader();
         let mut stmt = conn
             .prepare_cached(&sql)
             .map_err(|e| ArtifactError::database(ACTION, e))?;
@@ -908,6 +973,32 @@ mod tests {
             "{err}"
         );
         assert!(err.to_string().contains("upgrade mnemon"));
+    }
+
+    /// The handles of every namespace on one file share its connections and still see only
+    /// their own records; reads go to the file's readers, never the write connection.
+    #[test]
+    fn namespaces_on_one_file_share_its_connections() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("db.sqlite3");
+        let open = |namespace: &str| {
+            let options = SqliteArtifactOptions {
+                namespace: Namespace::new(namespace).unwrap(),
+                ..SqliteArtifactOptions::default()
+            };
+            SqliteArtifactStore::open_with(&path, options).unwrap()
+        };
+        let (a, b) = (open("a"), open("b"));
+        assert!(Arc::ptr_eq(&a.connections, &b.connections));
+        let reader = SqliteArtifactStore::open_read_only(&path).unwrap();
+        assert!(!Arc::ptr_eq(&a.connections, &reader.connections));
+        a.save(&Artifact::new("s", "k", "t", "n")).unwrap();
+        // A read while another namespace's handle holds the write connection: served by a
+        // reader, it does not wait.
+        let held = b.conn();
+        assert_eq!(a.list("s", None).unwrap().len(), 1);
+        assert!(b.list("s", None).unwrap().is_empty());
+        drop(held);
     }
 
     #[test]

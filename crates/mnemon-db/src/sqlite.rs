@@ -32,6 +32,10 @@
 //! first come first served, before they ask SQLite for its write lock, whose busy handler
 //! polls with growing sleeps and favours no one (`sqlite/write_queue.rs`).
 //!
+//! **Shared by handles.** Every store handle of a process on one file, whatever its namespace,
+//! shares that store's connections ([`Shared`], `sqlite/shared.rs`), and reads go to a pool of
+//! read connections ([`ReadPool`]), not the writer's.
+//!
 //! **Read-only.** [`open_read_only`] never writes and never creates anything: it opens the file
 //! with `SQLITE_OPEN_READONLY`, and when SQLite cannot open the WAL's shared-memory file (a
 //! read-only directory or mount, where the `-shm` file does not exist and cannot be created) it
@@ -46,11 +50,15 @@ use rusqlite::{Connection, ErrorCode, OpenFlags, OptionalExtension};
 
 mod checkpointer;
 mod per_file;
+mod read_pool;
+mod shared;
 mod write_queue;
 
 pub use crate::schema::{Migration, Schema};
 use crate::{DbError, Durability};
 use checkpointer::Checkpointer;
+pub use read_pool::ReadPool;
+pub use shared::Shared;
 pub use write_queue::{WriteConnection, WriteGuard, WriteQueue, WriteTurn};
 
 /// How connections are set up.

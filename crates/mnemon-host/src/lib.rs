@@ -59,6 +59,7 @@ mod state;
 
 pub use compose::{HeldBody, LimitRejection, RequestLimits, RequestSlot, ServedLibrary};
 pub use error::HostError;
+pub use listener::raise_fd_limit;
 pub use options::{
     DEFAULT_ADDR, DEFAULT_BATCH_SCANS_FROM, DEFAULT_COUNT, DEFAULT_HEADER_READ_TIMEOUT,
     DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_BUFFERED_BODY_BYTES,

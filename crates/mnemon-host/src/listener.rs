@@ -283,6 +283,44 @@ fn fd_limit() -> Option<u64> {
     None
 }
 
+/// Raises the process's soft limit on open file descriptors to its hard limit, as a server
+/// that holds many connections should (Go's runtime does it for every program): Linux
+/// distributions commonly start processes with a soft limit of 1,024 under a hard limit of
+/// hundreds of thousands, and the soft one caps the connections served
+/// (`HostOptions::max_connections` is kept 64 below it). Returns the soft limit
+/// before and after when it was raised, `Ok(None)` when it already was the hard limit (or
+/// unlimited). Call it before starting the runtime's threads: the limit is the process's.
+#[cfg(unix)]
+// `rlim_t` is not `u64` on every Unix.
+#[allow(clippy::unnecessary_cast)]
+pub fn raise_fd_limit() -> std::io::Result<Option<(u64, u64)>> {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes one `rlimit` through a valid, exclusive pointer.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    if limit.rlim_cur == limit.rlim_max || limit.rlim_cur == libc::RLIM_INFINITY {
+        return Ok(None);
+    }
+    let before = limit.rlim_cur as u64;
+    limit.rlim_cur = limit.rlim_max;
+    // SAFETY: setrlimit reads one `rlimit` through a valid pointer; raising the soft limit up
+    // to the hard one needs no privilege.
+    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &limit) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(Some((before, limit.rlim_cur as u64)))
+}
+
+/// Without Unix resource limits there is nothing to raise.
+#[cfg(not(unix))]
+pub fn raise_fd_limit() -> std::io::Result<Option<(u64, u64)>> {
+    Ok(None)
+}
+
 /// Accepts connections until `stopping` turns true, then closes the listener, lets every
 /// connection finish its requests, and returns once all are closed or `drain` has passed
 /// (`false` then).

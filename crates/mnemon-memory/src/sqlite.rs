@@ -19,7 +19,7 @@
 //!
 //! **Connections.** A writable store has one write connection, behind a mutex, which every
 //! mutating call holds from `BEGIN IMMEDIATE` through `COMMIT` (the fsync included), and a few
-//! read connections (`readers`, opened on demand) for every call that only reads: in WAL mode
+//! read connections (`mnemon_db::sqlite::ReadPool`, opened on demand) for every call that only reads: in WAL mode
 //! a read never waits for a write, and a read transaction begun after a write committed sees it
 //! on any connection, so an acknowledged write is read back by every later call of every
 //! handle. These connections belong to the file: every writable store on it in the process
@@ -76,11 +76,10 @@ use crate::thread::{Change, ThreadState};
 use crate::vector_scan::{self, Scored, ThreadVectors};
 
 mod group_commit;
-mod readers;
 mod shared_file;
 
 use group_commit::WriterGuard;
-use shared_file::SharedFile;
+use shared_file::{ReadConn, SharedFile};
 
 /// The memory tables' schema: `memory_schema` holds the version (its key column is `id`, as in
 /// files written before `mnemon-db`).
@@ -585,12 +584,8 @@ impl SqliteMemoryStore {
     /// transaction takes its snapshot (its first statement), as with the writer: every write
     /// through this store changes the mirror and commits under that lock, so the snapshot and
     /// the mirror cannot pass each other.
-    fn reader(&self) -> MutexGuard<'_, Connection> {
-        match &self.file.readers {
-            Some(readers) => readers.take(),
-            // Opened read-only: the one connection never writes.
-            None => self.file.writer.lock_without_turn(),
-        }
+    fn reader(&self) -> ReadConn<'_> {
+        self.file.reader()
     }
 
     /// The mirror of `scope`'s thread that every handle of this store shares.
@@ -2572,6 +2567,45 @@ mod open_tests {
             weak.upgrade().is_none(),
             "the last handle closes the file's connections"
         );
+    }
+
+    /// One namespace's long transaction on the shared writer holds another namespace's add
+    /// no longer than the busy timeout: it fails with an error that says to retry, nothing
+    /// written, and succeeds once the writer is free (before, it waited as long as the
+    /// transaction ran).
+    #[test]
+    fn a_write_waits_for_the_shared_writer_no_longer_than_the_busy_timeout() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("db.sqlite3");
+        let open = |namespace: &str| {
+            let options = SqliteMemoryOptions {
+                namespace: namespace.parse().unwrap(),
+                ..quick()
+            };
+            SqliteMemoryStore::open(&path, options).unwrap()
+        };
+        let (long, other) = (open("importer"), open("other"));
+        let memory = other.memory(Scope::session("s")).unwrap();
+        let msg = || crate::MsgInput::Json(serde_json::json!({"name": "u", "content": "c"}));
+        let held = long.lock().unwrap();
+        let (sent, received) = std::sync::mpsc::channel();
+        std::thread::scope(|scope| {
+            let (memory, sent) = (&memory, sent.clone());
+            scope.spawn(move || {
+                let started = std::time::Instant::now();
+                let added = crate::Memory::add(memory, vec![msg()]);
+                let _ = sent.send((added, started.elapsed()));
+            });
+            let answer = received.recv_timeout(Duration::from_secs(10));
+            drop(held);
+            let (added, waited) = answer.expect("the add waited for the writer without a bound");
+            let error = added.expect_err("the writer was held").to_string();
+            assert!(error.contains("retried"), "{error}");
+            assert!(waited >= Duration::from_millis(250), "{waited:?}");
+        });
+        assert_eq!(crate::Memory::size(&memory).unwrap(), 0);
+        crate::Memory::add(&memory, vec![msg()]).unwrap();
+        assert_eq!(crate::Memory::size(&memory).unwrap(), 1);
     }
 
     /// `vector_cache_bytes` bounds the store's vector cache: a thread that does not fit is read

@@ -99,12 +99,27 @@ pub enum OpsError {
     /// A library error.
     #[error(transparent)]
     Library(mnemon_library::LibraryError),
+    /// A part the operation needs cannot be reached or opened for now (a namespace's stores
+    /// that did not open: the database down, the process out of file descriptors); the same
+    /// request may succeed later.
+    #[error("{message}")]
+    Unavailable {
+        /// What failed and what to check.
+        message: String,
+    },
 }
 
 impl OpsError {
     /// An [`OpsError::InvalidInput`] with this message.
     pub fn invalid(message: impl Into<String>) -> OpsError {
         OpsError::InvalidInput {
+            message: message.into(),
+        }
+    }
+
+    /// An [`OpsError::Unavailable`] with this message.
+    pub fn unavailable(message: impl Into<String>) -> OpsError {
+        OpsError::Unavailable {
             message: message.into(),
         }
     }
@@ -121,6 +136,7 @@ impl OpsError {
             OpsError::MessageNotFound { .. } => "message_not_found",
             OpsError::NoLibrary => "no_library",
             OpsError::NoEmbedder => "embedder_not_configured",
+            OpsError::Unavailable { .. } => "storage_unavailable",
             OpsError::Store(error) => match error {
                 StoreError::Resolve(ResolveError::AssetNotFound { .. }) => "asset_not_found",
                 StoreError::Resolve(_) => "reference_unresolved",
@@ -238,5 +254,11 @@ mod tests {
             detail: "gone".into(),
         });
         assert_eq!(storage.kind(), ErrorKind::Unavailable);
+        // Stores that did not open are the service's trouble, for now, not the caller's.
+        let closed = OpsError::unavailable("cannot open the stores to serve: too many open files");
+        assert_eq!(
+            (closed.code(), closed.kind()),
+            ("storage_unavailable", ErrorKind::Unavailable)
+        );
     }
 }

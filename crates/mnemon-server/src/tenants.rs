@@ -2,14 +2,14 @@
 //! recently used kept open.
 //!
 //! A server with keys serves every key's namespace. Each open service holds its namespace's
-//! store handles, and with SQLite a handle holds connections of its own (the asset store two,
-//! the artifact store one; the memory store shares its file's: `mnemon-memory`'s
-//! `sqlite/shared_file.rs`), each with its file descriptor and page cache. Kept forever, a
-//! server that had served ten thousand tenants would hold thirty thousand connections and run
-//! out of file descriptors. So at most [`MAX_OPEN_NAMESPACES`] services stay open, and the least
-//! recently used is closed when another must open; its next request opens it again (a few
-//! milliseconds: the stores' schemas are current). A closed service's requests in flight keep
-//! their clone of it and finish; its stores close when the last one does.
+//! store handles. With SQLite the handles of every namespace share their file's connections
+//! (`mnemon_db::sqlite::Shared`), so an open service costs little memory and no file
+//! descriptor; with PostgreSQL they share one pool. Still, kept forever, a server that had served
+//! millions of tenants would hold a handle, a thread mirror and a cache entry for each. So at
+//! most [`MAX_OPEN_NAMESPACES`] services stay open, and the least recently used is closed when
+//! another must open; its next request opens it again (with SQLite, on the file's connections
+//! that the other open namespaces hold). A closed service's requests in flight
+//! keep their clone of it and finish; its stores close when the last one does.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Mutex, MutexGuard, PoisonError};

@@ -36,18 +36,23 @@
 //! losing the last seconds of writes on power loss is acceptable; batch puts with
 //! [`AssetStore::put_batch`] amortise the fsync either way.
 //!
-//! **Concurrency.** One connection writes and another reads, each behind a mutex; in WAL mode
-//! reads do not wait for a write's fsync. Several processes may open the same file; a writer
-//! waits up to the busy timeout for another. [`SqliteAssetStore::open_read_only`] serves readers: no
+//! **Concurrency.** One connection writes, behind a mutex and the file's queue of writers
+//! (`mnemon_db::sqlite::WriteQueue`), and reads go to a pool of up to four read connections
+//! (`mnemon_db::sqlite::ReadPool`); in WAL mode reads do not wait for a write's fsync. These
+//! connections belong to the file: every writable handle on it in the process with the same
+//! settings, whatever its namespace, shares them (`mnemon_db::sqlite::Shared`), so a server's
+//! open tenants cost no connections of their own. Several processes may open the same file; a
+//! writer waits up to the busy timeout for another. [`SqliteAssetStore::open_read_only`] serves readers: no
 //! write lock, nothing created, and it works on a read-only directory or mount.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, MutexGuard};
 use std::time::Duration;
 
 use mnemon_db::expiry::{Clock, Expiry, SystemClock, is_live};
-use mnemon_db::sqlite::{self, Migration, Schema, Settings, WriteConnection, WriteGuard};
+use mnemon_db::sqlite::{
+    self, Migration, ReadPool, Schema, Settings, Shared, WriteConnection, WriteGuard,
+};
 use mnemon_db::{DbError, Durability, Namespace};
 use mnemon_filter::{Dialect, Filter, SqlParam};
 use mnemon_types::Asset;
@@ -227,8 +232,7 @@ impl Default for SqliteAssetOptions {
 /// ```
 #[derive(Debug)]
 pub struct SqliteAssetStore {
-    writer: WriteConnection,
-    reader: Mutex<Connection>,
+    connections: Arc<Connections>,
     path: PathBuf,
     codecs: CodecRegistry,
     namespace: Namespace,
@@ -256,11 +260,18 @@ impl SqliteAssetStore {
     ) -> Result<Self, StoreError> {
         let path = path.as_ref().to_path_buf();
         let settings = options.settings();
-        let writer = sqlite::open(&path, &settings, &SCHEMA).map_err(db_error)?;
-        let reader = sqlite::connect(&path, &settings).map_err(db_error)?;
+        let connections = SHARED
+            .get_or_open(&path, settings, || {
+                let writer = sqlite::open(&path, &settings, &SCHEMA)?;
+                // After `open`: the file exists, in WAL mode, with the current schema.
+                Ok(Connections {
+                    writer: WriteConnection::new(writer, &path, &settings),
+                    readers: ReadPool::open(&path, &settings)?,
+                })
+            })
+            .map_err(db_error)?;
         Ok(SqliteAssetStore {
-            writer: WriteConnection::new(writer, &path, &settings),
-            reader: Mutex::new(reader),
+            connections,
             path,
             codecs: options.codecs,
             namespace: options.namespace,
@@ -299,9 +310,13 @@ impl SqliteAssetStore {
         };
         let before_namespaces = std::ptr::eq(schema, &SCHEMA_BEFORE_NAMESPACES);
         let reader = open(schema).map_err(db_error)?;
-        Ok(SqliteAssetStore {
+        // The store's own: its connections may carry views over an older file.
+        let connections = Arc::new(Connections {
             writer: WriteConnection::new(writer.conn, &path, &settings),
-            reader: Mutex::new(reader.conn),
+            readers: ReadPool::of(reader.conn),
+        });
+        Ok(SqliteAssetStore {
+            connections,
             path,
             codecs: options.codecs,
             namespace: options.namespace,
@@ -413,11 +428,12 @@ impl SqliteAssetStore {
     /// The write connection, once it is this store's turn to write among the process's
     /// writers to the file (`mnemon_db::sqlite::WriteQueue`).
     fn writer(&self) -> rusqlite::Result<WriteGuard<'_>> {
-        self.writer.lock()
+        self.connections.writer.lock()
     }
 
+    /// A read connection, for this read alone: never the writer's, so it waits for no write.
     fn reader(&self) -> MutexGuard<'_, Connection> {
-        self.reader.lock().unwrap_or_else(PoisonError::into_inner)
+        self.connections.readers.take()
     }
 
     fn encode(&self, asset: &Asset) -> Result<Encoded, StoreError> {
@@ -747,9 +763,21 @@ impl AssetStore for SqliteAssetStore {
     }
 }
 
-impl Drop for SqliteAssetStore {
+/// The connections of a store handle: those of every writable handle on the same file with
+/// the same settings ([`SHARED`]), or a read-only store's own.
+#[derive(Debug)]
+struct Connections {
+    writer: WriteConnection,
+    readers: ReadPool,
+}
+
+/// The writable stores' connections alive in this process, per file and settings.
+static SHARED: Shared<Settings, Connections> = Shared::new();
+
+impl Drop for Connections {
     fn drop(&mut self) {
-        // Folds the WAL back into the main file so that one file is left at rest; never waits.
+        // The last handle on the file is gone. Folds the WAL back into the main file so that
+        // one file is left at rest; never waits.
         self.writer.checkpoint_on_close();
     }
 }
@@ -863,6 +891,47 @@ mod tests {
                 .unwrap();
             assert_eq!(sync, expected);
         }
+    }
+
+    /// The handles of every namespace on one file share its connections (a server's open
+    /// tenants cost none of their own) and still see only their own assets; other settings, or
+    /// a read-only open, get connections of their own; the last handle leaves one file.
+    #[test]
+    fn namespaces_on_one_file_share_its_connections() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("db.sqlite3");
+        let open = |namespace: &str, durability| {
+            SqliteAssetStore::open_with(
+                &path,
+                SqliteAssetOptions {
+                    namespace: Namespace::new(namespace).unwrap(),
+                    durability,
+                    ..SqliteAssetOptions::default()
+                },
+            )
+            .unwrap()
+        };
+        let a = open("a", Durability::Full);
+        let b = open("b", Durability::Full);
+        assert!(Arc::ptr_eq(&a.connections, &b.connections));
+        let normal = open("a", Durability::Normal);
+        assert!(!Arc::ptr_eq(&a.connections, &normal.connections));
+        let reader = SqliteAssetStore::open_read_only(&path, SqliteAssetOptions::default());
+        assert!(!Arc::ptr_eq(&a.connections, &reader.unwrap().connections));
+        let one = Asset::from_json(json!({"asset_id": "x", "content": {"n": 1}})).unwrap();
+        let two = Asset::from_json(json!({"asset_id": "x", "content": {"n": 2}})).unwrap();
+        a.put(&one).unwrap();
+        b.put(&two).unwrap();
+        let content = |store: &SqliteAssetStore| store.get("x").unwrap().map(|got| got.content);
+        assert_eq!(content(&a), Some(one.content.clone()));
+        assert_eq!(content(&b), Some(two.content.clone()));
+        assert!(b.delete("x").unwrap());
+        assert_eq!(content(&b), None);
+        assert_eq!(content(&a), Some(one.content.clone()));
+        drop((a, b, normal));
+        // The last handle checkpointed as it closed: the WAL is empty or gone.
+        let wal = dir.path().join("db.sqlite3-wal");
+        assert!(std::fs::metadata(&wal).map_or(true, |m| m.len() == 0));
     }
 
     fn quick() -> SqliteAssetOptions {

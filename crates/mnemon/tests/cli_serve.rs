@@ -26,11 +26,17 @@ impl Serve {
         Self::spawn(command, cwd)
     }
 
-    /// Starts `mnemon serve --addr 127.0.0.1:0` with at most `fds` open file descriptors.
+    /// Starts `mnemon serve --addr 127.0.0.1:0` with at most `fds` open file descriptors (the
+    /// soft and the hard limit).
     fn start_with_fd_limit(cwd: &std::path::Path, fds: u32, extra: &[&str]) -> Serve {
+        Self::start_with_ulimit(cwd, &format!("-n {fds}"), extra)
+    }
+
+    /// Starts `mnemon serve --addr 127.0.0.1:0` after `ulimit {limit}` in its shell.
+    fn start_with_ulimit(cwd: &std::path::Path, limit: &str, extra: &[&str]) -> Serve {
         let mut command = Command::new("sh");
         command
-            .args(["-c", &format!("ulimit -n {fds} && exec \"$0\" \"$@\"")])
+            .args(["-c", &format!("ulimit {limit} && exec \"$0\" \"$@\"")])
             .arg(env!("CARGO_BIN_EXE_mnemon"))
             .args(["serve", "--addr", "127.0.0.1:0"])
             .args(extra);
@@ -266,6 +272,104 @@ fn idle_sockets_past_the_fd_limit_do_not_lock_out_healthz() {
     assert!(response.ends_with(r#"{"status":"ok"}"#), "{response}");
 }
 
+/// Creates a key for `namespace` with `role` in the stores `at` (`["--data-dir", dir]` or
+/// `["--database-url", url]`) and returns what `mnemon keys create` printed (`key`, `id`, …).
+fn create_key(at: [&str; 2], namespace: &str, role: &str) -> Value {
+    let output = Command::new(env!("CARGO_BIN_EXE_mnemon"))
+        .args(["keys", "create"])
+        .args(at)
+        .args(["--namespace", namespace, "--role", role])
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).unwrap()
+}
+
+/// Every namespace a server holds open used to keep SQLite connections of its own (the asset
+/// store two, the artifact store one: six file descriptors), so under the common soft limit of
+/// 1,024 descriptors `mnemon serve` failed every namespace past the 166th, with a 400. Now the
+/// namespaces' store handles share their file's connections: 60 namespaces, each writing
+/// assets, artifacts and memory, fit under a limit of 128 (before the fix the 18th failed).
+#[test]
+fn serve_holds_many_namespaces_within_a_low_fd_limit() {
+    let cwd = tempfile::tempdir().unwrap();
+    let data = cwd.path().join("data");
+    let data_dir = data.to_str().unwrap();
+    let keys: Vec<String> = (0..60)
+        .map(|i| {
+            let created = create_key(["--data-dir", data_dir], &format!("tenant-{i}"), "write");
+            created["key"].as_str().unwrap().to_owned()
+        })
+        .collect();
+    let server = Serve::start_with_fd_limit(cwd.path(), 128, &["--data-dir", data_dir]);
+    for (i, key) in keys.iter().enumerate() {
+        let asset = serde_json::json!({"content": {"owner": i}});
+        let (status, put) = server.rest_with_key(key, "PUT", "/v1/assets/a", Some(asset));
+        assert_eq!(status, 200, "namespace {i}: {put}");
+        let artifact = serde_json::json!({"scope": "s", "key": "plan", "type": "plan",
+            "name": "The plan", "content": [i]});
+        let (status, saved) = server.rest_with_key(key, "POST", "/v1/artifacts", Some(artifact));
+        assert_eq!(status, 201, "namespace {i}: {saved}");
+        let messages =
+            serde_json::json!({"messages": [{"name": "user", "content": format!("{i}")}]});
+        let path = "/v1/memory/sessions/chat/messages";
+        let (status, added) = server.rest_with_key(key, "POST", path, Some(messages));
+        assert_eq!(status, 200, "namespace {i}: {added}");
+    }
+    // Each namespace reads back its own, through the shared connections.
+    for (i, key) in keys.iter().enumerate() {
+        let path = "/v1/resolve?reference=asset://a/content/owner";
+        let (status, value) = server.rest_with_key(key, "GET", path, None);
+        assert_eq!(
+            (status, value["value"].as_u64()),
+            (200, Some(i as u64)),
+            "{value}"
+        );
+        let path = "/v1/artifacts/latest?scope=s&key=plan";
+        let (status, latest) = server.rest_with_key(key, "GET", path, None);
+        assert_eq!(status, 200, "{latest}");
+        assert_eq!(latest["content"], serde_json::json!([i]), "{latest}");
+        let path = "/v1/memory/sessions/chat/messages?recent=5";
+        let (status, got) = server.rest_with_key(key, "GET", path, None);
+        assert_eq!(status, 200, "{got}");
+        assert_eq!(got["messages"].as_array().map(Vec::len), Some(1), "{got}");
+        assert_eq!(got["messages"][0]["content"], format!("{i}"), "{got}");
+    }
+    assert_eq!(server.rest("GET", "/readyz", None).0, 200);
+}
+
+/// The soft limit on open files (often 1,024) capped the connections `mnemon serve` accepted:
+/// it raises it to the hard limit at start.
+#[test]
+fn serve_raises_the_soft_fd_limit_to_the_hard_one() {
+    let cwd = tempfile::tempdir().unwrap();
+    let data = cwd.path().join("data");
+    let server = Serve::start_with_ulimit(
+        cwd.path(),
+        "-Sn 256",
+        &["--data-dir", data.to_str().unwrap()],
+    );
+    let limits = std::fs::read_to_string(format!("/proc/{}/limits", server.child.id())).unwrap();
+    let open_files: Vec<&str> = limits
+        .lines()
+        .find(|line| line.starts_with("Max open files"))
+        .unwrap()
+        .split_whitespace()
+        .collect();
+    // "Max open files <soft> <hard> files"
+    let (soft, hard) = (open_files[3], open_files[4]);
+    assert_eq!(soft, hard, "{limits}");
+    assert_ne!(
+        soft, "256",
+        "the machine's hard limit is the soft one asked: {limits}"
+    );
+    assert_eq!(server.rest("GET", "/healthz", None).0, 200);
+}
+
 /// The REST side of `mnemon serve` on a data directory: memory and assets through /v1, search by
 /// text with --embedding-model, readiness, and durability across a restart.
 #[test]
@@ -338,26 +442,10 @@ fn serve_requires_keys_once_the_data_directory_has_some() {
     let cwd = tempfile::tempdir().unwrap();
     let data = cwd.path().join("data");
     let data_dir = data.to_str().unwrap();
-    let output = Command::new(env!("CARGO_BIN_EXE_mnemon"))
-        .args([
-            "keys",
-            "create",
-            "--data-dir",
-            data_dir,
-            "--namespace",
-            "acme",
-            "--role",
-            "write",
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let created: Value = serde_json::from_slice(&output.stdout).unwrap();
-    let key = created["key"].as_str().unwrap().to_owned();
+    let key = create_key(["--data-dir", data_dir], "acme", "write")["key"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     let server = Serve::start(cwd.path(), &["--data-dir", data_dir]);
     let (status, error) = server.rest("GET", "/v1/assets", None);
     assert_eq!(
@@ -470,25 +558,7 @@ fn two_servers_share_one_postgresql_database_and_a_killed_one_loses_no_acknowled
     let url = pg.fresh_database("cli_serve_scale_out").unwrap();
     let cwd = tempfile::tempdir().unwrap();
     // One key, created once, in the shared database.
-    let output = Command::new(env!("CARGO_BIN_EXE_mnemon"))
-        .args([
-            "keys",
-            "create",
-            "--database-url",
-            &url,
-            "--namespace",
-            "acme",
-            "--role",
-            "write",
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let created: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let created = create_key(["--database-url", &url], "acme", "write");
     let key = created["key"].as_str().unwrap().to_owned();
     // Each server has a data directory of its own: nothing is shared but the database.
     let start = |name: &str| {

@@ -17,6 +17,12 @@
 //! the batch if it is still open, so a batch cannot be left open by a caller that went away.
 //! Every other use of the write connection ([`Writer::lock`]) first commits an open batch.
 //!
+//! A write waits for the connection at most the busy timeout, as it waits for SQLite's lock:
+//! every namespace's store on the file shares this writer (`shared_file.rs`), so one tenant's
+//! long transaction (a large import, a `forget` or `gc`) would otherwise hold every other
+//! tenant's writes, each keeping a request slot, for as long as it ran. Past the timeout the
+//! write fails with a storage error that says to retry; nothing of it was written.
+//!
 //! A batch, and every other use of the connection, holds the process's turn to write to the
 //! file (`mnemon_db::sqlite::WriteQueue`) from its `BEGIN` to its end, so that the other stores'
 //! writers to the file (assets, artifacts, keys, other namespaces' memory) are served in turn
@@ -30,6 +36,10 @@ use std::time::Duration;
 
 use mnemon_db::sqlite::{WriteQueue, WriteTurn};
 use rusqlite::Connection;
+
+/// The write connection held: `parking_lot`'s, for its timed lock (no poisoning: a panic while
+/// it was held leaves the connection usable, its transaction rolled back on drop).
+pub(super) type ConnGuard<'a> = parking_lot::MutexGuard<'a, Connection>;
 
 use crate::error::MemoryError;
 
@@ -76,11 +86,11 @@ struct OpenBatch {
 /// The write connection and the batch open on it.
 #[derive(Debug)]
 pub(super) struct Writer {
-    conn: Mutex<Connection>,
+    conn: parking_lot::Mutex<Connection>,
     /// The process's writers to the file; `None` for a connection that never writes (a store
     /// opened read-only).
     queue: Option<Arc<WriteQueue>>,
-    /// How long a write waits for its turn: the busy timeout.
+    /// How long a write waits for the connection, and then for its turn: the busy timeout.
     turn_timeout: Duration,
     /// The batch open on the connection: read and replaced only with `conn` held.
     open: Mutex<Option<OpenBatch>>,
@@ -97,7 +107,7 @@ pub(super) struct Writer {
 pub(super) struct Member<'a> {
     writer: &'a Writer,
     /// `Some` until [`Member::finish`] hands the connection on.
-    conn: Option<MutexGuard<'a, Connection>>,
+    conn: Option<ConnGuard<'a>>,
     batch: Arc<Batch>,
 }
 
@@ -126,7 +136,7 @@ pub(super) enum Committed {
 /// The write connection held for a transaction of the caller's own, with its turn at the file.
 pub(super) struct WriterGuard<'a> {
     // Dropped in this order: the connection is free before the next writer is woken.
-    conn: MutexGuard<'a, Connection>,
+    conn: ConnGuard<'a>,
     _turn: Option<WriteTurn>,
 }
 
@@ -153,7 +163,7 @@ impl Writer {
         turn_timeout: Duration,
     ) -> Writer {
         Writer {
-            conn: Mutex::new(conn),
+            conn: parking_lot::Mutex::new(conn),
             queue,
             turn_timeout,
             open: Mutex::new(None),
@@ -169,12 +179,27 @@ impl Writer {
         self.commits.load(Ordering::SeqCst)
     }
 
-    fn acquire(&self) -> MutexGuard<'_, Connection> {
+    /// The connection, however long it takes: for a member that must see its batch end.
+    fn acquire(&self) -> ConnGuard<'_> {
         self.waiting.fetch_add(1, Ordering::SeqCst);
-        // Transactions roll back on drop, so a panic elsewhere leaves the connection usable.
-        let conn = self.conn.lock().unwrap_or_else(PoisonError::into_inner);
+        let conn = self.conn.lock();
         self.waiting.fetch_sub(1, Ordering::SeqCst);
         conn
+    }
+
+    /// The connection for a new write, waited for up to the busy timeout.
+    fn acquire_for_write(&self) -> Result<ConnGuard<'_>, MemoryError> {
+        self.waiting.fetch_add(1, Ordering::SeqCst);
+        let conn = self.conn.try_lock_for(self.turn_timeout);
+        self.waiting.fetch_sub(1, Ordering::SeqCst);
+        conn.ok_or_else(|| MemoryError::Storage {
+            detail: format!(
+                "the memory store's write connection stayed busy for {:?} (another write to \
+                 the same database file held it: a large import, forget or gc); nothing was \
+                 written, so the write can be retried",
+                self.turn_timeout
+            ),
+        })
     }
 
     fn open_slot(&self) -> MutexGuard<'_, Option<OpenBatch>> {
@@ -208,7 +233,7 @@ impl Writer {
     /// The write connection for a call of its own (a transaction it begins and ends itself),
     /// after committing any open batch, once it is this writer's turn at the file.
     pub(super) fn lock(&self) -> Result<WriterGuard<'_>, MemoryError> {
-        let conn = self.acquire();
+        let conn = self.acquire_for_write()?;
         self.commit_open(&conn);
         // Holding the connection while waiting is safe: whoever has the turn does not need
         // this connection (an open batch of it, which would, was just committed).
@@ -218,7 +243,7 @@ impl Writer {
 
     /// The write connection without a turn at the file, after committing any open batch: for
     /// what never waits for SQLite's write lock (reads on a store opened read-only).
-    pub(super) fn lock_without_turn(&self) -> MutexGuard<'_, Connection> {
+    pub(super) fn lock_without_turn(&self) -> ConnGuard<'_> {
         let conn = self.acquire();
         self.commit_open(&conn);
         conn
@@ -236,7 +261,7 @@ impl Writer {
 
     /// Joins the open batch (or opens one) and begins the member's savepoint.
     pub(super) fn join(&self) -> Result<Member<'_>, MemoryError> {
-        let conn = self.acquire();
+        let conn = self.acquire_for_write()?;
         let batch = {
             let mut open = self.open_slot();
             match open.as_ref() {

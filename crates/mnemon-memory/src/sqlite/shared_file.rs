@@ -15,16 +15,15 @@
 //! with the same connection settings and cache budget; a store opened read-only keeps its own
 //! connection (it may carry a temporary view over an older file).
 
-use std::collections::HashMap;
-use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
+use std::ops::{Deref, DerefMut};
+use std::path::Path;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use mnemon_db::DbError;
-use mnemon_db::sqlite::{self, Schema, Settings, WriteQueue};
+use mnemon_db::sqlite::{self, ReadPool, Schema, Settings, Shared, WriteQueue};
 use rusqlite::Connection;
 
-use super::group_commit::Writer;
-use super::readers::Readers;
+use super::group_commit::{ConnGuard, Writer};
 use crate::vector_scan::VectorCache;
 
 /// The connections and the vector cache of one database file, shared by the store handles on
@@ -33,7 +32,7 @@ use crate::vector_scan::VectorCache;
 pub(super) struct SharedFile {
     pub(super) writer: Writer,
     /// `None` when opened read-only: its one connection serves reads.
-    pub(super) readers: Option<Readers>,
+    pub(super) readers: Option<ReadPool>,
     pub(super) vectors: VectorCache,
     /// The thread mirrors of every store on the file, each store's its own
     /// ([`MirrorCache`](super::MirrorCache)): one bound for them all.
@@ -47,29 +46,16 @@ struct Terms {
     vector_cache_bytes: usize,
 }
 
-type Registry = HashMap<PathBuf, Vec<(Terms, Weak<SharedFile>)>>;
-
 /// The shared files alive in this process.
-fn registry() -> MutexGuard<'static, Registry> {
-    static REGISTRY: OnceLock<Mutex<Registry>> = OnceLock::new();
-    REGISTRY
-        .get_or_init(Mutex::default)
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-}
-
-/// The file's registry key: its canonical path once it exists, so that two spellings share.
-fn key(path: &Path) -> PathBuf {
-    std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf())
-}
+static SHARED: Shared<Terms, SharedFile> = Shared::new();
 
 impl SharedFile {
     /// The shared connections of the database at `path` for handles opened with `settings`
     /// and a vector cache of `vector_cache_bytes`: those of a live handle, or new ones, the file
     /// created and `schema` brought to its current version by the first.
     ///
-    /// Two first handles opening at the same moment may each open their own; they work as
-    /// before, apart.
+    /// Two first handles opening at the same moment may each open their own
+    /// ([`Shared::get_or_open`]).
     pub(super) fn open(
         path: &Path,
         settings: &Settings,
@@ -80,40 +66,21 @@ impl SharedFile {
             settings: *settings,
             vector_cache_bytes,
         };
-        let live = registry().get(&key(path)).and_then(|shared| {
-            shared
-                .iter()
-                .filter(|(t, _)| *t == terms)
-                .find_map(|(_, weak)| weak.upgrade())
-        });
-        if let Some(shared) = live {
-            return Ok(shared);
-        }
-        // Opened outside the registry's lock: opening may wait for another process's
-        // migration, and other files' handles must not wait for it.
-        let conn = sqlite::open(path, settings, schema)?;
-        // After `open`: the file exists, is in WAL mode and has the current schema.
-        let readers = Readers::open(path, settings)?;
-        let shared = Arc::new(SharedFile {
-            writer: Writer::new(
-                conn,
-                Some(WriteQueue::for_file(path)),
-                settings.busy_timeout,
-            ),
-            readers: Some(readers),
-            vectors: VectorCache::new(vector_cache_bytes),
-            mirrors: Mutex::default(),
-        });
-        let mut registry = registry();
-        registry.retain(|_, shared| {
-            shared.retain(|(_, weak)| weak.strong_count() > 0);
-            !shared.is_empty()
-        });
-        registry
-            .entry(key(path))
-            .or_default()
-            .push((terms, Arc::downgrade(&shared)));
-        Ok(shared)
+        SHARED.get_or_open(path, terms, || {
+            let conn = sqlite::open(path, settings, schema)?;
+            // After `open`: the file exists, is in WAL mode and has the current schema.
+            let readers = ReadPool::open(path, settings)?;
+            Ok(SharedFile {
+                writer: Writer::new(
+                    conn,
+                    Some(WriteQueue::for_file(path)),
+                    settings.busy_timeout,
+                ),
+                readers: Some(readers),
+                vectors: VectorCache::new(vector_cache_bytes),
+                mirrors: Mutex::default(),
+            })
+        })
     }
 
     /// A store's own connection, opened read-only: shared with no other handle.
@@ -125,6 +92,44 @@ impl SharedFile {
             vectors: VectorCache::new(vector_cache_bytes),
             mirrors: Mutex::default(),
         })
+    }
+}
+
+/// A connection held for a read: one of the readers, or a store's only connection when it
+/// was opened read-only.
+pub(super) enum ReadConn<'a> {
+    Pool(MutexGuard<'a, Connection>),
+    Writer(ConnGuard<'a>),
+}
+
+impl Deref for ReadConn<'_> {
+    type Target = Connection;
+
+    fn deref(&self) -> &Connection {
+        match self {
+            ReadConn::Pool(conn) => conn,
+            ReadConn::Writer(conn) => conn,
+        }
+    }
+}
+
+impl DerefMut for ReadConn<'_> {
+    fn deref_mut(&mut self) -> &mut Connection {
+        match self {
+            ReadConn::Pool(conn) => conn,
+            ReadConn::Writer(conn) => conn,
+        }
+    }
+}
+
+impl SharedFile {
+    /// A connection for a read: one of the readers, which never wait for the writer's
+    /// transaction, or, opened read-only, the one connection (which never writes).
+    pub(super) fn reader(&self) -> ReadConn<'_> {
+        match &self.readers {
+            Some(readers) => ReadConn::Pool(readers.take()),
+            None => ReadConn::Writer(self.writer.lock_without_turn()),
+        }
     }
 }
 

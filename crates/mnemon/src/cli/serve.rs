@@ -224,6 +224,18 @@ fn seconds(text: &str) -> Result<f64, String> {
 /// Runs the server until SIGINT or SIGTERM.
 pub(crate) fn run(args: ServeArgs, target: &Target<'_>, quiet: bool) -> CliResult {
     init_logging(quiet);
+    // Connections take a descriptor each: the soft limit (often 1,024) would cap them.
+    match mnemon_host::raise_fd_limit() {
+        Ok(Some((before, after))) => {
+            tracing::info!(
+                before,
+                after,
+                "raised the open-file limit to its hard limit"
+            );
+        }
+        Ok(None) => {}
+        Err(error) => tracing::warn!(%error, "cannot raise the open-file limit"),
+    }
     let data_dir = target.data_dir;
     let loopback = args.addr.ip().is_loopback();
     let keys = key_store(target)?;
@@ -374,8 +386,9 @@ fn server_config(
         // Every key's namespace is served, each opened on its first request.
         let tenants = Tenants::new(move |asked: &Namespace| {
             let options = options.clone().with_namespace(asked.clone());
-            let stores = Mnemon::open_with(&dir, &options)
-                .map_err(|e| OpsError::invalid(format!("cannot open the stores to serve: {e}")))?;
+            let stores = Mnemon::open_with(&dir, &options).map_err(|e| {
+                OpsError::unavailable(format!("cannot open the stores to serve: {e}"))
+            })?;
             let service = Service::new(stores).with_index(index);
             Ok(match &embedder {
                 Some(embedder) => service.with_embedder(Arc::clone(embedder)),
@@ -414,7 +427,8 @@ fn server_config(
                     served.as_str()
                 )));
             }
-            open().map_err(|e| OpsError::invalid(format!("cannot open the stores to serve: {e}")))
+            open()
+                .map_err(|e| OpsError::unavailable(format!("cannot open the stores to serve: {e}")))
         })
     };
     Ok(ServerConfig {

@@ -1,39 +1,41 @@
-//! The read connections of a writable [`SqliteMemoryStore`](super::SqliteMemoryStore), shared
-//! with every store on the same file (`shared_file.rs`).
+//! A pool of read connections to one database file, shared by every store handle of a process
+//! on that file (each store's own registry: `mnemon-store`'s asset connections,
+//! `mnemon-artifacts`' and `mnemon-memory`'s `sqlite/shared_file.rs`).
 //!
-//! The store's one write connection is held from `BEGIN IMMEDIATE` to `COMMIT`, the commit's
-//! WAL fsync included (`Durability::Full`). Reads used to take that same connection, so every
-//! recall queued behind every add of every session (the SQLite mix of docs/bench-server.md).
-//! In WAL mode a read transaction on another connection never waits for the writer and sees
-//! every transaction committed before it began, so reads go to connections of their own: a
-//! committed (acknowledged) write is seen by every later read, on whichever connection it
-//! runs.
+//! A store's write connection is held from `BEGIN IMMEDIATE` to `COMMIT`, the commit's WAL
+//! fsync included (`Durability::Full`). Reads that took that same connection queued behind
+//! every write (the SQLite mix of docs/bench-server.md). In WAL mode a read transaction on
+//! another connection never waits for the writer and sees every transaction committed before it
+//! began, so reads go to connections of their own: a committed (acknowledged) write is seen by
+//! every later read, on whichever connection it runs.
 //!
-//! The pool grows on demand, up to [`MAX_READERS`]: the first connection is opened with the
-//! store (a file that cannot be read fails the open, not the first read), the others only when
+//! The pool grows on demand, up to [`ReadPool::MAX`]: the first connection is opened with the
+//! pool (a file that cannot be read fails the open, not the first read), the others only when
 //! every open one is busy, so a store used by one thread at a time (the CLI, most tests) keeps
-//! two connections. Each reader is `query_only`: a write routed to a reader by mistake fails
-//! instead of bypassing the writer's `BEGIN IMMEDIATE`.
+//! one reader. Each reader is `query_only`: a write routed to a reader by mistake fails instead
+//! of bypassing the writer's `BEGIN IMMEDIATE`. A pool of one given connection
+//! ([`ReadPool::of`]) serves a store opened read-only, whose connection may carry views over an
+//! older file and so cannot be copied.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError, TryLockError};
 
-use mnemon_db::DbError;
-use mnemon_db::sqlite::{self, Settings};
 use rusqlite::Connection;
 
-/// How many read connections a file's stores open at most. Reads are short (a thread's row, its
-/// vectors from the store's cache, the winners' bodies), so a few connections serve many
-/// concurrent requests; each holds its own page cache (SQLite's default, about 2 MB).
-pub(super) const MAX_READERS: usize = 4;
+use crate::DbError;
+use crate::sqlite::{self, Settings};
 
-/// A store's read connections: the first, opened with the store, and up to
-/// [`MAX_READERS`]` - 1` more opened on demand.
+/// How many read connections a pool opens at most.
+const MAX_READERS: usize = 4;
+
+/// Read connections to one database file: the first, opened with the pool, and up to
+/// [`ReadPool::MAX`]` - 1` more opened on demand.
 #[derive(Debug)]
-pub(super) struct Readers {
-    /// The database file, for the connections opened later.
-    path: PathBuf,
+pub struct ReadPool {
+    /// The database file, for the connections opened later; `None` for a pool of one given
+    /// connection, which never grows.
+    path: Option<PathBuf>,
     /// The store's connection settings (busy timeout, durability), for the same.
     settings: Settings,
     /// The connection every read can fall back to waiting for.
@@ -45,16 +47,23 @@ pub(super) struct Readers {
     /// Serialises the opening of new connections, so that two busy readers never both open
     /// one for the same slot.
     growing: Mutex<()>,
-    /// Where the next [`Readers::take`] starts looking: consecutive reads spread over the
+    /// Where the next [`ReadPool::take`] starts looking: consecutive reads spread over the
     /// connections instead of all trying the first.
     next: AtomicUsize,
 }
 
-impl Readers {
-    /// The pool of the database at `path`, with its first connection open.
-    pub(super) fn open(path: &Path, settings: &Settings) -> Result<Readers, DbError> {
-        Ok(Readers {
-            path: path.to_path_buf(),
+impl ReadPool {
+    /// How many read connections a pool opens at most. Reads are short (an asset's rows, a
+    /// thread's row, the winners' bodies of a recall), so a few connections serve many
+    /// concurrent requests; each holds its own page cache (SQLite's default, about 2 MB) and
+    /// file descriptors.
+    pub const MAX: usize = MAX_READERS;
+
+    /// The pool of the database at `path`, with its first connection open (`query_only`, set
+    /// up with `settings`). The file must exist.
+    pub fn open(path: &Path, settings: &Settings) -> Result<ReadPool, DbError> {
+        Ok(ReadPool {
+            path: Some(path.to_path_buf()),
             settings: *settings,
             first: Mutex::new(connect(path, settings)?),
             more: Default::default(),
@@ -64,10 +73,23 @@ impl Readers {
         })
     }
 
+    /// A pool of `conn` alone, which never grows: for a store opened read-only.
+    pub fn of(conn: Connection) -> ReadPool {
+        ReadPool {
+            path: None,
+            settings: Settings::default(),
+            first: Mutex::new(conn),
+            more: Default::default(),
+            opened: AtomicUsize::new(1),
+            growing: Mutex::new(()),
+            next: AtomicUsize::new(0),
+        }
+    }
+
     /// A read connection, for the caller alone until the guard drops: a free one if there is
-    /// one (tried round-robin), else a new one while fewer than [`MAX_READERS`] are open, else
-    /// the first one tried, waited for.
-    pub(super) fn take(&self) -> MutexGuard<'_, Connection> {
+    /// one (tried round-robin), else a new one while fewer than [`ReadPool::MAX`] are open,
+    /// else the first one tried, waited for.
+    pub fn take(&self) -> MutexGuard<'_, Connection> {
         let start = self.next.fetch_add(1, Ordering::Relaxed);
         if let Some(free) = self.free(start) {
             return free;
@@ -103,12 +125,15 @@ impl Readers {
     /// Opens one more connection into the next empty slot; `Ok(false)` when every slot is
     /// filled.
     fn grow(&self) -> Result<bool, DbError> {
+        let Some(path) = &self.path else {
+            return Ok(false);
+        };
         let _growing = self.growing.lock().unwrap_or_else(PoisonError::into_inner);
         let opened = self.opened.load(Ordering::Acquire);
         let Some(slot) = opened.checked_sub(1).and_then(|i| self.more.get(i)) else {
             return Ok(false);
         };
-        let conn = connect(&self.path, &self.settings)?;
+        let conn = connect(path, &self.settings)?;
         // Only a thread holding `growing` fills a slot, and `opened` says this one is empty.
         let _ = slot.set(Mutex::new(conn));
         self.opened.store(opened + 1, Ordering::Release);
@@ -148,7 +173,9 @@ mod tests {
     #[test]
     fn the_pool_grows_on_demand_up_to_its_bound() {
         let dir = tempfile::tempdir().unwrap();
-        let readers = Readers::open(&dir.path().join("r.sqlite3"), &Settings::default()).unwrap();
+        let path = dir.path().join("r.sqlite3");
+        drop(sqlite::connect(&path, &Settings::default()).unwrap());
+        let readers = ReadPool::open(&path, &Settings::default()).unwrap();
         let opened = || readers.opened.load(Ordering::Acquire);
         assert_eq!(opened(), 1);
         // One at a time: the first connection serves every read.
