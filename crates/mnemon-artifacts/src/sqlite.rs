@@ -22,12 +22,13 @@
 
 use std::collections::BTreeSet;
 use std::path::Path;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
 use mnemon_db::expiry::{Clock, Expiry, SystemClock, is_live};
 use mnemon_db::sqlite::{
-    self, Migration, ReadPool, Schema, Settings, Shared, WriteQueue, WriteTurn,
+    self, ConnGuard, ConnMutex, Migration, ReadPool, Schema, Settings, Shared, WriteQueue,
+    WriteTurn,
 };
 use mnemon_db::{DbError, Durability, Namespace};
 use mnemon_filter::{Dialect, Filter, SqlParam};
@@ -240,7 +241,7 @@ impl SqliteArtifactStore {
                 let conn = sqlite::open(path, &settings, &SCHEMA)?;
                 // After `open`: the file exists, in WAL mode, with the current schema.
                 Ok(Connections {
-                    conn: Mutex::new(conn),
+                    conn: ConnMutex::new(conn),
                     writers: Some(WriteQueue::for_file(path)),
                     readers: Some(ReadPool::open(path, &settings)?),
                 })
@@ -399,9 +400,10 @@ impl SqliteArtifactStore {
         let mut all: Vec<&dyn rusqlite::ToSql> = vec![&ns];
         all.extend_from_slice(params);
         let (private, namespace) = (backends.is_private_to_namespace(), ns);
-        let conn = self.conn();
-        // The records' transaction has a turn of its own, and so has each content batch below,
-        // so that other writers to the file (other stores, other namespaces) go between them.
+        // The records' transaction holds the connection and a turn of its own, and so does
+        // each content batch below, so that other writers to the file (other stores, other
+        // namespaces' saves on this shared connection) go between them.
+        let conn = self.writer(action)?;
         let turn = self.write_turn(action)?;
         sqlite::begin_immediate(&conn, self.busy_timeout)
             .map_err(|e| ArtifactError::database(action, e))?;
@@ -442,23 +444,27 @@ impl SqliteArtifactStore {
             .into_iter()
             .map(|(backend, id)| StorageLocation { backend, id })
             .collect();
+        drop(conn);
         for batch in locations.chunks(CONTENT_BATCH) {
             // Under the write lock, as a save writes content: no save to these locations can
             // commit between the check and the removal.
-            let turn = self.write_turn(action);
-            let began = match &turn {
-                Ok(_) => sqlite::begin_immediate(&conn, self.busy_timeout)
-                    .map_err(|e| ArtifactError::database(action, e)),
-                Err(e) => Err(ArtifactError::database(action, e.to_string())),
-            };
-            if let Err(e) = began {
-                for location in batch {
-                    sweep
-                        .content_errors
-                        .push(format!("{}:{}: {e}", location.backend, location.id));
+            let held = self.writer(action).and_then(|conn| {
+                let turn = self.write_turn(action)?;
+                sqlite::begin_immediate(&conn, self.busy_timeout)
+                    .map_err(|e| ArtifactError::database(action, e))?;
+                Ok((conn, turn))
+            });
+            let (conn, turn) = match held {
+                Ok(held) => held,
+                Err(e) => {
+                    for location in batch {
+                        sweep
+                            .content_errors
+                            .push(format!("{}:{}: {e}", location.backend, location.id));
+                    }
+                    continue;
                 }
-                continue;
-            }
+            };
             let mut unshared = Vec::new();
             for location in batch {
                 // A namespace-private registry's content is this namespace's alone: only its
@@ -490,6 +496,7 @@ impl SqliteArtifactStore {
             sweep.remove_contents(&unshared, backends);
             // Nothing was written: ending the transaction releases the lock.
             let _ = conn.execute_batch("ROLLBACK");
+            drop(conn);
             drop(turn);
         }
         Ok(sweep)
@@ -525,19 +532,37 @@ impl SqliteArtifactStore {
             .map_err(|e| ArtifactError::database(action, e))
     }
 
-    /// The write connection (for a store in memory or opened read-only, its only one).
-    fn conn(&self) -> MutexGuard<'_, Connection> {
+    /// The write connection (for a store in memory or opened read-only, its only one), however
+    /// long it takes: for reads on that one connection.
+    fn conn(&self) -> ConnGuard<'_> {
         // A panic while holding the lock cannot leave a half-applied change: SQLite rolls back
         // any statement or transaction that did not complete.
+        self.connections.conn.lock()
+    }
+
+    /// The write connection for a write, waited for up to the busy timeout: the handles of
+    /// every namespace on the file share it, and one namespace's long sweep must not hold the
+    /// others' saves for as long as it runs.
+    fn writer(&self, action: &'static str) -> Result<ConnGuard<'_>, ArtifactError> {
         self.connections
             .conn
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
+            .try_lock_for(self.busy_timeout)
+            .ok_or_else(|| {
+                ArtifactError::database(
+                    action,
+                    format!(
+                        "the artifact store's write connection stayed busy for {:?} (another \
+                         save or sweep on the same database file held it); nothing was \
+                         written, so it can be retried",
+                        self.busy_timeout
+                    ),
+                )
+            })
     }
 
     /// A connection for a read alone: one of the file's readers, which never wait for a save,
     /// or the store's only connection.
-    fn reader(&self) -> MutexGuard<'_, Connection> {
+    fn reader(&self) -> ConnGuard<'_> {
         match &self.connections.readers {
             Some(readers) => readers.take(),
             None => self.conn(),
@@ -571,7 +596,7 @@ impl SqliteArtifactStore {
 #[derive(Debug)]
 struct Connections {
     /// Saves and deletes (and everything, without `readers`).
-    conn: Mutex<Connection>,
+    conn: ConnMutex,
     /// The process's writers to the file: a write takes its turn here once it holds `conn`.
     writers: Option<Arc<WriteQueue>>,
     readers: Option<ReadPool>,
@@ -581,7 +606,7 @@ impl Connections {
     /// `conn` alone, for reads and writes, taking no turns: a store in memory or read-only.
     fn one(conn: Connection) -> Arc<Connections> {
         Arc::new(Connections {
-            conn: Mutex::new(conn),
+            conn: ConnMutex::new(conn),
             writers: None,
             readers: None,
         })
@@ -736,7 +761,7 @@ impl ArtifactStore for SqliteArtifactStore {
             .map_err(ArtifactError::ContentEncoding)?;
         // The connection before the turn: a writer holding the file's turn must never wait
         // for this connection (held by the other namespaces' saves waiting for their turn).
-        let conn = self.conn();
+        let conn = self.writer(ACTION)?;
         let _turn = self.write_turn(ACTION)?;
         // The write lock is taken before the content is written and released after the record
         // is committed: another save (in this process or another) cannot write the same
@@ -907,7 +932,7 @@ impl ArtifactStore for SqliteArtifactStore {
     fn delete(&self, id: Uuid) -> Result<bool, ArtifactError> {
         const ACTION: &str = "deleting an artifact";
         // An expired record is removed too, but reported absent, as reads report it.
-        let conn = self.conn();
+        let conn = self.writer(ACTION)?;
         let _turn = self.write_turn(ACTION)?;
         let removed: Option<Option<i64>> = conn
             .prepare_cached(
@@ -984,6 +1009,7 @@ mod tests {
         let open = |namespace: &str| {
             let options = SqliteArtifactOptions {
                 namespace: Namespace::new(namespace).unwrap(),
+                busy_timeout: Duration::from_millis(200),
                 ..SqliteArtifactOptions::default()
             };
             SqliteArtifactStore::open_with(&path, options).unwrap()
@@ -993,12 +1019,19 @@ mod tests {
         let reader = SqliteArtifactStore::open_read_only(&path).unwrap();
         assert!(!Arc::ptr_eq(&a.connections, &reader.connections));
         a.save(&Artifact::new("s", "k", "t", "n")).unwrap();
-        // A read while another namespace's handle holds the write connection: served by a
-        // reader, it does not wait.
-        let held = b.conn();
+        // While another namespace's handle holds the write connection (a long sweep), reads
+        // are served by the readers, and a save waits no longer than the busy timeout, then
+        // fails with an error that says to retry.
+        let held = b.writer("sweeping").unwrap();
         assert_eq!(a.list("s", None).unwrap().len(), 1);
         assert!(b.list("s", None).unwrap().is_empty());
+        let started = std::time::Instant::now();
+        let error = a.save(&Artifact::new("s", "k2", "t", "n")).unwrap_err();
+        assert!(error.to_string().contains("retried"), "{error}");
+        assert!(started.elapsed() >= Duration::from_millis(150));
         drop(held);
+        a.save(&Artifact::new("s", "k2", "t", "n")).unwrap();
+        assert_eq!(a.list("s", None).unwrap().len(), 2);
     }
 
     #[test]

@@ -32,9 +32,10 @@
 //! first come first served, before they ask SQLite for its write lock, whose busy handler
 //! polls with growing sleeps and favours no one (`sqlite/write_queue.rs`).
 //!
-//! **Shared by handles.** Every store handle of a process on one file, whatever its namespace,
-//! shares that store's connections ([`Shared`], `sqlite/shared.rs`), and reads go to a pool of
-//! read connections ([`ReadPool`]), not the writer's.
+//! **Shared by handles.** Every writable store handle of a process on one file opened with the
+//! same [`Settings`], whatever its namespace, shares that store's connections ([`Shared`],
+//! `sqlite/shared.rs`), and reads go to a pool of read connections ([`ReadPool`]), not the
+//! writer's. A shared write connection is waited for at most the busy timeout ([`ConnMutex`]).
 //!
 //! **Read-only.** [`open_read_only`] never writes and never creates anything: it opens the file
 //! with `SQLITE_OPEN_READONLY`, and when SQLite cannot open the WAL's shared-memory file (a
@@ -58,6 +59,15 @@ pub use crate::schema::{Migration, Schema};
 use crate::{DbError, Durability};
 use checkpointer::Checkpointer;
 pub use read_pool::ReadPool;
+
+/// A connection held through one of the stores' connection mutexes (`parking_lot`'s, for
+/// their timed lock: a write waits for a shared write connection up to the busy timeout; and
+/// never poisoned: a panic while one was held leaves the connection usable, its transaction
+/// rolled back on drop).
+pub type ConnGuard<'a> = parking_lot::MutexGuard<'a, Connection>;
+
+/// The mutex every [`ConnGuard`] comes from.
+pub type ConnMutex = parking_lot::Mutex<Connection>;
 pub use shared::Shared;
 pub use write_queue::{WriteConnection, WriteGuard, WriteQueue, WriteTurn};
 

@@ -283,7 +283,8 @@ fn fd_limit() -> Option<u64> {
     None
 }
 
-/// Raises the process's soft limit on open file descriptors to its hard limit, as a server
+/// Raises the process's soft limit on open file descriptors to its hard limit (on macOS, to
+/// at most its per-process maximum of 10,240), as a server
 /// that holds many connections should (Go's runtime does it for every program): Linux
 /// distributions commonly start processes with a soft limit of 1,024 under a hard limit of
 /// hundreds of thousands, and the soft one caps the connections served
@@ -306,14 +307,30 @@ pub fn raise_fd_limit() -> std::io::Result<Option<(u64, u64)>> {
         return Ok(None);
     }
     let before = limit.rlim_cur as u64;
-    limit.rlim_cur = limit.rlim_max;
-    // SAFETY: setrlimit reads one `rlimit` through a valid pointer; raising the soft limit up
-    // to the hard one needs no privilege.
-    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &limit) } != 0 {
-        return Err(std::io::Error::last_os_error());
+    // macOS reports an unlimited hard limit but refuses a soft one above its per-process
+    // maximum (`OPEN_MAX`, 10,240): that is tried next.
+    let mut error = None;
+    for soft in [limit.rlim_max, MACOS_OPEN_MAX.min(limit.rlim_max)] {
+        if soft <= limit.rlim_cur {
+            break;
+        }
+        let raised = libc::rlimit {
+            rlim_cur: soft,
+            rlim_max: limit.rlim_max,
+        };
+        // SAFETY: setrlimit reads one `rlimit` through a valid pointer; raising the soft
+        // limit up to the hard one needs no privilege.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } == 0 {
+            return Ok(Some((before, soft as u64)));
+        }
+        error = Some(std::io::Error::last_os_error());
     }
-    Ok(Some((before, limit.rlim_cur as u64)))
+    error.map_or(Ok(None), Err)
 }
+
+/// The most files a macOS process may open (`OPEN_MAX` in its `<sys/syslimits.h>`).
+#[cfg(unix)]
+const MACOS_OPEN_MAX: libc::rlim_t = 10_240;
 
 /// Without Unix resource limits there is nothing to raise.
 #[cfg(not(unix))]

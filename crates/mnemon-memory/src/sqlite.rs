@@ -79,7 +79,7 @@ mod group_commit;
 mod shared_file;
 
 use group_commit::WriterGuard;
-use shared_file::{ReadConn, SharedFile};
+use shared_file::SharedFile;
 
 /// The memory tables' schema: `memory_schema` holds the version (its key column is `id`, as in
 /// files written before `mnemon-db`).
@@ -584,7 +584,7 @@ impl SqliteMemoryStore {
     /// transaction takes its snapshot (its first statement), as with the writer: every write
     /// through this store changes the mirror and commits under that lock, so the snapshot and
     /// the mirror cannot pass each other.
-    fn reader(&self) -> ReadConn<'_> {
+    fn reader(&self) -> sqlite::ConnGuard<'_> {
         self.file.reader()
     }
 

@@ -7,6 +7,8 @@ use mnemon_memory::MemoryError;
 use mnemon_refs::RefsError;
 use mnemon_store::{ResolveError, StoreError};
 
+use crate::stores::OpenError;
+
 /// What kind of failure an error is, for a transport to choose its status by (HTTP: 400, 404,
 /// 409, 422, 503, 500).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -99,27 +101,18 @@ pub enum OpsError {
     /// A library error.
     #[error(transparent)]
     Library(mnemon_library::LibraryError),
-    /// A part the operation needs cannot be reached or opened for now (a namespace's stores
-    /// that did not open: the database down, the process out of file descriptors); the same
-    /// request may succeed later.
-    #[error("{message}")]
-    Unavailable {
-        /// What failed and what to check.
-        message: String,
-    },
+    /// The namespace's stores did not open (a server opens them on the namespace's first
+    /// request): for now, when the database could not be reached or a connection opened (the
+    /// process out of file descriptors), and the same request may succeed later; for good
+    /// when the file is damaged or written by a newer Mnemon.
+    #[error("cannot open the stores to serve: {0}")]
+    Open(OpenError),
 }
 
 impl OpsError {
     /// An [`OpsError::InvalidInput`] with this message.
     pub fn invalid(message: impl Into<String>) -> OpsError {
         OpsError::InvalidInput {
-            message: message.into(),
-        }
-    }
-
-    /// An [`OpsError::Unavailable`] with this message.
-    pub fn unavailable(message: impl Into<String>) -> OpsError {
-        OpsError::Unavailable {
             message: message.into(),
         }
     }
@@ -136,7 +129,14 @@ impl OpsError {
             OpsError::MessageNotFound { .. } => "message_not_found",
             OpsError::NoLibrary => "no_library",
             OpsError::NoEmbedder => "embedder_not_configured",
-            OpsError::Unavailable { .. } => "storage_unavailable",
+            OpsError::Open(error) => match error {
+                OpenError::Assets(StoreError::Storage { .. })
+                | OpenError::Artifacts(ArtifactError::Database { .. })
+                | OpenError::Memory(MemoryError::Storage { .. }) => "storage_unavailable",
+                #[cfg(feature = "postgres")]
+                OpenError::Database(_) => "storage_unavailable",
+                _ => "internal",
+            },
             OpsError::Store(error) => match error {
                 StoreError::Resolve(ResolveError::AssetNotFound { .. }) => "asset_not_found",
                 StoreError::Resolve(_) => "reference_unresolved",
@@ -254,11 +254,23 @@ mod tests {
             detail: "gone".into(),
         });
         assert_eq!(storage.kind(), ErrorKind::Unavailable);
-        // Stores that did not open are the service's trouble, for now, not the caller's.
-        let closed = OpsError::unavailable("cannot open the stores to serve: too many open files");
+        // Stores that did not open are the service's trouble, not the caller's: for now when
+        // a connection could not be opened, for good when the file is from a newer Mnemon.
+        let closed = OpsError::Open(OpenError::Assets(StoreError::Storage {
+            action: "opening",
+            error: "unable to open database file".into(),
+        }));
         assert_eq!(
             (closed.code(), closed.kind()),
             ("storage_unavailable", ErrorKind::Unavailable)
+        );
+        let newer = OpsError::Open(OpenError::Memory(MemoryError::SchemaVersion {
+            found: 99,
+            supported: 13,
+        }));
+        assert_eq!(
+            (newer.code(), newer.kind()),
+            ("internal", ErrorKind::Internal)
         );
     }
 }

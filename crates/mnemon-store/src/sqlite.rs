@@ -46,18 +46,18 @@
 //! write lock, nothing created, and it works on a read-only directory or mount.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, MutexGuard};
+use std::sync::Arc;
 use std::time::Duration;
 
 use mnemon_db::expiry::{Clock, Expiry, SystemClock, is_live};
 use mnemon_db::sqlite::{
-    self, Migration, ReadPool, Schema, Settings, Shared, WriteConnection, WriteGuard,
+    self, ConnGuard, Migration, ReadPool, Schema, Settings, Shared, WriteConnection, WriteGuard,
 };
 use mnemon_db::{DbError, Durability, Namespace};
 use mnemon_filter::{Dialect, Filter, SqlParam};
 use mnemon_types::Asset;
 use rusqlite::types::Value as SqlValue;
-use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior, params};
+use rusqlite::{OptionalExtension, Transaction, TransactionBehavior, params};
 
 use crate::codec::CodecRegistry;
 use crate::encoding::{self, Encoded, StoredLeaf};
@@ -432,7 +432,7 @@ impl SqliteAssetStore {
     }
 
     /// A read connection, for this read alone: never the writer's, so it waits for no write.
-    fn reader(&self) -> MutexGuard<'_, Connection> {
+    fn reader(&self) -> ConnGuard<'_> {
         self.connections.readers.take()
     }
 
@@ -785,6 +785,7 @@ impl Drop for Connections {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rusqlite::Connection;
     use serde_json::json;
 
     /// A leaf lost behind the store's back is reported as corruption, not read back as null.

@@ -345,6 +345,7 @@ fn serve_holds_many_namespaces_within_a_low_fd_limit() {
 /// The soft limit on open files (often 1,024) capped the connections `mnemon serve` accepted:
 /// it raises it to the hard limit at start.
 #[test]
+#[cfg(target_os = "linux")] // reads /proc
 fn serve_raises_the_soft_fd_limit_to_the_hard_one() {
     let cwd = tempfile::tempdir().unwrap();
     let data = cwd.path().join("data");

@@ -18,13 +18,14 @@
 //! older file and so cannot be copied.
 
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError, TryLockError};
 
+use parking_lot::Mutex;
 use rusqlite::Connection;
 
 use crate::DbError;
-use crate::sqlite::{self, Settings};
+use crate::sqlite::{self, ConnGuard, Settings};
 
 /// How many read connections a pool opens at most.
 const MAX_READERS: usize = 4;
@@ -89,7 +90,7 @@ impl ReadPool {
     /// A read connection, for the caller alone until the guard drops: a free one if there is
     /// one (tried round-robin), else a new one while fewer than [`ReadPool::MAX`] are open,
     /// else the first one tried, waited for.
-    pub fn take(&self) -> MutexGuard<'_, Connection> {
+    pub fn take(&self) -> ConnGuard<'_> {
         let start = self.next.fetch_add(1, Ordering::Relaxed);
         if let Some(free) = self.free(start) {
             return free;
@@ -103,23 +104,15 @@ impl ReadPool {
             return free;
         }
         let opened = self.opened.load(Ordering::Acquire).max(1);
-        self.slot(start % opened)
-            .unwrap_or(&self.first)
-            .lock()
-            // A panic during a read leaves the connection as usable as ever: the transaction
-            // it held rolled back when it was dropped.
-            .unwrap_or_else(PoisonError::into_inner)
+        // A panic during a read leaves the connection as usable as ever (the transaction it
+        // held rolled back when it was dropped): `parking_lot`'s mutexes are not poisoned.
+        self.slot(start % opened).unwrap_or(&self.first).lock()
     }
 
     /// An open connection nobody holds, trying them from `start` (modulo how many are open).
-    fn free(&self, start: usize) -> Option<MutexGuard<'_, Connection>> {
+    fn free(&self, start: usize) -> Option<ConnGuard<'_>> {
         let opened = self.opened.load(Ordering::Acquire).max(1);
-        (0..opened).find_map(|i| match self.slot((start + i) % opened)?.try_lock() {
-            Ok(conn) => Some(conn),
-            // As in `take`: the connection is usable.
-            Err(TryLockError::Poisoned(poisoned)) => Some(poisoned.into_inner()),
-            Err(TryLockError::WouldBlock) => None,
-        })
+        (0..opened).find_map(|i| self.slot((start + i) % opened)?.try_lock())
     }
 
     /// Opens one more connection into the next empty slot; `Ok(false)` when every slot is
@@ -128,7 +121,7 @@ impl ReadPool {
         let Some(path) = &self.path else {
             return Ok(false);
         };
-        let _growing = self.growing.lock().unwrap_or_else(PoisonError::into_inner);
+        let _growing = self.growing.lock();
         let opened = self.opened.load(Ordering::Acquire);
         let Some(slot) = opened.checked_sub(1).and_then(|i| self.more.get(i)) else {
             return Ok(false);

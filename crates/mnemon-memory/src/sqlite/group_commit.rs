@@ -34,12 +34,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use mnemon_db::sqlite::{WriteQueue, WriteTurn};
+use mnemon_db::sqlite::{ConnGuard, ConnMutex, WriteQueue, WriteTurn};
 use rusqlite::Connection;
-
-/// The write connection held: `parking_lot`'s, for its timed lock (no poisoning: a panic while
-/// it was held leaves the connection usable, its transaction rolled back on drop).
-pub(super) type ConnGuard<'a> = parking_lot::MutexGuard<'a, Connection>;
 
 use crate::error::MemoryError;
 
@@ -86,7 +82,7 @@ struct OpenBatch {
 /// The write connection and the batch open on it.
 #[derive(Debug)]
 pub(super) struct Writer {
-    conn: parking_lot::Mutex<Connection>,
+    conn: ConnMutex,
     /// The process's writers to the file; `None` for a connection that never writes (a store
     /// opened read-only).
     queue: Option<Arc<WriteQueue>>,
@@ -115,9 +111,9 @@ impl Drop for Member<'_> {
     fn drop(&mut self) {
         if let Some(conn) = self.conn.take() {
             let _ = conn.execute_batch(&format!("ROLLBACK TO {SAVEPOINT}; RELEASE {SAVEPOINT}"));
-            // With nobody in line, nobody else would end the batch, which holds the file's
-            // write turn (and SQLite's lock) meanwhile: the other members' writes commit now.
-            if self.writer.waiting.load(Ordering::SeqCst) == 0 {
+            // The batch holds the file's write turn (and SQLite's lock) until it ends: it ends
+            // now unless someone will end it.
+            if self.writer.must_end(&self.batch) {
                 self.writer.commit_open(&conn);
             }
         }
@@ -163,7 +159,7 @@ impl Writer {
         turn_timeout: Duration,
     ) -> Writer {
         Writer {
-            conn: parking_lot::Mutex::new(conn),
+            conn: ConnMutex::new(conn),
             queue,
             turn_timeout,
             open: Mutex::new(None),
@@ -179,7 +175,8 @@ impl Writer {
         self.commits.load(Ordering::SeqCst)
     }
 
-    /// The connection, however long it takes: for a member that must see its batch end.
+    /// The connection, however long it takes: for what never writes (the reads of a store
+    /// opened read-only) and the checkpoint at close.
     fn acquire(&self) -> ConnGuard<'_> {
         self.waiting.fetch_add(1, Ordering::SeqCst);
         let conn = self.conn.lock();
@@ -187,19 +184,25 @@ impl Writer {
         conn
     }
 
+    /// The connection, if it comes within `wait`.
+    fn acquire_within(&self, wait: Duration) -> Option<ConnGuard<'_>> {
+        self.waiting.fetch_add(1, Ordering::SeqCst);
+        let conn = self.conn.try_lock_for(wait);
+        self.waiting.fetch_sub(1, Ordering::SeqCst);
+        conn
+    }
+
     /// The connection for a new write, waited for up to the busy timeout.
     fn acquire_for_write(&self) -> Result<ConnGuard<'_>, MemoryError> {
-        self.waiting.fetch_add(1, Ordering::SeqCst);
-        let conn = self.conn.try_lock_for(self.turn_timeout);
-        self.waiting.fetch_sub(1, Ordering::SeqCst);
-        conn.ok_or_else(|| MemoryError::Storage {
-            detail: format!(
-                "the memory store's write connection stayed busy for {:?} (another write to \
+        self.acquire_within(self.turn_timeout)
+            .ok_or_else(|| MemoryError::Storage {
+                detail: format!(
+                    "the memory store's write connection stayed busy for {:?} (another write to \
                  the same database file held it: a large import, forget or gc); nothing was \
                  written, so the write can be retried",
-                self.turn_timeout
-            ),
-        })
+                    self.turn_timeout
+                ),
+            })
     }
 
     fn open_slot(&self) -> MutexGuard<'_, Option<OpenBatch>> {
@@ -212,6 +215,15 @@ impl Writer {
             .as_ref()
             .map(|queue| queue.take_turn(self.turn_timeout))
             .transpose()
+    }
+
+    /// Whether a member leaving `batch` without its statements (dropped, or failed to begin)
+    /// must commit it, for nobody else will: nobody is in line for the connection, or nobody
+    /// else joined it. In line is not enough on its own, since a write in line may give up
+    /// at its timeout; the batch's other members wait for its outcome and commit it
+    /// themselves when it stays open ([`wait`]).
+    fn must_end(&self, batch: &Batch) -> bool {
+        self.waiting.load(Ordering::SeqCst) == 0 || batch.members.load(Ordering::SeqCst) <= 1
     }
 
     /// Commits the open batch, if any, on `conn` (held by the caller), and ends its turn.
@@ -280,9 +292,9 @@ impl Writer {
         };
         batch.members.fetch_add(1, Ordering::SeqCst);
         if let Err(e) = conn.execute_batch(&format!("SAVEPOINT {SAVEPOINT}")) {
-            // Not part of the batch after all: whoever comes next commits it, or, with nobody
-            // in line, this call, so that the batch does not keep the file's turn.
-            if self.waiting.load(Ordering::SeqCst) == 0 {
+            // Not part of the batch after all: whoever comes next commits it, or, when nobody
+            // will, this call, so that the batch does not keep the file's turn.
+            if self.must_end(&batch) {
                 self.commit_open(&conn);
             }
             drop(conn);
@@ -364,15 +376,18 @@ fn wait(writer: &Writer, batch: &Arc<Batch>) -> Result<(), String> {
         outcome = next;
         if outcome.is_none() && timeout.timed_out() {
             drop(outcome);
-            let conn = writer.acquire();
-            let still_open = writer
-                .open_slot()
-                .as_ref()
-                .is_some_and(|open| Arc::ptr_eq(&open.batch, batch));
-            if still_open && writer.waiting.load(Ordering::SeqCst) == 0 {
-                writer.commit_open(&conn);
+            // Not waited for longer than a recheck: whoever holds the connection may commit
+            // this batch and then run a long transaction of its own, which this member, its
+            // write committed, must not wait for.
+            if let Some(conn) = writer.acquire_within(RECHECK) {
+                let still_open = writer
+                    .open_slot()
+                    .as_ref()
+                    .is_some_and(|open| Arc::ptr_eq(&open.batch, batch));
+                if still_open && writer.waiting.load(Ordering::SeqCst) == 0 {
+                    writer.commit_open(&conn);
+                }
             }
-            drop(conn);
             outcome = batch.outcome();
         }
     }
@@ -451,6 +466,64 @@ mod tests {
         assert_eq!(second.join().unwrap(), Committed::Undone);
         assert_eq!(kept(&dir), vec![1]);
         assert_eq!(w.commits.load(Ordering::SeqCst), 1);
+    }
+
+    /// A member that handed its batch on returns once the batch is committed, even when
+    /// whoever committed it keeps the connection for a long transaction of its own (before,
+    /// a member whose recheck had fired waited for the connection, so for that transaction).
+    #[test]
+    fn a_member_does_not_wait_for_the_transaction_after_its_commit() {
+        let dir = tempfile::tempdir().unwrap();
+        let w = writer(&dir);
+        let member = insert(&w, 1);
+        let (committed, held) = (std::sync::mpsc::channel(), Duration::from_secs(2));
+        let next = {
+            let (w, committed) = (Arc::clone(&w), committed.0);
+            std::thread::spawn(move || {
+                // In line for the connection: the member hands its batch on to this.
+                let conn = w.acquire_within(Duration::from_secs(10)).unwrap();
+                // Slower than a recheck, as a commit's fsync may be: the member's recheck
+                // finds the connection taken.
+                std::thread::sleep(RECHECK * 3);
+                w.commit_open(&conn);
+                let _ = committed.send(std::time::Instant::now());
+                // A long transaction of its own.
+                std::thread::sleep(held);
+            })
+        };
+        while w.waiting.load(Ordering::SeqCst) == 0 {
+            std::thread::yield_now();
+        }
+        assert_eq!(member.finish(true).unwrap(), Committed::Yes);
+        let returned = std::time::Instant::now();
+        let at = committed.1.recv().unwrap();
+        assert!(
+            returned.duration_since(at) < held / 2,
+            "the member returned {:?} after its batch committed",
+            returned.duration_since(at)
+        );
+        next.join().unwrap();
+        assert_eq!(kept(&dir), vec![1]);
+    }
+
+    /// A lone member dropped while a write is in line that then gives up at its timeout ends
+    /// its batch itself: nobody else would, and the batch holds the file's turn.
+    #[test]
+    fn a_dropped_lone_member_ends_its_batch_though_a_write_was_in_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let w = writer(&dir);
+        let member = insert(&w, 1);
+        let in_line = {
+            let w = Arc::clone(&w);
+            std::thread::spawn(move || w.acquire_within(Duration::from_millis(300)).is_none())
+        };
+        while w.waiting.load(Ordering::SeqCst) == 0 {
+            std::thread::yield_now();
+        }
+        drop(member);
+        assert!(w.open_slot().is_none(), "the batch was left open");
+        assert!(!in_line.join().unwrap());
+        assert!(kept(&dir).is_empty());
     }
 
     /// Many concurrent writers: every acknowledged write is committed, in at most as many

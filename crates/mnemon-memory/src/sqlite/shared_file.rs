@@ -15,15 +15,14 @@
 //! with the same connection settings and cache budget; a store opened read-only keeps its own
 //! connection (it may carry a temporary view over an older file).
 
-use std::ops::{Deref, DerefMut};
 use std::path::Path;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 
 use mnemon_db::DbError;
-use mnemon_db::sqlite::{self, ReadPool, Schema, Settings, Shared, WriteQueue};
+use mnemon_db::sqlite::{self, ConnGuard, ReadPool, Schema, Settings, Shared, WriteQueue};
 use rusqlite::Connection;
 
-use super::group_commit::{ConnGuard, Writer};
+use super::group_commit::Writer;
 use crate::vector_scan::VectorCache;
 
 /// The connections and the vector cache of one database file, shared by the store handles on
@@ -95,40 +94,13 @@ impl SharedFile {
     }
 }
 
-/// A connection held for a read: one of the readers, or a store's only connection when it
-/// was opened read-only.
-pub(super) enum ReadConn<'a> {
-    Pool(MutexGuard<'a, Connection>),
-    Writer(ConnGuard<'a>),
-}
-
-impl Deref for ReadConn<'_> {
-    type Target = Connection;
-
-    fn deref(&self) -> &Connection {
-        match self {
-            ReadConn::Pool(conn) => conn,
-            ReadConn::Writer(conn) => conn,
-        }
-    }
-}
-
-impl DerefMut for ReadConn<'_> {
-    fn deref_mut(&mut self) -> &mut Connection {
-        match self {
-            ReadConn::Pool(conn) => conn,
-            ReadConn::Writer(conn) => conn,
-        }
-    }
-}
-
 impl SharedFile {
     /// A connection for a read: one of the readers, which never wait for the writer's
     /// transaction, or, opened read-only, the one connection (which never writes).
-    pub(super) fn reader(&self) -> ReadConn<'_> {
+    pub(super) fn reader(&self) -> ConnGuard<'_> {
         match &self.readers {
-            Some(readers) => ReadConn::Pool(readers.take()),
-            None => ReadConn::Writer(self.writer.lock_without_turn()),
+            Some(readers) => readers.take(),
+            None => self.writer.lock_without_turn(),
         }
     }
 }

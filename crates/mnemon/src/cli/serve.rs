@@ -386,9 +386,7 @@ fn server_config(
         // Every key's namespace is served, each opened on its first request.
         let tenants = Tenants::new(move |asked: &Namespace| {
             let options = options.clone().with_namespace(asked.clone());
-            let stores = Mnemon::open_with(&dir, &options).map_err(|e| {
-                OpsError::unavailable(format!("cannot open the stores to serve: {e}"))
-            })?;
+            let stores = Mnemon::open_with(&dir, &options).map_err(OpsError::Open)?;
             let service = Service::new(stores).with_index(index);
             Ok(match &embedder {
                 Some(embedder) => service.with_embedder(Arc::clone(embedder)),
@@ -427,8 +425,7 @@ fn server_config(
                     served.as_str()
                 )));
             }
-            open()
-                .map_err(|e| OpsError::unavailable(format!("cannot open the stores to serve: {e}")))
+            open().map_err(OpsError::Open)
         })
     };
     Ok(ServerConfig {
