@@ -16,7 +16,14 @@
 //!    [`MOST_ADDS_PER_PUT`] adds complete while one put waits (before writers took turns, a put
 //!    polled SQLite's lock and waited for thousands).
 //!
-//! The three runs alternate `--rounds` times, and each round is judged on its own. Timings
+//! 4. **256 namespaces open, 4 adders over all of them**: every store of 256 namespaces opened
+//!    on the file at once (`mnemon_ops::Stores`, as `mnemon serve` opens its tenants'), then
+//!    four adders each cycling over every namespace. The verdict asks that the open
+//!    namespaces hold at most [`MOST_FDS_PER_NAMESPACE`] file descriptors each (their handles
+//!    share the file's connections: before, each held six) and add at least
+//!    [`SHARED_RATIO`] of run 1's rate.
+//!
+//! The four runs alternate `--rounds` times, and each round is judged on its own. Timings
 //! need an optimised build: a debug xtask re-runs itself with `cargo run --release`. The machine
 //! is shared and noisy (its disk's `fdatasync` sets the rates): report ranges.
 
@@ -26,6 +33,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use mnemon_memory::{Memory, MsgInput, Namespace, Scope, SqliteMemoryOptions, SqliteMemoryStore};
+use mnemon_ops::{OpenOptions, Stores};
 use mnemon_store::{AssetStore, SqliteAssetOptions, SqliteAssetStore};
 use mnemon_types::Asset;
 
@@ -41,6 +49,12 @@ const MOST_ADDS_PER_PUT: usize = 8;
 
 /// Writer threads of each run.
 const THREADS: usize = 4;
+
+/// Namespaces open at once in run 4 (`mnemon serve` keeps 256 open by default).
+const NAMESPACES: usize = 256;
+
+/// File descriptors each open namespace may hold, at most, in run 4.
+const MOST_FDS_PER_NAMESPACE: f64 = 0.25;
 
 struct Params {
     writes: usize,
@@ -114,6 +128,19 @@ impl Latencies {
     }
 }
 
+/// Waits for writer threads and merges their latencies; the first error (or panic) fails all.
+fn joined(handles: Vec<std::thread::ScopedJoinHandle<'_, Result<Latencies>>>) -> Result<Latencies> {
+    let mut all = Latencies::default();
+    for handle in handles {
+        all.extend(
+            handle
+                .join()
+                .unwrap_or_else(|_| Err(anyhow::anyhow!("a writer panicked")))?,
+        );
+    }
+    Ok(all)
+}
+
 fn memory_store(path: &Path, namespace: &str) -> Result<std::sync::Arc<SqliteMemoryStore>> {
     let namespace: Namespace = namespace.parse()?;
     Ok(SqliteMemoryStore::open(
@@ -158,7 +185,7 @@ fn adders(dir: &Path, namespaces: usize, writes: usize) -> Result<(f64, Latencie
         .collect::<Result<Vec<_>>>()?;
     let added = AtomicUsize::new(0);
     let start = Instant::now();
-    let results: Vec<Result<Latencies>> = std::thread::scope(|scope| {
+    let all = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..THREADS)
             .map(|t| {
                 let (stores, added) = (&stores, &added);
@@ -170,19 +197,9 @@ fn adders(dir: &Path, namespaces: usize, writes: usize) -> Result<(f64, Latencie
                 })
             })
             .collect();
-        handles
-            .into_iter()
-            .map(|h| {
-                h.join()
-                    .unwrap_or_else(|_| Err(anyhow::anyhow!("a writer panicked")))
-            })
-            .collect()
-    });
+        joined(handles)
+    })?;
     let wall = start.elapsed();
-    let mut all = Latencies::default();
-    for result in results {
-        all.extend(result?);
-    }
     Ok((all.micros.len() as f64 / wall.as_secs_f64(), all))
 }
 
@@ -226,24 +243,86 @@ fn mixed(dir: &Path, writes: usize) -> Result<Mixed> {
                 })
             })
             .collect();
-        let join = |handles: Vec<std::thread::ScopedJoinHandle<'_, Result<Latencies>>>| {
-            let mut all = Latencies::default();
-            for h in handles {
-                all.extend(
-                    h.join()
-                        .unwrap_or_else(|_| Err(anyhow::anyhow!("a writer panicked")))?,
-                );
-            }
-            Ok::<_, anyhow::Error>(all)
-        };
-        let puts = join(putters)?;
-        let adds = join(adders)?;
+        let puts = joined(putters)?;
+        let adds = joined(adders)?;
         Ok((puts, adds))
     })?;
     Ok(Mixed {
         puts,
         adds,
         most_adds_per_put: most.load(Ordering::SeqCst),
+    })
+}
+
+/// Run 4's figures.
+struct Many {
+    /// File descriptors the process held more with the namespaces open, per namespace.
+    fds_per_namespace: f64,
+    /// Opening one namespace's stores, on average.
+    open_each: Duration,
+    rate: f64,
+    adds: Latencies,
+}
+
+/// The process's open file descriptors.
+fn open_fds() -> Result<usize> {
+    Ok(std::fs::read_dir("/proc/self/fd")
+        .context("counting open files (/proc/self/fd)")?
+        .count())
+}
+
+/// Run 4: [`NAMESPACES`] namespaces' stores open at once, `THREADS` adders cycling over them.
+fn many(dir: &Path, writes: usize) -> Result<Many> {
+    let before = open_fds()?;
+    let started = Instant::now();
+    let tenants = (0..NAMESPACES)
+        .map(|i| {
+            let options = OpenOptions::default().with_namespace(format!("tenant-{i}").parse()?);
+            Ok(Stores::open_with(dir, &options)?)
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let open_each = started.elapsed() / NAMESPACES as u32;
+    // Each namespace's asset and artifact stores used, as a tenant's first requests would.
+    for stores in &tenants {
+        stores.assets().get("none")?;
+        stores.artifacts().scopes()?;
+    }
+    let fds_per_namespace = open_fds()?.saturating_sub(before) as f64 / NAMESPACES as f64;
+    // Each writer's session in every namespace, made before the clock starts (creating a
+    // session is a write of its own): what is timed is the adds, as in run 1.
+    let sessions = (0..THREADS)
+        .map(|t| {
+            tenants
+                .iter()
+                .map(|stores| Ok(stores.memory(Scope::session(format!("s{t}")))?))
+                .collect::<Result<Vec<_>>>()
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let started = Instant::now();
+    let adds = std::thread::scope(|scope| {
+        let handles: Vec<_> = sessions
+            .iter()
+            .map(|mine| {
+                scope.spawn(move || -> Result<Latencies> {
+                    let mut latencies = Latencies::default();
+                    for n in 0..writes {
+                        let memory = mine.get(n % mine.len()).context("no namespace")?;
+                        let start = Instant::now();
+                        memory.add(vec![message(n)])?;
+                        latencies.push(start.elapsed());
+                    }
+                    Ok(latencies)
+                })
+            })
+            .collect();
+        joined(handles)
+    })?;
+    let wall = started.elapsed();
+    Ok(Many {
+        fds_per_namespace,
+        open_each,
+        rate: adds.micros.len() as f64 / wall.as_secs_f64(),
+        adds,
     })
 }
 
@@ -262,7 +341,7 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
         Ok(dir)
     };
     eprintln!(
-        "{} rounds of 3 runs, {} writes per thread, durability full, in {}",
+        "{} rounds of 4 runs, {} writes per thread, durability full, in {}",
         p.rounds,
         p.writes,
         root.display()
@@ -274,6 +353,7 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
         let (shared_rate, mut shared) =
             adders(&fresh(format!("{round}-four"))?, THREADS, p.writes)?;
         let mut mix = mixed(&fresh(format!("{round}-mixed"))?, p.writes)?;
+        let mut many = many(&fresh(format!("{round}-many"))?, p.writes)?;
         rows.push(format!(
             "| {round} | 1 namespace, 4 adders | {base_rate:.0} adds/s | {} |",
             base.summary()
@@ -288,6 +368,32 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
             mix.puts.summary(),
             mix.most_adds_per_put,
             mix.adds.summary()
+        ));
+        rows.push(format!(
+            "| {round} | {NAMESPACES} namespaces open, 4 adders over all | {:.0} adds/s ({:.2}×); \
+             {:.2} fds per open namespace, opened in {:.2} ms each | {} |",
+            many.rate,
+            many.rate / base_rate,
+            many.fds_per_namespace,
+            many.open_each.as_secs_f64() * 1000.0,
+            many.adds.summary()
+        ));
+        let many_ratio = many.rate / base_rate;
+        verdicts.push(format!(
+            "round {round}: {NAMESPACES} open namespaces hold {:.2} fds each (≤ \
+             {MOST_FDS_PER_NAMESPACE}): {}; their adds at {many_ratio:.2}× one namespace's rate \
+             (≥ {SHARED_RATIO}): {}",
+            many.fds_per_namespace,
+            if many.fds_per_namespace <= MOST_FDS_PER_NAMESPACE {
+                "met"
+            } else {
+                "UNMET"
+            },
+            if many_ratio >= SHARED_RATIO {
+                "met"
+            } else {
+                "UNMET"
+            }
         ));
         let ratio = shared_rate / base_rate;
         verdicts.push(format!(
