@@ -284,13 +284,13 @@ fn fd_limit() -> Option<u64> {
 }
 
 /// Raises the process's soft limit on open file descriptors to its hard limit (on macOS, to
-/// at most its per-process maximum of 10,240), as a server
-/// that holds many connections should (Go's runtime does it for every program): Linux
-/// distributions commonly start processes with a soft limit of 1,024 under a hard limit of
-/// hundreds of thousands, and the soft one caps the connections served
-/// (`HostOptions::max_connections` is kept 64 below it). Returns the soft limit
+/// at most its per-process maximum of 10,240), as a server that holds many connections should:
+/// Linux distributions commonly start processes with a soft limit of 1,024 under a hard limit
+/// of hundreds of thousands, and the soft one caps the connections served
+/// (`HostOptions::max_connections` is kept 64 below it; docs/limits.md). Returns the soft limit
 /// before and after when it was raised, `Ok(None)` when it already was the hard limit (or
-/// unlimited). Call it before starting the runtime's threads: the limit is the process's.
+/// unlimited). It changes the whole process's limit, so it belongs to a program's start, as in
+/// `mnemon serve`; a library embedding the host decides for itself.
 #[cfg(unix)]
 // `rlim_t` is not `u64` on every Unix.
 #[allow(clippy::unnecessary_cast)]

@@ -19,14 +19,15 @@
 //!
 //! **Connections.** A writable store has one write connection, behind a mutex, which every
 //! mutating call holds from `BEGIN IMMEDIATE` through `COMMIT` (the fsync included), and a few
-//! read connections (`mnemon_db::sqlite::ReadPool`, opened on demand) for every call that only reads: in WAL mode
-//! a read never waits for a write, and a read transaction begun after a write committed sees it
-//! on any connection, so an acknowledged write is read back by every later call of every
-//! handle. These connections belong to the file: every writable store on it in the process
-//! with the same settings, whatever its namespace, shares them (`sqlite/shared_file.rs`), and
-//! the write connection's turns are taken among the process's other writers to the file
-//! (`mnemon_db::sqlite::WriteQueue`). A store opened read-only has its one connection, which
-//! serves everything.
+//! read connections (`mnemon_db::sqlite::ReadPool`, opened on demand) for every call that only
+//! reads: in WAL mode a read never waits for a write, and a read transaction begun after a
+//! write committed sees it on any connection, so an acknowledged write is read back by every
+//! later call of every handle. These connections belong to the file: every writable store on it
+//! in the process with the same settings, whatever its namespace, shares them
+//! (`sqlite/shared_file.rs`); a write waits for the write connection at most the busy timeout
+//! (`sqlite/group_commit.rs`), and its turns are taken among the process's other writers to the
+//! file (`mnemon_db::sqlite::WriteQueue`). A store opened read-only has its one connection,
+//! which serves everything.
 //!
 //! **Read-only.** [`SqliteMemoryStore::open_read_only`] never takes the write lock and works on
 //! a read-only directory or mount; a file without memory tables reads as empty.

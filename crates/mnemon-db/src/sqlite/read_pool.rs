@@ -1,6 +1,7 @@
-//! A pool of read connections to one database file, shared by every store handle of a process
-//! on that file (each store's own registry: `mnemon-store`'s asset connections,
-//! `mnemon-artifacts`' and `mnemon-memory`'s `sqlite/shared_file.rs`).
+//! A pool of read connections to one database file, which the writable handles of one store on
+//! that file, opened with the same settings, share whatever their namespace (through each
+//! store's registry, a [`Shared`](super::Shared): `mnemon-store`'s and `mnemon-artifacts`'
+//! `Connections`, `mnemon-memory`'s `sqlite/shared_file.rs`).
 //!
 //! A store's write connection is held from `BEGIN IMMEDIATE` to `COMMIT`, the commit's WAL
 //! fsync included (`Durability::Full`). Reads that took that same connection queued behind
