@@ -27,8 +27,8 @@ use std::time::Duration;
 
 use mnemon_db::expiry::{Clock, Expiry, SystemClock, is_live};
 use mnemon_db::sqlite::{
-    self, ConnGuard, ConnMutex, Migration, ReadPool, Schema, Settings, Shared, WriteQueue,
-    WriteTurn,
+    self, ConnGuard, ConnMutex, Migration, ReadGuard, ReadPool, Schema, Settings, Shared,
+    WriteQueue, WriteTurn,
 };
 use mnemon_db::{DbError, Durability, Namespace};
 use mnemon_filter::{Dialect, Filter, SqlParam};
@@ -562,11 +562,11 @@ impl SqliteArtifactStore {
 
     /// A connection for a read alone: one of the file's readers, which never wait for a save,
     /// or the store's only connection.
-    fn reader(&self) -> ConnGuard<'_> {
-        match &self.connections.readers {
-            Some(readers) => readers.take(),
-            None => self.conn(),
-        }
+    fn reader(&self) -> Result<ReadGuard<'_>, ArtifactError> {
+        Ok(match &self.connections.readers {
+            Some(readers) => readers.take().map_err(db_error)?,
+            None => self.conn().into(),
+        })
     }
 
     fn query_many(
@@ -575,7 +575,7 @@ impl SqliteArtifactStore {
         params: &[&dyn rusqlite::ToSql],
         action: &'static str,
     ) -> Result<Vec<Artifact>, ArtifactError> {
-        let conn = self.reader();
+        let conn = self.reader()?;
         let mut stmt = conn
             .prepare_cached(&self.in_namespace(sql))
             .map_err(|e| ArtifactError::database(action, e))?;
@@ -792,7 +792,7 @@ impl ArtifactStore for SqliteArtifactStore {
             "SELECT {expires} FROM artifact_records WHERE {{ns}} AND id = ?2 AND {}",
             self.live(3)
         ));
-        let conn = self.reader();
+        let conn = self.reader()?;
         conn.prepare_cached(&sql)
             .and_then(|mut s| {
                 s.query_row(
@@ -824,7 +824,7 @@ impl ArtifactStore for SqliteArtifactStore {
     ) -> Result<u64, ArtifactError> {
         const ACTION: &str = "counting artifacts";
         let (sql, params) = self.filtered("count(*)", scope, filter, None)?;
-        let conn = self.reader();
+        let conn = self.reader()?;
         let n: i64 = conn
             .prepare_cached(&sql)
             .and_then(|mut s| s.query_row(rusqlite::params_from_iter(params), |r| r.get(0)))
@@ -916,7 +916,7 @@ impl ArtifactStore for SqliteArtifactStore {
         // One index probe per scope (`artifact_records_by_key` leads with namespace and
         // scope: `min` of the next scope is a seek), not a read of every record.
         let sql = self.in_namespace(&SCOPES.replace("{live}", &self.live(2)));
-        let conn = self.reader();
+        let conn = self.reader()?;
         let mut stmt = conn
             .prepare_cached(&sql)
             .map_err(|e| ArtifactError::database(ACTION, e))?;

@@ -58,7 +58,7 @@ mod write_queue;
 pub use crate::schema::{Migration, Schema};
 use crate::{DbError, Durability};
 use checkpointer::Checkpointer;
-pub use read_pool::ReadPool;
+pub use read_pool::{ReadGuard, ReadPool};
 
 /// A connection held through one of the stores' connection mutexes (`parking_lot`'s, for
 /// their timed lock: a write waits for a shared write connection up to the busy timeout; and

@@ -585,8 +585,8 @@ impl SqliteMemoryStore {
     /// transaction takes its snapshot (its first statement), as with the writer: every write
     /// through this store changes the mirror and commits under that lock, so the snapshot and
     /// the mirror cannot pass each other.
-    fn reader(&self) -> sqlite::ConnGuard<'_> {
-        self.file.reader()
+    fn reader(&self) -> Result<sqlite::ReadGuard<'_>, MemoryError> {
+        self.file.reader().map_err(db_error)
     }
 
     /// The mirror of `scope`'s thread that every handle of this store shares.
@@ -639,7 +639,7 @@ impl SqliteMemoryStore {
         scope: Scope,
     ) -> Result<Option<SqliteMemory>, MemoryError> {
         let exists = {
-            let mut conn = self.reader();
+            let mut conn = self.reader()?;
             let tx = conn.transaction()?;
             let found = thread_row(&tx, self, &scope, None)?.is_some();
             tx.commit()?;
@@ -669,7 +669,7 @@ impl SqliteMemoryStore {
 
     /// Every thread's scope in the store's namespace, oldest first.
     pub fn threads(&self) -> Result<Vec<Scope>, MemoryError> {
-        let conn = self.reader();
+        let conn = self.reader()?;
         let mut stmt = conn.prepare(if self.before_namespaces {
             "SELECT user_id, agent_id, session_id FROM memory_threads WHERE ?1 = 'default'
              ORDER BY thread_id"
@@ -710,7 +710,7 @@ impl SqliteMemoryStore {
                 ),
             });
         }
-        let conn = self.reader();
+        let conn = self.reader()?;
         let mut stmt = conn.prepare_cached(if after.is_some() {
             PAGE_AFTER_SQL
         } else {
@@ -804,7 +804,7 @@ impl SqliteMemoryStore {
     ) -> Result<u64, MemoryError> {
         let model = embedder.model();
         let (scopes, total) = {
-            let mut conn = self.reader();
+            let mut conn = self.reader()?;
             let tx = conn.transaction()?;
             let threads = self.selected_threads(&tx, within)?;
             let mut count = tx.prepare_cached(concat!(
@@ -906,7 +906,7 @@ impl SqliteMemoryStore {
                 ),
             });
         }
-        let mut conn = self.reader();
+        let mut conn = self.reader()?;
         let tx = conn.transaction()?;
         let threads = self.selected_threads(&tx, &request.within)?;
         let ordinal: HashMap<i64, usize> = threads
@@ -1037,7 +1037,7 @@ impl SqliteMemoryStore {
         if top_k == 0 {
             return Ok(Vec::new());
         }
-        let mut conn = self.reader();
+        let mut conn = self.reader()?;
         let tx = conn.transaction()?;
         let threads = self.selected_threads(&tx, &request.within)?;
         if let Some(embedder) = embedder {
@@ -2097,7 +2097,7 @@ impl Backend for SqliteMemory {
     }
 
     fn check_model(&self, model: &str) -> Result<(), MemoryError> {
-        let mut conn = self.store.reader();
+        let mut conn = self.store.reader()?;
         let tx = conn.transaction()?;
         let Some((thread_id, _)) = thread_row(&tx, &self.store, &self.scope, None)? else {
             return Ok(());
@@ -2115,7 +2115,7 @@ impl Backend for SqliteMemory {
         // `thread_row` with the mirror held.
         let mut mirror = self.mirror();
         let now = self.store.now();
-        let mut conn = self.store.reader();
+        let mut conn = self.store.reader()?;
         let tx = conn.transaction()?;
         let thread = thread_row(&tx, &self.store, &self.scope, None)?;
         mirror.sync(&tx, thread, &self.store.factory, now)?;
@@ -2187,7 +2187,7 @@ impl Backend for SqliteMemory {
         // The mirror first, then the connection ([`MirrorCache`]).
         let mirror = self.mirror();
         let now = self.store.now();
-        let mut conn = self.store.reader();
+        let mut conn = self.store.reader()?;
         // One read transaction: the snapshot taken at its first read serves the whole scan,
         // while other processes go on writing.
         let tx = conn.transaction()?;
@@ -2217,7 +2217,7 @@ impl Backend for SqliteMemory {
         // The mirror first, then the connection ([`MirrorCache`]).
         let mirror = self.mirror();
         let now = self.store.now();
-        let mut conn = self.store.reader();
+        let mut conn = self.store.reader()?;
         let tx = conn.transaction()?;
         let Some((thread_id, rev)) = thread_row(&tx, &self.store, &self.scope, None)? else {
             return Ok(Vec::new());
@@ -2265,7 +2265,7 @@ impl Backend for SqliteMemory {
         // an add, so each such recall read the thread's vectors again: docs/bench-server.md).
         let mut mirror = Some(self.mirror());
         let now = self.store.now();
-        let mut conn = self.store.reader();
+        let mut conn = self.store.reader()?;
         let tx = conn.transaction()?;
         let thread = thread_row(&tx, &self.store, &self.scope, None)?;
         let current = match (&mirror, thread) {

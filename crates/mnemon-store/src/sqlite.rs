@@ -51,7 +51,7 @@ use std::time::Duration;
 
 use mnemon_db::expiry::{Clock, Expiry, SystemClock, is_live};
 use mnemon_db::sqlite::{
-    self, ConnGuard, Migration, ReadPool, Schema, Settings, Shared, WriteConnection, WriteGuard,
+    self, Migration, ReadGuard, ReadPool, Schema, Settings, Shared, WriteConnection, WriteGuard,
 };
 use mnemon_db::{DbError, Durability, Namespace};
 use mnemon_filter::{Dialect, Filter, SqlParam};
@@ -432,8 +432,8 @@ impl SqliteAssetStore {
     }
 
     /// A read connection, for this read alone: never the writer's, so it waits for no write.
-    fn reader(&self) -> ConnGuard<'_> {
-        self.connections.readers.take()
+    fn reader(&self) -> Result<ReadGuard<'_>, StoreError> {
+        self.connections.readers.take().map_err(db_error)
     }
 
     fn encode(&self, asset: &Asset) -> Result<Encoded, StoreError> {
@@ -588,7 +588,7 @@ impl AssetStore for SqliteAssetStore {
             "SELECT {expires} FROM asset_assets WHERE {{ns}} AND asset_id = ?2 AND {}",
             self.live(3)
         ));
-        let conn = self.reader();
+        let conn = self.reader()?;
         conn.prepare_cached(&sql)
             .and_then(|mut s| {
                 s.query_row(params![ns, asset_id, self.now()], |r| r.get(0))
@@ -603,7 +603,7 @@ impl AssetStore for SqliteAssetStore {
         limit: Option<usize>,
     ) -> Result<Vec<String>, StoreError> {
         let (sql, params) = self.filtered("asset_id", filter, limit)?;
-        let conn = self.reader();
+        let conn = self.reader()?;
         conn.prepare_cached(&sql)
             .and_then(|mut s| {
                 s.query_map(rusqlite::params_from_iter(params), |r| r.get(0))?
@@ -614,7 +614,7 @@ impl AssetStore for SqliteAssetStore {
 
     fn count_where(&self, filter: Option<&Filter>) -> Result<u64, StoreError> {
         let (sql, params) = self.filtered("count(*)", filter, None)?;
-        let conn = self.reader();
+        let conn = self.reader()?;
         let n: i64 = conn
             .prepare_cached(&sql)
             .and_then(|mut s| s.query_row(rusqlite::params_from_iter(params), |r| r.get(0)))
@@ -646,7 +646,7 @@ impl AssetStore for SqliteAssetStore {
     fn get(&self, asset_id: &str) -> Result<Option<Asset>, StoreError> {
         let read = StoreError::storage("reading an asset");
         let ns = self.namespace.as_str();
-        let mut conn = self.reader();
+        let mut conn = self.reader()?;
         // One read transaction, so the skeleton and its leaves come from the same commit.
         let tx = conn
             .transaction()
@@ -721,7 +721,7 @@ impl AssetStore for SqliteAssetStore {
     fn list_ids(&self, asset_type: Option<&str>) -> Result<Vec<String>, StoreError> {
         let ns = self.namespace.as_str();
         let now = self.now();
-        let conn = self.reader();
+        let conn = self.reader()?;
         let result = match asset_type {
             None => conn
                 .prepare_cached(&self.in_namespace(&format!(
@@ -742,7 +742,7 @@ impl AssetStore for SqliteAssetStore {
 
     fn meta(&self, asset_id: &str) -> Result<Option<AssetMeta>, StoreError> {
         let ns = self.namespace.as_str();
-        let conn = self.reader();
+        let conn = self.reader()?;
         let text: Option<String> = conn
             .prepare_cached(&self.in_namespace(&format!(
                 "SELECT meta FROM asset_assets WHERE {{ns}} AND asset_id = ?2 AND {}",

@@ -13,16 +13,20 @@
 //! The pool grows on demand, up to [`ReadPool::MAX`]: the first connection is opened with the
 //! pool (a file that cannot be read fails the open, not the first read), the others only when
 //! every open one is busy, so a store used by one thread at a time (the CLI, most tests) keeps
-//! one reader. Each reader is `query_only`: a write routed to a reader by mistake fails instead
-//! of bypassing the writer's `BEGIN IMMEDIATE`. A pool of one given connection
+//! one reader. Past the bound a read takes whichever connection comes back first: the readers
+//! serve every namespace of the file, and one waiting for a connection chosen in advance could
+//! wait for another tenant's long read while the others came back. It waits at most the busy
+//! timeout, then fails ([`DbError::PoolTimeout`]). Each reader is `query_only`: a write routed
+//! to a reader by mistake fails instead of bypassing the writer's `BEGIN IMMEDIATE`. A pool of
+//! one given connection
 //! ([`ReadPool::of`]) serves a store opened read-only, whose connection may carry views over an
 //! older file and so cannot be copied.
 
+use std::ops::{Deref, DerefMut};
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
+use std::time::Instant;
 
-use parking_lot::Mutex;
 use rusqlite::Connection;
 
 use crate::DbError;
@@ -38,20 +42,23 @@ pub struct ReadPool {
     /// The database file, for the connections opened later; `None` for a pool of one given
     /// connection, which never grows.
     path: Option<PathBuf>,
-    /// The store's connection settings (busy timeout, durability), for the same.
+    /// The store's connection settings (busy timeout, durability), for the same; a read waits
+    /// for a connection up to the busy timeout.
     settings: Settings,
-    /// The connection every read can fall back to waiting for.
-    first: Mutex<Connection>,
-    /// The connections opened on demand; slot `i` is filled only after every slot before it.
-    more: [OnceLock<Mutex<Connection>>; MAX_READERS - 1],
-    /// How many connections are open: 1 + the filled prefix of `more`.
-    opened: AtomicUsize,
-    /// Serialises the opening of new connections, so that two busy readers never both open
-    /// one for the same slot.
-    growing: Mutex<()>,
-    /// Where the next [`ReadPool::take`] starts looking: consecutive reads spread over the
-    /// connections instead of all trying the first.
-    next: AtomicUsize,
+    state: Mutex<State>,
+    /// Signalled when a connection comes back while reads wait.
+    returned: Condvar,
+}
+
+#[derive(Debug)]
+struct State {
+    /// The connections nobody holds, the most recently returned last (taken first: its page
+    /// cache is the warmest).
+    idle: Vec<Connection>,
+    /// Connections open or being opened, held or idle.
+    opened: usize,
+    /// Reads waiting for a connection to come back.
+    waiting: usize,
 }
 
 impl ReadPool {
@@ -64,81 +71,156 @@ impl ReadPool {
     /// The pool of the database at `path`, with its first connection open (`query_only`, set
     /// up with `settings`). The file must exist.
     pub fn open(path: &Path, settings: &Settings) -> Result<ReadPool, DbError> {
-        Ok(ReadPool {
-            path: Some(path.to_path_buf()),
-            settings: *settings,
-            first: Mutex::new(connect(path, settings)?),
-            more: Default::default(),
-            opened: AtomicUsize::new(1),
-            growing: Mutex::new(()),
-            next: AtomicUsize::new(0),
-        })
+        let first = connect(path, settings)?;
+        Ok(ReadPool::with(Some(path.to_path_buf()), *settings, first))
     }
 
     /// A pool of `conn` alone, which never grows: for a store opened read-only.
     pub fn of(conn: Connection) -> ReadPool {
+        ReadPool::with(None, Settings::default(), conn)
+    }
+
+    fn with(path: Option<PathBuf>, settings: Settings, first: Connection) -> ReadPool {
         ReadPool {
-            path: None,
-            settings: Settings::default(),
-            first: Mutex::new(conn),
-            more: Default::default(),
-            opened: AtomicUsize::new(1),
-            growing: Mutex::new(()),
-            next: AtomicUsize::new(0),
+            path,
+            settings,
+            state: Mutex::new(State {
+                idle: vec![first],
+                opened: 1,
+                waiting: 0,
+            }),
+            returned: Condvar::new(),
         }
     }
 
-    /// A read connection, for the caller alone until the guard drops: a free one if there is
-    /// one (tried round-robin), else a new one while fewer than [`ReadPool::MAX`] are open,
-    /// else the first one tried, waited for.
-    pub fn take(&self) -> ConnGuard<'_> {
-        let start = self.next.fetch_add(1, Ordering::Relaxed);
-        if let Some(free) = self.free(start) {
-            return free;
+    fn state(&self) -> MutexGuard<'_, State> {
+        // Nothing in `State` is left half-changed by a panic: every change is one statement.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A read connection, for the caller alone until the guard drops: an idle one, else a new
+    /// one while fewer than [`ReadPool::MAX`] are open, else the first one to come back,
+    /// waited for up to the busy timeout (then [`DbError::PoolTimeout`]: every connection
+    /// stayed in use by other reads, of any namespace, for that long).
+    pub fn take(&self) -> Result<ReadGuard<'_>, DbError> {
+        let started = Instant::now();
+        let mut state = self.state();
+        // A connection that cannot be opened (say, too many open files) is not an error while
+        // another is open: that one serves the read once it comes back.
+        let mut may_grow = self.path.is_some();
+        loop {
+            if let Some(conn) = state.idle.pop() {
+                return Ok(ReadGuard::pooled(conn, self));
+            }
+            if let Some(path) = self.path.as_ref().filter(|_| may_grow)
+                && state.opened < MAX_READERS
+            {
+                // Opened outside the lock: other reads take and return connections meanwhile.
+                state.opened += 1;
+                drop(state);
+                let opened = connect(path, &self.settings);
+                state = self.state();
+                match opened {
+                    Ok(conn) => return Ok(ReadGuard::pooled(conn, self)),
+                    Err(error) => {
+                        state.opened -= 1;
+                        if state.opened == 0 {
+                            return Err(error);
+                        }
+                        may_grow = false;
+                        continue;
+                    }
+                }
+            }
+            let left = self
+                .settings
+                .busy_timeout
+                .checked_sub(started.elapsed())
+                .filter(|left| !left.is_zero());
+            let Some(left) = left else {
+                return Err(DbError::PoolTimeout {
+                    target: self.path.as_ref().map_or_else(
+                        || "the database opened read-only".to_owned(),
+                        |path| format!("SQLite {} (read connections)", path.display()),
+                    ),
+                    size: state.opened,
+                    waited: started.elapsed(),
+                });
+            };
+            state.waiting += 1;
+            let (next, _) = self
+                .returned
+                .wait_timeout(state, left)
+                .unwrap_or_else(PoisonError::into_inner);
+            state = next;
+            state.waiting -= 1;
         }
-        // Every open connection is busy: one more, if the pool may grow. A connection that
-        // cannot be opened (say, too many open files) is not an error: an open one serves the
-        // read once it is free.
-        if let Ok(true) = self.grow()
-            && let Some(free) = self.free(start)
+    }
+
+    /// Takes `conn` back and wakes a read waiting for one.
+    fn give_back(&self, conn: Connection) {
+        let mut state = self.state();
+        state.idle.push(conn);
+        if state.waiting > 0 {
+            self.returned.notify_one();
+        }
+    }
+}
+
+/// A read connection held: one of a [`ReadPool`]'s, given back when the guard drops, or a
+/// store's only connection held through its mutex ([`ReadGuard::from`] a [`ConnGuard`]).
+#[derive(Debug)]
+pub struct ReadGuard<'a>(Held<'a>);
+
+#[derive(Debug)]
+enum Held<'a> {
+    /// `Some` until the guard drops.
+    Pooled(Option<Connection>, &'a ReadPool),
+    Locked(ConnGuard<'a>),
+}
+
+impl<'a> ReadGuard<'a> {
+    fn pooled(conn: Connection, pool: &'a ReadPool) -> ReadGuard<'a> {
+        ReadGuard(Held::Pooled(Some(conn), pool))
+    }
+}
+
+impl<'a> From<ConnGuard<'a>> for ReadGuard<'a> {
+    fn from(conn: ConnGuard<'a>) -> ReadGuard<'a> {
+        ReadGuard(Held::Locked(conn))
+    }
+}
+
+impl Deref for ReadGuard<'_> {
+    type Target = Connection;
+
+    fn deref(&self) -> &Connection {
+        match &self.0 {
+            Held::Pooled(Some(conn), _) => conn,
+            Held::Locked(conn) => conn,
+            Held::Pooled(None, _) => unreachable!("a read guard's connection is taken on drop"),
+        }
+    }
+}
+
+impl DerefMut for ReadGuard<'_> {
+    fn deref_mut(&mut self) -> &mut Connection {
+        match &mut self.0 {
+            Held::Pooled(Some(conn), _) => conn,
+            Held::Locked(conn) => conn,
+            Held::Pooled(None, _) => unreachable!("a read guard's connection is taken on drop"),
+        }
+    }
+}
+
+impl Drop for ReadGuard<'_> {
+    fn drop(&mut self) {
+        if let Held::Pooled(conn, pool) = &mut self.0
+            && let Some(conn) = conn.take()
         {
-            return free;
-        }
-        let opened = self.opened.load(Ordering::Acquire).max(1);
-        // A panic during a read leaves the connection as usable as ever (the transaction it
-        // held rolled back when it was dropped): `parking_lot`'s mutexes are not poisoned.
-        self.slot(start % opened).unwrap_or(&self.first).lock()
-    }
-
-    /// An open connection nobody holds, trying them from `start` (modulo how many are open).
-    fn free(&self, start: usize) -> Option<ConnGuard<'_>> {
-        let opened = self.opened.load(Ordering::Acquire).max(1);
-        (0..opened).find_map(|i| self.slot((start + i) % opened)?.try_lock())
-    }
-
-    /// Opens one more connection into the next empty slot; `Ok(false)` when every slot is
-    /// filled.
-    fn grow(&self) -> Result<bool, DbError> {
-        let Some(path) = &self.path else {
-            return Ok(false);
-        };
-        let _growing = self.growing.lock();
-        let opened = self.opened.load(Ordering::Acquire);
-        let Some(slot) = opened.checked_sub(1).and_then(|i| self.more.get(i)) else {
-            return Ok(false);
-        };
-        let conn = connect(path, &self.settings)?;
-        // Only a thread holding `growing` fills a slot, and `opened` says this one is empty.
-        let _ = slot.set(Mutex::new(conn));
-        self.opened.store(opened + 1, Ordering::Release);
-        Ok(true)
-    }
-
-    /// Connection `i`, if it is open.
-    fn slot(&self, i: usize) -> Option<&Mutex<Connection>> {
-        match i.checked_sub(1) {
-            None => Some(&self.first),
-            Some(more) => self.more.get(more).and_then(OnceLock::get),
+            // A read that panicked left its transaction to roll back when its statements and
+            // transaction were dropped: the connection is as usable as ever.
+            pool.give_back(conn);
         }
     }
 }
@@ -162,27 +244,40 @@ mod tests {
     use std::sync::mpsc;
     use std::time::Duration;
 
+    /// The SQLite handle under `conn`, which stays the same while the connection moves in and
+    /// out of the pool: its identity.
+    fn id(conn: &Connection) -> usize {
+        // SAFETY: only the handle's address is read; nothing is done through it.
+        unsafe { conn.handle() as usize }
+    }
+
+    fn pool(busy_timeout: Duration) -> (tempfile::TempDir, ReadPool) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("r.sqlite3");
+        drop(sqlite::connect(&path, &Settings::default()).unwrap());
+        let settings = Settings {
+            busy_timeout,
+            ..Settings::default()
+        };
+        let readers = ReadPool::open(&path, &settings).unwrap();
+        (dir, readers)
+    }
+
     /// The pool opens a connection only when every open one is busy, never more than
     /// [`MAX_READERS`], each refusing writes; past the bound a read waits for a free one.
     #[test]
     fn the_pool_grows_on_demand_up_to_its_bound() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("r.sqlite3");
-        drop(sqlite::connect(&path, &Settings::default()).unwrap());
-        let readers = ReadPool::open(&path, &Settings::default()).unwrap();
-        let opened = || readers.opened.load(Ordering::Acquire);
+        let (_dir, readers) = pool(Duration::from_secs(5));
+        let opened = || readers.state().opened;
         assert_eq!(opened(), 1);
         // One at a time: the first connection serves every read.
         for _ in 0..10 {
-            drop(readers.take());
+            drop(readers.take().unwrap());
         }
         assert_eq!(opened(), 1);
-        let held: Vec<_> = (0..MAX_READERS).map(|_| readers.take()).collect();
+        let held: Vec<_> = (0..MAX_READERS).map(|_| readers.take().unwrap()).collect();
         assert_eq!(opened(), MAX_READERS);
-        let mut distinct: Vec<*const Connection> = held
-            .iter()
-            .map(|conn| &**conn as *const Connection)
-            .collect();
+        let mut distinct: Vec<usize> = held.iter().map(|conn| id(conn)).collect();
         distinct.sort();
         distinct.dedup();
         assert_eq!(distinct.len(), MAX_READERS);
@@ -195,7 +290,7 @@ mod tests {
             let (sent, received) = mpsc::channel();
             let pool = &readers;
             scope.spawn(move || {
-                let conn = pool.take();
+                let conn = pool.take().unwrap();
                 let _ = sent.send(conn.query_row("SELECT 2", [], |r| r.get::<_, i64>(0)));
             });
             // Every connection is held and the pool is full: the read waits…
@@ -208,6 +303,66 @@ mod tests {
                 got.expect("the read never got a free connection").unwrap(),
                 2
             );
+        });
+    }
+
+    /// A read that finds every connection held takes whichever comes back first (before, it
+    /// waited for one chosen in advance, which a long read could hold while the others came
+    /// back), and gives up at the busy timeout with an error that says why.
+    #[test]
+    fn a_waiting_read_takes_the_first_connection_back_or_times_out() {
+        let (_dir, readers) = pool(Duration::from_millis(300));
+        let mut held: Vec<_> = (0..MAX_READERS).map(|_| readers.take().unwrap()).collect();
+        let started = Instant::now();
+        let error = readers.take().map(|_| ()).unwrap_err();
+        assert!(started.elapsed() >= Duration::from_millis(250));
+        assert!(
+            matches!(
+                error,
+                DbError::PoolTimeout {
+                    size: MAX_READERS,
+                    ..
+                }
+            ),
+            "{error}"
+        );
+        assert!(error.to_string().contains("stayed in use"), "{error}");
+        // Every connection but one stays held for long; the one given back serves the read.
+        for returned in 0..MAX_READERS {
+            std::thread::scope(|scope| {
+                let (sent, received) = mpsc::channel();
+                let pool = &readers;
+                scope.spawn(move || {
+                    let _ = sent.send(pool.take().map(|conn| id(&conn)));
+                });
+                std::thread::sleep(Duration::from_millis(20));
+                let back = held.remove(returned);
+                let expected = id(&back);
+                drop(back);
+                let got = received.recv_timeout(Duration::from_millis(250));
+                let got = got
+                    .expect("the read waited for another connection")
+                    .unwrap();
+                assert_eq!(got, expected);
+                held.insert(returned, readers.take().unwrap());
+            });
+        }
+    }
+
+    /// A pool of one given connection never grows: a read past it waits for that one.
+    #[test]
+    fn a_pool_of_one_connection_never_grows() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("r.sqlite3");
+        let readers = ReadPool::of(sqlite::connect(&path, &Settings::default()).unwrap());
+        let first = readers.take().unwrap();
+        std::thread::scope(|scope| {
+            let pool = &readers;
+            let waiting = scope.spawn(move || pool.take().map(|_| ()));
+            std::thread::sleep(Duration::from_millis(50));
+            assert_eq!(readers.state().opened, 1);
+            drop(first);
+            waiting.join().unwrap().unwrap();
         });
     }
 }

@@ -19,7 +19,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use mnemon_db::DbError;
-use mnemon_db::sqlite::{self, ConnGuard, ReadPool, Schema, Settings, Shared, WriteQueue};
+use mnemon_db::sqlite::{self, ReadGuard, ReadPool, Schema, Settings, Shared, WriteQueue};
 use rusqlite::Connection;
 
 use super::group_commit::Writer;
@@ -97,11 +97,11 @@ impl SharedFile {
 impl SharedFile {
     /// A connection for a read: one of the readers, which never wait for the writer's
     /// transaction, or, opened read-only, the one connection (which never writes).
-    pub(super) fn reader(&self) -> ConnGuard<'_> {
-        match &self.readers {
-            Some(readers) => readers.take(),
-            None => self.writer.lock_without_turn(),
-        }
+    pub(super) fn reader(&self) -> Result<ReadGuard<'_>, DbError> {
+        Ok(match &self.readers {
+            Some(readers) => readers.take()?,
+            None => self.writer.lock_without_turn().into(),
+        })
     }
 }
 
