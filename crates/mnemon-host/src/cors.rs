@@ -1,6 +1,8 @@
 //! CORS for any origin on the query endpoints (docs/reference/host.md#responses): their responses
 //! allow `*`, and `OPTIONS /` answers the preflight with 204. Admin routes get no CORS at all and
 //! refuse requests from another origin, so no web page can trigger a reload or read its answer.
+//! Routes added with [`crate::Host::with_routes`] get no CORS either: they hold data a web page
+//! of another origin must not read (docs/reference/rest.md#browsers).
 
 use axum::extract::Request;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
@@ -9,7 +11,8 @@ use axum::response::{IntoResponse, Response};
 
 use crate::response::ApiError;
 
-/// Adds `Access-Control-Allow-Origin: *` to every response outside `/admin/`, errors included.
+/// Adds `Access-Control-Allow-Origin: *` to every response of the host's own routes outside
+/// `/admin/`, errors included.
 pub(crate) async fn allow_any_origin(req: Request, next: Next) -> Response {
     let admin = is_admin_path(req.uri().path());
     let mut response = next.run(req).await;
@@ -56,7 +59,7 @@ fn is_admin_path(path: &str) -> bool {
 /// this host's own (`http://<Host>`), or a browser's `Sec-Fetch-Site` saying another site.
 /// Tools such as curl send neither, so they pass.
 pub(crate) async fn refuse_foreign_origin(req: Request, next: Next) -> Response {
-    if is_foreign(req.headers()) {
+    if is_cross_origin(req.headers()) {
         return ApiError::new(
             StatusCode::FORBIDDEN,
             "admin requests from web pages of other origins are refused",
@@ -66,18 +69,35 @@ pub(crate) async fn refuse_foreign_origin(req: Request, next: Next) -> Response 
     next.run(req).await
 }
 
-fn is_foreign(headers: &HeaderMap) -> bool {
+/// Whether a browser sent this request for a web page of another origin: an `Origin` other
+/// than this server's own (`http://` or `https://` and the request's `Host`), or
+/// `Sec-Fetch-Site` saying another site (or another origin of the same site, such as another
+/// port of `localhost`). Clients that are not browsers (curl, SDKs) send neither header, so
+/// they pass.
+pub fn is_cross_origin(headers: &HeaderMap) -> bool {
     let cross_site = headers
         .get("sec-fetch-site")
         .is_some_and(|site| site != "same-origin" && site != "none");
     let Some(origin) = headers.get(header::ORIGIN) else {
         return cross_site;
     };
-    let own = headers
+    let Some(host) = headers
         .get(header::HOST)
         .and_then(|host| host.to_str().ok())
-        .map(|host| format!("http://{host}"));
-    cross_site || own.is_none_or(|own| !origin.as_bytes().eq_ignore_ascii_case(own.as_bytes()))
+    else {
+        return true;
+    };
+    let own = |scheme: &str| {
+        let origin = origin.as_bytes();
+        origin.len() == scheme.len() + host.len()
+            && origin
+                .get(..scheme.len())
+                .is_some_and(|s| s.eq_ignore_ascii_case(scheme.as_bytes()))
+            && origin
+                .get(scheme.len()..)
+                .is_some_and(|h| h.eq_ignore_ascii_case(host.as_bytes()))
+    };
+    cross_site || !(own("http://") || own("https://"))
 }
 
 #[cfg(test)]
@@ -94,22 +114,47 @@ mod tests {
 
     #[test]
     fn foreign_origins_are_recognised() {
-        assert!(!is_foreign(&headers(&[("host", "127.0.0.1:8080")])));
-        assert!(!is_foreign(&headers(&[
+        assert!(!is_cross_origin(&headers(&[("host", "127.0.0.1:8080")])));
+        assert!(!is_cross_origin(&headers(&[
             ("host", "127.0.0.1:8080"),
             ("origin", "http://127.0.0.1:8080")
         ])));
-        assert!(is_foreign(&headers(&[
+        assert!(is_cross_origin(&headers(&[
             ("host", "127.0.0.1:8080"),
             ("origin", "https://evil.example")
         ])));
-        assert!(is_foreign(&headers(&[
+        assert!(is_cross_origin(&headers(&[
             ("host", "127.0.0.1:8080"),
             ("origin", "null")
         ])));
-        assert!(is_foreign(&headers(&[("origin", "http://127.0.0.1:8080")])));
-        assert!(is_foreign(&headers(&[("sec-fetch-site", "cross-site")])));
-        assert!(!is_foreign(&headers(&[("sec-fetch-site", "none")])));
+        assert!(is_cross_origin(&headers(&[(
+            "origin",
+            "http://127.0.0.1:8080"
+        )])));
+        assert!(is_cross_origin(&headers(&[(
+            "sec-fetch-site",
+            "cross-site"
+        )])));
+        assert!(!is_cross_origin(&headers(&[("sec-fetch-site", "none")])));
+        // Served over TLS, the page's own origin is https.
+        assert!(!is_cross_origin(&headers(&[
+            ("host", "mnemon.internal:8443"),
+            ("origin", "HTTPS://Mnemon.Internal:8443"),
+            ("sec-fetch-site", "same-origin")
+        ])));
+        // Another port of the same host is another origin (the same site).
+        assert!(is_cross_origin(&headers(&[
+            ("host", "localhost:8080"),
+            ("origin", "http://localhost:3000")
+        ])));
+        assert!(is_cross_origin(&headers(&[(
+            "sec-fetch-site",
+            "same-site"
+        )])));
+        assert!(is_cross_origin(&headers(&[
+            ("host", "127.0.0.1:8080"),
+            ("origin", "http://127.0.0.1:8080.evil.example")
+        ])));
         assert!(is_admin_path("/admin/reload"));
         assert!(!is_admin_path("/administrator"));
     }

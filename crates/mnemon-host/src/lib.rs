@@ -6,7 +6,8 @@
 //!   to 1000. Results are 200 with compact JSON; bad arguments are 400 `{"error": "<message>"}`;
 //!   bodies over the limit (2 MiB by default) are 413, refused on `Content-Length` first;
 //!   bodies that do not arrive within 30 s are 408.
-//! * `OPTIONS /` answers CORS preflights; every response allows any origin. Responses of 500
+//! * `OPTIONS /` answers CORS preflights; every response of these routes allows any origin
+//!   (not those of [`Host::with_routes`]). Responses of 500
 //!   bytes or more are gzipped for clients that accept it.
 //! * `GET /healthz` (200 `{"status":"ok"}`), `GET /_ah/warmup` (204), and, for loopback clients,
 //!   `POST /admin/reload`. Anything else is 404 or 405 with a JSON error.
@@ -58,6 +59,7 @@ mod source;
 mod state;
 
 pub use compose::{HeldBody, LimitRejection, RequestLimits, RequestSlot, ServedLibrary};
+pub use cors::is_cross_origin;
 pub use error::HostError;
 pub use listener::raise_fd_limit;
 pub use options::{

@@ -35,8 +35,8 @@ pub(crate) fn router(state: Arc<HostState>) -> Router {
 }
 
 /// The host's router with `extra` routes merged in beside the endpoints (before the fallback
-/// and the middleware, so gzip, CORS and the access log apply to them too). `extra` must not
-/// set a fallback of its own.
+/// and the middleware, so gzip and the access log apply to them too; CORS does not). `extra`
+/// must not set a fallback of its own.
 pub(crate) fn router_with(state: Arc<HostState>, extra: Router) -> Router {
     let mut app = Router::new()
         .route("/", post(query).options(cors::preflight).get(index))
@@ -52,6 +52,9 @@ pub(crate) fn router_with(state: Arc<HostState>, extra: Router) -> Router {
     app.fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .with_state(state)
+        // Any origin may read the host's own answers (the Polymath protocol's browser clients),
+        // not those of the `extra` routes, which hold a server's private data.
+        .layer(middleware::from_fn(cors::allow_any_origin))
         .merge(extra)
         // The query handler enforces the configured limit itself (413 with a JSON body).
         .layer(DefaultBodyLimit::disable())
@@ -60,7 +63,6 @@ pub(crate) fn router_with(state: Arc<HostState>, extra: Router) -> Router {
                 .gzip(true)
                 .compress_when(SizeAbove::new(GZIP_MIN_BYTES)),
         )
-        .layer(middleware::from_fn(cors::allow_any_origin))
         .layer(middleware::from_fn(access_log::log_request))
 }
 

@@ -87,7 +87,8 @@ impl Host {
     }
 
     /// Serves `routes` beside the library endpoint: behind the same listener and middleware
-    /// (connection limit, timeouts, gzip, CORS, access log). The routes must not overlap the
+    /// (connection limit, timeouts, gzip, access log), without the endpoint's CORS (their
+    /// answers are not for web pages of other origins). The routes must not overlap the
     /// host's own (`/`, `/healthz`, `/health`, `/_ah/warmup`, `/admin/reload`) and must not set
     /// a fallback; unknown paths keep getting the host's 404.
     pub fn with_routes(self, routes: axum::Router) -> Host {

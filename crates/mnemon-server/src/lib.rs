@@ -29,6 +29,7 @@ mod keys;
 mod metrics;
 pub mod openapi;
 mod routes;
+mod same_origin;
 mod state;
 mod status;
 mod tenants;
@@ -64,11 +65,12 @@ pub struct ServerConfig {
     pub authenticator: Arc<dyn Authenticator>,
     /// The namespace whose database `/readyz` checks.
     pub ready_namespace: Namespace,
-    /// The `Host` header values `/mcp` accepts (`mnemon_mcp::HttpOptions::allowed_hosts`):
-    /// `None` keeps the loopback names only (DNS-rebinding protection for a server on
-    /// loopback), `Some(vec![])` accepts any (a server on another address, where keys or a
-    /// proxy protect it).
-    pub mcp_allowed_hosts: Option<Vec<String>>,
+    /// The `Host` header values the server's routes (REST, `/metrics`, `/mcp`, the inspector)
+    /// accept, each a name with an optional port: `None` keeps the loopback names only
+    /// (DNS-rebinding protection for a server on loopback), `Some(vec![])` accepts any (a
+    /// server on another address, where keys or a proxy protect it). The library endpoint
+    /// `POST /` is the host's and accepts any (docs/reference/rest.md#browsers).
+    pub allowed_hosts: Option<Vec<String>>,
     /// How often the server sweeps expired records ([`Service::gc`]) of the namespaces it has
     /// served since it started, those of the authenticator's keys, and the ready namespace;
     /// zero disables the sweep.
@@ -94,7 +96,7 @@ impl ServerConfig {
             tenants: Tenants::single(service),
             authenticator: Arc::new(OpenAccess::new(namespace.clone())),
             ready_namespace: namespace,
-            mcp_allowed_hosts: None,
+            allowed_hosts: None,
             gc_interval: DEFAULT_GC_INTERVAL,
         }
     }
@@ -136,7 +138,7 @@ impl Server {
             state.ready_namespace.clone(),
             config.gc_interval,
         );
-        let mcp = mcp_router(&state, config.mcp_allowed_hosts);
+        let mcp = mcp_router(&state, config.allowed_hosts.clone());
         let metrics = Arc::clone(&state.metrics);
         let errors = Arc::clone(&state.errors);
         let routes = router(state)
@@ -145,6 +147,12 @@ impl Server {
             .layer(middleware::from_fn_with_state(
                 errors,
                 status::record_errors,
+            ))
+            // Outermost: a web page of another site gets nothing from any of them, its
+            // requests not even a line in the recent errors.
+            .layer(middleware::from_fn_with_state(
+                same_origin::HostCheck::of(config.allowed_hosts),
+                same_origin::refuse_cross_site,
             ));
         // Metrics wrap the whole app, so the Polymath endpoint `POST /` (the host's) is counted
         // like the /v1 routes (docs/reference/rest.md#status).

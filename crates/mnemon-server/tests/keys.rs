@@ -75,7 +75,7 @@ fn keyed(root: &Path, postgres: Option<String>) -> Keyed {
         tenants,
         authenticator: Arc::new(KeyAuthenticator::new(Arc::new(store))),
         ready_namespace: acme,
-        mcp_allowed_hosts: None,
+        allowed_hosts: None,
         gc_interval: mnemon_server::DEFAULT_GC_INTERVAL,
     };
     Keyed {
@@ -528,7 +528,7 @@ fn the_sweep_covers_the_namespaces_of_keys_never_served() {
         tenants: Tenants::new(move |namespace: &Namespace| Ok(Service::new(opener(namespace)?))),
         authenticator: Arc::new(KeyAuthenticator::new(Arc::new(store))),
         ready_namespace: acme,
-        mcp_allowed_hosts: None,
+        allowed_hosts: None,
         gc_interval: std::time::Duration::from_millis(200),
     };
     let _running = start_with(config, HostOptions::default());

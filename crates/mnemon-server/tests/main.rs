@@ -16,6 +16,7 @@ use reqwest::StatusCode;
 use reqwest::blocking::{Client, Response};
 use serde_json::{Value, json};
 
+mod browsers;
 mod keys;
 mod status;
 

@@ -31,6 +31,20 @@ use super::{CliError, CliResult, Target};
 /// here); `serve` reads it from disk there, so a SIGHUP picks up a regenerated file.
 const SAMPLE_PATH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/sample-library/library.json");
 
+/// A `--allowed-host` value: a name with an optional port, as clients put it in `Host`.
+fn host_name(text: &str) -> Result<String, String> {
+    let name = text.trim();
+    if name.is_empty()
+        || name.contains(|c: char| c.is_whitespace() || matches!(c, '/' | '@' | '?' | '#'))
+    {
+        return Err(format!(
+            "{text:?} is not a host name: give the name (and port) clients use, such as \
+             mnemon.example.com or mnemon.example.com:8443, without a scheme or a path"
+        ));
+    }
+    Ok(name.to_owned())
+}
+
 /// The same sample library compiled in, so `serve` works from anywhere.
 const SAMPLE_BYTES: &[u8] = include_bytes!("../../sample-library/library.json");
 
@@ -78,6 +92,14 @@ pub(crate) struct ServeArgs {
     /// Address to listen on. The default accepts connections from this machine only.
     #[arg(long, default_value = "127.0.0.1:8080")]
     addr: SocketAddr,
+
+    /// On a loopback address, a name (with an optional port) the server is also reached by,
+    /// besides localhost, 127.0.0.1 and [::1]: that of a reverse proxy forwarding its own
+    /// `Host`. Repeat for more. Requests naming any other host get 403, which stops DNS
+    /// rebinding (docs/reference/rest.md#browsers). Other addresses accept any name.
+    #[arg(long = "allowed-host", value_name = "NAME[:PORT]", action = clap::ArgAction::Append,
+          value_parser = host_name)]
+    allowed_hosts: Vec<String>,
 
     /// Requests with a larger body are refused with 413.
     #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_BODY_BYTES)]
@@ -265,9 +287,17 @@ pub(crate) fn run(args: ServeArgs, target: &Target<'_>, quiet: bool) -> CliResul
     rest.gc_interval = args.gc_interval;
     rest.tenants.set_capacity(args.max_open_namespaces);
     if !loopback {
-        // Reached under names we cannot know: keys (or the proxy of --insecure) protect /mcp,
-        // not the Host check, which only guards loopback servers against DNS rebinding.
-        rest.mcp_allowed_hosts = Some(Vec::new());
+        // Reached under names we cannot know: keys (or the proxy of --insecure) protect the
+        // routes, not the Host check, which only guards loopback servers against DNS rebinding.
+        rest.allowed_hosts = Some(Vec::new());
+    } else if !args.allowed_hosts.is_empty() {
+        rest.allowed_hosts = Some(
+            ["localhost", "127.0.0.1", "[::1]"]
+                .into_iter()
+                .map(str::to_owned)
+                .chain(args.allowed_hosts.iter().cloned())
+                .collect(),
+        );
     }
     let data_dir_libraries = data_dir.join(mnemon::LIBRARIES_DIR);
     let sources = Sources {
@@ -397,7 +427,7 @@ fn server_config(
             tenants,
             authenticator: Arc::new(KeyAuthenticator::new(store)),
             ready_namespace: namespace,
-            mcp_allowed_hosts: None,
+            allowed_hosts: None,
             gc_interval: mnemon_server::DEFAULT_GC_INTERVAL,
         });
     }
@@ -432,7 +462,7 @@ fn server_config(
         tenants,
         authenticator,
         ready_namespace: namespace,
-        mcp_allowed_hosts: None,
+        allowed_hosts: None,
         gc_interval: mnemon_server::DEFAULT_GC_INTERVAL,
     })
 }
@@ -581,6 +611,24 @@ mod tests {
         assert_eq!(open(&[]).unwrap(), mnemon_server::MAX_OPEN_NAMESPACES);
         assert_eq!(open(&["--max-open-namespaces", "4"]).unwrap(), 4);
         assert!(open(&["--max-open-namespaces", "0"]).is_err());
+        let hosts = |args: &[&str]| {
+            let argv = std::iter::once("serve").chain(args.iter().copied());
+            Wrap::try_parse_from(argv).map(|w| w.serve.allowed_hosts)
+        };
+        assert_eq!(hosts(&[]).unwrap(), Vec::<String>::new());
+        assert_eq!(
+            hosts(&[
+                "--allowed-host",
+                "a.example",
+                "--allowed-host",
+                "b.example:8443"
+            ])
+            .unwrap(),
+            ["a.example", "b.example:8443"]
+        );
+        for bad in ["", "https://a.example", "a.example/v1", "a b"] {
+            assert!(hosts(&["--allowed-host", bad]).is_err(), "{bad:?}");
+        }
     }
 
     #[test]
