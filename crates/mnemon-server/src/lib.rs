@@ -367,9 +367,28 @@ fn denied(error: RestError) -> Denied {
 
 /// Refuses an MCP request whose key is refused with the REST 401 (or 503) before MCP reads
 /// it, so an HTTP client learns at once that its key is wrong; the role is checked per tool.
+///
+/// Then puts the request under the host's limits, as a REST route is (docs/limits.md): its
+/// body is read here, under `--max-body-bytes`, the body timeout and the shared body budget
+/// (left to the MCP transport, it was read under that crate's own 4 MiB, with no timeout and
+/// outside the budget), and the call holds one of the request slots while it runs (the
+/// answer is one JSON body, so the tool has finished when `next` returns).
 async fn mcp_gate(State(state): State<AppState>, request: Request, next: Next) -> Response {
-    match auth::authenticate(&state.auth, request.headers()).await {
-        Ok(_) => next.run(request).await,
-        Err(refused) => refused.into_response(),
+    if let Err(refused) = auth::authenticate(&state.auth, request.headers()).await {
+        return refused.into_response();
     }
+    let (parts, body) = request.into_parts();
+    let mut held = match state.limits.read_body(&parts.headers, body).await {
+        Ok(held) => held,
+        Err(rejected) => return RestError::from(rejected).into_response(),
+    };
+    let slot = match state.limits.slot().await {
+        Ok(slot) => slot,
+        Err(rejected) => return RestError::from(rejected).into_response(),
+    };
+    let body = axum::body::Body::from(std::mem::take(&mut held.bytes));
+    let response = next.run(Request::from_parts(parts, body)).await;
+    // The budget and the slot are given back only once the call has answered.
+    drop((held, slot));
+    response
 }

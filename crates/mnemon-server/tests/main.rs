@@ -1459,6 +1459,71 @@ fn mcp_post_accepting_gzip(api: &Api, body: Value) -> (Option<String>, Vec<u8>) 
     (encoding, response.bytes().unwrap().to_vec())
 }
 
+/// `remember` of `messages` in `session`, posted to `/mcp`: the HTTP status and body.
+fn mcp_remember(api: &Api, session: &str, messages: &[Value]) -> (StatusCode, Value) {
+    let response = api
+        .client
+        .post(api.url("/mcp"))
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2025-06-18")
+        .body(
+            json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+                "name": "remember", "arguments": {"session": session, "messages": messages}}})
+            .to_string(),
+        )
+        .send()
+        .unwrap();
+    json_of(response)
+}
+
+/// `/mcp` is under the host's limits as the REST routes are: the body limit, and one request
+/// slot per call. Before, the MCP transport read bodies under its own 4 MiB and calls held no
+/// slot, so `--max-body-bytes` and `--max-concurrent-queries` did not bound MCP clients.
+#[test]
+fn mcp_calls_are_under_the_body_limit_and_the_request_slots() {
+    crypto();
+    let dir = tempfile::tempdir().unwrap();
+    let options = HostOptions {
+        max_body_bytes: 64 * 1024,
+        max_concurrent_queries: 1,
+        queue_timeout: std::time::Duration::from_millis(50),
+        ..HostOptions::default()
+    };
+    let running = start(Stores::open(dir.path()).unwrap(), options);
+    let api = Api::new(&running);
+    let messages = |n: usize| -> Vec<Value> {
+        (0..n)
+            .map(|i| json!({"name": "u", "content": format!("message {i} with some words to store")}))
+            .collect()
+    };
+    // About 100 KB: over the body limit.
+    let (status, body) = mcp_remember(&api, "big", &messages(2_000));
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{body}");
+    // Under it, calls at once contend for the one slot: some wait past the queue timeout.
+    let statuses: Vec<(StatusCode, Value)> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..8)
+            .map(|t| {
+                let api = &api;
+                let messages = messages(800);
+                scope.spawn(move || mcp_remember(api, &format!("busy{t}"), &messages))
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let busy: Vec<_> = statuses
+        .iter()
+        .filter(|(s, _)| *s == StatusCode::SERVICE_UNAVAILABLE)
+        .collect();
+    assert!(!busy.is_empty(), "no call was refused: {statuses:?}");
+    for (_, body) in busy {
+        assert_eq!(body["error"]["code"], "busy", "{body}");
+    }
+    assert!(statuses.iter().any(|(s, body)| {
+        *s == StatusCode::OK && body["result"]["structuredContent"]["added"] == 800
+    }));
+}
+
 #[test]
 fn mcp_answers_are_not_compressed() {
     // A tool result is a few KB at most, and on loopback inflating it cost the TypeScript
