@@ -1378,12 +1378,14 @@ async fn readyz(State(s): State<AppState>) -> Answer {
         .map_err(|e| RestError::internal(&e))?;
     match outcome {
         Ok(()) => answer(OK, &Ready { status: "ready" }),
+        // The cause goes to the log only: this route needs no key, and a database error can
+        // name hosts, users and files.
         Err(error) => {
             tracing::warn!(%error, "not ready: the database does not answer");
             Err(RestError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "not_ready",
-                format!("the database does not answer: {error}"),
+                "the database does not answer; the server's log has the cause",
             ))
         }
     }

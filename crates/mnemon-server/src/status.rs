@@ -100,12 +100,18 @@ pub(crate) async fn record_errors(
     let response = next.run(request).await;
     let status = response.status();
     if status.as_u16() >= 400 {
+        let namespace = response
+            .extensions()
+            .get::<AnsweredNamespace>()
+            .map(|n| n.0.clone());
+        let reason = || status.canonical_reason().unwrap_or("error").to_owned();
         let (code, message) = match response.extensions().get::<ErrorNote>() {
+            // An answer of no namespace is shown to the admins of every namespace: its message
+            // can quote the request (the path of a 404 or 405, an id in it), so only its code
+            // and status are kept.
+            Some(note) if namespace.is_none() => (note.code.to_owned(), reason()),
             Some(note) => (note.code.to_owned(), cut(&note.message)),
-            None => (
-                "http".to_owned(),
-                status.canonical_reason().unwrap_or("error").to_owned(),
-            ),
+            None => ("http".to_owned(), reason()),
         };
         log.push(RecentError {
             at_ms: now_ms(),
@@ -114,10 +120,7 @@ pub(crate) async fn record_errors(
             status: status.as_u16(),
             code,
             message,
-            namespace: response
-                .extensions()
-                .get::<AnsweredNamespace>()
-                .map(|n| n.0.clone()),
+            namespace,
         });
     }
     response

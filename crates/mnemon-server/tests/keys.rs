@@ -313,6 +313,19 @@ fn namespaces_are_isolated(keyed: &Keyed) {
         Api::new(&keyed.running).get("/v1/status"),
         "/v1/status with no key",
     );
+    // Answers of no namespace (no route, no such method): the admins of every namespace see
+    // them, so their messages, which quote the path, are not kept.
+    expect_error(
+        globex.get("/v1/nothing/globex-secret-path"),
+        StatusCode::NOT_FOUND,
+        "no_route",
+    );
+    let wrong_method = globex.send(reqwest::Method::PATCH, "/v1/assets/globex-secret-id", None);
+    expect_error(
+        wrong_method,
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+    );
     let mine = ok(read.get("/v1/status"), StatusCode::OK);
     assert_eq!(mine["namespace"], "acme", "{mine}");
     let text = mine["recent_errors"].to_string();
@@ -332,6 +345,10 @@ fn namespaces_are_isolated(keyed: &Keyed) {
             .contains("\"status\":401"),
         "{admin}"
     );
+    let unmatched = admin["recent_errors"].to_string();
+    assert!(unmatched.contains("\"no_route\""), "{admin}");
+    assert!(unmatched.contains("\"method_not_allowed\""), "{admin}");
+    assert!(!unmatched.contains("globex-secret"), "{admin}");
     for key in [&keyed.admin, &keyed.write, &keyed.read, &keyed.wrong] {
         assert!(
             !admin.to_string().contains(&key[4..]),
