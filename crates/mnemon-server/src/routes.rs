@@ -900,7 +900,21 @@ async fn asset_content(
             let media = content_type
                 .and_then(|m| HeaderValue::from_str(&m).ok())
                 .unwrap_or(HeaderValue::from_static("application/octet-stream"));
-            read_answer(&h, media, data)
+            let mut response = read_answer(&h, media, data);
+            // The bytes are whatever a client stored (a web page an agent fetched, say), served
+            // from the server's own origin, where the inspector holds a key: opened in a
+            // browser, an HTML or SVG asset must not run scripts as that origin. `sandbox`
+            // gives the document an origin of its own and no scripts; images still show.
+            let headers = response.headers_mut();
+            headers.insert(
+                header::CONTENT_SECURITY_POLICY,
+                HeaderValue::from_static("sandbox"),
+            );
+            headers.insert(
+                header::X_CONTENT_TYPE_OPTIONS,
+                HeaderValue::from_static("nosniff"),
+            );
+            response
         }
         AssetContent::Json(json) => read_json(&h, &json)?,
     })

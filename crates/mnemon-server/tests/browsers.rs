@@ -136,3 +136,29 @@ fn a_server_lists_the_names_a_proxy_forwards() {
     assert_eq!(named("localhost"), StatusCode::FORBIDDEN);
     assert_eq!(named("other.example.com"), StatusCode::FORBIDDEN);
 }
+
+/// Stored bytes are served from the server's origin: an HTML page an agent stored, opened in a
+/// browser, would run its scripts as that origin (and reach `/v1` same-origin). Served
+/// sandboxed, it runs none.
+#[test]
+fn stored_pages_are_served_sandboxed() {
+    crypto();
+    let dir = tempfile::tempdir().unwrap();
+    let running = start(Stores::open(dir.path()).unwrap(), HostOptions::default());
+    let api = Api::new(&running);
+    let page = b"<script>fetch('/v1/forget', {method: 'POST', body: '{}'})</script>".to_vec();
+    let stored = api
+        .client
+        .put(api.url("/v1/assets/page/content"))
+        .header("content-type", "text/html")
+        .body(page.clone())
+        .send()
+        .unwrap();
+    ok(stored, StatusCode::OK);
+    let served = api.get("/v1/assets/page/content");
+    assert_eq!(served.status(), StatusCode::OK);
+    assert_eq!(served.headers()["content-type"], "text/html");
+    assert_eq!(served.headers()["content-security-policy"], "sandbox");
+    assert_eq!(served.headers()["x-content-type-options"], "nosniff");
+    assert_eq!(served.bytes().unwrap().as_ref(), page);
+}
