@@ -245,7 +245,8 @@ pub struct PutAssetOutput {
 pub struct SearchLibraryInput {
     /// The question or topic, in words.
     pub text: String,
-    /// How many passages ("bits") to return (default 10).
+    /// How many passages ("bits") to return (default 10; below zero, all of them). A result
+    /// larger than the server's limit (32 MiB by default) is refused: ask for fewer.
     #[serde(default)]
     pub count: Option<i64>,
 }
@@ -302,6 +303,11 @@ impl Failure {
                  configured; start the server with --embedding-model (for example \
                  mnemon:hashing-v1-256), or call recall without a query for the latest messages"
                 .to_owned(),
+            // The operation's message names `omit`, which search_library does not take.
+            OpsError::ResultTooLarge { max } => format!(
+                "the result is larger than the server's limit of {max} bytes; call \
+                 search_library again with a lower count"
+            ),
             other => other.to_string(),
         }
     }
@@ -961,5 +967,60 @@ impl ServerHandler for MnemonMcp {
         ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
             .with_server_info(Implementation::new("mnemon", env!("CARGO_PKG_VERSION")))
             .with_instructions(INSTRUCTIONS)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rmcp::ServiceExt;
+    use rmcp::model::CallToolRequestParams;
+
+    const MODEL: &str = "mnemon:hashing-v1-16";
+
+    /// `search_library` goes through the service's library query, so it is bounded by the
+    /// service's result limit; past it, a tool error that asks for a lower count (the tool
+    /// has no `omit`).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn search_library_is_bounded_by_the_result_limit() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut bytes = Vec::new();
+        mnemon_library::synthetic::write_synthetic(&mut bytes, MODEL, 20, 16, 3).unwrap();
+        let library = Arc::new(mnemon_library::Library::from_bytes(&bytes).unwrap());
+        let embedder = mnemon_embed::embedder_for_model(MODEL).unwrap();
+        // About 600 bytes a bit without its embedding: two fit in 2,000 bytes, five do not.
+        let service = Service::new(mnemon_ops::Stores::open(dir.path()).unwrap())
+            .with_embedder(Arc::from(embedder))
+            .with_max_result_bytes(2_000);
+        let server = MnemonMcp::new(service).with_library(library);
+        let (client_end, server_end) = tokio::io::duplex(1 << 16);
+        let running = tokio::spawn(async move {
+            let served = server.serve(server_end).await.unwrap();
+            served.waiting().await.unwrap();
+        });
+        let client = ().serve(client_end).await.unwrap();
+        let search = |count: i64| {
+            let mut arguments = serde_json::Map::new();
+            arguments.insert("text".into(), "bees".into());
+            arguments.insert("count".into(), count.into());
+            client.call_tool(CallToolRequestParams::new("search_library").with_arguments(arguments))
+        };
+        let found = search(2).await.unwrap();
+        assert_ne!(found.is_error, Some(true), "{found:?}");
+        for count in [5, -1] {
+            let refused = search(count).await.unwrap();
+            assert_eq!(refused.is_error, Some(true), "{refused:?}");
+            let text = refused.content[0].as_text().unwrap().text.clone();
+            let error: serde_json::Value = serde_json::from_str(&text).unwrap();
+            assert_eq!(error["error"]["code"], "result_too_large", "{text}");
+            let message = error["error"]["message"].as_str().unwrap();
+            assert!(message.contains("limit of 2000 bytes"), "{message}");
+            assert!(
+                message.contains("lower count") && !message.contains("omit"),
+                "{message}"
+            );
+        }
+        client.cancel().await.unwrap();
+        running.await.unwrap();
     }
 }

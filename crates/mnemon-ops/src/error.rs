@@ -101,6 +101,24 @@ pub enum OpsError {
     /// A library error.
     #[error(transparent)]
     Library(mnemon_library::LibraryError),
+    /// A library query's result would be larger than the service's limit
+    /// ([`Service::with_max_result_bytes`](crate::Service::with_max_result_bytes)); it was
+    /// refused as it was written, so nothing past the limit was built.
+    #[error(
+        "the result is larger than the limit of {max} bytes; ask for fewer bits with a lower \
+         count, or leave fields out with omit (\"embedding\", the default, leaves out the \
+         embeddings)"
+    )]
+    ResultTooLarge {
+        /// The limit, in bytes of JSON.
+        max: usize,
+    },
+    /// A result could not be written as JSON: a fault of the service, not of the input.
+    #[error("the result could not be written as JSON: {detail}")]
+    Unwritable {
+        /// What failed.
+        detail: String,
+    },
     /// The namespace's stores did not open (a server opens them on the namespace's first
     /// request): for now, when the database could not be reached or a connection opened (the
     /// process out of file descriptors), and the same request may succeed later; for good
@@ -129,6 +147,8 @@ impl OpsError {
             OpsError::MessageNotFound { .. } => "message_not_found",
             OpsError::NoLibrary => "no_library",
             OpsError::NoEmbedder => "embedder_not_configured",
+            OpsError::ResultTooLarge { .. } => "result_too_large",
+            OpsError::Unwritable { .. } => "internal",
             OpsError::Open(error) => match error {
                 OpenError::Assets(StoreError::Storage { .. })
                 | OpenError::Artifacts(ArtifactError::Database { .. })
@@ -154,6 +174,12 @@ impl OpsError {
                     "storage_unavailable"
                 }
                 RefsError::Unresolved { .. } => "reference_unresolved",
+                RefsError::RenderTooLarge { .. } | RefsError::ParamsTooLarge { .. } => {
+                    "result_too_large"
+                }
+                RefsError::TooManyMarkers { .. } | RefsError::TooManyReferences { .. } => {
+                    "too_many_references"
+                }
                 e if e.is_caller_error() => "invalid_reference",
                 _ => "internal",
             },
@@ -191,9 +217,14 @@ impl OpsError {
     /// The kind of failure, for a transport's status.
     pub fn kind(&self) -> ErrorKind {
         match self.code() {
-            "invalid_input" | "invalid_cursor" | "invalid_reference" | "invalid_filter" => {
-                ErrorKind::BadRequest
-            }
+            // Over a limit: 400, as the library host answers a result over its limit; the
+            // message says which limit and how to stay under it.
+            "invalid_input"
+            | "invalid_cursor"
+            | "invalid_reference"
+            | "invalid_filter"
+            | "result_too_large"
+            | "too_many_references" => ErrorKind::BadRequest,
             "asset_not_found" | "artifact_not_found" | "session_not_found"
             | "message_not_found" | "no_library" => ErrorKind::NotFound,
             "artifact_exists" => ErrorKind::Conflict,
@@ -272,5 +303,29 @@ mod tests {
             (newer.code(), newer.kind()),
             ("internal", ErrorKind::Internal)
         );
+        // Over a limit is the caller's to fix, by asking for less: 400, as on the library host.
+        for (error, code) in [
+            (OpsError::ResultTooLarge { max: 1 }, "result_too_large"),
+            (
+                OpsError::from(RefsError::RenderTooLarge { limit: 1 }),
+                "result_too_large",
+            ),
+            (
+                OpsError::from(RefsError::ParamsTooLarge { limit: 1 }),
+                "result_too_large",
+            ),
+            (
+                OpsError::from(RefsError::TooManyMarkers { found: 2, limit: 1 }),
+                "too_many_references",
+            ),
+            (
+                OpsError::from(RefsError::TooManyReferences { found: 2, limit: 1 }),
+                "too_many_references",
+            ),
+        ] {
+            assert_eq!((error.code(), error.kind()), (code, ErrorKind::BadRequest));
+        }
+        let unwritable = OpsError::Unwritable { detail: "x".into() };
+        assert_eq!(unwritable.kind(), ErrorKind::Internal);
     }
 }

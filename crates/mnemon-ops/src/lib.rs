@@ -54,7 +54,7 @@ mod stores;
 pub use error::{ErrorKind, OpsError};
 #[cfg(feature = "postgres")]
 pub use pools::{INDEXER_CONNECTIONS, PostgresPools, STORE_CONNECTIONS};
-pub use service::Service;
+pub use service::{DEFAULT_MAX_RESULT_BYTES, Service};
 pub use stores::{
     ARTIFACTS_DIR, Backend, DATABASE_FILE, LIBRARIES_DIR, NAMESPACES_DIR, OpenError, OpenOptions,
     RecallOptions, Stores, artifact_backends,

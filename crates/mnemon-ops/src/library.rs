@@ -120,6 +120,10 @@ impl Service {
     }
 
     /// The bits nearest a vector or a text (untagged bits only).
+    ///
+    /// A `count` below zero asks for every bit (as in Polymath). The result is refused with
+    /// [`OpsError::ResultTooLarge`] (`result_too_large`, a 400-kind error) as soon as its JSON
+    /// passes [`max_result_bytes`](Service::max_result_bytes), before more of it is built.
     pub fn library_query(
         &self,
         library: &Library,
@@ -171,7 +175,25 @@ impl Service {
             request.omit = Omit::parse_str(omit)?;
         }
         let result = library.query(&request, &AccessGrant::default())?;
-        Ok(LibraryQueryOutput(wire::render(&result)?))
+        // Written as JSON bytes one bit at a time and refused as soon as they pass the limit, as
+        // the library host writes its results: `wire::render` built the whole result as a JSON
+        // value first (several times the size of its text), with no limit, so `"count": -1`
+        // with embeddings built every bit of the library.
+        let max = self.max_result_bytes();
+        let bytes = wire::render_capped(&result, max).map_err(|error| match error {
+            wire::RenderError::TooLarge { .. } => OpsError::ResultTooLarge { max },
+            wire::RenderError::Library(error) => OpsError::Library(error),
+            other => OpsError::Unwritable {
+                detail: other.to_string(),
+            },
+        })?;
+        drop(result);
+        // The same value `wire::render` gives: the bytes are its compact JSON, and numbers
+        // round-trip exactly (serde_json's `float_roundtrip`, on in this workspace).
+        let map = serde_json::from_slice(&bytes).map_err(|e| OpsError::Unwritable {
+            detail: e.to_string(),
+        })?;
+        Ok(LibraryQueryOutput(map))
     }
 }
 
@@ -189,6 +211,74 @@ mod tests {
         let library = Library::open(&path).unwrap();
         library.pack_index(&path, &|_, _| {}).unwrap();
         Library::open(&path).unwrap()
+    }
+
+    /// A library of 40 bits of 1 MiB of text each (dimension 4).
+    fn large_library(dir: &std::path::Path) -> Library {
+        let mut bytes = Vec::new();
+        synthetic::write_synthetic(&mut bytes, "m", 40, 4, 9).unwrap();
+        let mut json: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+        for bit in json["bits"].as_array_mut().unwrap() {
+            bit["text"] = "word ".repeat(1024 * 1024 / 5).into();
+        }
+        let path = dir.join("large.json");
+        std::fs::write(&path, serde_json::to_vec(&json).unwrap()).unwrap();
+        Library::open(&path).unwrap()
+    }
+
+    /// `count: -1` (every bit, as in Polymath) of a 40 MiB library is refused with a 400 that
+    /// says how to ask for less, instead of being built whole (twice: the value, then its
+    /// JSON); a result under the cap is the same as before.
+    #[test]
+    fn a_result_larger_than_the_cap_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let library = large_library(dir.path());
+        let service = Service::new(crate::Stores::open(dir.path().join("data")).unwrap());
+        let ask = |count: i64| {
+            service.library_query(
+                &library,
+                LibraryQueryInput {
+                    text: None,
+                    embedding: Some(vec![1.0, 0.0, 0.0, 0.0]),
+                    count: Some(count),
+                    count_type: None,
+                    omit: None,
+                    exact: false,
+                },
+            )
+        };
+        let Err(err) = ask(-1) else {
+            panic!("every bit of a 40 MiB library was returned")
+        };
+        assert_eq!(err.code(), "result_too_large", "{err}");
+        assert_eq!(err.kind(), crate::ErrorKind::BadRequest);
+        let message = err.to_string();
+        assert!(
+            message.contains(&(32 * 1024 * 1024).to_string()),
+            "{message}"
+        );
+        assert!(message.contains("count"), "{message}");
+        let out = ask(3).unwrap();
+        let mut request = QueryRequest::new("m", vec![1.0, 0.0, 0.0, 0.0], 3);
+        request.index = service.index();
+        let direct = wire::render(&library.query(&request, &AccessGrant::default()).unwrap());
+        assert_eq!(out.0, direct.unwrap());
+        // The limit is the service's: one bit of 1 MiB does not fit in 1 MB.
+        let small = service.with_max_result_bytes(1_000_000);
+        let Err(err) = small.library_query(
+            &library,
+            LibraryQueryInput {
+                text: None,
+                embedding: Some(vec![1.0, 0.0, 0.0, 0.0]),
+                count: Some(1),
+                count_type: None,
+                omit: None,
+                exact: false,
+            },
+        ) else {
+            panic!("a 1 MiB bit fit in 1 MB")
+        };
+        assert!(err.to_string().contains("limit of 1000000 bytes"), "{err}");
     }
 
     /// The service's library query searches the index as the service is told (here from 0 bits,

@@ -23,7 +23,14 @@ pub struct Service {
     writers: Arc<Mutex<Writers>>,
     /// When library queries search a library's ANN index (docs/reference/library.md#ann-index).
     index: mnemon_library::IndexUse,
+    /// The most bytes of output a render, a parameter substitution or a library query builds.
+    max_result_bytes: usize,
 }
+
+/// The default of [`Service::max_result_bytes`]: 32 MiB, the same as the library host's
+/// `--max-result-bytes` (`mnemon_host::DEFAULT_MAX_RESULT_BYTES`) and the reference crate's
+/// [`DEFAULT_MAX_OUTPUT_BYTES`](mnemon_refs::DEFAULT_MAX_OUTPUT_BYTES), which it is.
+pub const DEFAULT_MAX_RESULT_BYTES: usize = mnemon_refs::DEFAULT_MAX_OUTPUT_BYTES;
 
 /// How many sessions keep a write handle open ([`Service::writer`]).
 const WRITERS: usize = 64;
@@ -64,7 +71,27 @@ impl Service {
             tokenizer: Arc::new(mnemon_embed::Cl100kTokenizer),
             writers: Arc::default(),
             index: mnemon_library::IndexUse::default(),
+            max_result_bytes: DEFAULT_MAX_RESULT_BYTES,
         }
+    }
+
+    /// This service with `max_bytes` as the most output one operation builds for its caller
+    /// (default [`DEFAULT_MAX_RESULT_BYTES`], 32 MiB): the rendered text of
+    /// [`refs_render`](Service::refs_render), the substituted parameters of
+    /// [`refs_resolve_params`](Service::refs_resolve_params) and the result JSON of
+    /// [`library_query`](Service::library_query). Past it they fail with a 400-kind error
+    /// (`result_too_large`) instead of building the output; a server passes its
+    /// `--max-result-bytes` so that `/v1` answers are bounded as the library host's are.
+    pub fn with_max_result_bytes(self, max_bytes: usize) -> Service {
+        Service {
+            max_result_bytes: max_bytes,
+            ..self
+        }
+    }
+
+    /// The most output one operation builds ([`Service::with_max_result_bytes`]).
+    pub fn max_result_bytes(&self) -> usize {
+        self.max_result_bytes
     }
 
     /// This service with `index` deciding when a library query searches the library's ANN

@@ -89,6 +89,48 @@ pub enum RefsError {
     /// A well-formed marker whose reference does not resolve.
     #[error("{0}")]
     MarkerUnresolved(StoreError),
+    /// A text holds more markers than one render may resolve
+    /// ([`Limits::max_references`](crate::Limits::max_references)).
+    #[error(
+        "the text holds {found} markers, more than the {limit} one render resolves; split the text and render the parts in separate calls"
+    )]
+    TooManyMarkers {
+        /// How many markers the text holds.
+        found: usize,
+        /// The limit.
+        limit: usize,
+    },
+    /// Tool-call parameters ask to substitute more references than one call may resolve
+    /// ([`Limits::max_references`](crate::Limits::max_references)).
+    #[error(
+        "the parameters hold {found} references to substitute, more than the {limit} one call resolves; substitute them in separate calls"
+    )]
+    TooManyReferences {
+        /// How many references the parameters ask to substitute.
+        found: usize,
+        /// The limit.
+        limit: usize,
+    },
+    /// The rendered text would be larger than the limit
+    /// ([`Limits::max_output_bytes`](crate::Limits::max_output_bytes)); nothing past the
+    /// limit was built.
+    #[error(
+        "the rendered text would be larger than the limit of {limit} bytes (the text with each marker replaced by its value, plus the markers left as written and why); render fewer markers per call, or point them at smaller parts of the assets"
+    )]
+    RenderTooLarge {
+        /// The limit, in bytes.
+        limit: usize,
+    },
+    /// The substituted parameters would be larger than the limit
+    /// ([`Limits::max_output_bytes`](crate::Limits::max_output_bytes)); nothing past the
+    /// limit was built.
+    #[error(
+        "the parameters with their references substituted would be larger than the limit of {limit} bytes of JSON (bytes count as data: URLs); substitute fewer references per call, or point them at smaller parts of the assets"
+    )]
+    ParamsTooLarge {
+        /// The limit, in bytes.
+        limit: usize,
+    },
 }
 
 impl RefsError {

@@ -8,6 +8,10 @@
 //!   [`Mode::Strict`], all or nothing.
 //! - Message text: [`scan`] finds `<|…|>` markers (URL or JSON form, code skipped) and
 //!   [`render`] replaces the resolvable ones, leaving the rest verbatim and reporting them.
+//! - Input from a client: [`render_limited`] and [`resolve_params_limited`] bound the
+//!   references one call resolves and the bytes its output takes ([`Limits`]: by default 10,000
+//!   and 32 MiB), since each reference can stand for a whole stored payload. Every entry point
+//!   resolves each distinct reference once per call.
 //!
 //! ```
 //! use mnemon_refs::render_default;
@@ -26,14 +30,19 @@
 
 mod detect;
 mod error;
+mod limits;
 mod params;
 mod render;
 mod scan;
 #[cfg(test)]
 mod scan_oracle;
+mod size;
+#[cfg(test)]
+mod test_store;
 
 pub use detect::{Detected, detect_reference};
 pub use error::RefsError;
-pub use params::{CommandSpec, Mode, ParameterSpec, resolve_params};
-pub use render::{Rendered, Unresolved, default_renderer, render, render_default};
+pub use limits::{DEFAULT_MAX_OUTPUT_BYTES, DEFAULT_MAX_REFERENCES, Limits};
+pub use params::{CommandSpec, Mode, ParameterSpec, resolve_params, resolve_params_limited};
+pub use render::{Rendered, Unresolved, default_renderer, render, render_default, render_limited};
 pub use scan::{Marker, MarkerForm, scan};

@@ -1,15 +1,17 @@
 //! Substituting references in tool-call parameters, driven by a command spec
 //! (docs/reference/assets.md#tool-call-parameters).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
 use mnemon_store::AssetStore;
-use mnemon_types::{Map, Value};
+use mnemon_types::{AssetRef, Map, Value};
 use serde::{Deserialize, Serialize};
 
 use crate::detect::{Detected, detect_reference};
 use crate::error::RefsError;
+use crate::limits::Limits;
+use crate::size::{json_len, json_str_len};
 
 /// A plugin command's declaration: its name and parameters.
 ///
@@ -134,7 +136,11 @@ pub enum Mode {
 /// treated as not accepting references.
 ///
 /// Either every reference resolves and the full parameter map is returned, or an error names
-/// the first parameter that failed and nothing is substituted.
+/// the first parameter that failed and nothing is substituted. Each distinct reference is
+/// resolved once; parameters repeating it get copies of its value (byte buffers shared).
+///
+/// There is no limit on the references or the output: for parameters the caller trusts.
+/// Parameters from a client go through [`resolve_params_limited`].
 ///
 /// ```
 /// use mnemon_refs::{resolve_params, CommandSpec, Mode};
@@ -159,23 +165,91 @@ pub fn resolve_params(
     store: &dyn AssetStore,
     mode: Mode,
 ) -> Result<Map, RefsError> {
+    resolve_params_limited(spec, params, store, mode, Limits::NONE)
+}
+
+/// [`resolve_params`] within `limits`: for parameters from a client.
+///
+/// Fails with [`RefsError::TooManyReferences`] before anything is resolved when more than
+/// [`Limits::max_references`] parameters ask for a reference to be substituted, and with
+/// [`RefsError::ParamsTooLarge`] as soon as the substituted parameters, written as compact JSON
+/// (bytes as `data:` URLs, as a server sends them), would pass [`Limits::max_output_bytes`].
+/// Each value is measured before it is copied into the output, so a refused call never holds
+/// more than the limit of substituted values.
+pub fn resolve_params_limited(
+    spec: &CommandSpec,
+    params: &serde_json::Value,
+    store: &dyn AssetStore,
+    mode: Mode,
+    limits: Limits,
+) -> Result<Map, RefsError> {
     let serde_json::Value::Object(params) = params else {
         return Err(RefsError::ParamsNotAnObject {
             found: Value::from_json(params.clone()).kind(),
         });
     };
+    // A set, not `spec.accepts_references`: that walks the spec's list for each parameter,
+    // time in the product of two sizes a client chooses.
+    let accepting: HashSet<&str> = spec
+        .parameters
+        .iter()
+        .filter(|p| p.asset_ref_acceptable)
+        .map(|p| p.name.as_str())
+        .collect();
+    let detected: Vec<_> = params
+        .iter()
+        .map(|(name, value)| {
+            let accepts = accepting.contains(name.as_str());
+            (name, value, accepts, detect_reference(value))
+        })
+        .collect();
+    let references = detected
+        .iter()
+        .filter(|(_, _, accepts, d)| *accepts && matches!(d, Detected::Reference(_)))
+        .count();
+    if references > limits.max_references {
+        return Err(RefsError::TooManyReferences {
+            found: references,
+            limit: limits.max_references,
+        });
+    }
+    // The output as JSON: braces, and a comma between entries; each entry adds `"name":value`,
+    // measured before the value joins the output (or, for a repeated reference, is copied).
+    let mut size = 2 + params.len().saturating_sub(1);
+    let mut measure = |name: &str, value: &Value| -> Result<(), RefsError> {
+        let room = limits.max_output_bytes.saturating_sub(size);
+        let entry = json_str_len(name) + 1;
+        match json_len(value, room.saturating_sub(entry)) {
+            Some(len) if entry <= room => {
+                size += entry + len;
+                Ok(())
+            }
+            _ => Err(RefsError::ParamsTooLarge {
+                limit: limits.max_output_bytes,
+            }),
+        }
+    };
+    // Each reference resolved so far, with the parameter that holds its value in `out`.
+    let mut resolved: HashMap<AssetRef, &str> = HashMap::new();
     let mut out = Map::with_capacity(params.len());
-    for (name, value) in params {
-        let accepts = spec.accepts_references(name);
-        let resolved = match detect_reference(value) {
+    for (name, value, accepts, detected) in detected {
+        let substituted = match detected {
             Detected::Plain => Value::from_json(value.clone()),
             Detected::Reference(reference) if accepts => {
-                store
+                if let Some(first) = resolved.get(&reference).and_then(|first| out.get(*first)) {
+                    measure(name, first)?;
+                    let copy = first.clone();
+                    out.insert(name.clone(), copy);
+                    continue;
+                }
+                let value = store
                     .resolve(&reference)
                     .map_err(|error| RefsError::Unresolved {
                         parameter: name.clone(),
                         error,
-                    })?
+                    })?;
+                resolved.insert(reference, name.as_str());
+                value
             }
             Detected::Invalid(detail) if accepts => {
                 return Err(RefsError::InvalidReference {
@@ -196,7 +270,13 @@ pub fn resolve_params(
                 }
             },
         };
-        out.insert(name.clone(), resolved);
+        measure(name, &substituted)?;
+        out.insert(name.clone(), substituted);
+    }
+    if size > limits.max_output_bytes {
+        return Err(RefsError::ParamsTooLarge {
+            limit: limits.max_output_bytes,
+        });
     }
     Ok(out)
 }
@@ -326,6 +406,82 @@ parameters:
         // A plain value in an accepting parameter passes through.
         let out = resolve_params(&spec, &json!({"image": "raw"}), &store(), Mode::Strict).unwrap();
         assert_eq!(out["image"].as_str(), Some("raw"));
+    }
+
+    /// A spec of `n` parameters `p0`, `p1`, … that all accept references.
+    fn accepting(n: usize) -> CommandSpec {
+        CommandSpec {
+            name: "t".into(),
+            description: None,
+            parameters: (0..n)
+                .map(|i| ParameterSpec {
+                    name: format!("p{i}"),
+                    description: None,
+                    asset_ref_acceptable: true,
+                })
+                .collect(),
+        }
+    }
+
+    /// Parameters repeating a reference read the store once per distinct reference.
+    #[test]
+    fn each_distinct_reference_is_resolved_once() {
+        let asset = Asset::from_json(json!({"asset_id": "a1", "content": {"w": 5}})).unwrap();
+        let counting = crate::test_store::CountingStore::with(&[asset]);
+        let spec = accepting(100);
+        let params: serde_json::Map<_, _> = (0..100)
+            .map(|i| (format!("p{i}"), json!("asset://a1/content/w")))
+            .collect();
+        let out = resolve_params(&spec, &params.into(), &counting, Mode::Strict).unwrap();
+        assert_eq!(counting.reads(), 1);
+        assert_eq!(out.len(), 100);
+        assert!(out.values().all(|v| v.to_json() == Some(json!(5))));
+    }
+
+    /// The limit is on the parameters as JSON: `{"p0":"PNG","p1":5}` is 19 bytes.
+    #[test]
+    fn the_substituted_parameters_stay_within_the_limit() {
+        let spec = accepting(2);
+        let params = json!({"p0": "asset://a1/content/image", "p1": "asset://a1/content/w"});
+        let at = |max| Limits::default().with_max_output_bytes(max);
+        let out = resolve_params_limited(&spec, &params, &store(), Mode::Strict, at(19)).unwrap();
+        assert_eq!(serde_json::to_string(&out).unwrap().len(), 19);
+        for max in [0, 1, 2, 10, 18] {
+            let err = resolve_params_limited(&spec, &params, &store(), Mode::Strict, at(max))
+                .unwrap_err();
+            assert!(
+                matches!(err, RefsError::ParamsTooLarge { limit } if limit == max),
+                "{err}"
+            );
+        }
+        // Parameters passed through count too.
+        let plain = json!({"p0": "PNG", "p1": 5});
+        assert!(resolve_params_limited(&spec, &plain, &store(), Mode::Strict, at(19)).is_ok());
+        assert!(resolve_params_limited(&spec, &plain, &store(), Mode::Strict, at(18)).is_err());
+        assert!(resolve_params_limited(&spec, &json!({}), &store(), Mode::Strict, at(2)).is_ok());
+    }
+
+    #[test]
+    fn too_many_references_are_refused_before_any_is_resolved() {
+        let asset = Asset::from_json(json!({"asset_id": "a1", "content": {"w": 5}})).unwrap();
+        let counting = crate::test_store::CountingStore::with(&[asset]);
+        let spec = accepting(3);
+        let limits = Limits::default().with_max_references(2);
+        // Only references to substitute count: not plain values, nor undeclared parameters.
+        let params = json!({"p0": "asset://a1/content/w", "p1": 7, "p2": "asset://a1/content/w",
+                            "other": "asset://a1"});
+        assert!(resolve_params_limited(&spec, &params, &counting, Mode::Lenient, limits).is_ok());
+        let params = json!({"p0": "asset://a1/content/w", "p1": "asset://a1/content/w",
+                            "p2": "asset://zz"});
+        let before = counting.reads();
+        let err =
+            resolve_params_limited(&spec, &params, &counting, Mode::Lenient, limits).unwrap_err();
+        assert!(
+            matches!(err, RefsError::TooManyReferences { found: 3, limit: 2 }),
+            "{err}"
+        );
+        assert!(err.to_string().contains("separate calls"), "{err}");
+        assert_eq!(counting.reads(), before);
     }
 
     #[test]
