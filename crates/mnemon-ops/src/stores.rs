@@ -701,7 +701,7 @@ impl DefaultNamespaceFiles {
         let first = storage_id
             .split(['/', '\\'])
             .find(|part| !part.is_empty() && *part != ".");
-        if first == Some(NAMESPACES_DIR) {
+        if first.is_some_and(names_the_namespaces_dir) {
             return Err(ArtifactError::UnsafeStorageId {
                 id: storage_id.chars().take(300).collect(),
                 reason: format!(
@@ -711,6 +711,19 @@ impl DefaultNamespaceFiles {
         }
         Ok(())
     }
+}
+
+/// Whether the file system may take `part` for [`NAMESPACES_DIR`]: the name itself, and on file
+/// systems that ignore case (macOS, Windows) or drop trailing dots and spaces (Windows) any
+/// spelling they read as it, and Windows' short (8.3) alias of it (`NAMESP~1`). Refused on
+/// every system, so a data directory copied to another keeps its tenants apart.
+fn names_the_namespaces_dir(part: &str) -> bool {
+    let name = part.trim_end_matches(['.', ' ']);
+    let short_alias = name
+        .get(..6)
+        .is_some_and(|head| head.eq_ignore_ascii_case("namesp"))
+        && name.contains('~');
+    name.eq_ignore_ascii_case(NAMESPACES_DIR) || short_alias
 }
 
 impl StorageBackend for DefaultNamespaceFiles {
@@ -845,7 +858,17 @@ mod tests {
             serde_json::json!("acme")
         );
         // The default namespace cannot reach into the others' folder.
-        for id in [".namespaces/acme/plans/p.json", "./.namespaces/acme/x"] {
+        // Nor through another spelling that a case-insensitive file system (macOS, Windows)
+        // or Windows' name rules read as the same folder.
+        for id in [
+            ".namespaces/acme/plans/p.json",
+            "./.namespaces/acme/x",
+            ".NAMESPACES/acme/plans/p.json",
+            ".Namespaces\\acme\\x",
+            ".namespaces./acme/x",
+            ".namespaces /acme/x",
+            "NAMESP~1/acme/x",
+        ] {
             let error = default_files
                 .write(id, &serde_json::json!("x"))
                 .unwrap_err();
@@ -860,5 +883,9 @@ mod tests {
             acme_files.read("plans/p.json").unwrap(),
             serde_json::json!("acme")
         );
+        // Folders that only resemble it stay the default namespace's.
+        for part in ["namespaces", ".namespaces-old", "notes", "namesp"] {
+            assert!(!names_the_namespaces_dir(part), "{part}");
+        }
     }
 }

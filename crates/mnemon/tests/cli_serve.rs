@@ -218,6 +218,43 @@ fn serve_answers_the_readme_queries_from_the_sample_library() {
     assert!(!data.exists());
 }
 
+/// `--max-result-bytes` bounds every library query and render, not only `POST /`: the REST and
+/// MCP operations took their own default of 32 MiB whatever the flag said.
+#[test]
+fn serve_applies_max_result_bytes_to_the_rest_and_mcp_operations() {
+    let cwd = tempfile::tempdir().unwrap();
+    let data = cwd.path().join("data");
+    let server = Serve::start(
+        cwd.path(),
+        &[
+            "--data-dir",
+            data.to_str().unwrap(),
+            "--max-result-bytes",
+            "2000",
+            "--embedding-model",
+            "mnemon:hashing-v1-512",
+        ],
+    );
+    let every_bit = serde_json::json!({"text": "how does a Fresnel lens work", "count": -1});
+    let (status, refused) = server.rest("POST", "/v1/library/query", Some(every_bit));
+    assert_eq!(status, 400, "{refused}");
+    assert_eq!(refused["error"]["code"], "result_too_large", "{refused}");
+    let one = serde_json::json!({"text": "how does a Fresnel lens work", "count": 1, "omit": "embedding"});
+    let (status, answered) = server.rest("POST", "/v1/library/query", Some(one));
+    assert_eq!(status, 200, "{answered}");
+    let (status, _) = server.rest(
+        "PUT",
+        "/v1/assets/long",
+        Some(serde_json::json!({"content": {"text": "x".repeat(1_500)}})),
+    );
+    assert_eq!(status, 200);
+    let twice =
+        serde_json::json!({"text": "<|asset://long/content/text|> <|asset://long/content/text|>"});
+    let (status, refused) = server.rest("POST", "/v1/refs/render", Some(twice));
+    assert_eq!(status, 400, "{refused}");
+    assert_eq!(refused["error"]["code"], "result_too_large", "{refused}");
+}
+
 #[test]
 fn serve_prefers_the_data_directory_libraries_over_the_sample() {
     let cwd = tempfile::tempdir().unwrap();

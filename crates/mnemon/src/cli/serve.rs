@@ -157,7 +157,9 @@ pub(crate) struct ServeArgs {
           value_parser = seconds)]
     queue_timeout: f64,
 
-    /// The largest serialised result; larger ones get 400 asking for a lower count or omit.
+    /// The largest serialised result of a library query (`POST /`, `/v1/library/query`, MCP
+    /// `search_library`) or a reference render (`/v1/refs/…`); larger ones get 400 asking for
+    /// less (a lower count, omit, fewer markers).
     #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_RESULT_BYTES)]
     max_result_bytes: usize,
 
@@ -283,6 +285,7 @@ pub(crate) fn run(args: ServeArgs, target: &Target<'_>, quiet: bool) -> CliResul
         index,
         recall,
         args.max_concurrent_queries,
+        args.max_result_bytes,
     )?;
     rest.gc_interval = args.gc_interval;
     rest.tenants.set_capacity(args.max_open_namespaces);
@@ -398,6 +401,7 @@ fn server_config(
     index: mnemon::library::IndexUse,
     recall: mnemon::RecallOptions,
     operations: usize,
+    max_result_bytes: usize,
 ) -> Result<ServerConfig, CliError> {
     let mut options = target.open_options().with_recall(recall);
     // As many PostgreSQL connections as operations run at once: none waits for one.
@@ -417,7 +421,9 @@ fn server_config(
         let tenants = Tenants::new(move |asked: &Namespace| {
             let options = options.clone().with_namespace(asked.clone());
             let stores = Mnemon::open_with(&dir, &options).map_err(OpsError::Open)?;
-            let service = Service::new(stores).with_index(index);
+            let service = Service::new(stores)
+                .with_index(index)
+                .with_max_result_bytes(max_result_bytes);
             Ok(match &embedder {
                 Some(embedder) => service.with_embedder(Arc::clone(embedder)),
                 None => service,
@@ -432,7 +438,9 @@ fn server_config(
         });
     }
     let open = move || -> Result<Service, OpenError> {
-        let service = Service::new(Mnemon::open_with(&dir, &options)?).with_index(index);
+        let service = Service::new(Mnemon::open_with(&dir, &options)?)
+            .with_index(index)
+            .with_max_result_bytes(max_result_bytes);
         Ok(match &embedder {
             Some(embedder) => service.with_embedder(Arc::clone(embedder)),
             None => service,
