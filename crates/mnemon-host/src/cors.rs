@@ -58,6 +58,10 @@ fn is_admin_path(path: &str) -> bool {
 /// Refuses with 403 a request sent by a web page of another origin: an `Origin` other than
 /// this host's own (`http://<Host>`), or a browser's `Sec-Fetch-Site` saying another site.
 /// Tools such as curl send neither, so they pass.
+///
+/// Also refuses one whose `Host` is not a loopback name: admin routes answer loopback clients
+/// only, and a page reaching the host through DNS rebinding (a name of its own resolving to
+/// `127.0.0.1`, so its requests are same-origin) names its own host there.
 pub(crate) async fn refuse_foreign_origin(req: Request, next: Next) -> Response {
     if is_cross_origin(req.headers()) {
         return ApiError::new(
@@ -66,20 +70,48 @@ pub(crate) async fn refuse_foreign_origin(req: Request, next: Next) -> Response 
         )
         .into_response();
     }
+    if names_another_host(req.headers()) {
+        return ApiError::new(
+            StatusCode::FORBIDDEN,
+            "admin requests must name the host localhost, 127.0.0.1 or [::1]",
+        )
+        .into_response();
+    }
     next.run(req).await
 }
 
-/// Whether a browser sent this request for a web page of another origin: an `Origin` other
-/// than this server's own (`http://` or `https://` and the request's `Host`), or
-/// `Sec-Fetch-Site` saying another site (or another origin of the same site, such as another
-/// port of `localhost`). Clients that are not browsers (curl, SDKs) send neither header, so
-/// they pass.
+/// Whether the request names a host other than `localhost`, `127.0.0.1` or `[::1]` (any
+/// port). A request without `Host` names none: browsers always send one.
+fn names_another_host(headers: &HeaderMap) -> bool {
+    let Some(host) = headers.get(header::HOST) else {
+        return false;
+    };
+    let Ok(host) = host.to_str() else {
+        return true;
+    };
+    let name = match host.strip_prefix('[') {
+        Some(rest) => rest.split(']').next().unwrap_or_default(),
+        None => host.rsplit_once(':').map_or(host, |(name, _)| name),
+    };
+    !["localhost", "127.0.0.1", "::1"]
+        .iter()
+        .any(|loopback| name.eq_ignore_ascii_case(loopback))
+}
+
+/// Whether a browser sent this request for a web page of another origin. A browser that sends
+/// `Sec-Fetch-Site` (every current one; pages cannot set it) is believed: anything but
+/// `same-origin` (or `none`, typed by the user) is another origin, including another port of
+/// the same host. Without it, an `Origin` other than this server's own (`http://` or
+/// `https://` and the request's `Host`) is. The `Origin` is not compared when `Sec-Fetch-Site`
+/// says `same-origin`: behind a reverse proxy the page's origin is the proxy's name while
+/// `Host` may be the server's own address. Clients that are not browsers (curl, SDKs) send
+/// neither header, so they pass.
 pub fn is_cross_origin(headers: &HeaderMap) -> bool {
-    let cross_site = headers
-        .get("sec-fetch-site")
-        .is_some_and(|site| site != "same-origin" && site != "none");
+    if let Some(site) = headers.get("sec-fetch-site") {
+        return site != "same-origin" && site != "none";
+    }
     let Some(origin) = headers.get(header::ORIGIN) else {
-        return cross_site;
+        return false;
     };
     let Some(host) = headers
         .get(header::HOST)
@@ -97,7 +129,7 @@ pub fn is_cross_origin(headers: &HeaderMap) -> bool {
                 .get(scheme.len()..)
                 .is_some_and(|h| h.eq_ignore_ascii_case(host.as_bytes()))
     };
-    cross_site || !(own("http://") || own("https://"))
+    !(own("http://") || own("https://"))
 }
 
 #[cfg(test)]
@@ -140,7 +172,17 @@ mod tests {
         assert!(!is_cross_origin(&headers(&[
             ("host", "mnemon.internal:8443"),
             ("origin", "HTTPS://Mnemon.Internal:8443"),
+        ])));
+        // Behind a proxy that does not forward its name: the browser's word decides.
+        assert!(!is_cross_origin(&headers(&[
+            ("host", "127.0.0.1:8080"),
+            ("origin", "https://mnemon.example.com"),
             ("sec-fetch-site", "same-origin")
+        ])));
+        assert!(is_cross_origin(&headers(&[
+            ("host", "127.0.0.1:8080"),
+            ("origin", "http://127.0.0.1:8080"),
+            ("sec-fetch-site", "cross-site")
         ])));
         // Another port of the same host is another origin (the same site).
         assert!(is_cross_origin(&headers(&[
@@ -155,6 +197,18 @@ mod tests {
             ("host", "127.0.0.1:8080"),
             ("origin", "http://127.0.0.1:8080.evil.example")
         ])));
+        for host in ["127.0.0.1:8080", "localhost", "LocalHost:1", "[::1]:8080"] {
+            assert!(!names_another_host(&headers(&[("host", host)])), "{host}");
+        }
+        for host in [
+            "rebind.evil.example:8080",
+            "127.0.0.1.evil.example",
+            "[::2]:1",
+            "",
+        ] {
+            assert!(names_another_host(&headers(&[("host", host)])), "{host}");
+        }
+        assert!(!names_another_host(&HeaderMap::new()));
         assert!(is_admin_path("/admin/reload"));
         assert!(!is_admin_path("/administrator"));
     }

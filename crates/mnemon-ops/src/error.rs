@@ -315,7 +315,7 @@ mod tests {
                 "result_too_large",
             ),
             (
-                OpsError::from(RefsError::TooManyMarkers { found: 2, limit: 1 }),
+                OpsError::from(RefsError::TooManyMarkers { limit: 1 }),
                 "too_many_references",
             ),
             (

@@ -714,16 +714,22 @@ impl DefaultNamespaceFiles {
 }
 
 /// Whether the file system may take `part` for [`NAMESPACES_DIR`]: the name itself, and on file
-/// systems that ignore case (macOS, Windows) or drop trailing dots and spaces (Windows) any
-/// spelling they read as it, and Windows' short (8.3) alias of it (`NAMESP~1`). Refused on
-/// every system, so a data directory copied to another keeps its tenants apart.
+/// systems that ignore case (macOS, Windows) or drop trailing dots and spaces or read a stream
+/// name after `:` (Windows) any spelling they read as it, Unicode case included (`ſ`
+/// upper-cases to `S`), and Windows' short (8.3) alias of it (`NAMESP~1`). Refused on every
+/// system, so a data directory copied to another keeps its tenants apart.
 fn names_the_namespaces_dir(part: &str) -> bool {
-    let name = part.trim_end_matches(['.', ' ']);
+    let name = part
+        .split(':')
+        .next()
+        .unwrap_or_default()
+        .trim_end_matches(['.', ' ']);
     let short_alias = name
         .get(..6)
         .is_some_and(|head| head.eq_ignore_ascii_case("namesp"))
         && name.contains('~');
-    name.eq_ignore_ascii_case(NAMESPACES_DIR) || short_alias
+    let folded = |fold: fn(&str) -> String| fold(name) == fold(NAMESPACES_DIR);
+    folded(str::to_uppercase) || folded(str::to_lowercase) || short_alias
 }
 
 impl StorageBackend for DefaultNamespaceFiles {
@@ -868,6 +874,8 @@ mod tests {
             ".namespaces./acme/x",
             ".namespaces /acme/x",
             "NAMESP~1/acme/x",
+            ".nameſpaces/acme/x",
+            ".namespaces::$INDEX_ALLOCATION/acme/x",
         ] {
             let error = default_files
                 .write(id, &serde_json::json!("x"))

@@ -92,12 +92,10 @@ pub enum RefsError {
     /// A text holds more markers than one render may resolve
     /// ([`Limits::max_references`](crate::Limits::max_references)).
     #[error(
-        "the text holds {found} markers, more than the {limit} one render resolves; split the text and render the parts in separate calls"
+        "the text holds more than {limit} markers, the most one render resolves; split the text and render the parts in separate calls"
     )]
     TooManyMarkers {
-        /// How many markers the text holds.
-        found: usize,
-        /// The limit.
+        /// The limit (the scan stops past it, so the text's own count is not known).
         limit: usize,
     },
     /// Tool-call parameters ask to substitute more references than one call may resolve

@@ -30,6 +30,7 @@
 
 mod detect;
 mod error;
+mod fetched;
 mod limits;
 mod params;
 mod render;

@@ -68,6 +68,10 @@ impl Default for Limits {
 /// Text that refuses to grow past a byte limit: every addition is checked before it is made,
 /// and the capacity never goes past the limit either (a `String` doubles its capacity, which
 /// would otherwise let a text of just over half the limit hold the whole of it again).
+///
+/// The text is sent as a JSON string, where a control character takes up to six bytes
+/// (`\u0001`), so each piece counts as the bytes it takes there: a text of control characters
+/// within the limit would otherwise answer with six times the limit.
 pub(crate) struct CappedText {
     text: String,
     max: usize,
@@ -117,9 +121,14 @@ impl CappedText {
 
     /// Appends `piece`, or refuses if it does not fit (leaving the text as it was).
     pub(crate) fn push(&mut self, piece: &str) -> Result<(), RefsError> {
-        if piece.len() > self.room() {
+        // What JSON's escapes add to the piece (its quotes aside), charged beside the text.
+        let escapes = crate::size::json_str_len(piece)
+            .saturating_sub(2)
+            .saturating_sub(piece.len());
+        if piece.len().saturating_add(escapes) > self.room() {
             return Err(self.refusal());
         }
+        self.charged += escapes;
         let needed = self.text.len() + piece.len();
         if needed > self.text.capacity() {
             // Grow as a String would (doubling), but never past the limit.
@@ -179,5 +188,14 @@ mod tests {
         assert!(text.charge(2).is_err());
         assert!(text.repeat(0..3).is_err());
         assert_eq!(text.len(), 3);
+
+        // Control characters count as their escapes (`\u0001`: six bytes), quotes as two.
+        let mut text = CappedText::new(12, 0, over);
+        text.push("\u{1}").unwrap();
+        assert_eq!(text.room(), 6);
+        assert!(text.push("\u{1}\u{1}").is_err());
+        text.push("\"\"\"").unwrap();
+        assert_eq!(text.room(), 0);
+        assert_eq!(text.len(), 4);
     }
 }

@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::detect::{Detected, detect_reference};
 use crate::error::RefsError;
+use crate::fetched::Fetched;
 use crate::limits::Limits;
 use crate::size::{json_len, json_str_len};
 
@@ -231,6 +232,7 @@ pub fn resolve_params_limited(
     };
     // Each reference resolved so far, with the parameter that holds its value in `out`.
     let mut resolved: HashMap<AssetRef, &str> = HashMap::new();
+    let mut fetched = Fetched::new(store);
     let mut out = Map::with_capacity(params.len());
     for (name, value, accepts, detected) in detected {
         let substituted = match detected {
@@ -242,7 +244,7 @@ pub fn resolve_params_limited(
                     out.insert(name.clone(), copy);
                     continue;
                 }
-                let value = store
+                let value = fetched
                     .resolve(&reference)
                     .map_err(|error| RefsError::Unresolved {
                         parameter: name.clone(),

@@ -11,8 +11,9 @@ use mnemon_store::{AssetStore, ResolveError, StoreError};
 use mnemon_types::{AssetRef, Value};
 
 use crate::error::RefsError;
+use crate::fetched::Fetched;
 use crate::limits::{CappedText, Limits};
-use crate::scan::scan;
+use crate::scan::scan_at_most;
 use crate::size::{data_url_len, json_len};
 
 /// A marker left in the text as written, and why.
@@ -115,10 +116,9 @@ fn render_with(
     limits: Limits,
     piece: &mut dyn FnMut(&Value, usize) -> Option<String>,
 ) -> Result<Rendered, RefsError> {
-    let markers = scan(text);
+    let markers = scan_at_most(text, limits.max_references);
     if markers.len() > limits.max_references {
         return Err(RefsError::TooManyMarkers {
-            found: markers.len(),
             limit: limits.max_references,
         });
     }
@@ -127,6 +127,7 @@ fn render_with(
     });
     let mut unresolved = Vec::new();
     let mut seen: HashMap<AssetRef, Seen> = HashMap::new();
+    let mut fetched = Fetched::new(store);
     let mut copied = 0;
     for marker in markers {
         let span = marker.span;
@@ -142,7 +143,7 @@ fn render_with(
                 Some(Seen::Unresolvable(error)) => {
                     RefsError::MarkerUnresolved(StoreError::Resolve(error.clone()))
                 }
-                None => match store.resolve(&reference) {
+                None => match fetched.resolve(&reference) {
                     Ok(value) => {
                         let start = out.len();
                         let rendered = piece(&value, out.room()).ok_or_else(|| out.refusal())?;
@@ -286,7 +287,8 @@ mod tests {
     }
 
     /// Markers repeating a reference read the store once per distinct reference: 1,000 copies
-    /// of one marker cost one read, not 1,000 (each one a whole asset read on a durable store).
+    /// of one marker cost one read, not 1,000 (each one a whole asset read on a durable store);
+    /// and references into one asset read it once.
     #[test]
     fn each_distinct_reference_is_resolved_once() {
         let asset =
@@ -294,7 +296,7 @@ mod tests {
         let counting = crate::test_store::CountingStore::with(&[asset]);
         let text = "<|asset://a1/content/name|> <|asset://a1/content/nope|> ".repeat(1_000);
         let out = render_default(&text, &counting);
-        assert_eq!(counting.reads(), 2);
+        assert_eq!(counting.reads(), 1);
         assert_eq!(out.text, "Tom <|asset://a1/content/nope|> ".repeat(1_000));
         // Every copy of the unresolved marker is still reported, with its own span.
         assert_eq!(out.unresolved.len(), 1_000);
@@ -316,11 +318,11 @@ mod tests {
         let store = big_store();
         let limits = Limits::default().with_max_output_bytes(3 * URL_LEN + 3);
         // Three copies and their separators fit exactly.
-        let text = "<|asset://big/content|>\n".repeat(3);
+        let text = "<|asset://big/content|> ".repeat(3);
         let out = render_limited(&text, &store, limits).unwrap();
         assert_eq!(out.text.len(), 3 * URL_LEN + 3);
         // A fourth is refused, whether the value is new or repeated.
-        let text = "<|asset://big/content|>\n".repeat(4);
+        let text = "<|asset://big/content|> ".repeat(4);
         let err = render_limited(&text, &store, limits).unwrap_err();
         assert!(matches!(err, RefsError::RenderTooLarge { limit } if limit == 3 * URL_LEN + 3));
         assert!(
@@ -389,12 +391,12 @@ mod tests {
         let text = format!("{text} `<|in code|>` <|asset://big/content|>");
         let err = render_limited(&text, &store, limits).unwrap_err();
         assert!(
-            matches!(err, RefsError::TooManyMarkers { found: 4, limit: 3 }),
+            matches!(err, RefsError::TooManyMarkers { limit: 3 }),
             "{err}"
         );
         assert_eq!(
             err.to_string(),
-            "the text holds 4 markers, more than the 3 one render resolves; split the text and render the parts in separate calls"
+            "the text holds more than 3 markers, the most one render resolves; split the text and render the parts in separate calls"
         );
         assert_eq!(store.reads(), 2);
     }

@@ -71,6 +71,12 @@ fn is_space(b: u8) -> bool {
 /// assert_eq!(markers[0].reference.as_ref().unwrap().asset_id, "a1");
 /// ```
 pub fn scan(text: &str) -> Vec<Marker> {
+    scan_at_most(text, usize::MAX)
+}
+
+/// [`scan`], stopping after `limit + 1` markers: a caller that refuses more than `limit` learns
+/// it without building every marker of a text made of little else.
+pub(crate) fn scan_at_most(text: &str, limit: usize) -> Vec<Marker> {
     let bytes = text.as_bytes();
     let mut markers = Vec::new();
     let mut runs = BacktickRuns::default();
@@ -101,6 +107,9 @@ pub fn scan(text: &str) -> Vec<Marker> {
             _ if bytes.get(j..j + 2) == Some(OPEN) => {
                 let (marker, next) = parse_marker(text, j);
                 markers.push(marker);
+                if markers.len() > limit {
+                    break;
+                }
                 i = next;
             }
             _ => i = j + 1,
@@ -412,6 +421,16 @@ mod tests {
             .into_iter()
             .map(|m| (&text[m.span.clone()], m.reference.is_ok()))
             .collect()
+    }
+
+    #[test]
+    fn a_limited_scan_stops_one_marker_past_its_limit() {
+        let text = "<||> <|asset://a/content|> ".repeat(1_000);
+        let some = scan_at_most(&text, 5);
+        assert_eq!(some.len(), 6);
+        let spans = |markers: &[Marker]| markers.iter().map(|m| m.span.clone()).collect::<Vec<_>>();
+        assert_eq!(spans(&some), spans(&scan(&text)[..6]));
+        assert_eq!(scan_at_most(&text, 5_000).len(), 2_000);
     }
 
     #[test]

@@ -711,6 +711,7 @@ async fn json_body<T: DeserializeOwned>(
     headers: &HeaderMap,
     body: Body,
 ) -> Result<(T, HeldBody), RestError> {
+    refuse_form_types(headers)?;
     let held = state.limits.read_body(headers, body).await?;
     let value = serde_json::from_slice(&held.bytes).map_err(|e| {
         RestError::new(
@@ -722,6 +723,41 @@ async fn json_body<T: DeserializeOwned>(
         )
     })?;
     Ok((value, held))
+}
+
+/// Refuses a JSON route's body declared as one of the types an HTML form (or a page's
+/// request without a preflight) can send: a browser too old to say which site a request comes
+/// from (docs/reference/rest.md#browsers) would otherwise let another site's form post JSON
+/// in plain text. A body with no type, or any other, is read as JSON.
+fn refuse_form_types(headers: &HeaderMap) -> Result<(), RestError> {
+    let Some(declared) = headers.get(header::CONTENT_TYPE) else {
+        return Ok(());
+    };
+    let media = declared
+        .to_str()
+        .unwrap_or_default()
+        .split(';')
+        .next()
+        .unwrap_or_default()
+        .trim();
+    let form = [
+        "text/plain",
+        "application/x-www-form-urlencoded",
+        "multipart/form-data",
+    ]
+    .iter()
+    .any(|form| media.eq_ignore_ascii_case(form));
+    if form {
+        return Err(RestError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported_media_type",
+            format!(
+                "the body is JSON, so send it as Content-Type: application/json, not {media}; \
+                 a form's types are refused so that no web page's form can post here"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 fn json_response(status: StatusCode, bytes: Vec<u8>) -> Response {

@@ -162,3 +162,53 @@ fn stored_pages_are_served_sandboxed() {
     assert_eq!(served.headers()["x-content-type-options"], "nosniff");
     assert_eq!(served.bytes().unwrap().as_ref(), page);
 }
+
+/// A browser too old to say which site a request comes from sends a form's post with neither
+/// `Origin` nor `Sec-Fetch-Site`: its declared type, one only a form or a page's simple request
+/// uses, is refused instead, and a program's JSON with no type still goes through.
+#[test]
+fn json_declared_as_a_form_type_is_refused() {
+    crypto();
+    let dir = tempfile::tempdir().unwrap();
+    let running = start(Stores::open(dir.path()).unwrap(), HostOptions::default());
+    let api = Api::new(&running);
+    let body = r#"{"messages": [{"name": "u", "content": "hello"}]}"#;
+    for form in [
+        "text/plain",
+        "text/plain;charset=UTF-8",
+        "application/x-www-form-urlencoded",
+        "multipart/form-data; boundary=x",
+    ] {
+        let posted = api
+            .client
+            .post(api.url("/v1/memory/sessions/s/messages"))
+            .header("content-type", form)
+            .body(body)
+            .send()
+            .unwrap();
+        expect_error(
+            posted,
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported_media_type",
+        );
+    }
+    let forget = api
+        .client
+        .post(api.url("/v1/forget"))
+        .header("content-type", "text/plain")
+        .body(r#"{"namespace": "default"}"#)
+        .send()
+        .unwrap();
+    expect_error(
+        forget,
+        StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        "unsupported_media_type",
+    );
+    let untyped = api
+        .client
+        .post(api.url("/v1/memory/sessions/s/messages"))
+        .body(body)
+        .send()
+        .unwrap();
+    assert_eq!(ok(untyped, StatusCode::OK)["added"], 1);
+}

@@ -218,10 +218,11 @@ fn serve_answers_the_readme_queries_from_the_sample_library() {
     assert!(!data.exists());
 }
 
-/// `--max-result-bytes` bounds every library query and render, not only `POST /`: the REST and
-/// MCP operations took their own default of 32 MiB whatever the flag said.
+/// `--max-result-bytes` bounds every library query and render, not only `POST /`: the
+/// operations behind `/v1` and `/mcp` took their own default of 32 MiB whatever the flag said
+/// (checked here through `/v1`; MCP's `search_library` calls the same operation).
 #[test]
-fn serve_applies_max_result_bytes_to_the_rest_and_mcp_operations() {
+fn serve_applies_max_result_bytes_to_library_queries_and_renders() {
     let cwd = tempfile::tempdir().unwrap();
     let data = cwd.path().join("data");
     let server = Serve::start(

@@ -93,10 +93,11 @@ pub(crate) struct ServeArgs {
     #[arg(long, default_value = "127.0.0.1:8080")]
     addr: SocketAddr,
 
-    /// On a loopback address, a name (with an optional port) the server is also reached by,
-    /// besides localhost, 127.0.0.1 and [::1]: that of a reverse proxy forwarding its own
-    /// `Host`. Repeat for more. Requests naming any other host get 403, which stops DNS
-    /// rebinding (docs/reference/rest.md#browsers). Other addresses accept any name.
+    /// A name (with an optional port) the server is reached by, besides localhost, 127.0.0.1
+    /// and [::1]: that of a reverse proxy forwarding its own `Host`, or the address clients of
+    /// a non-loopback server use. Repeat for more. Requests naming any other host get 403,
+    /// which stops DNS rebinding (docs/reference/rest.md#browsers). Without it, a loopback
+    /// server accepts the loopback names only and any other address accepts any name.
     #[arg(long = "allowed-host", value_name = "NAME[:PORT]", action = clap::ArgAction::Append,
           value_parser = host_name)]
     allowed_hosts: Vec<String>,
@@ -289,11 +290,9 @@ pub(crate) fn run(args: ServeArgs, target: &Target<'_>, quiet: bool) -> CliResul
     )?;
     rest.gc_interval = args.gc_interval;
     rest.tenants.set_capacity(args.max_open_namespaces);
-    if !loopback {
-        // Reached under names we cannot know: keys (or the proxy of --insecure) protect the
-        // routes, not the Host check, which only guards loopback servers against DNS rebinding.
-        rest.allowed_hosts = Some(Vec::new());
-    } else if !args.allowed_hosts.is_empty() {
+    if !args.allowed_hosts.is_empty() {
+        // The names given, on any address: an open server on 0.0.0.0 (--insecure) is also
+        // reached on loopback, by the user's browser, so DNS rebinding reaches it there too.
         rest.allowed_hosts = Some(
             ["localhost", "127.0.0.1", "[::1]"]
                 .into_iter()
@@ -301,7 +300,12 @@ pub(crate) fn run(args: ServeArgs, target: &Target<'_>, quiet: bool) -> CliResul
                 .chain(args.allowed_hosts.iter().cloned())
                 .collect(),
         );
+    } else if !loopback {
+        // Reached under names we cannot know: keys (or the proxy of --insecure) protect the
+        // routes, not the Host check, which guards loopback servers against DNS rebinding.
+        rest.allowed_hosts = Some(Vec::new());
     }
+    let rebinding_open = !loopback && !keyed && args.allowed_hosts.is_empty();
     let data_dir_libraries = data_dir.join(mnemon::LIBRARIES_DIR);
     let sources = Sources {
         library: library_source(
@@ -372,6 +376,13 @@ pub(crate) fn run(args: ServeArgs, target: &Target<'_>, quiet: bool) -> CliResul
                 "no API keys and --insecure: every request may read and change namespace \
                  {namespace:?}"
             );
+            if rebinding_open {
+                tracing::warn!(
+                    "any name reaches this server, so a web page its users open can read and \
+                     change it through DNS rebinding: list the names clients use with \
+                     --allowed-host (docs/reference/rest.md#browsers)"
+                );
+            }
         } else {
             tracing::info!(
                 "no API keys: open to this machine only, every request is the admin of \
