@@ -971,8 +971,8 @@ impl ServerProcess {
         self.child.id()
     }
 
-    /// SIGTERM, and up to 15 s to exit (then Drop kills it).
-    fn stop(mut self) -> Result<()> {
+    /// SIGTERM, and up to 15 s to exit (then Drop kills it): how long it took.
+    fn stop(mut self) -> Result<Duration> {
         let pid = self.pid().to_string();
         let status = Command::new("kill")
             .args(["-TERM", &pid])
@@ -981,10 +981,11 @@ impl ServerProcess {
         if !status.success() {
             bail!("kill -TERM {pid} failed");
         }
-        let deadline = Instant::now() + Duration::from_secs(15);
+        let sent = Instant::now();
+        let deadline = sent + Duration::from_secs(15);
         while Instant::now() < deadline {
             if self.child.try_wait()?.is_some() {
-                return Ok(());
+                return Ok(sent.elapsed());
             }
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -1499,6 +1500,20 @@ struct Report {
     mcp: Option<McpReport>,
     /// The load average before and after.
     load: (String, String),
+    /// How long each load-test server took from SIGTERM to its exit, or why it did not exit.
+    stops: Vec<(String, Result<Duration, String>)>,
+}
+
+impl Report {
+    /// Records how `server`'s stop went, under `label`: a server that does not exit in time is
+    /// killed, and the run goes on (the figures measured so far are not lost).
+    fn stopped(&mut self, label: &str, server: ServerProcess) {
+        let outcome = server.stop().map_err(|e| format!("{e:#}"));
+        if let Err(error) = &outcome {
+            eprintln!("{label}: {error}");
+        }
+        self.stops.push((label.to_owned(), outcome));
+    }
 }
 
 fn measure(p: &Params, binary: &Path, dir: &Path, target: &Path) -> Result<Report> {
@@ -1592,13 +1607,14 @@ fn measure(p: &Params, binary: &Path, dir: &Path, target: &Path) -> Result<Repor
         let keys = Arc::new(create_tenant_keys(binary, work, database_url, p.tenants)?);
         let server = ServerProcess::start(binary, work, database_url)?;
         backend_runs(backend, &server, &keys, report)?;
-        server.stop()
+        report.stopped(&format!("{backend}, {} tenants", p.tenants), server);
+        Ok(())
     };
     let no_keys = Arc::new(Vec::new());
 
     let server = ServerProcess::start(binary, &dir.join("sqlite"), None)?;
     backend_runs("SQLite", &server, &no_keys, &mut report)?;
-    server.stop()?;
+    report.stopped("SQLite", server);
     tenant_runs("SQLite", &dir.join("sqlite-tenants"), None, &mut report)?;
 
     if !p.skip_postgres {
@@ -1609,7 +1625,7 @@ fn measure(p: &Params, binary: &Path, dir: &Path, target: &Path) -> Result<Repor
             .context("creating the benchmark database")?;
         let server = ServerProcess::start(binary, &dir.join("postgres"), Some(&url))?;
         backend_runs("PostgreSQL", &server, &no_keys, &mut report)?;
-        server.stop()?;
+        report.stopped("PostgreSQL", server);
         if p.tenants > 0 {
             let url = pg
                 .fresh_database("bench_server_tenants")
@@ -1644,7 +1660,7 @@ fn measure(p: &Params, binary: &Path, dir: &Path, target: &Path) -> Result<Repor
             outcome,
         });
     }
-    server.stop()?;
+    report.stopped("MCP raw (SQLite)", server);
     Ok(report)
 }
 
@@ -2457,6 +2473,20 @@ impl Report {
                 run.per_op()
             );
         }
+        if !self.stops.is_empty() {
+            let stops: Vec<String> = self
+                .stops
+                .iter()
+                .map(|(label, outcome)| match outcome {
+                    Ok(took) => format!("{label} {:.2} s", took.as_secs_f64()),
+                    Err(error) => format!("{label}: {error} (killed)"),
+                })
+                .collect();
+            println!(
+                "server stops (SIGTERM to exit, in-flight requests drained, stores closed): {}",
+                stops.join("; ")
+            );
+        }
         if let Some(mcp) = &self.mcp {
             println!(
                 "\nMCP, three clients making the same calls: the official TypeScript SDK's \
@@ -2905,6 +2935,7 @@ mod tests {
                 unavailable: None,
             }),
             load: Default::default(),
+            stops: Vec::new(),
         };
         let t = report.targets();
         assert_eq!(t.len(), 8, "{t:#?}");

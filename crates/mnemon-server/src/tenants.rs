@@ -21,6 +21,9 @@ use mnemon_ops::{OpsError, Service};
 /// it, the least recently used is closed and reopened on its next request.
 pub const MAX_OPEN_NAMESPACES: usize = 256;
 
+/// The most services closed at once when the server stops (threads of their own).
+const CLOSING_THREADS: usize = 64;
+
 /// Opens the [`Service`] of a namespace (blocking: it may connect to a database).
 pub type ServiceOpener = dyn Fn(&Namespace) -> Result<Service, OpsError> + Send + Sync;
 
@@ -205,13 +208,39 @@ impl Drop for Tenants {
         if services.is_empty() {
             return;
         }
+        let services: Vec<Service> = services.into_values().map(|e| e.service).collect();
         if tokio::runtime::Handle::try_current().is_ok() {
             // Joined, so the connections are closed when the server's run returns.
-            let _ = std::thread::spawn(move || drop(services)).join();
+            let _ = std::thread::spawn(move || close_all(services)).join();
         } else {
-            drop(services);
+            close_all(services);
         }
     }
+}
+
+/// Drops `services` on up to [`CLOSING_THREADS`] threads at once. A service's drop waits for
+/// its background work to stop (a PostgreSQL memory's indexer ends the batch it is moving), and
+/// one after another each waited behind the indexers of the namespaces not yet closed, still
+/// moving rows through the pool they share: a server of 64 PostgreSQL namespaces took 8.5 s to
+/// exit after SIGTERM, past a supervisor's stop timeout.
+fn close_all(services: Vec<Service>) {
+    let queue = Mutex::new(services);
+    let threads = queue
+        .lock()
+        .map_or(1, |services| services.len().clamp(1, CLOSING_THREADS));
+    std::thread::scope(|scope| {
+        for _ in 0..threads {
+            scope.spawn(|| {
+                loop {
+                    let next = queue.lock().unwrap_or_else(PoisonError::into_inner).pop();
+                    match next {
+                        Some(service) => drop(service),
+                        None => break,
+                    }
+                }
+            });
+        }
+    });
 }
 
 #[cfg(test)]
@@ -238,6 +267,73 @@ mod tests {
 
     fn ns(name: &str) -> Namespace {
         name.parse().unwrap()
+    }
+
+    /// An embedder whose drop waits (up to 2 s) until `expected` of them are being dropped,
+    /// and counts the drops that waited in vain.
+    struct MeetingEmbedder {
+        meeting: Arc<(Mutex<usize>, std::sync::Condvar)>,
+        expected: usize,
+        alone: Arc<AtomicUsize>,
+    }
+
+    impl mnemon_embed::Embedder for MeetingEmbedder {
+        fn model(&self) -> &str {
+            "meeting"
+        }
+        fn dimension(&self) -> usize {
+            1
+        }
+        fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, mnemon_embed::EmbedError> {
+            Ok(texts.iter().map(|_| vec![1.0]).collect())
+        }
+    }
+
+    impl Drop for MeetingEmbedder {
+        fn drop(&mut self) {
+            let (arrived, all_here) = &*self.meeting;
+            let mut arrived = arrived.lock().unwrap();
+            *arrived += 1;
+            all_here.notify_all();
+            let (arrived, waited) = all_here
+                .wait_timeout_while(arrived, std::time::Duration::from_secs(2), |n| {
+                    *n < self.expected
+                })
+                .unwrap();
+            drop(arrived);
+            if waited.timed_out() {
+                self.alone.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+    }
+
+    /// The server's stop closes its services at once, not one after another: each waits for
+    /// its own background work, which (with PostgreSQL) ran on behind the others' closes.
+    #[test]
+    fn the_services_close_together() {
+        let dir = tempfile::tempdir().unwrap();
+        let meeting = Arc::new((Mutex::new(0), std::sync::Condvar::new()));
+        let alone = Arc::new(AtomicUsize::new(0));
+        let root = dir.path().to_path_buf();
+        let (shared, lonely) = (Arc::clone(&meeting), Arc::clone(&alone));
+        let tenants = Tenants::new(move |namespace: &Namespace| {
+            let options = mnemon_ops::OpenOptions::default().with_namespace(namespace.clone());
+            let stores = mnemon_ops::Stores::open_with(&root, &options)
+                .map_err(|e| OpsError::invalid(e.to_string()))?;
+            Ok(
+                Service::new(stores).with_embedder(Arc::new(MeetingEmbedder {
+                    meeting: Arc::clone(&shared),
+                    expected: 4,
+                    alone: Arc::clone(&lonely),
+                })),
+            )
+        });
+        for name in ["a", "b", "c", "d"] {
+            tenants.get(&ns(name)).unwrap();
+        }
+        drop(tenants);
+        assert_eq!(*meeting.0.lock().unwrap(), 4);
+        assert_eq!(alone.load(Ordering::SeqCst), 0, "a service closed alone");
     }
 
     #[test]
