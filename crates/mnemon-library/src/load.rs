@@ -32,6 +32,8 @@ pub(crate) struct Loaded {
 
 /// Top-level keys the bits' validation depends on.
 const HEADER_KEYS: [&str; 3] = ["version", "embedding_model", "omit"];
+/// Keys of one bit past which their positions are kept in a map rather than searched for.
+const INDEXED_FIELDS: usize = 16;
 
 /// Loads from bytes. `release(address)` is called as parsing moves past input, so a caller that
 /// mapped the input can drop the consumed pages.
@@ -298,17 +300,41 @@ impl<'de> Visitor<'de> for BitVisitor {
         mut map: A,
     ) -> std::result::Result<RawBit<'de>, A::Error> {
         let mut fields: Vec<(Cow<'de, str>, FieldValue<'de>)> = Vec::with_capacity(6);
+        // Each key's position in `fields`, once a bit has more keys than a search through them
+        // costs: a bit of a million keys would otherwise take their square in comparisons.
+        let mut slots: Option<std::collections::HashMap<String, usize>> = None;
         while let Some(key) = map.next_key::<String>()? {
             let value = if key == "embedding" {
                 FieldValue::Embedding(map.next_value_seed(EmbeddingSeed)?)
             } else {
                 FieldValue::Json(Cow::Owned(map.next_value::<Value>()?))
             };
+            if slots.is_none() && fields.len() >= INDEXED_FIELDS {
+                slots = Some(
+                    fields
+                        .iter()
+                        .enumerate()
+                        .map(|(i, (k, _))| (k.to_string(), i))
+                        .collect(),
+                );
+            }
             // A repeated key keeps its first position and its last value, as Python's dict does.
-            if let Some(slot) = fields.iter_mut().find(|(k, _)| *k == key) {
-                slot.1 = value;
-            } else {
-                fields.push((Cow::Owned(key), value));
+            let slot = match &slots {
+                Some(slots) => slots.get(&key).copied(),
+                None => fields.iter().position(|(k, _)| *k == key),
+            };
+            match slot {
+                Some(i) => {
+                    if let Some(field) = fields.get_mut(i) {
+                        field.1 = value;
+                    }
+                }
+                None => {
+                    if let Some(slots) = &mut slots {
+                        slots.insert(key.clone(), fields.len());
+                    }
+                    fields.push((Cow::Owned(key), value));
+                }
             }
         }
         Ok(RawBit::Object(fields))
@@ -417,8 +443,10 @@ fn upgrade(map: &mut Map<String, Value>) -> Result<bool> {
     } else {
         let mut out = Vec::with_capacity(ids.len());
         for key in ids {
-            // A repeated id in sort.ids has already been taken: treat it as unknown.
-            match content.shift_remove(&key) {
+            // A repeated id in sort.ids has already been taken: treat it as unknown. The
+            // map's order is not used past this point, so `swap_remove` (constant time): a
+            // `shift_remove` in content order moved every later entry each time, n² / 2 moves.
+            match content.swap_remove(&key) {
                 Some(v) => out.push(v),
                 None => return Err(LibraryError::UnknownSortId(key)),
             }
@@ -497,4 +525,53 @@ pub(crate) fn v0_sort_ids(ids: Option<&Value>) -> Vec<String> {
                 .collect()
         })
         .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::Library;
+
+    /// A bit's keys, past the count searched one by one: a repeated key still keeps its first
+    /// position and its last value (Python's dict), and every key is kept in order.
+    #[test]
+    fn many_keys_keep_python_order_and_last_values() {
+        let mut bit = String::from(r#"{"text": "first", "info": {"url": "u"}, "token_count": 1"#);
+        for k in 0..40 {
+            bit.push_str(&format!(r#", "k{k}": {k}"#));
+        }
+        bit.push_str(r#", "text": "last", "k3": "again"}"#);
+        let file = format!(
+            r#"{{"version": 1, "embedding_model": "m", "omit": "embedding", "bits": [{bit}]}}"#
+        );
+        let library = Library::from_bytes(file.as_bytes()).unwrap();
+        let texts: Vec<String> = library.texts().map(Result::unwrap).collect();
+        assert_eq!(texts, ["last"]);
+        let saved = {
+            let mut out = Vec::new();
+            library.to_writer(&mut out, false).unwrap();
+            String::from_utf8(out).unwrap()
+        };
+        let text_at = saved.find(r#""text""#).unwrap();
+        let k0_at = saved.find(r#""k0""#).unwrap();
+        assert!(text_at < k0_at, "{saved}");
+        assert!(saved.contains(r#""k3": "again""#), "{saved}");
+        assert!(saved.contains(r#""k39": 39"#), "{saved}");
+        assert_eq!(saved.matches(r#""k3""#).count(), 1, "{saved}");
+    }
+
+    /// Many distinct access tags load, each its own (tag lookups by name, not a search).
+    #[test]
+    fn many_access_tags_are_each_their_own() {
+        let bits: Vec<String> = (0..300)
+            .map(|i| format!(r#"{{"text": "t{i}", "info": {{"url": "u"}}, "token_count": 1, "access_tag": "tag{}"}}"#, i % 100))
+            .collect();
+        let file = format!(
+            r#"{{"version": 1, "embedding_model": "m", "omit": "embedding", "bits": [{}]}}"#,
+            bits.join(",")
+        );
+        let library = Library::from_bytes(file.as_bytes()).unwrap();
+        let tags = library.access_tags();
+        assert_eq!(tags.len(), 100, "{tags:?}");
+        assert!(tags.iter().all(|(_, n)| *n == 3), "{tags:?}");
+    }
 }

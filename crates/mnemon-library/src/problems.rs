@@ -230,8 +230,9 @@ fn version_zero_bits(top: &Map<String, Value>, out: &mut Vec<Problem>) -> BitsSo
     let mut left = content.clone();
     let mut bits = Vec::with_capacity(ids.len());
     for key in ids {
-        // As in the upgrade, an id listed twice is unknown the second time.
-        match left.shift_remove(&key) {
+        // As in the upgrade, an id listed twice is unknown the second time (`swap_remove`:
+        // constant time, and the order of `left` is not used).
+        match left.swap_remove(&key) {
             Some(v) => bits.push((key, v)),
             None => out.push(Problem::top(LibraryError::UnknownSortId(key))),
         }

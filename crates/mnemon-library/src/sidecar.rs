@@ -397,6 +397,7 @@ fn open_sidecar(
             owned: Vec::new(),
         },
         tag_names,
+        tag_lookup: HashMap::new(),
         index,
     };
     // Every row must be reachable through the view, or scans would disagree with the arrays.

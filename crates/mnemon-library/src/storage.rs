@@ -168,6 +168,10 @@ pub(crate) struct Store {
     pub(crate) offsets: Vec<u64>,
     pub(crate) arena: Arena,
     pub(crate) tag_names: Vec<String>,
+    /// Each of `tag_names`' index by name, for [`Store::tag_index`] (rebuilt there when the
+    /// names were read without it, from a sidecar): a search through the names per bit made
+    /// loading N bits of T distinct tags cost N · T comparisons.
+    pub(crate) tag_lookup: HashMap<String, u32>,
     pub(crate) index: HashMap<BitId, usize>,
 }
 
@@ -186,6 +190,7 @@ impl Store {
                 owned: Vec::new(),
             },
             tag_names: Vec::new(),
+            tag_lookup: HashMap::new(),
             index: HashMap::new(),
         }
     }
@@ -225,11 +230,19 @@ impl Store {
     }
 
     pub(crate) fn tag_index(&mut self, tag: &str) -> u32 {
-        if let Some(p) = self.tag_names.iter().position(|t| t == tag) {
-            return p as u32;
+        if self.tag_lookup.len() != self.tag_names.len() {
+            self.tag_lookup = (0u32..)
+                .zip(&self.tag_names)
+                .map(|(i, name)| (name.clone(), i))
+                .collect();
         }
+        if let Some(&p) = self.tag_lookup.get(tag) {
+            return p;
+        }
+        let p = self.tag_names.len() as u32;
         self.tag_names.push(tag.to_owned());
-        (self.tag_names.len() - 1) as u32
+        self.tag_lookup.insert(tag.to_owned(), p);
+        p
     }
 
     /// The owned matrix, created with the dimension once it is known.
