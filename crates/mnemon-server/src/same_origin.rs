@@ -50,9 +50,13 @@ impl HostCheck {
         }
     }
 
-    /// Whether a request to `uri` with `headers` names this server.
+    /// Whether a request to `uri` with `headers` names this server. A request that names no
+    /// host at all (an HTTP/1.0 health check) is accepted: browsers always send `Host`.
     fn accepts(&self, uri: &Uri, headers: &HeaderMap) -> bool {
         if matches!(self, HostCheck::Any) {
+            return true;
+        }
+        if headers.get(header::HOST).is_none() && uri.authority().is_none() {
             return true;
         }
         let Some(authority) = request_authority(uri, headers) else {
@@ -163,8 +167,10 @@ mod tests {
         for host in ["evil.example:8080", "127.0.0.1.nip.io:8080", "0.0.0.0:8080"] {
             assert!(!accepts(&check, host), "{host}");
         }
-        // No Host at all (nor an authority in the URI): not a name of this server.
-        assert!(!check.accepts(&Uri::from_static("/v1"), &HeaderMap::new()));
+        // No Host at all (nor an authority in the URI): no browser's, so not refused; a Host
+        // that is not a name at all is.
+        assert!(check.accepts(&Uri::from_static("/v1"), &HeaderMap::new()));
+        assert!(!accepts(&check, "bad host"));
         // HTTP/2 names the authority in the URI.
         assert!(check.accepts(
             &Uri::from_static("http://127.0.0.1:8080/v1"),
