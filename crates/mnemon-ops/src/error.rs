@@ -113,6 +113,17 @@ pub enum OpsError {
         /// The limit, in bytes of JSON.
         max: usize,
     },
+    /// A session's messages (`memory_get`, `memory_export`) take more bytes as JSON than the
+    /// result limit ([`Service::with_max_result_bytes`](crate::Service::with_max_result_bytes)).
+    #[error(
+        "the session's messages take more than the limit of {max} bytes as JSON; ask for the \
+         latest with recent or within a token budget with tokens, leave the embeddings out, or \
+         read the session in parts by mark"
+    )]
+    MessagesTooLarge {
+        /// The limit, in bytes of JSON.
+        max: usize,
+    },
     /// A result could not be written as JSON: a fault of the service, not of the input.
     #[error("the result could not be written as JSON: {detail}")]
     Unwritable {
@@ -147,7 +158,9 @@ impl OpsError {
             OpsError::MessageNotFound { .. } => "message_not_found",
             OpsError::NoLibrary => "no_library",
             OpsError::NoEmbedder => "embedder_not_configured",
-            OpsError::ResultTooLarge { .. } => "result_too_large",
+            OpsError::ResultTooLarge { .. } | OpsError::MessagesTooLarge { .. } => {
+                "result_too_large"
+            }
             OpsError::Unwritable { .. } => "internal",
             OpsError::Open(error) => match error {
                 OpenError::Assets(StoreError::Storage { .. })
@@ -306,6 +319,7 @@ mod tests {
         // Over a limit is the caller's to fix, by asking for less: 400, as on the library host.
         for (error, code) in [
             (OpsError::ResultTooLarge { max: 1 }, "result_too_large"),
+            (OpsError::MessagesTooLarge { max: 1 }, "result_too_large"),
             (
                 OpsError::from(RefsError::RenderTooLarge { limit: 1 }),
                 "result_too_large",

@@ -40,6 +40,7 @@ pub mod artifacts;
 pub mod assets;
 mod error;
 pub mod expiry;
+mod json_size;
 pub mod library;
 pub mod maintenance;
 pub mod memory;

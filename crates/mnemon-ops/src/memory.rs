@@ -793,13 +793,34 @@ impl Service {
             let drop = messages.len().saturating_sub(n);
             messages.drain(..drop);
         }
+        let messages: Vec<MessageBody> = messages
+            .iter()
+            .map(|m| MessageBody::of(m, input.include_embeddings))
+            .collect();
+        self.within_result_limit(&messages)?;
         Ok(MemoryGetOutput {
-            messages: messages
-                .iter()
-                .map(|m| MessageBody::of(m, input.include_embeddings))
-                .collect(),
+            messages,
             token_count,
         })
+    }
+
+    /// Refuses `value` when its JSON would take more than the result limit: a session's
+    /// messages (with their embeddings, when asked) have no bound of their own, and a transport
+    /// writes the whole answer before sending it. Measured by writing it to a counter, which
+    /// stops at the limit, so the check holds no copy.
+    fn within_result_limit(&self, value: &impl serde::Serialize) -> Result<(), OpsError> {
+        let max = self.max_result_bytes();
+        if max == usize::MAX {
+            return Ok(());
+        }
+        let mut counter = crate::json_size::Counter::upto(max);
+        match serde_json::to_writer(&mut counter, value) {
+            Ok(()) => Ok(()),
+            Err(_) if counter.over() => Err(OpsError::MessagesTooLarge { max }),
+            Err(e) => Err(OpsError::Unwritable {
+                detail: e.to_string(),
+            }),
+        }
     }
 
     /// The messages closest to a vector or a text, by embedding.
@@ -1144,7 +1165,10 @@ impl Service {
             },
         };
         match memory.export(ExportTarget::Json, &options)? {
-            Exported::Json(document) => Ok(MemoryExportOutput { document }),
+            Exported::Json(document) => {
+                self.within_result_limit(&document)?;
+                Ok(MemoryExportOutput { document })
+            }
             _ => Err(OpsError::invalid(
                 "the memory did not export a JSON document",
             )),
@@ -1184,6 +1208,53 @@ mod tests {
             .unwrap();
         // Apart in time, so last activity orders them.
         std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+
+    /// A session's messages and its export answer within the result limit, or are refused
+    /// with advice, rather than written whole whatever their size.
+    #[test]
+    fn messages_and_exports_past_the_result_limit_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let service = Service::new(Stores::open(dir.path()).unwrap()).with_max_result_bytes(2_000);
+        add(&service, "s", 100);
+        let get = |recent: Option<usize>| {
+            service.memory_get(MemoryGetInput {
+                session: "s".into(),
+                recent,
+                mark: None,
+                exclude_mark: None,
+                tokens: None,
+                include_embeddings: false,
+            })
+        };
+        let refused = get(None).unwrap_err();
+        assert_eq!(refused.code(), "result_too_large", "{refused}");
+        assert_eq!(refused.kind(), crate::ErrorKind::BadRequest);
+        assert!(refused.to_string().contains("recent"), "{refused}");
+        assert_eq!(get(Some(3)).unwrap().messages.len(), 3);
+        let export = service.memory_export(MemoryExportInput {
+            session: "s".into(),
+            include_marks: false,
+            format: ExportFormatName::AgentScope01,
+        });
+        assert_eq!(export.unwrap_err().code(), "result_too_large");
+        // Under the default limit the whole session answers.
+        let whole = Service::new(Stores::open(dir.path()).unwrap());
+        assert_eq!(
+            whole
+                .memory_get(MemoryGetInput {
+                    session: "s".into(),
+                    recent: None,
+                    mark: None,
+                    exclude_mark: None,
+                    tokens: None,
+                    include_embeddings: false,
+                })
+                .unwrap()
+                .messages
+                .len(),
+            100
+        );
     }
 
     #[test]

@@ -79,9 +79,12 @@ impl Service {
     /// (default [`DEFAULT_MAX_RESULT_BYTES`], 32 MiB): the rendered text of
     /// [`refs_render`](Service::refs_render), the substituted parameters of
     /// [`refs_resolve_params`](Service::refs_resolve_params) and the result JSON of
-    /// [`library_query`](Service::library_query). Past it they fail with a 400-kind error
-    /// (`result_too_large`) instead of building the output; a server passes its
-    /// `--max-result-bytes` so that `/v1` answers are bounded as the library host's are.
+    /// [`library_query`](Service::library_query), and the messages of
+    /// [`memory_get`](Service::memory_get) and [`memory_export`](Service::memory_export) as
+    /// JSON. Past it they fail with a 400-kind error (`result_too_large`) instead of building
+    /// or sending the output; a server passes its `--max-result-bytes` so that `/v1` answers
+    /// are bounded as the library host's are, and the CLI `usize::MAX` (no limit: its output is
+    /// its own user's).
     pub fn with_max_result_bytes(self, max_bytes: usize) -> Service {
         Service {
             max_result_bytes: max_bytes,

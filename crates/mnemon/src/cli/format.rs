@@ -47,7 +47,13 @@ pub(crate) fn service_for_writing(target: &Target<'_>) -> Result<Service, CliErr
     let stores = Stores::open_with(target.data_dir, &target.open_options())
         .context("cannot open the stores")
         .map_err(CliError::failure)?;
-    Ok(Service::new(stores))
+    Ok(unlimited(Service::new(stores)))
+}
+
+/// A command's results go to its own output, for its own user: no result limit (the server's
+/// `--max-result-bytes` protects a process many clients share).
+fn unlimited(service: Service) -> Service {
+    service.with_max_result_bytes(usize::MAX)
 }
 
 /// The service for a command that only reads. With SQLite and no database yet, the stores are
@@ -58,7 +64,7 @@ pub(crate) fn service_for_reading(target: &Target<'_>) -> Result<Service, CliErr
         let stores = Stores::open_read_only(target.data_dir)
             .context("cannot open the stores")
             .map_err(CliError::failure)?;
-        return Ok(Service::new(stores));
+        return Ok(unlimited(Service::new(stores)));
     }
     service_for_writing(target)
 }
