@@ -304,14 +304,7 @@ mod tests {
         .unwrap();
         acme.artifact_get(ArtifactIdInput { id: kept }).unwrap();
         let left = acme
-            .memory_get(crate::memory::MemoryGetInput {
-                session: "s".into(),
-                recent: None,
-                mark: None,
-                exclude_mark: None,
-                tokens: None,
-                include_embeddings: false,
-            })
+            .memory_get(crate::memory::tests::every_message("s"))
             .unwrap();
         assert_eq!(left.messages.len(), 1);
         assert_eq!(left.messages[0].0["content"], "x");

@@ -1190,9 +1190,21 @@ impl Service {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::stores::Stores;
+
+    /// Every message of `session`, without embeddings.
+    pub(crate) fn every_message(session: &str) -> MemoryGetInput {
+        MemoryGetInput {
+            session: session.into(),
+            recent: None,
+            mark: None,
+            exclude_mark: None,
+            tokens: None,
+            include_embeddings: false,
+        }
+    }
 
     fn add(service: &Service, session: &str, n: usize) {
         service
@@ -1219,12 +1231,8 @@ mod tests {
         add(&service, "s", 100);
         let get = |recent: Option<usize>| {
             service.memory_get(MemoryGetInput {
-                session: "s".into(),
                 recent,
-                mark: None,
-                exclude_mark: None,
-                tokens: None,
-                include_embeddings: false,
+                ..every_message("s")
             })
         };
         let refused = get(None).unwrap_err();
@@ -1241,18 +1249,7 @@ mod tests {
         // Under the default limit the whole session answers.
         let whole = Service::new(Stores::open(dir.path()).unwrap());
         assert_eq!(
-            whole
-                .memory_get(MemoryGetInput {
-                    session: "s".into(),
-                    recent: None,
-                    mark: None,
-                    exclude_mark: None,
-                    tokens: None,
-                    include_embeddings: false,
-                })
-                .unwrap()
-                .messages
-                .len(),
+            whole.memory_get(every_message("s")).unwrap().messages.len(),
             100
         );
     }
@@ -1586,14 +1583,7 @@ mod tests {
         let other = Service::new(Stores::open(dir.path()).unwrap());
         let contents = |service: &Service| -> Vec<String> {
             service
-                .memory_get(MemoryGetInput {
-                    session: "s".into(),
-                    recent: None,
-                    mark: None,
-                    exclude_mark: None,
-                    tokens: None,
-                    include_embeddings: false,
-                })
+                .memory_get(every_message("s"))
                 .unwrap()
                 .messages
                 .iter()
