@@ -93,7 +93,14 @@ fn names_another_host(headers: &HeaderMap) -> bool {
         Some(rest) => rest.split(']').next().unwrap_or_default(),
         None => host.rsplit_once(':').map_or(host, |(name, _)| name),
     };
-    !["localhost", "127.0.0.1", "::1"]
+    !is_loopback_name(name)
+}
+
+/// Whether `name` (a host without port or brackets) is one of the names a loopback server is
+/// reached by: `localhost`, `127.0.0.1` or `::1`, in any case. A page reaching the server
+/// through DNS rebinding names its own host instead.
+pub fn is_loopback_name(name: &str) -> bool {
+    ["localhost", "127.0.0.1", "::1"]
         .iter()
         .any(|loopback| name.eq_ignore_ascii_case(loopback))
 }

@@ -59,7 +59,7 @@ mod source;
 mod state;
 
 pub use compose::{HeldBody, LimitRejection, RequestLimits, RequestSlot, ServedLibrary};
-pub use cors::is_cross_origin;
+pub use cors::{is_cross_origin, is_loopback_name};
 pub use error::HostError;
 pub use listener::raise_fd_limit;
 pub use options::{

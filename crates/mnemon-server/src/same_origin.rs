@@ -65,9 +65,7 @@ impl HostCheck {
         let host = bare_host(authority.host());
         match self {
             HostCheck::Any => true,
-            HostCheck::Loopback => ["localhost", "127.0.0.1", "::1"]
-                .iter()
-                .any(|name| host.eq_ignore_ascii_case(name)),
+            HostCheck::Loopback => mnemon_host::is_loopback_name(host),
             HostCheck::Only(names) => names.iter().any(|name| {
                 let Ok(allowed) = Authority::try_from(name.trim()) else {
                     return false;
