@@ -1438,17 +1438,21 @@ fn the_inspector_and_mcp_are_mounted_beside_the_library_host() {
     });
 }
 
-/// One JSON-RPC request to `/mcp` from a client that accepts gzip, as the MCP TypeScript SDK's
-/// `fetch` does: the answer's `Content-Encoding` (if any) and its body.
-fn mcp_post_accepting_gzip(api: &Api, body: Value) -> (Option<String>, Vec<u8>) {
-    let response = api
-        .client
+/// A JSON-RPC request to `/mcp` with the headers an MCP client sends.
+fn mcp_post(api: &Api, body: &Value) -> reqwest::blocking::RequestBuilder {
+    api.client
         .post(api.url("/mcp"))
         .header("content-type", "application/json")
         .header("accept", "application/json, text/event-stream")
-        .header("accept-encoding", "gzip")
         .header("mcp-protocol-version", "2025-06-18")
         .body(body.to_string())
+}
+
+/// One JSON-RPC request to `/mcp` from a client that accepts gzip, as the MCP TypeScript SDK's
+/// `fetch` does: the answer's `Content-Encoding` (if any) and its body.
+fn mcp_post_accepting_gzip(api: &Api, body: Value) -> (Option<String>, Vec<u8>) {
+    let response = mcp_post(api, &body)
+        .header("accept-encoding", "gzip")
         .send()
         .unwrap();
     assert_eq!(response.status(), StatusCode::OK);
@@ -1461,19 +1465,9 @@ fn mcp_post_accepting_gzip(api: &Api, body: Value) -> (Option<String>, Vec<u8>) 
 
 /// `remember` of `messages` in `session`, posted to `/mcp`: the HTTP status and body.
 fn mcp_remember(api: &Api, session: &str, messages: &[Value]) -> (StatusCode, Value) {
-    let response = api
-        .client
-        .post(api.url("/mcp"))
-        .header("content-type", "application/json")
-        .header("accept", "application/json, text/event-stream")
-        .header("mcp-protocol-version", "2025-06-18")
-        .body(
-            json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
-                "name": "remember", "arguments": {"session": session, "messages": messages}}})
-            .to_string(),
-        )
-        .send()
-        .unwrap();
+    let call = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+        "name": "remember", "arguments": {"session": session, "messages": messages}}});
+    let response = mcp_post(api, &call).send().unwrap();
     json_of(response)
 }
 
