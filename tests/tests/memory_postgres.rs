@@ -866,12 +866,13 @@ fn figures_of_batched_adds_and_recall_with_1536_dimensions() {
 #[ignore = "a measurement, run by hand"]
 fn figures_of_hnsw_build_and_recall_at_scale() {
     use std::time::Instant;
-    let server = mnemon_tests::require_postgres!();
+    mnemon_tests::require_postgres!();
     let n: i64 = std::env::var("MNEMON_BENCH_VECTORS")
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(10_000);
-    let (_url, mut client) = fresh(server, "memory_figures_hnsw");
+    let server = sized_server(n as usize);
+    let (url, mut client) = fresh(&server, "memory_figures_hnsw");
     client
         .batch_execute(
             "CREATE EXTENSION IF NOT EXISTS vector;
@@ -927,13 +928,26 @@ fn figures_of_hnsw_build_and_recall_at_scale() {
         if clustered { "clustered" } else { "random" },
         started.elapsed()
     );
+    // Vectors to insert into each built index, like the bench's single puts: near the stored
+    // ones (another row's vector with a little noise), from two connections at once (the cores
+    // here), so that each build's maintenance cost shows beside its recall.
+    const INSERTS: i64 = 600;
+    client
+        .execute(
+            "CREATE TABLE w AS SELECT i AS id,
+                    ARRAY(SELECT x + (random() - 0.5) * 0.2 * sqrt(3.0 / 1536)
+                          FROM unnest((SELECT e FROM v WHERE id = 1 + (i * 104729) % $1)::real[]) x
+                    )::real[]::vector(1536) AS e
+             FROM generate_series(1::bigint, $2) i",
+            &[&n, &INSERTS],
+        )
+        .unwrap_or_else(|e| panic!("{e:?}"));
     for (m, ef_construction) in builds {
         client.batch_execute("DROP INDEX IF EXISTS v_hnsw").unwrap();
         let started = Instant::now();
         client
             .batch_execute(&format!(
-                "SET maintenance_work_mem = '512MB';
-                 CREATE INDEX v_hnsw ON v USING hnsw (e vector_cosine_ops)
+                "CREATE INDEX v_hnsw ON v USING hnsw (e vector_cosine_ops)
                  WITH (m = {m}, ef_construction = {ef_construction}); ANALYZE v;"
             ))
             .unwrap();
@@ -941,7 +955,7 @@ fn figures_of_hnsw_build_and_recall_at_scale() {
             "m {m}, ef_construction {ef_construction}: bulk build of {n} in {:?}",
             started.elapsed()
         );
-        let queries: Vec<i64> = (0..20).map(|i| 1 + (i * 7919) % n).collect();
+        let queries: Vec<i64> = (0..100).map(|i| 1 + (i * 7919) % n).collect();
         let mut exact = Vec::new();
         for q in &queries {
             let mut tx = client.transaction().unwrap();
@@ -960,7 +974,10 @@ fn figures_of_hnsw_build_and_recall_at_scale() {
             tx.commit().unwrap();
             exact.push(ids);
         }
-        for ef in [40, 100, 200, 400, 800, 1000] {
+        let efs: Vec<u32> = std::env::var("MNEMON_BENCH_EFS")
+            .map(|list| list.split(',').map(|e| e.parse().unwrap()).collect())
+            .unwrap_or_else(|_| vec![40, 100, 200, 400, 800, 1000]);
+        for ef in efs {
             let (mut hits, mut latencies) = (0, Vec::new());
             for (q, want) in queries.iter().zip(&exact) {
                 let mut tx = client.transaction().unwrap();
@@ -995,7 +1012,57 @@ fn figures_of_hnsw_build_and_recall_at_scale() {
                 latencies[latencies.len() - 1]
             );
         }
+        let started = Instant::now();
+        std::thread::scope(|s| {
+            for half in 0..2i64 {
+                let url = &url;
+                s.spawn(move || {
+                    let mut c = postgres::Client::connect(url, postgres::NoTls).unwrap();
+                    let insert = c
+                        .prepare("INSERT INTO v SELECT $1::bigint + id, e FROM w WHERE id = $2")
+                        .unwrap();
+                    for i in (1..=INSERTS).filter(|i| i % 2 == half) {
+                        c.execute(&insert, &[&n, &i]).unwrap();
+                    }
+                });
+            }
+        });
+        let took = started.elapsed();
+        eprintln!(
+            "  {INSERTS} single inserts from 2 connections into the built index: {took:?}, {:.0}/s",
+            INSERTS as f64 / took.as_secs_f64()
+        );
+        client
+            .execute("DELETE FROM v WHERE id > $1", &[&n])
+            .unwrap();
+        client.batch_execute("VACUUM v").unwrap();
     }
+}
+
+/// A server of its own for `n` vectors of 1,536 dimensions, sized as `cargo xtask bench stores`
+/// sizes its one: the buffer cache holds twice the vectors (table and index), an index build
+/// fits in memory. The harness's shared server (128 MB of buffers) would measure evictions.
+fn sized_server(n: usize) -> PgServer {
+    let copy_mb = n * 1536 * 4 / (1 << 20);
+    PgServer::start_with_settings([
+        (
+            "shared_buffers",
+            format!("{}MB", (2 * copy_mb).clamp(128, 4096)),
+        ),
+        (
+            "maintenance_work_mem",
+            format!("{}MB", (3 * copy_mb / 2 + 64).clamp(64, 4096)),
+        ),
+        (
+            "effective_cache_size",
+            format!("{}MB", (4 * copy_mb).clamp(1024, 16384)),
+        ),
+        (
+            "max_wal_size",
+            format!("{}MB", (4 * copy_mb).clamp(1024, 16384)),
+        ),
+    ])
+    .unwrap()
 }
 
 /// Schema version 3's counters agree with the rows they count, in every thread of the
@@ -1509,28 +1576,7 @@ fn figures_of_store_recall_by_ef_search() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(20_000);
-    // A server of its own, sized as `cargo xtask bench stores` sizes its one: the buffer cache
-    // holds twice the vectors (table and index), an index build fits in memory.
-    let copy_mb = n * 1536 * 4 / (1 << 20);
-    let server = PgServer::start_with_settings([
-        (
-            "shared_buffers",
-            format!("{}MB", (2 * copy_mb).clamp(128, 4096)),
-        ),
-        (
-            "maintenance_work_mem",
-            format!("{}MB", (3 * copy_mb / 2 + 64).clamp(64, 4096)),
-        ),
-        (
-            "effective_cache_size",
-            format!("{}MB", (4 * copy_mb).clamp(1024, 16384)),
-        ),
-        (
-            "max_wal_size",
-            format!("{}MB", (4 * copy_mb).clamp(1024, 16384)),
-        ),
-    ])
-    .unwrap();
+    let server = sized_server(n);
     let server = &server;
     let efs: Vec<usize> = std::env::var("MNEMON_BENCH_EFS")
         .unwrap_or_else(|_| "40,100,200,400,800".into())
