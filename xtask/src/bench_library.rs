@@ -4,7 +4,8 @@
 //! Generates a seeded synthetic library (100,000 bits × 1536 dims, about 890 MB of JSON) under
 //! `target/bench-library/`, then reports in one run: JSON load time, sidecar pack and open
 //! times, median query times (bit mode count 10, token mode count 1000) for the exact and fast
-//! scans, peak RSS (VmHWM), and the ratio against a plain scalar loop over the same matrix.
+//! scans, peak RSS (VmHWM), the ratio against a plain scalar loop over the same matrix, and how
+//! opening a directory of library files scales with their number (64 against 256 small files).
 //!
 //! Timings need an optimised build: a debug xtask re-runs itself with `cargo run --release`.
 
@@ -241,6 +242,8 @@ fn measure(p: &Params) -> Result<()> {
         wire::query(&packed, &bit10[0], &policy, &exact)?["bits"] == exact_bit_results[0];
     let (sidecar_bit, _) = time_queries(&packed, &bit10, &exact)?;
 
+    let dir_opens = directory_opens(&dir)?;
+
     println!();
     println!(
         "Embedding library benchmark: {} bits x {} dims, {:.0} MB JSON, kernel {}, {} threads",
@@ -312,7 +315,65 @@ fn measure(p: &Params) -> Result<()> {
         "  peak RSS incl. fast index         {:>9.0} MB",
         mb(hwm_all)
     );
+    let [(few, few_time), (many, many_time)] = dir_opens;
+    let ratio = many_time.as_secs_f64() / few_time.as_secs_f64().max(1e-9);
+    let linear = many as f64 / few as f64;
+    println!(
+        "  directory open, {few} / {many} files      {:>6.0} / {:.0} ms   {ratio:.1}x for {linear:.0}x the files; target <= {:.0}x (linear)",
+        ms(few_time),
+        ms(many_time),
+        1.5 * linear
+    );
     Ok(())
+}
+
+/// Bits per file and dimension of the directory-open scaling runs: small files, as a directory
+/// of many documents' libraries holds.
+const DIR_BITS: usize = 50;
+const DIR_DIM: usize = 1536;
+
+/// [`Library::open_dir`] of a directory of 64 files and of one of 256 (each file `DIR_BITS`
+/// bits of `DIR_DIM` dimensions, its own seed): the time of each, best of three. Merging file
+/// after file must cost in proportion to what is merged, so the second takes about four times
+/// the first (docs/reference/host.md#serving-libraries).
+fn directory_opens(root: &Path) -> Result<[(usize, Duration); 2]> {
+    let mut out = [(64, Duration::ZERO), (256, Duration::ZERO)];
+    for (files, best) in &mut out {
+        let dir = root.join(format!("dir-{files}x{DIR_BITS}x{DIR_DIM}"));
+        let done_marker = dir.join(".done");
+        if !done_marker.exists() {
+            std::fs::create_dir_all(&dir)?;
+            for f in 0..*files {
+                let file = std::fs::File::create(dir.join(format!("part-{f:04}.json")))?;
+                let mut w = std::io::BufWriter::new(file);
+                write_synthetic(
+                    &mut w,
+                    BLANK_LIBRARY_MODEL,
+                    DIR_BITS,
+                    DIR_DIM,
+                    SEED + 100 + f as u64,
+                )?;
+                std::io::Write::flush(&mut w)?;
+            }
+            std::fs::write(&done_marker, "")?;
+        }
+        *best = Duration::MAX;
+        for _ in 0..3 {
+            let start = Instant::now();
+            let lib = Library::open_dir(&dir)?;
+            *best = (*best).min(start.elapsed());
+            // Every file's urls repeat (`doc/0` …), their texts differ: every bit is kept.
+            if lib.len() != *files * DIR_BITS {
+                bail!(
+                    "{} holds {} bits, expected {}",
+                    dir.display(),
+                    lib.len(),
+                    *files * DIR_BITS
+                );
+            }
+        }
+    }
+    Ok(out)
 }
 
 fn rayon_threads() -> usize {

@@ -34,7 +34,8 @@ impl Library {
             let lib = Library::open_with(&path, &OpenOptions::for_relative_path(&rel))
                 .map_err(in_file)?;
             let target = merged.get_or_insert_with(|| Library::blank(lib.model()));
-            target.extend(&lib).map_err(in_file)?;
+            // In place: on an error the merged library is dropped anyway.
+            target.append_from(&lib).map_err(in_file)?;
         }
         let mut merged = merged.ok_or(LibraryError::NoLibraries)?;
         // The merged vectors exist only in memory, so their index lives in the directory

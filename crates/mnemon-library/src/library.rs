@@ -500,8 +500,21 @@ impl Library {
 
     /// Appends copies of `other`'s bits, skipping ids already present. Needs the same model and
     /// dimension; adopts `other`'s `sort` if this library has none and its `omit` if this one's
-    /// is absent or empty. Atomic: on error nothing changes.
+    /// is absent or empty. Atomic: on error nothing changes, for which it works on a copy of this
+    /// library (merge many files with [`Library::open_dir`], which does not copy).
     pub fn extend(&mut self, other: &Library) -> Result<()> {
+        let mut next = self.clone();
+        next.append_from(other)?;
+        *self = next;
+        Ok(())
+    }
+
+    /// [`Library::extend`] without the copy of `self` that makes it atomic: on an error `self`
+    /// is left part-way (possibly emptied), for callers that then discard it. Opening a
+    /// directory merges file after file into one library this way; through `extend` every file
+    /// copied everything merged before it, quadratic in the number of files
+    /// (docs/reference/host.md#serving-libraries).
+    pub(crate) fn append_from(&mut self, other: &Library) -> Result<()> {
         if other.model != self.model {
             return Err(LibraryError::DifferentModel);
         }
@@ -514,7 +527,12 @@ impl Library {
                 found: b,
             });
         }
-        let mut next = self.clone();
+        // What was derived from the vectors as they were.
+        self.int8 = OnceLock::new();
+        self.ann = None;
+        self.max_norm = OnceLock::new();
+        self.tag_counts = OnceLock::new();
+        let next = self;
         if next.top.get("sort").is_none()
             && let Some(sort) = other.top.get("sort")
         {
@@ -536,20 +554,18 @@ impl Library {
             next.omit = other.omit.clone();
         }
         if next.omit.as_ref().is_some_and(Omit::all) {
-            *self = next;
             return Ok(());
         }
-        let store = std::mem::replace(&mut next.store, Store::new(None));
         let bits: Vec<Value> = (0..other.len())
             .map(|i| other.bit_json(i, true, true).map(Value::Object))
             .collect::<Result<_>>()?;
+        let store = std::mem::replace(&mut next.store, Store::new(None));
         let mut builder = Builder::eager(store, next.omit.clone());
         // Errors name the bit by its index in `other`, where the caller can find it.
         for (index, bit) in bits.iter().enumerate() {
             builder.push(index, RawBit::from_value(bit))?;
         }
         next.store = builder.into_store();
-        *self = next;
         Ok(())
     }
 

@@ -50,6 +50,30 @@ fn sidecar_opens_mapped_and_answers_like_the_json() {
     assert_eq!(Library::open(&file).unwrap().len(), 41);
 }
 
+/// `open_dir` merges in place (no copy of what was merged per file: docs/reference/host.md,
+/// `cargo xtask bench library`'s directory line); the result is what extending one file's
+/// library by the next, in path order, gives.
+#[test]
+fn a_directory_is_its_files_extended_in_path_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let names = ["a.json", "b/c.json", "b/d.json", "e.json"];
+    for (seed, name) in names.iter().enumerate() {
+        write_lib(&dir.path().join(name), 4 + seed, seed as u64 % 3);
+    }
+    let mut expected = Library::open(dir.path().join(names[0])).unwrap();
+    for name in &names[1..] {
+        expected
+            .extend(&Library::open(dir.path().join(name)).unwrap())
+            .unwrap();
+    }
+    let merged = Library::open_dir(dir.path()).unwrap();
+    assert_eq!(merged.len(), expected.len());
+    let (mut a, mut b) = (Vec::new(), Vec::new());
+    merged.to_writer(&mut a, true).unwrap();
+    expected.to_writer(&mut b, true).unwrap();
+    assert!(a == b, "open_dir differs from extending file by file");
+}
+
 #[test]
 fn directories_merge_in_path_order_with_tags_from_paths() {
     let dir = tempfile::tempdir().unwrap();
