@@ -36,6 +36,15 @@ impl Handle {
         }
     }
 
+    fn sqlite_with(dir: &Path, options: &OpenOptions) -> Handle {
+        let stores = Stores::open_with(dir, options).unwrap();
+        Handle {
+            artifacts: stores.artifacts(),
+            stores,
+            source: "sqlite",
+        }
+    }
+
     fn postgres(url: &str, files: &Path) -> Handle {
         let options = OpenOptions::postgres(url).with_write_to_file_root(files);
         let stores = Stores::open_with(files, &options).unwrap();
@@ -471,6 +480,50 @@ fn a_backup_from_before_message_expiry_and_models_still_imports() {
     let again_body = std::fs::read_to_string(&again).unwrap();
     assert!(again_body.contains(&lines[2]), "{again_body}");
     assert!(again_body.contains(&lines[3]), "{again_body}");
+}
+
+/// A message that never expires stays so when imported through a handle with a default
+/// time-to-live (`mnemon --default-ttl … import`), as assets and artifacts do; one with an
+/// expiry keeps its instant. Before, the memory's load gave it the handle's default.
+#[test]
+fn an_import_through_a_default_ttl_keeps_what_never_expired() {
+    let dir = tempfile::tempdir().unwrap();
+    let source = Handle::sqlite(&dir.path().join("source"));
+    let s1 = Scope {
+        session_id: Some("s1".into()),
+        ..Scope::default()
+    };
+    let memory = source.memory(s1).unwrap();
+    let at = 4_000_000_000_000_i64;
+    memory
+        .add(vec![MsgInput::from(
+            json!({"id": "never", "name": "u", "content": "kept"}),
+        )])
+        .unwrap();
+    memory
+        .add_with(
+            vec![MsgInput::from(
+                json!({"id": "later", "name": "u", "content": "until"}),
+            )],
+            &AddOptions {
+                expiry: Expiry::At(at),
+                ..AddOptions::default()
+            },
+        )
+        .unwrap();
+    let file = dir.path().join("backup.jsonl");
+    mnemon_backup::export(&source, &file, &ExportOptions::default()).unwrap();
+
+    let options = OpenOptions::default().with_default_ttl(Some(std::time::Duration::from_secs(60)));
+    let target = Handle::sqlite_with(&dir.path().join("target"), &options);
+    mnemon_backup::import(&target, &file, &ImportOptions::default()).unwrap();
+    assert_eq!(
+        stored_fields(&snapshot(&target)),
+        [
+            ("never".to_owned(), None, None),
+            ("later".to_owned(), Some(at), None)
+        ]
+    );
 }
 
 #[test]

@@ -1601,6 +1601,54 @@ mod summaries {
             "{refused:?}"
         );
         assert_eq!(plain.size().unwrap(), 0);
+
+        // Through a handle with a default time-to-live (as `mnemon --default-ttl … import`
+        // opens one): a stated instant stands, `null` is never (a backup's message without an
+        // expiry), and an item without the key takes the default; the same for an add whose
+        // options set no expiry, while an add's own expiry wins over the item's.
+        let now = t0 + 2_000;
+        stores.clock().set(now);
+        let ttl_scope = scope(Some("u"), None, Some("ttl"));
+        let with_ttl = stores.memory_with_ttl("rt", Duration::from_millis(500), &ttl_scope);
+        let document = json!([
+            {"id": "never", "name": "n", "content": "x", "embedding": [1.0, 0.0, 0.0],
+             "__expires_at": null},
+            {"id": "default", "name": "n", "content": "y", "embedding": [0.0, 1.0, 0.0]},
+            {"id": "at", "name": "n", "content": "z", "embedding": [0.0, 0.0, 1.0],
+             "__expires_at": now + 10_000},
+        ]);
+        assert_eq!(
+            with_ttl
+                .load(LoadSource::Json(document.to_string()), false)
+                .unwrap()
+                .added,
+            3
+        );
+        let stated = |id: &str, at: serde_json::Value| -> mnemon_memory::MsgInput {
+            json!({"id": id, "name": "n", "content": id, "embedding": [0.5, 0.5, 0.0],
+                   "__expires_at": at})
+            .into()
+        };
+        with_ttl
+            .add(vec![
+                stated("add-never", serde_json::Value::Null),
+                stated("add-at", json!(now + 10_000)),
+            ])
+            .unwrap();
+        with_ttl
+            .add_with(
+                vec![stated("forced", serde_json::Value::Null)],
+                &expiring(now + 100),
+            )
+            .unwrap();
+        let all = ["never", "default", "at", "add-never", "add-at", "forced"];
+        assert_eq!(every_read(&*with_ttl), all);
+        stores.clock().set(now + 600);
+        let after_default = ["never", "at", "add-never", "add-at"];
+        assert_eq!(every_read(&*with_ttl), after_default);
+        assert_eq!(every_read(&*stores.fresh("rt", &ttl_scope)), after_default);
+        stores.clock().set(now + 10_000);
+        assert_eq!(every_read(&*with_ttl), ["never", "add-never"]);
     }
 
     /// Issue 14, item 4: a message's time-to-live, judged by the store's clock at the boundary

@@ -356,20 +356,15 @@ impl Importer<'_> {
                 }
                 // The load document is the memory's stored export layout: the expiry and the
                 // model go back under the keys the export took them from, which the memory's
-                // load restores per message.
-                if message.expires_at.is_none() && message.embedding_model.is_none() {
-                    serde_json::to_writer(&mut thread.out, &message.message)
-                } else {
-                    let mut object = message.message.clone();
-                    if let Some(at) = message.expires_at {
-                        object.insert(EXPIRES_KEY.into(), at.into());
-                    }
-                    if let Some(model) = &message.embedding_model {
-                        object.insert(MODEL_KEY.into(), model.as_str().into());
-                    }
-                    serde_json::to_writer(&mut thread.out, &object)
-                }
-                .map_err(BackupError::Encode)?;
+                // load restores per message. The expiry is always stated, `null` for never, so
+                // that the target handle's default time-to-live does not apply to a message
+                // that never expired (docs/reference/memory.md#loading-documents).
+                let stored = StoredMessage {
+                    message: &message.message,
+                    expires_at: message.expires_at,
+                    model: message.embedding_model.as_deref(),
+                };
+                serde_json::to_writer(&mut thread.out, &stored).map_err(BackupError::Encode)?;
                 thread.messages += 1;
             }
             Record::Header(_) | Record::Trailer(_) => {}
@@ -461,5 +456,34 @@ impl Importer<'_> {
             .map_err(BackupError::Artifacts)?;
         self.report.artifacts += 1;
         Ok(())
+    }
+}
+
+/// A message of a backup as the memory's stored export layout writes it: the message's own
+/// keys, then `"__expires_at"` (always, `null` for never) and `"__embedding_model"` (when
+/// known), written without copying the message.
+struct StoredMessage<'a> {
+    message: &'a serde_json::Map<String, serde_json::Value>,
+    expires_at: Option<i64>,
+    model: Option<&'a str>,
+}
+
+impl serde::Serialize for StoredMessage<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = serializer.serialize_map(None)?;
+        // A hand-made file's message may carry the keys itself: the record's fields win.
+        for (key, value) in self
+            .message
+            .iter()
+            .filter(|(key, _)| *key != EXPIRES_KEY && *key != MODEL_KEY)
+        {
+            map.serialize_entry(key, value)?;
+        }
+        map.serialize_entry(EXPIRES_KEY, &self.expires_at)?;
+        if let Some(model) = self.model {
+            map.serialize_entry(MODEL_KEY, model)?;
+        }
+        map.end()
     }
 }

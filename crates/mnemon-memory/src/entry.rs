@@ -32,6 +32,10 @@ pub(crate) struct Entry {
     /// The model that made the message's embedding, when known (an embedder filled it in, or
     /// the add said so): what a durable store writes to the row's `embedding_model`.
     pub(crate) embedding_model: Option<String>,
+    /// Whether the document the entry was loaded from stated its expiry (`"__expires_at"`
+    /// present, `null` for never): a load then keeps `expires_at` as it is instead of applying
+    /// the handle's default time-to-live (docs/reference/memory.md#loading-documents).
+    pub(crate) expiry_stated: bool,
 }
 
 impl Entry {
@@ -55,6 +59,7 @@ impl Entry {
             marks,
             expires_at: None,
             embedding_model: None,
+            expiry_stated: false,
         }
     }
 
@@ -70,6 +75,7 @@ impl Entry {
             marks,
             expires_at: None,
             embedding_model: None,
+            expiry_stated: false,
         })
     }
 
@@ -84,6 +90,16 @@ impl Entry {
     pub(crate) fn expiring(mut self, expires_at: Option<i64>) -> Self {
         self.expires_at = expires_at;
         self
+    }
+
+    /// The expiry a load gives this entry: its own when its document stated one (`None`, never,
+    /// included), else `default` (the loading handle's default time-to-live).
+    pub(crate) fn loaded_expiry(&self, default: Option<i64>) -> Option<i64> {
+        if self.expiry_stated {
+            self.expires_at
+        } else {
+            self.expires_at.or(default)
+        }
     }
 
     /// This entry, its embedding made by `model` (`None`: unknown). Only an entry with an

@@ -25,7 +25,7 @@ pub(crate) fn convert_inputs(
     for (p, item) in items.into_iter().enumerate() {
         match item {
             MsgInput::Msg(msg) => entries.push(Entry::new(msg, marks.to_vec())),
-            MsgInput::Json(value) => entries.extend(value_to_entries(factory, &value, p, marks)?),
+            MsgInput::Json(value) => entries.extend(value_to_entries(factory, value, p, marks)?),
         }
     }
     Ok(entries)
@@ -200,7 +200,7 @@ impl DocumentVisitor<'_> {
     }
 
     /// Converts one item and hands its entries to the sink.
-    fn take(&mut self, item: &Value, p: usize) -> Result<(), MemoryError> {
+    fn take(&mut self, item: Value, p: usize) -> Result<(), MemoryError> {
         for entry in value_to_entries(self.factory, item, p, &[])? {
             (self.sink)(entry)?;
         }
@@ -218,7 +218,7 @@ impl<'de> serde::de::Visitor<'de> for DocumentVisitor<'_> {
     fn visit_seq<A: serde::de::SeqAccess<'de>>(mut self, mut seq: A) -> Result<(), A::Error> {
         let mut p = 0;
         while let Some(item) = seq.next_element::<Value>()? {
-            if let Err(error) = self.take(&item, p) {
+            if let Err(error) = self.take(item, p) {
                 return self.fail(error);
             }
             p += 1;
@@ -228,7 +228,7 @@ impl<'de> serde::de::Visitor<'de> for DocumentVisitor<'_> {
 
     fn visit_map<A: serde::de::MapAccess<'de>>(mut self, map: A) -> Result<(), A::Error> {
         let document = Value::deserialize(serde::de::value::MapAccessDeserializer::new(map))?;
-        self.take(&document, 0).or_else(|error| self.fail(error))
+        self.take(document, 0).or_else(|error| self.fail(error))
     }
 
     fn visit_unit<E: serde::de::Error>(self) -> Result<(), E> {
@@ -259,50 +259,51 @@ impl<'de> serde::de::Visitor<'de> for DocumentVisitor<'_> {
 /// One JSON item: a message object in any accepted form, with its `__marks` added to `marks`.
 fn value_to_entries(
     factory: &MsgFactory,
-    value: &Value,
+    value: Value,
     p: usize,
     marks: &[String],
 ) -> Result<Vec<Entry>, MemoryError> {
-    let object = value.as_object().ok_or(MemoryError::NotAnObject { p })?;
-    let marks = item_marks(object, p, marks)?;
-    let (expires_at, model) = stored_fields(object, p)?;
-    // The stored fields are not the message's: they are taken out before it is built (only
-    // when present, so that other items are not copied).
-    let stripped;
-    let object = if object.contains_key(EXPIRES_KEY) || object.contains_key(MODEL_KEY) {
-        let mut copy = object.clone();
-        copy.remove(EXPIRES_KEY);
-        copy.remove(MODEL_KEY);
-        stripped = copy;
-        &stripped
-    } else {
-        object
+    let Value::Object(mut object) = value else {
+        return Err(MemoryError::NotAnObject { p });
     };
+    let marks = item_marks(&object, p, marks)?;
+    let (expires_at, model) = stored_fields(&object, p)?;
+    // The stored fields are not the message's: they are taken out before it is built.
+    object.remove(EXPIRES_KEY);
+    object.remove(MODEL_KEY);
     Ok(factory
-        .from_any_object(object, p)?
+        .from_any_object(&object, p)?
         .into_iter()
         .map(|msg| {
-            Entry::new(msg, marks.clone())
-                .expiring(expires_at)
-                .embedded_by(model.clone())
+            let mut entry = Entry::new(msg, marks.clone())
+                .expiring(expires_at.flatten())
+                .embedded_by(model.clone());
+            entry.expiry_stated = expires_at.is_some();
+            entry
         })
         .collect())
 }
 
 /// The `"__expires_at"` and `"__embedding_model"` of an item (written by
-/// [`ExportFormat::AgentScope00Stored`](crate::ExportFormat::AgentScope00Stored)); `null` or
-/// absent is `None`.
+/// [`ExportFormat::AgentScope00Stored`](crate::ExportFormat::AgentScope00Stored)). The expiry
+/// is `None` when absent (the loading handle's default applies), `Some(None)` for `null`
+/// (never: what a backup's import writes for a message that never expires), `Some(Some(ms))`
+/// for an instant. A model of `null` or absent is `None`.
+#[allow(clippy::option_option)]
 fn stored_fields(
     object: &Map<String, Value>,
     p: usize,
-) -> Result<(Option<i64>, Option<String>), MemoryError> {
+) -> Result<(Option<Option<i64>>, Option<String>), MemoryError> {
     let expires_at = match object.get(EXPIRES_KEY) {
-        None | Some(Value::Null) => None,
-        Some(value) => Some(value.as_i64().ok_or_else(|| MemoryError::InvalidField {
-            p,
-            field: EXPIRES_KEY.into(),
-            expected: "an integer (milliseconds since the Unix epoch) or null".into(),
-        })?),
+        None => None,
+        Some(Value::Null) => Some(None),
+        Some(value) => Some(Some(value.as_i64().ok_or_else(|| {
+            MemoryError::InvalidField {
+                p,
+                field: EXPIRES_KEY.into(),
+                expected: "an integer (milliseconds since the Unix epoch) or null".into(),
+            }
+        })?)),
     };
     let model = match object.get(MODEL_KEY) {
         None | Some(Value::Null) => None,

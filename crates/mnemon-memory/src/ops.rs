@@ -365,14 +365,20 @@ fn add_entries<B: Backend>(
     validate_marks(&options.marks)?;
     let deadline = b.deadline(options.expiry)?;
     let mut entries = convert_inputs(b.factory(), items, &options.marks)?;
-    // The options' expiry and model win; an item's own (`"__expires_at"`,
-    // `"__embedding_model"`, as an `AgentScope00Stored` export writes them) stands otherwise.
-    if deadline.is_some() || model.is_some() {
+    // The options' expiry and model win; an item's own (`"__expires_at"`, `null` for never,
+    // and `"__embedding_model"`, as an `AgentScope00Stored` export writes them) stands
+    // otherwise, before the handle's default time-to-live (docs/reference/memory.md#loading-documents).
+    let explicit = !matches!(options.expiry, Expiry::Default);
+    if explicit || deadline.is_some() || model.is_some() {
         entries = entries
             .into_iter()
-            .map(|e| {
-                let expires_at = deadline.or(e.expires_at);
-                let own = e.embedding_model.clone();
+            .map(|mut e| {
+                let expires_at = if explicit {
+                    deadline
+                } else {
+                    e.loaded_expiry(deadline)
+                };
+                let own = e.embedding_model.take();
                 e.expiring(expires_at)
                     .embedded_by(model.map(str::to_owned).or(own))
             })

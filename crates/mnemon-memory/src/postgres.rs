@@ -3296,9 +3296,9 @@ impl Backend for PostgresMemory {
             let (body, form, bytes, dim) = (&row.body, &row.form, &row.bytes, row.dim);
             let (indexed_dim, pending_dim) = row.index_columns();
             let kind = entry.msg_without_embedding().kind().as_str();
-            // A document's own expiry (an `AgentScope00Stored` export) wins over the handle's
-            // default.
-            let expires_at = entry.expires_at.or(deadline);
+            // A document's own expiry (an `AgentScope00Stored` export; `null`: never) wins over
+            // the handle's default.
+            let expires_at = entry.loaded_expiry(deadline);
             let model = &entry.embedding_model;
             if let Some(d) = dim.and_then(|d| usize::try_from(d).ok()) {
                 dims.push(d);

@@ -2452,9 +2452,9 @@ impl Backend for SqliteMemory {
                 entries: Vec::with_capacity(INSERT_CHUNK),
             };
             decode_stream(factory, source, &mut |mut entry| {
-                // A document's own expiry (an `AgentScope00Stored` export) wins over the
-                // handle's default.
-                entry.expires_at = entry.expires_at.or(deadline);
+                // A document's own expiry (an `AgentScope00Stored` export; `null`: never) wins
+                // over the handle's default.
+                entry.expires_at = entry.loaded_expiry(deadline);
                 chunk.entries.push(entry);
                 if chunk.entries.len() >= INSERT_CHUNK {
                     chunk.write(&mut report, &mut earliest)?;
