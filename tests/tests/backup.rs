@@ -526,6 +526,32 @@ fn an_import_through_a_default_ttl_keeps_what_never_expired() {
     );
 }
 
+/// An expired artifact record the target has not swept yet does not block the import of a
+/// record with its id: before, the check passed it (it is invisible) and the save failed
+/// half-way, after the assets were written.
+#[test]
+fn an_expired_unswept_record_does_not_block_its_id() {
+    let dir = tempfile::tempdir().unwrap();
+    let source = Handle::sqlite(&dir.path().join("source"));
+    let record = Artifact::new("chat", "plan", "plan", "The plan").with_data(json!(["a step"]));
+    source.artifacts().save(&record).unwrap();
+    source
+        .assets()
+        .put(&Asset::new(Value::from_json(json!({"n": 1}))).with_id("a1"))
+        .unwrap();
+    let file = dir.path().join("backup.jsonl");
+    mnemon_backup::export(&source, &file, &ExportOptions::default()).unwrap();
+
+    let target = Handle::sqlite(&dir.path().join("target"));
+    target
+        .artifacts()
+        .save_expiring(&record, Expiry::At(1), &mut || Ok(()))
+        .unwrap();
+    let imported = mnemon_backup::import(&target, &file, &ImportOptions::default()).unwrap();
+    assert_eq!((imported.assets, imported.artifacts), (1, 1));
+    assert_eq!(target.artifacts().get(record.id).unwrap(), Some(record));
+}
+
 #[test]
 fn a_damaged_or_cut_backup_is_refused_and_imports_nothing() {
     let dir = tempfile::tempdir().unwrap();

@@ -67,7 +67,9 @@ pub fn verify(path: &Path) -> Result<Verified, BackupError> {
 
 /// Writes the backup at `path` into `stores`' namespace.
 ///
-/// First the whole file is checked, as [`verify`] does, together with the target: no asset id,
+/// First the target's expired artifact records are swept (their ids would otherwise block
+/// records of the file). Then the whole file is checked, as [`verify`] does, together with the
+/// target: no asset id,
 /// artifact id or memory thread of the file may exist there already
 /// ([`BackupError::Conflicts`]), and every storage backend an artifact names must exist
 /// ([`BackupError::NoBackend`]); any failure here writes nothing. Then the records are written:
@@ -116,6 +118,13 @@ pub fn import(
 
 /// The first pass of [`import`]: the file is whole, and it fits the target.
 fn check(stores: &dyn NamespaceStores, path: &Path) -> Result<Verified, BackupError> {
+    // Expired artifact records the target has not swept yet are invisible, so they pass the
+    // conflict check below, yet still hold their ids: a record of the file under such an id
+    // would then fail half-way through the writes. Swept first (what the next sweep would do).
+    stores
+        .artifacts()
+        .gc(stores.backends())
+        .map_err(BackupError::Artifacts)?;
     let existing: HashSet<Scope> = stores
         .threads()
         .map_err(|error| BackupError::Memory {

@@ -5,7 +5,7 @@
 //! ([`ArtifactStore::scopes`](mnemon_artifacts::ArtifactStore::scopes), through the handle's
 //! namespace only) and lists each one's records in save order.
 
-use mnemon_artifacts::{ArtifactError, Storage};
+use mnemon_artifacts::{ArtifactError, Expiry, Storage};
 use mnemon_memory::{ExportFormat, ExportOptions, ExportTarget, Exported, LoadSource, MemoryError};
 use mnemon_store::StoreError;
 
@@ -62,24 +62,46 @@ const ASSET_BATCH: usize = 256;
 /// Copies everything of `from`'s namespace into `to`'s: the same asset ids and values; every
 /// artifact record (same id, key, type, names, storage, timestamp; in save order within its
 /// scope) with its content, written to the target's backend of the same name; the same memory
-/// threads, with their messages in the same order, with the same ids, timestamps, marks and
-/// embeddings. An asset the target already has is replaced; an artifact or message id the
-/// target already has is skipped, so running a copy again adds nothing.
+/// threads, with their messages in the same order, with the same ids, timestamps, marks,
+/// embeddings and embedding models. Every asset, artifact record and message keeps its expiry
+/// instant, and one that never expires never does in the target, whatever its default
+/// time-to-live. An asset's `created_at` and `updated_at` are the copy's time (the asset store
+/// has no call to set them). An asset the target already has is replaced; an artifact or
+/// message id the target already has is skipped, so running a copy again adds nothing; the
+/// target's expired artifact records are swept first, so that their ids are free.
 pub fn copy(from: &Mnemon, to: &Mnemon) -> Result<CopyReport, CopyError> {
     let mut report = CopyReport::default();
     let ids = from.assets().list_ids(None).map_err(CopyError::Assets)?;
     for chunk in ids.chunks(ASSET_BATCH) {
         let mut assets = Vec::with_capacity(chunk.len());
         for id in chunk {
-            // An asset deleted since the listing is simply not copied.
-            if let Some(asset) = from.assets().get(id).map_err(CopyError::Assets)? {
-                assets.push(asset);
+            // An asset deleted or expired since the listing is simply not copied.
+            let asset = from.assets().get(id).map_err(CopyError::Assets)?;
+            let expires_at = from.assets().expires_at(id).map_err(CopyError::Assets)?;
+            if let (Some(asset), Some(expires_at)) = (asset, expires_at) {
+                assets.push((asset, expires_at));
             }
         }
-        to.assets().put_batch(&assets).map_err(CopyError::Assets)?;
+        // One batch per run of equal expiry: a copy never expires where the source did not,
+        // whatever the target's default time-to-live.
+        for run in assets.chunk_by(|a, b| a.1 == b.1) {
+            let expiry = run
+                .first()
+                .and_then(|(_, at)| *at)
+                .map_or(Expiry::Never, Expiry::At);
+            let batch: Vec<_> = run.iter().map(|(asset, _)| asset.clone()).collect();
+            to.assets()
+                .put_batch_expiring(&batch, expiry)
+                .map_err(CopyError::Assets)?;
+        }
         report.assets += assets.len();
     }
 
+    // Expired records the target has not swept yet still hold their ids: removed first, so
+    // that a record the source holds under such an id is copied instead of refused.
+    to.artifacts()
+        .gc(to.backends())
+        .map_err(CopyError::Artifacts)?;
     for scope in artifact_scopes(from)? {
         for artifact in from
             .artifacts()
@@ -94,6 +116,15 @@ pub fn copy(from: &Mnemon, to: &Mnemon) -> Result<CopyReport, CopyError> {
             {
                 continue;
             }
+            // Expired since the listing: not copied.
+            let Some(expires_at) = from
+                .artifacts()
+                .expires_at(artifact.id)
+                .map_err(CopyError::Artifacts)?
+            else {
+                continue;
+            };
+            let expiry = expires_at.map_or(Expiry::Never, Expiry::At);
             let external = match &artifact.storage {
                 Some(location) => match to.backends().resolve(&location.backend) {
                     Ok(Storage::External { backend, .. }) => Some((backend, location.id.clone())),
@@ -107,25 +138,21 @@ pub fn copy(from: &Mnemon, to: &Mnemon) -> Result<CopyReport, CopyError> {
                 },
                 None => None,
             };
-            match external {
-                Some((backend, storage_id)) => {
-                    let content = from
-                        .backends()
-                        .read_content(&artifact)
-                        .map_err(CopyError::Artifacts)?;
-                    to.artifacts()
-                        .save_with_content(&artifact, &mut || match &content {
-                            Some(content) => backend.write(&storage_id, content),
-                            None => Ok(()),
-                        })
-                        .map_err(CopyError::Artifacts)?;
-                }
-                None => {
-                    to.artifacts()
-                        .save(&artifact)
-                        .map_err(CopyError::Artifacts)?;
-                }
-            }
+            let content = match external {
+                Some(_) => from
+                    .backends()
+                    .read_content(&artifact)
+                    .map_err(CopyError::Artifacts)?,
+                None => None,
+            };
+            to.artifacts()
+                .save_expiring(&artifact, expiry, &mut || match (&external, &content) {
+                    (Some((backend, storage_id)), Some(content)) => {
+                        backend.write(storage_id, content)
+                    }
+                    _ => Ok(()),
+                })
+                .map_err(CopyError::Artifacts)?;
             report.artifacts += 1;
         }
     }
@@ -145,11 +172,12 @@ pub fn copy(from: &Mnemon, to: &Mnemon) -> Result<CopyReport, CopyError> {
             scope: name.clone(),
             error,
         };
-        // The export document carries ids, timestamps, embeddings and (`include_marks`) marks,
-        // and loading it adds the messages in its order in one transaction.
+        // The stored export layout carries ids, timestamps, embeddings, marks
+        // (`include_marks`), each message's expiry and its embedding's model, and loading it
+        // adds the messages in its order in one transaction (docs/reference/memory.md#exporting).
         let options = ExportOptions {
             include_marks: true,
-            format: ExportFormat::AgentScope00,
+            format: ExportFormat::AgentScope00Stored,
         };
         let exported = from
             .memory(scope.clone())
@@ -158,6 +186,7 @@ pub fn copy(from: &Mnemon, to: &Mnemon) -> Result<CopyReport, CopyError> {
         let Exported::Json(document) = exported else {
             continue;
         };
+        let document = never_unless_stated(&document).map_err(failed)?;
         let added = to
             .memory(scope)
             .and_then(|target| target.load(LoadSource::Json(document), false))
@@ -167,6 +196,26 @@ pub fn copy(from: &Mnemon, to: &Mnemon) -> Result<CopyReport, CopyError> {
     }
     Ok(report)
 }
+
+/// `document` (a stored-layout export) with `"__expires_at": null` on every message that has
+/// no expiry, so that the target's load keeps it never expiring instead of giving it the
+/// target handle's default time-to-live (docs/reference/memory.md#loading-documents).
+fn never_unless_stated(document: &str) -> Result<String, MemoryError> {
+    let invalid = |error: serde_json::Error| MemoryError::InvalidFormat {
+        found: format!("an export this copy cannot read back: {error}"),
+    };
+    let mut messages: Vec<serde_json::Map<String, serde_json::Value>> =
+        serde_json::from_str(document).map_err(invalid)?;
+    for message in &mut messages {
+        message
+            .entry(EXPIRES_KEY)
+            .or_insert(serde_json::Value::Null);
+    }
+    serde_json::to_string(&messages).map_err(invalid)
+}
+
+/// The key under which the stored export layout carries a message's expiry.
+const EXPIRES_KEY: &str = "__expires_at";
 
 /// The scopes holding artifact records in `mnemon`'s namespace, in ascending byte order:
 /// [`ArtifactStore::scopes`](mnemon_artifacts::ArtifactStore::scopes) of its artifact store, on

@@ -202,3 +202,114 @@ fn record_count(mnemon: &Mnemon) -> usize {
         .map(|scope| mnemon.artifacts().list(scope, None).unwrap().len())
         .sum()
 }
+
+/// Expiries and embedding models survive a copy SQLite → PostgreSQL → SQLite, the last target
+/// with a default time-to-live: what expires keeps its instant, what never expires stays so.
+/// An expired artifact record the target has not swept does not block the copy of its id.
+/// Before, every expiry and model was dropped (and the last target's default applied).
+#[test]
+fn expiries_and_embedding_models_survive_a_copy() {
+    use mnemon::artifacts::Expiry;
+    use mnemon::memory::AddOptions;
+    let server = mnemon_tests::require_postgres!();
+    let url = server.fresh_database("migrate_expiries").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let source = Mnemon::open(dir.path().join("a")).unwrap();
+    let at = 4_000_000_000_000_i64;
+
+    let asset = |id: &str| Asset::new(Value::from_json(json!({"id": id}))).with_id(id);
+    source
+        .assets()
+        .put_expiring(&asset("kept"), Expiry::Never)
+        .unwrap();
+    source
+        .assets()
+        .put_expiring(&asset("until"), Expiry::At(at))
+        .unwrap();
+
+    let record = |name: &str| {
+        Artifact::new("chat", format!("key-{name}"), "note", name).with_data(json!({"name": name}))
+    };
+    let (forever, expiring) = (record("forever"), record("expiring"));
+    source
+        .artifacts()
+        .save_expiring(&forever, Expiry::Never, &mut || Ok(()))
+        .unwrap();
+    source
+        .artifacts()
+        .save_expiring(&expiring, Expiry::At(at), &mut || Ok(()))
+        .unwrap();
+
+    let memory = source.memory(Scope::session("s")).unwrap();
+    memory
+        .add(vec![
+            json!({"id": "plain", "name": "u", "content": "x"}).into(),
+        ])
+        .unwrap();
+    memory
+        .add_with_model(
+            vec![
+                json!({"id": "made", "name": "u", "content": "y", "embedding": [1.0, 0.5]}).into(),
+            ],
+            &AddOptions {
+                expiry: Expiry::At(at),
+                ..AddOptions::default()
+            },
+            "model-1",
+        )
+        .unwrap();
+
+    let postgres = Mnemon::open_with(dir.path().join("pg"), &OpenOptions::postgres(&url)).unwrap();
+    copy(&source, &postgres).unwrap();
+    let options = OpenOptions::default().with_default_ttl(Some(std::time::Duration::from_secs(60)));
+    let back = Mnemon::open_with(dir.path().join("b"), &options).unwrap();
+    // An expired record under the id the copy brings, not yet swept.
+    back.artifacts()
+        .save_expiring(&forever, Expiry::At(1), &mut || Ok(()))
+        .unwrap();
+    let report = copy(&postgres, &back).unwrap();
+    assert_eq!(
+        (report.assets, report.artifacts, report.messages),
+        (2, 2, 2)
+    );
+
+    for copy in [&postgres, &back] {
+        assert_eq!(copy.assets().expires_at("kept").unwrap(), Some(None));
+        assert_eq!(copy.assets().expires_at("until").unwrap(), Some(Some(at)));
+        assert_eq!(copy.artifacts().expires_at(forever.id).unwrap(), Some(None));
+        assert_eq!(
+            copy.artifacts().expires_at(expiring.id).unwrap(),
+            Some(Some(at))
+        );
+        let options = ExportOptions {
+            include_marks: true,
+            format: ExportFormat::AgentScope00Stored,
+        };
+        let Exported::Json(document) = copy
+            .memory(Scope::session("s"))
+            .unwrap()
+            .export(ExportTarget::Json, &options)
+            .unwrap()
+        else {
+            panic!("a JSON export")
+        };
+        let messages: Vec<serde_json::Value> = serde_json::from_str(&document).unwrap();
+        let fields: Vec<_> = messages
+            .iter()
+            .map(|m| {
+                (
+                    m["id"].clone(),
+                    m.get("__expires_at").cloned(),
+                    m.get("__embedding_model").cloned(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            fields,
+            [
+                (json!("plain"), None, None),
+                (json!("made"), Some(json!(at)), Some(json!("model-1"))),
+            ]
+        );
+    }
+}
