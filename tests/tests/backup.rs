@@ -552,6 +552,82 @@ fn an_expired_unswept_record_does_not_block_its_id() {
     assert_eq!(target.artifacts().get(record.id).unwrap(), Some(record));
 }
 
+/// A file holding a record twice (a hand-edited or concatenated file; an export never writes
+/// one) is refused whole, with its checksum and counts right: before, a repeated asset was
+/// written twice and counted twice, a repeated thread merged into one.
+#[test]
+fn a_record_held_twice_is_refused_and_imports_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let source = Handle::sqlite(&dir.path().join("source"));
+    source
+        .assets()
+        .put(&Asset::new(Value::from_json(json!({"n": 1}))).with_id("a1"))
+        .unwrap();
+    let scope = Scope {
+        session_id: Some("s".into()),
+        ..Scope::default()
+    };
+    source
+        .memory(scope)
+        .unwrap()
+        .add(vec![MsgInput::from(
+            json!({"id": "m1", "name": "u", "content": "x"}),
+        )])
+        .unwrap();
+    let file = dir.path().join("backup.jsonl");
+    mnemon_backup::export(&source, &file, &ExportOptions::default()).unwrap();
+    let text = std::fs::read_to_string(&file).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    let (header, trailer) = (lines[0], lines[lines.len() - 1]);
+    let body = &lines[1..lines.len() - 1];
+    let kind =
+        |line: &str| serde_json::from_str::<serde_json::Value>(line).unwrap()["type"].clone();
+    let asset = *body.iter().find(|l| kind(l) == "asset").unwrap();
+    let thread: Vec<&str> = body
+        .iter()
+        .copied()
+        .filter(|l| kind(l) == "thread" || kind(l) == "message")
+        .collect();
+    for (what, extra, counts) in [
+        ("asset \"a1\"", vec![asset], ("assets", 2)),
+        ("thread /", thread.clone(), ("threads", 2)),
+    ] {
+        let mut lines: Vec<&str> = vec![header];
+        lines.extend(body);
+        lines.extend(extra);
+        let mut trailer: serde_json::Value = serde_json::from_str(trailer).unwrap();
+        trailer[counts.0] = json!(counts.1);
+        if counts.0 == "threads" {
+            trailer["messages"] = json!(2);
+        }
+        let twice = dir.path().join("twice.jsonl");
+        let write = |sha: &str| {
+            let mut trailer = trailer.clone();
+            trailer["sha256"] = json!(sha);
+            let text = lines.join("\n") + "\n" + &trailer.to_string() + "\n";
+            std::fs::write(&twice, text).unwrap();
+        };
+        write("0");
+        let BackupError::Mismatch { actual, .. } = mnemon_backup::verify(&twice).unwrap_err()
+        else {
+            panic!("a checksum mismatch expected")
+        };
+        write(&actual);
+        mnemon_backup::verify(&twice).unwrap();
+        let target = Handle::sqlite(&dir.path().join(format!("target-{}", counts.0)));
+        let error = mnemon_backup::import(&target, &twice, &ImportOptions::default()).unwrap_err();
+        assert!(
+            matches!(&error, BackupError::Repeated { what: w } if w.starts_with(what)),
+            "{error}"
+        );
+        assert!(
+            error.to_string().contains("nothing was imported"),
+            "{error}"
+        );
+        assert!(is_empty(&target));
+    }
+}
+
 #[test]
 fn a_damaged_or_cut_backup_is_refused_and_imports_nothing() {
     let dir = tempfile::tempdir().unwrap();

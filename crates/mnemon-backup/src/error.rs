@@ -76,6 +76,16 @@ pub enum BackupError {
          change stays: do not write to the file during an import"
     )]
     ChangedDuringImport,
+    /// The file holds one record more than once (an asset id, an artifact id or a memory
+    /// thread), which an export never writes: a hand-edited or concatenated file.
+    #[error(
+        "the backup holds {what} more than once (an export never does: was the file edited or \
+         joined with another?); nothing was imported"
+    )]
+    Repeated {
+        /// The record, as `asset "a1"`, `artifact <uuid>`, `thread u/a/s`.
+        what: String,
+    },
     /// Records of the file already exist in the target namespace.
     #[error(
         "the target namespace already holds {total} of the backup's records (e.g. {examples}); \

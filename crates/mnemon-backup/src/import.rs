@@ -141,10 +141,20 @@ fn check(stores: &dyn NamespaceStores, path: &Path) -> Result<Verified, BackupEr
             examples.push(what);
         }
     };
+    // What the file holds so far: a record it holds twice would overwrite itself (an asset),
+    // fail half-way (an artifact) or merge two threads into one.
+    let mut seen_assets = HashSet::new();
+    let mut seen_artifacts = HashSet::new();
+    let mut seen_threads = HashSet::new();
     let verified = scan(path, &mut |record| {
         match record {
             Record::Asset(record) => {
                 let asset = record.decode()?;
+                if !seen_assets.insert(asset.asset_id.clone()) {
+                    return Err(BackupError::Repeated {
+                        what: format!("asset {:?}", asset.asset_id),
+                    });
+                }
                 if stores
                     .assets()
                     .expires_at(&asset.asset_id)
@@ -156,6 +166,11 @@ fn check(stores: &dyn NamespaceStores, path: &Path) -> Result<Verified, BackupEr
             }
             Record::Artifact(record) => {
                 let artifact = &record.artifact;
+                if !seen_artifacts.insert(artifact.id) {
+                    return Err(BackupError::Repeated {
+                        what: format!("artifact {}", artifact.id),
+                    });
+                }
                 if stores
                     .artifacts()
                     .expires_at(artifact.id)
@@ -173,8 +188,16 @@ fn check(stores: &dyn NamespaceStores, path: &Path) -> Result<Verified, BackupEr
                     });
                 }
             }
-            Record::Thread(thread) if existing.contains(&scope_of(thread)) => {
-                conflict(format!("thread {}", thread.display()));
+            Record::Thread(thread) => {
+                let scope = scope_of(thread);
+                if existing.contains(&scope) {
+                    conflict(format!("thread {}", thread.display()));
+                }
+                if !seen_threads.insert(scope) {
+                    return Err(BackupError::Repeated {
+                        what: format!("thread {}", thread.display()),
+                    });
+                }
             }
             _ => {}
         }
