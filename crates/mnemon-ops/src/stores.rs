@@ -195,6 +195,12 @@ pub enum OpenError {
     /// The artifact store failed to open.
     #[error("cannot open the artifact store: {0}")]
     Artifacts(ArtifactError),
+    /// [`OpenOptions::default_ttl`] is zero: every write would be stored already expired.
+    #[error(
+        "a default time-to-live of 0 would store every write already expired; leave it out \
+         (None) for records that never expire"
+    )]
+    ZeroDefaultTtl,
     /// The memory store failed to open.
     #[error("cannot open the memory store: {0}")]
     Memory(MemoryError),
@@ -288,6 +294,9 @@ impl Stores {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn open_with(dir: impl AsRef<Path>, options: &OpenOptions) -> Result<Stores, OpenError> {
+        if options.default_ttl.is_some_and(|ttl| ttl.is_zero()) {
+            return Err(OpenError::ZeroDefaultTtl);
+        }
         let dir = dir.as_ref().to_path_buf();
         let namespace = options.namespace.clone();
         let (assets, artifacts, memory, default_root): (
@@ -781,6 +790,20 @@ mod tests {
         let error = mnemon.library("missing").unwrap_err();
         assert!(error.to_string().contains("missing"), "{error}");
         assert!(error.source().is_none());
+    }
+
+    /// A zero default time-to-live would store every write already expired (a put answered,
+    /// then never found): refused at open, before anything is created.
+    #[test]
+    fn a_zero_default_ttl_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("data");
+        let options = OpenOptions::default().with_default_ttl(Some(std::time::Duration::ZERO));
+        let error = Stores::open_with(&data, &options).unwrap_err();
+        assert!(matches!(error, OpenError::ZeroDefaultTtl), "{error}");
+        assert!(!data.exists());
+        let options = options.with_default_ttl(Some(std::time::Duration::from_millis(1)));
+        Stores::open_with(&data, &options).unwrap();
     }
 
     #[test]

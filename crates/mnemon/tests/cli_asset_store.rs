@@ -642,4 +642,15 @@ fn the_default_ttl_applies_to_writes_without_their_own() {
     assert_eq!(ids(d, &[]), [kept]);
     let out = mnemon(d, &["--default-ttl", "soon", "asset", "list"], "");
     assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    // Zero would store every write already expired (a put answered, then never found): it is
+    // refused, as `--ttl 0` is, whatever the spelling.
+    for zero in ["0", "0s", "0d"] {
+        let out = mnemon(d, &["--default-ttl", zero, "asset", "put", "a1.json"], "");
+        assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+        assert!(
+            text(&out.stderr).contains("already expired"),
+            "{}",
+            text(&out.stderr)
+        );
+    }
 }

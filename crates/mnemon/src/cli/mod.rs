@@ -63,7 +63,7 @@ pub(crate) struct Cli {
     /// live: a whole number and a unit, s, m, h, d or w (e.g. `30d`); the namespace's default
     /// time-to-live. Without it they never expire.
     #[arg(long, global = true, env = "MNEMON_DEFAULT_TTL", value_name = "DURATION",
-          value_parser = mnemon_ops::expiry::parse_duration)]
+          value_parser = parse_default_ttl)]
     pub(crate) default_ttl: Option<std::time::Duration>,
 
     /// How hard the stores' writes work to survive crashes: `full` (the default; an
@@ -320,4 +320,16 @@ pub(crate) fn log_to_stderr(default: &str, timestamps: bool) {
     } else {
         builder.without_time().with_target(false).try_init()
     };
+}
+
+/// Parses `--default-ttl` ([`mnemon_ops::expiry::parse_duration`]); zero is refused: every
+/// write would be stored already expired, and the next sweep would remove it.
+fn parse_default_ttl(text: &str) -> Result<std::time::Duration, String> {
+    match mnemon_ops::expiry::parse_duration(text)? {
+        ttl if ttl.is_zero() => Err("a default time-to-live of 0 would store every write \
+             already expired; leave --default-ttl (MNEMON_DEFAULT_TTL, default-ttl in \
+             mnemon.toml) out for records that never expire"
+            .to_owned()),
+        ttl => Ok(ttl),
+    }
 }
