@@ -3187,6 +3187,65 @@ mod postgres_summaries {
         }
     }
 
+    /// A write reads the clock once it holds the thread's lock: an add that waited behind
+    /// another transaction until a message expired sees it expired, so the same id is added
+    /// again (an expired id can be). Before, the clock was read before the wait: the add
+    /// planned against the stale instant, skipped the id as a duplicate, and the message was
+    /// gone.
+    #[test]
+    fn a_write_that_waited_for_the_thread_judges_expiry_after_the_wait() {
+        use super::summaries::SummaryStores as _;
+        use mnemon_db::Expiry;
+        use mnemon_memory::AddOptions;
+        let server = mnemon_tests::require_postgres!();
+        let url = server.fresh_database("memory_expiry_after_wait").unwrap();
+        let stores = Stores::new(url.clone(), false, 0);
+        let t = 1_700_000_000_000;
+        stores.clock().set(t - 1_000);
+        let scope = Scope::session("waits");
+        let memory = stores.memory("ns", &scope);
+        memory
+            .add_with(
+                vec![json!({"id": "m1", "name": "n", "content": "first"}).into()],
+                &AddOptions {
+                    expiry: Expiry::At(t),
+                    ..AddOptions::default()
+                },
+            )
+            .unwrap();
+        // Another transaction holds the thread's row.
+        let mut blocker = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+        let mut tx = blocker.transaction().unwrap();
+        tx.execute(
+            "SELECT thread_id FROM memory_threads WHERE namespace = 'ns' AND session_id = 'waits'
+             FOR UPDATE",
+            &[],
+        )
+        .unwrap();
+        std::thread::scope(|threads| {
+            let adding = threads.spawn(|| {
+                memory
+                    .add(vec![
+                        json!({"id": "m1", "name": "n", "content": "again"}).into(),
+                    ])
+                    .unwrap()
+            });
+            // The add is waiting for the row (give it time to get there), then m1 expires.
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            stores.clock().set(t + 100);
+            tx.commit().unwrap();
+            let report = adding.join().unwrap();
+            assert_eq!(report.added, 1, "{report:?}");
+        });
+        let contents: Vec<serde_json::Value> = memory
+            .get_memory(&Default::default())
+            .unwrap()
+            .iter()
+            .map(|m| m.content().clone())
+            .collect();
+        assert_eq!(contents, [json!("again")]);
+    }
+
     /// With pgvector and without.
     #[test]
     fn stored_export_round_trip_postgres() {

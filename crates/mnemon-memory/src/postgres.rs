@@ -3079,7 +3079,6 @@ impl Backend for PostgresMemory {
         &self,
         f: impl FnOnce(&ThreadState) -> Result<(Option<Change>, R), MemoryError>,
     ) -> Result<R, MemoryError> {
-        let now = self.store.now();
         let mut client = self.store.client()?;
         let mut tx = client.transaction_cached().map_err(pg_error)?;
         let mut thread = lock_thread(
@@ -3088,6 +3087,9 @@ impl Backend for PostgresMemory {
             &self.scope,
             &self.store.factory,
         )?;
+        // The clock is read once the thread is locked: a write that waited behind another
+        // judges expiry at the instant it plans, never at one before the wait.
+        let now = self.store.now();
         if purge_expired(&mut tx, thread, now, self.vectors())? > 0 {
             thread.rev += 1;
         }

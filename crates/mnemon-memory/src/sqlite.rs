@@ -2132,8 +2132,10 @@ impl Backend for SqliteMemory {
         // the write's batch committed (`sqlite/group_commit.rs`): no other write of the thread
         // through it can pass this one, and no read sees it changed before it is durable.
         let mut mirror = self.mirror();
-        let now = self.store.now();
         let member = self.store.file.writer.join()?;
+        // The clock is read once the write has its place in a batch: a write that waited for
+        // the mirror or the writer judges expiry at the instant it plans.
+        let now = self.store.now();
         let planned = (|| {
             let tx = member.conn()?;
             let Some((thread_id, mut rev)) =

@@ -292,8 +292,15 @@ fn parse_id(id: &str) -> Result<Uuid, OpsError> {
 impl Service {
     fn with_content(&self, artifact: Artifact) -> Result<ArtifactOutput, OpsError> {
         let content = self.stores().backends().read_content(&artifact)?;
-        // A second point read: a record that expires or goes in between reads as never.
-        let expires_at_ms = self.stores().artifacts().expires_at(artifact.id)?.flatten();
+        // A second point read: a record that expired or went in between is gone now, never
+        // reported as one that never expires.
+        let expires_at_ms = self
+            .stores()
+            .artifacts()
+            .expires_at(artifact.id)?
+            .ok_or_else(|| OpsError::ArtifactNotFound {
+                what: format!("artifact {} expired or was deleted", artifact.id),
+            })?;
         Ok(ArtifactOutput {
             artifact,
             content,
@@ -404,7 +411,10 @@ impl Service {
         })?;
         let mut artifacts = Vec::with_capacity(page.len());
         for artifact in page {
-            let expires_at_ms = store.expires_at(artifact.id)?.flatten();
+            // Expired or deleted since the listing: left out, never listed as never expiring.
+            let Some(expires_at_ms) = store.expires_at(artifact.id)? else {
+                continue;
+            };
             artifacts.push(ArtifactListed {
                 artifact,
                 expires_at_ms,

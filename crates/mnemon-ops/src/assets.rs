@@ -386,12 +386,15 @@ impl Service {
     /// One asset.
     pub fn asset_get(&self, input: AssetIdInput) -> Result<AssetGetOutput, OpsError> {
         let asset = self.stored_asset(&input.asset_id)?;
-        // A second point read: an asset that expires or goes in between reads as never.
+        // A second point read: an asset that expired or went in between is gone now, never
+        // reported as one that never expires.
         let expires_at_ms = self
             .stores()
             .assets()
             .expires_at(&input.asset_id)?
-            .flatten();
+            .ok_or_else(|| OpsError::AssetNotFound {
+                asset_id: input.asset_id.clone(),
+            })?;
         Ok(AssetGetOutput {
             asset: AssetBody::from_asset(&asset),
             expires_at_ms,
@@ -409,7 +412,10 @@ impl Service {
             page::page(ids, input.cursor.as_deref(), limit, true, Clone::clone)?;
         let mut assets = Vec::with_capacity(ids.len());
         for asset_id in ids {
-            let expires_at_ms = self.stores().assets().expires_at(&asset_id)?.flatten();
+            // Expired or deleted since the listing: left out, never listed as never expiring.
+            let Some(expires_at_ms) = self.stores().assets().expires_at(&asset_id)? else {
+                continue;
+            };
             assets.push(AssetListed {
                 asset_id,
                 expires_at_ms,
