@@ -233,13 +233,16 @@ fn sweep_all(tenants: &Tenants, auth: &dyn Authenticator, ready: &Namespace) {
             .get_transient(&namespace)
             .and_then(|service| service.gc())
         {
-            Ok(swept) if swept.assets > 0 || swept.artifacts.records > 0 => tracing::info!(
-                namespace = namespace.as_str(),
-                assets = swept.assets,
-                artifacts = swept.artifacts.records,
-                artifact_files = swept.artifacts.content_removed,
-                "expired records swept"
-            ),
+            Ok(swept) if swept.messages > 0 || swept.assets > 0 || swept.artifacts.records > 0 => {
+                tracing::info!(
+                    namespace = namespace.as_str(),
+                    messages = swept.messages,
+                    assets = swept.assets,
+                    artifacts = swept.artifacts.records,
+                    artifact_files = swept.artifacts.content_removed,
+                    "expired records swept"
+                );
+            }
             Ok(_) => {}
             Err(error) => {
                 tracing::warn!(namespace = namespace.as_str(), %error, "the expiry sweep failed");
