@@ -64,9 +64,14 @@ pub struct RememberInput {
     #[serde(default)]
     pub marks: Vec<String>,
     /// Forget these messages this many seconds from now (e.g. 3600 for an hour); leave it out
-    /// to keep them until deleted.
+    /// for the server's default (kept until deleted, unless the server forgets writes after a
+    /// default time).
     #[serde(default)]
     pub ttl_seconds: Option<u64>,
+    /// Keep these messages until deleted, even on a server that forgets writes after a
+    /// default time. Not with `ttl_seconds`.
+    #[serde(default)]
+    pub never_expires: bool,
 }
 
 /// Input of `recall`.
@@ -171,10 +176,15 @@ pub struct PutAssetInput {
     /// The asset: `asset_id` (optional: a fresh one is made), `asset_type`, `asset_name`,
     /// `description`, and `content` (JSON) or `content_base64` with `content_type`.
     pub asset: AssetBody,
-    /// Forget the asset this many seconds from now (e.g. 86400 for a day); leave it out to keep
-    /// it until deleted.
+    /// Forget the asset this many seconds from now (e.g. 86400 for a day); leave it out for the
+    /// server's default (kept until deleted, unless the server forgets writes after a default
+    /// time).
     #[serde(default)]
     pub ttl_seconds: Option<u64>,
+    /// Keep the asset until deleted, even on a server that forgets writes after a default
+    /// time. Not with `ttl_seconds`.
+    #[serde(default)]
+    pub never_expires: bool,
 }
 
 /// Input of `save_artifact`.
@@ -183,9 +193,14 @@ pub struct SaveArtifactInput {
     /// The artifact.
     #[serde(flatten)]
     pub artifact: ArtifactSaveInput,
-    /// Forget the artifact this many seconds from now; leave it out to keep it until deleted.
+    /// Forget the artifact this many seconds from now; leave it out for the server's default
+    /// (kept until deleted, unless the server forgets writes after a default time).
     #[serde(default)]
     pub ttl_seconds: Option<u64>,
+    /// Keep the artifact until deleted, even on a server that forgets writes after a default
+    /// time. Not with `ttl_seconds`.
+    #[serde(default)]
+    pub never_expires: bool,
 }
 
 /// Input of `list_assets`.
@@ -577,6 +592,7 @@ impl MnemonMcp {
                     expiry: ExpiryInput {
                         ttl_seconds: input.ttl_seconds,
                         expires_at_ms: None,
+                        never_expires: input.never_expires,
                     },
                 };
                 let add = MemoryAddInput {
@@ -713,6 +729,7 @@ impl MnemonMcp {
                 let expiry = ExpiryInput {
                     ttl_seconds: input.ttl_seconds,
                     expires_at_ms: None,
+                    never_expires: input.never_expires,
                 };
                 let asset_id = s
                     .asset_put_expiring(AssetPutInput { asset: input.asset }, expiry)?
@@ -831,6 +848,7 @@ impl MnemonMcp {
                 let expiry = ExpiryInput {
                     ttl_seconds: input.ttl_seconds,
                     expires_at_ms: None,
+                    never_expires: input.never_expires,
                 };
                 Ok(s.artifact_save_expiring(input.artifact, expiry)?)
             },

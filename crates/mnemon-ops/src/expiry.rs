@@ -21,6 +21,9 @@ pub struct ExpiryInput {
     /// Expire at this instant, in milliseconds since the Unix epoch; it must be in the future.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expires_at_ms: Option<i64>,
+    /// Never expire, whatever the namespace's default time-to-live (`--default-ttl`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub never_expires: bool,
 }
 
 impl ExpiryInput {
@@ -33,13 +36,29 @@ impl ExpiryInput {
         }
         ExpiryInput {
             ttl_seconds: Some(seconds),
-            expires_at_ms: None,
+            ..ExpiryInput::default()
         }
     }
 
-    /// The store's [`Expiry`] for this input; both fields, a zero TTL or an instant not in the
+    /// Never expiring, whatever the namespace's default time-to-live.
+    pub fn never() -> ExpiryInput {
+        ExpiryInput {
+            never_expires: true,
+            ..ExpiryInput::default()
+        }
+    }
+
+    /// The store's [`Expiry`] for this input; two fields, a zero TTL or an instant not in the
     /// future are refused.
     pub fn to_expiry(self) -> Result<Expiry, OpsError> {
+        if self.never_expires {
+            return match (self.ttl_seconds, self.expires_at_ms) {
+                (None, None) => Ok(Expiry::Never),
+                _ => Err(OpsError::invalid(
+                    "give never_expires or an expiry (ttl_seconds, expires_at_ms), not both",
+                )),
+            };
+        }
         match (self.ttl_seconds, self.expires_at_ms) {
             (Some(_), Some(_)) => Err(OpsError::invalid(
                 "give either ttl_seconds or expires_at_ms, not both",
@@ -151,7 +170,7 @@ mod tests {
         assert_eq!(ExpiryInput::default().to_expiry().unwrap(), Expiry::Default);
         let ttl = ExpiryInput {
             ttl_seconds: Some(60),
-            expires_at_ms: None,
+            ..ExpiryInput::default()
         };
         assert_eq!(
             ttl.to_expiry().unwrap(),
@@ -159,13 +178,13 @@ mod tests {
         );
         let later = 4_000_000_000_000;
         let at = ExpiryInput {
-            ttl_seconds: None,
             expires_at_ms: Some(later),
+            ..ExpiryInput::default()
         };
         assert_eq!(at.to_expiry().unwrap(), Expiry::At(later));
         let past = ExpiryInput {
-            ttl_seconds: None,
             expires_at_ms: Some(5),
+            ..ExpiryInput::default()
         };
         assert!(
             past.to_expiry()
@@ -176,6 +195,7 @@ mod tests {
         let both = ExpiryInput {
             ttl_seconds: Some(1),
             expires_at_ms: Some(5),
+            ..ExpiryInput::default()
         };
         assert!(
             both.to_expiry()
@@ -185,9 +205,21 @@ mod tests {
         );
         let zero = ExpiryInput {
             ttl_seconds: Some(0),
-            expires_at_ms: None,
+            ..ExpiryInput::default()
         };
         assert_eq!(zero.to_expiry().unwrap_err().code(), "invalid_input");
+        assert_eq!(ExpiryInput::never().to_expiry().unwrap(), Expiry::Never);
+        let never_and_ttl = ExpiryInput {
+            ttl_seconds: Some(60),
+            ..ExpiryInput::never()
+        };
+        assert!(
+            never_and_ttl
+                .to_expiry()
+                .unwrap_err()
+                .to_string()
+                .contains("not both")
+        );
         assert_eq!(
             ExpiryInput::after(Duration::from_millis(1_500)).ttl_seconds,
             Some(2)

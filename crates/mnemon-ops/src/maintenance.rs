@@ -262,6 +262,61 @@ mod tests {
             .unwrap();
     }
 
+    /// With a default time-to-live, `never_expires` (REST `?never_expires=true`, MCP
+    /// `never_expires`, CLI `--ttl never`) keeps an asset, an artifact record and messages
+    /// until deleted; before, nothing but the default could be asked for.
+    #[test]
+    fn never_expires_overrides_the_default_ttl() {
+        let dir = tempfile::tempdir().unwrap();
+        let options = crate::OpenOptions::default()
+            .with_default_ttl(Some(std::time::Duration::from_secs(3_600)));
+        let svc = Service::new(Stores::open_with(dir.path(), &options).unwrap());
+        let never = ExpiryInput::never();
+        put(&svc, "kept", never);
+        put(&svc, "default", ExpiryInput::default());
+        let expiry_of = |id: &str| {
+            svc.asset_get(AssetIdInput {
+                asset_id: id.into(),
+            })
+            .unwrap()
+            .expires_at_ms
+        };
+        assert_eq!(expiry_of("kept"), None);
+        assert!(expiry_of("default").is_some());
+        let kept = save(&svc, "chat", "kept.json", never);
+        let record = svc.artifact_get(ArtifactIdInput { id: kept }).unwrap();
+        assert_eq!(record.expires_at_ms, None);
+        svc.memory_add_with(
+            MemoryAddInput {
+                session: "s".into(),
+                messages: vec![MessageBody(
+                    serde_json::json!({"id": "m", "name": "u", "content": "x"}),
+                )],
+                marks: vec![],
+            },
+            &AddWith {
+                embed: false,
+                expiry: never,
+            },
+        )
+        .unwrap();
+        let memory = svc
+            .stores()
+            .memory(mnemon_memory::Scope::session("s"))
+            .unwrap();
+        let options = mnemon_memory::ExportOptions {
+            format: mnemon_memory::ExportFormat::AgentScope00Stored,
+            ..mnemon_memory::ExportOptions::default()
+        };
+        let mnemon_memory::Exported::Json(document) = memory
+            .export(mnemon_memory::ExportTarget::Json, &options)
+            .unwrap()
+        else {
+            panic!("a JSON export")
+        };
+        assert!(!document.contains("__expires_at"), "{document}");
+    }
+
     #[test]
     fn gc_sweeps_expired_assets_and_artifacts_with_their_files() {
         let dir = tempfile::tempdir().unwrap();

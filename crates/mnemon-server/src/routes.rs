@@ -667,6 +667,9 @@ struct AddQuery {
     /// future).
     #[serde(default)]
     expires_at_ms: Option<i64>,
+    /// The added messages never expire, whatever the namespace's default time-to-live.
+    #[serde(default)]
+    never_expires: bool,
 }
 
 /// Adds embed unless asked not to: an agent that adds over REST and searches across sessions
@@ -1178,6 +1181,7 @@ async fn memory_add(
                 expiry: ExpiryInput {
                     ttl_seconds: q.ttl_seconds,
                     expires_at_ms: q.expires_at_ms,
+                    never_expires: q.never_expires,
                 },
             };
             svc.memory_add_with(input, &with)

@@ -534,10 +534,7 @@ fn the_sweep_covers_the_namespaces_of_keys_never_served() {
         .asset_put_at_expiring(
             "brief",
             serde_json::from_value(asset).unwrap(),
-            mnemon_ops::expiry::ExpiryInput {
-                ttl_seconds: Some(1),
-                expires_at_ms: None,
-            },
+            mnemon_ops::expiry::ExpiryInput::after(std::time::Duration::from_secs(1)),
         )
         .unwrap();
     let opener = open.clone();

@@ -629,6 +629,22 @@ fn the_default_ttl_applies_to_writes_without_their_own() {
     let out = mnemon(d, &["asset", "put", "noid.json"], "");
     assert!(out.status.success(), "{}", text(&out.stderr));
     let kept = text(&out.stdout).trim().to_owned();
+    // `--ttl never` keeps a write until deleted whatever the default.
+    let out = mnemon(
+        d,
+        &[
+            "--default-ttl",
+            "1s",
+            "asset",
+            "put",
+            "--ttl",
+            "never",
+            "noid.json",
+        ],
+        "",
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let never = text(&out.stdout).trim().to_owned();
     let out = mnemon(d, &["asset", "list", "--expiry"], "");
     assert!(out.status.success(), "{}", text(&out.stderr));
     let listed = text(&out.stdout);
@@ -639,7 +655,9 @@ fn the_default_ttl_applies_to_writes_without_their_own() {
         "a1 shows its expiry: {listed}"
     );
     std::thread::sleep(std::time::Duration::from_millis(1_200));
-    assert_eq!(ids(d, &[]), [kept]);
+    let mut expected = vec![kept, never];
+    expected.sort();
+    assert_eq!(ids(d, &[]), expected);
     let out = mnemon(d, &["--default-ttl", "soon", "asset", "list"], "");
     assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
     // Zero would store every write already expired (a put answered, then never found): it is

@@ -40,9 +40,10 @@ pub(crate) enum ArtifactCommand {
         #[arg(long)]
         scope: String,
         /// Forget the record (and its content, at the next `mnemon gc`) this long after the
-        /// save: a whole number and a unit, s, m, h, d or w (e.g. `90s`, `30d`, `1h30m`).
+        /// save: a whole number and a unit, s, m, h, d or w (e.g. `90s`, `30d`, `1h30m`); or
+        /// `never`, to keep it until deleted whatever --default-ttl says.
         #[arg(long, value_name = "DURATION", value_parser = parse_ttl)]
-        ttl: Option<std::time::Duration>,
+        ttl: Option<Ttl>,
     },
     /// Run ArtifactMemory over a JSON map of inputs and print the rendered text.
     Load {
@@ -174,15 +175,12 @@ fn save(
     config: &Value,
     inputs: &Value,
     scope: &str,
-    ttl: Option<std::time::Duration>,
+    ttl: Option<Ttl>,
 ) -> Result<Map<String, Value>, CliError> {
     let config = SaveArtifactConfig::from_json(config).map_err(artifact_error)?;
     let mut store = create_store(target)?;
     if let Some(ttl) = ttl {
-        store = Arc::new(ExpiringSaves::new(
-            store,
-            mnemon_artifacts::Expiry::After(ttl),
-        ));
+        store = Arc::new(ExpiringSaves::new(store, ttl.expiry()));
     }
     let step = SaveArtifact::new(config, store, backends(target)).map_err(artifact_error)?;
     step.run(scope, inputs).map_err(artifact_error)
@@ -347,14 +345,47 @@ fn print_text(text: &str) -> CliResult {
         .map_err(CliError::failure)
 }
 
-/// Parses `--ttl` ([`mnemon_ops::expiry::parse_duration`]); zero is refused (it would expire at
-/// once).
-pub(crate) fn parse_ttl(text: &str) -> Result<std::time::Duration, String> {
+/// A `--ttl` value: a time-to-live, or `never` (kept until deleted, whatever `--default-ttl`
+/// says).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Ttl {
+    /// Expire this long after the write.
+    After(std::time::Duration),
+    /// Never expire.
+    Never,
+}
+
+impl Ttl {
+    /// The stores' expiry for it.
+    pub(crate) fn expiry(self) -> mnemon_artifacts::Expiry {
+        match self {
+            Ttl::After(ttl) => mnemon_artifacts::Expiry::After(ttl),
+            Ttl::Never => mnemon_artifacts::Expiry::Never,
+        }
+    }
+
+    /// The operations' expiry input for it.
+    pub(crate) fn input(self) -> mnemon_ops::expiry::ExpiryInput {
+        match self {
+            Ttl::After(ttl) => mnemon_ops::expiry::ExpiryInput::after(ttl),
+            Ttl::Never => mnemon_ops::expiry::ExpiryInput::never(),
+        }
+    }
+}
+
+/// Parses `--ttl`: `never`, or a duration ([`mnemon_ops::expiry::parse_duration`]); zero is
+/// refused (it would expire at once).
+pub(crate) fn parse_ttl(text: &str) -> Result<Ttl, String> {
+    if text.trim() == "never" {
+        return Ok(Ttl::Never);
+    }
     match mnemon_ops::expiry::parse_duration(text)? {
-        ttl if ttl.is_zero() => Err("a time-to-live of 0 would expire at once; leave --ttl out \
-             to keep the record until deleted"
-            .to_owned()),
-        ttl => Ok(ttl),
+        ttl if ttl.is_zero() => Err(
+            "a time-to-live of 0 would expire at once; write --ttl never \
+             (or leave --ttl out, without --default-ttl) to keep the record until deleted"
+                .to_owned(),
+        ),
+        ttl => Ok(Ttl::After(ttl)),
     }
 }
 

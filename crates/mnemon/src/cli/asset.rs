@@ -16,8 +16,6 @@ use mnemon_ops::assets::{
     AssetQueryInput,
 };
 
-use mnemon_ops::expiry::ExpiryInput;
-
 use super::format::{
     OutputFormat, Table, emit, ops_error, service_for_reading, service_for_writing,
 };
@@ -72,9 +70,10 @@ pub(crate) enum AssetCommand {
         #[arg(long, value_name = "TYPE")]
         content_type: Option<String>,
         /// Forget the assets this long after the put: a whole number and a unit, s, m, h, d or
-        /// w (e.g. `90s`, `30d`, `1h30m`).
+        /// w (e.g. `90s`, `30d`, `1h30m`); or `never`, to keep them until deleted whatever
+        /// --default-ttl says.
         #[arg(long, value_name = "DURATION", value_parser = super::artifact::parse_ttl)]
-        ttl: Option<std::time::Duration>,
+        ttl: Option<super::artifact::Ttl>,
     },
     /// Print a stored asset as JSON (bytes as `data:` URLs), or write its content to a file.
     /// With --format, also show when it expires.
@@ -224,7 +223,7 @@ pub(crate) fn run(command: AssetCommand, target: &Target<'_>) -> CliResult {
             ttl,
             ..
         } => {
-            let expiry = ttl.map(ExpiryInput::after).unwrap_or_default();
+            let expiry = ttl.map(super::artifact::Ttl::input).unwrap_or_default();
             let output = match (bytes_file, data_url) {
                 (Some(file), _) => {
                     let data = std::fs::read(&file)
@@ -268,7 +267,7 @@ pub(crate) fn run(command: AssetCommand, target: &Target<'_>) -> CliResult {
                 .map_err(CliError::failure)
         }
         AssetCommand::Put { files, ttl, .. } => {
-            let expiry = ttl.map_or(Expiry::Default, Expiry::After);
+            let expiry = ttl.map_or(Expiry::Default, super::artifact::Ttl::expiry);
             let assets = files
                 .iter()
                 .map(|f| read_asset(f))

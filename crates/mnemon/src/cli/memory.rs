@@ -14,7 +14,6 @@ use mnemon_memory::{
 use serde::Serialize;
 
 use mnemon_ops::Service;
-use mnemon_ops::expiry::ExpiryInput;
 use mnemon_ops::memory::{
     AddWith, DeleteMessagesInput, HybridInput, MarkInput, MemoryAddInput, MemorySearchAcrossInput,
     MemorySearchInput, MessageBody, MetricName, ReembedInput, SearchModeName, SearchQuery,
@@ -110,9 +109,10 @@ pub(crate) enum MemoryCommand {
         #[arg(long, env = "MNEMON_EMBEDDING_MODEL", value_name = "MODEL")]
         embedding_model: Option<String>,
         /// Forget the added messages this long after the add: a whole number and a unit, s,
-        /// m, h, d or w (e.g. `90s`, `30d`, `1h30m`).
+        /// m, h, d or w (e.g. `90s`, `30d`, `1h30m`); or `never`, to keep them until deleted
+        /// whatever --default-ttl says.
         #[arg(long, value_name = "DURATION", value_parser = super::artifact::parse_ttl)]
-        ttl: Option<std::time::Duration>,
+        ttl: Option<super::artifact::Ttl>,
         #[command(flatten)]
         output: OutputArg,
     },
@@ -662,7 +662,7 @@ pub(crate) fn run(command: MemoryCommand, target: &Target<'_>) -> CliResult {
             };
             let with = AddWith {
                 embed,
-                expiry: ttl.map(ExpiryInput::after).unwrap_or_default(),
+                expiry: ttl.map(super::artifact::Ttl::input).unwrap_or_default(),
             };
             let service = if embed {
                 with_embedder(service, embedding_model.as_deref())?
