@@ -31,6 +31,16 @@ pub trait StorageBackend: Send + Sync {
     /// Removes the content under `storage_id`; `false` if there was none.
     fn delete(&self, storage_id: &str) -> Result<bool, ArtifactError>;
 
+    /// The one spelling of `storage_id` that records keep, for a backend under which several
+    /// spellings name the same content ([`WriteToFile`] ignores `.` and empty path
+    /// components): a save stores it, so that a sweep's "does another record still point at
+    /// this content?" compares like with like and never removes content a live record names
+    /// another way (docs/reference/artifacts.md#file-backend). Refuses an id the backend
+    /// would refuse to write. The default is the id as given.
+    fn canonical_id(&self, storage_id: &str) -> Result<String, ArtifactError> {
+        Ok(storage_id.to_owned())
+    }
+
     /// Removes the content under each of `storage_ids`, one result per id in order (what
     /// [`delete`](Self::delete) would return). The default deletes one by one; a backend that
     /// can share the cost of making removals durable overrides it ([`WriteToFile`] syncs each

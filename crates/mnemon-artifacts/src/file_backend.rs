@@ -173,6 +173,7 @@ impl WriteToFile {
 
 impl StorageBackend for WriteToFile {
     fn write(&self, storage_id: &str, content: &Value) -> Result<(), ArtifactError> {
+        writable_id(storage_id)?;
         let bytes = match content {
             Value::String(text) => text.as_bytes().to_vec(),
             other => serde_json::to_vec_pretty(other).map_err(ArtifactError::ContentEncoding)?,
@@ -199,6 +200,10 @@ impl StorageBackend for WriteToFile {
             Err(e) if e.kind() == io::ErrorKind::NotFound => Err(not_found(storage_id)),
             Err(e) => Err(io_error_for(storage_id, "read", &target, e)),
         }
+    }
+
+    fn canonical_id(&self, storage_id: &str) -> Result<String, ArtifactError> {
+        writable_id(storage_id)
     }
 
     fn delete(&self, storage_id: &str) -> Result<bool, ArtifactError> {
@@ -291,6 +296,27 @@ fn remove_stale_temp_files(dir: &Path, age: Duration) -> usize {
         }
     }
     removed
+}
+
+/// The canonical spelling of a storage id a write may use: its components joined by `/`,
+/// without `.` and empty ones (`./plans//p.json` is `plans/p.json`). A file name of the form of
+/// the store's temporary files (`.mnemon-*.tmp`) is refused: the stale-file sweep of a directory
+/// would remove it.
+fn writable_id(storage_id: &str) -> Result<String, ArtifactError> {
+    let (dirs, file_name) = split_storage_id(storage_id)?;
+    if is_temp_name(file_name) {
+        return Err(refused(
+            storage_id,
+            "names of the form .mnemon-*.tmp are the store's temporary files, which it removes"
+                .to_owned(),
+        ));
+    }
+    let mut canonical = dirs.join("/");
+    if !canonical.is_empty() {
+        canonical.push('/');
+    }
+    canonical.push_str(file_name);
+    Ok(canonical)
 }
 
 /// Splits a storage id into its directory names and file name, refusing anything that could
@@ -417,6 +443,32 @@ mod tests {
             (vec!["plans", "2024"], "plan.json")
         );
         assert_eq!(split_storage_id("a.txt").unwrap(), (vec![], "a.txt"));
+    }
+
+    /// A save keeps one spelling per file, so that sweeps compare like with like; a name of
+    /// the temporary files' form is refused for a write (the stale-file sweep would remove
+    /// it), and refused before anything is written.
+    #[test]
+    fn ids_have_one_spelling_and_temporary_names_are_reserved() {
+        let dir = tempfile::tempdir().unwrap();
+        let backend = WriteToFile::new(dir.path().join("root"));
+        for spelling in [
+            "plans/p.json",
+            "./plans/p.json",
+            "plans//p.json",
+            "plans/./p.json",
+        ] {
+            assert_eq!(backend.canonical_id(spelling).unwrap(), "plans/p.json");
+        }
+        assert_eq!(backend.canonical_id("p.json").unwrap(), "p.json");
+        for reserved in ["notes/.mnemon-draft.tmp", ".mnemon-x.tmp"] {
+            let error = backend.canonical_id(reserved).unwrap_err();
+            assert!(error.to_string().contains("temporary files"), "{error}");
+            let error = backend.write(reserved, &Value::from("x")).unwrap_err();
+            assert!(error.to_string().contains("temporary files"), "{error}");
+        }
+        assert!(!dir.path().join("root").exists());
+        assert!(backend.canonical_id("../x").is_err());
     }
 
     #[test]

@@ -273,6 +273,9 @@ impl SaveArtifact {
                         .ok_or_else(|| ArtifactError::StorageIdRequired {
                             backend: name.clone(),
                         })?;
+                    // Stored in the backend's one spelling, so that the sweeps' "still in
+                    // use?" checks see every record that names the same content.
+                    let id = backend.canonical_id(&id)?;
                     Placement::External {
                         location: StorageLocation::new(name, id),
                         backend,

@@ -73,6 +73,17 @@ pub enum NamespaceError {
         /// Its first character.
         found: char,
     },
+    /// The string ends with `.`, which Windows drops from a folder name: `acme.` would share
+    /// `acme`'s artifact files there.
+    #[error(
+        "the namespace {given:?} ends with '.'; end it with a letter, a digit, '_' or '-' (a \
+         trailing dot is dropped from folder names on Windows, where it would name another \
+         namespace's files)"
+    )]
+    BadEnd {
+        /// The string given.
+        given: String,
+    },
 }
 
 impl Namespace {
@@ -124,6 +135,9 @@ fn validate(name: &str) -> Result<(), NamespaceError> {
         Some(found) if !found.is_ascii_alphanumeric() => Err(NamespaceError::BadStart {
             given: name.to_owned(),
             found,
+        }),
+        _ if name.ends_with('.') => Err(NamespaceError::BadEnd {
+            given: name.to_owned(),
         }),
         _ => Ok(()),
     }
@@ -234,6 +248,13 @@ mod tests {
                 "{bad:?}"
             );
         }
+        // Windows drops trailing dots from folder names: `acme.` would be `acme`'s folder.
+        for bad in ["acme.", "a..", "team_7.eu."] {
+            assert!(
+                matches!(Namespace::new(bad), Err(NamespaceError::BadEnd { .. })),
+                "{bad:?}"
+            );
+        }
     }
 
     #[test]
@@ -249,6 +270,7 @@ mod tests {
             && bytes.len() <= Namespace::MAX_LEN
             && bytes[0].is_ascii_alphanumeric()
             && !bytes[0].is_ascii_uppercase()
+            && bytes[bytes.len() - 1] != b'.'
             && bytes.iter().all(|&b| {
                 b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-' || b == b'.'
             })
@@ -267,9 +289,9 @@ mod tests {
             }
         }
 
-        /// Every string built from the allowed set is accepted.
+        /// Every string built from the allowed set is accepted (a trailing `.` is not).
         #[test]
-        fn allowed_strings_parse(s in "[a-z0-9][a-z0-9_.-]{0,47}") {
+        fn allowed_strings_parse(s in "[a-z0-9]([a-z0-9_.-]{0,46}[a-z0-9_-])?") {
             prop_assert_eq!(Namespace::new(s.clone()).unwrap().into_string(), s);
         }
 

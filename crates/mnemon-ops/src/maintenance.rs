@@ -317,6 +317,30 @@ mod tests {
         assert!(!document.contains("__expires_at"), "{document}");
     }
 
+    /// A sweep never removes a file a live record names another way: a save stores the
+    /// storage id in one spelling. Before, a record saved as `./plans/p.json` expired and its
+    /// sweep removed `plans/p.json`, which a live record still named.
+    #[test]
+    fn a_sweep_keeps_a_file_a_live_record_names_another_way() {
+        let dir = tempfile::tempdir().unwrap();
+        let acme = service(dir.path(), "acme");
+        let live = save(&acme, "a", "plans/p.json", ExpiryInput::never());
+        save(
+            &acme,
+            "b",
+            "./plans/p.json",
+            ExpiryInput::after(std::time::Duration::from_secs(1)),
+        );
+        std::thread::sleep(std::time::Duration::from_millis(1_100));
+        let swept = acme.gc().unwrap();
+        assert_eq!(swept.artifacts.records, 1);
+        assert_eq!(swept.artifacts.content_removed, 0);
+        // The two records share the file, which holds the later save's content.
+        let record = acme.artifact_get(ArtifactIdInput { id: live }).unwrap();
+        let content = record.content.unwrap().to_string();
+        assert!(content.contains("./plans/p.json"), "{content}");
+    }
+
     #[test]
     fn gc_sweeps_expired_assets_and_artifacts_with_their_files() {
         let dir = tempfile::tempdir().unwrap();

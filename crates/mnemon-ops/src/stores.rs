@@ -756,6 +756,11 @@ impl StorageBackend for DefaultNamespaceFiles {
         Self::check(storage_id)?;
         self.0.delete(storage_id)
     }
+
+    fn canonical_id(&self, storage_id: &str) -> Result<String, ArtifactError> {
+        Self::check(storage_id)?;
+        self.0.canonical_id(storage_id)
+    }
 }
 
 #[cfg(test)]
