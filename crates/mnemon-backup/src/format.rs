@@ -207,14 +207,11 @@ impl ThreadRecord {
     }
 }
 
-/// The key under which the memory's stored export layout
-/// (`mnemon_memory::ExportFormat::AgentScope00Stored`) carries a message's expiry: an export
-/// moves it into [`MessageRecord::expires_at`], an import puts it back for the memory's load.
-pub(crate) const EXPIRES_KEY: &str = "__expires_at";
-
-/// The key under which that layout carries the model of a message's embedding
-/// ([`MessageRecord::embedding_model`]).
-pub(crate) const MODEL_KEY: &str = "__embedding_model";
+/// The keys under which the memory's stored export layout
+/// (`mnemon_memory::ExportFormat::AgentScope00Stored`) carries a message's expiry and its
+/// embedding's model: an export moves them into [`MessageRecord::expires_at`] and
+/// [`MessageRecord::embedding_model`], an import puts them back for the memory's load.
+pub(crate) use mnemon_memory::{STORED_EXPIRES_KEY as EXPIRES_KEY, STORED_MODEL_KEY as MODEL_KEY};
 
 /// One message of a memory thread.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]

@@ -532,13 +532,12 @@ impl Library {
         self.ann = None;
         self.max_norm = OnceLock::new();
         self.tag_counts = OnceLock::new();
-        let next = self;
-        if next.top.get("sort").is_none()
+        if self.top.get("sort").is_none()
             && let Some(sort) = other.top.get("sort")
         {
-            next.top.insert("sort".into(), sort.clone());
+            self.top.insert("sort".into(), sort.clone());
         }
-        let own_omit_empty = next
+        let own_omit_empty = self
             .top
             .get("omit")
             .and_then(Value::as_str)
@@ -550,22 +549,22 @@ impl Library {
                 .and_then(Value::as_str)
                 .filter(|o| !o.is_empty())
         {
-            next.top.insert("omit".into(), Value::from(o));
-            next.omit = other.omit.clone();
+            self.top.insert("omit".into(), Value::from(o));
+            self.omit = other.omit.clone();
         }
-        if next.omit.as_ref().is_some_and(Omit::all) {
+        if self.omit.as_ref().is_some_and(Omit::all) {
             return Ok(());
         }
         let bits: Vec<Value> = (0..other.len())
             .map(|i| other.bit_json(i, true, true).map(Value::Object))
             .collect::<Result<_>>()?;
-        let store = std::mem::replace(&mut next.store, Store::new(None));
-        let mut builder = Builder::eager(store, next.omit.clone());
+        let store = std::mem::replace(&mut self.store, Store::new(None));
+        let mut builder = Builder::eager(store, self.omit.clone());
         // Errors name the bit by its index in `other`, where the caller can find it.
         for (index, bit) in bits.iter().enumerate() {
             builder.push(index, RawBit::from_value(bit))?;
         }
-        next.store = builder.into_store();
+        self.store = builder.into_store();
         Ok(())
     }
 

@@ -113,12 +113,14 @@ pub enum Exported {
 /// The key under which exports carry marks.
 pub(crate) const MARKS_KEY: &str = "__marks";
 
-/// The key under which [`ExportFormat::AgentScope00Stored`] carries a message's expiry.
-pub(crate) const EXPIRES_KEY: &str = "__expires_at";
+/// The key under which [`ExportFormat::AgentScope00Stored`] carries a message's expiry
+/// (milliseconds since the Unix epoch; in a loaded document, `null` for never and absent for
+/// the loading handle's default: docs/reference/memory.md#loading-documents).
+pub const EXPIRES_KEY: &str = "__expires_at";
 
 /// The key under which [`ExportFormat::AgentScope00Stored`] carries the model of a message's
 /// embedding.
-pub(crate) const MODEL_KEY: &str = "__embedding_model";
+pub const MODEL_KEY: &str = "__embedding_model";
 
 /// The I/O error of `path`, as a memory error.
 pub(crate) fn io_error(path: &Path, error: &std::io::Error) -> MemoryError {

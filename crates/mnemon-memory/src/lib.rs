@@ -93,6 +93,7 @@ mod vector_scan;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub use activity::{ThreadPage, ThreadSummary};
 pub use clock::{SystemClock, default_factory};
+pub use document::{EXPIRES_KEY as STORED_EXPIRES_KEY, MODEL_KEY as STORED_MODEL_KEY};
 pub use document::{ExportFormat, ExportOptions, ExportTarget, Exported, LoadSource, MsgInput};
 pub use error::MemoryError;
 pub use in_memory::InMemoryMemory;

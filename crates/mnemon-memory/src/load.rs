@@ -289,7 +289,6 @@ fn value_to_entries(
 /// is `None` when absent (the loading handle's default applies), `Some(None)` for `null`
 /// (never: what a backup's import writes for a message that never expires), `Some(Some(ms))`
 /// for an instant. A model of `null` or absent is `None`.
-#[allow(clippy::option_option)]
 fn stored_fields(
     object: &Map<String, Value>,
     p: usize,

@@ -208,14 +208,11 @@ fn never_unless_stated(document: &str) -> Result<String, MemoryError> {
         serde_json::from_str(document).map_err(invalid)?;
     for message in &mut messages {
         message
-            .entry(EXPIRES_KEY)
+            .entry(mnemon_memory::STORED_EXPIRES_KEY)
             .or_insert(serde_json::Value::Null);
     }
     serde_json::to_string(&messages).map_err(invalid)
 }
-
-/// The key under which the stored export layout carries a message's expiry.
-const EXPIRES_KEY: &str = "__expires_at";
 
 /// The scopes holding artifact records in `mnemon`'s namespace, in ascending byte order:
 /// [`ArtifactStore::scopes`](mnemon_artifacts::ArtifactStore::scopes) of its artifact store, on
