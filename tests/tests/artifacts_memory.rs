@@ -58,6 +58,19 @@ fn the_rendered_block_is_exactly_the_spec_example() {
     assert!(loaded.missing_keys.is_empty());
 }
 
+/// A `null` content renders as no content: the two cannot be told apart once the record has
+/// been through JSON (a backup, `mnemon migrate`), so they must not render differently before.
+#[test]
+fn a_null_content_renders_as_no_content() {
+    let mut none = spec_artifact("s");
+    none.data = None;
+    let null = spec_artifact("s").with_data(Value::Null);
+    let registry = BackendRegistry::new();
+    let expected = SPEC_BLOCK.replace("data stored in artifact", "");
+    assert_eq!(render_block(&[none], &registry).unwrap(), expected);
+    assert_eq!(render_block(&[null], &registry).unwrap(), expected);
+}
+
 fn two_artifacts() -> (Arc<InMemoryArtifactStore>, Artifact, Artifact) {
     let store = Arc::new(InMemoryArtifactStore::new());
     let plan = Artifact::new("chat-1", "plan", "plan", "The plan").with_data(json!("1. parse"));

@@ -248,7 +248,10 @@ pub fn render_block(
     let mut blocks = Vec::with_capacity(artifacts.len());
     for artifact in artifacts {
         let data = match backends.read_content(artifact)? {
-            None => String::new(),
+            // JSON has one null: a `null` content is no content, so a record reads the same
+            // after a backup or a migrate, whose JSON cannot tell the two apart
+            // (docs/reference/artifacts.md#rendered-block).
+            None | Some(Value::Null) => String::new(),
             Some(Value::String(text)) => text,
             Some(other) => {
                 serde_json::to_string_pretty(&other).map_err(ArtifactError::ContentEncoding)?
