@@ -59,6 +59,7 @@ fn conformance(open: &dyn Fn() -> KeyStore) {
 fn create_list_revoke_authenticate(keys: &KeyStore) {
     assert!(keys.list(None).unwrap().is_empty());
     assert!(!keys.any_keys().unwrap());
+    assert!(!keys.requires_keys().unwrap());
     let created = keys.create(&ns("acme"), Role::Write, "ci runner").unwrap();
     assert!(
         created
@@ -98,6 +99,8 @@ fn create_list_revoke_authenticate(keys: &KeyStore) {
     );
     assert!(keys.list(None).unwrap()[0].is_revoked());
     assert!(!keys.any_keys().unwrap());
+    // A store that held a key requires one for good: revoking the last never opens a server.
+    assert!(keys.requires_keys().unwrap());
     let err = keys.revoke("0123456789abcdef").unwrap_err();
     assert!(matches!(err, KeyError::NotFound { .. }), "{err:?}");
     assert!(err.is_caller_error());

@@ -91,8 +91,9 @@ pub(crate) trait Backend: Send + Sync + std::fmt::Debug {
     /// Records a use of `id` at `now_ms`. Best effort: the caller ignores a failure, and a
     /// backend may skip it rather than wait for another writer.
     fn touch(&self, id: &str, now_ms: i64) -> Result<(), KeyError>;
-    /// Whether any key is not revoked.
-    fn any_active(&self) -> Result<bool, KeyError>;
+    /// Whether any key is not revoked (`active_only`), or whether any key was ever created
+    /// (revoked ones count).
+    fn any_key(&self, active_only: bool) -> Result<bool, KeyError>;
     /// The database, as a name that every handle on it in this process agrees on.
     fn location(&self) -> String;
 }

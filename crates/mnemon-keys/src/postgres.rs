@@ -52,6 +52,7 @@ const REVOKE: &str =
 const EXISTS: &str = "SELECT 1 FROM keys_keys WHERE key_id = $1";
 const TOUCH: &str = "UPDATE keys_keys SET last_used_ms = $2 WHERE key_id = $1";
 const ANY_ACTIVE: &str = "SELECT EXISTS (SELECT 1 FROM keys_keys WHERE revoked_ms IS NULL)";
+const ANY_CREATED: &str = "SELECT EXISTS (SELECT 1 FROM keys_keys)";
 
 /// The key rows in one PostgreSQL database.
 #[derive(Debug)]
@@ -170,10 +171,11 @@ impl Backend for PostgresBackend {
         format!("postgres:{}", self.pool.target())
     }
 
-    fn any_active(&self) -> Result<bool, KeyError> {
+    fn any_key(&self, active_only: bool) -> Result<bool, KeyError> {
         let mut client = self.client()?;
         let failed = self.failed("counting the keys");
-        let stmt = client.prepare_cached(ANY_ACTIVE).map_err(&failed)?;
+        let sql = if active_only { ANY_ACTIVE } else { ANY_CREATED };
+        let stmt = client.prepare_cached(sql).map_err(&failed)?;
         let row = client.query_one(&stmt, &[]).map_err(&failed)?;
         row.try_get(0).map_err(&failed)
     }

@@ -228,13 +228,14 @@ impl Backend for SqliteBackend {
         format!("sqlite:{}", path.display())
     }
 
-    fn any_active(&self) -> Result<bool, KeyError> {
+    fn any_key(&self, active_only: bool) -> Result<bool, KeyError> {
+        let sql = if active_only {
+            "SELECT EXISTS (SELECT 1 FROM keys_keys WHERE revoked_ms IS NULL)"
+        } else {
+            "SELECT EXISTS (SELECT 1 FROM keys_keys)"
+        };
         lock(&self.reader)
-            .query_row(
-                "SELECT EXISTS (SELECT 1 FROM keys_keys WHERE revoked_ms IS NULL)",
-                [],
-                |r| r.get(0),
-            )
+            .query_row(sql, [], |r| r.get(0))
             .map_err(self.failed("count the keys"))
     }
 }

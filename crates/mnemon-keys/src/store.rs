@@ -332,10 +332,17 @@ impl KeyStore {
         }
     }
 
-    /// Whether any key is valid (created and not revoked). A server with none may run open on
-    /// a loopback address; with some it requires a key on every request.
+    /// Whether any key is valid (created and not revoked).
     pub fn any_keys(&self) -> Result<bool, KeyError> {
-        self.backend.any_active()
+        self.backend.any_key(true)
+    }
+
+    /// Whether a server over this store must require a key on every request: whether any key
+    /// was ever created, revoked ones included (docs/reference/keys.md#running-open). Revoking
+    /// the last key must lock a server, never open it: a deployment that had keys may be
+    /// reachable by others (a reverse proxy on the same machine) however it binds.
+    pub fn requires_keys(&self) -> Result<bool, KeyError> {
+        self.backend.any_key(false)
     }
 
     /// Checks a presented key: the grant of its namespace and role, or why it is refused. A
@@ -503,8 +510,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let keys = open(dir.path(), KeyStoreOptions::default());
         assert!(!keys.any_keys().unwrap());
+        assert!(!keys.requires_keys().unwrap());
         let created = keys.create(&ns("acme"), Role::Read, "reporting").unwrap();
         assert!(keys.any_keys().unwrap());
+        assert!(keys.requires_keys().unwrap());
         let grant = keys.authenticate(created.key()).unwrap();
         assert_eq!(
             grant,
@@ -596,6 +605,8 @@ mod tests {
             Revocation::AlreadyRevoked
         );
         assert!(!one.any_keys().unwrap());
+        // Revoked keys still make the store one that requires keys.
+        assert!(one.requires_keys().unwrap());
         // Only the key's holder learns that it was revoked.
         assert!(matches!(
             one.authenticate(&wrong(created.key())),

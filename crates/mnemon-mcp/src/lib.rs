@@ -22,7 +22,7 @@ mod transport;
 
 pub use error::McpError;
 pub use mnemon_ops;
-pub use tools::MnemonMcp;
+pub use tools::{INTERNAL_MESSAGE, MnemonMcp};
 pub use transport::{HttpOptions, http_service, router, serve_http, serve_stdio};
 
 use std::ops::Deref;

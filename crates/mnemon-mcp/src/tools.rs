@@ -26,7 +26,7 @@ use mnemon_ops::memory::{
     MemorySearchAcrossInput, MemorySearchInput, MessageBody, MetricName, SearchModeName,
     SearchQuery, SessionInput, SessionListInput, SessionListOutput,
 };
-use mnemon_ops::{OpsError, Service};
+use mnemon_ops::{ErrorKind, OpsError, Service};
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::tool::schema_for_output;
 use rmcp::handler::server::wrapper::Parameters;
@@ -296,6 +296,12 @@ impl Failure {
             Failure::Denied(d) => return d.message.clone(),
             Failure::Ops(e) => e,
         };
+        if error.kind() == ErrorKind::Internal {
+            // As REST answers a 500 (docs/reference/mcp.md#errors): the details (paths, hosts,
+            // schema versions) are for the operator's log, not for every key's holder.
+            tracing::error!(%error, "an MCP tool call failed");
+            return INTERNAL_MESSAGE.to_owned();
+        }
         match error {
             OpsError::AssetNotFound { asset_id } => format!(
                 "there is no asset with id {asset_id:?}; call list_assets to see the stored ids, \
@@ -327,6 +333,10 @@ impl Failure {
         }
     }
 }
+
+/// What a tool error says of a fault of the service; the log has the details.
+pub const INTERNAL_MESSAGE: &str = "internal error: the server failed while running this tool; \
+    retrying may work, and the server's log has the details";
 
 /// The tool result of a failure: `isError` with `{"error": {"code", "message"}}` as text.
 fn tool_error(code: &str, message: &str) -> CallToolResult {
@@ -409,11 +419,7 @@ impl MnemonMcp {
             Ok(Err(failure)) => return Ok(tool_error(&failure.code(), &failure.message())),
             Err(e) => {
                 tracing::error!(error = %e, "an MCP tool call panicked");
-                return Ok(tool_error(
-                    "internal",
-                    "the server failed while running this tool; retrying may work, and the \
-                     server's log says more",
-                ));
+                return Ok(tool_error("internal", INTERNAL_MESSAGE));
             }
         };
         let json = serde_json::to_value(&output).map_err(|e| {
@@ -995,6 +1001,22 @@ mod tests {
     use rmcp::model::CallToolRequestParams;
 
     const MODEL: &str = "mnemon:hashing-v1-16";
+
+    /// A fault of the service used to reach the model with its details (paths, hosts, schema
+    /// versions), which REST keeps for the log: every key's holder could read them.
+    #[test]
+    fn internal_errors_keep_their_details_for_the_log() {
+        let failure = Failure::Ops(OpsError::Unwritable {
+            detail: "/srv/secret/mnemon.sqlite3 is damaged".into(),
+        });
+        assert_eq!(failure.code(), "internal");
+        assert_eq!(failure.message(), INTERNAL_MESSAGE);
+        // Errors of the caller's input keep their message.
+        let failure = Failure::Ops(OpsError::SessionNotFound {
+            session: "chat-9".into(),
+        });
+        assert!(failure.message().contains("chat-9"));
+    }
 
     /// `search_library` goes through the service's library query, so it is bounded by the
     /// service's result limit; past it, a tool error that asks for a lower count (the tool

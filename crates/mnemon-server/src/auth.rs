@@ -18,7 +18,8 @@ pub enum Role {
     Read,
     /// Read and write routes.
     Write,
-    /// Everything, including deleting whole sessions.
+    /// Everything, including the namespace-wide operations (gc, forget, re-embedding) and the
+    /// metrics (docs/reference/keys.md#roles).
     Admin,
 }
 

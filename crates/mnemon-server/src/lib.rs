@@ -331,9 +331,18 @@ fn mcp_router(state: &AppState, allowed_hosts: Option<Vec<String>>) -> Router {
             Access::Write => Role::Write,
         };
         principal.require(needed).map_err(denied)?;
-        tenants.get(&principal.namespace).map_err(|e| Denied {
-            code: e.code().to_owned(),
-            message: e.to_string(),
+        tenants.get(&principal.namespace).map_err(|e| {
+            let message = if e.kind() == mnemon_ops::ErrorKind::Internal {
+                // The details (paths, hosts) go to the log, as REST's 500s do.
+                tracing::error!(error = %e, "cannot open the namespace's stores");
+                mnemon_mcp::INTERNAL_MESSAGE.to_owned()
+            } else {
+                e.to_string()
+            };
+            Denied {
+                code: e.code().to_owned(),
+                message,
+            }
         })
     });
     let handle = state.host.clone();

@@ -525,6 +525,34 @@ fn serve_requires_keys_once_the_data_directory_has_some() {
     drop(public);
 }
 
+/// Revoking the last key used to turn a keyed server, on its next start, into an open one
+/// (every request the admin of its namespace): behind a reverse proxy on the same machine,
+/// open to the world. A store that has held keys now requires them for good.
+#[test]
+fn revoking_every_key_locks_the_server_rather_than_opening_it() {
+    let cwd = tempfile::tempdir().unwrap();
+    let data = cwd.path().join("data");
+    let data_dir = data.to_str().unwrap();
+    let created = create_key(["--data-dir", data_dir], "acme", "write");
+    let id = created["id"].as_str().unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_mnemon"))
+        .args(["keys", "revoke", id, "--data-dir", data_dir])
+        .output()
+        .unwrap();
+    assert!(output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("last active key"), "{stderr}");
+    let server = Serve::start(cwd.path(), &["--data-dir", data_dir]);
+    let (status, error) = server.rest("GET", "/v1/assets", None);
+    assert_eq!(
+        (status, error["error"]["code"].as_str()),
+        (401, Some("unauthorized")),
+        "{error}"
+    );
+    let key = created["key"].as_str().unwrap();
+    assert_eq!(server.rest_with_key(key, "GET", "/v1/assets", None).0, 401);
+}
+
 /// Without API keys the stores are served on loopback only, unless told --insecure.
 #[test]
 fn serve_refuses_a_public_address_without_keys() {

@@ -131,6 +131,13 @@ pub(crate) fn run(command: KeysCommand, target: &Target<'_>, quiet: bool) -> Cli
                 Revocation::Revoked => "revoked",
                 _ => "already_revoked",
             };
+            // Best effort: the revocation is done whatever this read says.
+            if !quiet && !keys.any_keys().unwrap_or(true) {
+                eprintln!(
+                    "That was the last active key: a server over these stores now refuses every \
+                     request until a key is created (it never falls back to running open)."
+                );
+            }
             print_json(&json!({"id": id, "status": status}))
         }
     }

@@ -486,9 +486,10 @@ fn server_config(
     })
 }
 
-/// The key store, when it holds any valid key (docs/reference/keys.md#running-open): the
-/// `--database-url` database's, or the data directory's `mnemon.sqlite3` when that exists (a
-/// data directory without a database has no keys, and is not created here).
+/// The key store, when it has ever held a key, revoked ones included
+/// (docs/reference/keys.md#running-open): the `--database-url` database's, or the data
+/// directory's `mnemon.sqlite3` when that exists (a data directory without a database has no
+/// keys, and is not created here). Revoking every key locks the server rather than opening it.
 fn key_store(target: &Target<'_>) -> Result<Option<Arc<KeyStore>>, CliError> {
     let store = match target.database_url {
         Some(url) => KeyStore::open_postgres(url, KeyStoreOptions::default()),
@@ -502,11 +503,25 @@ fn key_store(target: &Target<'_>) -> Result<Option<Arc<KeyStore>>, CliError> {
     }
     .context("cannot open the API key store")
     .map_err(CliError::failure)?;
-    let any = store
+    let required = store
+        .requires_keys()
+        .context("cannot read the API key store")
+        .map_err(CliError::failure)?;
+    if !required {
+        return Ok(None);
+    }
+    let active = store
         .any_keys()
         .context("cannot read the API key store")
         .map_err(CliError::failure)?;
-    Ok(any.then(|| Arc::new(store)))
+    if !active {
+        tracing::warn!(
+            "every API key is revoked: every request will be refused until one is created with \
+             `mnemon keys create --namespace <ns> --role <role>` (a server that has had keys \
+             never runs open)"
+        );
+    }
+    Ok(Some(Arc::new(store)))
 }
 
 /// The library to serve (docs/reference/host.md#serving-libraries): `--library`, then
