@@ -1296,6 +1296,69 @@ fn a_trickled_header_is_cut_at_the_header_read_timeout() {
     );
 }
 
+/// A client that sent a query and stopped reading its answer used to hold its connection (and
+/// the result, up to `--max-result-bytes`) for good: a busy connection had no deadline and was
+/// never evicted, so enough of them locked every other client out. Now a response whose writes
+/// make no progress for `send_timeout` has its connection closed.
+#[test]
+fn a_client_that_stops_reading_is_cut_at_the_send_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("big.json");
+    let file = std::io::BufWriter::new(std::fs::File::create(&path).unwrap());
+    // About 27 MB of answer with every field: more than loopback's socket buffers hold.
+    mnemon_library::synthetic::write_synthetic(file, "test:big", 8000, 512, 1).unwrap();
+    let server = Server::start(
+        file_sources(&path),
+        HostOptions {
+            send_timeout: Duration::from_millis(800),
+            ..HostOptions::default()
+        },
+    );
+    let body = json!({"version": 1, "query_embedding_model": "test:big", "count": -1,
+                      "count_type": "bit", "omit": ""})
+    .to_string();
+    let request = format!(
+        "POST / HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    // A client that reads: the whole answer.
+    let mut reader = TcpStream::connect(server.addr).unwrap();
+    reader.write_all(request.as_bytes()).unwrap();
+    let whole = read_until_closed(&mut reader);
+    assert!(
+        String::from_utf8_lossy(&whole[..12]).starts_with("HTTP/1.1 200"),
+        "{}",
+        String::from_utf8_lossy(&whole[..200.min(whole.len())])
+    );
+    assert!(whole.len() > 20_000_000, "{} bytes", whole.len());
+    // A client that takes the first bytes, then stops reading for a while.
+    let mut staller = TcpStream::connect(server.addr).unwrap();
+    staller.write_all(request.as_bytes()).unwrap();
+    let mut first = [0u8; 1024];
+    staller
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    staller.read_exact(&mut first).unwrap();
+    std::thread::sleep(Duration::from_secs(4));
+    let rest = read_until_closed(&mut staller);
+    let got = first.len() + rest.len();
+    assert!(
+        got < whole.len(),
+        "the stalled client still got the whole answer ({got} bytes)"
+    );
+    // The server still answers.
+    assert_eq!(
+        post_json(
+            &server,
+            &json!({"version": 1, "query_embedding_model": "test:big",
+                                          "count": 1, "count_type": "bit"})
+        )
+        .status,
+        200
+    );
+}
+
 #[test]
 fn idle_keep_alive_connections_close_after_the_idle_timeout() {
     let server = Server::start(

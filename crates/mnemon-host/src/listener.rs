@@ -1,5 +1,6 @@
 //! The accept loop and the life of each connection (`docs/limits.md`): a header-read timeout,
-//! an idle timeout between keep-alive requests, and a connection limit that closes the
+//! an idle timeout between keep-alive requests, a send timeout for responses the client stops
+//! taking, and a connection limit that closes the
 //! connection idle the longest to make room, so idle or trickling sockets cannot lock out
 //! other clients (or `/healthz`) when file descriptors run short.
 //!
@@ -56,6 +57,9 @@ struct Phase {
     head_started: Option<Instant>,
     /// When the last response was sent.
     idle_since: Instant,
+    /// When a write last found the socket full with no progress since; `None` while writes
+    /// go through.
+    send_stalled_since: Option<Instant>,
 }
 
 /// One connection's state, shared by its task, its IO and its requests.
@@ -74,6 +78,7 @@ impl Conn {
                 busy: 0,
                 head_started: Some(now),
                 idle_since: now,
+                send_stalled_since: None,
             }),
             changed: Notify::new(),
             evict: Notify::new(),
@@ -94,6 +99,22 @@ impl Conn {
         }
     }
 
+    /// A write found the socket full: the send clock starts unless it runs already.
+    fn on_write_blocked(&self) {
+        let mut phase = self.phase();
+        if phase.send_stalled_since.is_none() {
+            phase.send_stalled_since = Some(Instant::now());
+            drop(phase);
+            self.changed.notify_one();
+        }
+    }
+
+    /// A write went through: the client is taking the response.
+    fn on_write_progress(&self) {
+        let mut phase = self.phase();
+        phase.send_stalled_since = None;
+    }
+
     /// A request's head is complete and the request is being answered.
     fn begin_request(self: &Arc<Self>) -> RequestGuard {
         let mut phase = self.phase();
@@ -102,9 +123,16 @@ impl Conn {
         RequestGuard(Arc::clone(self))
     }
 
-    /// When this connection should be closed if nothing changes; `None` while it is busy.
+    /// When this connection should be closed if nothing changes: while it is busy, only when a
+    /// response's writes are stalled (a request still being worked on has no deadline here).
     fn deadline(&self, options: &HostOptions) -> Option<Instant> {
         let phase = self.phase();
+        if let Some(stalled) = phase.send_stalled_since {
+            let send = stalled + options.send_timeout;
+            if phase.busy > 0 {
+                return Some(send);
+            }
+        }
         if phase.busy > 0 {
             return None;
         }
@@ -181,13 +209,26 @@ impl AsyncRead for TrackedStream {
     }
 }
 
+impl TrackedStream {
+    /// Tells the connection whether a write went through or found the socket full.
+    fn track(&self, polled: &Poll<std::io::Result<usize>>) {
+        match polled {
+            Poll::Ready(Ok(n)) if *n > 0 => self.conn.on_write_progress(),
+            Poll::Pending => self.conn.on_write_blocked(),
+            _ => {}
+        }
+    }
+}
+
 impl AsyncWrite for TrackedStream {
     fn poll_write(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         data: &[u8],
     ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.stream).poll_write(cx, data)
+        let polled = Pin::new(&mut self.stream).poll_write(cx, data);
+        self.track(&polled);
+        polled
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
@@ -203,7 +244,9 @@ impl AsyncWrite for TrackedStream {
         cx: &mut Context<'_>,
         bufs: &[std::io::IoSlice<'_>],
     ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.stream).poll_write_vectored(cx, bufs)
+        let polled = Pin::new(&mut self.stream).poll_write_vectored(cx, bufs);
+        self.track(&polled);
+        polled
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -480,7 +523,10 @@ async fn serve_connection(
             }
             () = sleep_until(deadline) => {
                 if conn.deadline(options).is_some_and(|at| at <= Instant::now()) {
-                    tracing::debug!(%peer, "closing a connection: header-read or idle timeout");
+                    tracing::debug!(
+                        %peer,
+                        "closing a connection: header-read, idle or send timeout"
+                    );
                     return;
                 }
             }
@@ -538,6 +584,35 @@ mod tests {
             Some(Instant::now() + Duration::from_secs(10))
         );
         assert_eq!(conn.idle_for(Instant::now()), Some(Duration::ZERO));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stalled_response_has_a_deadline_and_progress_clears_it() {
+        let options = HostOptions {
+            send_timeout: Duration::from_secs(30),
+            ..HostOptions::default()
+        };
+        let conn = Arc::new(Conn::new(Instant::now()));
+        let guard = conn.begin_request();
+        assert_eq!(conn.deadline(&options), None);
+        conn.on_write_blocked();
+        let blocked = Instant::now();
+        assert_eq!(
+            conn.deadline(&options),
+            Some(blocked + Duration::from_secs(30))
+        );
+        // Blocking again does not move the clock; progress stops it.
+        tokio::time::advance(Duration::from_secs(5)).await;
+        conn.on_write_blocked();
+        assert_eq!(
+            conn.deadline(&options),
+            Some(blocked + Duration::from_secs(30))
+        );
+        conn.on_write_progress();
+        assert_eq!(conn.deadline(&options), None);
+        // Still busy: the connection is not idle, so it is never evicted.
+        assert_eq!(conn.idle_for(Instant::now()), None);
+        drop(guard);
     }
 
     #[tokio::test(start_paused = true)]

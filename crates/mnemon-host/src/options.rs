@@ -28,6 +28,9 @@ pub const DEFAULT_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// The default [`HostOptions::idle_timeout`]: 60 s.
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// The default [`HostOptions::send_timeout`]: 30 s.
+pub const DEFAULT_SEND_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// The default [`HostOptions::max_buffered_body_bytes`]: 64 MiB.
 pub const DEFAULT_MAX_BUFFERED_BODY_BYTES: usize = 64 * 1024 * 1024;
 
@@ -91,6 +94,10 @@ pub struct HostOptions {
     pub header_read_timeout: Duration,
     /// How long a keep-alive connection may wait for its next request before it is closed.
     pub idle_timeout: Duration,
+    /// How long a response may wait for the client to take more of it: a connection whose
+    /// writes make no progress for this long (a client that stopped reading) is closed, so it
+    /// cannot hold its connection slot and its result's memory forever.
+    pub send_timeout: Duration,
     /// The most request-body bytes buffered across all connections. A body that would go over
     /// waits up to [`HostOptions::queue_timeout`] for room, then gets 503 with `Retry-After`.
     pub max_buffered_body_bytes: usize,
@@ -126,6 +133,7 @@ impl Default for HostOptions {
             max_connections: DEFAULT_MAX_CONNECTIONS,
             header_read_timeout: DEFAULT_HEADER_READ_TIMEOUT,
             idle_timeout: DEFAULT_IDLE_TIMEOUT,
+            send_timeout: DEFAULT_SEND_TIMEOUT,
             max_buffered_body_bytes: DEFAULT_MAX_BUFFERED_BODY_BYTES,
             max_concurrent_queries: DEFAULT_MAX_CONCURRENT_QUERIES,
             queue_timeout: DEFAULT_QUEUE_TIMEOUT,

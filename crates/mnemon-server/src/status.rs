@@ -164,6 +164,8 @@ pub struct LimitsStatus {
     pub header_read_timeout_ms: u64,
     /// How long an idle keep-alive connection stays open.
     pub idle_timeout_ms: u64,
+    /// How long a response may wait for a client that stopped reading it.
+    pub send_timeout_ms: u64,
     /// How long in-flight requests may take to finish at shutdown.
     pub drain_timeout_ms: u64,
 }
@@ -183,6 +185,7 @@ impl LimitsStatus {
             body_timeout_ms: ms(options.body_timeout),
             header_read_timeout_ms: ms(options.header_read_timeout),
             idle_timeout_ms: ms(options.idle_timeout),
+            send_timeout_ms: ms(options.send_timeout),
             drain_timeout_ms: ms(options.drain_timeout),
         }
     }

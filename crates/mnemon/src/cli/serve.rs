@@ -17,8 +17,8 @@ use mnemon::{Mnemon, OpenError};
 use mnemon_host::{
     ConfigSource, DEFAULT_HEADER_READ_TIMEOUT, DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_BODY_BYTES,
     DEFAULT_MAX_BUFFERED_BODY_BYTES, DEFAULT_MAX_CONCURRENT_QUERIES, DEFAULT_MAX_CONNECTIONS,
-    DEFAULT_MAX_RESULT_BYTES, DEFAULT_QUEUE_TIMEOUT, HostError, HostOptions, LibrarySource,
-    Sources,
+    DEFAULT_MAX_RESULT_BYTES, DEFAULT_QUEUE_TIMEOUT, DEFAULT_SEND_TIMEOUT, HostError, HostOptions,
+    LibrarySource, Sources,
 };
 use mnemon_keys::{KeyStore, KeyStoreOptions};
 use mnemon_ops::{OpsError, Service};
@@ -142,6 +142,12 @@ pub(crate) struct ServeArgs {
     #[arg(long, value_name = "SECS", default_value_t = DEFAULT_IDLE_TIMEOUT.as_secs_f64(),
           value_parser = seconds)]
     idle_timeout: f64,
+
+    /// Seconds a response may wait for a client that stopped reading it (no write making
+    /// progress); the connection is then closed.
+    #[arg(long, value_name = "SECS", default_value_t = DEFAULT_SEND_TIMEOUT.as_secs_f64(),
+          value_parser = seconds)]
+    send_timeout: f64,
 
     /// The most request-body bytes buffered across all connections; beyond it requests wait
     /// (see --queue-timeout), then get 503 with Retry-After.
@@ -324,6 +330,7 @@ pub(crate) fn run(args: ServeArgs, target: &Target<'_>, quiet: bool) -> CliResul
         max_connections: args.max_connections,
         header_read_timeout: Duration::from_secs_f64(args.header_read_timeout),
         idle_timeout: Duration::from_secs_f64(args.idle_timeout),
+        send_timeout: Duration::from_secs_f64(args.send_timeout),
         max_buffered_body_bytes: args.max_buffered_body_bytes,
         max_concurrent_queries: args.max_concurrent_queries,
         queue_timeout: Duration::from_secs_f64(args.queue_timeout),
