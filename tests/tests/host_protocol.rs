@@ -1163,6 +1163,11 @@ fn queries_beyond_the_concurrency_cap_queue_then_get_503() {
             "{}",
             busy.error()
         );
+        // Arguments are parsed before the wait for a slot (a waiting request holds its typed
+        // request, never its body's JSON tree, up to 40 times the body's bytes): a bad one is
+        // refused at once, not after the queue timeout.
+        let bad = post_json(&server, &json!({"version": 1, "count": "many"}));
+        assert_eq!(bad.status, 400, "{:?}", bad.json());
         assert_eq!(slow.join().unwrap(), 200);
     });
     // The slot is free again.

@@ -109,7 +109,6 @@ async fn run_query(state: &HostState, req: Request) -> Result<(Vec<u8>, usize), 
     .await?;
     limits.note_large(reservation.bytes());
     let _body_bytes = reservation.into_permit();
-    let _slot = limits.query_slot().await?;
     let max_result = state.options.max_result_bytes;
     let snapshot = state.snapshot();
     let library = &snapshot.library;
@@ -129,9 +128,14 @@ async fn run_query(state: &HostState, req: Request) -> Result<(Vec<u8>, usize), 
         index: state.options.index,
     };
     // The arguments are parsed once, into a typed request: a random query vector (no
-    // embedding given) takes its seed from the host's seeded stream.
+    // embedding given) takes its seed from the host's seeded stream. Parsed before the wait
+    // for a query slot, with no wait between the body's JSON parse and here: a parsed JSON
+    // tree takes up to about 40 times its body's bytes (`[0,0,…]`: one 80-byte value per two
+    // bytes), and waiting requests holding theirs could together take gigabytes; the typed
+    // request keeps an embedding in 4 bytes a number (docs/limits.md).
     let parsed = wire::parse_query(&snapshot.library, &args, &options).map_err(library_error)?;
     drop(args);
+    let _slot = limits.query_slot().await?;
     let grant = parsed.grant(&snapshot.policy);
     let mut request = parsed.request;
     if request.embedding.is_none() {
