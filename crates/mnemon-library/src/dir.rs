@@ -9,7 +9,9 @@ use crate::library::{Library, OpenOptions};
 impl Library {
     /// Loads every regular `*.json` file under `dir` (recursively, skipping names that start with
     /// `.`, following symlinks without looping), in path order compared component-wise by bytes,
-    /// and extends them into one library with the first file's model. A file under
+    /// and extends them into one library with the model of the first file that has bits (files
+    /// without bits are skipped: their stored `omit` would otherwise apply to every later
+    /// file). A file under
     /// `access/<tag>/` gets `<tag>` on every bit (see [`crate::tag_from_path`]). Across files the first copy of an id wins. An
     /// error in one file is [`LibraryError::InFile`], whose message names the file. The
     /// directory's approximate index (`<dir>/.library.ann`, written by
@@ -17,6 +19,8 @@ impl Library {
     pub fn open_dir(dir: impl AsRef<Path>) -> Result<Library> {
         let dir = dir.as_ref();
         let mut merged: Option<Library> = None;
+        // The model of the first file without bits, for a directory of nothing else.
+        let mut empty_model: Option<String> = None;
         for rel in dir_files(dir)? {
             let path = dir.join(&rel);
             // Name the file in the error: with many files, the message alone would not say
@@ -33,11 +37,20 @@ impl Library {
             // served directory tags every file in it).
             let lib = Library::open_with(&path, &OpenOptions::for_relative_path(&rel))
                 .map_err(in_file)?;
+            // A file without bits adds nothing, and its stored `omit` must not apply to the
+            // other files: `extend` adopts it, and a saved `omit: "*"` result (an empty, valid
+            // library) would then drop every file after it, silently.
+            if lib.is_empty() {
+                empty_model.get_or_insert_with(|| lib.model().to_owned());
+                continue;
+            }
             let target = merged.get_or_insert_with(|| Library::blank(lib.model()));
             // In place: on an error the merged library is dropped anyway.
             target.append_from(&lib).map_err(in_file)?;
         }
-        let mut merged = merged.ok_or(LibraryError::NoLibraries)?;
+        let mut merged = merged
+            .or_else(|| empty_model.map(|model| Library::blank(&model)))
+            .ok_or(LibraryError::NoLibraries)?;
         // The merged vectors exist only in memory, so their index lives in the directory
         // (`<dir>/.library.ann`); it is verified against the merged vectors on first use, so an
         // index built before a file was added, removed or changed is refused, never trusted.

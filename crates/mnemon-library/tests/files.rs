@@ -100,6 +100,25 @@ fn directories_merge_in_path_order_with_tags_from_paths() {
             None
         ]
     );
+    // A saved query result with `omit: "*"` (no bits, valid) used to make every later file
+    // add nothing: `extend` adopted its omit.
+    std::fs::write(
+        dir.path().join("0-saved.json"),
+        r#"{"version": 1, "embedding_model": "other", "omit": "*", "bits": []}"#,
+    )
+    .unwrap();
+    let with_empty = Library::open_dir(dir.path()).unwrap();
+    assert_eq!(with_empty.len(), lib.len());
+    assert_eq!(with_empty.model(), "m");
+    let only_empty = tempfile::tempdir().unwrap();
+    std::fs::write(
+        only_empty.path().join("saved.json"),
+        r#"{"version": 1, "embedding_model": "other", "omit": "*", "bits": []}"#,
+    )
+    .unwrap();
+    let blank = Library::open_dir(only_empty.path()).unwrap();
+    assert!(blank.is_empty());
+    assert_eq!(blank.model(), "other");
     let empty = tempfile::tempdir().unwrap();
     assert_eq!(
         Library::open_dir(empty.path()).unwrap_err().to_string(),
