@@ -883,6 +883,56 @@ pub fn marks(make: Maker<'_>) {
     assert_eq!(ids(&recall.messages), vec![a]);
 }
 
+/// A mark repeated in `AddOptions::marks` (or in an item's `__marks`) is kept once, on every
+/// backend: the durable stores key marks by message and mark, and refused the whole add.
+pub fn repeated_marks(make: Maker<'_>) {
+    let memory = make();
+    let report = memory
+        .add_with(
+            vec![
+                json!({"id": "r1", "name": "n", "content": "one"}).into(),
+                json!({"id": "r2", "name": "n", "content": "two", "__marks": ["z", "pin", "z"]})
+                    .into(),
+            ],
+            &AddOptions {
+                marks: vec!["pin".into(), "a".into(), "pin".into(), "a".into()],
+                ..AddOptions::default()
+            },
+        )
+        .unwrap();
+    assert_eq!(report.added, 2);
+    assert_eq!(
+        memory.marks_of("r1").unwrap(),
+        Some(vec!["pin".into(), "a".into()])
+    );
+    assert_eq!(
+        memory.marks_of("r2").unwrap(),
+        Some(vec!["pin".into(), "a".into(), "z".into()])
+    );
+    let pinned = memory
+        .get_memory(&MemoryQuery {
+            mark: Some("pin"),
+            ..MemoryQuery::default()
+        })
+        .unwrap();
+    assert_eq!(ids(&pinned), ["r1", "r2"]);
+    // Unmarking once takes the mark away: no second copy is left behind.
+    assert_eq!(memory.unmark(Some(&["r1"]), "pin").unwrap(), 1);
+    assert_eq!(memory.marks_of("r1").unwrap(), Some(vec!["a".into()]));
+    // A repeat is still checked: an invalid mark among them refuses the add.
+    assert!(matches!(
+        memory.add_with(
+            vec![json!({"id": "r3", "name": "n", "content": "three"}).into()],
+            &AddOptions {
+                marks: vec!["pin".into(), "pin".into(), String::new()],
+                ..AddOptions::default()
+            },
+        ),
+        Err(MemoryError::InvalidMark { .. })
+    ));
+    assert_eq!(memory.size().unwrap(), 2);
+}
+
 /// Export to a file, then load it back.
 pub fn export_file_round_trip(make: Maker<'_>) {
     let memory = make();
@@ -1405,6 +1455,7 @@ pub const CHECKS: &[(&str, Check)] = &[
     ("delete_variants", delete_variants),
     ("load_overwrite", load_overwrite),
     ("marks", marks),
+    ("repeated_marks", repeated_marks),
     ("export_file_round_trip", export_file_round_trip),
     ("retrieval_behaviour", retrieval_behaviour),
     ("embedder_fills_missing", embedder_fills_missing),
@@ -1423,7 +1474,7 @@ macro_rules! memory_conformance_tests {
             build_and_delete, export_matches_v004, load_v004, get_memory_cases,
             retrieval_matches_fixture, serialize_matches_fixture, to_str_matches_fixture,
             load_v016, export_v016_round_trip, token_budgets, dedupe, bad_input_changes_nothing, delete_variants,
-            load_overwrite, marks, export_file_round_trip, retrieval_behaviour,
+            load_overwrite, marks, repeated_marks, export_file_round_trip, retrieval_behaviour,
             embedder_fills_missing, embedder_errors_store_nothing, recall_while_messages_arrive);
     };
     (@each $make:expr; $($name:ident),*) => {

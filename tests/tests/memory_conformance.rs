@@ -1999,6 +1999,50 @@ mod summaries {
         );
     }
 
+    /// Which messages a keyword search finds does not depend on the backend
+    /// (docs/reference/memory.md#keyword-and-hybrid-search): the words of a message are its
+    /// runs of letters and digits, lower-cased, accents folded, as SQLite's FTS5 `unicode61`
+    /// splits them. PostgreSQL's `simple` parser keeps emails, file names, paths, decimals and
+    /// versions whole and keeps accents, so it finds none of these by their parts.
+    pub(super) fn keyword_words_match_across_backends(stores: &dyn SummaryStores) {
+        let s = scope(Some("u"), None, Some("words"));
+        let memory = stores.memory("words", &s);
+        memory
+            .add(vec![
+                msg_text("w0", "mail alice@example.com about it"),
+                msg_text("w1", "see report.pdf please"),
+                msg_text("w2", "run /usr/bin/env now"),
+                msg_text("w3", "pi is 3.14 and the release 1.2.3"),
+                msg_text("w4", "un café noir"),
+                msg_text("w5", "plain words"),
+            ])
+            .unwrap();
+        let found = |text: &str| {
+            let mut found = ids(&stores
+                .search_with("words", &keyword(text, ScopeFilter::all(), 10))
+                .unwrap());
+            found.sort();
+            found
+        };
+        for (text, want) in [
+            ("alice", ["w0"]),
+            ("example", ["w0"]),
+            ("alice@example.com", ["w0"]),
+            ("report", ["w1"]),
+            ("pdf", ["w1"]),
+            ("usr", ["w2"]),
+            ("env", ["w2"]),
+            ("14", ["w3"]),
+            ("2", ["w3"]),
+            ("cafe", ["w4"]),
+            ("café", ["w4"]),
+            ("CAFÉ", ["w4"]),
+            ("plain", ["w5"]),
+        ] {
+            assert_eq!(found(text), want, "keyword {text:?}");
+        }
+    }
+
     /// A keyword ranking reads at most `MAX_KEYWORD_MATCHES` matching messages, the newest
     /// (the latest thread first, each its latest message first), and says so when more
     /// matched; a filter applies to the messages read (docs/reference/memory.md#keyword-and-hybrid-search).
@@ -2344,6 +2388,105 @@ mod summaries {
             recall(&plain, &b),
             Err(MemoryError::EmbeddingModelMismatch { .. })
         ));
+    }
+
+    /// A message that has expired but is not yet removed is invisible to every read, so the
+    /// model of its embedding refuses nothing: a recall, `get_embeddings` and a search with
+    /// the live messages' model answer from the expiry instant on (the model check once read
+    /// expired rows too and answered `EmbeddingModelMismatch`), and are refused before it.
+    pub(super) fn expired_embeddings_of_another_model(stores: &dyn SummaryStores) {
+        use mnemon_embed::HashingEmbedder;
+        use mnemon_memory::AddOptions;
+        use mnemon_types::Embedder;
+        let t0 = 1_700_000_000_000;
+        stores.clock().set(t0);
+        let a = HashingEmbedder::new(16).unwrap();
+        let b = Renamed {
+            model: "other:model-16".into(),
+            inner: HashingEmbedder::new(16).unwrap(),
+        };
+        let s = scope(Some("u"), None, Some("expired-models"));
+        let memory = stores.memory("expired-models", &s);
+        let embedded = |id: &str, text: &str, e: &dyn Embedder, expiry: Expiry| {
+            memory
+                .add_with_model(
+                    vec![
+                        json!({"id": id, "name": "n", "content": text,
+                                "embedding": e.embed(&[text]).unwrap()[0]})
+                        .into(),
+                    ],
+                    &AddOptions {
+                        expiry,
+                        ..AddOptions::default()
+                    },
+                    e.model(),
+                )
+                .unwrap();
+        };
+        embedded("old", "the old ferry", &b, Expiry::At(t0 + 50));
+        embedded("live", "the ferry", &a, Expiry::Never);
+        let recall = |m: &dyn Memory| {
+            m.retrieve_by_embedding(
+                RetrievalQuery::Text("ferry".into()),
+                &RetrieveOptions {
+                    top_k: Some(5),
+                    ..RetrieveOptions::default()
+                },
+                Some(&a),
+            )
+        };
+        let request = SearchRequest::new(
+            ScopeFilter::all().session("expired-models"),
+            RetrievalQuery::Text("ferry".into()),
+            5,
+        );
+        let refused = |result: Result<usize, MemoryError>| match result {
+            Err(MemoryError::EmbeddingModelMismatch { stored, requested }) => {
+                assert_eq!(
+                    (stored.as_str(), requested.as_str()),
+                    (b.model(), a.model())
+                );
+            }
+            other => panic!("{other:?}"),
+        };
+        // While the message of the other model is live, every path refuses.
+        stores.clock().set(t0 + 49);
+        refused(recall(&*memory).map(|r| r.len()));
+        refused(recall(&*stores.fresh("expired-models", &s)).map(|r| r.len()));
+        refused(memory.get_embeddings(Some(&a)).map(|e| e.len()));
+        refused(
+            stores
+                .search_embedded("expired-models", &request, &a)
+                .map(|h| h.len()),
+        );
+        // From its expiry instant on it is gone, with nothing written to remove it.
+        stores.clock().set(t0 + 50);
+        let stored = || stores.count("SELECT COUNT(*) FROM memory_messages");
+        let before = stored();
+        let ids = |hits: Vec<mnemon_memory::Retrieved>| -> Vec<String> {
+            hits.iter().map(|h| h.message.id().to_owned()).collect()
+        };
+        assert_eq!(ids(recall(&*memory).unwrap()), ["live"]);
+        assert_eq!(
+            ids(recall(&*stores.fresh("expired-models", &s)).unwrap()),
+            ["live"]
+        );
+        assert_eq!(memory.get_embeddings(Some(&a)).unwrap().len(), 1);
+        let hits = stores
+            .search_embedded("expired-models", &request, &a)
+            .unwrap();
+        assert_eq!(
+            hits.iter().map(|h| h.message.id()).collect::<Vec<_>>(),
+            ["live"]
+        );
+        // The other model's live messages still refuse: only the expired one is left out.
+        match stores.search_embedded("expired-models", &request, &b) {
+            Err(MemoryError::EmbeddingModelMismatch { stored, .. }) => {
+                assert_eq!(stored, a.model());
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(stored(), before, "the reads removed nothing");
     }
 
     /// An embedder that fails from its `fail_at`-th batch on: a run cut short.
@@ -2850,6 +2993,12 @@ mod sqlite_summaries {
     }
 
     #[test]
+    fn keyword_words_match_across_backends_sqlite() {
+        let dir = tempfile::tempdir().unwrap();
+        super::summaries::keyword_words_match_across_backends(&stores(&dir));
+    }
+
+    #[test]
     fn keyword_matches_are_bounded_sqlite() {
         let dir = tempfile::tempdir().unwrap();
         super::summaries::keyword_matches_are_bounded(&stores(&dir));
@@ -2865,6 +3014,12 @@ mod sqlite_summaries {
     fn embedding_models_sqlite() {
         let dir = tempfile::tempdir().unwrap();
         super::summaries::embedding_models(&stores(&dir));
+    }
+
+    #[test]
+    fn expired_embeddings_of_another_model_sqlite() {
+        let dir = tempfile::tempdir().unwrap();
+        super::summaries::expired_embeddings_of_another_model(&stores(&dir));
     }
 
     #[test]
@@ -3174,6 +3329,17 @@ mod postgres_summaries {
         }
     }
 
+    /// Not yet true on PostgreSQL: its `simple` parser keeps emails, file names, paths,
+    /// decimals and versions whole and keeps accents (the words must be made as SQLite's FTS5
+    /// makes them, for stored texts and queries, and stored rows rebuilt by a migration).
+    #[test]
+    #[ignore = "PostgreSQL's keyword words still differ from SQLite's (review item 5, not done)"]
+    fn keyword_words_match_across_backends_postgres() {
+        let server = mnemon_tests::require_postgres!();
+        let stores = Stores::new(server.fresh_database("memory_words").unwrap(), false, 0);
+        super::summaries::keyword_words_match_across_backends(&stores);
+    }
+
     #[test]
     fn keyword_matches_are_bounded_postgres() {
         let server = mnemon_tests::require_postgres!();
@@ -3270,6 +3436,20 @@ mod postgres_summaries {
                 0,
             );
             super::summaries::embedding_models(&stores);
+        }
+    }
+
+    /// With pgvector and without.
+    #[test]
+    fn expired_embeddings_of_another_model_postgres() {
+        let server = mnemon_tests::require_postgres!();
+        for vector_index in [true, false] {
+            let stores = Stores::new(
+                server.fresh_database("memory_expired_models").unwrap(),
+                vector_index,
+                0,
+            );
+            super::summaries::expired_embeddings_of_another_model(&stores);
         }
     }
 

@@ -48,7 +48,8 @@ impl fmt::Debug for MemoryQuery<'_> {
 /// Options of [`Memory::add_with`].
 #[derive(Debug, Clone, Default)]
 pub struct AddOptions {
-    /// Marks given to every newly added message.
+    /// Marks given to every newly added message. A mark given more than once is kept once
+    /// (a message's marks are a set), in the order first given.
     pub marks: Vec<String>,
     /// When the added messages expire (docs/reference/memory.md#expiry): the default,
     /// [`Expiry::Default`](mnemon_db::Expiry::Default), is the store's `default_ttl`, which is

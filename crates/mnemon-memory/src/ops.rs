@@ -11,7 +11,7 @@ use crate::entry::Entry;
 use crate::error::MemoryError;
 use crate::export::{ExportWriter, write_atomically_with};
 use crate::load::{convert_inputs, decode_source};
-use crate::marks::{validate_mark, validate_marks};
+use crate::marks::{unique_marks, validate_mark};
 use crate::memory::{AddOptions, Memory, MemoryQuery};
 use crate::recall_index::RecallIndexOptions;
 use crate::report::{AddReport, DeleteByIdReport, DeleteReport};
@@ -362,9 +362,9 @@ fn add_entries<B: Backend>(
     options: &AddOptions,
     model: Option<&str>,
 ) -> Result<AddReport, MemoryError> {
-    validate_marks(&options.marks)?;
+    let marks = unique_marks(&options.marks)?;
     let deadline = b.deadline(options.expiry)?;
-    let mut entries = convert_inputs(b.factory(), items, &options.marks)?;
+    let mut entries = convert_inputs(b.factory(), items, &marks)?;
     // The options' expiry and model win; an item's own (`"__expires_at"`, `null` for never,
     // and `"__embedding_model"`, as an `AgentScope00Stored` export writes them) stands
     // otherwise, before the handle's default time-to-live (docs/reference/memory.md#loading-documents).

@@ -338,13 +338,6 @@ CREATE INDEX IF NOT EXISTS memory_messages_model ON memory_messages (thread_id, 
   WHERE embedding_model IS NOT NULL;
 ";
 
-/// The first model other than `$2` among the stored embeddings of thread `$1`, if any: two
-/// ranges of [`SCHEMA_V8`]'s index.
-pub(crate) const OTHER_MODEL_SQL: &str = "SELECT embedding_model FROM memory_messages
- WHERE thread_id = $1 AND embedding_model IS NOT NULL
-   AND (embedding_model < $2 OR embedding_model > $2)
- LIMIT 1";
-
 /// [`MemoryError::EmbeddingModelMismatch`] when another model than `requested` was found.
 pub(crate) fn model_mismatch(other: Option<String>, requested: &str) -> Result<(), MemoryError> {
     match other {
@@ -1685,6 +1678,19 @@ macro_rules! live_sql {
         )
     };
 }
+
+/// The first model other than `$2` among the stored embeddings of thread `$1`'s messages live
+/// at `$3` (the store clock's now), if any: two ranges of [`SCHEMA_V8`]'s index. An expired
+/// message not yet removed is invisible to every read, so its embedding's model must not refuse
+/// a recall either; the index finds the rows of other models and only those are checked for
+/// expiry.
+pub(crate) const OTHER_MODEL_SQL: &str = concat!(
+    "SELECT m.embedding_model FROM memory_messages m
+ WHERE m.thread_id = $1 AND m.embedding_model IS NOT NULL
+   AND (m.embedding_model < $2 OR m.embedding_model > $2) AND ",
+    live_sql!("$3"),
+    " LIMIT 1"
+);
 
 /// Every mark of the thread, per message, in the order given.
 fn thread_marks(
@@ -3047,6 +3053,9 @@ impl Backend for PostgresMemory {
     }
 
     fn check_model(&self, model: &str) -> Result<(), MemoryError> {
+        // Only live messages count (an expired one not yet removed is invisible to every
+        // read), judged at the store clock's reading, as each read judges at its own.
+        let now = self.store.now();
         let mut client = self.store.client()?;
         let mut tx = snapshot_cached(&mut client)?;
         let Some((thread_id, _)) = thread_row(&mut tx, &self.store.namespace, &self.scope)? else {
@@ -3054,7 +3063,7 @@ impl Backend for PostgresMemory {
         };
         let other_model = tx.prepare_cached(OTHER_MODEL_SQL).map_err(pg_error)?;
         let other: Option<String> = tx
-            .query_opt(&other_model, &[&thread_id, &model])
+            .query_opt(&other_model, &[&thread_id, &model, &now])
             .map_err(pg_error)?
             .map(|r| r.try_get(0))
             .transpose()

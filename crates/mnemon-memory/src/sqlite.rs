@@ -126,13 +126,6 @@ CREATE INDEX memory_messages_model ON memory_messages (thread_id, embedding_mode
   WHERE embedding_model IS NOT NULL;
 ";
 
-/// The first model other than `?2` among the stored embeddings of thread `?1`, if any: two
-/// ranges of [`SCHEMA_V6`]'s index.
-const OTHER_MODEL_SQL: &str = "SELECT embedding_model FROM memory_messages
- WHERE thread_id = ?1 AND embedding_model IS NOT NULL
-   AND (embedding_model < ?2 OR embedding_model > ?2)
- LIMIT 1";
-
 const SCHEMA_V1: &str = "
 CREATE TABLE memory_threads (
   thread_id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -293,6 +286,19 @@ macro_rules! live_sql {
         )
     };
 }
+
+/// The first model other than `?2` among the stored embeddings of thread `?1`'s messages live
+/// at `?3` (the store clock's now), if any: two ranges of [`SCHEMA_V6`]'s index. An expired
+/// message not yet removed is invisible to every read, so its embedding's model must not refuse
+/// a recall either; the index finds the rows of other models and only those are checked for
+/// expiry.
+const OTHER_MODEL_SQL: &str = concat!(
+    "SELECT m.embedding_model FROM memory_messages m
+ WHERE m.thread_id = ?1 AND m.embedding_model IS NOT NULL
+   AND (m.embedding_model < ?2 OR m.embedding_model > ?2) AND ",
+    live_sql!("m", "?3"),
+    " LIMIT 1"
+);
 
 /// A page of thread summaries after a cursor: `?1` namespace, `?2`/`?3` the cursor's time and
 /// thread id, `?4` the row count, `?5` the store clock's now (a thread's count leaves out its
@@ -1044,7 +1050,7 @@ impl SqliteMemoryStore {
             let mut probe = tx.prepare_cached(OTHER_MODEL_SQL)?;
             for (thread_id, _) in &threads {
                 let other: Option<String> = probe
-                    .query_row(params![thread_id, embedder.model()], |r| r.get(0))
+                    .query_row(params![thread_id, embedder.model(), now], |r| r.get(0))
                     .optional()?;
                 model_mismatch(other, embedder.model())?;
             }
@@ -2097,6 +2103,9 @@ impl Backend for SqliteMemory {
     }
 
     fn check_model(&self, model: &str) -> Result<(), MemoryError> {
+        // Only live messages count (an expired one not yet removed is invisible to every
+        // read), judged at the store clock's reading, as each read judges at its own.
+        let now = self.store.now();
         let mut conn = self.store.reader()?;
         let tx = conn.transaction()?;
         let Some((thread_id, _)) = thread_row(&tx, &self.store, &self.scope, None)? else {
@@ -2104,7 +2113,7 @@ impl Backend for SqliteMemory {
         };
         let other: Option<String> = tx
             .prepare_cached(OTHER_MODEL_SQL)?
-            .query_row(params![thread_id, model], |r| r.get(0))
+            .query_row(params![thread_id, model, now], |r| r.get(0))
             .optional()?;
         tx.commit()?;
         model_mismatch(other, model)

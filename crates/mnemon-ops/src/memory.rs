@@ -234,7 +234,7 @@ pub struct MemorySearchInput {
     pub session: String,
     /// The query: `{"vector": [..]}` or `{"text": "…"}`.
     pub query: SearchQuery,
-    /// How many results (default 5).
+    /// How many results (default 5, at most [`MAX_TOP_K`]).
     #[serde(default)]
     pub top_k: Option<usize>,
     /// The metric.
@@ -767,15 +767,25 @@ impl Service {
     /// A session's messages: all, the last N, by mark, or the newest within a token budget.
     pub fn memory_get(&self, input: MemoryGetInput) -> Result<MemoryGetOutput, OpsError> {
         let memory = self.existing_session(&input.session)?;
-        let (mut messages, token_count) = match input.tokens {
+        let (messages, token_count) = match input.tokens {
             Some(budget) => {
                 let options = BudgetOptions {
                     mark: input.mark.clone(),
                     exclude_mark: input.exclude_mark.clone(),
                     ..BudgetOptions::default()
                 };
-                let recall = memory.recall_within_budget(budget, self.tokenizer(), &options)?;
-                (recall.messages, Some(recall.total))
+                let mut recall = memory.recall_within_budget(budget, self.tokenizer(), &options)?;
+                // With `recent` too, only the last `recent` of the budget's messages are
+                // returned, and the count is theirs: the total of the whole recall would
+                // count messages the answer does not hold.
+                if let Some(n) = input.recent {
+                    let drop = recall.messages.len().saturating_sub(n);
+                    recall.messages.drain(..drop);
+                    let drop = recall.counts.len().saturating_sub(n);
+                    recall.counts.drain(..drop);
+                }
+                let total = recall.counts.iter().sum();
+                (recall.messages, Some(total))
             }
             None => (
                 memory.get_memory(&MemoryQuery {
@@ -787,12 +797,6 @@ impl Service {
                 None,
             ),
         };
-        if input.tokens.is_some()
-            && let Some(n) = input.recent
-        {
-            let drop = messages.len().saturating_sub(n);
-            messages.drain(..drop);
-        }
         let messages: Vec<MessageBody> = messages
             .iter()
             .map(|m| MessageBody::of(m, input.include_embeddings))
@@ -824,7 +828,20 @@ impl Service {
     }
 
     /// The messages closest to a vector or a text, by embedding.
+    ///
+    /// A `top_k` above [`MAX_TOP_K`] is refused (`invalid_input`), and an answer whose JSON
+    /// would pass [`max_result_bytes`](Service::max_result_bytes) is refused
+    /// ([`OpsError::MessagesTooLarge`], `result_too_large`), as for
+    /// [`memory_get`](Self::memory_get).
     pub fn memory_search(&self, input: MemorySearchInput) -> Result<MemorySearchOutput, OpsError> {
+        // The bound of a search across sessions holds here too: a larger top_k is refused
+        // before anything is read, rather than built and then found too large.
+        let top_k = input.top_k.unwrap_or(5);
+        if top_k > MAX_TOP_K {
+            return Err(OpsError::invalid(format!(
+                "top_k is {top_k}; ask for at most {MAX_TOP_K} hits"
+            )));
+        }
         let memory = self.existing_session(&input.session)?;
         let query = match input.query {
             SearchQuery::Vector(vector) => RetrievalQuery::Vector(vector),
@@ -839,7 +856,7 @@ impl Service {
                 MetricName::Dot => Metric::Dot,
                 MetricName::L2 => Metric::NegEuclidean,
             },
-            top_k: Some(input.top_k.unwrap_or(5)),
+            top_k: Some(top_k),
             preserve_order: false,
             mark: input.mark,
             exact: input.exact,
@@ -847,7 +864,7 @@ impl Service {
             with_embeddings: input.include_embeddings,
         };
         let hits = memory.retrieve_by_embedding(query, &options, self.embedder())?;
-        Ok(MemorySearchOutput {
+        let output = MemorySearchOutput {
             hits: hits
                 .into_iter()
                 .map(|hit| SearchHit {
@@ -856,7 +873,11 @@ impl Service {
                     message: MessageBody::of(&hit.message, input.include_embeddings),
                 })
                 .collect(),
-        })
+        };
+        // Hits are whole messages (with their embeddings, when asked), as `memory_get`'s are:
+        // the same limit on the answer's JSON.
+        self.within_result_limit(&output)?;
+        Ok(output)
     }
 
     /// [`memory_add`](Self::memory_add), after giving every message without an `embedding` one
@@ -1252,6 +1273,103 @@ pub(crate) mod tests {
             whole.memory_get(every_message("s")).unwrap().messages.len(),
             100
         );
+    }
+
+    /// `tokens` with `recent`: the count is the tokens of the messages returned (the last
+    /// `recent` of the budget's), not of every message the budget held.
+    #[test]
+    fn a_token_count_cut_by_recent_counts_only_the_messages_returned() {
+        let dir = tempfile::tempdir().unwrap();
+        let service = Service::new(Stores::open(dir.path()).unwrap());
+        let say = |session: &str, texts: &[&str]| {
+            service
+                .memory_add(MemoryAddInput {
+                    session: session.into(),
+                    messages: texts
+                        .iter()
+                        .map(|t| MessageBody(serde_json::json!({"name": "u", "content": t})))
+                        .collect(),
+                    marks: vec![],
+                })
+                .unwrap();
+        };
+        let texts = [
+            "a long first message about the harbour and its ferries",
+            "the second one, also rather long, about the tides",
+            "third",
+            "fourth and last",
+        ];
+        say("all", &texts);
+        // The same last two messages alone: what the cut answer must count.
+        say("tail", &texts[2..]);
+        let get = |session: &str, recent: Option<usize>| {
+            service
+                .memory_get(MemoryGetInput {
+                    recent,
+                    tokens: Some(100_000),
+                    ..every_message(session)
+                })
+                .unwrap()
+        };
+        let whole = get("all", None);
+        let cut = get("all", Some(2));
+        let tail = get("tail", None);
+        let contents = |got: &MemoryGetOutput| -> Vec<serde_json::Value> {
+            got.messages
+                .iter()
+                .map(|m| m.0["content"].clone())
+                .collect()
+        };
+        assert_eq!(contents(&cut), contents(&tail));
+        assert_eq!(cut.token_count, tail.token_count);
+        assert!(cut.token_count < whole.token_count, "{cut:?} {whole:?}");
+        // A cut past the budget's messages leaves them all, and their whole count.
+        assert_eq!(get("all", Some(10)), whole);
+    }
+
+    /// A session's search is bounded as a search across sessions is (`top_k` at most
+    /// [`MAX_TOP_K`]) and its answer as `memory_get`'s is (the result limit).
+    #[test]
+    fn a_session_search_keeps_the_top_k_and_result_limits() {
+        let dir = tempfile::tempdir().unwrap();
+        let service = Service::new(Stores::open(dir.path()).unwrap()).with_max_result_bytes(2_000);
+        service
+            .memory_add(MemoryAddInput {
+                session: "s".into(),
+                messages: (0..100)
+                    .map(|i| {
+                        MessageBody(serde_json::json!({
+                            "name": "u",
+                            "content": format!("message {i}"),
+                            "embedding": [1.0, f64::from(i) / 100.0, 0.5],
+                        }))
+                    })
+                    .collect(),
+                marks: vec![],
+            })
+            .unwrap();
+        let search = |service: &Service, top_k: Option<usize>| {
+            service.memory_search(MemorySearchInput {
+                session: "s".into(),
+                query: SearchQuery::Vector(vec![1.0, 0.0, 0.0]),
+                top_k,
+                metric: MetricName::Cosine,
+                mark: None,
+                exact: false,
+                include_embeddings: true,
+            })
+        };
+        let refused = search(&service, Some(MAX_TOP_K + 1)).unwrap_err();
+        assert_eq!(refused.code(), "invalid_input", "{refused}");
+        assert!(refused.to_string().contains("at most 1000"), "{refused}");
+        let refused = search(&service, Some(100)).unwrap_err();
+        assert_eq!(refused.code(), "result_too_large", "{refused}");
+        assert_eq!(refused.kind(), crate::ErrorKind::BadRequest);
+        assert_eq!(search(&service, Some(3)).unwrap().hits.len(), 3);
+        // Under the default limit the same search answers whole.
+        let whole = Service::new(Stores::open(dir.path()).unwrap());
+        assert_eq!(search(&whole, Some(100)).unwrap().hits.len(), 100);
+        assert_eq!(search(&whole, Some(MAX_TOP_K)).unwrap().hits.len(), 100);
     }
 
     #[test]

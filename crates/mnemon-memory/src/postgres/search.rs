@@ -526,19 +526,20 @@ impl PostgresMemoryStore {
                 })
             })
             .collect::<Result<Vec<_>, MemoryError>>()?;
+        // One instant for the whole search: the model check and the scan judge expiry alike.
+        let now = self.now();
         if let Some(embedder) = embedder {
             // One statement for every thread (a round trip per thread cost 25–50 ms over 500
             // threads): the per-thread probe, each an index range of `memory_messages_model`.
             let ids: Vec<i64> = threads.iter().map(|t| t.id).collect();
             let other: Option<String> = tx
-                .query_opt(OTHER_MODEL_OF_THREADS_SQL, &[&ids, &embedder.model()])
+                .query_opt(OTHER_MODEL_OF_THREADS_SQL, &[&ids, &embedder.model(), &now])
                 .map_err(pg_error)?
                 .map(|r| r.try_get(0))
                 .transpose()
                 .map_err(pg_error)?;
             model_mismatch(other, embedder.model())?;
         }
-        let now = self.now();
         // A thread with expired rows not yet removed: the counters count them and the index
         // holds them, so the exact scan (which leaves them out) answers.
         let expired_rows = threads
@@ -738,13 +739,15 @@ impl PostgresMemoryStore {
     }
 }
 
-/// The per-thread probe of `OTHER_MODEL_SQL` over the threads `$1` at once: a model other than `$2` that one of
-/// their messages was embedded with, if any.
+/// The per-thread probe of `OTHER_MODEL_SQL` over the threads `$1` at once: a model other than
+/// `$2` that one of their messages live at `$3` (the search's now) was embedded with, if any. An
+/// expired message not yet removed is left out, as every read leaves it out.
 const OTHER_MODEL_OF_THREADS_SQL: &str = "SELECT o.embedding_model
  FROM unnest($1::bigint[]) AS t(id)
  CROSS JOIN LATERAL (SELECT m.embedding_model FROM memory_messages m
    WHERE m.thread_id = t.id AND m.embedding_model IS NOT NULL
      AND (m.embedding_model < $2 OR m.embedding_model > $2)
+     AND (m.expires_at IS NULL OR m.expires_at > $3::bigint)
    LIMIT 1) AS o
  LIMIT 1";
 
