@@ -3333,7 +3333,6 @@ mod postgres_summaries {
     /// decimals and versions whole and keeps accents (the words must be made as SQLite's FTS5
     /// makes them, for stored texts and queries, and stored rows rebuilt by a migration).
     #[test]
-    #[ignore = "PostgreSQL's keyword words still differ from SQLite's (review item 5, not done)"]
     fn keyword_words_match_across_backends_postgres() {
         let server = mnemon_tests::require_postgres!();
         let stores = Stores::new(server.fresh_database("memory_words").unwrap(), false, 0);

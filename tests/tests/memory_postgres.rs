@@ -18,7 +18,7 @@ use mnemon_tests::postgres::PgServer;
 use serde_json::json;
 
 /// The memory schema's version after every migration (`memory_schema`).
-const LATEST_SCHEMA: i64 = 13;
+const LATEST_SCHEMA: i64 = 14;
 
 fn open(url: &str, options: PostgresMemoryOptions) -> Arc<PostgresMemoryStore> {
     PostgresMemoryStore::open_with_factory(url, options, test_factory())
@@ -2410,13 +2410,22 @@ fn migration_to_version_7_indexes_stored_messages() {
 /// version 11: every write sends the text it computed from its parsed message, or none for
 /// the server to compute), and how many rows there are.
 fn keyword_column_drift(client: &mut postgres::Client) -> (Vec<String>, i64) {
+    let rows = client
+        .query("SELECT msg_id, body FROM memory_messages", &[])
+        .unwrap();
+    let (mut ids, mut texts) = (Vec::<String>::new(), Vec::<String>::new());
+    for row in rows {
+        let body: serde_json::Value = serde_json::from_str(row.get(1)).unwrap();
+        ids.push(row.get(0));
+        texts.push(expected_words(&body["content"]).join(" "));
+    }
     let stale = client
         .query(
-            "SELECT msg_id FROM memory_messages
-             WHERE search_tsv IS DISTINCT FROM
-                   to_tsvector('simple'::regconfig, memory_message_text(body))
-             ORDER BY msg_id",
-            &[],
+            "SELECT m.msg_id FROM memory_messages m
+             JOIN UNNEST($1::text[], $2::text[]) AS t(id, w) ON t.id = m.msg_id
+             WHERE m.search_tsv IS DISTINCT FROM to_tsvector('simple'::regconfig, t.w)
+             ORDER BY m.msg_id",
+            &[&ids, &texts],
         )
         .unwrap()
         .iter()
@@ -2427,6 +2436,24 @@ fn keyword_column_drift(client: &mut postgres::Client) -> (Vec<String>, i64) {
         .unwrap()
         .get(0);
     (stale, rows)
+}
+
+/// The words keyword search indexes for a message's `content`
+/// (docs/reference/memory.md#keyword-words): the string's; the text blocks' of a list; none for
+/// null; `1` or `0` for a boolean; its JSON text's for anything else.
+fn expected_words(content: &serde_json::Value) -> Vec<String> {
+    use serde_json::Value;
+    match content {
+        Value::String(s) => mnemon_memory::keyword_words(s),
+        Value::Array(blocks) => blocks
+            .iter()
+            .filter_map(|b| b.get("text").and_then(Value::as_str))
+            .flat_map(mnemon_memory::keyword_words)
+            .collect(),
+        Value::Null => Vec::new(),
+        Value::Bool(b) => vec![if *b { "1" } else { "0" }.to_owned()],
+        other => mnemon_memory::keyword_words(&other.to_string()),
+    }
 }
 
 /// Contents of every shape keyword search reads (docs/reference/memory.md#keyword-and-hybrid-search):
@@ -2562,6 +2589,68 @@ fn every_write_path_fills_the_keyword_column() {
             "{detail:?}"
         );
     }
+}
+
+/// Schema version 14: keyword search reads the same words as SQLite's FTS5 (emails, file names,
+/// decimals split; accents off). Rows written before hold PostgreSQL's own words, where
+/// `alice@example.com` and `café` were one word each: the open after the migration rebuilds
+/// them from their bodies, so `alice` and `cafe` find them, and removes its record.
+#[test]
+fn migration_to_version_14_rebuilds_the_keyword_words() {
+    use mnemon_memory::{ScopeFilter, SearchMode, SearchRequest};
+    let server = mnemon_tests::require_postgres!();
+    let (url, mut client) = fresh(server, "memory_keyword_v14");
+    let store = open(&url, PostgresMemoryOptions::default());
+    store
+        .memory(Scope::session("s"))
+        .unwrap()
+        .add(vec![
+            json!({"id": "a", "name": "n", "content": "mail alice@example.com"}).into(),
+            json!({"id": "b", "name": "n", "content": "Café crème at 3.14"}).into(),
+        ])
+        .unwrap();
+    drop(store);
+    // Back to version 13: the server's own words, and no rebuild done.
+    client
+        .batch_execute(
+            "UPDATE memory_messages
+               SET search_tsv = to_tsvector('simple'::regconfig, memory_message_text(body));
+             DROP TABLE memory_keyword_rebuild;
+             UPDATE memory_schema SET version = 13;",
+        )
+        .unwrap();
+    let store = open(&url, PostgresMemoryOptions::default());
+    let version: i64 = client
+        .query_one("SELECT version FROM memory_schema", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(version, LATEST_SCHEMA);
+    let left: i64 = client
+        .query_one("SELECT count(*) FROM memory_keyword_rebuild", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(left, 0);
+    let (stale, rows) = keyword_column_drift(&mut client);
+    assert!(stale.is_empty(), "{stale:?}");
+    assert_eq!(rows, 2);
+    let search = |text: &str| {
+        let request = SearchRequest {
+            mode: SearchMode::Keyword { text: text.into() },
+            ..SearchRequest::new(ScopeFilter::all(), RetrievalQuery::Vector(vec![1.0]), 5)
+        };
+        let mut ids: Vec<String> = store
+            .search_with(&request, None)
+            .unwrap()
+            .hits
+            .iter()
+            .map(|h| h.message.id().to_owned())
+            .collect();
+        ids.sort();
+        ids
+    };
+    assert_eq!(search("alice"), ["a"]);
+    assert_eq!(search("cafe"), ["b"]);
+    assert_eq!(search("14"), ["b"]);
 }
 
 /// Issue 13: the migration to schema version 11 turns the generated keyword column of version

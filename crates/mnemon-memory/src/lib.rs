@@ -89,6 +89,7 @@ mod thread;
 mod tokens;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod vector_scan;
+mod words;
 
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub use activity::{ThreadPage, ThreadSummary};
@@ -125,3 +126,4 @@ pub use sqlite::{SqliteMemory, SqliteMemoryOptions, SqliteMemoryStore};
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub use sweep::Forgotten;
 pub use tokens::{BudgetOptions, BudgetRecall};
+pub use words::keyword_words;

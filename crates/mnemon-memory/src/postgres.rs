@@ -103,6 +103,7 @@ use crate::scope::Scope;
 use crate::search::ScopeFilter;
 use crate::sweep::Forgotten;
 use crate::thread::{Change, ThreadState};
+use crate::words;
 
 /// The memory tables' schema on PostgreSQL: the same table and version numbers as SQLite's.
 static SCHEMA: Schema = Schema {
@@ -162,8 +163,92 @@ static SCHEMA: Schema = Schema {
             version: 13,
             sql: SCHEMA_V13,
         },
+        Migration {
+            version: 14,
+            sql: SCHEMA_V14,
+        },
     ],
 };
+
+/// Version 14: keyword search matches the same words as on SQLite
+/// (docs/reference/memory.md#keyword-and-hybrid-search). Every write now sends its message's
+/// words as FTS5's `unicode61` tokenizer splits and folds them (`crate::words`), where
+/// PostgreSQL's parser kept `alice@example.com`, `report.pdf`, `/usr/bin/env`, `3.14` and
+/// `1.2.3` whole and left accents on. The rows written before must have their `search_tsv`
+/// built again from their bodies, which takes Rust: this records that, and the store's open
+/// rebuilds them ([`rebuild_keyword_words`]) and then removes the record.
+const SCHEMA_V14: &str = "
+CREATE TABLE IF NOT EXISTS memory_keyword_rebuild (id INTEGER PRIMARY KEY CHECK (id = 1));
+INSERT INTO memory_keyword_rebuild (id)
+  SELECT 1 WHERE EXISTS (SELECT 1 FROM memory_messages) ON CONFLICT DO NOTHING;
+";
+
+/// Rows whose words one statement of [`rebuild_keyword_words`] rewrites.
+const KEYWORD_REBUILD_BATCH: i64 = 500;
+
+/// Builds again, from the stored bodies, the `search_tsv` of every row written before schema
+/// version 14, when that migration recorded the need; then removes the record. Batches of
+/// [`KEYWORD_REBUILD_BATCH`] rows in their own transactions, each row only if its body is still
+/// the one read (a concurrent write has set its own words). Idempotent: several processes
+/// opening at once may all rebuild, and an interrupted rebuild starts again at the next open.
+fn rebuild_keyword_words(pool: &Pool) -> Result<(), MemoryError> {
+    let mut client = pool.get().map_err(db_error)?;
+    let pending = client
+        .query_opt("SELECT 1 FROM memory_keyword_rebuild WHERE id = 1", &[])
+        .map_err(pg_error)?;
+    if pending.is_none() {
+        return Ok(());
+    }
+    let started = std::time::Instant::now();
+    let mut rebuilt = 0u64;
+    let (mut thread_id, mut seq) = (i64::MIN, i64::MIN);
+    loop {
+        let rows = client
+            .query(
+                "SELECT thread_id, seq, body FROM memory_messages
+                 WHERE (thread_id, seq) > ($1, $2) ORDER BY thread_id, seq LIMIT $3",
+                &[&thread_id, &seq, &KEYWORD_REBUILD_BATCH],
+            )
+            .map_err(pg_error)?;
+        let Some(last) = rows.last() else { break };
+        thread_id = last.try_get(0).map_err(pg_error)?;
+        seq = last.try_get(1).map_err(pg_error)?;
+        let (mut threads, mut seqs, mut bodies, mut texts) = (vec![], vec![], vec![], vec![]);
+        for row in &rows {
+            let body: String = row.try_get(2).map_err(pg_error)?;
+            // A body that does not parse keeps the words it has.
+            let Ok(parsed) = serde_json::from_str::<Value>(&body) else {
+                continue;
+            };
+            let content = parsed.get("content").unwrap_or(&Value::Null);
+            texts.push(content_words(content));
+            threads.push(row.try_get::<_, i64>(0).map_err(pg_error)?);
+            seqs.push(row.try_get::<_, i64>(1).map_err(pg_error)?);
+            bodies.push(body);
+        }
+        rebuilt += client
+            .execute(
+                "UPDATE memory_messages m
+                 SET search_tsv = to_tsvector('simple'::regconfig, t.w)
+                 FROM UNNEST($1::bigint[], $2::bigint[], $3::text[], $4::text[])
+                   AS t(th, s, b, w)
+                 WHERE m.thread_id = t.th AND m.seq = t.s AND m.body = t.b",
+                &[&threads, &seqs, &bodies, &texts],
+            )
+            .map_err(pg_error)?;
+    }
+    client
+        .execute("DELETE FROM memory_keyword_rebuild", &[])
+        .map_err(pg_error)?;
+    tracing::info!(
+        target: "mnemon_memory::postgres",
+        database = pool.target(),
+        rows = rebuilt,
+        seconds = started.elapsed().as_secs_f64(),
+        "keyword search: rebuilt the words of the messages written before schema version 14"
+    );
+    Ok(())
+}
 
 /// Version 12: where a thread's rows waiting for the background indexer can be
 /// (docs/postgres.md#the-pending-watermark). Every pending row of a thread has a `seq` above its
@@ -237,34 +322,40 @@ macro_rules! search_tsv_sql {
     };
 }
 
-/// The text keyword search indexes for `msg`, as `memory_message_text` computes it from the
-/// stored body: the content when a string; the `text` of its blocks that have a string one,
-/// joined by spaces, when a list; nothing when null. `None` for any other content (its JSON
-/// text is left to the server, whose `jsonb` formatting the words must match). A NUL, which
-/// PostgreSQL's `text` cannot hold, is a space, as the function reads it (schema version 10).
+/// The text keyword search indexes for `msg` (schema version 14): the words of its content
+/// ([`content_words`]), which PostgreSQL's `simple` configuration reads back as the same words.
+/// Always `Some`: the server's own fallback ([`search_tsv_sql`]) is for rows of older writers.
 fn keyword_text(msg: &Msg) -> Option<String> {
-    let text = match msg.content() {
-        Value::String(s) => s.clone(),
+    Some(content_words(msg.content()))
+}
+
+/// The words keyword search matches in a message's `content`, folded and joined by spaces, as
+/// the SQLite memory's FTS5 table reads them from the same content
+/// (docs/reference/memory.md#keyword-and-hybrid-search): the string itself; the `text` of the
+/// blocks of a list that have a string one; nothing for null; `1` or `0` for a boolean (SQLite's
+/// text of a JSON boolean); the JSON text of anything else.
+fn content_words(content: &Value) -> String {
+    match content {
+        Value::String(s) => words::indexed_text(s),
         Value::Array(blocks) => {
             let mut text = String::new();
             for block in blocks {
                 if let Some(Value::String(t)) = block.get("text") {
-                    text.push_str(t);
-                    text.push(' ');
+                    let block_words = words::indexed_text(t);
+                    if !block_words.is_empty() {
+                        if !text.is_empty() {
+                            text.push(' ');
+                        }
+                        text.push_str(&block_words);
+                    }
                 }
             }
-            // `string_agg` puts the separator between the values only.
-            text.pop();
             text
         }
         Value::Null => String::new(),
-        _ => return None,
-    };
-    Some(if text.contains('\0') {
-        text.replace('\0', " ")
-    } else {
-        text
-    })
+        Value::Bool(b) => (if *b { "1" } else { "0" }).to_owned(),
+        other => words::indexed_text(&other.to_string()),
+    }
 }
 
 /// Version 10: `memory_body_jsonb(body)`, a message body as `jsonb` whatever it holds: the body
@@ -872,6 +963,7 @@ impl PostgresMemoryStore {
         // Migrated as every PostgreSQL store is (`mnemon_db::postgres::migrate_all`); the
         // vector schema follows only where pgvector is, or its column already exists.
         pg::migrate_all(pool, &[&SCHEMA]).map_err(db_error)?;
+        rebuild_keyword_words(pool)?;
         let pool = pool.clone();
         let vector = if options.vector_index {
             match pool.vector_support().map_err(db_error)? {

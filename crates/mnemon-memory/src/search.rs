@@ -123,7 +123,8 @@ impl HybridWeights {
         if self.candidates > MAX_HYBRID_CANDIDATES {
             return Err(MemoryError::InvalidQuery {
                 reason: format!(
-                    "hybrid candidates is {}; fuse at most {MAX_HYBRID_CANDIDATES} hits of each                      ranking",
+                    "hybrid candidates is {}; fuse at most {MAX_HYBRID_CANDIDATES} hits of each \
+                     ranking",
                     self.candidates
                 ),
             });
@@ -132,15 +133,10 @@ impl HybridWeights {
     }
 }
 
-/// The words of a keyword query: runs of letters and digits, at most 64 of them. None is
-/// [`MemoryError::InvalidQuery`].
+/// The words of a keyword query, as both backends index a message's ([`crate::keyword_words`]),
+/// at most 64 of them. None is [`MemoryError::InvalidQuery`].
 pub(crate) fn keyword_terms(text: &str) -> Result<Vec<String>, MemoryError> {
-    let terms: Vec<String> = text
-        .split(|c: char| !c.is_alphanumeric())
-        .filter(|w| !w.is_empty())
-        .take(64)
-        .map(str::to_lowercase)
-        .collect();
+    let terms: Vec<String> = crate::words::words(text).take(64).collect();
     if terms.is_empty() {
         return Err(MemoryError::InvalidQuery {
             reason: format!("a keyword search needs at least one word; {text:?} has none"),
