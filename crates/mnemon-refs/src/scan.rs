@@ -5,7 +5,8 @@
 //!   that starts with at least three backticks or tildes, and runs to a closing line of the same
 //!   character at least as long (or to the end of the text); an inline code span is a run of N
 //!   backticks closed by the next run of exactly N backticks in the same paragraph (an unclosed
-//!   run is literal text).
+//!   run is literal text). A paragraph ends at a blank line or at a line that opens a fence
+//!   (a fence interrupts a paragraph): a backtick run before a fence is not closed inside it.
 //! - A malformed marker is reported with the span from its `<|` to the `|>` that ends it; when
 //!   no `|>` ends it before the next `<|` (markers do not nest), only the `<|` is reported and
 //!   scanning goes on from the next `<|`, so one typo never hides a later marker.
@@ -118,8 +119,9 @@ pub(crate) fn scan_at_most(text: &str, limit: usize) -> Vec<Marker> {
     markers
 }
 
-/// If a fence opens at `start` (a line start), the index just past its block.
-fn fenced_block_end(bytes: &[u8], start: usize) -> Option<usize> {
+/// If a fence opens at `start` (a line start): its character, length and the index after its
+/// run.
+pub(crate) fn fence_opening(bytes: &[u8], start: usize) -> Option<(u8, usize, usize)> {
     let (fence_char, fence_len, after) = fence_at(bytes, start)?;
     if fence_char == b'`' {
         // A backtick fence's info string may not contain backticks.
@@ -128,6 +130,12 @@ fn fenced_block_end(bytes: &[u8], start: usize) -> Option<usize> {
             return None;
         }
     }
+    Some((fence_char, fence_len, after))
+}
+
+/// If a fence opens at `start` (a line start), the index just past its block.
+fn fenced_block_end(bytes: &[u8], start: usize) -> Option<usize> {
+    let (fence_char, fence_len, _) = fence_opening(bytes, start)?;
     let mut line = next_line(bytes, start);
     while line < bytes.len() {
         if let Some((c, n, after)) = fence_at(bytes, line) {
@@ -219,7 +227,7 @@ impl BacktickRuns {
     }
 
     /// Indexes the runs from `from` to the end of its paragraph: a line holding only white
-    /// space, or the end of the text.
+    /// space, a line opening a fence, or the end of the text.
     fn index_paragraph(&mut self, bytes: &[u8], from: usize) {
         self.last_of_len.clear();
         let mut k = from;
@@ -233,6 +241,8 @@ impl BacktickRuns {
                     blank_candidate = false;
                 }
                 b'\n' if blank_candidate => break,
+                // A fence interrupts the paragraph (its line is read by the fence's own scan).
+                b'\n' if fence_opening(bytes, k + 1).is_some() => break,
                 b'\n' => {
                     blank_candidate = true;
                     k += 1;
@@ -486,6 +496,15 @@ mod tests {
         assert_eq!(spans("`a\n\n<|asset://a/b|> `").len(), 1);
         // Indented by four spaces: not a fence.
         assert_eq!(spans("    ```\n<|asset://a/b|>").len(), 1);
+        // A fence interrupts a paragraph: a backtick run before it is not closed by the fence,
+        // so the fenced marker is skipped and the one after the block is found (the run used
+        // to close at the opening fence, the closing fence then opened a block to the end).
+        let found: Vec<_> =
+            spans("Use ``` to open a block:\n```\n<|asset://a/x|>\n```\nSee <|asset://a/y|>")
+                .into_iter()
+                .map(|(s, _)| s)
+                .collect();
+        assert_eq!(found, ["<|asset://a/y|>"]);
     }
 
     #[test]

@@ -132,6 +132,7 @@ fn code_span_end(bytes: &[u8], start: usize) -> usize {
                 blank_candidate = false;
             }
             b'\n' if blank_candidate => break,
+            b'\n' if crate::scan::fence_opening(bytes, k + 1).is_some() => break,
             b'\n' => {
                 blank_candidate = true;
                 k += 1;

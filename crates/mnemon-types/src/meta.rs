@@ -245,9 +245,11 @@ fn insert_at(
                 .entry(segment.clone())
                 .or_insert_with(|| Json::Object(JsonMap::new())),
             Json::Array(items) => {
-                let index: usize = segment
-                    .parse()
-                    .map_err(|_| fail("a list's children must have decimal indices"))?;
+                // Canonical only, as the last segment's: `+0` or `00` would name element 0
+                // under another spelling.
+                let index = crate::canonical_index(segment)
+                    .and_then(|i| usize::try_from(i).ok())
+                    .ok_or_else(|| fail("a list's children must have decimal indices"))?;
                 items
                     .get_mut(index)
                     .ok_or_else(|| fail("a list element is missing before this path"))?
@@ -370,6 +372,14 @@ mod tests {
         assert!(unflatten(gap.as_object().unwrap(), "/").is_err());
         let tilde = json!({"a~2": 1});
         assert!(unflatten(tilde.as_object().unwrap(), "/").is_err());
+        // A parent index in another spelling of 0 used to name element 0.
+        for parent in ["00", "+0"] {
+            let alias = json!({"l": LIST_TYPE, "l/0": DICT_TYPE, format!("l/{parent}/x"): 1});
+            assert!(
+                unflatten(alias.as_object().unwrap(), "/").is_err(),
+                "{parent}"
+            );
+        }
     }
 
     #[test]
