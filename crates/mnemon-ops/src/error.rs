@@ -124,6 +124,15 @@ pub enum OpsError {
         /// The limit, in bytes of JSON.
         max: usize,
     },
+    /// A session search's hits (`memory_search`) take more bytes as JSON than the result limit.
+    #[error(
+        "the search hits take more than the limit of {max} bytes as JSON; ask for fewer with \
+         top_k, or leave the embeddings out"
+    )]
+    HitsTooLarge {
+        /// The limit, in bytes of JSON.
+        max: usize,
+    },
     /// A result could not be written as JSON: a fault of the service, not of the input.
     #[error("the result could not be written as JSON: {detail}")]
     Unwritable {
@@ -158,7 +167,9 @@ impl OpsError {
             OpsError::MessageNotFound { .. } => "message_not_found",
             OpsError::NoLibrary => "no_library",
             OpsError::NoEmbedder => "embedder_not_configured",
-            OpsError::ResultTooLarge { .. } | OpsError::MessagesTooLarge { .. } => {
+            OpsError::ResultTooLarge { .. }
+            | OpsError::MessagesTooLarge { .. }
+            | OpsError::HitsTooLarge { .. } => {
                 "result_too_large"
             }
             OpsError::Unwritable { .. } => "internal",
@@ -320,6 +331,7 @@ mod tests {
         for (error, code) in [
             (OpsError::ResultTooLarge { max: 1 }, "result_too_large"),
             (OpsError::MessagesTooLarge { max: 1 }, "result_too_large"),
+            (OpsError::HitsTooLarge { max: 1 }, "result_too_large"),
             (
                 OpsError::from(RefsError::RenderTooLarge { limit: 1 }),
                 "result_too_large",

@@ -813,6 +813,15 @@ impl Service {
     /// writes the whole answer before sending it. Measured by writing it to a counter, which
     /// stops at the limit, so the check holds no copy.
     fn within_result_limit(&self, value: &impl serde::Serialize) -> Result<(), OpsError> {
+        self.within_result_limit_or(value, |max| OpsError::MessagesTooLarge { max })
+    }
+
+    /// [`within_result_limit`](Self::within_result_limit), refusing with `too_large`'s error.
+    fn within_result_limit_or(
+        &self,
+        value: &impl serde::Serialize,
+        too_large: fn(usize) -> OpsError,
+    ) -> Result<(), OpsError> {
         let max = self.max_result_bytes();
         if max == usize::MAX {
             return Ok(());
@@ -820,7 +829,7 @@ impl Service {
         let mut counter = crate::json_size::Counter::upto(max);
         match serde_json::to_writer(&mut counter, value) {
             Ok(()) => Ok(()),
-            Err(_) if counter.over() => Err(OpsError::MessagesTooLarge { max }),
+            Err(_) if counter.over() => Err(too_large(max)),
             Err(e) => Err(OpsError::Unwritable {
                 detail: e.to_string(),
             }),
@@ -831,7 +840,7 @@ impl Service {
     ///
     /// A `top_k` above [`MAX_TOP_K`] is refused (`invalid_input`), and an answer whose JSON
     /// would pass [`max_result_bytes`](Service::max_result_bytes) is refused
-    /// ([`OpsError::MessagesTooLarge`], `result_too_large`), as for
+    /// ([`OpsError::HitsTooLarge`], `result_too_large`), as for
     /// [`memory_get`](Self::memory_get).
     pub fn memory_search(&self, input: MemorySearchInput) -> Result<MemorySearchOutput, OpsError> {
         // The bound of a search across sessions holds here too: a larger top_k is refused
@@ -876,7 +885,7 @@ impl Service {
         };
         // Hits are whole messages (with their embeddings, when asked), as `memory_get`'s are:
         // the same limit on the answer's JSON.
-        self.within_result_limit(&output)?;
+        self.within_result_limit_or(&output, |max| OpsError::HitsTooLarge { max })?;
         Ok(output)
     }
 
@@ -1365,6 +1374,8 @@ pub(crate) mod tests {
         let refused = search(&service, Some(100)).unwrap_err();
         assert_eq!(refused.code(), "result_too_large", "{refused}");
         assert_eq!(refused.kind(), crate::ErrorKind::BadRequest);
+        // The advice names what a search takes (not `recent` or `tokens`).
+        assert!(refused.to_string().contains("top_k"), "{refused}");
         assert_eq!(search(&service, Some(3)).unwrap().hits.len(), 3);
         // Under the default limit the same search answers whole.
         let whole = Service::new(Stores::open(dir.path()).unwrap());
