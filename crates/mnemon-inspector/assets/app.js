@@ -325,9 +325,22 @@
           ...out.hits.map((h) => message(h.message, {score: h.score})));
       } catch (err) { fill(hits, errorLine(err)); }
     }}, el('label', {}, 'Search by similarity', text), el('label', {}, 'top k', topK), el('label', {}, 'metric', metric), el('button', {type: 'submit'}, 'Search'));
+    // The export is fetched like every other call, so that it carries the key (a plain link
+    // is a navigation, which sends no Authorization header: a server with keys answered 401),
+    // then offered as a download of what was fetched.
+    const download = el('span', {id: 'export-download'});
+    const exportButton = el('button', {type: 'button', id: 'export', class: 'plain', onclick: async () => {
+      fill(download, el('span', {class: 'muted'}, ' preparing…'));
+      try {
+        const response = await api('GET', `/v1/memory/sessions/${seg(id)}/export?format=agentscope-0.1`, undefined, true);
+        const blob = await response.blob();
+        const link = el('a', {id: 'export-link', href: URL.createObjectURL(blob), download: `${id}.agentscope-0.1.json`},
+          `download ${id}.agentscope-0.1.json (${blob.size} bytes)`);
+        fill(download, ' ', link);
+      } catch (err) { fill(download, errorLine(err)); }
+    }}, 'export (AgentScope 0.1)');
     show(el('h2', {}, 'Session ', el('span', {id: 'session-id'}, id)),
-      el('p', {}, el('a', {href: '#/sessions'}, '← all sessions'), ' · ',
-        el('a', {href: `/v1/memory/sessions/${seg(id)}/export?format=agentscope-0.1`}, 'export (AgentScope 0.1)')),
+      el('p', {}, el('a', {href: '#/sessions'}, '← all sessions'), ' · ', exportButton, download),
       search, hits, el('h3', {}, 'Conversation'), filter, info, list);
     load();
   }

@@ -142,6 +142,78 @@ fn every_page_in_headless_chromium() {
     every_page(stores, "sqlite", &chromium, &driver, &screenshots());
 }
 
+/// On a server with keys, the session page's export used to be a plain link: a navigation,
+/// which carries no `Authorization` header, so it got 401. It is fetched with the key now and
+/// offered as a download of what was fetched.
+#[test]
+fn the_export_is_fetched_with_the_key() {
+    let Some((chromium, driver)) = webdriver::find() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let stores = mnemon_ops::Stores::open(dir.path()).unwrap();
+    let keys = mnemon_keys::KeyStore::open_sqlite(
+        dir.path().join("keys.sqlite3"),
+        mnemon_keys::KeyStoreOptions::default(),
+    )
+    .unwrap();
+    let created = keys
+        .create(
+            stores.namespace(),
+            mnemon_keys::Role::Write,
+            "inspector test",
+        )
+        .unwrap();
+    let key = created.key().to_owned();
+    let running = crate::support::start_with(stores, Some(std::sync::Arc::new(keys)));
+    crate::support::crypto();
+    let client = reqwest::blocking::Client::new();
+    let rest = &running.rest;
+    let response = client
+        .post(format!("{rest}/v1/memory/sessions/chat-1/messages"))
+        .bearer_auth(&key)
+        .json(
+            &json!({"messages": [{"name": "user", "role": "user", "content": "Keys guard this."}]}),
+        )
+        .send()
+        .unwrap();
+    assert!(response.status().is_success(), "{}", response.status());
+    let expected = client
+        .get(format!(
+            "{rest}/v1/memory/sessions/chat-1/export?format=agentscope-0.1"
+        ))
+        .bearer_auth(&key)
+        .send()
+        .unwrap()
+        .text()
+        .unwrap();
+    let browser = Browser::start(&chromium, &driver);
+    browser.goto(&format!("{}/ui/", running.base));
+    browser.type_into(&browser.find("#key-input"), &key);
+    browser.click(&browser.find("#key-use"));
+    browser.wait_for("document.querySelector('#key-state').textContent.includes('key set')");
+    browser.goto(&format!("{}/ui/#/session/chat-1", running.base));
+    browser.wait_for("document.querySelectorAll('#messages .card').length === 1");
+    browser.click(&browser.find("#export"));
+    browser.wait_for("document.querySelector('#export-link') !== null");
+    // The link holds what was fetched (the page's policy lets no script read a blob URL back,
+    // so its size stands for it; a refused fetch leaves no link but the error).
+    let link = browser
+        .js("const a = document.querySelector('#export-link'); return [a.href, a.textContent];");
+    assert!(link[0].as_str().unwrap().starts_with("blob:"), "{link}");
+    assert!(
+        link[1]
+            .as_str()
+            .unwrap()
+            .ends_with(&format!("({} bytes)", expected.len())),
+        "{link} against {} bytes",
+        expected.len()
+    );
+    let name =
+        browser.js("return document.querySelector('#export-link').getAttribute('download');");
+    assert_eq!(name, json!("chat-1.agentscope-0.1.json"));
+}
+
 #[test]
 fn every_page_in_headless_chromium_on_postgres() {
     let Some((chromium, driver)) = webdriver::find() else {

@@ -50,6 +50,12 @@ fn sample_model() -> String {
 
 /// Starts the server over `stores` (hashing embedder of the sample library's model).
 pub fn start(stores: Stores) -> Running {
+    start_with(stores, None)
+}
+
+/// [`start`], requiring the keys of `keys` on every request when given (as `mnemon serve`
+/// does over a store that holds keys).
+pub fn start_with(stores: Stores, keys: Option<Arc<mnemon_keys::KeyStore>>) -> Running {
     let embedder = HashingEmbedder::from_model_name(&sample_model()).unwrap();
     let service = Service::new(stores).with_embedder(Arc::new(embedder));
     let (addr_tx, addr_rx) = std::sync::mpsc::channel::<SocketAddr>();
@@ -65,11 +71,15 @@ pub fn start(stores: Stores) -> Running {
                 library: LibrarySource::bytes("sample", SAMPLE),
                 config: ConfigSource::Defaults,
             };
+            let mut config = ServerConfig::open(service);
+            if let Some(keys) = keys {
+                config.authenticator = Arc::new(mnemon_server::KeyAuthenticator::new(keys));
+            }
             let server = Server::bind(
                 "127.0.0.1:0".parse().unwrap(),
                 sources,
                 HostOptions::default(),
-                ServerConfig::open(service),
+                config,
             )
             .await
             .unwrap();

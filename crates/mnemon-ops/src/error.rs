@@ -169,9 +169,7 @@ impl OpsError {
             OpsError::NoEmbedder => "embedder_not_configured",
             OpsError::ResultTooLarge { .. }
             | OpsError::MessagesTooLarge { .. }
-            | OpsError::HitsTooLarge { .. } => {
-                "result_too_large"
-            }
+            | OpsError::HitsTooLarge { .. } => "result_too_large",
             OpsError::Unwritable { .. } => "internal",
             OpsError::Open(error) => match error {
                 OpenError::Assets(StoreError::Storage { .. })
