@@ -124,6 +124,17 @@ pub enum OpsError {
         /// The limit, in bytes of JSON.
         max: usize,
     },
+    /// A library text query with a server embedder of another model than the library's.
+    #[error(
+        "the server's embedder is {embedder:?} but the library's model is {library:?}; query \
+         with an embedding of the library's model"
+    )]
+    LibraryModelMismatch {
+        /// The server embedder's model.
+        embedder: String,
+        /// The library's model.
+        library: String,
+    },
     /// A session search's hits (`memory_search`) take more bytes as JSON than the result limit.
     #[error(
         "the search hits take more than the limit of {max} bytes as JSON; ask for fewer with \
@@ -171,6 +182,7 @@ impl OpsError {
             | OpsError::MessagesTooLarge { .. }
             | OpsError::HitsTooLarge { .. } => "result_too_large",
             OpsError::Unwritable { .. } => "internal",
+            OpsError::LibraryModelMismatch { .. } => "embedding_model_mismatch",
             OpsError::Open(error) => match error {
                 OpenError::Assets(StoreError::Storage { .. })
                 | OpenError::Artifacts(ArtifactError::Database { .. })
@@ -330,6 +342,13 @@ mod tests {
             (OpsError::ResultTooLarge { max: 1 }, "result_too_large"),
             (OpsError::MessagesTooLarge { max: 1 }, "result_too_large"),
             (OpsError::HitsTooLarge { max: 1 }, "result_too_large"),
+            (
+                OpsError::LibraryModelMismatch {
+                    embedder: "a".into(),
+                    library: "b".into(),
+                },
+                "embedding_model_mismatch",
+            ),
             (
                 OpsError::from(RefsError::RenderTooLarge { limit: 1 }),
                 "result_too_large",

@@ -139,16 +139,19 @@ impl Service {
             (None, Some(text)) => {
                 let embedder = self.require_embedder()?;
                 if embedder.model() != library.model() {
-                    return Err(OpsError::invalid(format!(
-                        "the server's embedder is {:?} but the library's model is {:?}; query \
-                         with an embedding of the library's model",
-                        embedder.model(),
-                        library.model()
-                    )));
+                    return Err(OpsError::LibraryModelMismatch {
+                        embedder: embedder.model().to_owned(),
+                        library: library.model().to_owned(),
+                    });
                 }
-                let mut vectors = embedder
-                    .embed(&[text.as_str()])
-                    .map_err(|e| OpsError::invalid(format!("the embedder failed: {e}")))?;
+                // The embedder's failure is the service's, for now (503 `embedder_failed`, as
+                // for memory searches): the same query may succeed later.
+                let mut vectors = embedder.embed(&[text.as_str()]).map_err(|e| {
+                    OpsError::Memory(mnemon_memory::MemoryError::Embedder {
+                        model: embedder.model().to_owned(),
+                        detail: e.to_string(),
+                    })
+                })?;
                 vectors
                     .pop()
                     .ok_or_else(|| OpsError::invalid("the embedder returned no vector"))?
@@ -224,6 +227,61 @@ mod tests {
         let path = dir.join("large.json");
         std::fs::write(&path, serde_json::to_vec(&json).unwrap()).unwrap();
         Library::open(&path).unwrap()
+    }
+
+    /// An embedder whose every call fails, as a remote one does when its service is down.
+    struct DownEmbedder(&'static str);
+
+    impl mnemon_types::Embedder for DownEmbedder {
+        fn model(&self) -> &str {
+            self.0
+        }
+        fn dimension(&self) -> usize {
+            32
+        }
+        fn embed(&self, _: &[&str]) -> Result<Vec<Vec<f32>>, mnemon_types::EmbedError> {
+            Err(mnemon_types::EmbedError::new(self.0, "connection refused"))
+        }
+    }
+
+    /// A text query's embedder failing is the service's failure for now (503 `embedder_failed`,
+    /// retry later), and an embedder of another model than the library's is 422
+    /// `embedding_model_mismatch`: both used to be 400 `invalid_input`, which tells a client
+    /// that retrying cannot help.
+    #[test]
+    fn a_text_query_reports_the_embedders_failures_by_kind() {
+        let dir = tempfile::tempdir().unwrap();
+        let library = indexed_library(dir.path());
+        let query = |service: &Service| {
+            service
+                .library_query(
+                    &library,
+                    LibraryQueryInput {
+                        text: Some("ferry".into()),
+                        embedding: None,
+                        count: Some(3),
+                        count_type: None,
+                        omit: None,
+                        exact: false,
+                    },
+                )
+                .unwrap_err()
+        };
+        let stores = || crate::Stores::open(dir.path().join("data")).unwrap();
+        let down = Service::new(stores()).with_embedder(std::sync::Arc::new(DownEmbedder("m")));
+        let err = query(&down);
+        assert_eq!(
+            (err.code(), err.kind()),
+            ("embedder_failed", crate::ErrorKind::Unavailable),
+            "{err}"
+        );
+        let other = Service::new(stores()).with_embedder(std::sync::Arc::new(DownEmbedder("x")));
+        let err = query(&other);
+        assert_eq!(
+            (err.code(), err.kind()),
+            ("embedding_model_mismatch", crate::ErrorKind::Unprocessable),
+            "{err}"
+        );
     }
 
     /// `count: -1` (every bit, as in Polymath) of a 40 MiB library is refused with a 400 that

@@ -57,7 +57,11 @@ impl From<OpsError> for RestError {
     fn from(error: OpsError) -> Self {
         let status = status_of(error.kind());
         if status == StatusCode::INTERNAL_SERVER_ERROR {
-            return RestError::internal(&error);
+            // The code stays (`artifact_content_missing` says what kind of fault it is,
+            // docs/reference/rest.md#errors); the details go to the log only.
+            let mut refused = RestError::internal(&error);
+            refused.code = error.code();
+            return refused;
         }
         if status == StatusCode::SERVICE_UNAVAILABLE {
             tracing::warn!(%error, "a store or the embedder is unavailable");

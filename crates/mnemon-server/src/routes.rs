@@ -736,13 +736,17 @@ fn refuse_form_types(headers: &HeaderMap) -> Result<(), RestError> {
     let Some(declared) = headers.get(header::CONTENT_TYPE) else {
         return Ok(());
     };
-    let media = declared
-        .to_str()
-        .unwrap_or_default()
-        .split(';')
-        .next()
-        .unwrap_or_default()
-        .trim();
+    // A value that is not visible ASCII cannot be read as a type: refused as a form's would be
+    // (read as empty, it let any bytes after a form type through).
+    let Ok(declared) = declared.to_str() else {
+        return Err(RestError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported_media_type",
+            "the Content-Type header holds bytes outside visible ASCII; send the body as \
+             Content-Type: application/json",
+        ));
+    };
+    let media = declared.split(';').next().unwrap_or_default().trim();
     let form = [
         "text/plain",
         "application/x-www-form-urlencoded",
@@ -779,8 +783,14 @@ fn answer(status: StatusCode, value: &impl Serialize) -> Result<Response, RestEr
 
 /// The strong ETag of an answer's bytes: its SHA-256, so every server over the same data gives
 /// the same tag.
-fn etag_of(bytes: &[u8]) -> String {
-    let digest = Sha256::digest(bytes);
+fn etag_of(content_type: &HeaderValue, bytes: &[u8]) -> String {
+    // The type is part of what is served: the same bytes stored again as `text/html` instead
+    // of `text/plain` must not be answered 304 to a cache holding the old type.
+    let mut hasher = Sha256::new();
+    hasher.update(content_type.as_bytes());
+    hasher.update([0u8]);
+    hasher.update(bytes);
+    let digest = hasher.finalize();
     let hex: String = digest.iter().take(16).map(|b| format!("{b:02x}")).collect();
     format!("\"{hex}\"")
 }
@@ -798,7 +808,7 @@ fn matches_etag(headers: &HeaderMap, etag: &str) -> bool {
 
 /// A read's answer with its ETag: 304 without a body when the client has it already.
 fn read_answer(headers: &HeaderMap, content_type: HeaderValue, bytes: Vec<u8>) -> Response {
-    let etag = etag_of(&bytes);
+    let etag = etag_of(&content_type, &bytes);
     let mut response = if matches_etag(headers, &etag) {
         StatusCode::NOT_MODIFIED.into_response()
     } else {

@@ -204,6 +204,23 @@ fn json_declared_as_a_form_type_is_refused() {
         StatusCode::UNSUPPORTED_MEDIA_TYPE,
         "unsupported_media_type",
     );
+    // A type with bytes outside visible ASCII cannot be read: refused too (it used to be read
+    // as empty, which let `text/plain; a=<byte>` through as JSON).
+    let unreadable = api
+        .client
+        .post(api.url("/v1/memory/sessions/s/messages"))
+        .header(
+            "content-type",
+            reqwest::header::HeaderValue::from_bytes(b"text/plain; a=\xe9").unwrap(),
+        )
+        .body(body)
+        .send()
+        .unwrap();
+    expect_error(
+        unreadable,
+        StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        "unsupported_media_type",
+    );
     let untyped = api
         .client
         .post(api.url("/v1/memory/sessions/s/messages"))
