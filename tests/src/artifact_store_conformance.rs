@@ -493,6 +493,17 @@ pub fn filters_select_before_the_limit(store: &dyn ArtifactStore) {
         names(store.list_where(None, None, Some(0))),
         Vec::<String>::new()
     );
+    // A backslash then `u0000` in a string is no NUL: PostgreSQL used to take its JSON text
+    // (`\\u0000`) for one and keep no document, so no filter saw the record.
+    must_save(
+        store,
+        &Artifact::new("chat-3", "code", "note", "escaped").with_data(json!("x\\u0000")),
+    );
+    let escaped = filter(json!({"eq": {"path": "name", "value": "escaped"}}));
+    assert_eq!(
+        names(store.list_where(None, Some(&escaped), None)),
+        ["escaped"]
+    );
 }
 
 /// Issue 14, item 2: a path starting with a field artifacts do not have is refused with an

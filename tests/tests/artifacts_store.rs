@@ -481,7 +481,7 @@ mod postgres {
                 err,
                 ArtifactError::SchemaTooNew {
                     found: 99,
-                    supported: 3
+                    supported: 4
                 }
             ),
             "{err}"

@@ -521,7 +521,7 @@ mod postgres {
                 err,
                 mnemon_store::StoreError::SchemaTooNew {
                     found: 99,
-                    supported: 3,
+                    supported: 4,
                     ..
                 }
             ),
@@ -732,5 +732,5 @@ fn postgres_version_1_assets_move_into_the_default_namespace() {
         .query_one("SELECT version FROM asset_schema", &[])
         .unwrap()
         .get(0);
-    assert_eq!(version, 3);
+    assert_eq!(version, 4);
 }

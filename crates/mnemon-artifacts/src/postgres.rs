@@ -61,7 +61,8 @@ use crate::store::{
 };
 use crate::{ArtifactError, ArtifactStore, BackendRegistry};
 
-/// The artifact tables' schema on PostgreSQL: the same table and version numbers as SQLite's.
+/// The artifact tables' schema on PostgreSQL: the same table and version numbers as SQLite's up
+/// to 3; version 4 repairs the documents only PostgreSQL keeps.
 static SCHEMA: Schema = Schema {
     component: "artifact",
     table: "artifact_schema",
@@ -78,6 +79,10 @@ static SCHEMA: Schema = Schema {
         Migration {
             version: 3,
             sql: SCHEMA_V3,
+        },
+        Migration {
+            version: 4,
+            sql: SCHEMA_V4,
         },
     ],
 };
@@ -134,6 +139,26 @@ UPDATE artifact_records SET doc = jsonb_build_object(
 WHERE position('\x00'::bytea IN key || artifact_type || name || description || scope
     || coalesce(storage_backend, ''::bytea) || coalesce(storage_id, ''::bytea)) = 0
   AND (data IS NULL OR strpos(data, '\u0000') = 0);
+";
+
+/// Version 4: the documents version 3 and the saves before this one left out by mistake. A
+/// record was taken to hold U+0000 when its data's text held `\u0000` anywhere, also as a
+/// backslash (escaped `\\`) followed by `u0000`, and such a record was seen by no filter
+/// (`mnemon_db::jsonb::holds_nul` reads the escapes as JSON does). Built as version 3 builds
+/// them, escaped backslashes removed before looking for the escape.
+const SCHEMA_V4: &str = r"
+UPDATE artifact_records SET doc = jsonb_build_object(
+    'id', id, 'key', convert_from(key, 'UTF8'), 'type', convert_from(artifact_type, 'UTF8'),
+    'name', convert_from(name, 'UTF8'), 'description', convert_from(description, 'UTF8'),
+    'scope', convert_from(scope, 'UTF8'), 'created_at', created_at)
+  || CASE WHEN storage_backend IS NULL THEN '{}'::jsonb ELSE jsonb_build_object(
+       'storage', convert_from(storage_backend, 'UTF8'),
+       'storage_id', convert_from(storage_id, 'UTF8')) END
+  || CASE WHEN data IS NULL THEN '{}'::jsonb ELSE jsonb_build_object('data', data::jsonb) END
+WHERE doc IS NULL
+  AND position('\x00'::bytea IN key || artifact_type || name || description || scope
+    || coalesce(storage_backend, ''::bytea) || coalesce(storage_id, ''::bytea)) = 0
+  AND (data IS NULL OR strpos(replace(data, '\\', ''), '\u0000') = 0);
 ";
 
 /// The columns [`read_row`] decodes, in its order: a macro so that the statements below are
@@ -607,7 +632,8 @@ impl ArtifactStore for PostgresArtifactStore {
         let expires_at = expiry.deadline(self.now(), self.default_ttl);
         // The filterable document; `jsonb` refuses U+0000, which serde_json writes as this
         // escape (module docs).
-        let doc = Some(document(artifact, None).to_string()).filter(|doc| !doc.contains("\\u0000"));
+        let doc = Some(document(artifact, None).to_string())
+            .filter(|doc| !mnemon_db::jsonb::holds_nul(doc));
         let data = artifact
             .data
             .as_ref()

@@ -83,6 +83,7 @@ pub mod atomic_file;
 mod durability;
 mod error;
 pub mod expiry;
+pub mod jsonb;
 pub mod namespace;
 #[cfg(feature = "postgres")]
 pub mod postgres;

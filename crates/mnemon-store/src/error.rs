@@ -22,6 +22,18 @@ pub enum StoreError {
     /// An asset to store has an empty id.
     #[error("asset_id must not be empty; give the asset an id or let Asset::new generate one")]
     EmptyAssetId,
+    /// An asset's `extra` map holds a field named like one of the asset's own
+    /// ([`mnemon_types::ASSET_FIELDS`]): stored, it would replace that field (an id, a type or
+    /// a content read back other than put), so it is refused when put.
+    #[error(
+        "cannot store asset {asset_id:?}: its extra fields hold {field:?}, the name of one of the asset's own fields; set the asset's field itself, or rename the extra one"
+    )]
+    ReservedExtraField {
+        /// The asset.
+        asset_id: String,
+        /// The extra field's name.
+        field: String,
+    },
     /// An asset nests maps and lists deeper than [`MAX_NESTING`](crate::MAX_NESTING).
     #[error(
         "cannot store asset {asset_id:?}: the map or list at {} is nested deeper than {limit} maps and lists (the asset itself counts as one), the most a stored asset may have; flatten that part, or store it as bytes (serialized JSON, say), and try again",
@@ -119,6 +131,7 @@ impl StoreError {
             StoreError::Resolve(_)
                 | StoreError::Filter(_)
                 | StoreError::EmptyAssetId
+                | StoreError::ReservedExtraField { .. }
                 | StoreError::TooDeep { .. }
                 | StoreError::NoCodec { .. }
         )

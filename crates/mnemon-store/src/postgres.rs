@@ -57,7 +57,8 @@ use crate::error::StoreError;
 use crate::listing::{self, prefix_end};
 use crate::store::{AssetMeta, AssetStore, check_storable};
 
-/// The asset tables' schema on PostgreSQL: the same table and version numbers as SQLite's.
+/// The asset tables' schema on PostgreSQL: the same table and version numbers as SQLite's up to
+/// 3; version 4 repairs the documents only PostgreSQL keeps.
 static SCHEMA: Schema = Schema {
     component: "asset",
     table: "asset_schema",
@@ -74,6 +75,10 @@ static SCHEMA: Schema = Schema {
         Migration {
             version: 3,
             sql: SCHEMA_V3,
+        },
+        Migration {
+            version: 4,
+            sql: SCHEMA_V4,
         },
     ],
 };
@@ -119,6 +124,16 @@ ALTER TABLE asset_assets ADD COLUMN created_at BIGINT, ADD COLUMN updated_at BIG
 UPDATE asset_assets SET doc = meta::jsonb WHERE strpos(meta, '\\u0000') = 0;
 CREATE INDEX asset_assets_by_expiry ON asset_assets (namespace, expires_at)
   WHERE expires_at IS NOT NULL;
+";
+
+/// Version 4: the documents version 3 and the writes before this one left out by mistake. A
+/// meta was taken to hold U+0000 when its text held `\u0000` anywhere, also as a backslash
+/// (escaped `\\`) followed by `u0000`, and such an asset was seen by no filter
+/// (`mnemon_db::jsonb::holds_nul` reads the escapes as JSON does). Escaped backslashes are
+/// removed before looking for the escape.
+const SCHEMA_V4: &str = r"
+UPDATE asset_assets SET doc = meta::jsonb
+WHERE doc IS NULL AND strpos(replace(meta, '\\', ''), '\u0000') = 0;
 ";
 
 /// Options for [`PostgresAssetStore::open`].
@@ -337,7 +352,7 @@ impl PostgresAssetStore {
         // `jsonb` refuses U+0000, which serde_json writes as this escape (module docs).
         let docs: Vec<Option<&str>> = kept
             .iter()
-            .map(|(_, e)| Some(e.meta.as_str()).filter(|m| !m.contains("\\u0000")))
+            .map(|(_, e)| Some(e.meta.as_str()).filter(|m| !mnemon_db::jsonb::holds_nul(m)))
             .collect();
         let now = self.now();
         let expires_at = expiry.deadline(now, self.default_ttl);

@@ -117,6 +117,17 @@ pub(crate) fn check_storable(asset: &Asset) -> Result<(), StoreError> {
     if asset.asset_id.is_empty() {
         return Err(StoreError::EmptyAssetId);
     }
+    // Only Rust code can fill `extra` so (a JSON form's own field is read as that field).
+    if let Some(field) = asset
+        .extra
+        .keys()
+        .find(|k| mnemon_types::ASSET_FIELDS.contains(&k.as_str()))
+    {
+        return Err(StoreError::ReservedExtraField {
+            asset_id: asset.asset_id.clone(),
+            field: field.clone(),
+        });
+    }
     if let Some(field_path) = first_too_deep(asset) {
         return Err(StoreError::TooDeep {
             asset_id: asset.asset_id.clone(),
