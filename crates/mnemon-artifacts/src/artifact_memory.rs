@@ -204,9 +204,11 @@ pub fn requested_keys(input_key: &str, inputs: &Value) -> Result<Vec<String>, Ar
         Some(Value::String(key)) => vec![key.trim().to_owned()],
         Some(other) => return Err(bad(format!("is {}", json_type(other)))),
     };
+    // A set, not a scan of the kept keys: a list of many distinct keys stays linear.
+    let mut seen = std::collections::HashSet::with_capacity(raw.len());
     let mut keys: Vec<String> = Vec::with_capacity(raw.len());
     for key in raw {
-        if !key.is_empty() && !keys.contains(&key) {
+        if !key.is_empty() && seen.insert(key.clone()) {
             keys.push(key);
         }
     }

@@ -257,6 +257,9 @@ pub struct ArtifactScopesOutput {
     pub next_cursor: Option<String>,
 }
 
+/// The most distinct keys one [`Service::artifact_load`] reads (one store read each).
+pub const MAX_LOAD_KEYS: usize = 1_000;
+
 /// Input of [`Service::artifact_load`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct ArtifactLoadInput {
@@ -457,6 +460,10 @@ impl Service {
     }
 
     /// The newest artifacts of the named keys, rendered as a prompt block (ArtifactMemory).
+    ///
+    /// At most [`MAX_LOAD_KEYS`] distinct keys (each is a read of the store): more is
+    /// `invalid_input`; a block whose answer would pass the result limit is refused
+    /// ([`OpsError::LoadTooLarge`], `result_too_large`).
     pub fn artifact_load(&self, input: ArtifactLoadInput) -> Result<ArtifactLoadOutput, OpsError> {
         let keys = match (input.keys.is_empty(), input.text) {
             (false, Some(_)) => {
@@ -472,17 +479,86 @@ impl Service {
                 ));
             }
         };
+        let inputs = serde_json::json!({ "artifact_keys": keys });
+        let named = mnemon_artifacts::requested_keys("artifact_keys", &inputs)?;
+        if named.len() > MAX_LOAD_KEYS {
+            return Err(OpsError::invalid(format!(
+                "{} keys are named; load at most {MAX_LOAD_KEYS} at once",
+                named.len()
+            )));
+        }
         let memory = ArtifactMemory::new(
             ArtifactMemoryConfig::default(),
             self.stores().artifacts(),
             self.stores().backends().clone(),
             input.scope,
         );
-        let loaded = memory.load(&serde_json::json!({ "artifact_keys": keys }))?;
-        Ok(ArtifactLoadOutput {
+        let loaded = memory.load(&serde_json::json!({ "artifact_keys": named }))?;
+        let output = ArtifactLoadOutput {
             text: loaded.text().to_owned(),
             artifact_ids: loaded.artifacts.iter().map(|a| a.id.to_string()).collect(),
             missing_keys: loaded.missing_keys,
+        };
+        // The block holds every artifact's content: the answer's bound is the result limit.
+        let max = self.max_result_bytes();
+        let size = output
+            .text
+            .len()
+            .saturating_add(output.artifact_ids.len().saturating_mul(40));
+        if size > max {
+            return Err(OpsError::LoadTooLarge { max });
+        }
+        Ok(output)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn service(dir: &std::path::Path) -> Service {
+        Service::new(crate::Stores::open(dir).unwrap())
+    }
+
+    fn save(service: &Service, key: &str, content: serde_json::Value) {
+        service
+            .artifact_save(ArtifactSaveInput {
+                scope: "chat-1".into(),
+                key: key.into(),
+                artifact_type: "note".into(),
+                name: key.into(),
+                description: None,
+                content,
+                storage: None,
+                storage_id: None,
+            })
+            .unwrap();
+    }
+
+    fn load(service: &Service, keys: Vec<String>) -> Result<ArtifactLoadOutput, OpsError> {
+        service.artifact_load(ArtifactLoadInput {
+            scope: "chat-1".into(),
+            keys,
+            text: None,
         })
+    }
+
+    /// A load names at most `MAX_LOAD_KEYS` distinct keys (each one a store read; repeats
+    /// were also removed in quadratic time), and its block stays within the result limit:
+    /// both were unbounded.
+    #[test]
+    fn a_load_is_bounded_in_keys_and_in_size() {
+        let dir = tempfile::tempdir().unwrap();
+        let service = service(dir.path());
+        save(&service, "plan", serde_json::json!("x".repeat(2_000)));
+        let many: Vec<String> = (0..=MAX_LOAD_KEYS).map(|i| format!("k{i}")).collect();
+        let refused = load(&service, many).unwrap_err();
+        assert_eq!(refused.code(), "invalid_input", "{refused}");
+        // Repeats count once.
+        let repeated = vec!["plan".to_owned(); 5 * MAX_LOAD_KEYS];
+        assert_eq!(load(&service, repeated).unwrap().artifact_ids.len(), 1);
+        let small = service.with_max_result_bytes(1_000);
+        let too_large = load(&small, vec!["plan".into()]).unwrap_err();
+        assert_eq!(too_large.code(), "result_too_large", "{too_large}");
     }
 }

@@ -124,6 +124,15 @@ pub enum OpsError {
         /// The limit, in bytes of JSON.
         max: usize,
     },
+    /// The artifacts an `artifact_load` names render to more bytes than the result limit.
+    #[error(
+        "the loaded artifacts take more than the limit of {max} bytes; name fewer keys, or keep \
+         large content in artifacts loaded on their own"
+    )]
+    LoadTooLarge {
+        /// The limit, in bytes.
+        max: usize,
+    },
     /// A library text query with a server embedder of another model than the library's.
     #[error(
         "the server's embedder is {embedder:?} but the library's model is {library:?}; query \
@@ -180,7 +189,8 @@ impl OpsError {
             OpsError::NoEmbedder => "embedder_not_configured",
             OpsError::ResultTooLarge { .. }
             | OpsError::MessagesTooLarge { .. }
-            | OpsError::HitsTooLarge { .. } => "result_too_large",
+            | OpsError::HitsTooLarge { .. }
+            | OpsError::LoadTooLarge { .. } => "result_too_large",
             OpsError::Unwritable { .. } => "internal",
             OpsError::LibraryModelMismatch { .. } => "embedding_model_mismatch",
             OpsError::Open(error) => match error {
@@ -342,6 +352,7 @@ mod tests {
             (OpsError::ResultTooLarge { max: 1 }, "result_too_large"),
             (OpsError::MessagesTooLarge { max: 1 }, "result_too_large"),
             (OpsError::HitsTooLarge { max: 1 }, "result_too_large"),
+            (OpsError::LoadTooLarge { max: 1 }, "result_too_large"),
             (
                 OpsError::LibraryModelMismatch {
                     embedder: "a".into(),
