@@ -28,6 +28,7 @@ mod error;
 mod keys;
 mod metrics;
 pub mod openapi;
+mod path;
 mod routes;
 mod same_origin;
 mod state;

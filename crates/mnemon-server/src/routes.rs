@@ -2,7 +2,7 @@
 //! OpenAPI document are built, so neither can list a route the other lacks.
 
 use axum::body::Body;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Query, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{MethodRouter, delete, get, post, put};
@@ -38,6 +38,7 @@ use sha2::{Digest, Sha256};
 
 use crate::auth::{Principal, Role};
 use crate::error::RestError;
+use crate::path::PathParams;
 use crate::state::{AppState, to_json};
 use crate::status::ServerStatus;
 
@@ -872,7 +873,7 @@ async fn asset_query(State(s): State<AppState>, p: Principal, h: HeaderMap, body
 async fn asset_get(
     State(s): State<AppState>,
     p: Principal,
-    Path(asset_id): Path<String>,
+    PathParams(asset_id): PathParams<String>,
     h: HeaderMap,
 ) -> Answer {
     let out = s
@@ -886,7 +887,7 @@ async fn asset_get(
 async fn asset_put_at(
     State(s): State<AppState>,
     p: Principal,
-    Path(asset_id): Path<String>,
+    PathParams(asset_id): PathParams<String>,
     uri: Uri,
     h: HeaderMap,
     body: Body,
@@ -904,7 +905,7 @@ async fn asset_put_at(
 async fn asset_delete(
     State(s): State<AppState>,
     p: Principal,
-    Path(asset_id): Path<String>,
+    PathParams(asset_id): PathParams<String>,
 ) -> Answer {
     let out = s
         .call(&p, Role::Write, move |svc| {
@@ -917,7 +918,7 @@ async fn asset_delete(
 async fn asset_meta(
     State(s): State<AppState>,
     p: Principal,
-    Path(asset_id): Path<String>,
+    PathParams(asset_id): PathParams<String>,
     uri: Uri,
     h: HeaderMap,
 ) -> Answer {
@@ -936,7 +937,7 @@ async fn asset_meta(
 async fn asset_content(
     State(s): State<AppState>,
     p: Principal,
-    Path(asset_id): Path<String>,
+    PathParams(asset_id): PathParams<String>,
     h: HeaderMap,
 ) -> Answer {
     let content = s
@@ -972,7 +973,7 @@ async fn asset_content(
 async fn asset_put_content(
     State(s): State<AppState>,
     p: Principal,
-    Path(asset_id): Path<String>,
+    PathParams(asset_id): PathParams<String>,
     uri: Uri,
     h: HeaderMap,
     body: Body,
@@ -1106,7 +1107,7 @@ async fn artifact_load(
 async fn artifact_get(
     State(s): State<AppState>,
     p: Principal,
-    Path(id): Path<String>,
+    PathParams(id): PathParams<String>,
     h: HeaderMap,
 ) -> Answer {
     let out = s
@@ -1120,7 +1121,7 @@ async fn artifact_get(
 async fn artifact_delete(
     State(s): State<AppState>,
     p: Principal,
-    Path(id): Path<String>,
+    PathParams(id): PathParams<String>,
 ) -> Answer {
     let out = s
         .call(&p, Role::Write, move |svc| {
@@ -1150,7 +1151,7 @@ async fn sessions(State(s): State<AppState>, p: Principal, uri: Uri, h: HeaderMa
 async fn session_create(
     State(s): State<AppState>,
     p: Principal,
-    Path(session): Path<String>,
+    PathParams(session): PathParams<String>,
 ) -> Answer {
     let out = s
         .call(&p, Role::Write, move |svc| {
@@ -1163,7 +1164,7 @@ async fn session_create(
 async fn session_delete(
     State(s): State<AppState>,
     p: Principal,
-    Path(session): Path<String>,
+    PathParams(session): PathParams<String>,
 ) -> Answer {
     let out = s
         .call(&p, Role::Write, move |svc| {
@@ -1176,7 +1177,7 @@ async fn session_delete(
 async fn memory_add(
     State(s): State<AppState>,
     p: Principal,
-    Path(session): Path<String>,
+    PathParams(session): PathParams<String>,
     uri: Uri,
     h: HeaderMap,
     body: Body,
@@ -1203,7 +1204,7 @@ async fn memory_add(
 async fn memory_get(
     State(s): State<AppState>,
     p: Principal,
-    Path(session): Path<String>,
+    PathParams(session): PathParams<String>,
     uri: Uri,
     h: HeaderMap,
 ) -> Answer {
@@ -1218,7 +1219,7 @@ async fn memory_get(
 async fn memory_delete_message(
     State(s): State<AppState>,
     p: Principal,
-    Path((session, id)): Path<(String, String)>,
+    PathParams((session, id)): PathParams<(String, String)>,
 ) -> Answer {
     let out = s
         .call(&p, Role::Write, move |svc| {
@@ -1238,7 +1239,7 @@ async fn memory_delete_message(
 async fn memory_marks_of(
     State(s): State<AppState>,
     p: Principal,
-    Path((session, id)): Path<(String, String)>,
+    PathParams((session, id)): PathParams<(String, String)>,
     h: HeaderMap,
 ) -> Answer {
     let out = s
@@ -1252,7 +1253,7 @@ async fn memory_marks_of(
 async fn memory_search(
     State(s): State<AppState>,
     p: Principal,
-    Path(session): Path<String>,
+    PathParams(session): PathParams<String>,
     h: HeaderMap,
     body: Body,
 ) -> Answer {
@@ -1280,7 +1281,7 @@ async fn memory_search_across(
 async fn memory_mark(
     State(s): State<AppState>,
     p: Principal,
-    Path(session): Path<String>,
+    PathParams(session): PathParams<String>,
     h: HeaderMap,
     body: Body,
 ) -> Answer {
@@ -1295,7 +1296,7 @@ async fn memory_mark(
 async fn memory_unmark(
     State(s): State<AppState>,
     p: Principal,
-    Path(session): Path<String>,
+    PathParams(session): PathParams<String>,
     h: HeaderMap,
     body: Body,
 ) -> Answer {
@@ -1310,7 +1311,7 @@ async fn memory_unmark(
 async fn memory_export(
     State(s): State<AppState>,
     p: Principal,
-    Path(session): Path<String>,
+    PathParams(session): PathParams<String>,
     uri: Uri,
     h: HeaderMap,
 ) -> Answer {
@@ -1334,7 +1335,7 @@ async fn memory_export(
 async fn memory_import(
     State(s): State<AppState>,
     p: Principal,
-    Path(session): Path<String>,
+    PathParams(session): PathParams<String>,
     h: HeaderMap,
     body: Body,
 ) -> Answer {

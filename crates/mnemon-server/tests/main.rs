@@ -366,6 +366,12 @@ fn asset_routes(api: &Api) {
         StatusCode::NOT_FOUND,
         "asset_not_found",
     );
+    // A segment that is not UTF-8 once decoded: the JSON error shape, as every failure (it was
+    // axum's plain-text 400).
+    for path in ["/v1/assets/%FF", "/v1/memory/sessions/%C3%28/messages"] {
+        let message = expect_error(api.get(path), StatusCode::BAD_REQUEST, "invalid_input");
+        assert!(message.contains("UTF-8"), "{message}");
+    }
 
     // Binary content: base64 in JSON, and raw with its media type.
     let png = [0x89u8, b'P', b'N', b'G', 0, 1, 2, 255];
