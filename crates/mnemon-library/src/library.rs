@@ -419,6 +419,11 @@ impl Library {
         self.bits().map(|b| b.text().map(str::to_owned))
     }
 
+    /// Where the bit with this id is, in file order (the index [`BitRef::index`] gives).
+    pub fn position(&self, id: &BitId) -> Option<usize> {
+        self.store.index.get(id).copied()
+    }
+
     /// The bit with this id, as JSON (with its embedding and access tag).
     pub fn get(&self, id: &BitId) -> Result<Option<Map<String, Value>>> {
         match self.store.index.get(id) {

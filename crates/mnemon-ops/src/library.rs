@@ -2,7 +2,7 @@
 //! (docs/reference/rest.md#libraries). The library is the caller's (a server hands in the
 //! snapshot it currently serves), so these run against whatever library is given.
 
-use mnemon_library::{AccessGrant, CountType, Library, Omit, QueryRequest, wire};
+use mnemon_library::{AccessGrant, BitId, CountType, Library, Omit, QueryRequest, wire};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -88,20 +88,27 @@ impl Service {
         input: LibraryListInput,
     ) -> Result<LibraryListOutput, OpsError> {
         let limit = page::limit(input.limit)?;
+        // A cursor names the last bit handed out (docs/reference/rest.md#pagination), not a
+        // position: after a reload that added or removed bits before it, the next page still
+        // starts after that bit; a cursor whose bit is gone is `invalid_cursor`.
         let start = match input.cursor.as_deref() {
             None => 0,
-            Some(cursor) => page::decode(cursor)?
-                .parse::<usize>()
-                .map_err(|_| OpsError::InvalidCursor)?,
+            Some(cursor) => {
+                let id = BitId::from_hex(&page::decode(cursor)?).ok_or(OpsError::InvalidCursor)?;
+                library
+                    .position(&id)
+                    .ok_or(OpsError::InvalidCursor)?
+                    .saturating_add(1)
+            }
         };
-        let mut bits = Vec::new();
+        let mut bits: Vec<BitBody> = Vec::new();
         let mut next = None;
-        for (index, bit) in library.bits().enumerate().skip(start) {
+        for bit in library.bits().skip(start) {
             if bit.access_tag().is_some() {
                 continue;
             }
             if bits.len() == limit {
-                next = Some(page::encode(&index.to_string()));
+                next = bits.last().map(|last| page::encode(&last.id));
                 break;
             }
             bits.push(BitBody {
@@ -227,6 +234,42 @@ mod tests {
         let path = dir.join("large.json");
         std::fs::write(&path, serde_json::to_vec(&json).unwrap()).unwrap();
         Library::open(&path).unwrap()
+    }
+
+    /// A cursor names the last bit handed out: the next page starts after it even when bits
+    /// before it went away in between (a reload), as rest.md#pagination promises; it used to be
+    /// a position, so a page skipped or repeated bits. A cursor whose bit is gone is refused.
+    #[test]
+    fn bit_pages_follow_the_last_bit_not_a_position() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut bytes = Vec::new();
+        synthetic::write_synthetic(&mut bytes, "m", 10, 4, 3).unwrap();
+        let mut library = Library::from_bytes(&bytes).unwrap();
+        let service = Service::new(crate::Stores::open(dir.path().join("data")).unwrap());
+        let page = |library: &Library, cursor: Option<String>| {
+            service.library_list(
+                library,
+                LibraryListInput {
+                    cursor,
+                    limit: Some(3),
+                },
+            )
+        };
+        let ids: Vec<String> = library.bits().map(|b| b.id().to_string()).collect();
+        let first = page(&library, None).unwrap();
+        let cursor = first.next_cursor.clone().unwrap();
+        // Two bits before the cursor's go away.
+        for id in &ids[..2] {
+            library.remove(&BitId::from_hex(id).unwrap()).unwrap();
+        }
+        let second = page(&library, Some(cursor)).unwrap();
+        let got: Vec<&str> = second.bits.iter().map(|b| b.id.as_str()).collect();
+        assert_eq!(got, [&ids[3], &ids[4], &ids[5]]);
+        // The cursor's own bit gone: refused, never a guess.
+        let cursor = second.next_cursor.unwrap();
+        library.remove(&BitId::from_hex(&ids[5]).unwrap()).unwrap();
+        let refused = page(&library, Some(cursor)).unwrap_err();
+        assert_eq!(refused.code(), "invalid_cursor", "{refused}");
     }
 
     /// An embedder whose every call fails, as a remote one does when its service is down.
