@@ -921,18 +921,15 @@ impl MnemonMcp {
             context,
             ("list_artifacts", Access::Read),
             move |s| {
-                let mut found = s.artifact_query(ArtifactQueryInput {
+                // A listing is for finding records: inline content (which may be large) stays
+                // out, as file content does (the operation leaves it out); load_artifacts
+                // shows it.
+                Ok(s.artifact_query(ArtifactQueryInput {
                     scope: input.scope,
                     filter: input.filter,
                     cursor: input.cursor,
                     limit: input.limit,
-                })?;
-                // A listing is for finding records: inline content (which may be large) stays
-                // out, as file content does; load_artifacts shows it.
-                for listed in &mut found.artifacts {
-                    listed.artifact.data = None;
-                }
-                Ok(found)
+                })?)
             },
             |o: &ArtifactQueryOutput| format!("{}.", plural(o.artifacts.len(), "artifact record")),
         )

@@ -389,10 +389,15 @@ impl Service {
             .stores()
             .artifacts()
             .list(&input.scope, input.artifact_type.as_deref())?;
-        let (artifacts, next_cursor) =
+        let (mut artifacts, next_cursor) =
             page::page(all, input.cursor.as_deref(), limit, false, |a| {
                 a.id.to_string()
             })?;
+        // Content is not listed (inline data as file content): a page of 1,000 records of
+        // large inline data would have no bound but the records' sizes. A get reads it.
+        for artifact in &mut artifacts {
+            artifact.data = None;
+        }
         Ok(ArtifactListOutput {
             artifacts,
             next_cursor,
@@ -413,11 +418,13 @@ impl Service {
             a.id.to_string()
         })?;
         let mut artifacts = Vec::with_capacity(page.len());
-        for artifact in page {
+        for mut artifact in page {
             // Expired or deleted since the listing: left out, never listed as never expiring.
             let Some(expires_at_ms) = store.expires_at(artifact.id)? else {
                 continue;
             };
+            // Content is not listed, as in `artifact_list`.
+            artifact.data = None;
             artifacts.push(ArtifactListed {
                 artifact,
                 expires_at_ms,
