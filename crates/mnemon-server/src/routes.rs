@@ -1486,8 +1486,11 @@ mod tests {
 
     #[test]
     fn etags_match_plain_weak_and_star() {
-        let tag = etag_of(b"{}");
+        let json = HeaderValue::from_static("application/json");
+        let tag = etag_of(&json, b"{}");
         assert!(tag.starts_with('"') && tag.ends_with('"') && tag.len() == 34);
+        // The type is part of the tag.
+        assert_ne!(tag, etag_of(&HeaderValue::from_static("text/plain"), b"{}"));
         let mut headers = HeaderMap::new();
         assert!(!matches_etag(&headers, &tag));
         headers.insert(
