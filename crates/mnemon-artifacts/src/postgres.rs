@@ -61,8 +61,7 @@ use crate::store::{
 };
 use crate::{ArtifactError, ArtifactStore, BackendRegistry};
 
-/// The artifact tables' schema on PostgreSQL: the same table and version numbers as SQLite's up
-/// to 3; version 4 repairs the documents only PostgreSQL keeps.
+/// The artifact tables' schema on PostgreSQL: the same table and version numbers as SQLite's.
 static SCHEMA: Schema = Schema {
     component: "artifact",
     table: "artifact_schema",
@@ -857,7 +856,7 @@ mod tests {
 
     #[test]
     fn the_schema_numbers_its_steps_as_sqlite_does() {
-        assert_eq!(SCHEMA.version(), 3);
+        assert_eq!(SCHEMA.version(), 4);
         assert_eq!(SCHEMA.table, "artifact_schema");
     }
 

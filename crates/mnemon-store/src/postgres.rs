@@ -57,8 +57,7 @@ use crate::error::StoreError;
 use crate::listing::{self, prefix_end};
 use crate::store::{AssetMeta, AssetStore, check_storable};
 
-/// The asset tables' schema on PostgreSQL: the same table and version numbers as SQLite's up to
-/// 3; version 4 repairs the documents only PostgreSQL keeps.
+/// The asset tables' schema on PostgreSQL: the same table and version numbers as SQLite's.
 static SCHEMA: Schema = Schema {
     component: "asset",
     table: "asset_schema",
@@ -731,7 +730,7 @@ mod tests {
 
     #[test]
     fn the_schema_numbers_its_steps_as_sqlite_does() {
-        assert_eq!(SCHEMA.version(), 3);
+        assert_eq!(SCHEMA.version(), 4);
         assert_eq!(SCHEMA.table, "asset_schema");
     }
 

@@ -75,6 +75,12 @@ const MIGRATIONS: &[Migration] = &[
         version: 3,
         sql: SCHEMA_V3,
     },
+    // 4 rebuilds documents PostgreSQL left out (its `SCHEMA_V4`); SQLite filters the stored
+    // meta itself and has none to rebuild. Kept so both number alike.
+    Migration {
+        version: 4,
+        sql: "",
+    },
 ];
 
 /// 2: every asset belongs to a namespace (tenant); existing assets get the default one.
