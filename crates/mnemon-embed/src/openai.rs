@@ -111,7 +111,10 @@ impl OpenAiEmbedderBuilder {
         self
     }
 
-    /// The limit for one whole request, response included (default 60 s).
+    /// The limit for each phase of one attempt (default 60 s): sending the request and waiting
+    /// for the response's head, then reading its body (bounded in size too); a retry starts
+    /// both again, so one `embed` may take up to about `(max_retries + 1) × 2 ×` this, plus the
+    /// backoff.
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
         self
@@ -205,9 +208,11 @@ impl OpenAiEmbedderBuilder {
                 message: format!("cannot build the HTTP client: {e}"),
                 source: Some(Box::new(e)),
             })?;
+        let endpoint = format!("{base}/embeddings");
         Ok(OpenAiEmbedder {
             client,
-            endpoint: format!("{base}/embeddings"),
+            shown: without_credentials(&endpoint),
+            endpoint,
             api_key,
             api_model: self.model,
             model_name,
@@ -256,6 +261,8 @@ fn install_crypto_provider() {
 pub struct OpenAiEmbedder {
     client: Client,
     endpoint: String,
+    /// `endpoint` without a user name or password, for messages, logs and `Debug`.
+    shown: String,
     api_key: Option<String>,
     /// The model as the API names it.
     api_model: String,
@@ -271,7 +278,7 @@ pub struct OpenAiEmbedder {
 impl std::fmt::Debug for OpenAiEmbedder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("OpenAiEmbedder")
-            .field("endpoint", &self.endpoint)
+            .field("endpoint", &self.shown)
             .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
             .field("model", &self.model_name)
             .field("dimension", &self.dimension)
@@ -377,9 +384,10 @@ impl OpenAiEmbedder {
         Ok(builder)
     }
 
-    /// The URL requests are sent to (`<base_url>/embeddings`).
+    /// The URL requests are sent to (`<base_url>/embeddings`), without the user name and
+    /// password a base URL may carry.
     pub fn endpoint(&self) -> &str {
-        &self.endpoint
+        &self.shown
     }
 
     fn error(&self, message: impl Into<String>) -> EmbedError {
@@ -423,9 +431,11 @@ impl OpenAiEmbedder {
             Ok(r) => r,
             Err(e) => {
                 let retry = e.is_timeout() || e.is_connect() || e.is_request();
+                // Without its URL: ours is shown without credentials.
+                let e = e.without_url();
                 let error = EmbedError {
                     model: self.model_name.clone(),
-                    message: format!("request to {} failed: {e}", self.endpoint),
+                    message: format!("request to {} failed: {e}", self.shown),
                     source: Some(Box::new(e)),
                 };
                 return if retry {
@@ -439,7 +449,7 @@ impl OpenAiEmbedder {
         if !status.is_success() {
             let retry_after = retry_after(&response);
             let detail = server_message(response);
-            let mut message = format!("{} returned HTTP {status}: {detail}", self.endpoint);
+            let mut message = format!("{} returned HTTP {status}: {detail}", self.shown);
             if status == StatusCode::UNAUTHORIZED {
                 message.push_str(" (check OPENAI_API_KEY)");
             }
@@ -450,8 +460,20 @@ impl OpenAiEmbedder {
                 Attempt::Fail(error)
             };
         }
-        let bytes = match response.bytes() {
-            Ok(b) => b,
+        // Bounded: a server answering gigabytes must not take the process's memory. A float
+        // takes at most about 25 bytes of JSON; the rest is a little per item.
+        let limit = expected
+            .saturating_mul(self.dimension.saturating_mul(32).saturating_add(1024))
+            .saturating_add(64 * 1024);
+        let bytes = match read_at_most(response, limit) {
+            Ok(Some(b)) => b,
+            Ok(None) => {
+                return Attempt::Fail(self.error(format!(
+                    "the response is larger than {limit} bytes, far more than {expected} \
+                     embeddings of {} floats take; is the base URL an embeddings API?",
+                    self.dimension
+                )));
+            }
             Err(e) => {
                 return Attempt::Retry(
                     self.error(format!("reading the response failed: {e}")),
@@ -508,17 +530,47 @@ impl OpenAiEmbedder {
     }
 }
 
-/// A `Retry-After` header given in seconds.
+/// A `Retry-After` header given in seconds (a value too large for a `Duration` is the longest
+/// one: the caller caps it at its backoff; converting it as it is panicked).
 fn retry_after(response: &Response) -> Option<Duration> {
     let value = response.headers().get(reqwest::header::RETRY_AFTER)?;
     let seconds: f64 = value.to_str().ok()?.trim().parse().ok()?;
-    (seconds.is_finite() && seconds >= 0.0).then(|| Duration::from_secs_f64(seconds))
+    (seconds.is_finite() && seconds >= 0.0)
+        .then(|| Duration::try_from_secs_f64(seconds).unwrap_or(Duration::MAX))
+}
+
+/// The body of `response`, or `None` when it is longer than `limit` bytes (then only
+/// `limit + 1` bytes were read).
+fn read_at_most(response: Response, limit: usize) -> std::io::Result<Option<Vec<u8>>> {
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    let cap = u64::try_from(limit).unwrap_or(u64::MAX).saturating_add(1);
+    response.take(cap).read_to_end(&mut bytes)?;
+    Ok((bytes.len() <= limit).then_some(bytes))
+}
+
+/// `url` without the user name and password it may carry (`https://user:secret@host/…`, which
+/// reqwest sends as basic authentication), so that no message shows them.
+fn without_credentials(url: &str) -> String {
+    match reqwest::Url::parse(url) {
+        Ok(mut parsed) if !parsed.username().is_empty() || parsed.password().is_some() => {
+            // Both only fail for URLs that cannot carry credentials, which this one did.
+            let _ = parsed.set_username("");
+            let _ = parsed.set_password(None);
+            parsed.to_string()
+        }
+        _ => url.to_owned(),
+    }
 }
 
 /// The server's error message: OpenAI's `{"error": {"message": …}}` (or `{"error": "…"}`),
 /// else the start of the body.
 fn server_message(response: Response) -> String {
-    let text = response.text().unwrap_or_default();
+    // An error body is read up to 64 KiB: only its start is shown.
+    let text = match read_at_most(response, 64 * 1024) {
+        Ok(Some(bytes)) => String::from_utf8_lossy(&bytes).into_owned(),
+        _ => String::new(),
+    };
     let parsed: Option<serde_json::Value> = serde_json::from_str(&text).ok();
     let message = parsed.as_ref().and_then(|v| {
         let error = v.get("error")?;

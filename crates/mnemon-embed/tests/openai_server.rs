@@ -293,3 +293,55 @@ fn connection_refused_is_retried_then_reported() {
     assert!(error.contains("request to"), "{error}");
     assert!(error.contains("after 2 attempts"), "{error}");
 }
+
+/// A `Retry-After` too large for a `Duration` panicked the client (`Duration::from_secs_f64`);
+/// it is capped at the backoff like any other wait.
+#[test]
+fn a_huge_retry_after_is_capped_not_a_panic() {
+    let (base, log) = serve(|n, body| match n {
+        0 => (429, vec!["Retry-After: 1e20".into()], "{}".into()),
+        _ => (200, vec![], embeddings(body)),
+    });
+    let embedder = client(&base).build().unwrap();
+    let started = Instant::now();
+    assert_eq!(embedder.embed(&["a"]).unwrap(), vec![vector_of("a")]);
+    assert_eq!(log.lock().unwrap().len(), 2);
+    assert!(started.elapsed() < Duration::from_secs(5));
+}
+
+/// A response far larger than the batch's embeddings can take is refused once that many bytes
+/// are read, not read whole (a server answering gigabytes took the process's memory).
+#[test]
+fn a_response_larger_than_its_embeddings_can_be_is_refused() {
+    let (base, _log) = serve(|_, body| {
+        let mut reply = embeddings(body);
+        reply.push_str(&" ".repeat(4 * 1024 * 1024));
+        (200, vec![], reply)
+    });
+    let embedder = client(&base).max_retries(0).build().unwrap();
+    let error = embedder.embed(&["a"]).unwrap_err().to_string();
+    assert!(error.contains("larger than"), "{error}");
+}
+
+/// A base URL may carry a user name and password (sent as basic authentication); no message
+/// or `Debug` output shows them.
+#[test]
+fn credentials_in_the_base_url_are_never_shown() {
+    let (base, log) = serve(|_, _| (500, vec![], "upstream down".into()));
+    let base = base.replacen("http://", "http://proxy-user:s3cret@", 1);
+    let embedder = client(&base).max_retries(0).build().unwrap();
+    let error = embedder.embed(&["a"]).unwrap_err().to_string();
+    assert!(error.contains("500"), "{error}");
+    assert!(!error.contains("s3cret"), "{error}");
+    assert!(!format!("{embedder:?}").contains("s3cret"));
+    assert!(!embedder.endpoint().contains("s3cret"));
+    // They are still sent, as basic authentication.
+    let seen = log.lock().unwrap();
+    assert!(
+        seen[0]
+            .authorization
+            .as_deref()
+            .is_some_and(|a| a.starts_with("Basic ")),
+        "{seen:?}"
+    );
+}

@@ -321,8 +321,10 @@ impl Failure {
                  (`mnemon mcp --library FILE|DIR`, or `mnemon serve` with its library)"
                 .to_owned(),
             OpsError::NoEmbedder => "searching by text needs an embedder, and none is \
-                 configured; start the server with --embedding-model (for example \
-                 mnemon:hashing-v1-256), or call recall without a query for the latest messages"
+                 configured; start the server with --embedding-model: for search_library the \
+                 library's own model (its file's embedding_model), for memory any model \
+                 (for example mnemon:hashing-v1-256); or call recall without a query for the \
+                 latest messages"
                 .to_owned(),
             // The operation's message names `omit`, which search_library does not take.
             OpsError::ResultTooLarge { max } => format!(

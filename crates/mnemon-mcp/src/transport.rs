@@ -19,6 +19,10 @@ pub struct HttpOptions {
     /// on a server bound to loopback; a server reachable under another name lists it here.
     /// `Some(vec![])` accepts every host (only behind a proxy that checks it).
     pub allowed_hosts: Option<Vec<String>>,
+    /// The largest request body accepted, in bytes. `None` keeps rmcp's default (4 MiB); a
+    /// server with a body limit of its own passes it, so that `/mcp` takes what its other
+    /// routes take.
+    pub max_body_bytes: Option<usize>,
 }
 
 impl HttpOptions {
@@ -28,6 +32,12 @@ impl HttpOptions {
         hosts: impl IntoIterator<Item = impl Into<String>>,
     ) -> Self {
         self.allowed_hosts = Some(hosts.into_iter().map(Into::into).collect());
+        self
+    }
+
+    /// Accepts request bodies of up to `bytes` (rmcp's default is 4 MiB).
+    pub fn with_max_body_bytes(mut self, bytes: usize) -> Self {
+        self.max_body_bytes = Some(bytes);
         self
     }
 }
@@ -46,6 +56,9 @@ pub fn http_service(
         .with_legacy_session_mode(false)
         .with_json_response(true)
         .with_sse_keep_alive(None);
+    if let Some(bytes) = options.max_body_bytes {
+        config = config.with_max_request_body_bytes(bytes);
+    }
     if let Some(hosts) = options.allowed_hosts {
         config = if hosts.is_empty() {
             config.disable_allowed_hosts()

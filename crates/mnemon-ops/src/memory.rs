@@ -913,6 +913,12 @@ impl Service {
         with: &AddWith,
     ) -> Result<MemoryAddOutput, OpsError> {
         let expiry = with.expiry.to_expiry()?;
+        // The input is checked before any text is embedded: a remote embedder's calls cost
+        // money, and an input error must not wait behind (or hide behind) its failure.
+        let scope = check_session(&input.session)?;
+        for mark in &input.marks {
+            mnemon_memory::validate_mark(mark)?;
+        }
         // The model is recorded when every embedding of the add is the embedder's: then a later
         // recall with another model is refused instead of mixing scores.
         let mut model = None;
@@ -928,7 +934,6 @@ impl Service {
                 model = Some(embedder.model().to_owned());
             }
         }
-        let scope = check_session(&input.session)?;
         let memory = self.writer(scope.clone())?;
         let items = input
             .messages
@@ -1334,6 +1339,62 @@ pub(crate) mod tests {
         assert!(cut.token_count < whole.token_count, "{cut:?} {whole:?}");
         // A cut past the budget's messages leaves them all, and their whole count.
         assert_eq!(get("all", Some(10)), whole);
+    }
+
+    /// An embedder that counts its calls (a remote one costs money for each).
+    struct CountingEmbedder(std::sync::atomic::AtomicUsize);
+
+    impl mnemon_types::Embedder for CountingEmbedder {
+        fn model(&self) -> &str {
+            "counting"
+        }
+        fn dimension(&self) -> usize {
+            2
+        }
+        fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, mnemon_types::EmbedError> {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            Ok(texts.iter().map(|_| vec![1.0, 0.0]).collect())
+        }
+    }
+
+    /// An add's session and marks are checked before its texts are embedded: an invalid input
+    /// used to pay for the embedder's calls first (and an embedder failure hid the input error).
+    #[test]
+    fn an_add_is_checked_before_anything_is_embedded() {
+        let dir = tempfile::tempdir().unwrap();
+        let embedder = std::sync::Arc::new(CountingEmbedder(Default::default()));
+        let service =
+            Service::new(crate::Stores::open(dir.path()).unwrap()).with_embedder(embedder.clone());
+        let with = AddWith {
+            embed: true,
+            ..AddWith::default()
+        };
+        let message = || MessageBody(serde_json::json!({"name": "u", "content": "hello"}));
+        for (session, marks) in [("", vec![]), ("s", vec![String::new()])] {
+            let refused = service
+                .memory_add_with(
+                    MemoryAddInput {
+                        session: session.into(),
+                        messages: vec![message()],
+                        marks,
+                    },
+                    &with,
+                )
+                .unwrap_err();
+            assert!(refused.kind() != crate::ErrorKind::Unavailable, "{refused}");
+        }
+        assert_eq!(embedder.0.load(std::sync::atomic::Ordering::SeqCst), 0);
+        service
+            .memory_add_with(
+                MemoryAddInput {
+                    session: "s".into(),
+                    messages: vec![message()],
+                    marks: vec![],
+                },
+                &with,
+            )
+            .unwrap();
+        assert_eq!(embedder.0.load(std::sync::atomic::Ordering::SeqCst), 1);
     }
 
     /// A session's search is bounded as a search across sessions is (`top_k` at most

@@ -349,7 +349,9 @@ fn mcp_router(state: &AppState, allowed_hosts: Option<Vec<String>>) -> Router {
     let handle = state.host.clone();
     let server = MnemonMcp::new(resolver)
         .with_library(move || Some(Box::new(handle.library()) as LibraryGuard));
-    let mut options = HttpOptions::default();
+    // The host's body limit (`--max-body-bytes`), which `mcp_gate` applies first: rmcp's own
+    // 4 MiB refused larger calls the gate had let through (docs/limits.md).
+    let mut options = HttpOptions::default().with_max_body_bytes(state.limits.max_body_bytes());
     if let Some(hosts) = allowed_hosts {
         options = options.with_allowed_hosts(hosts);
     }

@@ -1578,6 +1578,24 @@ fn mcp_calls_are_under_the_body_limit_and_the_request_slots() {
     }));
 }
 
+/// `/mcp` takes the bodies the host's limit allows: rmcp's own 4 MiB default refused larger
+/// calls (413 in its plain-text form) that `--max-body-bytes` let through.
+#[test]
+fn mcp_takes_bodies_up_to_the_hosts_limit() {
+    crypto();
+    let dir = tempfile::tempdir().unwrap();
+    let options = HostOptions {
+        max_body_bytes: 8 * 1024 * 1024,
+        ..HostOptions::default()
+    };
+    let running = start(Stores::open(dir.path()).unwrap(), options);
+    let api = Api::new(&running);
+    let big = json!({"name": "u", "content": "word ".repeat(1024 * 1024)});
+    let (status, body) = mcp_remember(&api, "big", &[big]);
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["result"]["structuredContent"]["added"], 1, "{body}");
+}
+
 #[test]
 fn mcp_answers_are_not_compressed() {
     // A tool result is a few KB at most, and on loopback inflating it cost the TypeScript
