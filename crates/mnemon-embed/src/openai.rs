@@ -208,11 +208,11 @@ impl OpenAiEmbedderBuilder {
                 message: format!("cannot build the HTTP client: {e}"),
                 source: Some(Box::new(e)),
             })?;
-        let endpoint = format!("{base}/embeddings");
+        let request_url = format!("{base}/embeddings");
         Ok(OpenAiEmbedder {
             client,
-            shown: without_credentials(&endpoint),
-            endpoint,
+            endpoint: without_credentials(&request_url),
+            request_url,
             api_key,
             api_model: self.model,
             model_name,
@@ -260,9 +260,10 @@ fn install_crypto_provider() {
 /// ```
 pub struct OpenAiEmbedder {
     client: Client,
+    /// Where requests go, with the user name and password the base URL may carry.
+    request_url: String,
+    /// `request_url` without a user name or password, for messages, logs and `Debug`.
     endpoint: String,
-    /// `endpoint` without a user name or password, for messages, logs and `Debug`.
-    shown: String,
     api_key: Option<String>,
     /// The model as the API names it.
     api_model: String,
@@ -278,7 +279,7 @@ pub struct OpenAiEmbedder {
 impl std::fmt::Debug for OpenAiEmbedder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("OpenAiEmbedder")
-            .field("endpoint", &self.shown)
+            .field("endpoint", &self.endpoint)
             .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
             .field("model", &self.model_name)
             .field("dimension", &self.dimension)
@@ -387,7 +388,7 @@ impl OpenAiEmbedder {
     /// The URL requests are sent to (`<base_url>/embeddings`), without the user name and
     /// password a base URL may carry.
     pub fn endpoint(&self) -> &str {
-        &self.shown
+        &self.endpoint
     }
 
     fn error(&self, message: impl Into<String>) -> EmbedError {
@@ -423,7 +424,7 @@ impl OpenAiEmbedder {
     }
 
     fn attempt(&self, body: &Request<'_>, expected: usize) -> Attempt {
-        let mut request = self.client.post(&self.endpoint).json(body);
+        let mut request = self.client.post(&self.request_url).json(body);
         if let Some(key) = &self.api_key {
             request = request.bearer_auth(key);
         }
@@ -435,7 +436,7 @@ impl OpenAiEmbedder {
                 let e = e.without_url();
                 let error = EmbedError {
                     model: self.model_name.clone(),
-                    message: format!("request to {} failed: {e}", self.shown),
+                    message: format!("request to {} failed: {e}", self.endpoint),
                     source: Some(Box::new(e)),
                 };
                 return if retry {
@@ -449,7 +450,7 @@ impl OpenAiEmbedder {
         if !status.is_success() {
             let retry_after = retry_after(&response);
             let detail = server_message(response);
-            let mut message = format!("{} returned HTTP {status}: {detail}", self.shown);
+            let mut message = format!("{} returned HTTP {status}: {detail}", self.endpoint);
             if status == StatusCode::UNAUTHORIZED {
                 message.push_str(" (check OPENAI_API_KEY)");
             }
