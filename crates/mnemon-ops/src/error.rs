@@ -354,13 +354,6 @@ mod tests {
             (OpsError::HitsTooLarge { max: 1 }, "result_too_large"),
             (OpsError::LoadTooLarge { max: 1 }, "result_too_large"),
             (
-                OpsError::LibraryModelMismatch {
-                    embedder: "a".into(),
-                    library: "b".into(),
-                },
-                "embedding_model_mismatch",
-            ),
-            (
                 OpsError::from(RefsError::RenderTooLarge { limit: 1 }),
                 "result_too_large",
             ),
@@ -381,5 +374,13 @@ mod tests {
         }
         let unwritable = OpsError::Unwritable { detail: "x".into() };
         assert_eq!(unwritable.kind(), ErrorKind::Internal);
+        let mismatch = OpsError::LibraryModelMismatch {
+            embedder: "a".into(),
+            library: "b".into(),
+        };
+        assert_eq!(
+            (mismatch.code(), mismatch.kind()),
+            ("embedding_model_mismatch", ErrorKind::Unprocessable)
+        );
     }
 }
