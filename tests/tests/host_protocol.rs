@@ -1083,6 +1083,38 @@ fn padded_query(len: usize) -> String {
     body
 }
 
+/// A client that declared a large body and trickles it used to reserve the whole declared
+/// length at its first byte, so a few slow clients took the shared budget from every other
+/// body; the buffer now grows with what arrives.
+#[test]
+fn a_trickled_body_holds_what_it_sent_not_what_it_declared() {
+    let server = Server::start(
+        fixture_sources(),
+        HostOptions {
+            max_buffered_body_bytes: 256 * 1024,
+            queue_timeout: Duration::from_millis(300),
+            ..HostOptions::default()
+        },
+    );
+    let mut tricklers = Vec::new();
+    for _ in 0..2 {
+        let mut slow = TcpStream::connect(server.addr).unwrap();
+        write!(
+            slow,
+            "POST / HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 200000\r\n\r\n"
+        )
+        .unwrap();
+        slow.write_all(&padded_query(200_000).as_bytes()[..100])
+            .unwrap();
+        tricklers.push(slow);
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    // Two declared 200,000 bytes, but sent 100 each: a 100,000-byte query still fits.
+    let reply = post(&server, Some("application/json"), padded_query(100_000));
+    assert_eq!(reply.status, 200, "{:?}", reply.json());
+    drop(tricklers);
+}
+
 #[test]
 fn the_body_budget_is_shared_and_refuses_with_503_when_full() {
     let server = Server::start(

@@ -92,9 +92,12 @@ pub(crate) async fn read_args(
 /// Collects the body, failing with 413 as soon as it grows past `max_bytes` (for chunked
 /// bodies, or a `Content-Length` that understates the body). Nothing is allocated before the
 /// first byte arrives, so a client that declares 2 MiB and sends nothing holds nothing; then
-/// the buffer takes the declared length (or doubles, for chunked bodies), and each allocation
-/// is covered by `reservation` first. A body refused part-way (too large, or no room in the
-/// budget) is left to [`linger`].
+/// the buffer grows with what arrives, doubling from [`FIRST_BUFFER`] up to the declared length
+/// (never past it, nor past `max_bytes`), and each allocation is covered by `reservation`
+/// first. So a client trickling a large declared body holds about twice what it sent, not the
+/// whole declared length (which let a few slow clients take the shared budget from every
+/// other body). A body refused part-way (too large, or no room in the budget) is left to
+/// [`linger`].
 pub(crate) async fn read_limited(
     mut body: Body,
     max_bytes: usize,
@@ -114,8 +117,15 @@ pub(crate) async fn read_limited(
                 return Err(ApiError::too_large());
             }
             if len > buf.capacity() {
-                // Doubling keeps the copies few; the budget covers the whole allocation.
-                let capacity = len.max(declared).max(buf.capacity() * 2).min(max_bytes);
+                // Doubling keeps the copies few (five for 2 MiB); the budget covers the whole
+                // allocation. The declared length caps the growth, it is not taken at once.
+                let doubled = buf.capacity().saturating_mul(2).max(FIRST_BUFFER);
+                let cap = if declared > 0 {
+                    declared.max(len)
+                } else {
+                    max_bytes
+                };
+                let capacity = len.max(doubled.min(cap)).min(max_bytes);
                 if let Err(full) = reservation.cover(capacity).await {
                     linger(body, timeout);
                     return Err(full);
@@ -127,6 +137,9 @@ pub(crate) async fn read_limited(
     }
     Ok(buf)
 }
+
+/// The first allocation of a body's buffer (or its declared length, when smaller).
+const FIRST_BUFFER: usize = 64 * 1024;
 
 /// How many bytes of a refused or ignored body are read and thrown away after the answer.
 const LINGER_BYTES: usize = 16 << 20;
