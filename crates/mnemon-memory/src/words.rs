@@ -12,7 +12,11 @@
 //! - a Latin letter carrying one diacritic loses it (`é` → `e`, `İ` → `i`); a letter with two
 //!   keeps both (`ǖ`);
 //! - letters are lower-cased one by one (no final-sigma rule: `ΣΑΣ` → `σασ`), except Cherokee
-//!   and Georgian capitals, which `unicode61` leaves as they are.
+//!   and Georgian capitals, which `unicode61` leaves as they are; `ς`, `ſ` and the Greek symbol
+//!   variants (`ϐ`, `ϑ`, `ϕ`, …) fold as Unicode's case folding has them (`σ`, `s`, `β`, …).
+//!
+//! The tests check these rules against SQLite's own tokenizer (`fts5vocab`), on examples and
+//! on random text of many scripts.
 
 use unicode_general_category::{GeneralCategory, get_general_category};
 
