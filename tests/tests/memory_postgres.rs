@@ -2591,13 +2591,30 @@ fn every_write_path_fills_the_keyword_column() {
     }
 }
 
+/// The ids of the messages a keyword search across every session finds, sorted.
+fn keyword_hits(store: &PostgresMemoryStore, text: &str) -> Vec<String> {
+    use mnemon_memory::{ScopeFilter, SearchMode, SearchRequest};
+    let request = SearchRequest {
+        mode: SearchMode::Keyword { text: text.into() },
+        ..SearchRequest::new(ScopeFilter::all(), RetrievalQuery::Vector(vec![1.0]), 5)
+    };
+    let mut ids: Vec<String> = store
+        .search_with(&request, None)
+        .unwrap()
+        .hits
+        .iter()
+        .map(|h| h.message.id().to_owned())
+        .collect();
+    ids.sort();
+    ids
+}
+
 /// Schema version 14: keyword search reads the same words as SQLite's FTS5 (emails, file names,
 /// decimals split; accents off). Rows written before hold PostgreSQL's own words, where
 /// `alice@example.com` and `café` were one word each: the open after the migration rebuilds
 /// them from their bodies, so `alice` and `cafe` find them, and removes its record.
 #[test]
 fn migration_to_version_14_rebuilds_the_keyword_words() {
-    use mnemon_memory::{ScopeFilter, SearchMode, SearchRequest};
     let server = mnemon_tests::require_postgres!();
     let (url, mut client) = fresh(server, "memory_keyword_v14");
     let store = open(&url, PostgresMemoryOptions::default());
@@ -2633,21 +2650,7 @@ fn migration_to_version_14_rebuilds_the_keyword_words() {
     let (stale, rows) = keyword_column_drift(&mut client);
     assert!(stale.is_empty(), "{stale:?}");
     assert_eq!(rows, 2);
-    let search = |text: &str| {
-        let request = SearchRequest {
-            mode: SearchMode::Keyword { text: text.into() },
-            ..SearchRequest::new(ScopeFilter::all(), RetrievalQuery::Vector(vec![1.0]), 5)
-        };
-        let mut ids: Vec<String> = store
-            .search_with(&request, None)
-            .unwrap()
-            .hits
-            .iter()
-            .map(|h| h.message.id().to_owned())
-            .collect();
-        ids.sort();
-        ids
-    };
+    let search = |text: &str| keyword_hits(&store, text);
     assert_eq!(search("alice"), ["a"]);
     assert_eq!(search("cafe"), ["b"]);
     assert_eq!(search("14"), ["b"]);
@@ -2659,7 +2662,6 @@ fn migration_to_version_14_rebuilds_the_keyword_words() {
 /// `NOT NULL`, and messages written after it are found too.
 #[test]
 fn migration_to_version_11_keeps_the_keyword_column() {
-    use mnemon_memory::{ScopeFilter, SearchMode, SearchRequest};
     let server = mnemon_tests::require_postgres!();
     let (url, mut client) = fresh(server, "memory_keyword_v11");
     let generated = |client: &mut postgres::Client| -> (String, bool) {
@@ -2729,21 +2731,7 @@ fn migration_to_version_11_keeps_the_keyword_column() {
     let (stale, rows) = keyword_column_drift(&mut client);
     assert!(stale.is_empty(), "{stale:?}");
     assert_eq!(rows, 2);
-    let search = |text: &str| {
-        let request = SearchRequest {
-            mode: SearchMode::Keyword { text: text.into() },
-            ..SearchRequest::new(ScopeFilter::all(), RetrievalQuery::Vector(vec![1.0]), 5)
-        };
-        let mut ids: Vec<String> = store
-            .search_with(&request, None)
-            .unwrap()
-            .hits
-            .iter()
-            .map(|h| h.message.id().to_owned())
-            .collect();
-        ids.sort();
-        ids
-    };
+    let search = |text: &str| keyword_hits(&store, text);
     assert_eq!(search("ferry"), ["a", "b"]);
     assert_eq!(search("TIDES"), ["b"]);
 }
