@@ -98,6 +98,7 @@ pub use document::{EXPIRES_KEY as STORED_EXPIRES_KEY, MODEL_KEY as STORED_MODEL_
 pub use document::{ExportFormat, ExportOptions, ExportTarget, Exported, LoadSource, MsgInput};
 pub use error::MemoryError;
 pub use in_memory::InMemoryMemory;
+pub use load::check_messages;
 pub use marks::{MAX_MARK_BYTES, validate_mark};
 pub use memory::{AddOptions, Memory, MemoryQuery, MsgFilter};
 /// The tenant a durable store is opened for (`mnemon-db`'s one type for every store).

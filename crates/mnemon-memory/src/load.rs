@@ -31,6 +31,20 @@ pub(crate) fn convert_inputs(
     Ok(entries)
 }
 
+/// Checks that every value is a message an add would take (docs/reference/memory.md#message-fields),
+/// storing nothing: for a caller that does costly work per message (embedding it through a
+/// remote API) before the add, so that an invalid message is refused first. The add checks
+/// again.
+pub fn check_messages<'a>(
+    messages: impl IntoIterator<Item = &'a Value>,
+) -> Result<(), MemoryError> {
+    let factory = crate::clock::default_factory();
+    for (p, value) in messages.into_iter().enumerate() {
+        value_to_entries(&factory, value.clone(), p, &[])?;
+    }
+    Ok(())
+}
+
 /// Decodes a whole load source.
 pub(crate) fn decode_source(
     factory: &MsgFactory,

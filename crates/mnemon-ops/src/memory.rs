@@ -919,6 +919,9 @@ impl Service {
         for mark in &input.marks {
             mnemon_memory::validate_mark(mark)?;
         }
+        if with.embed && self.embedder().is_some() {
+            mnemon_memory::check_messages(input.messages.iter().map(|m| &m.0))?;
+        }
         // The model is recorded when every embedding of the add is the embedder's: then a later
         // recall with another model is refused instead of mixing scores.
         let mut model = None;
@@ -1370,12 +1373,22 @@ pub(crate) mod tests {
             ..AddWith::default()
         };
         let message = || MessageBody(serde_json::json!({"name": "u", "content": "hello"}));
-        for (session, marks) in [("", vec![]), ("s", vec![String::new()])] {
+        let nameless = || MessageBody(serde_json::json!({"content": "hello"}));
+        for (session, messages, marks) in [
+            ("", vec![message()], vec![]),
+            ("s", vec![message()], vec![String::new()]),
+            ("s", vec![message(), nameless()], vec![]),
+            (
+                "s",
+                vec![message(), MessageBody(serde_json::json!(7))],
+                vec![],
+            ),
+        ] {
             let refused = service
                 .memory_add_with(
                     MemoryAddInput {
                         session: session.into(),
-                        messages: vec![message()],
+                        messages,
                         marks,
                     },
                     &with,
