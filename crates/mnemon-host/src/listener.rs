@@ -109,10 +109,16 @@ impl Conn {
         }
     }
 
-    /// A write went through: the client is taking the response.
+    /// A write went through: the client is taking the response. A response's tail may still be
+    /// going out after its request is done (hyper takes a whole body at once and drops it, and
+    /// with it the request's guard, before writing it), so progress counts as activity: a
+    /// client still taking its answer is not idle.
     fn on_write_progress(&self) {
         let mut phase = self.phase();
         phase.send_stalled_since = None;
+        if phase.busy == 0 {
+            phase.idle_since = Instant::now();
+        }
     }
 
     /// A request's head is complete and the request is being answered.
@@ -123,15 +129,14 @@ impl Conn {
         RequestGuard(Arc::clone(self))
     }
 
-    /// When this connection should be closed if nothing changes: while it is busy, only when a
-    /// response's writes are stalled (a request still being worked on has no deadline here).
+    /// When this connection should be closed if nothing changes: a response whose writes are
+    /// stalled, at the send timeout, whether or not its request is still counted as busy (the
+    /// guard is gone once hyper holds the whole body, which it then writes); otherwise, while
+    /// it is busy, never (a request still being worked on has no deadline here).
     fn deadline(&self, options: &HostOptions) -> Option<Instant> {
         let phase = self.phase();
         if let Some(stalled) = phase.send_stalled_since {
-            let send = stalled + options.send_timeout;
-            if phase.busy > 0 {
-                return Some(send);
-            }
+            return Some(stalled + options.send_timeout);
         }
         if phase.busy > 0 {
             return None;
@@ -613,6 +618,32 @@ mod tests {
         // Still busy: the connection is not idle, so it is never evicted.
         assert_eq!(conn.idle_for(Instant::now()), None);
         drop(guard);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_response_tail_written_after_its_request_is_done_keeps_the_send_deadline() {
+        // hyper takes a whole body and drops it (and the request's guard) before writing it:
+        // the bytes still going out are held to the send timeout, and while they progress the
+        // connection is not idle.
+        let options = HostOptions {
+            send_timeout: Duration::from_secs(30),
+            idle_timeout: Duration::from_secs(60),
+            ..HostOptions::default()
+        };
+        let conn = Arc::new(Conn::new(Instant::now()));
+        drop(conn.begin_request());
+        conn.on_write_blocked();
+        let blocked = Instant::now();
+        assert_eq!(
+            conn.deadline(&options),
+            Some(blocked + Duration::from_secs(30))
+        );
+        tokio::time::advance(Duration::from_secs(50)).await;
+        conn.on_write_progress();
+        assert_eq!(
+            conn.deadline(&options),
+            Some(Instant::now() + Duration::from_secs(60))
+        );
     }
 
     #[tokio::test(start_paused = true)]
