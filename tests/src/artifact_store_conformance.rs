@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use mnemon_artifacts::{
     ArtifactError, ArtifactStore, ArtifactSweep, BackendRegistry, Clock, Expiry, Filter,
-    ManualClock, StorageBackend, WRITE_TO_FILE, WriteToFile,
+    ListedArtifact, ManualClock, PageQuery, StorageBackend, WRITE_TO_FILE, WriteToFile,
 };
 use mnemon_types::artifact::Timestamp;
 use mnemon_types::{Artifact, StorageLocation};
@@ -47,7 +47,8 @@ macro_rules! artifact_store_conformance {
             concurrent_saves_all_land_with_distinct_sequences,
             filters_select_before_the_limit,
             bad_filters_are_refused,
-            forget_removes_a_scope_prefix_with_its_content
+            forget_removes_a_scope_prefix_with_its_content,
+            pages_walk_the_listing_without_content
         );
     };
     (@cases $make:expr; $($check:ident),+ $(,)?) => {
@@ -403,6 +404,30 @@ pub fn tenant_isolation(open: &dyn Fn(&str) -> Box<dyn ArtifactStore>) {
         Some("a-plan")
     );
 
+    // Pages: a handle lists its own namespace's records, and another namespace's record
+    // gives a cursor no place.
+    let listed = page_names(
+        &*a,
+        PageQuery {
+            scope: Some("s"),
+            limit: 10,
+            ..PageQuery::default()
+        },
+    );
+    assert_eq!(
+        listed,
+        Some(vec!["a-plan".to_owned(), "a-notes".to_owned()])
+    );
+    let after_theirs = page_names(
+        &*b,
+        PageQuery {
+            after: Some(only_a.id),
+            limit: 10,
+            ..PageQuery::default()
+        },
+    );
+    assert_eq!(after_theirs, None, "a cursor of another namespace's record");
+
     // A second handle on namespace a is the same tenant.
     let a2 = open("tenant-a");
     assert_eq!(must_list(&*a2, "s", None), ["a-plan", "a-notes"]);
@@ -730,6 +755,17 @@ pub fn expiry(open: &OpenWithClock<'_>) {
         ["old", "forever", "f3"]
     );
     assert_eq!(count(&*store, Some("other"), None), 0);
+    // An expired record not yet swept still holds its place as a page's cursor.
+    let after_expired = PageQuery {
+        scope: Some("s"),
+        after: Some(new.id),
+        limit: 10,
+        ..PageQuery::default()
+    };
+    assert_eq!(
+        page_names(&*store, after_expired),
+        Some(vec!["forever".to_owned(), "f3".to_owned()])
+    );
     let expiring = filter(json!({"lt": {"path": "expires_at", "value": T0 + 100_000}}));
     assert_eq!(
         names(store.list_where(Some("s"), Some(&expiring), None)),
@@ -751,6 +787,11 @@ pub fn expiry(open: &OpenWithClock<'_>) {
     );
     assert!(!files.exists("lone.json") && files.exists("shared.json"));
     assert_eq!(sweep(store.gc(&files.registry)), ArtifactSweep::default());
+    assert_eq!(
+        page_names(&*store, after_expired),
+        None,
+        "a swept record is no cursor"
+    );
     clock.set(T0);
     assert!(
         matches!(store.get(new.id), Ok(None)),
@@ -817,4 +858,154 @@ pub fn tenant_isolation_of_sweeps(open: &OpenInNamespace<'_>) {
     assert!(!files_b.exists("same.json"), "no file of b is left");
     assert!(files_a.exists("same.json"), "a's own file stays");
     assert_eq!(names(a.list_where(Some("p"), None, None)), ["a's"]);
+}
+
+/// The names of one `list_page` page, `None` when its cursor names no record.
+fn page_names(store: &dyn ArtifactStore, query: PageQuery<'_>) -> Option<Vec<String>> {
+    match store.list_page(&query) {
+        Ok(page) => page.map(|page| page.into_iter().map(|l| l.artifact.name).collect()),
+        Err(e) => panic!("list_page({query:?}) failed: {e}"),
+    }
+}
+
+/// Every record `query` selects, walking `list_page` from the start `limit` at a time.
+fn walk_pages(
+    store: &dyn ArtifactStore,
+    query: PageQuery<'_>,
+    limit: usize,
+) -> Vec<ListedArtifact> {
+    let mut out: Vec<ListedArtifact> = Vec::new();
+    loop {
+        let page = match store.list_page(&PageQuery {
+            after: out.last().map(|l| l.artifact.id),
+            limit,
+            ..query
+        }) {
+            Ok(Some(page)) => page,
+            Ok(None) => panic!("the cursor of a record just listed lost its place"),
+            Err(e) => panic!("list_page({query:?}) failed: {e}"),
+        };
+        assert!(
+            page.len() <= limit,
+            "{} records in a page of {limit}",
+            page.len()
+        );
+        let done = page.len() < limit;
+        out.extend(page);
+        if done {
+            return out;
+        }
+    }
+}
+
+/// `list_page` walks exactly what `list` and `list_where` return (one scope or all, by type,
+/// by filter), in save order, a page at a time, each record without its inline content and
+/// with its expiry. A cursor whose record was deleted, or was never stored, is `Ok(None)`; a
+/// bad filter is refused as `list_where` refuses it.
+pub fn pages_walk_the_listing_without_content(store: &dyn ArtifactStore) {
+    let mut saved = Vec::new();
+    for i in 0..23 {
+        let scope = if i % 3 == 0 { "other" } else { "s" };
+        let artifact_type = if i % 2 == 0 { "note" } else { "plan" };
+        let a = Artifact::new(scope, format!("k{i}"), artifact_type, format!("n{i}"))
+            .with_data(json!({"i": i, "text": "x".repeat(100)}));
+        must_save(store, &a);
+        saved.push(a);
+    }
+    let late = filter(json!({"gte": {"path": "data.i", "value": 10}}));
+    let cases: [(PageQuery<'_>, Vec<String>); 4] = [
+        (
+            PageQuery {
+                scope: Some("s"),
+                ..PageQuery::default()
+            },
+            must_list(store, "s", None),
+        ),
+        (
+            PageQuery {
+                scope: Some("s"),
+                artifact_type: Some("note"),
+                ..PageQuery::default()
+            },
+            must_list(store, "s", Some("note")),
+        ),
+        (
+            PageQuery {
+                filter: Some(&late),
+                ..PageQuery::default()
+            },
+            names(store.list_where(None, Some(&late), None)),
+        ),
+        (
+            PageQuery {
+                scope: Some("other"),
+                artifact_type: Some("plan"),
+                filter: Some(&late),
+                ..PageQuery::default()
+            },
+            names(store.list_where(Some("other"), Some(&late), None))
+                .into_iter()
+                .filter(|name| {
+                    saved
+                        .iter()
+                        .any(|a| &a.name == name && a.artifact_type == "plan")
+                })
+                .collect(),
+        ),
+    ];
+    for (query, expected) in &cases {
+        assert!(!expected.is_empty(), "{query:?} selects nothing");
+        for limit in [1, 4, 100] {
+            let walked = walk_pages(store, *query, limit);
+            let walked_names: Vec<String> =
+                walked.iter().map(|l| l.artifact.name.clone()).collect();
+            assert_eq!(&walked_names, expected, "{query:?} by {limit}");
+            for listed in &walked {
+                let Some(original) = saved.iter().find(|a| a.id == listed.artifact.id) else {
+                    panic!("{} was never saved", listed.artifact.id);
+                };
+                let without_data = Artifact {
+                    data: None,
+                    ..original.clone()
+                };
+                assert_eq!(listed.artifact, without_data, "listed without content");
+                assert_eq!(listed.expires_at, None);
+            }
+        }
+    }
+    // A cursor whose record is gone, or never was, has no place.
+    let gone = &saved[4];
+    assert!(matches!(store.delete(gone.id), Ok(true)));
+    for after in [gone.id, Uuid::now_v7()] {
+        let query = PageQuery {
+            scope: Some("s"),
+            after: Some(after),
+            limit: 10,
+            ..PageQuery::default()
+        };
+        assert_eq!(page_names(store, query), None, "after {after}");
+    }
+    // A record of another scope still marks a place in save order.
+    let query = PageQuery {
+        scope: Some("s"),
+        after: Some(saved[18].id),
+        limit: 10,
+        ..PageQuery::default()
+    };
+    assert_eq!(
+        page_names(store, query),
+        Some(vec!["n19".to_owned(), "n20".to_owned(), "n22".to_owned()])
+    );
+    let bad = filter(json!({"eq": {"path": "nope", "value": 1}}));
+    assert!(
+        matches!(
+            store.list_page(&PageQuery {
+                filter: Some(&bad),
+                limit: 10,
+                ..PageQuery::default()
+            }),
+            Err(ArtifactError::Filter(_))
+        ),
+        "a filter on a field the document lacks"
+    );
 }

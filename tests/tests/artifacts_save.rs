@@ -483,6 +483,12 @@ impl ArtifactStore for ContentFirstProbe {
     fn delete(&self, id: Uuid) -> Result<bool, ArtifactError> {
         self.inner.delete(id)
     }
+    fn list_page(
+        &self,
+        query: &mnemon_artifacts::PageQuery<'_>,
+    ) -> Result<Option<Vec<mnemon_artifacts::ListedArtifact>>, ArtifactError> {
+        self.inner.list_page(query)
+    }
     fn save_expiring(
         &self,
         artifact: &Artifact,

@@ -481,7 +481,7 @@ mod postgres {
                 err,
                 ArtifactError::SchemaTooNew {
                     found: 99,
-                    supported: 4
+                    supported: 5
                 }
             ),
             "{err}"
@@ -835,10 +835,14 @@ mod postgres_nul {
     }
 }
 
-/// `scopes` on PostgreSQL costs one index probe per scope, not a read of every record: a
-/// store-wide listing must not grow with the number of records (issue 13, hot paths).
+/// `scopes` on PostgreSQL costs one index probe per scope, not a read of every record, and a
+/// listing page reads its own records: store-wide listings must not grow with the number of
+/// records (issue 13, hot paths).
 mod postgres_scopes_cost {
-    use mnemon_artifacts::{ArtifactStore, PostgresArtifactOptions, PostgresArtifactStore};
+    use mnemon_artifacts::{
+        ArtifactStore, PageQuery, PostgresArtifactOptions, PostgresArtifactStore,
+    };
+    use mnemon_types::Artifact;
 
     /// The rows the scan nodes on `artifact_records` produced, summed over their loops, in
     /// the text of `EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF)`.
@@ -913,6 +917,88 @@ mod postgres_scopes_cost {
             assert!(
                 read <= 20,
                 "run {run}: {read} rows read for 4 scopes of 4,000 records:\n{}",
+                plan.join("\n")
+            );
+        }
+    }
+
+    /// A listing page reads its own records, not those before it: ten records of one scope
+    /// after its 900th, among 4,000 records in four scopes and 2,000 of another namespace.
+    #[test]
+    fn a_page_reads_its_own_records_not_those_before_it() {
+        let server = mnemon_tests::require_postgres!();
+        let url = server.fresh_database("artifact_page_cost").unwrap();
+        let store = PostgresArtifactStore::open(&url, PostgresArtifactOptions::default()).unwrap();
+        let mut admin = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+        admin
+            .batch_execute(
+                "INSERT INTO artifact_records (id, scope, key, artifact_type, name, description,
+                   created_at, namespace)
+                 SELECT 'id-' || i,
+                   convert_to(CASE WHEN i <= 1000 OR i > 3990 THEN 's1'
+                                   ELSE 's' || (i % 3 * 2) END, 'UTF8'),
+                   convert_to('k' || i, 'UTF8'), 't', 'n', '', '2026-01-01T00:00:00.000000Z',
+                   CASE WHEN i <= 4000 THEN 'default' ELSE 'other' END
+                 FROM generate_series(1, 6000) AS i;
+                 ANALYZE artifact_records;",
+            )
+            .unwrap();
+        // The statement a page runs, as the store builds it: caught from the server after a
+        // page through the store, then planned and run here after record 1000, the last of
+        // scope s1 before 2,990 records of other scopes (and ten more of s1).
+        let cursor = Artifact::new("s1", "cursor", "t", "n");
+        store.save(&cursor).unwrap();
+        let page = store
+            .list_page(&PageQuery {
+                scope: Some("s1"),
+                after: Some(cursor.id),
+                limit: 10,
+                ..PageQuery::default()
+            })
+            .unwrap()
+            .unwrap();
+        assert!(page.is_empty(), "nothing was saved after the cursor");
+        let sql: String = admin
+            .query_one(
+                "SELECT query FROM pg_stat_activity
+                 WHERE datname = current_database() AND pid <> pg_backend_pid()
+                   AND query LIKE '%seq >%'",
+                &[],
+            )
+            .unwrap()
+            .get(0);
+        admin
+            .batch_execute(&format!(
+                "PREPARE page_probe(text, int8, text, int8, int8) AS {sql}"
+            ))
+            .unwrap();
+        let after: i64 = admin
+            .query_one("SELECT seq FROM artifact_records WHERE id = 'id-1000'", &[])
+            .unwrap()
+            .get(0);
+        for run in 0..7 {
+            let plan: Vec<String> = admin
+                .query(
+                    &format!(
+                        "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) \
+                         EXECUTE page_probe('default', 1700000000000, 's1', {after}, 11)"
+                    ),
+                    &[],
+                )
+                .unwrap()
+                .iter()
+                .map(|row| row.get(0))
+                .collect();
+            // Rows a scan produced, and those it read and dropped.
+            let dropped: u64 = plan
+                .iter()
+                .filter_map(|line| line.trim().strip_prefix("Rows Removed by Filter: "))
+                .map(|n| n.parse::<u64>().unwrap())
+                .sum();
+            let read = rows_read(&plan) + dropped;
+            assert!(
+                (10..=30).contains(&read),
+                "run {run}: {read} rows read for a page of 11 after 1,000 records:\n{}",
                 plan.join("\n")
             );
         }

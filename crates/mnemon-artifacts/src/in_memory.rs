@@ -1,6 +1,7 @@
 //! An artifact store that lives in memory: for tests and short-lived agents.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::ops::Bound;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -9,7 +10,9 @@ use mnemon_filter::Filter;
 use mnemon_types::{Artifact, StorageLocation};
 use uuid::Uuid;
 
-use crate::store::{ArtifactSweep, check_filter, check_required, document};
+use crate::store::{
+    ArtifactSweep, ListedArtifact, PageQuery, check_filter, check_required, document,
+};
 use crate::{ArtifactError, ArtifactStore, BackendRegistry};
 
 /// An [`ArtifactStore`] kept in memory; everything is lost when it is dropped.
@@ -264,5 +267,42 @@ impl ArtifactStore for InMemoryArtifactStore {
             }
             None => Ok(false),
         }
+    }
+
+    fn list_page(
+        &self,
+        query: &PageQuery<'_>,
+    ) -> Result<Option<Vec<ListedArtifact>>, ArtifactError> {
+        if let Some(filter) = query.filter {
+            check_filter(filter)?;
+        }
+        let now = self.clock.now_millis();
+        let state = self.state();
+        let from = match query.after {
+            None => Bound::Unbounded,
+            Some(after) => match state.by_id.get(&after) {
+                Some(seq) => Bound::Excluded(*seq),
+                None => return Ok(None),
+            },
+        };
+        Ok(Some(
+            state
+                .records
+                .range((from, Bound::Unbounded))
+                .map(|(_, (a, at))| (a, *at))
+                .filter(|(_, at)| is_live(*at, now))
+                .filter(|(a, _)| query.scope.is_none_or(|s| a.scope == s))
+                .filter(|(a, _)| query.artifact_type.is_none_or(|t| a.artifact_type == t))
+                .filter(|(a, at)| query.filter.is_none_or(|f| f.matches(&document(a, *at))))
+                .take(query.limit)
+                .map(|(a, at)| ListedArtifact {
+                    artifact: Artifact {
+                        data: None,
+                        ..a.clone()
+                    },
+                    expires_at: at,
+                })
+                .collect(),
+        ))
     }
 }

@@ -81,7 +81,7 @@ pub use mnemon_filter::{Filter, FilterError};
 pub use postgres::{PostgresArtifactOptions, PostgresArtifactStore};
 pub use save::{SAVE_ARTIFACT_CLASS_PATH, SaveArtifact, SaveArtifactConfig};
 pub use sqlite::{SqliteArtifactOptions, SqliteArtifactStore};
-pub use store::{ArtifactStore, ArtifactSweep, FILTER_FIELDS, document};
+pub use store::{ArtifactStore, ArtifactSweep, FILTER_FIELDS, ListedArtifact, PageQuery, document};
 pub use template::PromptTemplate;
 /// The id type of artifact records, re-exported so callers need not depend on `uuid`.
 pub use uuid::Uuid;

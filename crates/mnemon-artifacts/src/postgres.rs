@@ -57,7 +57,8 @@ use postgres::types::ToSql;
 use uuid::Uuid;
 
 use crate::store::{
-    ArtifactSweep, CONTENT_BATCH, FILTER_FIELDS, check_required, document, prefix_end,
+    ArtifactSweep, CONTENT_BATCH, FILTER_FIELDS, ListedArtifact, Narrow, PageQuery, check_required,
+    document, prefix_end,
 };
 use crate::{ArtifactError, ArtifactStore, BackendRegistry};
 
@@ -83,8 +84,17 @@ static SCHEMA: Schema = Schema {
             version: 4,
             sql: SCHEMA_V4,
         },
+        Migration {
+            version: 5,
+            sql: SCHEMA_V5,
+        },
     ],
 };
+
+/// Version 5, as on SQLite: a scope's records in save order, so a listing page reads only its
+/// own records (`ArtifactStore::list_page`).
+const SCHEMA_V5: &str =
+    "CREATE INDEX artifact_records_by_scope ON artifact_records (namespace, scope, seq);";
 
 const SCHEMA_V1: &str = "
 CREATE TABLE artifact_records (
@@ -219,6 +229,11 @@ const LIST_OF_TYPE: &str = concat!(
     live!(4),
     " ORDER BY seq"
 );
+
+/// The sequence value of a record of the namespace, live or not: where a listing page after
+/// it starts.
+const SEQ_OF: &str =
+    "SELECT seq FROM artifact_records WHERE namespace = $1::text AND id = $2::text";
 
 const EXPIRES_AT: &str = concat!(
     "SELECT expires_at FROM artifact_records WHERE namespace = $1::text AND id = $2::text AND ",
@@ -388,13 +403,14 @@ impl PostgresArtifactStore {
     }
 
     /// `SELECT {what} FROM artifact_records` over the live records of `scope` (all for
-    /// `None`) matching `filter`, in save order, with its parameters.
+    /// `None`) matching `filter` and `narrow`, in save order, with its parameters.
     fn filtered(
         &self,
         what: &str,
         scope: Option<&str>,
         filter: Option<&Filter>,
         limit: Option<usize>,
+        narrow: Narrow<'_>,
     ) -> Result<(String, Vec<SqlParam>), ArtifactError> {
         let mut params = vec![
             SqlParam::Text(self.namespace.as_str().to_owned()),
@@ -411,6 +427,17 @@ impl PostgresArtifactStore {
                 " AND scope = convert_to(${}::text, 'UTF8')",
                 params.len()
             ));
+        }
+        if let Some(artifact_type) = narrow.artifact_type {
+            params.push(SqlParam::Text(artifact_type.to_owned()));
+            sql.push_str(&format!(
+                " AND artifact_type = convert_to(${}::text, 'UTF8')",
+                params.len()
+            ));
+        }
+        if let Some(seq) = narrow.after_seq {
+            params.push(SqlParam::Integer(seq));
+            sql.push_str(&format!(" AND seq > ${}::int8", params.len()));
         }
         if let Some(filter) = filter {
             let condition = filter.to_sql(Dialect::Postgres, &pg_source, &mut params)?;
@@ -709,7 +736,7 @@ impl ArtifactStore for PostgresArtifactStore {
         filter: Option<&Filter>,
         limit: Option<usize>,
     ) -> Result<Vec<Artifact>, ArtifactError> {
-        let (sql, params) = self.filtered(columns!(), scope, filter, limit)?;
+        let (sql, params) = self.filtered(columns!(), scope, filter, limit, Narrow::default())?;
         let params: Vec<_> = params.iter().map(pg_param).collect();
         let mut client = self.pool.get().map_err(db_error)?;
         // The text depends on the filter's shape, so it is prepared per call, not cached.
@@ -725,7 +752,7 @@ impl ArtifactStore for PostgresArtifactStore {
         filter: Option<&Filter>,
     ) -> Result<u64, ArtifactError> {
         const ACTION: &str = "counting artifacts";
-        let (sql, params) = self.filtered("count(*)", scope, filter, None)?;
+        let (sql, params) = self.filtered("count(*)", scope, filter, None, Narrow::default())?;
         let params: Vec<_> = params.iter().map(pg_param).collect();
         let mut client = self.pool.get().map_err(db_error)?;
         let row = client
@@ -848,6 +875,55 @@ impl ArtifactStore for PostgresArtifactStore {
             .map_err(self.failed(ACTION))?;
         Ok(found.is_some_and(|at| is_live(at, self.now())))
     }
+
+    fn list_page(
+        &self,
+        query: &PageQuery<'_>,
+    ) -> Result<Option<Vec<ListedArtifact>>, ArtifactError> {
+        const ACTION: &str = "listing a page of artifacts";
+        let mut client = self.pool.get().map_err(db_error)?;
+        let after_seq = match query.after {
+            None => None,
+            // The cursor's record holds its place while it is stored, live or not.
+            Some(after) => {
+                let row = client
+                    .prepare_cached(SEQ_OF)
+                    .and_then(|statement| {
+                        client
+                            .query_opt(&statement, &[&self.namespace.as_str(), &after.to_string()])
+                    })
+                    .map_err(self.failed(ACTION))?;
+                match row {
+                    Some(row) => Some(row.try_get::<_, i64>(0).map_err(self.failed(ACTION))?),
+                    None => return Ok(None),
+                }
+            }
+        };
+        let (sql, params) = self.filtered(
+            concat!(
+                "id, key, artifact_type, name, description, storage_backend, storage_id, ",
+                "NULL::text, scope, created_at, expires_at"
+            ),
+            query.scope,
+            query.filter,
+            Some(query.limit),
+            Narrow::of_page(query, after_seq),
+        )?;
+        let params: Vec<_> = params.iter().map(pg_param).collect();
+        // The text depends on the filter's shape, so it is prepared per call, as in
+        // `list_where`.
+        let rows = client
+            .query(sql.as_str(), &params)
+            .map_err(self.failed(ACTION))?;
+        let mut page = Vec::with_capacity(rows.len());
+        for row in &rows {
+            page.push(ListedArtifact {
+                artifact: read_row(row)?,
+                expires_at: row.try_get(10).map_err(self.failed(ACTION))?,
+            });
+        }
+        Ok(Some(page))
+    }
 }
 
 #[cfg(test)]
@@ -856,7 +932,7 @@ mod tests {
 
     #[test]
     fn the_schema_numbers_its_steps_as_sqlite_does() {
-        assert_eq!(SCHEMA.version(), 4);
+        assert_eq!(SCHEMA.version(), 5);
         assert_eq!(SCHEMA.table, "artifact_schema");
     }
 

@@ -22,6 +22,8 @@ use crate::{ArtifactError, BackendRegistry, Storage};
 /// - `list` returns a scope's records in save order.
 /// - `scopes` names every scope holding at least one record, each once, in ascending byte
 ///   order; a scope whose records were all deleted is gone from it.
+/// - `list_page` walks what `list` and `list_where` return, a page at a time, after a record
+///   that still holds its place while it is stored (expired but not swept included).
 /// - An expired record (docs/reference/artifacts.md#expiry) is invisible to every read at once
 ///   (`get`, `latest`, `list`, `list_where`, `count_where`, `scopes`): `latest` is then the
 ///   most recent live record of the key. [`gc`](Self::gc) removes expired records and
@@ -121,6 +123,61 @@ pub trait ArtifactStore: Send + Sync {
     /// Removes the record with `id`; `false` if there was none. Content kept by a storage
     /// backend is not touched (another record may point at the same storage id).
     fn delete(&self, id: Uuid) -> Result<bool, ArtifactError>;
+
+    /// One page of the live records `query` selects, in save order, each without its inline
+    /// content and with its expiry: what a listing hands out, read without the records before
+    /// the page or the content of any (docs/reference/artifacts.md#listing-in-pages).
+    /// `Ok(None)` when [`PageQuery::after`] names no record stored in the namespace (deleted or
+    /// swept since it was handed out).
+    fn list_page(
+        &self,
+        query: &PageQuery<'_>,
+    ) -> Result<Option<Vec<ListedArtifact>>, ArtifactError>;
+}
+
+/// What [`ArtifactStore::list_page`] lists: the live records of `scope` (every scope for
+/// `None`) of type `artifact_type` (any for `None`) that `filter` selects (all for `None`),
+/// after the record with id `after` in save order (from the first for `None`), at most `limit`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PageQuery<'a> {
+    /// The scope listed; `None` lists every scope of the namespace.
+    pub scope: Option<&'a str>,
+    /// Only records of this type.
+    pub artifact_type: Option<&'a str>,
+    /// Only records whose document matches ([`list_where`](ArtifactStore::list_where)'s).
+    pub filter: Option<&'a Filter>,
+    /// The last record of the previous page: the page starts after it in save order. It
+    /// need not be live, or match, to hold its place.
+    pub after: Option<Uuid>,
+    /// The most records in the page.
+    pub limit: usize,
+}
+
+/// What narrows a durable store's listing beyond scope and filter: a type, and the sequence
+/// value a page starts after.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Narrow<'a> {
+    pub(crate) artifact_type: Option<&'a str>,
+    pub(crate) after_seq: Option<i64>,
+}
+
+impl<'a> Narrow<'a> {
+    /// A page's: its type, after the cursor's record at sequence value `after_seq`.
+    pub(crate) fn of_page(query: &PageQuery<'a>, after_seq: Option<i64>) -> Narrow<'a> {
+        Narrow {
+            artifact_type: query.artifact_type,
+            after_seq,
+        }
+    }
+}
+
+/// One record of a page ([`ArtifactStore::list_page`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ListedArtifact {
+    /// The record without its inline content (`data` is `None`; a `get` reads it).
+    pub artifact: Artifact,
+    /// When it expires, in milliseconds since the Unix epoch; `None` never.
+    pub expires_at: Option<i64>,
 }
 
 /// Refuses records that lack `key`, `type` or `name`; shared by every implementation.

@@ -5,7 +5,8 @@ use std::sync::Arc;
 
 use mnemon_artifacts::{
     ArtifactError, ArtifactMemory, ArtifactMemoryConfig, ArtifactStore, ArtifactSweep,
-    BackendRegistry, Expiry, Filter, SaveArtifact, SaveArtifactConfig, Uuid,
+    BackendRegistry, Expiry, Filter, ListedArtifact, PageQuery, SaveArtifact, SaveArtifactConfig,
+    Uuid,
 };
 use mnemon_types::Artifact;
 use schemars::JsonSchema;
@@ -191,6 +192,13 @@ impl ArtifactStore for ExpiringSaves {
 
     fn delete(&self, id: Uuid) -> Result<bool, ArtifactError> {
         self.inner.delete(id)
+    }
+
+    fn list_page(
+        &self,
+        query: &PageQuery<'_>,
+    ) -> Result<Option<Vec<ListedArtifact>>, ArtifactError> {
+        self.inner.list_page(query)
     }
 }
 
@@ -384,22 +392,17 @@ impl Service {
 
     /// One page of a scope's records, in save order.
     pub fn artifact_list(&self, input: ArtifactListInput) -> Result<ArtifactListOutput, OpsError> {
-        let limit = page::limit(input.limit)?;
-        let all = self
-            .stores()
-            .artifacts()
-            .list(&input.scope, input.artifact_type.as_deref())?;
-        let (mut artifacts, next_cursor) =
-            page::page(all, input.cursor.as_deref(), limit, false, |a| {
-                a.id.to_string()
-            })?;
-        // Content is not listed (inline data as file content): a page of 1,000 records of
-        // large inline data would have no bound but the records' sizes. A get reads it.
-        for artifact in &mut artifacts {
-            artifact.data = None;
-        }
+        let (listed, next_cursor) = self.artifact_page(
+            PageQuery {
+                scope: Some(&input.scope),
+                artifact_type: input.artifact_type.as_deref(),
+                ..PageQuery::default()
+            },
+            input.cursor.as_deref(),
+            input.limit,
+        )?;
         Ok(ArtifactListOutput {
-            artifacts,
+            artifacts: listed.into_iter().map(|l| l.artifact).collect(),
             next_cursor,
         })
     }
@@ -410,30 +413,64 @@ impl Service {
         &self,
         input: ArtifactQueryInput,
     ) -> Result<ArtifactQueryOutput, OpsError> {
-        let limit = page::limit(input.limit)?;
         let filter = parse_filter(input.filter.as_ref())?;
-        let store = self.stores().artifacts();
-        let all = store.list_where(input.scope.as_deref(), filter.as_ref(), None)?;
-        let (page, next_cursor) = page::page(all, input.cursor.as_deref(), limit, false, |a| {
-            a.id.to_string()
-        })?;
-        let mut artifacts = Vec::with_capacity(page.len());
-        for mut artifact in page {
-            // Expired or deleted since the listing: left out, never listed as never expiring.
-            let Some(expires_at_ms) = store.expires_at(artifact.id)? else {
-                continue;
-            };
-            // Content is not listed, as in `artifact_list`.
-            artifact.data = None;
-            artifacts.push(ArtifactListed {
-                artifact,
-                expires_at_ms,
-            });
-        }
+        let (listed, next_cursor) = self.artifact_page(
+            PageQuery {
+                scope: input.scope.as_deref(),
+                filter: filter.as_ref(),
+                ..PageQuery::default()
+            },
+            input.cursor.as_deref(),
+            input.limit,
+        )?;
         Ok(ArtifactQueryOutput {
-            artifacts,
+            artifacts: listed
+                .into_iter()
+                .map(|l| ArtifactListed {
+                    artifact: l.artifact,
+                    expires_at_ms: l.expires_at,
+                })
+                .collect(),
             next_cursor,
         })
+    }
+
+    /// One page of the records `query` selects after the cursor's record, read by the store
+    /// a page at a time (one record more than the page, to tell whether another follows),
+    /// without content: a page of 1,000 records of large inline data would otherwise have no
+    /// bound but the records' sizes (a get reads it). A cursor whose record is gone (deleted
+    /// or swept) is [`OpsError::InvalidCursor`].
+    fn artifact_page(
+        &self,
+        query: PageQuery<'_>,
+        cursor: Option<&str>,
+        limit: Option<usize>,
+    ) -> Result<(Vec<ListedArtifact>, Option<String>), OpsError> {
+        let limit = page::limit(limit)?;
+        let after = cursor
+            .map(|cursor| {
+                page::decode(cursor)
+                    .and_then(|key| Uuid::parse_str(&key).map_err(|_| OpsError::InvalidCursor))
+            })
+            .transpose()?;
+        let mut listed = self
+            .stores()
+            .artifacts()
+            .list_page(&PageQuery {
+                after,
+                limit: limit.saturating_add(1),
+                ..query
+            })?
+            .ok_or(OpsError::InvalidCursor)?;
+        let next_cursor = if listed.len() > limit {
+            listed.truncate(limit);
+            listed
+                .last()
+                .map(|l| page::encode(&l.artifact.id.to_string()))
+        } else {
+            None
+        };
+        Ok((listed, next_cursor))
     }
 
     /// One page of the scopes that hold artifact records, in ascending byte order: what to
