@@ -5,6 +5,7 @@
 
 pub mod artifact_store_conformance;
 pub mod asset_store_conformance;
+pub mod crash;
 pub mod memory_conformance;
 pub mod postgres;
 

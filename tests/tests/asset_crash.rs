@@ -6,8 +6,8 @@
 //! [`crash_child`] does work.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Command, Stdio};
+use std::io::Write;
+use std::process::Command;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use mnemon_store::{AssetStore, SqliteAssetStore};
@@ -40,6 +40,7 @@ fn crash_child() {
     };
     let start: u64 = std::env::var(CHILD_START).unwrap().parse().unwrap();
     let store = SqliteAssetStore::open(db).unwrap();
+    mnemon_tests::crash::say_ready();
     let mut out = std::io::stdout().lock();
     let mut n = start;
     loop {
@@ -84,27 +85,15 @@ fn acknowledged_puts_survive_sigkill() {
     let started = Instant::now();
     let rounds = 25;
     for round in 0..rounds {
-        let mut child = Command::new(&exe)
-            .arg(crate::harness_name(module_path!(), "crash_child"))
-            .args(["--exact", "--nocapture", "--test-threads=1"])
-            .env(CHILD_DB, &db)
-            .env(CHILD_START, (round * 1_000_000).to_string())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let reader = std::thread::spawn(move || {
-            BufReader::new(stdout)
-                .lines()
-                .map_while(Result::ok)
-                .filter_map(|line| line.strip_prefix("PUT ").map(str::to_owned))
-                .collect::<Vec<_>>()
-        });
-        std::thread::sleep(Duration::from_millis(30 + random() % 400));
-        child.kill().unwrap(); // SIGKILL on Unix
-        child.wait().unwrap();
-        let reported = reader.join().unwrap();
+        let reported = mnemon_tests::crash::kill_after_ready(
+            Command::new(&exe)
+                .arg(crate::harness_name(module_path!(), "crash_child"))
+                .args(["--exact", "--nocapture", "--test-threads=1"])
+                .env(CHILD_DB, &db)
+                .env(CHILD_START, (round * 1_000_000).to_string()),
+            Duration::from_millis(30 + random() % 400),
+            "PUT ",
+        );
 
         let conn = rusqlite::Connection::open(&db).unwrap();
         let check: String = conn
@@ -180,6 +169,7 @@ mod postgres {
         };
         let start: u64 = std::env::var(CHILD_START).unwrap().parse().unwrap();
         let store = open(&url);
+        mnemon_tests::crash::say_ready();
         let mut out = std::io::stdout().lock();
         let mut n = start;
         loop {
@@ -222,27 +212,15 @@ mod postgres {
         let rounds = 10;
         for round in 0..rounds {
             let start = round * 1_000_000;
-            let mut child = Command::new(&exe)
-                .arg(crate::harness_name(module_path!(), "crash_child_postgres"))
-                .args(["--exact", "--nocapture", "--test-threads=1"])
-                .env(CHILD_URL, &url)
-                .env(CHILD_START, start.to_string())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::null())
-                .spawn()
-                .unwrap();
-            let stdout = child.stdout.take().unwrap();
-            let reader = std::thread::spawn(move || {
-                BufReader::new(stdout)
-                    .lines()
-                    .map_while(Result::ok)
-                    .filter_map(|line| line.strip_prefix("PUT ").map(str::to_owned))
-                    .collect::<Vec<_>>()
-            });
-            std::thread::sleep(Duration::from_millis(100 + random() % 400));
-            child.kill().unwrap(); // SIGKILL on Unix
-            child.wait().unwrap();
-            let reported = reader.join().unwrap();
+            let reported = mnemon_tests::crash::kill_after_ready(
+                Command::new(&exe)
+                    .arg(crate::harness_name(module_path!(), "crash_child_postgres"))
+                    .args(["--exact", "--nocapture", "--test-threads=1"])
+                    .env(CHILD_URL, &url)
+                    .env(CHILD_START, start.to_string()),
+                Duration::from_millis(100 + random() % 400),
+                "PUT ",
+            );
 
             let store = open(&url);
             for id in &reported {

@@ -214,11 +214,12 @@ fn a_waiting_checkout_gets_the_connection_returned_meanwhile() {
     };
     let pool = pool(&url, settings);
     let held = pool.get().unwrap();
+    // Taken before the releaser starts: its 200 ms run from here at the earliest.
+    let started = Instant::now();
     let releaser = thread::spawn(move || {
         thread::sleep(Duration::from_millis(200));
         drop(held);
     });
-    let started = Instant::now();
     let mut client = pool.get().unwrap();
     let waited = started.elapsed();
     assert!(waited >= Duration::from_millis(150), "{waited:?}");

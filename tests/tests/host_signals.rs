@@ -1,8 +1,10 @@
 //! `Host::run_until_signal` (what `mnemon serve` runs): SIGHUP reloads the library, SIGTERM
-//! drains and stops. Runs in a process of its own, since it signals itself.
+//! drains and stops. A test binary of its own, since it signals its whole process: a signal
+//! interrupts the blocking socket reads of other tests running beside it (a read with a
+//! timeout is not restarted), which they would take for a closed connection.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use crate::host_support;
+mod host_support;
 
 use std::time::{Duration, Instant};
 

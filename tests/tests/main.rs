@@ -1,7 +1,7 @@
 //! One test binary for the cross-crate, conformance and fixture tests: each module was a
 //! binary of its own, and linking the workspace once instead of sixteen times is most of the
 //! test build (docs/ARCHITECTURE.md, "Tests"). `host_logging` stays apart because it installs
-//! the process-wide tracing subscriber.
+//! the process-wide tracing subscriber, and `host_signals` because it signals its process.
 
 mod artifacts_backends;
 mod artifacts_memory;
@@ -15,7 +15,6 @@ mod db_postgres;
 mod filter_sql;
 mod host_protocol;
 mod host_queries;
-mod host_signals;
 mod host_support;
 mod keys;
 mod library_conformance;

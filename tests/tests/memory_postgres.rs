@@ -4,8 +4,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::HashSet;
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Command, Stdio};
+use std::io::Write;
+use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -304,6 +304,7 @@ fn pg_crash_child() {
     let run: usize = run.parse().unwrap();
     let store = PostgresMemoryStore::open(&url, PostgresMemoryOptions::default()).unwrap();
     let memory = store.memory(Scope::session("crash")).unwrap();
+    mnemon_tests::crash::say_ready();
     let mut out = std::io::stdout().lock();
     for batch in 0.. {
         let items = (0..BATCH)
@@ -331,35 +332,23 @@ fn acknowledged_adds_survive_sigkill_postgres() {
     drop(open(&url, PostgresMemoryOptions::default()));
     let exe = std::env::current_exe().unwrap();
     let mut acknowledged: Vec<String> = Vec::new();
-    // A fixed LCG keeps the kill moments varied but reproducible; each child first spends
-    // most of a second starting (the test binary, the pool, the migration check).
+    // A fixed LCG keeps the kill moments varied but reproducible, counted from the child's
+    // READY (its store open).
     let mut seed: u64 = 0x5eed_4321;
     for run in 0..6 {
         seed = seed
             .wrapping_mul(6_364_136_223_846_793_005)
             .wrapping_add(1_442_695_040_888_963_407);
-        let delay = Duration::from_millis(1500 + (seed >> 33) % 1500);
-        let mut child = Command::new(&exe)
-            .arg(crate::harness_name(module_path!(), "pg_crash_child"))
-            .args(["--exact", "--nocapture", "--test-threads=1"])
-            .env(CHILD_ENV, &url)
-            .env(RUN_ENV, run.to_string())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let reader = std::thread::spawn(move || {
-            BufReader::new(stdout)
-                .lines()
-                .map_while(Result::ok)
-                .filter_map(|l| l.strip_prefix("ACK ").map(str::to_owned))
-                .collect::<Vec<String>>()
-        });
-        std::thread::sleep(delay);
-        child.kill().unwrap(); // SIGKILL on Unix
-        child.wait().unwrap();
-        acknowledged.extend(reader.join().unwrap());
+        let delay = Duration::from_millis(300 + (seed >> 33) % 1500);
+        acknowledged.extend(mnemon_tests::crash::kill_after_ready(
+            Command::new(&exe)
+                .arg(crate::harness_name(module_path!(), "pg_crash_child"))
+                .args(["--exact", "--nocapture", "--test-threads=1"])
+                .env(CHILD_ENV, &url)
+                .env(RUN_ENV, run.to_string()),
+            delay,
+            "ACK ",
+        ));
     }
     assert!(
         !acknowledged.is_empty(),

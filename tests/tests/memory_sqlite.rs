@@ -3,8 +3,8 @@
 //! docs/reference/memory.md#conformance check 11).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Command, Stdio};
+use std::io::Write;
+use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -187,6 +187,7 @@ fn crash_child() {
     let run: usize = run.parse().unwrap();
     let store = SqliteMemoryStore::open(&path, SqliteMemoryOptions::default()).unwrap();
     let memory = store.memory(Scope::session("crash")).unwrap();
+    mnemon_tests::crash::say_ready();
     let mut out = std::io::stdout().lock();
     for batch in 0.. {
         let items = (0..BATCH)
@@ -215,27 +216,15 @@ fn acknowledged_adds_survive_sigkill() {
             .wrapping_mul(6_364_136_223_846_793_005)
             .wrapping_add(1_442_695_040_888_963_407);
         let delay = Duration::from_millis(60 + (seed >> 33) % 400);
-        let mut child = Command::new(&exe)
-            .arg(crate::harness_name(module_path!(), "crash_child"))
-            .args(["--exact", "--nocapture", "--test-threads=1"])
-            .env(CHILD_ENV, &path)
-            .env(RUN_ENV, run.to_string())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let reader = std::thread::spawn(move || {
-            BufReader::new(stdout)
-                .lines()
-                .map_while(Result::ok)
-                .filter_map(|l| l.strip_prefix("ACK ").map(str::to_owned))
-                .collect::<Vec<String>>()
-        });
-        std::thread::sleep(delay);
-        child.kill().unwrap(); // SIGKILL on Unix
-        child.wait().unwrap();
-        acknowledged.extend(reader.join().unwrap());
+        acknowledged.extend(mnemon_tests::crash::kill_after_ready(
+            Command::new(&exe)
+                .arg(crate::harness_name(module_path!(), "crash_child"))
+                .args(["--exact", "--nocapture", "--test-threads=1"])
+                .env(CHILD_ENV, &path)
+                .env(RUN_ENV, run.to_string()),
+            delay,
+            "ACK ",
+        ));
     }
     assert!(
         !acknowledged.is_empty(),

@@ -7,9 +7,11 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use mnemon_ops::{OpenOptions, Stores};
 
-/// Memory adds that completed while one asset put waited, at most: the batch of adds in
-/// progress when the put asked (as many as there are adders), and the few counted between the
-/// count and the ask.
+/// Memory adds that completed while one asset put waited, at most, for nine puts in ten: the
+/// batch of adds in progress when the put asked (as many as there are adders), and the few
+/// counted between the count and the ask. The rest may be longer by a stall of this thread
+/// (a loaded machine, stolen CPU time), which the adders keep using; a put that waited for
+/// the stream would wait long every time.
 const MOST_ADDS_DURING_A_PUT: usize = 8;
 
 /// A steady stream of memory adds from two threads does not starve an asset put on the same
@@ -22,7 +24,7 @@ fn an_asset_put_waits_for_the_batch_of_adds_in_progress_not_for_the_stream() {
     let stores = Stores::open(dir.path()).unwrap_or_else(|e| panic!("{e}"));
     let adds = AtomicUsize::new(0);
     let stop = AtomicBool::new(false);
-    let worst = std::thread::scope(|scope| {
+    let mut during = std::thread::scope(|scope| {
         for adder in 0..2 {
             let (stores, adds, stop) = (&stores, &adds, &stop);
             scope.spawn(move || {
@@ -44,7 +46,7 @@ fn an_asset_put_waits_for_the_batch_of_adds_in_progress_not_for_the_stream() {
         while adds.load(Ordering::SeqCst) < 20 {
             std::thread::yield_now();
         }
-        let mut worst = 0;
+        let mut during = Vec::with_capacity(300);
         for i in 0..300 {
             let asset = mnemon_types::Asset::from_json(
                 serde_json::json!({"asset_id": format!("a{i}"), "content": i}),
@@ -55,14 +57,16 @@ fn an_asset_put_waits_for_the_batch_of_adds_in_progress_not_for_the_stream() {
                 .assets()
                 .put(&asset)
                 .unwrap_or_else(|e| panic!("{e}"));
-            worst = worst.max(adds.load(Ordering::SeqCst) - before);
+            during.push(adds.load(Ordering::SeqCst) - before);
         }
         stop.store(true, Ordering::SeqCst);
-        worst
+        during
     });
+    during.sort_unstable();
+    let p90 = during[during.len() * 9 / 10];
     assert!(
-        worst <= MOST_ADDS_DURING_A_PUT,
-        "{worst} memory adds completed while one asset put waited"
+        p90 <= MOST_ADDS_DURING_A_PUT,
+        "{p90} memory adds completed while one asset put in ten waited (each put: {during:?})"
     );
 }
 

@@ -625,7 +625,7 @@ mod tests {
     #[test]
     fn a_revoke_from_elsewhere_is_seen_within_the_time_to_live() {
         let dir = tempfile::tempdir().unwrap();
-        let ttl = Duration::from_millis(300);
+        let ttl = Duration::from_secs(2);
         let keys = open(
             dir.path(),
             KeyStoreOptions {
@@ -634,6 +634,8 @@ mod tests {
             },
         );
         let created = keys.create(&ns("acme"), Role::Write, "").unwrap();
+        // The cached entry's age counts from before this first authentication.
+        let cached_at = Instant::now();
         keys.authenticate(created.key()).unwrap();
         let conn = rusqlite::Connection::open(dir.path().join("mnemon.sqlite3")).unwrap();
         conn.execute(
@@ -645,14 +647,14 @@ mod tests {
         // Until the time to live passes the cache gives the old answer (the point of the
         // cache); after it, never.
         let first = keys.authenticate(created.key());
-        if revoked_at.elapsed() < ttl / 2 {
+        if cached_at.elapsed() < ttl / 2 {
             assert!(first.is_ok(), "{first:?}");
         }
         loop {
             match keys.authenticate(created.key()) {
                 Err(AuthError::Revoked { .. }) => break,
                 Ok(_) => assert!(
-                    revoked_at.elapsed() <= ttl + Duration::from_millis(100),
+                    revoked_at.elapsed() <= ttl + Duration::from_secs(1),
                     "still accepted {:?} after the revoke",
                     revoked_at.elapsed()
                 ),

@@ -2528,20 +2528,28 @@ mod open_tests {
             )
             .unwrap()
         };
-        let (a, b) = (open("a", quick()), open("b", quick()));
+        // The default busy timeout: a loaded machine must not fail an add here.
+        let (a, b) = (
+            open("a", SqliteMemoryOptions::default()),
+            open("b", SqliteMemoryOptions::default()),
+        );
         assert!(Arc::ptr_eq(&a.file, &b.file));
         let relaxed = SqliteMemoryOptions {
             durability: Durability::Normal,
-            ..quick()
+            ..SqliteMemoryOptions::default()
         };
         assert!(!Arc::ptr_eq(&a.file, &open("c", relaxed).file));
         // One writer each: a thread's adds never share a commit with its own, so apart the
         // two would commit once per add.
         const ADDS: usize = 100;
+        // Both start adding together, so that their adds overlap on any machine.
+        let start = std::sync::Barrier::new(2);
         std::thread::scope(|scope| {
             for store in [&a, &b] {
+                let start = &start;
                 scope.spawn(move || {
                     let memory = store.memory(Scope::session("s")).unwrap();
+                    start.wait();
                     for i in 0..ADDS {
                         let msg = crate::MsgInput::Json(serde_json::json!({
                             "id": format!("m{i}"), "name": "u", "content": "c"}));

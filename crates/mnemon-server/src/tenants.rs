@@ -296,7 +296,7 @@ mod tests {
             *arrived += 1;
             all_here.notify_all();
             let (arrived, waited) = all_here
-                .wait_timeout_while(arrived, std::time::Duration::from_secs(2), |n| {
+                .wait_timeout_while(arrived, std::time::Duration::from_secs(30), |n| {
                     *n < self.expected
                 })
                 .unwrap();

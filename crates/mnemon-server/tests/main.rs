@@ -1339,8 +1339,14 @@ fn the_server_sweeps_expired_records_periodically() {
         ),
         StatusCode::OK,
     );
-    std::thread::sleep(std::time::Duration::from_millis(1_600));
-    // The server's sweep already removed the expired rows: a sweep by hand finds nothing.
+    // The server's sweep removes the expired rows (after 1 s, within a few sweeps): waited
+    // for in the file, where rows are counted expired or not, then a sweep by hand finds
+    // nothing.
+    wait_for_rows(
+        &dir.path().join("mnemon.sqlite3"),
+        "SELECT (SELECT count(*) FROM asset_assets) + (SELECT count(*) FROM memory_messages)",
+        1,
+    );
     let by_hand = Service::new(stores).gc().unwrap();
     assert_eq!((by_hand.assets, by_hand.messages), (0, 0), "{by_hand:?}");
     ok(api.get("/v1/assets/kept"), StatusCode::OK);
@@ -1387,12 +1393,15 @@ fn a_busy_server_answers_503_with_retry_after() {
     let messages: Vec<Value> = (0..2000)
         .map(|i| json!({"name": "u", "content": format!("message {i} with some words to store")}))
         .collect();
+    // All eight are sent together, so they meet at the slot on any machine.
+    let together = std::sync::Barrier::new(8);
     let statuses: Vec<(StatusCode, Option<String>, Value)> = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..8)
             .map(|t| {
-                let api = &api;
+                let (api, together) = (&api, &together);
                 let messages = messages.clone();
                 scope.spawn(move || {
+                    together.wait();
                     let response = api.post(
                         &format!("/v1/memory/sessions/busy{t}/messages"),
                         json!({"messages": messages}),
@@ -1555,12 +1564,16 @@ fn mcp_calls_are_under_the_body_limit_and_the_request_slots() {
     let (status, body) = mcp_remember(&api, "big", &messages(2_000));
     assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{body}");
     // Under it, calls at once contend for the one slot: some wait past the queue timeout.
+    let together = std::sync::Barrier::new(8);
     let statuses: Vec<(StatusCode, Value)> = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..8)
             .map(|t| {
-                let api = &api;
+                let (api, together) = (&api, &together);
                 let messages = messages(800);
-                scope.spawn(move || mcp_remember(api, &format!("busy{t}"), &messages))
+                scope.spawn(move || {
+                    together.wait();
+                    mcp_remember(api, &format!("busy{t}"), &messages)
+                })
             })
             .collect();
         handles.into_iter().map(|h| h.join().unwrap()).collect()
@@ -1730,4 +1743,17 @@ fn crypto() {
     if rustls::crypto::CryptoProvider::get_default().is_none() {
         let _ = rustls::crypto::ring::default_provider().install_default();
     }
+}
+
+/// Waits up to 30 s for `count` (a query counting rows of the SQLite file at `path`) to be
+/// `expected`, then asserts it: for what a server does in the background.
+pub(crate) fn wait_for_rows(path: &std::path::Path, count: &str, expected: i64) {
+    let conn = rusqlite::Connection::open(path).unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let mut found: i64 = conn.query_row(count, [], |r| r.get(0)).unwrap();
+    while found != expected && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        found = conn.query_row(count, [], |r| r.get(0)).unwrap();
+    }
+    assert_eq!(found, expected, "{count}");
 }

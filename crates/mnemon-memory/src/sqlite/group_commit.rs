@@ -515,7 +515,7 @@ mod tests {
         let member = insert(&w, 1);
         let in_line = {
             let w = Arc::clone(&w);
-            std::thread::spawn(move || w.acquire_within(Duration::from_millis(300)).is_none())
+            std::thread::spawn(move || w.acquire_within(Duration::from_secs(10)).is_none())
         };
         while w.waiting.load(Ordering::SeqCst) == 0 {
             std::thread::yield_now();
