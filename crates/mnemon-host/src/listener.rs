@@ -50,16 +50,22 @@ fn busy_response() -> Vec<u8> {
 
 /// Where one connection is in its life, for its timeouts and for eviction.
 struct Phase {
-    /// Requests being answered (a response counts until its body is sent).
+    /// Requests being answered: from the head's arrival until hyper has taken the response's
+    /// whole body (hyper takes a body that is one buffer at once, before writing it).
     busy: usize,
     /// When the head of the next request began: the connection's start for the first request,
     /// else the first byte after the previous response. `None` while idle between requests.
     head_started: Option<Instant>,
-    /// When the last response was sent.
+    /// When the connection last finished sending (its last flush), or began.
     idle_since: Instant,
     /// When a write last found the socket full with no progress since; `None` while writes
     /// go through.
     send_stalled_since: Option<Instant>,
+    /// Bytes were written (or are waiting to be) since hyper last flushed: a response's tail
+    /// may be going out though no request is counted busy any more. Such a connection is not
+    /// idle: it is neither evicted nor held to the idle or header timeouts, only to the send
+    /// timeout.
+    unflushed: bool,
 }
 
 /// One connection's state, shared by its task, its IO and its requests.
@@ -79,6 +85,7 @@ impl Conn {
                 head_started: Some(now),
                 idle_since: now,
                 send_stalled_since: None,
+                unflushed: false,
             }),
             changed: Notify::new(),
             evict: Notify::new(),
@@ -102,6 +109,7 @@ impl Conn {
     /// A write found the socket full: the send clock starts unless it runs already.
     fn on_write_blocked(&self) {
         let mut phase = self.phase();
+        phase.unflushed = true;
         if phase.send_stalled_since.is_none() {
             phase.send_stalled_since = Some(Instant::now());
             drop(phase);
@@ -109,16 +117,36 @@ impl Conn {
         }
     }
 
-    /// A write went through: the client is taking the response. A response's tail may still be
-    /// going out after its request is done (hyper takes a whole body at once and drops it, and
-    /// with it the request's guard, before writing it), so progress counts as activity: a
-    /// client still taking its answer is not idle.
+    /// A write went through: the client is taking the response. Between requests (a tail
+    /// going out) that is activity: the idle clock starts again.
     fn on_write_progress(&self) {
         let mut phase = self.phase();
         phase.send_stalled_since = None;
+        phase.unflushed = true;
         if phase.busy == 0 {
             phase.idle_since = Instant::now();
         }
+    }
+
+    /// hyper flushed: everything it had to send is written. Between requests the idle clock
+    /// starts now, and so does the header clock of a next request whose bytes arrived while
+    /// the previous response was still going out (hyper reads ahead, and parses that head only
+    /// now).
+    fn on_flushed(&self) {
+        let mut phase = self.phase();
+        if !phase.unflushed {
+            return;
+        }
+        phase.unflushed = false;
+        if phase.busy == 0 {
+            let now = Instant::now();
+            phase.idle_since = now;
+            if phase.head_started.is_some() {
+                phase.head_started = Some(now);
+            }
+        }
+        drop(phase);
+        self.changed.notify_one();
     }
 
     /// A request's head is complete and the request is being answered.
@@ -132,7 +160,9 @@ impl Conn {
     /// When this connection should be closed if nothing changes: a response whose writes are
     /// stalled, at the send timeout, whether or not its request is still counted as busy (the
     /// guard is gone once hyper holds the whole body, which it then writes); otherwise, while
-    /// it is busy, never (a request still being worked on has no deadline here).
+    /// it is busy, never (a request still being worked on has no deadline here); while a
+    /// response's tail is going out, the idle timeout after its last progress (a backstop:
+    /// the tail's flush ends that phase).
     fn deadline(&self, options: &HostOptions) -> Option<Instant> {
         let phase = self.phase();
         if let Some(stalled) = phase.send_stalled_since {
@@ -141,20 +171,26 @@ impl Conn {
         if phase.busy > 0 {
             return None;
         }
+        if phase.unflushed {
+            return Some(phase.idle_since + options.idle_timeout);
+        }
         Some(match phase.head_started {
             Some(started) => started + options.header_read_timeout,
             None => phase.idle_since + options.idle_timeout,
         })
     }
 
-    /// How long ago this connection last did anything, if it has no request in flight.
+    /// How long ago this connection last did anything, if it has no request in flight and
+    /// no response going out.
     fn idle_for(&self, now: Instant) -> Option<Duration> {
         let phase = self.phase();
-        (phase.busy == 0).then(|| now - phase.head_started.unwrap_or(phase.idle_since))
+        (phase.busy == 0 && !phase.unflushed)
+            .then(|| now - phase.head_started.unwrap_or(phase.idle_since))
     }
 }
 
-/// Marks a request as answered when dropped, that is once its response body is sent.
+/// Marks a request as answered when dropped: once hyper has taken its response's whole body
+/// (the bytes may still be going out; [`Phase::unflushed`] covers them).
 pub(crate) struct RequestGuard(Arc<Conn>);
 
 impl Drop for RequestGuard {
@@ -237,7 +273,12 @@ impl AsyncWrite for TrackedStream {
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.stream).poll_flush(cx)
+        let polled = Pin::new(&mut self.stream).poll_flush(cx);
+        // hyper flushes the socket once its own buffer is written out.
+        if matches!(polled, Poll::Ready(Ok(()))) {
+            self.conn.on_flushed();
+        }
+        polled
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
@@ -638,12 +679,55 @@ mod tests {
             conn.deadline(&options),
             Some(blocked + Duration::from_secs(30))
         );
+        // Not idle while it goes out: never evicted; progress moves the idle clock.
+        assert_eq!(conn.idle_for(Instant::now()), None);
         tokio::time::advance(Duration::from_secs(50)).await;
         conn.on_write_progress();
+        let progressed = Instant::now();
+        assert_eq!(
+            conn.deadline(&options),
+            Some(progressed + Duration::from_secs(60))
+        );
+        assert_eq!(conn.idle_for(Instant::now()), None);
+        // A next request's first bytes, read ahead while the tail goes out, start no header
+        // clock until the tail is written.
+        tokio::time::advance(Duration::from_secs(30)).await;
+        conn.on_read();
+        assert_eq!(
+            conn.deadline(&options),
+            Some(progressed + Duration::from_secs(60))
+        );
+        tokio::time::advance(Duration::from_secs(20)).await;
+        conn.on_write_progress();
+        conn.on_flushed();
+        assert_eq!(
+            conn.deadline(&options),
+            Some(Instant::now() + options.header_read_timeout)
+        );
+        assert_eq!(conn.idle_for(Instant::now()), Some(Duration::ZERO));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_flushed_connection_is_idle_from_its_flush() {
+        let options = HostOptions {
+            idle_timeout: Duration::from_secs(60),
+            ..HostOptions::default()
+        };
+        let conn = Arc::new(Conn::new(Instant::now()));
+        let guard = conn.begin_request();
+        conn.on_write_progress();
+        drop(guard);
+        tokio::time::advance(Duration::from_secs(45)).await;
+        assert_eq!(conn.idle_for(Instant::now()), None, "the tail is going out");
+        conn.on_flushed();
         assert_eq!(
             conn.deadline(&options),
             Some(Instant::now() + Duration::from_secs(60))
         );
+        // A flush with nothing written moves nothing.
+        tokio::time::advance(Duration::from_secs(5)).await;
+        conn.on_flushed();
+        assert_eq!(conn.idle_for(Instant::now()), Some(Duration::from_secs(5)));
     }
 
     #[tokio::test(start_paused = true)]
