@@ -2,7 +2,7 @@
 
 use std::sync::Once;
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use mnemon_types::{EmbedError, Embedder};
 use reqwest::StatusCode;
@@ -17,6 +17,10 @@ const KNOWN_MODELS: &[(&str, usize)] = &[
     ("text-embedding-3-small", 1536),
     ("text-embedding-3-large", 3072),
 ];
+
+/// The least time left before a batch's deadline for which a retry is made (or the attempt
+/// timeout, when that is shorter).
+const MIN_ATTEMPT: Duration = Duration::from_millis(100);
 
 /// Configures an [`OpenAiEmbedder`]; start from [`OpenAiEmbedder::builder`] or
 /// [`OpenAiEmbedder::from_env`].
@@ -33,6 +37,7 @@ pub struct OpenAiEmbedderBuilder {
     max_retries: u32,
     initial_backoff: Duration,
     max_backoff: Duration,
+    deadline: Duration,
 }
 
 impl std::fmt::Debug for OpenAiEmbedderBuilder {
@@ -61,6 +66,7 @@ impl Default for OpenAiEmbedderBuilder {
             max_retries: 5,
             initial_backoff: Duration::from_millis(500),
             max_backoff: Duration::from_secs(20),
+            deadline: OpenAiEmbedder::DEFAULT_DEADLINE,
         }
     }
 }
@@ -111,12 +117,21 @@ impl OpenAiEmbedderBuilder {
         self
     }
 
-    /// The limit for each phase of one attempt (default 60 s): sending the request and waiting
-    /// for the response's head, then reading its body (bounded in size too); a retry starts
-    /// both again, so one `embed` may take up to about `(max_retries + 1) × 2 ×` this, plus the
-    /// backoff.
+    /// The most one attempt may take, from connecting to the response's last byte (default
+    /// 60 s; the body is bounded in size too). A retry gets its own, within the
+    /// [`deadline`](Self::deadline).
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
+        self
+    }
+
+    /// The most one batch of texts may take, every attempt and the waits between them included
+    /// (default [`OpenAiEmbedder::DEFAULT_DEADLINE`], 2 minutes): once it has passed, the batch
+    /// fails with its last error rather than being retried, so a caller waiting on an embedding
+    /// (a search by text, an add without vectors) waits at most about this per batch, however
+    /// many retries `max_retries` allows.
+    pub fn deadline(mut self, deadline: Duration) -> Self {
+        self.deadline = deadline;
         self
     }
 
@@ -197,6 +212,11 @@ impl OpenAiEmbedderBuilder {
         if self.batch_size == 0 {
             return Err(fail("the batch size must be at least 1".into()));
         }
+        if self.deadline.is_zero() || self.timeout.is_zero() {
+            return Err(fail(
+                "the timeout and the deadline must be longer than zero".into(),
+            ));
+        }
         install_crypto_provider();
         let client = Client::builder()
             .timeout(self.timeout)
@@ -222,6 +242,8 @@ impl OpenAiEmbedderBuilder {
             max_retries: self.max_retries,
             initial_backoff: self.initial_backoff,
             max_backoff: self.max_backoff,
+            timeout: self.timeout,
+            deadline: self.deadline,
         })
     }
 }
@@ -274,6 +296,10 @@ pub struct OpenAiEmbedder {
     max_retries: u32,
     initial_backoff: Duration,
     max_backoff: Duration,
+    /// The most one attempt may take.
+    timeout: Duration,
+    /// The most one batch may take, its attempts and waits included.
+    deadline: Duration,
 }
 
 impl std::fmt::Debug for OpenAiEmbedder {
@@ -334,6 +360,9 @@ impl OpenAiEmbedder {
 
     /// The prefix of the model names recorded in libraries (`openai.com:<model>`).
     pub const MODEL_PREFIX: &str = "openai.com:";
+
+    /// The default [`OpenAiEmbedderBuilder::deadline`]: 2 minutes per batch, retries included.
+    pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(120);
 
     /// The native vector length of a known OpenAI embedding model, named as the API names it
     /// (`text-embedding-3-small`, without the `openai.com:` prefix).
@@ -404,27 +433,48 @@ impl OpenAiEmbedder {
         };
         let mut wait = self.initial_backoff;
         let mut attempt = 0;
+        let until = Instant::now() + self.deadline;
         loop {
-            match self.attempt(&body, texts.len()) {
+            let left = until.saturating_duration_since(Instant::now());
+            match self.attempt(&body, texts.len(), left.min(self.timeout)) {
                 Attempt::Done(vectors) => return Ok(vectors),
                 Attempt::Fail(e) => return Err(e),
-                Attempt::Retry(e, retry_after) => {
+                Attempt::Retry(mut e, retry_after) => {
                     if attempt >= self.max_retries {
-                        let mut e = e;
                         e.message =
                             format!("{} (gave up after {} attempts)", e.message, attempt + 1);
                         return Err(e);
                     }
+                    let pause = retry_after.unwrap_or(wait).min(self.max_backoff);
+                    // A retry is made only with time for it after its pause: one that could
+                    // not start before the deadline, or would have only moments to run, would
+                    // only add load to a server already failing.
+                    let room = MIN_ATTEMPT.min(self.timeout);
+                    if Instant::now() + pause + room > until {
+                        e.message = format!(
+                            "{} (gave up after {} attempts: the batch's deadline of {:?} \
+                             leaves no time for another)",
+                            e.message,
+                            attempt + 1,
+                            self.deadline
+                        );
+                        return Err(e);
+                    }
                     attempt += 1;
-                    thread::sleep(retry_after.unwrap_or(wait).min(self.max_backoff));
+                    thread::sleep(pause);
                     wait = (wait * 2).min(self.max_backoff);
                 }
             }
         }
     }
 
-    fn attempt(&self, body: &Request<'_>, expected: usize) -> Attempt {
-        let mut request = self.client.post(&self.request_url).json(body);
+    /// One request, which may take `limit` from connecting to the response's last byte.
+    fn attempt(&self, body: &Request<'_>, expected: usize, limit: Duration) -> Attempt {
+        let mut request = self
+            .client
+            .post(&self.request_url)
+            .timeout(limit)
+            .json(body);
         if let Some(key) = &self.api_key {
             request = request.bearer_auth(key);
         }

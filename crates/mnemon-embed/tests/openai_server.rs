@@ -235,6 +235,86 @@ fn retries_are_bounded() {
     assert!(started.elapsed() < Duration::from_secs(5));
 }
 
+/// A batch's retries stop at its deadline, however many `max_retries` allows: a caller
+/// waiting on an embedding (a search by text) is not held for minutes of backoff.
+#[test]
+fn retries_stop_at_the_batchs_deadline() {
+    let (base, log) = serve(|_, _| {
+        (
+            503,
+            vec![],
+            json!({"error": {"message": "overloaded"}}).to_string(),
+        )
+    });
+    let embedder = client(&base)
+        .max_retries(1_000)
+        .backoff(Duration::from_millis(100), Duration::from_millis(100))
+        .deadline(Duration::from_millis(700))
+        .build()
+        .unwrap();
+    let started = Instant::now();
+    let error = embedder.embed(&["a"]).unwrap_err().to_string();
+    let took = started.elapsed();
+    assert!(
+        error.contains("503") && error.contains("overloaded"),
+        "{error}"
+    );
+    assert!(
+        error.contains("deadline of 700ms leaves no time"),
+        "{error}"
+    );
+    let attempts = log.lock().unwrap().len();
+    assert!(
+        (1..=7).contains(&attempts),
+        "{attempts} attempts in {took:?}"
+    );
+    assert!(took < Duration::from_secs(10), "{took:?}");
+}
+
+/// A server that never answers holds one attempt for the rest of the batch's deadline at
+/// most, not for the (longer) attempt timeout.
+#[test]
+fn a_silent_server_is_given_up_at_the_deadline() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let base = format!("http://{}/v1", listener.local_addr().unwrap());
+    // Accepts and reads, never answers; the connections stay open until the test ends.
+    let held = Arc::new(Mutex::new(Vec::new()));
+    let keep = Arc::clone(&held);
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(stream) = stream else { return };
+            keep.lock().unwrap().push(stream);
+        }
+    });
+    let embedder = client(&base)
+        .timeout(Duration::from_secs(60))
+        .deadline(Duration::from_millis(800))
+        .build()
+        .unwrap();
+    let started = Instant::now();
+    let error = embedder.embed(&["a"]).unwrap_err().to_string();
+    let took = started.elapsed();
+    assert!(
+        error.contains("deadline of 800ms leaves no time"),
+        "{error}"
+    );
+    assert!(
+        took >= Duration::from_millis(700) && took < Duration::from_secs(20),
+        "{took:?}"
+    );
+}
+
+#[test]
+fn a_zero_deadline_or_timeout_is_refused() {
+    for builder in [
+        client("http://127.0.0.1:9/v1").deadline(Duration::ZERO),
+        client("http://127.0.0.1:9/v1").timeout(Duration::ZERO),
+    ] {
+        let error = builder.build().unwrap_err().to_string();
+        assert!(error.contains("longer than zero"), "{error}");
+    }
+}
+
 #[test]
 fn malformed_responses_are_clear_errors() {
     let cases: Vec<(&str, &str)> = vec![
