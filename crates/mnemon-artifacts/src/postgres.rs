@@ -57,8 +57,8 @@ use postgres::types::ToSql;
 use uuid::Uuid;
 
 use crate::store::{
-    ArtifactSweep, CONTENT_BATCH, FILTER_FIELDS, ListedArtifact, Narrow, PageQuery, check_required,
-    document, prefix_end,
+    ArtifactSweep, CONTENT_BATCH, FILTER_FIELDS, ListedArtifact, Narrow, PageQuery, check_filter,
+    check_required, document, prefix_end,
 };
 use crate::{ArtifactError, ArtifactStore, BackendRegistry};
 
@@ -881,6 +881,10 @@ impl ArtifactStore for PostgresArtifactStore {
         query: &PageQuery<'_>,
     ) -> Result<Option<Vec<ListedArtifact>>, ArtifactError> {
         const ACTION: &str = "listing a page of artifacts";
+        // A bad filter is refused before the cursor is looked up, as on every backend.
+        if let Some(filter) = query.filter {
+            check_filter(filter)?;
+        }
         let mut client = self.pool.get().map_err(db_error)?;
         let after_seq = match query.after {
             None => None,

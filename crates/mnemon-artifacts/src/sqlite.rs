@@ -38,8 +38,8 @@ use rusqlite::{Connection, OptionalExtension, Row, params};
 use uuid::Uuid;
 
 use crate::store::{
-    ArtifactSweep, CONTENT_BATCH, ListedArtifact, Narrow, PageQuery, check_required, prefix_end,
-    sqlite_source,
+    ArtifactSweep, CONTENT_BATCH, ListedArtifact, Narrow, PageQuery, check_filter, check_required,
+    prefix_end, sqlite_source,
 };
 use crate::{ArtifactError, ArtifactStore, BackendRegistry};
 
@@ -89,23 +89,6 @@ CREATE INDEX artifact_records_by_expiry ON artifact_records (namespace, expires_
 CREATE INDEX artifact_records_by_storage ON artifact_records (storage_backend, storage_id)
   WHERE storage_backend IS NOT NULL;
 ";
-
-/// The schema as files written before expiry have it: what a reader opens such a file with.
-static SCHEMA_BEFORE_EXPIRY: Schema = Schema {
-    component: "artifact",
-    table: "artifact_schema",
-    key_column: "singleton",
-    migrations: &[V1, V2],
-};
-
-/// The schema as files written before namespaces have it: what a reader, which cannot migrate,
-/// opens such a file with (see [`SqliteArtifactStore::open_read_only`]).
-static SCHEMA_BEFORE_NAMESPACES: Schema = Schema {
-    component: "artifact",
-    table: "artifact_schema",
-    key_column: "singleton",
-    migrations: &[V1],
-};
 
 /// Version 1 is written with `IF NOT EXISTS` because files from before `mnemon-db` may have its
 /// tables without a version row.
@@ -268,7 +251,12 @@ impl SqliteArtifactStore {
                 })
             })
             .map_err(db_error)?;
-        Ok(Self::with(connections, &settings, options, &SCHEMA))
+        Ok(Self::with(
+            connections,
+            &settings,
+            options,
+            SCHEMA.version(),
+        ))
     }
 
     /// Opens the database at `path` for reading only: no write lock is taken, nothing is
@@ -288,22 +276,16 @@ impl SqliteArtifactStore {
     ) -> Result<Self, ArtifactError> {
         let settings = options.settings();
         let path = path.as_ref();
-        let schema = match sqlite::open_read_only(path, &settings, &SCHEMA) {
-            Ok(read) => {
-                let own = Connections::one(read.conn);
-                return Ok(Self::with(own, &settings, options, &SCHEMA));
-            }
-            Err(DbError::NeedsUpgrade { found: 1, .. }) => &SCHEMA_BEFORE_NAMESPACES,
-            // A file from before expiry likewise: nothing in it expires.
-            Err(DbError::NeedsUpgrade { found: 2, .. }) => &SCHEMA_BEFORE_EXPIRY,
-            Err(e) => return Err(db_error(e)),
-        };
-        let read = sqlite::open_read_only(path, &settings, schema).map_err(db_error)?;
+        // A file of an older version cannot be migrated without writing: it is read as it is,
+        // with what its version has (before namespaces, all of it the default namespace's;
+        // before expiry, nothing expires).
+        let (read, found) =
+            sqlite::open_read_only_any_version(path, &settings, &SCHEMA).map_err(db_error)?;
         Ok(Self::with(
             Connections::one(read.conn),
             &settings,
             options,
-            schema,
+            found,
         ))
     }
 
@@ -315,7 +297,7 @@ impl SqliteArtifactStore {
             Connections::one(conn),
             &settings,
             SqliteArtifactOptions::default(),
-            &SCHEMA,
+            SCHEMA.version(),
         ))
     }
 
@@ -328,7 +310,7 @@ impl SqliteArtifactStore {
             Connections::one(conn),
             &settings,
             options,
-            &SCHEMA,
+            SCHEMA.version(),
         ))
     }
 
@@ -337,14 +319,15 @@ impl SqliteArtifactStore {
         connections: Arc<Connections>,
         settings: &Settings,
         options: SqliteArtifactOptions,
-        schema: &'static Schema,
+        version: i64,
     ) -> Self {
         SqliteArtifactStore {
             connections,
             busy_timeout: settings.busy_timeout,
             namespace: options.namespace,
-            before_namespaces: std::ptr::eq(schema, &SCHEMA_BEFORE_NAMESPACES),
-            has_expiry: std::ptr::eq(schema, &SCHEMA),
+            // Version 2 brought namespaces, version 3 expiry.
+            before_namespaces: version < 2,
+            has_expiry: version >= 3,
             default_ttl: options.default_ttl,
             clock: options.clock,
         }
@@ -1003,6 +986,10 @@ impl ArtifactStore for SqliteArtifactStore {
         query: &PageQuery<'_>,
     ) -> Result<Option<Vec<ListedArtifact>>, ArtifactError> {
         const ACTION: &str = "listing a page of artifacts";
+        // A bad filter is refused before the cursor is looked up, as on every backend.
+        if let Some(filter) = query.filter {
+            check_filter(filter)?;
+        }
         let conn = self.reader()?;
         let after_seq =
             match query.after {
@@ -1321,6 +1308,43 @@ mod tests {
         SqliteArtifactOptions {
             namespace: name.parse().unwrap(),
             ..SqliteArtifactOptions::default()
+        }
+    }
+
+    /// A file of every earlier version opens read-only, as it is (a reader cannot migrate):
+    /// the previous release's files stay readable by `mnemon artifact list` and the other
+    /// read-only paths until a writer migrates them.
+    #[test]
+    fn files_of_earlier_versions_open_read_only() {
+        for version in 3..SCHEMA.version() {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("db.sqlite3");
+            let saved = Artifact::new("s", "k", "t", "kept").with_data(serde_json::json!(1));
+            {
+                let store = SqliteArtifactStore::open(&path).unwrap();
+                store.save(&saved).unwrap();
+            }
+            let conn = Connection::open(&path).unwrap();
+            // Back to `version`: what the later steps added is gone, as in such a file.
+            if version < 5 {
+                conn.execute_batch("DROP INDEX artifact_records_by_scope")
+                    .unwrap();
+            }
+            conn.execute("UPDATE artifact_schema SET version = ?1", [version])
+                .unwrap();
+            drop(conn);
+            let reader = SqliteArtifactStore::open_read_only(&path)
+                .unwrap_or_else(|e| panic!("version {version}: {e}"));
+            assert_eq!(reader.get(saved.id).unwrap().as_ref(), Some(&saved));
+            let page = reader
+                .list_page(&PageQuery {
+                    scope: Some("s"),
+                    limit: 10,
+                    ..PageQuery::default()
+                })
+                .unwrap()
+                .unwrap();
+            assert_eq!(page.len(), 1, "version {version}");
         }
     }
 

@@ -39,6 +39,19 @@ impl Schema {
         self.migrations.last().map_or(0, |m| m.version)
     }
 
+    /// The schema as it was at `version`: its first `version` steps. `None` for a version it
+    /// never had (below 1, or above [`version`](Self::version)).
+    pub fn up_to(&self, version: i64) -> Option<Schema> {
+        let steps = usize::try_from(version)
+            .ok()
+            .filter(|&n| n >= 1)
+            .and_then(|n| self.migrations.get(..n))?;
+        Some(Schema {
+            migrations: steps,
+            ..*self
+        })
+    }
+
     /// Refuses names that are not plain identifiers and steps that are not numbered 1, 2, 3, ...
     /// The names are put into SQL text, so this check is what keeps that safe. Only the backends
     /// use it: without either (the library crates need only `atomic_file`), it goes unused.
@@ -79,6 +92,35 @@ impl Schema {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn up_to_keeps_the_first_steps() {
+        const STEPS: &[Migration] = &[
+            Migration {
+                version: 1,
+                sql: "a",
+            },
+            Migration {
+                version: 2,
+                sql: "b",
+            },
+            Migration {
+                version: 3,
+                sql: "c",
+            },
+        ];
+        let schema = Schema {
+            component: "test",
+            table: "test_schema",
+            key_column: "singleton",
+            migrations: STEPS,
+        };
+        assert_eq!(schema.up_to(2).map(|s| s.version()), Some(2));
+        assert_eq!(schema.up_to(3), Some(schema));
+        for never in [0, -1, 4] {
+            assert_eq!(schema.up_to(never), None, "{never}");
+        }
+    }
 
     const STEP: Migration = Migration {
         version: 1,

@@ -237,6 +237,35 @@ pub fn open_read_only(
     }
 }
 
+/// As [`open_read_only`], reading tables of an older version as they are, since a reader
+/// cannot migrate them: returns the connection and the version found, whose tables and columns
+/// are those of [`Schema::up_to`] that version (the caller reads what they have). A missing
+/// file, or one without the component's tables, reads as the current version.
+pub fn open_read_only_any_version(
+    path: &Path,
+    settings: &Settings,
+    schema: &Schema,
+) -> Result<(ReadOnly, i64), DbError> {
+    match open_read_only(path, settings, schema) {
+        Ok(read) => Ok((read, schema.version())),
+        Err(DbError::NeedsUpgrade {
+            component,
+            path: file,
+            found,
+            supported,
+        }) => match schema.up_to(found) {
+            Some(older) => Ok((open_read_only(path, settings, &older)?, found)),
+            None => Err(DbError::NeedsUpgrade {
+                component,
+                path: file,
+                found,
+                supported,
+            }),
+        },
+        Err(e) => Err(e),
+    }
+}
+
 /// Brings `schema` to its current version. Takes the write lock only when a step is pending.
 pub fn migrate(
     conn: &mut Connection,

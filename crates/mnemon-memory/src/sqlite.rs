@@ -485,26 +485,8 @@ impl SqliteMemoryStore {
         // A file from an older version cannot be migrated without writing: it is read as it
         // is, with what its version has (before namespaces, all of it in the default
         // namespace).
-        let (read, found) = match sqlite::open_read_only(&path, &settings, &SCHEMA) {
-            Ok(read) => (read, SCHEMA.version()),
-            Err(DbError::NeedsUpgrade { found, .. }) if found >= 1 => {
-                let steps = usize::try_from(found)
-                    .ok()
-                    .and_then(|n| SCHEMA.migrations.get(..n))
-                    .ok_or_else(|| MemoryError::Storage {
-                        detail: format!("unknown memory schema version {found}"),
-                    })?;
-                let older = Schema {
-                    migrations: steps,
-                    ..SCHEMA
-                };
-                (
-                    sqlite::open_read_only(&path, &settings, &older).map_err(db_error)?,
-                    found,
-                )
-            }
-            Err(other) => return Err(db_error(other)),
-        };
+        let (read, found) =
+            sqlite::open_read_only_any_version(&path, &settings, &SCHEMA).map_err(db_error)?;
         let (before_namespaces, before_activity) = (found < 2, found < 3);
         // The message columns later versions added, read as NULL through a temporary view.
         let mut missing = Vec::new();

@@ -160,23 +160,6 @@ static SCHEMA: Schema = Schema {
     migrations: MIGRATIONS,
 };
 
-/// The schema as files written before namespaces have it: what a reader, which cannot migrate,
-/// opens such a file with (see [`SqliteAssetStore::open_read_only`]).
-static SCHEMA_BEFORE_NAMESPACES: Schema = Schema {
-    component: "asset",
-    table: "asset_schema",
-    key_column: "singleton",
-    migrations: &[V1],
-};
-
-/// The schema as files written before expiry have it: what a reader opens such a file with.
-static SCHEMA_BEFORE_EXPIRY: Schema = Schema {
-    component: "asset",
-    table: "asset_schema",
-    key_column: "singleton",
-    migrations: &[V1, V2],
-};
-
 /// Options for [`SqliteAssetStore::open_with`].
 #[derive(Debug, Clone)]
 pub struct SqliteAssetOptions {
@@ -298,24 +281,15 @@ impl SqliteAssetStore {
     ) -> Result<Self, StoreError> {
         let path = path.as_ref().to_path_buf();
         let settings = options.settings();
-        // A file from before namespaces cannot be migrated without writing: it is read as it
-        // is, all of it the default namespace's.
-        let open = |schema: &Schema| sqlite::open_read_only(&path, &settings, schema);
-        // A file from before expiry likewise: nothing in it expires.
-        let (writer, schema) = match open(&SCHEMA) {
-            Ok(read) => (read, &SCHEMA),
-            Err(DbError::NeedsUpgrade { found: 1, .. }) => (
-                open(&SCHEMA_BEFORE_NAMESPACES).map_err(db_error)?,
-                &SCHEMA_BEFORE_NAMESPACES,
-            ),
-            Err(DbError::NeedsUpgrade { found: 2, .. }) => (
-                open(&SCHEMA_BEFORE_EXPIRY).map_err(db_error)?,
-                &SCHEMA_BEFORE_EXPIRY,
-            ),
-            Err(e) => return Err(db_error(e)),
-        };
-        let before_namespaces = std::ptr::eq(schema, &SCHEMA_BEFORE_NAMESPACES);
-        let reader = open(schema).map_err(db_error)?;
+        // A file of an older version cannot be migrated without writing: it is read as it is,
+        // with what its version has (before namespaces, all of it the default namespace's;
+        // before expiry, nothing expires).
+        let (writer, found) =
+            sqlite::open_read_only_any_version(&path, &settings, &SCHEMA).map_err(db_error)?;
+        let schema = SCHEMA.up_to(found).unwrap_or(SCHEMA);
+        // Version 2 brought namespaces, version 3 the times and expiry.
+        let (before_namespaces, has_times) = (found < 2, found >= 3);
+        let reader = sqlite::open_read_only(&path, &settings, &schema).map_err(db_error)?;
         // The store's own: its connections may carry views over an older file.
         let connections = Arc::new(Connections {
             writer: WriteConnection::new(writer.conn, &path, &settings),
@@ -327,7 +301,7 @@ impl SqliteAssetStore {
             codecs: options.codecs,
             namespace: options.namespace,
             before_namespaces,
-            has_times: std::ptr::eq(schema, &SCHEMA),
+            has_times,
             default_ttl: options.default_ttl,
             clock: options.clock,
         })
@@ -1072,6 +1046,31 @@ mod tests {
         SqliteAssetOptions {
             namespace: name.parse().unwrap(),
             ..quick()
+        }
+    }
+
+    /// A file of every earlier version with times opens read-only, as it is: the previous
+    /// release's files (version 3) stay readable by `mnemon asset list`, `get` and the other
+    /// read-only paths until a writer migrates them.
+    #[test]
+    fn files_of_earlier_versions_open_read_only() {
+        for version in 3..SCHEMA.version() {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("db.sqlite3");
+            let asset =
+                Asset::from_json(serde_json::json!({"asset_id": "kept", "content": 1})).unwrap();
+            SqliteAssetStore::open_with(&path, quick())
+                .unwrap()
+                .put(&asset)
+                .unwrap();
+            let conn = rusqlite::Connection::open(&path).unwrap();
+            conn.execute("UPDATE asset_schema SET version = ?1", [version])
+                .unwrap();
+            drop(conn);
+            let reader = SqliteAssetStore::open_read_only(&path, quick())
+                .unwrap_or_else(|e| panic!("version {version}: {e}"));
+            assert_eq!(reader.list_ids(None).unwrap(), ["kept"]);
+            assert!(reader.get("kept").unwrap().is_some());
         }
     }
 
