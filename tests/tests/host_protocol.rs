@@ -714,15 +714,30 @@ fn shutdown_drains_a_request_in_flight() {
     stream
         .set_read_timeout(Some(Duration::from_secs(10)))
         .unwrap();
+    // `Expect: 100-continue`: the server's `100 Continue` says it is reading the body, so the
+    // request is in flight on any machine before the stop is asked.
     write!(
         stream,
-        "POST / HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n\r\n{first}",
+        "POST / HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\nExpect: 100-continue\r\n\r\n",
         body.len()
     )
     .unwrap();
     stream.flush().unwrap();
-    // Let the server start reading, then ask it to stop while the body is half sent.
-    std::thread::sleep(Duration::from_millis(200));
+    let mut interim = Vec::new();
+    let mut byte = [0u8; 1];
+    while !interim.ends_with(b"\r\n\r\n") {
+        assert_eq!(
+            stream.read(&mut byte).unwrap(),
+            1,
+            "closed before 100 Continue"
+        );
+        interim.push(byte[0]);
+    }
+    let interim = String::from_utf8_lossy(&interim);
+    assert!(interim.starts_with("HTTP/1.1 100"), "{interim}");
+    stream.write_all(first.as_bytes()).unwrap();
+    stream.flush().unwrap();
+    // Ask the server to stop while the body is half sent.
     let addr = server.addr;
     let stopper = std::thread::spawn(move || server.stop());
     std::thread::sleep(Duration::from_millis(200));
@@ -1142,11 +1157,18 @@ fn the_body_budget_is_shared_and_refuses_with_503_when_full() {
     holder
         .write_all(&padded_query(100_000).as_bytes()[..60_000])
         .unwrap();
-    std::thread::sleep(Duration::from_millis(300));
-    // 150,000 more bytes do not fit in the 192 KiB budget: 503 after the queue timeout.
+    // 150,000 more bytes do not fit in the 192 KiB budget: 503 after the queue timeout, once
+    // the server holds what the holder sent (asked again until then, on a loaded machine).
     let big = padded_query(150_000);
-    let started = Instant::now();
-    let refused = post(&server, Some("application/json"), big.clone());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let (refused, started) = loop {
+        let started = Instant::now();
+        let answer = post(&server, Some("application/json"), big.clone());
+        if answer.status != 200 || Instant::now() > deadline {
+            break (answer, started);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
     assert_eq!(refused.status, 503, "{:?}", refused.json());
     assert_eq!(refused.header("retry-after"), "1");
     assert!(
@@ -1160,10 +1182,20 @@ fn the_body_budget_is_shared_and_refuses_with_503_when_full() {
         post(&server, Some("application/json"), padded_query(20_000)).status,
         200
     );
-    // Once the holder is gone, its bytes are free again.
+    // Once the holder is gone, its bytes are free again (as soon as the server sees it go).
     drop(holder);
-    std::thread::sleep(Duration::from_millis(200));
-    assert_eq!(post(&server, Some("application/json"), big).status, 200);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let status = post(&server, Some("application/json"), big.clone()).status;
+        if status == 200 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "still {status} after the holder left"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 #[test]

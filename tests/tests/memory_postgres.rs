@@ -2923,10 +2923,18 @@ fn appends_racing_session_deletes_leave_no_orphans() {
             });
         }
         s.spawn(|| {
-            for _ in 0..40 {
+            // Forty tries, and on until one found a thread (writers slow to start on a loaded
+            // machine would otherwise leave every try before the first append).
+            let deadline = std::time::Instant::now() + Duration::from_secs(30);
+            let mut tries = 0;
+            while tries < 40
+                || (deleted.load(std::sync::atomic::Ordering::Relaxed) == 0
+                    && std::time::Instant::now() < deadline)
+            {
                 if deleter.drop_thread(&Scope::session("raced")).unwrap() {
                     deleted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 }
+                tries += 1;
                 std::thread::sleep(Duration::from_millis(2));
             }
         });
