@@ -63,9 +63,20 @@ impl HostCheck {
             return false;
         };
         let host = bare_host(authority.host());
+        // An address rather than a name cannot be rebound (DNS rebinding needs a name), so
+        // the server's own addresses pass: any loopback address on loopback (127.0.0.2 and an
+        // IPv4-mapped ::ffff:127.0.0.1 as well), and on another address any but the
+        // unspecified one (a health check or a scraper naming the pod's address).
+        let address = host
+            .parse::<std::net::IpAddr>()
+            .ok()
+            .map(|ip| ip.to_canonical());
         match self {
             HostCheck::Any => true,
-            HostCheck::Loopback => mnemon_host::is_loopback_name(host),
+            HostCheck::Loopback => {
+                mnemon_host::is_loopback_name(host) || address.is_some_and(|ip| ip.is_loopback())
+            }
+            HostCheck::Only(_) if address.is_some_and(|ip| !ip.is_unspecified()) => true,
             HostCheck::Only(names) => names.iter().any(|name| {
                 let Ok(allowed) = Authority::try_from(name.trim()) else {
                     return false;
@@ -162,7 +173,16 @@ mod tests {
         ] {
             assert!(accepts(&check, host), "{host}");
         }
-        for host in ["evil.example:8080", "127.0.0.1.nip.io:8080", "0.0.0.0:8080"] {
+        // Any loopback address, as the server may be bound to one.
+        for host in ["127.0.0.2:8080", "[::ffff:127.0.0.1]:8080"] {
+            assert!(accepts(&check, host), "{host}");
+        }
+        for host in [
+            "evil.example:8080",
+            "127.0.0.1.nip.io:8080",
+            "0.0.0.0:8080",
+            "10.0.0.5:8080",
+        ] {
             assert!(!accepts(&check, host), "{host}");
         }
         // No Host at all (nor an authority in the URI): no browser's, so not refused; a Host
@@ -186,6 +206,11 @@ mod tests {
         assert!(accepts(&check, "api.example:8443"));
         assert!(!accepts(&check, "api.example:8080"));
         assert!(!accepts(&check, "localhost:8080"));
+        // An address is no name to rebind: a probe or scraper naming the pod's address
+        // passes, the unspecified address does not.
+        assert!(accepts(&check, "10.1.2.3:8080"));
+        assert!(accepts(&check, "[fd00::5]:8080"));
+        assert!(!accepts(&check, "0.0.0.0:8080"));
         assert!(accepts(&HostCheck::of(Some(Vec::new())), "anything:1"));
     }
 

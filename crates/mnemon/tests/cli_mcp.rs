@@ -174,3 +174,30 @@ fn mcp_over_http_refuses_a_non_loopback_address() {
     assert_eq!(out.status.code(), Some(2), "{out:?}");
     assert!(String::from_utf8_lossy(&out.stderr).contains("loopback"));
 }
+
+/// A deployment that has had API keys never runs open: `mnemon mcp`, which checks none,
+/// refuses to serve it over HTTP (stdio stays: it is a local process with the files anyway).
+#[test]
+fn mcp_over_http_refuses_a_deployment_with_keys() {
+    let dir = tempfile::tempdir().unwrap();
+    let mnemon = || {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_mnemon"));
+        command.arg("--data-dir").arg(dir.path());
+        command
+    };
+    let created = mnemon()
+        .args(["keys", "create", "--namespace", "acme", "--role", "read"])
+        .output()
+        .unwrap();
+    assert!(created.status.success(), "{created:?}");
+    let out = mnemon()
+        .args(["mcp", "--http", "127.0.0.1:0"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("API keys") && stderr.contains("mnemon serve"),
+        "{stderr}"
+    );
+}

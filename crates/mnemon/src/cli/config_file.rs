@@ -70,9 +70,19 @@ pub(crate) fn apply(argv: Vec<OsString>) -> Result<(Vec<OsString>, Option<Applie
     let (extra, keys) = settings(&text, &matches)
         .with_context(|| format!("in the config file {}", path.display()))
         .map_err(CliError::input)?;
-    let mut argv = argv;
-    argv.extend(extra);
-    Ok((argv, Some(Applied { path, keys })))
+    Ok((with_flags(argv, extra), Some(Applied { path, keys })))
+}
+
+/// `argv` with `flags` added where clap reads them as flags: before a `--`, after which every
+/// word is a positional argument (a message id, a file name).
+fn with_flags(mut argv: Vec<OsString>, flags: Vec<OsString>) -> Vec<OsString> {
+    let end = argv
+        .iter()
+        .skip(1)
+        .position(|word| word == "--")
+        .map_or(argv.len(), |at| at + 1);
+    argv.splice(end..end, flags);
+    argv
 }
 
 /// The flags the file `text` adds to a command line whose parse is `matches`, and the keys
@@ -208,6 +218,33 @@ fn scalar(value: &Value, key: &str) -> anyhow::Result<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_files_flags_go_before_a_double_dash() {
+        let words = |list: &[&str]| list.iter().map(OsString::from).collect::<Vec<_>>();
+        let flags = words(&["--namespace", "acme"]);
+        assert_eq!(
+            with_flags(
+                words(&["mnemon", "memory", "delete", "--session", "s", "--", "m1"]),
+                flags.clone()
+            ),
+            words(&[
+                "mnemon",
+                "memory",
+                "delete",
+                "--session",
+                "s",
+                "--namespace",
+                "acme",
+                "--",
+                "m1"
+            ])
+        );
+        assert_eq!(
+            with_flags(words(&["mnemon", "asset", "list"]), flags.clone()),
+            words(&["mnemon", "asset", "list", "--namespace", "acme"])
+        );
+    }
 
     fn matches(args: &[&str]) -> ArgMatches {
         Cli::command()

@@ -52,6 +52,16 @@ pub(crate) fn run(args: McpArgs, target: &Target<'_>, quiet: bool) -> CliResult 
              listens on 127.0.0.1 or ::1; use `mnemon serve` (its /mcp endpoint) to serve others"
         )));
     }
+    // A deployment that has had keys never runs open (docs/reference/keys.md#running-open),
+    // and `mnemon mcp` checks none: over HTTP, where any local process or a proxy on this
+    // machine could reach it, it refuses such a data directory or database.
+    if let Some(addr) = args.http
+        && super::serve::key_store(target)?.is_some()
+    {
+        return Err(CliError::input(anyhow!(
+            "--http {addr}: this deployment has API keys (created with `mnemon keys`), and              `mnemon mcp` checks none, so it will not serve it over HTTP; use `mnemon serve`,              whose /mcp endpoint takes the keys, or `mnemon mcp` over stdio"
+        )));
+    }
     let library = load_library(&args, target)?;
     let model = match (&args.embedding_model, &library) {
         (Some(model), _) => model.clone(),

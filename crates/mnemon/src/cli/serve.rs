@@ -497,7 +497,7 @@ fn server_config(
 /// (docs/reference/keys.md#running-open): the `--database-url` database's, or the data
 /// directory's `mnemon.sqlite3` when that exists (a data directory without a database has no
 /// keys, and is not created here). Revoking every key locks the server rather than opening it.
-fn key_store(target: &Target<'_>) -> Result<Option<Arc<KeyStore>>, CliError> {
+pub(crate) fn key_store(target: &Target<'_>) -> Result<Option<Arc<KeyStore>>, CliError> {
     let store = match target.database_url {
         Some(url) => KeyStore::open_postgres(url, KeyStoreOptions::default()),
         None => {
