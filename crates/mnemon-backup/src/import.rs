@@ -14,16 +14,17 @@ use serde::Serialize;
 use crate::NamespaceStores;
 use crate::error::BackupError;
 use crate::format::{
-    ArtifactRecord, EXPIRES_KEY, FORMAT, Header, MODEL_KEY, Record, ThreadRecord, Trailer, VERSION,
+    ArtifactRecord, AssetRecord, EXPIRES_KEY, FORMAT, Header, MODEL_KEY, Record, ThreadRecord,
+    Trailer, VERSION,
 };
 use crate::io::LineReader;
 
 /// How many assets go into one write (one transaction), at most.
 const ASSET_BATCH: usize = 256;
 
-/// How many bytes of asset leaves (as base64 in the file) one write gathers, at most: a batch
-/// of 256 large assets would otherwise hold them all in memory at once (measured: 292 MiB peak
-/// importing 1 MiB assets, docs/reference/backup.md#memory-use).
+/// How many bytes of assets (their JSON and their leaves' base64, as in the file) one write
+/// gathers, at most: a batch of 256 large assets would otherwise hold them all in memory at
+/// once (measured: 292 MiB peak importing 1 MiB assets, docs/reference/backup.md#memory-use).
 const ASSET_BATCH_BYTES: usize = 16 << 20;
 
 /// How many conflicting records an error names.
@@ -328,13 +329,37 @@ fn scan(
     }
 }
 
+/// An asset record's size in the file, near enough: its JSON (counted as it is written, without
+/// a copy) and its leaves' base64. What a batch holds grows with it, whether the asset is bytes
+/// or JSON.
+fn record_bytes(record: &AssetRecord) -> usize {
+    /// Counts what is written to it.
+    struct Count(usize);
+    impl Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 = self.0.saturating_add(buf.len());
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    // Writing a JSON map to a counter cannot fail; were it to, the leaves still count.
+    let _ = serde_json::to_writer(&mut count, &record.asset);
+    record
+        .leaves
+        .iter()
+        .fold(count.0, |n, leaf| n.saturating_add(leaf.data.len()))
+}
+
 /// The second pass of [`import`]: writes the records, batching assets and gathering each
 /// thread's messages into a load document.
 struct Importer<'a> {
     stores: &'a dyn NamespaceStores,
     report: ImportReport,
     assets: Vec<(Asset, Option<i64>)>,
-    /// The base64 length of the gathered assets' leaves.
+    /// The gathered assets' size in the file: their JSON and their leaves' base64.
     asset_bytes: usize,
     thread: Option<OpenThread>,
     document: PathBuf,
@@ -358,7 +383,7 @@ impl Importer<'_> {
         match record {
             Record::Asset(record) => {
                 self.assets.push((record.decode()?, record.expires_at));
-                self.asset_bytes += record.leaves.iter().map(|l| l.data.len()).sum::<usize>();
+                self.asset_bytes = self.asset_bytes.saturating_add(record_bytes(record));
                 if self.assets.len() >= ASSET_BATCH || self.asset_bytes >= ASSET_BATCH_BYTES {
                     self.flush_assets()?;
                 }
@@ -411,17 +436,16 @@ impl Importer<'_> {
 
     /// Writes the gathered assets, one transaction per run of equal expiry.
     fn flush_assets(&mut self) -> Result<(), BackupError> {
-        let pending = std::mem::take(&mut self.assets);
         self.asset_bytes = 0;
-        let mut rest = pending.as_slice();
-        while let Some((_, expires_at)) = rest.first() {
-            let run = rest
-                .iter()
-                .take_while(|(_, e)| e == expires_at)
-                .map(|(asset, _)| asset.clone())
-                .collect::<Vec<_>>();
+        // Moved into each run, not copied: the batch is held once.
+        let mut pending = std::mem::take(&mut self.assets).into_iter().peekable();
+        while let Some((first, expires_at)) = pending.next() {
+            let mut run = vec![first];
+            while let Some((asset, _)) = pending.next_if(|(_, e)| *e == expires_at) {
+                run.push(asset);
+            }
             let expiry = match expires_at {
-                Some(at) => Expiry::At(*at),
+                Some(at) => Expiry::At(at),
                 None => Expiry::Never,
             };
             self.stores
@@ -429,7 +453,6 @@ impl Importer<'_> {
                 .put_batch_expiring(&run, expiry)
                 .map_err(BackupError::Assets)?;
             self.report.assets += run.len() as u64;
-            rest = rest.get(run.len()..).unwrap_or_default();
         }
         Ok(())
     }
@@ -517,5 +540,26 @@ impl serde::Serialize for StoredMessage<'_> {
             map.serialize_entry(MODEL_KEY, model)?;
         }
         map.end()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A batch is bounded by what its assets take, JSON included: an asset of a megabyte of
+    /// JSON and no bytes counted as nothing, so 256 of them were held at once.
+    #[test]
+    fn an_assets_json_counts_toward_its_batch() {
+        let mut asset = serde_json::Map::new();
+        asset.insert("asset_id".into(), serde_json::json!("a"));
+        asset.insert("content".into(), serde_json::json!("x".repeat(1 << 20)));
+        let record = AssetRecord {
+            asset,
+            leaves: Vec::new(),
+            expires_at: None,
+        };
+        let bytes = record_bytes(&record);
+        assert!((1 << 20..(1 << 20) + 64).contains(&bytes), "{bytes}");
     }
 }

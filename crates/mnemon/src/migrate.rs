@@ -8,6 +8,7 @@
 use mnemon_artifacts::{ArtifactError, Expiry, Storage};
 use mnemon_memory::{ExportFormat, ExportOptions, ExportTarget, Exported, LoadSource, MemoryError};
 use mnemon_store::StoreError;
+use mnemon_types::{Asset, Value};
 
 use crate::Mnemon;
 
@@ -59,6 +60,60 @@ pub struct CopyReport {
 /// How many assets go into one batch (one transaction in the target).
 const ASSET_BATCH: usize = 256;
 
+/// The most bytes of assets one batch gathers (as [`asset_bytes`] counts them).
+const ASSET_BATCH_BYTES: usize = 16 << 20;
+
+/// Writes `assets` to `to`, one batch per run of equal expiry (a copy never expires where the
+/// source did not, whatever the target's default time-to-live), each moved into its batch
+/// rather than copied; returns how many were written.
+fn put_assets(to: &Mnemon, assets: Vec<(Asset, Option<i64>)>) -> Result<usize, CopyError> {
+    let mut written = 0;
+    let mut assets = assets.into_iter().peekable();
+    while let Some((first, expires_at)) = assets.next() {
+        let mut batch = vec![first];
+        while let Some((asset, _)) = assets.next_if(|(_, at)| *at == expires_at) {
+            batch.push(asset);
+        }
+        let expiry = expires_at.map_or(Expiry::Never, Expiry::At);
+        to.assets()
+            .put_batch_expiring(&batch, expiry)
+            .map_err(CopyError::Assets)?;
+        written += batch.len();
+    }
+    Ok(written)
+}
+
+/// About how many bytes `asset` takes: its texts and buffers, and a little per value. What a
+/// batch of assets holds grows with it, whether the assets hold bytes or JSON.
+fn asset_bytes(asset: &Asset) -> usize {
+    fn value_bytes(value: &Value) -> usize {
+        16 + match value {
+            Value::Null | Value::Bool(_) | Value::Number(_) | Value::Object(_) => 0,
+            Value::String(text) => text.len(),
+            Value::Bytes(bytes) => bytes.data().len(),
+            Value::Array(items) => items.iter().map(value_bytes).sum(),
+            Value::Map(map) => map.iter().map(|(k, v)| k.len() + value_bytes(v)).sum(),
+        }
+    }
+    let texts = [
+        &asset.asset_type,
+        &asset.asset_name,
+        &asset.description,
+        &asset.content_type,
+    ];
+    asset.asset_id.len()
+        + texts
+            .iter()
+            .map(|t| t.as_ref().map_or(0, String::len))
+            .sum::<usize>()
+        + value_bytes(&asset.content)
+        + asset
+            .extra
+            .iter()
+            .map(|(k, v)| k.len() + value_bytes(v))
+            .sum::<usize>()
+}
+
 /// Copies everything of `from`'s namespace into `to`'s: the same asset ids and values; every
 /// artifact record (same id, key, type, names, storage, timestamp; in save order within its
 /// scope) with its content, written to the target's backend of the same name; the same memory
@@ -72,30 +127,24 @@ const ASSET_BATCH: usize = 256;
 pub fn copy(from: &Mnemon, to: &Mnemon) -> Result<CopyReport, CopyError> {
     let mut report = CopyReport::default();
     let ids = from.assets().list_ids(None).map_err(CopyError::Assets)?;
-    for chunk in ids.chunks(ASSET_BATCH) {
-        let mut assets = Vec::with_capacity(chunk.len());
-        for id in chunk {
-            // An asset deleted or expired since the listing is simply not copied.
-            let asset = from.assets().get(id).map_err(CopyError::Assets)?;
-            let expires_at = from.assets().expires_at(id).map_err(CopyError::Assets)?;
-            if let (Some(asset), Some(expires_at)) = (asset, expires_at) {
-                assets.push((asset, expires_at));
-            }
+    // Batches of up to ASSET_BATCH assets or ASSET_BATCH_BYTES, whichever comes first, so a
+    // batch of large assets never holds hundreds of them at once.
+    let mut pending: Vec<(Asset, Option<i64>)> = Vec::new();
+    let mut pending_bytes = 0usize;
+    for id in &ids {
+        // An asset deleted or expired since the listing is simply not copied.
+        let asset = from.assets().get(id).map_err(CopyError::Assets)?;
+        let expires_at = from.assets().expires_at(id).map_err(CopyError::Assets)?;
+        if let (Some(asset), Some(expires_at)) = (asset, expires_at) {
+            pending_bytes = pending_bytes.saturating_add(asset_bytes(&asset));
+            pending.push((asset, expires_at));
         }
-        // One batch per run of equal expiry: a copy never expires where the source did not,
-        // whatever the target's default time-to-live.
-        for run in assets.chunk_by(|a, b| a.1 == b.1) {
-            let expiry = run
-                .first()
-                .and_then(|(_, at)| *at)
-                .map_or(Expiry::Never, Expiry::At);
-            let batch: Vec<_> = run.iter().map(|(asset, _)| asset.clone()).collect();
-            to.assets()
-                .put_batch_expiring(&batch, expiry)
-                .map_err(CopyError::Assets)?;
+        if pending.len() >= ASSET_BATCH || pending_bytes >= ASSET_BATCH_BYTES {
+            report.assets += put_assets(to, std::mem::take(&mut pending))?;
+            pending_bytes = 0;
         }
-        report.assets += assets.len();
     }
+    report.assets += put_assets(to, pending)?;
 
     // Expired records the target has not swept yet still hold their ids: removed first, so
     // that a record the source holds under such an id is copied instead of refused.
@@ -219,4 +268,24 @@ fn never_unless_stated(document: &str) -> Result<String, MemoryError> {
 /// either backend.
 pub fn artifact_scopes(mnemon: &Mnemon) -> Result<Vec<String>, CopyError> {
     mnemon.artifacts().scopes().map_err(CopyError::Artifacts)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A batch is bounded by what its assets hold, JSON as well as bytes: before, migrate
+    /// gathered 256 assets whatever their size.
+    #[test]
+    fn an_assets_size_counts_its_texts_and_bytes() {
+        let json = Asset::from_json(serde_json::json!({
+            "asset_id": "a", "content": {"text": "x".repeat(1 << 20)}
+        }))
+        .unwrap_or_else(|e| panic!("{e}"));
+        let bytes = Asset::new(Value::Bytes(mnemon_types::Bytes::new(vec![0u8; 1 << 20])));
+        for asset in [json, bytes] {
+            let size = asset_bytes(&asset);
+            assert!((1 << 20..(1 << 20) + 256).contains(&size), "{size}");
+        }
+    }
 }
