@@ -381,3 +381,60 @@ fn migrate_copies_a_data_directory_into_postgresql_and_back() {
     );
     assert!(!d.join("nowhere").exists());
 }
+
+/// A data directory whose artifact files are kept outside its artifacts/ folder
+/// (`--artifact-files`) is migrated with that folder as `--from-files`: before, the flag was
+/// refused for a data directory, and the copy read `<dir>/artifacts`, where the content is not
+/// (or, worse, stale content of the same name is).
+#[test]
+fn a_data_directory_with_its_files_elsewhere_migrates_with_from_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(
+        d.join("save.json"),
+        r#"{"artifact_key": "plan", "artifact_type": "plan", "artifact_name": "Plan", "artifact_storage": "write_to_file", "artifact_storage_id": "plans/p.json"}"#,
+    )
+    .unwrap();
+    std::fs::write(d.join("inputs.json"), r#"{"content": "1. parse"}"#).unwrap();
+    let custom = d.join("custom-files");
+    let custom = custom.to_str().unwrap();
+    ok(&mnemon(
+        d,
+        &[],
+        &[
+            "--artifact-files",
+            custom,
+            "artifact",
+            "save",
+            "--config",
+            "save.json",
+            "--inputs",
+            "inputs.json",
+            "--scope",
+            "c",
+        ],
+    ));
+    // A stale file of the same name where the default folder would be.
+    let stale = d.join("data/artifacts/plans");
+    std::fs::create_dir_all(&stale).unwrap();
+    std::fs::write(stale.join("p.json"), "\"stale\"").unwrap();
+    let data = d.join("data");
+    let back = d.join("back");
+    let report: Value = serde_json::from_str(&ok(&mnemon(
+        d,
+        &[],
+        &[
+            "migrate",
+            "--from",
+            data.to_str().unwrap(),
+            "--from-files",
+            custom,
+            "--to",
+            back.to_str().unwrap(),
+        ],
+    )))
+    .unwrap();
+    assert_eq!(report["artifacts"], 1, "{report}");
+    let copied = std::fs::read_to_string(back.join("artifacts/plans/p.json")).unwrap();
+    assert!(copied.contains("1. parse"), "{copied}");
+}

@@ -18,11 +18,14 @@ pub(crate) struct MigrateArgs {
     /// Copy to: a data directory (created if needed) or a postgres:// URL.
     #[arg(long, value_name = "DIR|URL")]
     to: String,
-    /// The write_to_file root of a PostgreSQL --from, if its artifacts keep content in files.
+    /// The write_to_file root of --from: needed for a PostgreSQL --from whose artifacts keep
+    /// content in files, and for a data directory whose files are not in its artifacts/ folder
+    /// (kept elsewhere with --artifact-files or MNEMON_ARTIFACT_FILES).
     #[arg(long, value_name = "DIR")]
     from_files: Option<PathBuf>,
-    /// The write_to_file root for a PostgreSQL --to (one folder every machine shares); without
-    /// it, artifacts whose content is in files cannot be copied there.
+    /// The write_to_file root for --to: for a PostgreSQL --to, one folder every machine shares
+    /// (without it, artifacts whose content is in files cannot be copied there); for a data
+    /// directory, where its files go instead of its artifacts/ folder.
     #[arg(long, value_name = "DIR")]
     to_files: Option<PathBuf>,
 }
@@ -31,8 +34,9 @@ fn is_url(endpoint: &str) -> bool {
     endpoint.starts_with("postgres://") || endpoint.starts_with("postgresql://")
 }
 
-/// Opens one end; `must_exist` refuses a data directory without a database (a mistyped
-/// `--from` would otherwise copy nothing, successfully).
+/// Opens one end, with `files` as its write_to_file root when given (a data directory's is its
+/// artifacts/ folder otherwise); `must_exist` refuses a data directory without a database (a
+/// mistyped `--from` would otherwise copy nothing, successfully).
 fn open(
     endpoint: &str,
     files: Option<&Path>,
@@ -43,12 +47,6 @@ fn open(
     let mut options = if is_url(endpoint) {
         OpenOptions::postgres(endpoint)
     } else {
-        if files.is_some() {
-            return Err(CliError::input(anyhow::anyhow!(
-                "{flag}-files is for a PostgreSQL {flag}; a data directory keeps its files in \
-                 its artifacts/ folder"
-            )));
-        }
         let database = Path::new(endpoint).join(mnemon::DATABASE_FILE);
         if must_exist && !database.is_file() {
             return Err(CliError::input(anyhow::anyhow!(
