@@ -865,3 +865,87 @@ fn peak_kib() -> u64 {
         .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
         .unwrap()
 }
+
+/// Where [`export_once_for_strace`] writes, when it runs under strace.
+const STRACE_DIR: &str = "MNEMON_BACKUP_STRACE_DIR";
+
+/// One export into a folder: run alone, under strace, by
+/// [`an_export_syncs_the_folder_it_renamed_into`]; without its directory it does nothing.
+#[test]
+#[ignore = "run under strace by an_export_syncs_the_folder_it_renamed_into"]
+fn export_once_for_strace() {
+    let Some(dir) = std::env::var_os(STRACE_DIR) else {
+        return;
+    };
+    let dir = Path::new(&dir);
+    let source = Handle::sqlite(&dir.join("source"));
+    source
+        .assets()
+        .put(&Asset::new(Value::from_json(json!({"n": 1}))).with_id("a1"))
+        .unwrap();
+    std::fs::create_dir_all(dir.join("out")).unwrap();
+    mnemon_backup::export(
+        &source,
+        &dir.join("out/backup.jsonl"),
+        &ExportOptions::default(),
+    )
+    .unwrap();
+}
+
+/// A finished export is renamed into place and its folder synced, so the backup it reported
+/// survives a power loss (docs/reference/backup.md): before, the folder was never synced.
+/// Traced with strace (`-y` names each call's file); without strace, or where tracing is
+/// refused, it says so in one `SKIPPED:` line, and fails when `MNEMON_REQUIRE_STRACE=1`
+/// (`cargo xtask test`, CI).
+#[test]
+fn an_export_syncs_the_folder_it_renamed_into() {
+    let skip = |why: String| {
+        if std::env::var("MNEMON_REQUIRE_STRACE").is_ok_and(|v| v == "1") {
+            panic!("MNEMON_REQUIRE_STRACE=1 but {why}");
+        }
+        eprintln!("SKIPPED: the folder-sync check of backup export: {why}");
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("trace");
+    let run = std::process::Command::new("strace")
+        .args(["-f", "-qq", "-y", "-e", "trace=fsync,fdatasync", "-o"])
+        .arg(&trace)
+        .arg("--")
+        .arg(std::env::current_exe().unwrap())
+        .arg(crate::harness_name(
+            module_path!(),
+            "export_once_for_strace",
+        ))
+        .args(["--exact", "--ignored", "--test-threads=1"])
+        .env(STRACE_DIR, dir.path())
+        .output();
+    let output = match run {
+        Ok(output) => output,
+        Err(e) => {
+            return skip(format!(
+                "cannot run strace ({e}); install it (apt-get install strace)"
+            ));
+        }
+    };
+    if !output.status.success() {
+        return skip(format!(
+            "strace failed ({}): {}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr).trim()
+        ));
+    }
+    assert!(
+        dir.path().join("out/backup.jsonl").is_file(),
+        "the traced export wrote nothing: {}",
+        String::from_utf8_lossy(&output.stdout)
+    );
+    let calls = std::fs::read_to_string(&trace).unwrap();
+    // `fsync(7</tmp/…/out>) = 0`: the folder itself, by its path.
+    let folder = format!("<{}>", dir.path().join("out").display());
+    assert!(
+        calls
+            .lines()
+            .any(|l| l.contains("fsync(") && l.contains(&folder)),
+        "no fsync of {folder} in:\n{calls}"
+    );
+}

@@ -109,6 +109,13 @@ pub fn export(
     partial
         .persist(path)
         .map_err(|e| BackupError::io(path)(e.error))?;
+    // The rename is durable once its folder is synced: without it, a power loss could leave
+    // the folder without the finished backup although the export reported success.
+    let folder = match path.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent,
+        _ => Path::new("."),
+    };
+    mnemon_db::atomic_file::sync_dir(folder).map_err(BackupError::io(folder))?;
     Ok(report)
 }
 
