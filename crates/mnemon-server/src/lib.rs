@@ -53,6 +53,7 @@ use mnemon_ops::Service;
 pub use auth::{Authenticator, OpenAccess, Principal, Role};
 pub use error::{RestError, status_of};
 pub use keys::KeyAuthenticator;
+pub use same_origin::check_allowed_host;
 pub use status::{LimitsStatus, RecentError, ServerStatus};
 pub use tenants::{MAX_OPEN_NAMESPACES, ServiceOpener, Tenants};
 

@@ -90,6 +90,35 @@ impl HostCheck {
     }
 }
 
+/// Checks one name of [`crate::ServerConfig::allowed_hosts`] (`--allowed-host`): a host name
+/// or address with an optional port, as clients put it in `Host`, read the way requests are
+/// compared with it; returns it trimmed. A value it could not read (a port out of range, an
+/// unclosed `[`, a scheme or path, a wildcard) would otherwise never match, and refuse every
+/// request silently.
+pub fn check_allowed_host(text: &str) -> Result<String, String> {
+    let name = text.trim();
+    let refused = || {
+        format!(
+            "{text:?} is not a host name: give the name (and port) clients use, such as \
+             mnemon.example.com or mnemon.example.com:8443, without a scheme or a path \
+             (wildcards are not supported: list each name)"
+        )
+    };
+    if name.is_empty()
+        || name.contains(|c: char| c.is_whitespace() || matches!(c, '/' | '@' | '?' | '#' | '*'))
+    {
+        return Err(refused());
+    }
+    let authority = Authority::try_from(name).map_err(|_| refused())?;
+    // Anything after the host must be a port that fits in 16 bits (the parse leaves one that
+    // does not unread, and such a name would never match).
+    let after_host = name.len() != authority.host().len();
+    if authority.host().is_empty() || after_host && authority.port_u16().is_none() {
+        return Err(refused());
+    }
+    Ok(name.to_owned())
+}
+
 /// The authority a request names: its `Host` header (HTTP/1.1), or the URI's (HTTP/2).
 fn request_authority(uri: &Uri, headers: &HeaderMap) -> Option<Authority> {
     match headers.get(header::HOST) {
@@ -194,6 +223,30 @@ mod tests {
             &Uri::from_static("http://127.0.0.1:8080/v1"),
             &HeaderMap::new()
         ));
+    }
+
+    #[test]
+    fn allowed_host_values_are_checked_as_requests_are_read() {
+        for good in [
+            "mnemon.example.com",
+            "api.example:8443",
+            "[::1]:8080",
+            " 10.0.0.5 ",
+        ] {
+            assert!(check_allowed_host(good).is_ok(), "{good}");
+        }
+        for bad in [
+            "",
+            "example.com:99999",
+            "[::1",
+            "*",
+            "*.example.com",
+            "https://example.com",
+            "example.com/path",
+            "user@example.com",
+        ] {
+            assert!(check_allowed_host(bad).is_err(), "{bad:?}");
+        }
     }
 
     #[test]

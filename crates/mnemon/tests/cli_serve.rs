@@ -903,6 +903,49 @@ fn mnemon_toml_configures_serve_below_flags_and_environment() {
         stderr.contains("--gc-interval") && stderr.contains("e.g. 90s"),
         "{stderr}"
     );
+    // ... and says the value came from the file, since the user typed no flag.
+    assert!(
+        stderr.contains("note: the config file") && stderr.contains("serve.gc-interval"),
+        "{stderr}"
+    );
+    // A flag on the command line wins over a file setting it conflicts with, rather than
+    // failing on the conflict (here the command then stops at the address check).
+    std::fs::write(
+        cwd.path().join("mnemon.toml"),
+        "[serve]
+recall-index-min-messages = 5
+",
+    )
+    .unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_mnemon"))
+        .args(["serve", "--no-recall-index", "--addr", "0.0.0.0:0"])
+        .current_dir(cwd.path())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!stderr.contains("cannot be used with"), "{stderr}");
+    assert!(stderr.contains("--insecure"), "{stderr}");
+    // `$LIBRARY_FILENAME` names the library over the file's `library`, as the environment
+    // wins over the file for every setting: the missing library the command stops on is the
+    // environment's.
+    std::fs::write(
+        cwd.path().join("mnemon.toml"),
+        "[serve]
+library = \"from-the-file.json\"\n",
+    )
+    .unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_mnemon"))
+        .args(["serve", "--addr", "127.0.0.1:0"])
+        .env("LIBRARY_FILENAME", "from-the-environment.json")
+        .current_dir(cwd.path())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("from-the-environment.json") && !stderr.contains("from-the-file.json"),
+        "{stderr}"
+    );
 }
 
 /// `mnemon serve --no-shared-prescan` (issue 17 item 0): on a library large enough for shared

@@ -117,7 +117,14 @@ fn settings(text: &str, matches: &ArgMatches) -> anyhow::Result<(Vec<OsString>, 
                 let Some(sub) = matches.subcommand_matches(SERVE_TABLE) else {
                     continue;
                 };
-                if push(&mut flags, arg, item, sub, &format!("serve.{key}"))? {
+                // `$LIBRARY_FILENAME` names the library over the file, as the environment
+                // does for every other setting (docs/reference/config.md).
+                if arg.get_long() == Some("library")
+                    && std::env::var_os("LIBRARY_FILENAME").is_some_and(|v| !v.is_empty())
+                {
+                    continue;
+                }
+                if push(&mut flags, &serve, arg, item, sub, &format!("serve.{key}"))? {
                     keys.push(format!("serve.{key}"));
                 }
             }
@@ -134,7 +141,7 @@ fn settings(text: &str, matches: &ArgMatches) -> anyhow::Result<(Vec<OsString>, 
                 )
             }
         })?;
-        if push(&mut flags, arg, item, matches, key)? {
+        if push(&mut flags, &root, arg, item, matches, key)? {
             keys.push(key.to_owned());
         }
     }
@@ -161,20 +168,36 @@ fn names(command: &clap::Command) -> String {
         .join(", ")
 }
 
-/// Appends `arg`'s flag with the file's `item` to `flags`, unless the command line or the
-/// environment already set it; whether it did.
+/// Appends `arg`'s flag (an option of `command`) with the file's `item` to `flags`, unless
+/// the command line or the environment already set it, or set a flag it conflicts with (the
+/// command line wins: `--no-recall-index` over the file's `recall-index-min-messages`);
+/// whether it did.
 fn push(
     flags: &mut Vec<OsString>,
+    command: &clap::Command,
     arg: &clap::Arg,
     item: &Item,
     matches: &ArgMatches,
     key: &str,
 ) -> anyhow::Result<bool> {
-    let id = arg.get_id().as_str();
-    if matches!(
-        matches.value_source(id),
-        Some(ValueSource::CommandLine | ValueSource::EnvVariable)
-    ) {
+    let given = |id: &str| {
+        matches!(
+            matches.value_source(id),
+            Some(ValueSource::CommandLine | ValueSource::EnvVariable)
+        )
+    };
+    // Declared on either side (`conflicts_with` names one direction only).
+    let conflict = |a: &clap::Arg, b: &clap::Arg| {
+        command
+            .get_arg_conflicts_with(a)
+            .iter()
+            .any(|x| x.get_id() == b.get_id())
+    };
+    if given(arg.get_id().as_str())
+        || command.get_arguments().any(|other| {
+            given(other.get_id().as_str()) && (conflict(arg, other) || conflict(other, arg))
+        })
+    {
         return Ok(false);
     }
     let long = arg.get_long().context("an option without a long flag")?;

@@ -246,7 +246,27 @@ pub(crate) fn run() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let cli = Cli::parse_from(argv);
+    let cli = match Cli::try_parse_from(&argv) {
+        Ok(cli) => cli,
+        Err(error) => {
+            // A value the file gave that the flag refuses: clap names the flag, and the
+            // user typed none, so say where it came from (docs/reference/config.md#errors).
+            if let Some(settings) = &settings
+                && error.use_stderr()
+                && !settings.keys.is_empty()
+            {
+                let _ = error.print();
+                eprintln!(
+                    "note: the config file {} gave: {} (fix it there, or give the flag on \
+                     the command line)",
+                    settings.path.display(),
+                    settings.keys.join(", ")
+                );
+                return ExitCode::from(2);
+            }
+            error.exit()
+        }
+    };
     if let Some(settings) = settings
         && !cli.quiet
         && !settings.keys.is_empty()

@@ -31,18 +31,10 @@ use super::{CliError, CliResult, Target};
 /// here); `serve` reads it from disk there, so a SIGHUP picks up a regenerated file.
 const SAMPLE_PATH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/sample-library/library.json");
 
-/// A `--allowed-host` value: a name with an optional port, as clients put it in `Host`.
+/// A `--allowed-host` value: a name with an optional port, as clients put it in `Host`, checked
+/// as the server reads it ([`mnemon_server::check_allowed_host`]).
 fn host_name(text: &str) -> Result<String, String> {
-    let name = text.trim();
-    if name.is_empty()
-        || name.contains(|c: char| c.is_whitespace() || matches!(c, '/' | '@' | '?' | '#'))
-    {
-        return Err(format!(
-            "{text:?} is not a host name: give the name (and port) clients use, such as \
-             mnemon.example.com or mnemon.example.com:8443, without a scheme or a path"
-        ));
-    }
-    Ok(name.to_owned())
+    mnemon_server::check_allowed_host(text)
 }
 
 /// The same sample library compiled in, so `serve` works from anywhere.
