@@ -689,9 +689,12 @@ fn a_damaged_or_cut_backup_is_refused_and_imports_nothing() {
     let error = refused((dropped.join("\n") + "\n").as_bytes());
     assert!(matches!(error, BackupError::Mismatch { .. }), "{error}");
 
-    // Not a backup at all.
-    let error = refused(b"{\"hello\": 1}\n");
-    assert!(matches!(error, BackupError::NotABackup), "{error}");
+    // Not a backup at all: another JSON file, with or without its last line break, or an
+    // empty one (before, the last two were called cut backups to export again).
+    for other in [&b"{\"hello\": 1}\n"[..], b"[{\"id\": \"m1\"}]", b""] {
+        let error = refused(other);
+        assert!(matches!(error, BackupError::NotABackup), "{error}");
+    }
 
     // A cut gzip file.
     let gz = dir.path().join("backup.jsonl.gz");
@@ -948,4 +951,27 @@ fn an_export_syncs_the_folder_it_renamed_into() {
             .any(|l| l.contains("fsync(") && l.contains(&folder)),
         "no fsync of {folder} in:\n{calls}"
     );
+}
+
+/// An export whose source lacks a record's storage backend says so, as an export: before, it
+/// gave the import's message ("the target does not have …; nothing was imported").
+#[test]
+fn an_export_missing_a_backend_says_what_to_give_the_source() {
+    let dir = tempfile::tempdir().unwrap();
+    let source = Handle::sqlite(&dir.path().join("source"));
+    let record = Artifact::new("chat", "plan", "plan", "The plan")
+        .with_storage(StorageLocation::new("elsewhere", "plan.json"));
+    source.artifacts().save(&record).unwrap();
+    let file = dir.path().join("backup.jsonl");
+    let error = mnemon_backup::export(&source, &file, &ExportOptions::default()).unwrap_err();
+    assert!(
+        matches!(error, BackupError::SourceNoBackend { .. }),
+        "{error}"
+    );
+    let text = error.to_string();
+    assert!(
+        text.contains("the source") && text.contains("nothing was exported"),
+        "{text}"
+    );
+    assert!(!file.exists(), "a failed export left a file");
 }

@@ -109,6 +109,18 @@ pub enum BackupError {
         /// The backend's name.
         backend: String,
     },
+    /// An artifact to export keeps its content in a storage backend the source does not have.
+    #[error(
+        "artifact {id} keeps its content in the {backend:?} storage backend, which the source \
+         does not have: give it the write_to_file root its content was saved in \
+         (--artifact-files); nothing was exported"
+    )]
+    SourceNoBackend {
+        /// The artifact's id.
+        id: String,
+        /// The backend's name.
+        backend: String,
+    },
     /// An asset holds a live object, which a file cannot carry.
     #[error(
         "asset {asset_id:?} holds a live object of type {type_name}, which a backup cannot \

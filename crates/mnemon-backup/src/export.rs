@@ -191,7 +191,7 @@ fn export_artifacts(
                         Some(backend.read(&location.id).map_err(BackupError::Artifacts)?)
                     }
                     Err(_) => {
-                        return Err(BackupError::NoBackend {
+                        return Err(BackupError::SourceNoBackend {
                             id: artifact.id.to_string(),
                             backend: location.backend.clone(),
                         });

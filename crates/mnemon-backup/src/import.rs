@@ -239,13 +239,29 @@ fn scan(
     let mut in_thread = false;
     loop {
         let Some(complete) = reader.next(path)? else {
-            return Err(BackupError::Truncated {
-                lines: reader.number,
+            // An empty file is no backup, not a cut one.
+            return Err(if header.is_none() {
+                BackupError::NotABackup
+            } else {
+                BackupError::Truncated {
+                    lines: reader.number,
+                }
             });
         };
         if !complete {
-            return Err(BackupError::Truncated {
-                lines: reader.number.saturating_sub(1),
+            // A last line without its line break: a cut backup if a header came first (or
+            // this line is one, whole or cut: it starts as an export writes it), otherwise
+            // another file (a one-line JSON document).
+            const HEADER_START: &[u8] = br#"{"type":"header""#;
+            let line = reader.line.as_slice();
+            let cut_header = header.is_none()
+                && (line.starts_with(HEADER_START) || HEADER_START.starts_with(line));
+            return Err(if header.is_some() || cut_header {
+                BackupError::Truncated {
+                    lines: reader.number.saturating_sub(1),
+                }
+            } else {
+                BackupError::NotABackup
             });
         }
         let line = reader.number;

@@ -33,6 +33,18 @@ pub enum CopyError {
         /// The backend's name.
         backend: String,
     },
+    /// An artifact's content is in a `write_to_file` file and the source was opened without
+    /// that backend, so its content cannot be read.
+    #[error(
+        "artifact {id} keeps its content in the {backend:?} backend, which the source was \
+         opened without: give the source its write_to_file root (`mnemon migrate --from-files`)"
+    )]
+    SourceNoBackend {
+        /// The artifact's id.
+        id: String,
+        /// The backend's name.
+        backend: String,
+    },
     /// Reading or writing memory failed.
     #[error("copying memory thread {scope} failed: {error}")]
     Memory {
@@ -62,6 +74,46 @@ const ASSET_BATCH: usize = 256;
 
 /// The most bytes of assets one batch gathers (as [`asset_bytes`] counts them).
 const ASSET_BATCH_BYTES: usize = 16 << 20;
+
+/// Refuses, before anything is copied, an artifact record whose content backend either end
+/// lacks: the copy would otherwise stop half-way, after the assets. Reads the records a page
+/// at a time without their content; the copy checks each record again as it goes.
+fn check_backends(from: &Mnemon, to: &Mnemon) -> Result<(), CopyError> {
+    const PAGE: usize = 1000;
+    let mut checked = std::collections::HashSet::new();
+    let mut after = None;
+    loop {
+        let page = from
+            .artifacts()
+            .list_page(&mnemon_artifacts::PageQuery {
+                after,
+                limit: PAGE,
+                ..mnemon_artifacts::PageQuery::default()
+            })
+            .map_err(CopyError::Artifacts)?
+            // The cursor's record went meanwhile: the copy's own checks cover the rest.
+            .unwrap_or_default();
+        for listed in &page {
+            let Some(location) = &listed.artifact.storage else {
+                continue;
+            };
+            if !checked.insert(location.backend.clone()) {
+                continue;
+            }
+            let (id, backend) = (listed.artifact.id.to_string(), location.backend.clone());
+            if from.backends().resolve(&location.backend).is_err() {
+                return Err(CopyError::SourceNoBackend { id, backend });
+            }
+            if to.backends().resolve(&location.backend).is_err() {
+                return Err(CopyError::NoBackend { id, backend });
+            }
+        }
+        match page.last() {
+            Some(last) if page.len() == PAGE => after = Some(last.artifact.id),
+            _ => return Ok(()),
+        }
+    }
+}
 
 /// Writes `assets` to `to`, one batch per run of equal expiry (a copy never expires where the
 /// source did not, whatever the target's default time-to-live), each moved into its batch
@@ -125,6 +177,7 @@ fn asset_bytes(asset: &Asset) -> usize {
 /// message id the target already has is skipped, so running a copy again adds nothing; the
 /// target's expired artifact records are swept first, so that their ids are free.
 pub fn copy(from: &Mnemon, to: &Mnemon) -> Result<CopyReport, CopyError> {
+    check_backends(from, to)?;
     let mut report = CopyReport::default();
     let ids = from.assets().list_ids(None).map_err(CopyError::Assets)?;
     // Batches of up to ASSET_BATCH assets or ASSET_BATCH_BYTES, whichever comes first, so a

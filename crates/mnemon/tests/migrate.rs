@@ -153,13 +153,14 @@ fn assets_artifacts_and_memory_round_trip_sqlite_postgresql_sqlite() {
     }
     assert_eq!(artifacts_of(&source).len(), 5);
 
-    // A PostgreSQL target without a write_to_file root cannot take file content: it says so.
+    // A PostgreSQL target without a write_to_file root cannot take file content: it says so,
+    // before copying anything (before, it stopped half-way, after the assets).
     let no_root = Mnemon::open_with(dir.path().join("pg"), &OpenOptions::postgres(&url)).unwrap();
     let error = copy(&source, &no_root).unwrap_err();
     assert!(matches!(error, CopyError::NoBackend { .. }), "{error}");
     assert!(error.to_string().contains("write_to_file root"), "{error}");
-    let partial = record_count(&no_root);
-    assert!(partial < 5);
+    assert_eq!(record_count(&no_root), 0);
+    assert!(no_root.assets().list_ids(None).unwrap().is_empty());
 
     // A thread without messages is a thread too.
     drop(source.session("empty").unwrap());
@@ -171,8 +172,18 @@ fn assets_artifacts_and_memory_round_trip_sqlite_postgresql_sqlite() {
     .unwrap();
     let there = copy(&source, &postgres).unwrap();
     assert_eq!((there.assets, there.threads, there.messages), (300, 3, 12));
-    // The failed copy above saved the records before the first file one; the rest now.
-    assert_eq!(partial + there.artifacts, 5);
+    assert_eq!(there.artifacts, 5);
+    // A PostgreSQL source opened without its files root cannot read file content: it says
+    // what to give, before copying anything.
+    let blind = Mnemon::open_with(dir.path().join("pg"), &OpenOptions::postgres(&url)).unwrap();
+    let nowhere = Mnemon::open(dir.path().join("nowhere")).unwrap();
+    let error = copy(&blind, &nowhere).unwrap_err();
+    assert!(
+        matches!(error, CopyError::SourceNoBackend { .. }),
+        "{error}"
+    );
+    assert!(error.to_string().contains("--from-files"), "{error}");
+    assert!(nowhere.assets().list_ids(None).unwrap().is_empty());
     let back = Mnemon::open(dir.path().join("b")).unwrap();
     let again = copy(&postgres, &back).unwrap();
     assert_eq!(

@@ -82,7 +82,7 @@ pub(crate) fn run(args: MigrateArgs, target: &Target<'_>) -> CliResult {
     )?;
     let to = open(&args.to, args.to_files.as_deref(), target, false, "--to")?;
     let report = copy(&from, &to).map_err(|error| match error {
-        CopyError::NoBackend { .. } => CliError::input(error),
+        CopyError::NoBackend { .. } | CopyError::SourceNoBackend { .. } => CliError::input(error),
         other => CliError::failure(other),
     })?;
     print_json(&report)
