@@ -31,7 +31,7 @@ venv=$root/target/mcp-venv
 python=$venv/bin/python
 if ! "$python" -c "import mcp.client.streamable_http" 2>/dev/null; then
     python3 -m venv "$venv"
-    "$venv/bin/pip" install --quiet --disable-pip-version-check "$sdk"
+    "$venv/bin/pip" install --quiet --disable-pip-version-check --retries 10 --timeout 60 "$sdk"
 fi
 
 work=$(mktemp -d)
@@ -52,7 +52,8 @@ start_http() {
     tries=0
     until [ -s "$work/url" ]; do
         tries=$((tries + 1))
-        [ $tries -le 100 ] || { echo "mnemon mcp --http printed no URL" >&2; exit 1; }
+        # Up to 30 s: a debug build starting on a loaded machine.
+        [ $tries -le 300 ] || { echo "mnemon mcp --http printed no URL in 30 s" >&2; exit 1; }
         kill -0 "$server" 2>/dev/null || { echo "mnemon mcp --http exited" >&2; exit 1; }
         sleep 0.1
     done

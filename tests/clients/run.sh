@@ -20,7 +20,10 @@ log="$work/serve.log"
 (cd "$work" && exec "$mnemon" serve --addr 127.0.0.1:0 \
     --library "$root/tests/fixtures/polymath/library.json" --data-dir "$work/data") 2>"$log" &
 pid=$!
-trap 'kill -TERM $pid 2>/dev/null; wait $pid 2>/dev/null; rm -rf "$work"' EXIT INT TERM
+# On a failure the server's log is printed before it goes: its side of what went wrong.
+trap 'status=$?; kill -TERM $pid 2>/dev/null; wait $pid 2>/dev/null;
+      [ $status -eq 0 ] || { echo "--- mnemon serve log:" >&2; cat "$log" >&2; };
+      rm -rf "$work"' EXIT INT TERM
 
 addr=""
 for _ in $(seq 1 300); do

@@ -28,15 +28,22 @@ pub fn say_ready() {
         .unwrap_or_else(|e| panic!("flushing READY: {e}"));
 }
 
-/// Starts `command` with its stdout piped (stderr dropped), waits for its [`READY`] line, lets
-/// it work for `delay`, kills it with SIGKILL, and returns the lines it printed after `READY`
-/// that start with `prefix`, with the prefix taken off: what it acknowledged before the kill.
+/// Starts `command` with its stdout piped (stderr kept in a file), waits for its [`READY`]
+/// line, lets it work for `delay`, kills it with SIGKILL, and returns the lines it printed
+/// after `READY` that start with `prefix`, with the prefix taken off: what it acknowledged
+/// before the kill.
 ///
-/// Panics when the child ends or stays silent for [`READY_TIMEOUT`] before `READY`.
+/// Panics when the child ends or stays silent for [`READY_TIMEOUT`] before `READY`, with the
+/// end of what it wrote to stderr (why it failed to start).
 pub fn kill_after_ready(command: &mut Command, delay: Duration, prefix: &str) -> Vec<String> {
+    let stderr = tempfile::NamedTempFile::new()
+        .unwrap_or_else(|e| panic!("a file for the child's stderr: {e}"));
+    let errors = stderr
+        .reopen()
+        .unwrap_or_else(|e| panic!("a file for the child's stderr: {e}"));
     let mut child = command
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(errors)
         .spawn()
         .unwrap_or_else(|e| panic!("starting the child: {e}"));
     let Some(stdout) = child.stdout.take() else {
@@ -59,7 +66,13 @@ pub fn kill_after_ready(command: &mut Command, delay: Duration, prefix: &str) ->
             Err(e) => {
                 let _ = child.kill();
                 let _ = child.wait();
-                panic!("the child did not say {READY} on a line of its own ({e})");
+                let written = std::fs::read(stderr.path()).unwrap_or_default();
+                let tail = &written[written.len().saturating_sub(4000)..];
+                panic!(
+                    "the child did not say {READY} on a line of its own ({e}); its stderr \
+                     ends:\n{}",
+                    String::from_utf8_lossy(tail)
+                );
             }
         }
     }

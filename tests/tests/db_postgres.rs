@@ -95,7 +95,8 @@ fn the_pool_is_bounded_and_a_checkout_times_out_with_a_clear_error() {
         "{error}"
     );
     assert!(waited >= Duration::from_millis(300), "{waited:?}");
-    assert!(waited < Duration::from_secs(3), "{waited:?}");
+    // Bounded by the checkout timeout, with room for a loaded machine.
+    assert!(waited < Duration::from_secs(10), "{waited:?}");
     let message = error.to_string();
     assert!(message.contains("all 2 connections"), "{message}");
     assert!(message.contains("raise the pool size"), "{message}");

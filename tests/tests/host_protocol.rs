@@ -1337,8 +1337,10 @@ fn idle_sockets_beyond_the_connection_limit_do_not_lock_out_healthz() {
     let asked = Instant::now();
     let health = send(client().get(server.url("/healthz")));
     assert_eq!(health.status, 200);
+    // Without eviction it would wait for the idle timeout (60 s): well under it, with room
+    // for a loaded machine.
     assert!(
-        asked.elapsed() < Duration::from_secs(3),
+        asked.elapsed() < Duration::from_secs(10),
         "{:?}",
         asked.elapsed()
     );
@@ -1380,7 +1382,7 @@ fn a_trickled_header_is_cut_at_the_header_read_timeout() {
     }
     let cut_after = cut_after.expect("the trickling connection was never closed");
     assert!(
-        cut_after >= Duration::from_millis(500) && cut_after < Duration::from_secs(3),
+        cut_after >= Duration::from_millis(500) && cut_after < Duration::from_millis(4500),
         "{cut_after:?}"
     );
 }

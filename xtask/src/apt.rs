@@ -18,9 +18,12 @@ pub(crate) fn install(packages: &[&str], what: &str) -> Result<()> {
         );
     };
     let root = is_root();
+    // A freshly booted machine's own apt jobs (apt-daily, unattended upgrades) may hold the
+    // lock for a while: wait for it, and retry downloads, rather than fail at once.
+    let patient = ["-o", "DPkg::Lock::Timeout=600", "-o", "Acquire::Retries=5"];
     for args in [
-        vec!["update", "-qq"],
-        [&["install", "-y", "-qq"][..], packages].concat(),
+        [&patient[..], &["update", "-qq"]].concat(),
+        [&patient[..], &["install", "-y", "-qq"], packages].concat(),
     ] {
         let mut cmd = if root {
             Command::new(&apt)

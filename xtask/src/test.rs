@@ -52,7 +52,9 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
     eprintln!("strace for the tests: {}", strace.display());
     run_in_with_env(
         &root,
-        &["test", "--workspace"],
+        // Every test binary runs even when one fails, so one failure never hides the others
+        // (or skips the client checks' diagnosis).
+        &["test", "--workspace", "--no-fail-fast"],
         &[
             ("MNEMON_REQUIRE_POSTGRES", "1"),
             ("MNEMON_REQUIRE_BROWSER", "1"),
@@ -102,6 +104,11 @@ fn client_checks(root: &Path) -> Result<()> {
             "install",
             "--quiet",
             "--disable-pip-version-check",
+            // A slow or flaky registry: retried rather than failing the run.
+            "--retries",
+            "10",
+            "--timeout",
+            "60",
             AGENTSCOPE,
             // 0.1.6 imports tqdm without declaring it.
             "tqdm",
