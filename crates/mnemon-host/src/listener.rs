@@ -63,8 +63,8 @@ struct Phase {
     send_stalled_since: Option<Instant>,
     /// Bytes were written (or are waiting to be) since hyper last flushed: a response's tail
     /// may be going out though no request is counted busy any more. Such a connection is not
-    /// idle: it is neither evicted nor held to the idle or header timeouts, only to the send
-    /// timeout.
+    /// idle: it is never evicted, has no header clock, and is held to the send timeout while
+    /// stalled and, as a backstop, to the idle timeout after its last progress.
     unflushed: bool,
 }
 
