@@ -78,6 +78,9 @@ impl NamespaceStores for Handle {
     fn memory(&self, scope: Scope) -> Result<Box<dyn Memory>, MemoryError> {
         self.stores.memory(scope)
     }
+    fn existing_memory(&self, scope: Scope) -> Result<Option<Box<dyn Memory>>, MemoryError> {
+        self.stores.existing_memory(scope)
+    }
 }
 
 /// Far in the future, so nothing expires during the test.
@@ -974,4 +977,56 @@ fn an_export_missing_a_backend_says_what_to_give_the_source() {
         "{text}"
     );
     assert!(!file.exists(), "a failed export left a file");
+}
+
+/// The stores of a handle whose thread listing names one more thread, deleted since it was
+/// listed (as a thread deleted while an export runs).
+struct ListsAGoneThread<'a>(&'a Handle);
+
+impl NamespaceStores for ListsAGoneThread<'_> {
+    fn namespace(&self) -> String {
+        self.0.namespace()
+    }
+    fn source(&self) -> String {
+        self.0.source()
+    }
+    fn assets(&self) -> &dyn AssetStore {
+        self.0.assets()
+    }
+    fn artifacts(&self) -> &dyn ArtifactStore {
+        self.0.artifacts()
+    }
+    fn backends(&self) -> &BackendRegistry {
+        self.0.backends()
+    }
+    fn threads(&self) -> Result<Vec<Scope>, MemoryError> {
+        let mut threads = self.0.threads()?;
+        threads.push(Scope::session("gone"));
+        Ok(threads)
+    }
+    fn memory(&self, scope: Scope) -> Result<Box<dyn Memory>, MemoryError> {
+        self.0.memory(scope)
+    }
+    fn existing_memory(&self, scope: Scope) -> Result<Option<Box<dyn Memory>>, MemoryError> {
+        self.0.existing_memory(scope)
+    }
+}
+
+/// A thread deleted between the listing and its export is left out of the backup, not
+/// recreated empty in the source (before, the export opened it with `memory`, which creates).
+#[test]
+fn an_export_leaves_out_a_thread_gone_since_the_listing() {
+    let dir = tempfile::tempdir().unwrap();
+    let source = Handle::sqlite(&dir.path().join("source"));
+    let kept = source.memory(Scope::session("kept")).unwrap();
+    kept.add(vec![MsgInput::from(
+        json!({"name": "u", "content": "hello"}),
+    )])
+    .unwrap();
+    let file = dir.path().join("backup.jsonl");
+    let report =
+        mnemon_backup::export(&ListsAGoneThread(&source), &file, &ExportOptions::default())
+            .unwrap();
+    assert_eq!((report.threads, report.messages), (1, 1));
+    assert_eq!(source.threads().unwrap(), [Scope::session("kept")]);
 }

@@ -247,9 +247,15 @@ fn export_memory(
             include_marks: true,
             format: ExportFormat::AgentScope00Stored,
         };
-        stores
-            .memory(Scope::clone(&scope))
-            .and_then(|memory| memory.export(ExportTarget::File(document.clone()), &options))
+        // A thread deleted since the listing is left out, never recreated empty.
+        let Some(memory) = stores
+            .existing_memory(Scope::clone(&scope))
+            .map_err(failed)?
+        else {
+            continue;
+        };
+        memory
+            .export(ExportTarget::File(document.clone()), &options)
             .map_err(failed)?;
         writer.record(&Record::Thread(thread))?;
         writer.report.threads += 1;

@@ -42,6 +42,10 @@ pub trait NamespaceStores {
     fn backends(&self) -> &BackendRegistry;
     /// The scopes of every memory thread.
     fn threads(&self) -> Result<Vec<Scope>, MemoryError>;
-    /// The memory thread of `scope`, created if needed.
+    /// The memory thread of `scope`, created if needed (an import writes through it).
     fn memory(&self, scope: Scope) -> Result<Box<dyn Memory>, MemoryError>;
+    /// The memory thread of `scope` if it exists, never creating it (an export reads through
+    /// it: a thread deleted since [`threads`](Self::threads) listed it is left out, not
+    /// recreated empty).
+    fn existing_memory(&self, scope: Scope) -> Result<Option<Box<dyn Memory>>, MemoryError>;
 }

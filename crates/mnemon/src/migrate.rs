@@ -281,9 +281,12 @@ pub fn copy(from: &Mnemon, to: &Mnemon) -> Result<CopyReport, CopyError> {
             include_marks: true,
             format: ExportFormat::AgentScope00Stored,
         };
-        let exported = from
-            .memory(scope.clone())
-            .and_then(|source| source.export(ExportTarget::Json, &options))
+        // A thread deleted since the listing is not copied, nor recreated empty in the source.
+        let Some(source) = from.existing_memory(scope.clone()).map_err(failed)? else {
+            continue;
+        };
+        let exported = source
+            .export(ExportTarget::Json, &options)
             .map_err(failed)?;
         let Exported::Json(document) = exported else {
             continue;

@@ -92,6 +92,10 @@ impl NamespaceStores for Handle {
     fn memory(&self, scope: Scope) -> Result<Box<dyn Memory>, MemoryError> {
         self.mnemon.memory(scope)
     }
+
+    fn existing_memory(&self, scope: Scope) -> Result<Option<Box<dyn Memory>>, MemoryError> {
+        self.mnemon.existing_memory(scope)
+    }
 }
 
 /// Opens the stores the global options name.
