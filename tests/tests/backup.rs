@@ -1030,3 +1030,30 @@ fn an_export_leaves_out_a_thread_gone_since_the_listing() {
     assert_eq!((report.threads, report.messages), (1, 1));
     assert_eq!(source.threads().unwrap(), [Scope::session("kept")]);
 }
+
+/// An asset as deep as a store takes (`mnemon_store::MAX_NESTING`, counting its root) goes
+/// through a backup and back: its line nests one level more (the record around it), which
+/// serde_json's default recursion limit of 128 refused, so such a backup exported and could
+/// not be imported.
+#[test]
+fn an_asset_at_the_nesting_limit_goes_through_a_backup() {
+    let dir = tempfile::tempdir().unwrap();
+    let source = Handle::sqlite(&dir.path().join("source"));
+    // The asset's root object is the first level, so its content nests one less.
+    let deepest = (0..mnemon_store::MAX_NESTING - 1).fold(
+        Value::Bytes(Bytes::with_media_type(
+            vec![1, 2, 3],
+            "application/octet-stream",
+        )),
+        |inner, _| Value::Array(vec![inner]),
+    );
+    let asset = Asset::new(deepest).with_id("deep");
+    source.assets().put(&asset).unwrap();
+    let file = dir.path().join("backup.jsonl");
+    mnemon_backup::export(&source, &file, &ExportOptions::default()).unwrap();
+
+    let target = Handle::sqlite(&dir.path().join("target"));
+    let imported = mnemon_backup::import(&target, &file, &ImportOptions::default()).unwrap();
+    assert_eq!(imported.assets, 1);
+    assert_eq!(target.assets().get("deep").unwrap(), Some(asset));
+}

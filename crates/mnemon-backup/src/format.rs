@@ -38,6 +38,66 @@ pub enum Record {
     Trailer(Trailer),
 }
 
+/// The deepest nesting of JSON arrays and objects a backup line may have: an asset at the
+/// store's limit ([`mnemon_store::MAX_NESTING`], counting its root object) inside its record,
+/// with room to spare. serde_json's own recursion limit (128 levels) is one level short of such
+/// a line, so [`Record::from_line`] checks this bound itself and parses without that limit.
+pub const MAX_LINE_NESTING: usize = mnemon_store::MAX_NESTING + 4;
+
+impl Record {
+    /// Reads one line of a backup (without its line break).
+    ///
+    /// The error says what is wrong with the line: nested deeper than [`MAX_LINE_NESTING`]
+    /// (no export writes such a line), or serde_json's message.
+    pub fn from_line(line: &[u8]) -> Result<Record, String> {
+        let depth = nesting(line);
+        if depth > MAX_LINE_NESTING {
+            return Err(format!(
+                "the line nests {depth} levels of arrays and objects; a backup line nests at \
+                 most {MAX_LINE_NESTING}"
+            ));
+        }
+        let mut reader = serde_json::Deserializer::from_slice(line);
+        // Bounded by the check above, so the parser's recursion stays shallow.
+        reader.disable_recursion_limit();
+        let record = Record::deserialize(&mut reader).map_err(|e| e.to_string())?;
+        reader.end().map_err(|e| e.to_string())?;
+        Ok(record)
+    }
+}
+
+/// The deepest nesting of arrays and objects in `json`, counting brackets outside strings.
+///
+/// For the part of `json` a JSON parser reads before it stops, this is the parser's own
+/// nesting (strings and escapes are read the same way), so it bounds the parser's recursion on
+/// any input, well-formed or not.
+fn nesting(json: &[u8]) -> usize {
+    let (mut depth, mut deepest) = (0_usize, 0_usize);
+    let (mut in_string, mut escaped) = (false, false);
+    for &byte in json {
+        if in_string {
+            if escaped {
+                escaped = false;
+            } else if byte == b'\\' {
+                escaped = true;
+            } else if byte == b'"' {
+                in_string = false;
+            }
+            continue;
+        }
+        match byte {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                deepest = deepest.max(depth);
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    deepest
+}
+
 /// The first line of a backup.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Header {
@@ -434,7 +494,7 @@ mod tests {
             let record = Record::Asset(AssetRecord::encode(&asset, expires_at).unwrap());
             let line = serde_json::to_string(&record).unwrap();
             prop_assert!(!line.contains('\n'));
-            let back: Record = serde_json::from_str(&line).unwrap();
+            let back = Record::from_line(line.as_bytes()).unwrap();
             prop_assert_eq!(&back, &record);
             let Record::Asset(back) = back else { panic!("not an asset") };
             prop_assert_eq!(back.expires_at, expires_at);
@@ -466,7 +526,7 @@ mod tests {
             });
             let line = serde_json::to_string(&record).unwrap();
             prop_assert_eq!(line.contains("\"embedding_model\":"), embedding_model.is_some());
-            let Record::Message(back) = serde_json::from_str(&line).unwrap() else {
+            let Record::Message(back) = Record::from_line(line.as_bytes()).unwrap() else {
                 panic!("not a message")
             };
             let numbers: Vec<u64> = back.message["embedding"].as_array().unwrap().iter()
@@ -481,13 +541,58 @@ mod tests {
         /// panics the reader.
         #[test]
         fn arbitrary_lines_are_refused_or_read(line in ".{0,200}") {
-            if let Ok(record) = serde_json::from_str::<Record>(&line) {
+            let ours = Record::from_line(line.as_bytes());
+            // Within serde_json's own limit, the same answer as serde_json's.
+            let theirs = serde_json::from_str::<Record>(&line).ok();
+            prop_assert_eq!(ours.as_ref().ok(), theirs.as_ref());
+            if let Ok(record) = ours {
                 prop_assert!(serde_json::to_string(&record).is_ok());
                 if let Record::Asset(asset) = record {
                     let _ = asset.decode();
                 }
             }
         }
+    }
+
+    proptest! {
+        /// The bracket count is the nesting serde_json sees, on every asset record (keys and
+        /// strings full of brackets, quotes and escapes included).
+        #[test]
+        fn nesting_counts_what_the_parser_nests(asset in asset()) {
+            fn depth(value: &serde_json::Value) -> usize {
+                match value {
+                    serde_json::Value::Array(items) => 1 + items.iter().map(depth).max().unwrap_or(0),
+                    serde_json::Value::Object(map) => 1 + map.values().map(depth).max().unwrap_or(0),
+                    _ => 0,
+                }
+            }
+            let record = Record::Asset(AssetRecord::encode(&asset, None).unwrap());
+            let line = serde_json::to_string(&record).unwrap();
+            let json: serde_json::Value = serde_json::from_str(&line).unwrap();
+            prop_assert_eq!(nesting(line.as_bytes()), depth(&json));
+        }
+    }
+
+    #[test]
+    fn brackets_in_strings_and_escapes_do_not_count() {
+        assert_eq!(nesting(br#"{"a":"[[{\"[","b":[1,{"c":"]]"}]}"#), 3);
+        assert_eq!(nesting(b"]]]["), 1);
+        assert_eq!(nesting(b"\"unterminated [[["), 0);
+    }
+
+    #[test]
+    fn a_line_nested_too_deep_is_refused_without_parsing() {
+        // Far deeper than any stack would take if the parser recursed into it.
+        let hostile = "[".repeat(1 << 20);
+        let error = Record::from_line(hostile.as_bytes()).unwrap_err();
+        assert!(
+            error.contains(&format!("at most {MAX_LINE_NESTING}")),
+            "{error}"
+        );
+        // One level past serde_json's default limit still reads (as JSON; not a record).
+        let deep = format!("{}{}", "[".repeat(130), "]".repeat(130));
+        let error = Record::from_line(deep.as_bytes()).unwrap_err();
+        assert!(!error.contains("recursion"), "{error}");
     }
 
     #[test]

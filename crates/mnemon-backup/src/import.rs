@@ -266,10 +266,10 @@ fn scan(
         }
         let line = reader.number;
         let damaged = |reason: String| BackupError::Damaged { line, reason };
-        let record: Record = match serde_json::from_slice(&reader.line) {
+        let record = match Record::from_line(&reader.line) {
             Ok(record) => record,
             Err(_) if header.is_none() => return Err(BackupError::NotABackup),
-            Err(error) => return Err(damaged(error.to_string())),
+            Err(reason) => return Err(damaged(reason)),
         };
         match (&record, &header) {
             (Record::Header(found), None) => {
