@@ -55,6 +55,30 @@ pub(crate) struct ThreadVectors {
     /// Per row: its vector's exact norm (0 without one).
     norms: Vec<f64>,
     floats: Vec<f32>,
+    /// What the rows' vectors have in common, so far.
+    dims: Dims,
+}
+
+/// The dimensions of a thread's rows, as rows are appended.
+#[derive(Debug, Default, Clone, Copy, PartialEq)]
+enum Dims {
+    /// No row yet.
+    #[default]
+    Empty,
+    /// Every row has a vector of this many dimensions.
+    Uniform(usize),
+    /// A row without a vector (or a damaged one), or two dimensions.
+    Mixed,
+}
+
+impl Dims {
+    fn with(self, row: Option<usize>) -> Dims {
+        match (self, row) {
+            (Dims::Empty, Some(len)) => Dims::Uniform(len),
+            (Dims::Uniform(dim), Some(len)) if dim == len => self,
+            _ => Dims::Mixed,
+        }
+    }
 }
 
 /// Where a row's vector is.
@@ -96,6 +120,7 @@ impl ThreadVectors {
     pub(crate) fn push(&mut self, seq: i64, expires_at: Option<i64>, vector: Option<&[f32]>) {
         self.seqs.push(seq);
         self.expires.push(expires_at);
+        self.dims = self.dims.with(vector.map(<[f32]>::len));
         match vector {
             Some(v) => {
                 self.spans.push(Span::At {
@@ -131,6 +156,7 @@ impl ThreadVectors {
             self.expires.push(expires_at);
             self.spans.push(Span::Damaged(bytes.len()));
             self.norms.push(0.0);
+            self.dims = Dims::Mixed;
             return;
         }
         let start = self.floats.len();
@@ -145,11 +171,21 @@ impl ThreadVectors {
         self.expires.push(expires_at);
         self.spans.push(Span::At { start, len });
         self.norms.push(norm);
+        self.dims = self.dims.with(Some(len));
     }
 
     /// The `rev` this is the thread at.
     pub(crate) fn rev(&self) -> i64 {
         self.rev
+    }
+
+    /// The dimension of every row's vector, when every row (expired ones included) has a
+    /// vector of that one dimension.
+    pub(crate) fn uniform_dim(&self) -> Option<usize> {
+        match self.dims {
+            Dims::Uniform(dim) => Some(dim),
+            Dims::Empty | Dims::Mixed => None,
+        }
     }
 
     /// Rows, expired ones included.

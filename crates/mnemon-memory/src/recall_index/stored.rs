@@ -182,6 +182,12 @@ impl StoredIndexes {
             || keep == 0
             || keep >= rows
             || !query.iter().all(|x| x.is_finite())
+            // Every score ties at 0: the exact scan answers in row order, as every other path.
+            || query.iter().all(|&x| x == 0.0)
+            // Only an index over every row can answer, and building one for a query of
+            // another dimension (which the caller refuses anyway) would replace the thread's
+            // good index with an empty one.
+            || vectors.uniform_dim() != Some(query.len())
         {
             return None;
         }
@@ -476,6 +482,40 @@ mod tests {
         let m = ix.usable(7, &v2, 12).unwrap().mapping(&v2);
         assert_eq!(m.rows.iter().filter(|&&r| r == u32::MAX).count(), 2);
         assert_eq!(m.tail.len(), 3);
+    }
+
+    /// A query of another dimension than the thread's vectors is refused by the caller; it
+    /// must not get that far first in here: it used to start a build at its own dimension,
+    /// over none of the rows, whose empty index then replaced the thread's good one, and the
+    /// next right query rebuilt the whole index again.
+    #[test]
+    fn a_query_of_another_dimension_keeps_the_thread_index() {
+        let v = snapshot(1, &random_rows(300, 12, 1));
+        let ix = indexes(64);
+        let query = random_rows(1, 12, 2).remove(0).2;
+        assert!(ix.candidates(7, &v, 0, &query, 5).is_some());
+        assert_eq!(ix.indexed(7), Some(300));
+        assert!(ix.candidates(7, &v, 0, &[1.0, 2.0, 3.0], 5).is_none());
+        assert_eq!(ix.indexed(7), Some(300), "the index was replaced");
+        // A thread whose rows are of two dimensions is never indexed (no query could use it).
+        let mut mixed = random_rows(300, 12, 3);
+        mixed.extend(
+            random_rows(10, 4, 4)
+                .into_iter()
+                .map(|(s, e, v)| (s + 1_000, e, v)),
+        );
+        let mixed = snapshot(1, &mixed);
+        assert!(ix.candidates(8, &mixed, 0, &query, 5).is_none());
+        assert_eq!(ix.indexed(8), None);
+    }
+
+    /// An all-zero query ties every row at 0: the exact scan answers (the first rows, as on
+    /// every path and backend), not an arbitrary walk of the graph.
+    #[test]
+    fn a_zero_query_is_left_to_the_exact_scan() {
+        let v = snapshot(1, &random_rows(300, 12, 1));
+        let ix = indexes(64);
+        assert!(ix.candidates(7, &v, 0, &[0.0; 12], 5).is_none());
     }
 
     #[test]
