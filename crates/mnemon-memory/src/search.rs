@@ -108,8 +108,8 @@ impl Default for HybridWeights {
 }
 
 impl HybridWeights {
-    /// Refuses weights that cannot rank (negative or non-finite weights or `k`) and a depth
-    /// over [`MAX_HYBRID_CANDIDATES`].
+    /// Refuses weights that cannot rank (negative or non-finite weights or `k`, both weights
+    /// 0) and a depth over [`MAX_HYBRID_CANDIDATES`].
     pub(crate) fn check(&self) -> Result<(), MemoryError> {
         let ok = |x: f64| x.is_finite() && x >= 0.0;
         if !(ok(self.vector) && ok(self.keyword) && ok(self.k)) {
@@ -118,6 +118,13 @@ impl HybridWeights {
                     "hybrid weights must be finite and not negative (vector {}, keyword {}, k {})",
                     self.vector, self.keyword, self.k
                 ),
+            });
+        }
+        if self.vector == 0.0 && self.keyword == 0.0 {
+            return Err(MemoryError::InvalidQuery {
+                reason: "hybrid weights are both 0: give the vector or the keyword ranking a \
+                         weight above 0 (or search by that mode alone)"
+                    .into(),
             });
         }
         if self.candidates > MAX_HYBRID_CANDIDATES {
@@ -179,12 +186,25 @@ pub(crate) fn by_mode(
         SearchMode::Hybrid { text, weights } => {
             weights.check()?;
             let depth = weights.candidates.max(request.top_k);
-            let by_vector = vector(&SearchRequest {
-                top_k: depth,
-                mode: SearchMode::Vector,
-                ..request.clone()
-            })?;
-            let by_keyword = keyword(text, depth)?;
+            // A weight of 0 leaves its ranking out: not computed (no embedder needed for the
+            // vector one), so none of its hits fill the result with a fused score of 0.
+            let by_vector = if weights.vector > 0.0 {
+                vector(&SearchRequest {
+                    top_k: depth,
+                    mode: SearchMode::Vector,
+                    ..request.clone()
+                })?
+            } else {
+                Vec::new()
+            };
+            let by_keyword = if weights.keyword > 0.0 {
+                keyword(text, depth)?
+            } else {
+                KeywordRanking {
+                    hits: Vec::new(),
+                    complete: true,
+                }
+            };
             Ok(SearchResults {
                 hits: fuse(by_vector, by_keyword.hits, weights, request.top_k),
                 complete: by_keyword.complete,
@@ -553,6 +573,74 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    /// A weight of 0 leaves its ranking out (docs/reference/memory.md#keyword-and-hybrid-search):
+    /// it is not computed (no embedder needed, no dimension to match) and none of its hits
+    /// fill the result; both at 0 is refused. Before, the ranking was computed and its hits
+    /// came back with a fused score of 0.
+    #[test]
+    fn a_zero_weight_leaves_its_ranking_out() {
+        use std::sync::Arc;
+        let factory = mnemon_types::MsgFactory::new(
+            Arc::new(mnemon_types::msg::SequentialIds::new()),
+            Arc::new(mnemon_types::msg::FixedClock::new("2026-01-01 00:00:00")),
+        );
+        let hit = |id: &str| SearchHit {
+            scope: Scope::default(),
+            index: 0,
+            score: 1.0,
+            message: factory.msg("u", id).id(id).build().unwrap(),
+        };
+        let hybrid = |vector: f64, keyword: f64| SearchRequest {
+            mode: SearchMode::Hybrid {
+                text: "words".into(),
+                weights: HybridWeights {
+                    vector,
+                    keyword,
+                    ..HybridWeights::default()
+                },
+            },
+            ..SearchRequest::new(ScopeFilter::all(), RetrievalQuery::Text("q".into()), 10)
+        };
+        let keyword_only = by_mode(
+            &hybrid(0.0, 1.0),
+            |_| panic!("the vector ranking was computed"),
+            |_, _| {
+                Ok(KeywordRanking {
+                    hits: vec![hit("k1"), hit("k2")],
+                    complete: false,
+                })
+            },
+        )
+        .unwrap();
+        let ids: Vec<&str> = keyword_only.hits.iter().map(|h| h.message.id()).collect();
+        assert_eq!(ids, ["k1", "k2"]);
+        assert!(!keyword_only.complete);
+        let vector_only = by_mode(
+            &hybrid(1.0, 0.0),
+            |_| Ok(vec![hit("v1")]),
+            |_, _| panic!("the keyword ranking was computed"),
+        )
+        .unwrap();
+        let ids: Vec<&str> = vector_only.hits.iter().map(|h| h.message.id()).collect();
+        assert_eq!(ids, ["v1"]);
+        // Nothing left out of the keyword ranking: complete.
+        assert!(vector_only.complete);
+        let neither = by_mode(
+            &hybrid(0.0, 0.0),
+            |_| Ok(vec![]),
+            |_, _| {
+                Ok(KeywordRanking {
+                    hits: vec![],
+                    complete: true,
+                })
+            },
+        );
+        assert!(
+            matches!(&neither, Err(MemoryError::InvalidQuery { reason }) if reason.contains("above 0")),
+            "{neither:?}"
+        );
     }
 
     fn candidate(score: f64, thread: usize, index: usize) -> Candidate {

@@ -853,7 +853,7 @@ impl Service {
         }
         let memory = self.existing_session(&input.session)?;
         let query = match input.query {
-            SearchQuery::Vector(vector) => RetrievalQuery::Vector(vector),
+            SearchQuery::Vector(vector) => RetrievalQuery::Vector(finite(vector)?),
             SearchQuery::Text(text) => {
                 self.require_embedder()?;
                 RetrievalQuery::Text(text)
@@ -1028,10 +1028,16 @@ impl Service {
             }
         };
         let query = match input.query {
-            SearchQuery::Vector(vector) => RetrievalQuery::Vector(vector),
+            SearchQuery::Vector(vector) => RetrievalQuery::Vector(finite(vector)?),
             SearchQuery::Text(text) => {
-                // A keyword search never embeds the query.
-                if input.mode != SearchModeName::Keyword {
+                // A keyword search never embeds the query, nor a hybrid one whose vector
+                // ranking is left out (weight 0).
+                let embeds = match &mode {
+                    SearchMode::Keyword { .. } => false,
+                    SearchMode::Hybrid { weights, .. } => weights.vector > 0.0,
+                    _ => true,
+                };
+                if embeds {
                     self.require_embedder()?;
                 }
                 RetrievalQuery::Text(text)
@@ -1044,7 +1050,7 @@ impl Service {
             request = request.with_filter(filter);
         }
         let results = self.stores().search_memory(&request, self.embedder())?;
-        Ok(MemorySearchAcrossOutput {
+        let output = MemorySearchAcrossOutput {
             complete: results.complete,
             hits: results
                 .hits
@@ -1058,7 +1064,10 @@ impl Service {
                     message: MessageBody::of(&hit.message, input.include_embeddings),
                 })
                 .collect(),
-        })
+        };
+        // The same limit on the answer's JSON as a session's search.
+        self.within_result_limit_or(&output, |max| OpsError::HitsTooLarge { max })?;
+        Ok(output)
     }
 
     /// Re-embeds, with the service's embedder, every message of the selected threads whose
@@ -1224,6 +1233,20 @@ impl Service {
             added: report.added,
             skipped_duplicates: report.skipped_duplicates,
         })
+    }
+}
+
+/// `vector`, if every number of it is finite. A JSON number past `f32`'s range (about
+/// 3.4e38) reads as an infinite `f32`, which would score every message NaN.
+fn finite(vector: Vec<f32>) -> Result<Vec<f32>, OpsError> {
+    match vector.iter().position(|x| !x.is_finite()) {
+        None => Ok(vector),
+        Some(position) => Err(OpsError::Memory(MemoryError::InvalidQuery {
+            reason: format!(
+                "the query vector's number at position {position} is beyond the range of a \
+                 32-bit float (about ±3.4e38); scale the vector (cosine ignores its length)"
+            ),
+        })),
     }
 }
 
@@ -1457,6 +1480,72 @@ pub(crate) mod tests {
         assert_eq!(search(&whole, Some(MAX_TOP_K)).unwrap().hits.len(), 100);
     }
 
+    /// A search across sessions is bounded by the result limit as a session's search is:
+    /// before, its answer was built and sent whatever its size.
+    #[test]
+    fn a_search_across_sessions_keeps_the_result_limit() {
+        let dir = tempfile::tempdir().unwrap();
+        let service = Service::new(Stores::open(dir.path()).unwrap()).with_max_result_bytes(2_000);
+        service
+            .memory_add(MemoryAddInput {
+                session: "s".into(),
+                messages: (0..100)
+                    .map(|i| {
+                        MessageBody(serde_json::json!({
+                            "name": "u",
+                            "content": format!("message {i}"),
+                            "embedding": [1.0, f64::from(i) / 100.0, 0.5],
+                        }))
+                    })
+                    .collect(),
+                marks: vec![],
+            })
+            .unwrap();
+        let search = |service: &Service, top_k: usize| {
+            service.memory_search_across(MemorySearchAcrossInput {
+                user_id: None,
+                agent_id: None,
+                session_id: None,
+                query: SearchQuery::Vector(vec![1.0, 0.0, 0.0]),
+                top_k: Some(top_k),
+                filter: None,
+                mode: SearchModeName::Vector,
+                keywords: None,
+                hybrid: None,
+                include_embeddings: true,
+                exact: false,
+            })
+        };
+        let refused = search(&service, 100).unwrap_err();
+        assert_eq!(refused.code(), "result_too_large", "{refused}");
+        assert!(refused.to_string().contains("top_k"), "{refused}");
+        assert_eq!(search(&service, 3).unwrap().hits.len(), 3);
+    }
+
+    /// A JSON number past `f32`'s range reads as an infinite `f32`: such a query scored every
+    /// message NaN (`"score": null` in the answer). Both searches refuse it, naming where.
+    #[test]
+    fn a_query_vector_with_an_infinite_number_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let service = Service::new(Stores::open(dir.path()).unwrap());
+        add(&service, "s", 3);
+        let input: MemorySearchInput = serde_json::from_value(serde_json::json!({
+            "session": "s",
+            "query": {"vector": [1.0, 1e39, 0.5]},
+        }))
+        .unwrap();
+        let refused = service.memory_search(input).unwrap_err();
+        assert_eq!(refused.code(), "invalid_query", "{refused}");
+        assert!(refused.to_string().contains("position 1"), "{refused}");
+        let input: MemorySearchAcrossInput = serde_json::from_value(serde_json::json!({
+            "query": {"vector": [-1e39, 1.0, 0.5]},
+        }))
+        .unwrap();
+        let refused = service.memory_search_across(input).unwrap_err();
+        assert_eq!(refused.code(), "invalid_query", "{refused}");
+        assert!(refused.to_string().contains("position 0"), "{refused}");
+    }
+
     #[test]
     fn a_bounded_reembed_pass_stops_between_batches_and_the_next_resumes() {
         let dir = tempfile::tempdir().unwrap();
@@ -1682,6 +1771,27 @@ pub(crate) mod tests {
                 .code(),
             "embedder_not_configured"
         );
+        // A hybrid search that leaves the vector ranking out needs no embedder either.
+        let keyword_only = no_embedder
+            .memory_search_across(MemorySearchAcrossInput {
+                user_id: None,
+                agent_id: None,
+                session_id: None,
+                query: SearchQuery::Text("tickets sold out".into()),
+                top_k: Some(3),
+                filter: None,
+                mode: SearchModeName::Hybrid,
+                keywords: None,
+                hybrid: Some(HybridInput {
+                    vector_weight: Some(0.0),
+                    ..HybridInput::default()
+                }),
+                include_embeddings: false,
+                exact: false,
+            })
+            .unwrap();
+        assert_eq!(keyword_only.hits.len(), 1, "{keyword_only:?}");
+        assert_eq!(keyword_only.hits[0].message.0["id"], "b");
         let no_words = no_embedder.memory_search_across(MemorySearchAcrossInput {
             user_id: None,
             agent_id: None,
