@@ -411,7 +411,8 @@ pub(crate) fn parse(bytes: &[u8], small_sums: bool) -> Result<Parsed<'_>, AnnErr
         || header.code_stride as usize != crate::kernel::code_stride(dims)
         || dims == 0
         || dims > crate::kernel::MAX_DIMS
-        || m < 2
+        // The build's range: a search walks at most `2 · 256 + 1` neighbours of a node.
+        || !(2..=256).contains(&m)
         || m0 != 2 * m + 1
         || (count > 0 && header.entry as usize >= count)
         || (count == 0 && levels > 0)
@@ -528,6 +529,12 @@ pub(crate) fn parse(bytes: &[u8], small_sums: bool) -> Result<Parsed<'_>, AnnErr
         };
         verify(nodes_s)?;
         verify(adjacency_s)?;
+        if !nodes_s.bytes.len().is_multiple_of(4) {
+            return Err(corrupt(format!(
+                "the {} section is not a whole number of node ids",
+                nodes_s.name
+            )));
+        }
         let nodes: &[u32] = cast(nodes_s.bytes, nodes_s.name)?;
         expect_len(
             adjacency_s,
@@ -566,4 +573,41 @@ pub(crate) fn parse(bytes: &[u8], small_sums: bool) -> Result<Parsed<'_>, AnnErr
         bytes_at: bytes.as_ptr() as usize,
         len: bytes.len(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use mnemon_vector::Matrix;
+
+    use super::*;
+    use crate::{BuildParams, build};
+
+    /// An index's bytes with its header's `m` and `m0` set to `m`, `2m + 1`, and the header
+    /// checksum made right again (as a crafted file would have it).
+    fn with_m(m: u32) -> Vec<u8> {
+        let mut rows = Matrix::new(4);
+        for i in 0..20u8 {
+            rows.push_row(&[f32::from(i), 1.0, 0.5, -1.0]).unwrap();
+        }
+        let bytes = build(rows.view(), &BuildParams::default(), &|_| {}).unwrap();
+        let mut bytes = bytes.as_bytes().to_vec();
+        bytes[24..28].copy_from_slice(&m.to_le_bytes());
+        bytes[28..32].copy_from_slice(&(2 * m + 1).to_le_bytes());
+        let sections = u32_at(&bytes, 64) as usize;
+        let sum = header_checksum(
+            &bytes[..120],
+            &bytes[HEADER_LEN..HEADER_LEN + sections * ENTRY_LEN],
+        );
+        bytes[120..128].copy_from_slice(&sum.to_le_bytes());
+        bytes
+    }
+
+    /// A search walks at most 513 neighbours of a node (the build's `m` ≤ 256): a header with
+    /// a larger `m` is refused as inconsistent, before its sections are looked at.
+    #[test]
+    fn a_header_past_the_builds_m_is_refused() {
+        let bytes = IndexBytes::copy_from(&with_m(300));
+        let error = parse(bytes.as_bytes(), true).err().unwrap();
+        assert_eq!(error, corrupt("the header's parameters are inconsistent"));
+    }
 }

@@ -245,8 +245,10 @@ impl<'a> Graph<'a> {
     {
         {
             visited.reset(self.count);
-            let mut candidates: BinaryHeap<Cand> = BinaryHeap::with_capacity(ef * 2);
-            let mut results: BinaryHeap<Reverse<Cand>> = BinaryHeap::with_capacity(ef + 1);
+            // A beam never holds more than the index's rows, whatever `ef` was asked for.
+            let room = ef.min(self.count);
+            let mut candidates: BinaryHeap<Cand> = BinaryHeap::with_capacity(room * 2);
+            let mut results: BinaryHeap<Reverse<Cand>> = BinaryHeap::with_capacity(room + 1);
             let mut scored = 0usize;
             for &e in entries {
                 if e.node as usize >= self.count || !visited.insert(e.node) {

@@ -16,10 +16,11 @@ use std::sync::OnceLock;
 /// Codes of one row are padded to a multiple of this many bytes (one AVX-512 register).
 pub(crate) const CODE_ALIGN: usize = 64;
 
-/// The largest dimension the kernels accumulate exactly in 32-bit lanes: each 64-byte block adds
-/// at most 4 · 128 · 127 = 65,024 to a lane, and 2³¹ / 65,024 blocks of 64 bytes is just above
-/// 2²¹ bytes.
-pub(crate) const MAX_DIMS: usize = 1 << 20;
+/// The largest dimension whose dot products the kernels return exactly as an `i32`: codes lie
+/// in −127..=127, so a dot product of `d` codes is at most `d` · 127² = `d` · 16,129 in size,
+/// which fits an `i32` up to `d` = 133,143 (2¹⁷ = 131,072 is the power of two below). Each
+/// lane's partial sum is smaller still; the bound is the sum across lanes, which is returned.
+pub(crate) const MAX_DIMS: usize = 1 << 17;
 
 /// Bytes of codes per row for `dims` dimensions.
 pub(crate) fn code_stride(dims: usize) -> usize {
@@ -282,6 +283,19 @@ mod tests {
         let mut zero = vec![1i8; 64];
         assert_eq!(quantise(&[0.0; 3], &mut zero), 0.0);
         assert!(zero.iter().all(|&c| c == 0));
+    }
+
+    /// The largest row the kernels take: its self-dot (every code at ±127) is the largest
+    /// sum they return and fits. `MAX_DIMS` was 2²⁰, whose self-dot wrapped negative.
+    #[test]
+    fn the_largest_dot_product_fits() {
+        let expected = MAX_DIMS as i64 * 127 * 127;
+        assert!(expected <= i64::from(i32::MAX));
+        for code in [127i8, -127] {
+            let a = vec![code; MAX_DIMS];
+            assert_eq!(i64::from(dot_codes(&a, &a)), expected);
+            assert_eq!(i64::from(Prepared::new(&a).dot(&a, &a)), expected);
+        }
     }
 
     #[test]

@@ -333,6 +333,26 @@ fn empty_and_degenerate_inputs() {
     ));
 }
 
+/// A beam as wide as `usize::MAX` is the whole index: building or searching with one works,
+/// rather than reserving room for that many candidates (a capacity overflow panic before).
+#[test]
+fn a_beam_wider_than_the_index_is_the_whole_index() {
+    let m = clustered(50, 8, 3, 11);
+    let wide = BuildParams {
+        ef_construction: usize::MAX,
+        ..BuildParams::default()
+    };
+    let bytes = build(m.view(), &wide, &|_| {}).unwrap();
+    let index = IndexView::open(bytes.as_bytes(), m.view(), &OpenOptions::default()).unwrap();
+    let q = m.row(3).unwrap().to_vec();
+    let params = SearchParams {
+        ef: usize::MAX,
+        ..SearchParams::new(5)
+    };
+    let found = index.search(&q, &params, |_| true).unwrap();
+    assert_eq!(indices(&found), exact(&m, &q, 5, |_| true));
+}
+
 #[test]
 fn a_stale_index_is_refused() {
     let m = clustered(300, 12, 4, 6);
