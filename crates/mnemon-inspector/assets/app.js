@@ -159,19 +159,37 @@
     const prev = el('button', {class: 'plain', type: 'button', disabled: true}, '← previous');
     const next = el('button', {class: 'plain', type: 'button', disabled: true}, 'next →');
     const info = el('span', {class: 'muted'});
-    async function go(cursor) {
+    // A page that fails to load (a busy server, a cursor whose record was deleted) leaves the
+    // pager where it was, its buttons usable: `undo` puts the stack back.
+    async function go(cursor, undo) {
       prev.disabled = next.disabled = true;
-      const nextCursor = await load(cursor);
-      current = cursor;
-      prev.disabled = stack.length === 0;
-      next.disabled = !nextCursor;
-      next.dataset.cursor = nextCursor || '';
-      info.textContent = `page ${stack.length + 1}`;
+      try {
+        const nextCursor = await load(cursor);
+        current = cursor;
+        next.dataset.cursor = nextCursor || '';
+        info.textContent = `page ${stack.length + 1}`;
+      } catch (e) {
+        if (undo) undo();
+        throw e;
+      } finally {
+        prev.disabled = stack.length === 0;
+        next.disabled = !next.dataset.cursor;
+      }
     }
-    prev.addEventListener('click', () => { const c = stack.pop(); go(c === undefined ? null : c).catch(report); });
-    next.addEventListener('click', () => { stack.push(current); go(next.dataset.cursor).catch(report); });
+    prev.addEventListener('click', () => {
+      const c = stack.pop();
+      go(c === undefined ? null : c, () => stack.push(c)).catch(report);
+    });
+    next.addEventListener('click', () => { stack.push(current); go(next.dataset.cursor, () => stack.pop()).catch(report); });
     function report(e) { fill(info, errorLine(e)); }
-    return {bar: el('div', {class: 'bar'}, prev, next, info), start: () => go(null).catch(report)};
+    // Each start is a new listing: page 1, no earlier cursors.
+    function start() {
+      stack.length = 0;
+      current = null;
+      next.dataset.cursor = '';
+      return go(null).catch(report);
+    }
+    return {bar: el('div', {class: 'bar'}, prev, next, info), start};
   }
 
   // ---- sessions -------------------------------------------------------------------------
@@ -329,12 +347,16 @@
     // is a navigation, which sends no Authorization header: a server with keys answered 401),
     // then offered as a download of what was fetched.
     const download = el('span', {id: 'export-download'});
+    let exportUrl = null;
     const exportButton = el('button', {type: 'button', id: 'export', class: 'plain', onclick: async () => {
       fill(download, el('span', {class: 'muted'}, ' preparing…'));
       try {
         const response = await api('GET', `/v1/memory/sessions/${seg(id)}/export?format=agentscope-0.1`, undefined, true);
         const blob = await response.blob();
-        const link = el('a', {id: 'export-link', href: URL.createObjectURL(blob), download: `${id}.agentscope-0.1.json`},
+        // One export kept at a time: the previous one's memory is given back.
+        if (exportUrl) URL.revokeObjectURL(exportUrl);
+        exportUrl = URL.createObjectURL(blob);
+        const link = el('a', {id: 'export-link', href: exportUrl, download: `${id}.agentscope-0.1.json`},
           `download ${id}.agentscope-0.1.json (${blob.size} bytes)`);
         fill(download, ' ', link);
       } catch (err) { fill(download, errorLine(err)); }
@@ -376,21 +398,35 @@
     const where = el('textarea', {name: 'filter', rows: 2, cols: 60, placeholder: '{"contains": {"path": "content.labels", "value": "cat"}}'});
     where.value = params.get('filter') || '';
     const expiry = (ms) => ms === undefined || ms === null ? null : el('span', {class: 'muted expiry'}, ` · expires ${new Date(ms).toISOString()}`);
+    // The listing follows the filter last submitted, not what is typed since: a cursor is
+    // only good for the listing that gave it.
+    let applied = {type: type.value, filter: where.value.trim()};
     const page = pager(async (cursor) => {
-      if (where.value.trim()) {
+      if (applied.filter) {
         let filter;
-        try { filter = JSON.parse(where.value); } catch (e) { throw new Error(`the filter is not JSON: ${e.message}`); }
-        const out = await api('POST', '/v1/query/assets', {filter, asset_type: type.value || undefined, cursor: cursor || undefined, limit: 50});
+        try { filter = JSON.parse(applied.filter); } catch (e) { throw new Error(`the filter is not JSON: ${e.message}`); }
+        const out = await api('POST', '/v1/query/assets', {filter, asset_type: applied.type || undefined, cursor: cursor || undefined, limit: 50});
         fill(rows, ...out.assets.map((a) => el('li', {}, el('a', {href: `#/asset/${seg(a.asset_id)}`, class: 'asset-link'}, a.asset_id), expiry(a.expires_at_ms))));
         if (!out.assets.length) fill(rows, el('li', {class: 'muted'}, 'No asset matches.'));
         return out.next_cursor;
       }
-      const out = await api('GET', `/v1/assets${query({limit: 50, cursor, asset_type: type.value})}`);
+      const out = await api('GET', `/v1/assets${query({limit: 50, cursor, asset_type: applied.type})}`);
       fill(rows, ...out.asset_ids.map((id) => el('li', {}, el('a', {href: `#/asset/${seg(id)}`, class: 'asset-link'}, id))));
       if (!out.asset_ids.length) fill(rows, el('li', {class: 'muted'}, 'No assets.'));
       return out.next_cursor;
     });
-    const filter = el('form', {id: 'asset-filter', onsubmit: (e) => { e.preventDefault(); location.hash = `#/assets${query({type: type.value, filter: where.value.trim()})}`; page.start(); }},
+    // A new filter goes into the address (so it can be shared and reloaded), which routes
+    // here again; the same filter again starts its listing over.
+    const filter = el('form', {id: 'asset-filter', onsubmit: (e) => {
+      e.preventDefault();
+      const hash = `#/assets${query({type: type.value, filter: where.value.trim()})}`;
+      if (location.hash === hash) {
+        applied = {type: type.value, filter: where.value.trim()};
+        page.start();
+      } else {
+        location.hash = hash;
+      }
+    }},
       el('label', {}, 'Filter by type', type), el('label', {}, 'and by fields (JSON filter)', where), el('button', {type: 'submit'}, 'Filter'));
     const r = resolver();
     show(el('h2', {}, 'Assets'), r.form, r.out, filter, rows, page.bar);
@@ -517,7 +553,7 @@
     }
     function renderKeys(more) {
       if (!byKey.size) { fill(keys, el('p', {class: 'muted'}, 'No artifacts in this scope.')); return; }
-      fill(keys, more ? el('p', {class: 'muted'}, 'Only the first 2,000 records are shown.') : null,
+      fill(keys, more ? el('p', {class: 'muted', id: 'artifacts-cut'}, 'Only the scope\'s oldest 2,000 records (in save order) are shown: later versions are not listed here.') : null,
         ...Array.from(byKey.entries()).map(([k, history]) => el('div', {class: 'card artifact-key'},
           el('h3', {}, 'key ', el('code', {}, k), el('span', {class: 'muted'}, ` · ${history.length} version${history.length === 1 ? '' : 's'}, most recent first`)),
           el('table', {}, el('thead', {}, el('tr', {}, el('th', {}, 'saved'), el('th', {}, 'name'), el('th', {}, 'type'), el('th', {}, 'description'))),
@@ -538,7 +574,8 @@
     const loadForm = el('form', {id: 'load-form', onsubmit: async (e) => {
       e.preventDefault();
       const wanted = loadKeys.value.split(',').map((k) => k.trim()).filter(Boolean);
-      const body = {scope: scope.value, keys: wanted.length ? wanted : Array.from(byKey.keys())};
+      // A load names at most 1,000 keys (docs/reference/rest.md).
+      const body = {scope: scope.value, keys: wanted.length ? wanted : Array.from(byKey.keys()).slice(0, 1000)};
       try {
         const out = await api('POST', '/v1/artifacts/load', body);
         fill(block, el('pre', {id: 'prompt-text'}, out.text),
@@ -665,12 +702,13 @@
     const [path, search] = hash.split('?');
     const params = new URLSearchParams(search || '');
     const [page, ...rest] = path.split('/');
-    const arg = rest.length ? decodeURIComponent(rest.join('/')) : null;
     for (const a of document.querySelectorAll('#nav a')) {
       const active = a.dataset.page === page || (page === 'session' && a.dataset.page === 'sessions') || (page === 'asset' && a.dataset.page === 'assets');
       a.classList.toggle('active', active);
     }
     try {
+      // Inside the try: a malformed escape (`#/session/%E0`) is shown as an error.
+      const arg = rest.length ? decodeURIComponent(rest.join('/')) : null;
       if (page === 'session' && arg) sessionPage(arg);
       else if (page === 'assets') assetsPage(params);
       else if (page === 'asset' && arg) assetPage(arg);

@@ -541,3 +541,59 @@ fn every_page(
     );
     assert_no_xss(&browser);
 }
+
+/// A page that fails to load leaves the pager usable where it was: before, both buttons stayed
+/// disabled after one failed load (a busy server, a cursor gone stale) until the user left the
+/// page. A malformed escape in the address shows an error instead of nothing.
+#[test]
+fn a_failed_page_load_leaves_the_pager_usable() {
+    let Some((chromium, driver)) = webdriver::find() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let running = start(mnemon_ops::Stores::open(dir.path()).unwrap());
+    crate::support::crypto();
+    let client = reqwest::blocking::Client::new();
+    for i in 0..60 {
+        call(
+            &client,
+            Method::PUT,
+            &format!("{}/v1/assets/a{i:02}", running.rest),
+            Some(json!({"content": {"n": i}})),
+        );
+    }
+    let browser = Browser::start(&chromium, &driver);
+    browser.goto(&format!("{}/ui/#/assets", running.base));
+    browser.wait_for("document.querySelectorAll('#asset-list li').length === 50");
+    let pager = "Array.from(document.querySelectorAll('#main .bar')).pop()";
+    let state = |browser: &Browser| {
+        browser.js(&format!(
+            "const [p, n, i] = {pager}.children; return [p.disabled, n.disabled, i.textContent];"
+        ))
+    };
+    assert_eq!(state(&browser), json!([true, false, "page 1"]));
+    // The next page's request fails once.
+    browser.js(
+        "window.__fetch = window.fetch; \
+         window.fetch = () => { window.fetch = window.__fetch; return Promise.reject(new Error('the network is down')); };",
+    );
+    browser.js(&format!("{pager}.children[1].click();"));
+    browser.wait_for(&format!(
+        "{pager}.children[2].textContent.includes('the network is down')"
+    ));
+    let after = state(&browser);
+    assert_eq!(after[0], json!(true), "no earlier page: {after}");
+    assert_eq!(after[1], json!(false), "next must stay usable: {after}");
+    // Next again: page 2, and previous back to page 1.
+    browser.js(&format!("{pager}.children[1].click();"));
+    browser.wait_for("document.querySelectorAll('#asset-list li').length === 10");
+    assert_eq!(state(&browser), json!([false, true, "page 2"]));
+    browser.js(&format!("{pager}.children[0].click();"));
+    browser.wait_for("document.querySelectorAll('#asset-list li').length === 50");
+    assert_eq!(state(&browser), json!([true, false, "page 1"]));
+
+    browser.goto(&format!("{}/ui/#/session/%E0", running.base));
+    browser.wait_for("document.querySelector('#main .error') !== null");
+    let shown = browser.js("return document.querySelector('#main .error').textContent;");
+    assert!(shown.as_str().unwrap().contains("URI"), "{shown}");
+}
