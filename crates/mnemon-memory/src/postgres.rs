@@ -167,6 +167,10 @@ static SCHEMA: Schema = Schema {
             version: 14,
             sql: SCHEMA_V14,
         },
+        Migration {
+            version: 15,
+            sql: SCHEMA_V15,
+        },
     ],
 };
 
@@ -182,6 +186,63 @@ CREATE TABLE IF NOT EXISTS memory_keyword_rebuild (id INTEGER PRIMARY KEY CHECK 
 INSERT INTO memory_keyword_rebuild (id)
   SELECT 1 WHERE EXISTS (SELECT 1 FROM memory_messages) ON CONFLICT DO NOTHING;
 ";
+
+/// Version 15: the words are stored as they are, never parsed again by PostgreSQL. Version 14
+/// sent them through `to_tsvector('simple', …)`, whose parser splits and drops characters by
+/// the database's `LC_CTYPE`: under `C.UTF-8` or `en_US.UTF-8` (most servers) `x²` became `x`,
+/// `①` nothing, and keyword search then matched other messages than SQLite's; only the `C`
+/// locale (the tests' servers) kept them. Now a write sends the `tsvector` itself
+/// ([`keyword_tsvector`]) and a query its lexemes as a `tsquery`; the rows written before are
+/// rebuilt by [`rebuild_keyword_words`], as for version 14.
+const SCHEMA_V15: &str = SCHEMA_V14;
+
+/// The longest lexeme a `tsvector` holds, in bytes (PostgreSQL's own limit; `to_tsvector`
+/// leaves longer words out, and so does [`keyword_tsvector`]).
+const MAX_LEXEME_BYTES: usize = 2047;
+
+/// The highest word position a `tsvector` records (later words share it, as in `to_tsvector`).
+const MAX_POSITION: usize = 16_383;
+
+/// The `tsvector` of `words` (space-separated, as [`content_words`] gives them), as its input
+/// text: each word quoted, with its positions. Words are letters and digits only
+/// (`crate::words`), so no quote, backslash or space needs escaping; longer than
+/// [`MAX_LEXEME_BYTES`] they are left out, as `to_tsvector` leaves them.
+fn keyword_tsvector(words: &str) -> String {
+    let mut positions: std::collections::BTreeMap<&str, Vec<usize>> =
+        std::collections::BTreeMap::new();
+    for (i, word) in words.split(' ').filter(|w| !w.is_empty()).enumerate() {
+        if word.len() <= MAX_LEXEME_BYTES {
+            positions
+                .entry(word)
+                .or_default()
+                .push((i + 1).min(MAX_POSITION));
+        }
+    }
+    let mut out = String::with_capacity(words.len() + 8 * positions.len());
+    for (word, at) in positions {
+        if !out.is_empty() {
+            out.push(' ');
+        }
+        out.push('\'');
+        out.push_str(word);
+        out.push_str("':");
+        let mut first = true;
+        let mut last = 0;
+        for p in at {
+            // Positions past the highest all read as it: one is enough.
+            if p == last {
+                continue;
+            }
+            if !first {
+                out.push(',');
+            }
+            out.push_str(&p.to_string());
+            first = false;
+            last = p;
+        }
+    }
+    out
+}
 
 /// Rows whose words one statement of [`rebuild_keyword_words`] rewrites.
 const KEYWORD_REBUILD_BATCH: i64 = 500;
@@ -221,7 +282,7 @@ fn rebuild_keyword_words(pool: &Pool) -> Result<(), MemoryError> {
                 continue;
             };
             let content = parsed.get("content").unwrap_or(&Value::Null);
-            texts.push(content_words(content));
+            texts.push(keyword_tsvector(&content_words(content)));
             threads.push(row.try_get::<_, i64>(0).map_err(pg_error)?);
             seqs.push(row.try_get::<_, i64>(1).map_err(pg_error)?);
             bodies.push(body);
@@ -229,7 +290,7 @@ fn rebuild_keyword_words(pool: &Pool) -> Result<(), MemoryError> {
         rebuilt += client
             .execute(
                 "UPDATE memory_messages m
-                 SET search_tsv = to_tsvector('simple'::regconfig, t.w)
+                 SET search_tsv = t.w::tsvector
                  FROM UNNEST($1::bigint[], $2::bigint[], $3::text[], $4::text[])
                    AS t(th, s, b, w)
                  WHERE m.thread_id = t.th AND m.seq = t.s AND m.body = t.b",
@@ -245,7 +306,7 @@ fn rebuild_keyword_words(pool: &Pool) -> Result<(), MemoryError> {
         database = pool.target(),
         rows = rebuilt,
         seconds = started.elapsed().as_secs_f64(),
-        "keyword search: rebuilt the words of the messages written before schema version 14"
+        "keyword search: rebuilt the words of the messages written before schema version 15"
     );
     Ok(())
 }
@@ -315,18 +376,18 @@ macro_rules! search_tsv_sql {
             $text,
             " IS NULL THEN to_tsvector('simple'::regconfig, memory_message_text(",
             $body,
-            ")) ELSE to_tsvector('simple'::regconfig, ",
+            ")) ELSE (",
             $text,
-            ") END"
+            ")::tsvector END"
         )
     };
 }
 
-/// The text keyword search indexes for `msg` (schema version 14): the words of its content
-/// ([`content_words`]), which PostgreSQL's `simple` configuration reads back as the same words.
-/// Always `Some`: the server's own fallback ([`search_tsv_sql`]) is for rows of older writers.
+/// The `tsvector` keyword search indexes for `msg` (schema version 15), as its input text: the
+/// words of its content ([`content_words`]) as they are ([`keyword_tsvector`]). Always `Some`:
+/// the server's own fallback ([`search_tsv_sql`]) is for rows of older writers.
 fn keyword_text(msg: &Msg) -> Option<String> {
-    Some(content_words(msg.content()))
+    Some(keyword_tsvector(&content_words(msg.content())))
 }
 
 /// The words keyword search matches in a message's `content`, folded and joined by spaces, as
@@ -3494,6 +3555,27 @@ impl Backend for PostgresMemory {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    /// The `tsvector` input: each word once, quoted, with its positions from 1; positions past
+    /// PostgreSQL's highest read as it, once; words past its lexeme limit left out.
+    #[test]
+    fn keyword_tsvectors_are_written_as_their_input_text() {
+        assert_eq!(keyword_tsvector(""), "");
+        assert_eq!(keyword_tsvector("b a b x²"), "'a':2 'b':1,3 'x²':4");
+        let long = "l".repeat(MAX_LEXEME_BYTES + 1);
+        let fits = "f".repeat(MAX_LEXEME_BYTES);
+        assert_eq!(
+            keyword_tsvector(&format!("{long} {fits}")),
+            format!("'{fits}':2")
+        );
+        let many = vec!["w"; MAX_POSITION + 3].join(" ");
+        let written = keyword_tsvector(&many);
+        assert!(
+            written.ends_with(&format!(",{MAX_POSITION}")),
+            "{written:.40}"
+        );
+        assert_eq!(written.matches(&format!(",{MAX_POSITION}")).count(), 1);
+    }
 
     /// A mirror one rev ahead of a read's snapshot (the handle's own add committed after the
     /// read took it) answers the read: it is not stale, and treating it as stale reloaded the

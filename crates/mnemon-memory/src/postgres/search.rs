@@ -338,12 +338,22 @@ impl PostgresMemoryStore {
     ) -> Result<KeywordRanking, MemoryError> {
         let [user, agent, session] = request.within.columns()?;
         let terms = keyword_terms(text)?;
-        // Every term is letters and digits only: quoted, none is read as an operator.
-        let tsquery = terms
+        // Every term is letters and digits only: quoted, none is read as an operator. The
+        // lexemes are the stored ones as they are (schema version 15): the `tsquery` is its
+        // input text, never parsed by the database's locale. A term longer than a lexeme can
+        // be is in no stored `tsvector` (nor would the query take it).
+        let lexemes: Vec<String> = terms
             .iter()
+            .filter(|t| t.len() <= super::MAX_LEXEME_BYTES)
             .map(|t| format!("'{t}'"))
-            .collect::<Vec<_>>()
-            .join(" | ");
+            .collect();
+        if lexemes.is_empty() {
+            return Ok(KeywordRanking {
+                hits: Vec::new(),
+                complete: true,
+            });
+        }
+        let tsquery = lexemes.join(" | ");
         // The filter's check of a batch of rows (`$1` their threads, `$2` their seqs); the
         // filter's values follow.
         let mut filter_params = vec![SqlParam::Integer(0); 2];
@@ -394,7 +404,7 @@ impl PostgresMemoryStore {
         let statement = tx
             .prepare(
                 "SELECT m.thread_id, m.seq, ts_rank(m.search_tsv, q.q)::float8
-                 FROM (SELECT to_tsquery('simple', $2::text)) AS q(q),
+                 FROM (SELECT $2::text::tsquery) AS q(q),
                       LATERAL (SELECT n.thread_id, n.seq, n.search_tsv FROM memory_messages n
                                 WHERE n.thread_id = ANY($3::bigint[]) AND n.search_tsv @@ q.q
                                   AND (n.expires_at IS NULL OR n.expires_at > $1::bigint)
