@@ -2631,6 +2631,26 @@ fn keyword_words_do_not_depend_on_the_database_locale() {
     assert_eq!(rows, 4);
 }
 
+/// A message of more than a mebibyte of distinct words (a pasted log, a document) is stored
+/// on PostgreSQL as on SQLite, its first words searchable: PostgreSQL refuses a `tsvector` of
+/// that much, which refused the whole write.
+#[test]
+fn a_message_of_more_distinct_words_than_a_tsvector_holds_is_stored() {
+    let server = mnemon_tests::require_postgres!();
+    let (url, _client) = fresh(server, "memory_keyword_huge");
+    let store = open(&url, PostgresMemoryOptions::default());
+    let words: Vec<String> = (0..150_000).map(|i| format!("w{i:07}")).collect();
+    store
+        .memory(Scope::session("s"))
+        .unwrap()
+        .add(vec![
+            json!({"id": "huge", "name": "n", "content": words.join(" ")}).into(),
+        ])
+        .unwrap();
+    assert_eq!(keyword_hits(&store, "w0000000"), ["huge"]);
+    assert!(keyword_hits(&store, "w0149999").is_empty());
+}
+
 /// The ids of the messages a keyword search across every session finds, sorted.
 fn keyword_hits(store: &PostgresMemoryStore, text: &str) -> Vec<String> {
     use mnemon_memory::{ScopeFilter, SearchMode, SearchRequest};

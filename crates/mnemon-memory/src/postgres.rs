@@ -203,42 +203,62 @@ const MAX_LEXEME_BYTES: usize = 2047;
 /// The highest word position a `tsvector` records (later words share it, as in `to_tsvector`).
 const MAX_POSITION: usize = 16_383;
 
+/// The most bytes a `tsvector`'s lexemes and positions take (PostgreSQL's `MAXSTRPOS`, just
+/// under 1 MiB): past it PostgreSQL refuses the value, and so the write. [`keyword_tsvector`]
+/// keeps the distinct words that fit, first come first.
+const MAX_TSVECTOR_LEXEME_BYTES: usize = (1 << 20) - 1;
+
+/// The most positions PostgreSQL keeps of one word (`MAXNUMPOS`).
+const MAX_POSITIONS_PER_WORD: usize = 256;
+
 /// The `tsvector` of `words` (space-separated, as [`content_words`] gives them), as its input
 /// text: each word quoted, with its positions. Words are letters and digits only
 /// (`crate::words`), so no quote, backslash or space needs escaping; longer than
-/// [`MAX_LEXEME_BYTES`] they are left out, as `to_tsvector` leaves them.
+/// [`MAX_LEXEME_BYTES`] they are left out, as `to_tsvector` leaves them, and distinct words
+/// past [`MAX_TSVECTOR_LEXEME_BYTES`] in all too (a text of over a mebibyte of distinct words
+/// is indexed by its first ones rather than refused).
 fn keyword_tsvector(words: &str) -> String {
-    let mut positions: std::collections::BTreeMap<&str, Vec<usize>> =
-        std::collections::BTreeMap::new();
+    // Each distinct word with its distinct positions (at most `MAX_POSITIONS_PER_WORD`, as
+    // PostgreSQL keeps), in order of first occurrence.
+    let mut entries: Vec<(&str, Vec<usize>)> = Vec::new();
+    let mut at: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
     for (i, word) in words.split(' ').filter(|w| !w.is_empty()).enumerate() {
-        if word.len() <= MAX_LEXEME_BYTES {
-            positions
-                .entry(word)
-                .or_default()
-                .push((i + 1).min(MAX_POSITION));
+        if word.len() > MAX_LEXEME_BYTES {
+            continue;
+        }
+        let position = (i + 1).min(MAX_POSITION);
+        let entry = *at.entry(word).or_insert_with(|| {
+            entries.push((word, Vec::new()));
+            entries.len() - 1
+        });
+        if let Some((_, positions)) = entries.get_mut(entry)
+            && positions.len() < MAX_POSITIONS_PER_WORD
+            && positions.last() != Some(&position)
+        {
+            positions.push(position);
         }
     }
-    let mut out = String::with_capacity(words.len() + 8 * positions.len());
-    for (word, at) in positions {
+    let mut out = String::with_capacity(words.len() + 8 * entries.len());
+    let mut room = MAX_TSVECTOR_LEXEME_BYTES;
+    for (word, positions) in entries {
+        // What the word takes of the value's room: its bytes (to an even count), then its
+        // positions' count and each position, two bytes apiece.
+        let takes = word.len().next_multiple_of(2) + 2 + 2 * positions.len();
+        let Some(left) = room.checked_sub(takes) else {
+            continue;
+        };
+        room = left;
         if !out.is_empty() {
             out.push(' ');
         }
         out.push('\'');
         out.push_str(word);
         out.push_str("':");
-        let mut first = true;
-        let mut last = 0;
-        for p in at {
-            // Positions past the highest all read as it: one is enough.
-            if p == last {
-                continue;
-            }
-            if !first {
+        for (n, p) in positions.iter().enumerate() {
+            if n > 0 {
                 out.push(',');
             }
             out.push_str(&p.to_string());
-            first = false;
-            last = p;
         }
     }
     out
@@ -3556,25 +3576,36 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    /// The `tsvector` input: each word once, quoted, with its positions from 1; positions past
-    /// PostgreSQL's highest read as it, once; words past its lexeme limit left out.
+    /// The `tsvector` input: each word once (in order of first occurrence), quoted, with its
+    /// positions from 1; positions past PostgreSQL's highest read as it, once; words past its
+    /// lexeme limit left out.
     #[test]
     fn keyword_tsvectors_are_written_as_their_input_text() {
         assert_eq!(keyword_tsvector(""), "");
-        assert_eq!(keyword_tsvector("b a b x²"), "'a':2 'b':1,3 'x²':4");
+        assert_eq!(keyword_tsvector("b a b x²"), "'b':1,3 'a':2 'x²':4");
         let long = "l".repeat(MAX_LEXEME_BYTES + 1);
         let fits = "f".repeat(MAX_LEXEME_BYTES);
         assert_eq!(
             keyword_tsvector(&format!("{long} {fits}")),
             format!("'{fits}':2")
         );
-        let many = vec!["w"; MAX_POSITION + 3].join(" ");
+        let many = format!("{} z z z", vec!["a"; MAX_POSITION].join(" "));
         let written = keyword_tsvector(&many);
         assert!(
-            written.ends_with(&format!(",{MAX_POSITION}")),
+            written.ends_with(&format!(" 'z':{MAX_POSITION}")),
             "{written:.40}"
         );
-        assert_eq!(written.matches(&format!(",{MAX_POSITION}")).count(), 1);
+        // Distinct words past the tsvector's room are left out, repeats of kept ones not: each
+        // of these takes 8 bytes, 2 for its count of positions and 2 for its one position (the
+        // first, 4 more for its second).
+        let distinct: Vec<String> = (0..200_000).map(|i| format!("w{i:07}")).collect();
+        let written = keyword_tsvector(&format!("{} w0000000", distinct.join(" ")));
+        let kept = (MAX_TSVECTOR_LEXEME_BYTES - 2) / 12;
+        assert_eq!(written.matches('\'').count(), 2 * kept);
+        assert!(written.starts_with("'w0000000':1,16383 "), "{written:.40}");
+        // At most 256 positions of a word.
+        let written = keyword_tsvector(&vec!["r"; 300].join(" "));
+        assert_eq!(written.matches(',').count(), 255);
     }
 
     /// A mirror one rev ahead of a read's snapshot (the handle's own add committed after the
