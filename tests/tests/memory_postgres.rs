@@ -18,7 +18,7 @@ use mnemon_tests::postgres::PgServer;
 use serde_json::json;
 
 /// The memory schema's version after every migration (`memory_schema`).
-const LATEST_SCHEMA: i64 = 15;
+const LATEST_SCHEMA: i64 = 16;
 
 fn open(url: &str, options: PostgresMemoryOptions) -> Arc<PostgresMemoryStore> {
     PostgresMemoryStore::open_with_factory(url, options, test_factory())
@@ -2348,6 +2348,73 @@ fn thread_summary_pages_are_index_ranges_at_50000_threads() {
     eprintln!(
         "50,000 threads: first page of 50 in {first_page:?}, last page of 500 in {deep_page:?}"
     );
+}
+
+/// The creation-order listing (schema version 16) on 50,000 threads of three namespaces: a page
+/// deep into it is a range of its index from the cursor, and the pages list every thread of
+/// the namespace once, in `threads()`'s order. Before, each page read every thread.
+#[test]
+fn creation_order_pages_are_index_ranges_at_50000_threads() {
+    let server = mnemon_tests::require_postgres!();
+    let (url, mut client) = fresh(server, "memory_created_pages");
+    let store = open(&url, PostgresMemoryOptions::default());
+    client
+        .batch_execute(
+            "INSERT INTO memory_threads (namespace, user_id, agent_id, session_id, created_at,
+               last_active_ms, live)
+             SELECT CASE WHEN i % 500 = 0 THEN 'tiny' WHEN i % 10 = 0 THEN 'other'
+                         ELSE 'default' END, 'u' || (i % 97), '',
+                    's' || i, 't', 1700000000000 + (i * 7919) % 100000, i % 13
+             FROM generate_series(1, 50000) AS i;
+             ANALYZE memory_threads;",
+        )
+        .unwrap();
+    let mut plan = |namespace: &str| -> String {
+        let lines: Vec<String> = client
+            .query(
+                "EXPLAIN SELECT thread_id, user_id, agent_id, session_id, live, last_active_ms
+                 FROM memory_threads WHERE namespace = $1 AND thread_id > $2
+                 ORDER BY thread_id LIMIT $3",
+                &[&namespace, &25_000_i64, &501_i64],
+            )
+            .unwrap()
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        lines.join("\n")
+    };
+    // A namespace of few threads among many is read through its index; a large one may be
+    // read in the primary key's order (as cheap: most rows are its). Never a sort.
+    let small = plan("tiny");
+    assert!(
+        small.contains("memory_threads_created") && !small.contains("Sort"),
+        "{small}"
+    );
+    let large = plan("default");
+    assert!(
+        large.contains("Index Scan") && !large.contains("Sort"),
+        "{large}"
+    );
+    let mut listed = Vec::new();
+    let mut after: Option<String> = None;
+    loop {
+        let page = store.threads_page(500, after.as_deref()).unwrap();
+        listed.extend(page.threads.into_iter().map(|t| (t.scope, t.messages)));
+        match page.next {
+            Some(next) => after = Some(next),
+            None => break,
+        }
+    }
+    assert_eq!(listed.len(), 45_000);
+    let scopes: Vec<Scope> = listed.iter().map(|(s, _)| s.clone()).collect();
+    assert_eq!(scopes, store.threads().unwrap());
+    // Thread 1's live count is 1 % 13.
+    let first = Scope {
+        user_id: Some("u1".into()),
+        agent_id: None,
+        session_id: Some("s1".into()),
+    };
+    assert_eq!(listed[0], (first, 1));
 }
 
 /// Issue 14, item 3: the keyword index (schema version 7) covers every message stored before

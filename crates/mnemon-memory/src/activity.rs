@@ -76,6 +76,28 @@ impl Cursor {
     }
 }
 
+/// The cursor of the creation-order listing (`threads_page`): the last listed thread's id, in
+/// decimal; anything else is [`MemoryError::InvalidCursor`].
+pub(crate) fn decode_created(text: &str) -> Result<i64, MemoryError> {
+    text.parse().map_err(|_| MemoryError::InvalidCursor {
+        cursor: text.to_owned(),
+    })
+}
+
+/// [`page`] of the creation-order listing: its cursor is the last thread's id.
+pub(crate) fn created_page(mut rows: Vec<(ThreadSummary, i64)>, limit: usize) -> ThreadPage {
+    let more = rows.len() > limit;
+    rows.truncate(limit);
+    let next = match rows.last() {
+        Some((_, thread_id)) if more => Some(thread_id.to_string()),
+        _ => None,
+    };
+    ThreadPage {
+        threads: rows.into_iter().map(|(summary, _)| summary).collect(),
+        next,
+    }
+}
+
 /// Builds a page from up to `limit + 1` rows read in listing order, each a summary with its
 /// thread id: the extra row only says that another page follows.
 pub(crate) fn page(mut rows: Vec<(ThreadSummary, i64)>, limit: usize) -> ThreadPage {

@@ -56,7 +56,9 @@ use mnemon_types::{Embedder, Msg, MsgFactory, MsgKind};
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 use serde_json::Value;
 
-use crate::activity::{Cursor, ThreadPage, ThreadSummary, fetch_count, now_ms, page};
+use crate::activity::{
+    Cursor, ThreadPage, ThreadSummary, created_page, decode_created, fetch_count, now_ms, page,
+};
 use crate::clock::default_factory;
 use crate::document::LoadSource;
 use crate::entry::Entry;
@@ -113,8 +115,19 @@ static SCHEMA: Schema = Schema {
             version: 6,
             sql: SCHEMA_V6,
         },
+        Migration {
+            version: 7,
+            sql: SCHEMA_V7,
+        },
     ],
 };
+
+/// Version 7: the namespace's threads in creation order, a page at a time
+/// ([`SqliteMemoryStore::threads_page`]), as one index range read from the last listed thread
+/// on (the listing read every thread of the namespace for each page before).
+const SCHEMA_V7: &str = "
+CREATE INDEX memory_threads_created ON memory_threads (namespace, thread_id);
+";
 
 /// Version 6: embedding models (docs/reference/memory.md#embedding-models). A message's
 /// `embedding_model` names the model that made its stored embedding (NULL: not known); the
@@ -313,6 +326,18 @@ const PAGE_AFTER_SQL: &str = "SELECT thread_id, user_id, agent_id, session_id,
  WHERE namespace = ?1 AND (last_active_ms, thread_id) < (?2, ?3)
  ORDER BY last_active_ms DESC, thread_id DESC
  LIMIT ?4";
+
+/// A page of the namespace's threads in creation order, with their summaries as
+/// [`PAGE_AFTER_SQL`] reads them: `?1` the namespace, `?2` the last listed thread's id (0 for
+/// the first page: ids start at 1), `?3` the rows to read, `?4` the clock's now.
+const CREATED_PAGE_SQL: &str = "SELECT thread_id, user_id, agent_id, session_id,
+   live - (SELECT COUNT(*) FROM memory_messages m
+     WHERE m.thread_id = memory_threads.thread_id AND m.expires_at <= ?4),
+   last_active_ms
+ FROM memory_threads
+ WHERE namespace = ?1 AND thread_id > ?2
+ ORDER BY thread_id
+ LIMIT ?3";
 
 /// The first page of thread summaries, with [`PAGE_AFTER_SQL`]'s parameters (`?2` and `?3`
 /// NULL).
@@ -725,6 +750,62 @@ impl SqliteMemoryStore {
             },
         )?;
         Ok(page(rows.collect::<Result<Vec<_>, _>>()?, limit))
+    }
+
+    /// One page of the namespace's threads in creation order (oldest first, as
+    /// [`threads`](Self::threads) lists them), each with its summary as
+    /// [`thread_summaries`](Self::thread_summaries) gives it; at most `limit`, after the
+    /// thread `after` (a previous page's [`ThreadPage::next`]) names, or from the start for
+    /// `None`. One index range read per page (schema version 7), whatever the number of
+    /// threads. A thread created while pages are read comes last.
+    ///
+    /// A file opened read-only before thread summaries (schema version 1 or 2) fails with
+    /// [`MemoryError::Storage`] ([`keeps_thread_summaries`](Self::keeps_thread_summaries) says
+    /// so beforehand); a malformed `after` is [`MemoryError::InvalidCursor`].
+    pub fn threads_page(
+        &self,
+        limit: usize,
+        after: Option<&str>,
+    ) -> Result<ThreadPage, MemoryError> {
+        let after = after.map(decode_created).transpose()?.unwrap_or(0);
+        if self.before_activity {
+            return Err(MemoryError::Storage {
+                detail: format!(
+                    "{} predates thread summaries (memory schema version 3) and is open \
+                     read-only: open it once with write access to migrate it",
+                    self.path.display()
+                ),
+            });
+        }
+        let conn = self.reader()?;
+        let mut stmt = conn.prepare_cached(CREATED_PAGE_SQL)?;
+        let rows = stmt.query_map(
+            params![
+                self.namespace.as_str(),
+                after,
+                fetch_count(limit),
+                self.now()
+            ],
+            |r| {
+                let live: i64 = r.get(4)?;
+                Ok((
+                    ThreadSummary {
+                        scope: Scope::from_columns(r.get(1)?, r.get(2)?, r.get(3)?),
+                        messages: u64::try_from(live).unwrap_or(0),
+                        last_active_ms: r.get(5)?,
+                    },
+                    r.get::<_, i64>(0)?,
+                ))
+            },
+        )?;
+        Ok(created_page(rows.collect::<Result<Vec<_>, _>>()?, limit))
+    }
+
+    /// Whether this store keeps thread summaries ([`thread_summaries`](Self::thread_summaries),
+    /// [`threads_page`](Self::threads_page)): every file but one opened read-only from before
+    /// them (memory schema version 3).
+    pub fn keeps_thread_summaries(&self) -> bool {
+        !self.before_activity
     }
 
     /// Search across sessions (docs/reference/memory.md#search-across-sessions): the `top_k`
@@ -3450,6 +3531,80 @@ mod summary_tests {
         let rest = store.thread_summaries(45, first.next.as_deref()).unwrap();
         assert_eq!(rest.threads.len(), 5);
         assert_eq!(rest.next, None);
+    }
+
+    /// The creation-order listing reads a page as a range of its index (schema version 7),
+    /// and walks every thread of the namespace once, oldest first, with its summary; another
+    /// namespace's threads are not in it. Before, each page read every thread.
+    #[test]
+    fn creation_order_pages_are_index_ranges() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m.sqlite3");
+        let store = SqliteMemoryStore::open(&path, SqliteMemoryOptions::default()).unwrap();
+        let acme = SqliteMemoryStore::open(
+            &path,
+            SqliteMemoryOptions {
+                namespace: Namespace::new("acme").unwrap(),
+                ..SqliteMemoryOptions::default()
+            },
+        )
+        .unwrap();
+        for i in 0..50 {
+            store.memory(Scope::session(format!("s{i:02}"))).unwrap();
+            acme.memory(Scope::session(format!("a{i:02}"))).unwrap();
+        }
+        store
+            .memory(Scope::session("s07"))
+            .unwrap()
+            .add(vec![
+                serde_json::json!({"name": "n", "content": "one"}).into(),
+            ])
+            .unwrap();
+        let conn = store.lock().unwrap();
+        let mut stmt = conn
+            .prepare(&format!("EXPLAIN QUERY PLAN {CREATED_PAGE_SQL}"))
+            .unwrap();
+        let plan = stmt
+            .query_map(params!["default", 5_i64, 11_i64, 0_i64], |r| {
+                r.get::<_, String>(3)
+            })
+            .unwrap()
+            .collect::<Result<Vec<_>, _>>()
+            .unwrap()
+            .join("; ");
+        assert!(
+            plan.contains("SEARCH memory_threads USING COVERING INDEX memory_threads_created")
+                || plan.contains("SEARCH memory_threads USING INDEX memory_threads_created"),
+            "{plan}"
+        );
+        assert!(
+            plan.contains("namespace=?") && !plan.contains("TEMP B-TREE"),
+            "{plan}"
+        );
+        drop(stmt);
+        drop(conn);
+        let mut listed = Vec::new();
+        let mut after: Option<String> = None;
+        loop {
+            let page = store.threads_page(15, after.as_deref()).unwrap();
+            assert!(page.threads.len() <= 15);
+            listed.extend(page.threads);
+            match page.next {
+                Some(next) => after = Some(next),
+                None => break,
+            }
+        }
+        let scopes: Vec<Scope> = listed.iter().map(|s| s.scope.clone()).collect();
+        let expected: Vec<Scope> = (0..50)
+            .map(|i| Scope::session(format!("s{i:02}")))
+            .collect();
+        assert_eq!(scopes, expected);
+        assert_eq!(scopes, store.threads().unwrap());
+        assert_eq!(listed[7].messages, 1);
+        assert!(matches!(
+            store.threads_page(10, Some("not a cursor")),
+            Err(MemoryError::InvalidCursor { .. })
+        ));
     }
 }
 

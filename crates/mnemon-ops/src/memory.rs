@@ -5,7 +5,6 @@
 //! new variants of [`SearchQuery`] and new operations here, beside the ones below.
 
 use std::borrow::Cow;
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use mnemon_memory::{
@@ -642,7 +641,7 @@ impl Service {
     ///
     /// [`memory_sessions_with_counts`]: Self::memory_sessions_with_counts
     pub fn memory_sessions(&self, input: SessionListInput) -> Result<SessionListOutput, OpsError> {
-        self.sessions_oldest_first(input, &HashMap::new())
+        self.sessions_oldest_first(input, false)
     }
 
     /// [`memory_sessions`](Self::memory_sessions) with each thread's message count and last
@@ -651,23 +650,43 @@ impl Service {
         &self,
         input: SessionListInput,
     ) -> Result<SessionListOutput, OpsError> {
-        self.sessions_oldest_first(input, &self.all_thread_summaries())
+        self.sessions_oldest_first(input, true)
     }
 
+    /// The creation-order listing: a page of the store's, one index range read; through the
+    /// whole list only for a SQLite file opened read-only from before thread summaries (which
+    /// then has no counts to give).
     fn sessions_oldest_first(
         &self,
         input: SessionListInput,
-        summaries: &HashMap<Scope, ThreadSummary>,
+        with_counts: bool,
     ) -> Result<SessionListOutput, OpsError> {
         let limit = page::limit(input.limit)?;
+        let after = input.cursor.as_deref().map(page::decode).transpose()?;
+        let found = self
+            .stores()
+            .threads_page(limit, after.as_deref())
+            .map_err(|e| match e {
+                MemoryError::InvalidCursor { .. } => OpsError::InvalidCursor,
+                other => other.into(),
+            })?;
+        if let Some(found) = found {
+            return Ok(SessionListOutput {
+                sessions: found
+                    .threads
+                    .into_iter()
+                    .map(|summary| {
+                        SessionBody::of(summary.scope.clone(), with_counts.then_some(&summary))
+                    })
+                    .collect(),
+                next_cursor: found.next.as_deref().map(page::encode),
+            });
+        }
         let all: Vec<SessionBody> = self
             .stores()
             .threads()?
             .into_iter()
-            .map(|scope| {
-                let summary = summaries.get(&scope);
-                SessionBody::of(scope, summary)
-            })
+            .map(|scope| SessionBody::of(scope, None))
             .collect();
         // The key of a thread: its three ids, which together are unique.
         let key = |s: &SessionBody| {
@@ -678,30 +697,6 @@ impl Service {
             sessions,
             next_cursor,
         })
-    }
-
-    /// Every thread's summary, by scope: the pages of the store's summaries (one index range
-    /// read each, no message read). Empty when the store cannot list them (a SQLite file
-    /// opened read-only from before thread summaries): the listing then goes without counts
-    /// rather than failing.
-    pub(crate) fn all_thread_summaries(&self) -> HashMap<Scope, ThreadSummary> {
-        let mut all = HashMap::new();
-        let mut after: Option<String> = None;
-        loop {
-            let Ok(page) = self
-                .stores()
-                .thread_summaries(page::MAX_LIMIT, after.as_deref())
-            else {
-                return HashMap::new();
-            };
-            for summary in page.threads {
-                all.insert(summary.scope.clone(), summary);
-            }
-            match page.next {
-                Some(next) => after = Some(next),
-                None => return all,
-            }
-        }
     }
 
     /// One page of the namespace's threads with their message counts and last activity, the

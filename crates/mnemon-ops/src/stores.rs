@@ -613,6 +613,23 @@ impl Stores {
         }
     }
 
+    /// One page of the namespace's threads in creation order (oldest first, as
+    /// [`threads`](Self::threads)), each with its summary, after the thread `after` (a previous
+    /// page's `next`) names: one index range read a page. `None` when the store keeps no
+    /// summaries (a SQLite file opened read-only from before them).
+    pub fn threads_page(
+        &self,
+        limit: usize,
+        after: Option<&str>,
+    ) -> Result<Option<mnemon_memory::ThreadPage>, MemoryError> {
+        match &self.memory {
+            MemoryStore::Sqlite(store) if !store.keeps_thread_summaries() => Ok(None),
+            MemoryStore::Sqlite(store) => store.threads_page(limit, after).map(Some),
+            #[cfg(feature = "postgres")]
+            MemoryStore::Postgres(store) => store.threads_page(limit, after).map(Some),
+        }
+    }
+
     /// The memory thread of `scope` if it exists, without creating it: for readers, so that a
     /// mistyped session id is reported instead of becoming an empty session.
     pub fn existing_memory(&self, scope: Scope) -> Result<Option<Box<dyn Memory>>, MemoryError> {
