@@ -1038,3 +1038,43 @@ fn base64_encode(bytes: &[u8]) -> String {
     }
     out
 }
+
+/// `mnemon import` puts each thread's scratch file in the data directory, not the system's
+/// temporary folder (often memory-backed, and as large as the thread): with `TMPDIR` naming
+/// no folder at all, an export and import of a namespace with a thread still work. Before,
+/// the import failed creating its scratch folder there.
+#[test]
+fn a_backup_import_keeps_its_scratch_file_beside_the_stores() {
+    let dir = tempfile::tempdir().unwrap();
+    ok(&mnemon(
+        dir.path(),
+        &["memory", "add", "--session", "s", "--content", "kept"],
+    ));
+    let backup = dir.path().join("backup.jsonl");
+    ok(&mnemon(dir.path(), &["export", backup.to_str().unwrap()]));
+    let nowhere = dir.path().join("no such folder");
+    let target = dir.path().join("target");
+    let out = Command::new(env!("CARGO_BIN_EXE_mnemon"))
+        .arg("--data-dir")
+        .arg(&target)
+        .args(["import", backup.to_str().unwrap()])
+        .env_remove("MNEMON_DATA_DIR")
+        .env_remove("MNEMON_DATABASE_URL")
+        .env_remove("MNEMON_NAMESPACE")
+        .env("TMPDIR", &nowhere)
+        .output()
+        .unwrap();
+    let report: Value = serde_json::from_str(&ok(&out)).unwrap();
+    assert_eq!(report["threads"], 1, "{report}");
+    assert_eq!(report["messages"], 1, "{report}");
+    let leftovers: Vec<_> = std::fs::read_dir(&target)
+        .unwrap()
+        .filter_map(Result::ok)
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with(".mnemon-import-")
+        })
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+}

@@ -151,7 +151,15 @@ pub(crate) fn run_import(args: ImportArgs, target: &Target<'_>) -> CliResult {
         }));
     }
     let handle = open(target)?;
-    let report =
-        mnemon_backup::import(&handle, &args.file, &ImportOptions::default()).map_err(cli_error)?;
+    // Each thread passes through a scratch file as large as the thread: in the data directory,
+    // on the disk that holds the stores, rather than the system's temporary folder (often
+    // memory-backed, docs/reference/backup.md#importing).
+    let options = ImportOptions {
+        temp_dir: target
+            .data_dir
+            .is_dir()
+            .then(|| target.data_dir.to_path_buf()),
+    };
+    let report = mnemon_backup::import(&handle, &args.file, &options).map_err(cli_error)?;
     print_json(&report)
 }
