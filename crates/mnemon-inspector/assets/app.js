@@ -7,6 +7,8 @@
 
 (function () {
   const KEY_ITEM = 'mnemon.inspector.key';
+  // The blob: URL of the asset image on show, if any (revoked when the next one is made).
+  let imageUrl = null;
   const PAGE_SIZE = 25;
   const MAX_ERRORS = 20;
   // A list of at least this many numbers is an embedding: summarised, never dumped.
@@ -499,8 +501,10 @@
       const blob = await response.blob();
       const head = el('p', {class: 'muted', id: 'content-type'}, `${type || 'unknown type'}, ${blob.size} bytes`);
       if (/^image\/(png|gif|jpeg|webp|bmp|avif)$/.test(type)) {
-        const url = URL.createObjectURL(blob);
-        fill(target, head, el('img', {class: 'preview', id: 'content-image', src: url, alt: `content of ${id}`}));
+        // One previewed image kept at a time: the previous one's memory is given back.
+        if (imageUrl) URL.revokeObjectURL(imageUrl);
+        imageUrl = URL.createObjectURL(blob);
+        fill(target, head, el('img', {class: 'preview', id: 'content-image', src: imageUrl, alt: `content of ${id}`}));
       } else if (type.startsWith('text/')) {
         const text = await blob.slice(0, 64 * 1024).text();
         fill(target, head, el('pre', {}, text));
