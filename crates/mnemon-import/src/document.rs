@@ -7,6 +7,14 @@ use crate::error::ImportError;
 use crate::front_matter::split_front_matter;
 use crate::source::{Source, is_markdown};
 
+/// The most bytes an import reads of one file (16 MiB): splitting text into sentences holds
+/// about 16 bytes per character, so a file bounds that at a quarter of a gibibyte.
+pub const MAX_FILE_BYTES: u64 = 16 << 20;
+
+/// The most characters of a document's title (a Markdown heading or `title:` entry), which
+/// every bit of the document carries: a longer one is cut (at a character boundary).
+pub const MAX_TITLE_CHARS: usize = 300;
+
 /// One document to import: the text to chunk and embed, and the `info` its bits carry.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Document {
@@ -25,11 +33,27 @@ impl Document {
     /// For Markdown files (`.md`, `.markdown`) the YAML front matter is left out of the body
     /// (see [`split_front_matter`]) and the title is its `title:` entry, or else the first
     /// heading; any other file, or a Markdown file with neither, is titled with its file name.
+    ///
+    /// A file of more than [`MAX_FILE_BYTES`] is [`ImportError::TooLarge`].
     pub fn read(source: &Source) -> Result<Document, ImportError> {
-        let bytes = std::fs::read(&source.path).map_err(|error| ImportError::Read {
+        use std::io::Read as _;
+        let read_error = |error| ImportError::Read {
             path: source.path.clone(),
             source: error,
-        })?;
+        };
+        let file = std::fs::File::open(&source.path).map_err(read_error)?;
+        // Read through a bound (the file may grow after a size check): one byte more than the
+        // limit says it is over.
+        let mut bytes = Vec::new();
+        file.take(MAX_FILE_BYTES + 1)
+            .read_to_end(&mut bytes)
+            .map_err(read_error)?;
+        if bytes.len() as u64 > MAX_FILE_BYTES {
+            return Err(ImportError::TooLarge {
+                path: source.path.clone(),
+                max: MAX_FILE_BYTES,
+            });
+        }
         let text = String::from_utf8(bytes).map_err(|_| ImportError::NotUtf8 {
             path: source.path.clone(),
         })?;
@@ -67,10 +91,14 @@ impl Document {
             };
         }
         let (front, body) = split_front_matter(text);
-        let title = front
+        let mut title = front
             .and_then(|f| f.title)
             .or_else(|| markdown_title(body))
             .unwrap_or_else(file_name);
+        // Every bit carries the title: a long one would be copied into each of them.
+        if let Some((cut, _)) = title.char_indices().nth(MAX_TITLE_CHARS) {
+            title.truncate(cut);
+        }
         Document {
             url,
             title,
@@ -116,6 +144,45 @@ pub(crate) fn markdown_title(text: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every bit carries its document's title: a heading of megabytes was copied into each of
+    /// the thousands of chunks its own line became. It is cut to `MAX_TITLE_CHARS`.
+    #[test]
+    fn a_long_title_is_cut() {
+        let heading = "é".repeat(MAX_TITLE_CHARS * 10);
+        let doc = Document::from_text("u".into(), Path::new("t.md"), &format!("# {heading}\n"));
+        assert_eq!(doc.title.chars().count(), MAX_TITLE_CHARS);
+        let front = format!("---\ntitle: {heading}\n---\nbody\n");
+        let doc = Document::from_text("u".into(), Path::new("t.md"), &front);
+        assert_eq!(doc.title.chars().count(), MAX_TITLE_CHARS);
+        let short = Document::from_text("u".into(), Path::new("t.md"), "# Tides\n");
+        assert_eq!(short.title, "Tides");
+    }
+
+    /// A file past `MAX_FILE_BYTES` is refused naming it, not read whole.
+    #[test]
+    fn a_file_past_the_limit_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("big.txt");
+        let file = std::fs::File::create(&path).unwrap();
+        file.set_len(MAX_FILE_BYTES + 1).unwrap();
+        let source = Source {
+            path: path.clone(),
+            url: "u".into(),
+        };
+        let error = Document::read(&source).unwrap_err();
+        assert!(matches!(error, ImportError::TooLarge { .. }), "{error}");
+        assert!(error.to_string().contains("big.txt"), "{error}");
+        assert!(error.is_input());
+        std::fs::File::options()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_len(MAX_FILE_BYTES)
+            .unwrap();
+        // At the limit it reads (zero bytes are valid UTF-8).
+        assert!(Document::read(&source).is_ok());
+    }
 
     #[test]
     fn title_is_the_first_heading_outside_code() {

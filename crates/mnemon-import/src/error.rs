@@ -30,6 +30,44 @@ pub enum ImportError {
     /// The inputs name no importable file.
     #[error("no files to import: the directories hold no .md, .markdown, .txt or .text files")]
     NoFiles,
+    /// An input named directly is neither a regular file nor a directory (a device, a FIFO, a
+    /// socket), which would be read without end or block.
+    #[error("{} is not a regular file or a directory; name text files or folders of them", path.display())]
+    NotAFile {
+        /// The input.
+        path: PathBuf,
+    },
+    /// A file is larger than an import reads ([`MAX_FILE_BYTES`](crate::MAX_FILE_BYTES)).
+    #[error(
+        "{} is larger than {max} bytes, the most an import reads of one file; split it into \
+         smaller files",
+        path.display()
+    )]
+    TooLarge {
+        /// The file.
+        path: PathBuf,
+        /// The limit.
+        max: u64,
+    },
+    /// Two files would give their bits the same URL, so a cited bit could not say which file
+    /// it came from.
+    #[error(
+        "{} and {} would both be cited as {url}; import them separately or under different \
+         --url-prefix values",
+        first.display(),
+        second.display()
+    )]
+    DuplicateUrl {
+        /// The URL.
+        url: String,
+        /// The file found first.
+        first: PathBuf,
+        /// The file found second.
+        second: PathBuf,
+    },
+    /// Every file is empty or only whitespace: the library would have no bits.
+    #[error("the files hold no text to import (every one is empty or only whitespace)")]
+    NoText,
     /// The options cannot produce a library.
     #[error("invalid import options: {0}")]
     Options(&'static str),
@@ -68,6 +106,10 @@ impl ImportError {
             ImportError::Read { .. }
                 | ImportError::NotUtf8 { .. }
                 | ImportError::NoFiles
+                | ImportError::NotAFile { .. }
+                | ImportError::TooLarge { .. }
+                | ImportError::DuplicateUrl { .. }
+                | ImportError::NoText
                 | ImportError::Options(_)
         )
     }

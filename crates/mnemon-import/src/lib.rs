@@ -56,7 +56,7 @@ mod front_matter;
 mod pipeline;
 mod source;
 
-pub use document::Document;
+pub use document::{Document, MAX_FILE_BYTES, MAX_TITLE_CHARS};
 pub use error::ImportError;
 pub use front_matter::{FrontMatter, split_front_matter};
 pub use pipeline::{Chunk, ImportOptions, Imported, Importer, save_library};

@@ -155,6 +155,9 @@ impl<'a> Importer<'a> {
         mut progress: impl FnMut(usize),
     ) -> Result<Imported, ImportError> {
         self.options.validate()?;
+        if chunks.is_empty() {
+            return Err(ImportError::NoText);
+        }
         let mut library = Library::blank(self.embedder.model());
         let (mut bits, mut duplicates, mut token_count) = (0usize, 0usize, 0usize);
         for batch in chunks.chunks(self.options.batch_size) {
@@ -255,6 +258,19 @@ mod tests {
         (0..n)
             .map(|i| format!("Sentence number {i} is here. "))
             .collect()
+    }
+
+    /// Files that are all empty or whitespace make no chunk: refused, rather than an empty
+    /// library written (over a good one, with `--force`).
+    #[test]
+    fn no_text_is_refused() {
+        let embedder = HashingEmbedder::new(16).unwrap();
+        let importer = Importer::new(&embedder, &WhitespaceTokenizer);
+        let error = importer
+            .import(&[doc("a", ""), doc("b", "  \n\t ")])
+            .unwrap_err();
+        assert!(matches!(error, ImportError::NoText), "{error}");
+        assert!(error.is_input());
     }
 
     #[test]

@@ -26,13 +26,17 @@ pub struct Source {
 /// (for a file named directly: its file name), with `/` separators; without a prefix it is the
 /// file's path as found, with single `/` separators.
 ///
-/// Fails with [`ImportError::Read`] for an input that cannot be read, and
+/// Fails with [`ImportError::Read`] for an input that cannot be read,
+/// [`ImportError::NotAFile`] for one that is neither a regular file nor a directory,
+/// [`ImportError::DuplicateUrl`] when two files would be cited by one URL, and
 /// [`ImportError::NoFiles`] when nothing is found.
 pub fn find_sources(
     inputs: &[impl AsRef<Path>],
     url_prefix: Option<&str>,
 ) -> Result<Vec<Source>, ImportError> {
     let mut sources = Vec::new();
+    // Each URL's position in `sources`: two files cited alike are refused.
+    let mut seen: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
     for input in inputs {
         let input = input.as_ref();
         let meta = std::fs::metadata(input).map_err(|source| ImportError::Read {
@@ -43,6 +47,10 @@ pub fn find_sources(
             let mut found = Vec::new();
             walk(input, Path::new(""), &mut found)?;
             found
+        } else if !meta.is_file() {
+            return Err(ImportError::NotAFile {
+                path: input.to_path_buf(),
+            });
         } else {
             let name = input.file_name().map(PathBuf::from).unwrap_or_default();
             vec![(input.to_path_buf(), name)]
@@ -52,6 +60,17 @@ pub fn find_sources(
                 Some(prefix) => format!("{prefix}{}", slash_path(&relative)),
                 None => slash_path(&path),
             };
+            if let Some(&first) = seen.get(url.as_str()) {
+                return Err(ImportError::DuplicateUrl {
+                    url,
+                    first: sources
+                        .get(first)
+                        .map(|s: &Source| s.path.clone())
+                        .unwrap_or_default(),
+                    second: path,
+                });
+            }
+            seen.insert(url.clone(), sources.len());
             sources.push(Source { path, url });
         }
     }
@@ -145,6 +164,43 @@ mod tests {
         assert!(!has_text_extension(Path::new("README")));
         assert!(is_markdown(Path::new("x.Markdown")));
         assert!(!is_markdown(Path::new("x.txt")));
+    }
+
+    /// Two files cited by one URL are refused, naming both: before, their bits carried the
+    /// same URL and a citation could not say which file it came from.
+    #[test]
+    fn two_files_cited_alike_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        for folder in ["v1", "v2"] {
+            std::fs::create_dir_all(root.join(folder)).unwrap();
+            std::fs::write(root.join(folder).join("index.md"), "text").unwrap();
+        }
+        let error =
+            find_sources(&[root.join("v1"), root.join("v2")], Some("https://x/")).unwrap_err();
+        let ImportError::DuplicateUrl { url, first, second } = &error else {
+            panic!("{error}")
+        };
+        assert_eq!(url, "https://x/index.md");
+        assert_eq!(first, &root.join("v1/index.md"));
+        assert_eq!(second, &root.join("v2/index.md"));
+        assert!(error.is_input());
+        // Without a prefix each is cited by its own path.
+        assert_eq!(
+            find_sources(&[root.join("v1"), root.join("v2")], None)
+                .unwrap()
+                .len(),
+            2
+        );
+    }
+
+    /// A device named directly is refused, not read: `/dev/zero` would never end.
+    #[cfg(unix)]
+    #[test]
+    fn a_device_is_not_a_file_to_import() {
+        let error = find_sources(&["/dev/zero"], None).unwrap_err();
+        assert!(matches!(error, ImportError::NotAFile { .. }), "{error}");
+        assert!(error.to_string().contains("/dev/zero"), "{error}");
     }
 
     #[test]
