@@ -119,6 +119,8 @@ pub struct ArtifactMemory {
     store: Arc<dyn ArtifactStore>,
     backends: BackendRegistry,
     scope: String,
+    /// The most bytes the rendered block may take ([`ArtifactMemory::with_max_block_bytes`]).
+    max_block_bytes: usize,
 }
 
 impl std::fmt::Debug for ArtifactMemory {
@@ -143,6 +145,18 @@ impl ArtifactMemory {
             store,
             backends,
             scope: scope.into(),
+            max_block_bytes: usize::MAX,
+        }
+    }
+
+    /// The same memory, refusing to render a block of more than `max` bytes
+    /// ([`ArtifactError::BlockTooLarge`]): it stops reading contents at the first one past
+    /// the bound, so a service's answer is bounded before the contents are all read (default:
+    /// no bound).
+    pub fn with_max_block_bytes(self, max: usize) -> Self {
+        ArtifactMemory {
+            max_block_bytes: max,
+            ..self
         }
     }
 
@@ -166,7 +180,7 @@ impl ArtifactMemory {
                 }
             }
         }
-        let text = render_block(&loaded.artifacts, &self.backends)?;
+        let text = render_block_within(&loaded.artifacts, &self.backends, self.max_block_bytes)?;
         loaded
             .variables
             .insert(self.config.memory_key.clone(), Value::String(text));
@@ -244,10 +258,22 @@ pub fn render_block(
     artifacts: &[Artifact],
     backends: &BackendRegistry,
 ) -> Result<String, ArtifactError> {
+    render_block_within(artifacts, backends, usize::MAX)
+}
+
+/// [`render_block`], refusing a block of more than `max_bytes` ([`ArtifactError::BlockTooLarge`])
+/// as soon as the entries read so far pass it.
+pub fn render_block_within(
+    artifacts: &[Artifact],
+    backends: &BackendRegistry,
+    max_bytes: usize,
+) -> Result<String, ArtifactError> {
     if artifacts.is_empty() {
         return Ok(String::new());
     }
     let mut blocks = Vec::with_capacity(artifacts.len());
+    // The header, then each entry and its separator.
+    let mut size = RELATED_ARTIFACTS_HEADER.len() + 2;
     for artifact in artifacts {
         let data = match backends.read_content(artifact)? {
             // JSON has one null: a `null` content is no content, so a record reads the same
@@ -259,10 +285,15 @@ pub fn render_block(
                 serde_json::to_string_pretty(&other).map_err(ArtifactError::ContentEncoding)?
             }
         };
-        blocks.push(format!(
+        let entry = format!(
             "id: {}\nkey: {}\ntype: {}\nname: {}\ndescription: {}\ndata:\n{data}",
             artifact.id, artifact.key, artifact.artifact_type, artifact.name, artifact.description
-        ));
+        );
+        size = size.saturating_add(entry.len() + 2);
+        if size > max_bytes.saturating_add(2) {
+            return Err(ArtifactError::BlockTooLarge { max: max_bytes });
+        }
+        blocks.push(entry);
     }
     Ok(format!(
         "{RELATED_ARTIFACTS_HEADER}\n\n{}",
@@ -275,6 +306,63 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
     use serde_json::json;
+
+    /// A bounded block stops at the first entry past its bound: the service's answer is
+    /// bounded before every content is read.
+    #[test]
+    fn a_block_past_its_bound_is_refused() {
+        use crate::{ArtifactStore, InMemoryArtifactStore};
+        let store = Arc::new(InMemoryArtifactStore::new());
+        for key in ["a", "b"] {
+            store
+                .save(&Artifact::new("s", key, "t", "n").with_data(json!("x".repeat(1_000))))
+                .unwrap();
+        }
+        let inputs = json!({"artifact_keys": ["a", "b"]});
+        let memory = |max| {
+            ArtifactMemory::new(
+                ArtifactMemoryConfig::default(),
+                store.clone(),
+                BackendRegistry::new(),
+                "s",
+            )
+            .with_max_block_bytes(max)
+        };
+        let whole = memory(usize::MAX).load(&inputs).unwrap();
+        let size = whole.text().len();
+        assert_eq!(memory(size).load(&inputs).unwrap().text(), whole.text());
+        assert!(matches!(
+            memory(size - 1).load(&inputs),
+            Err(ArtifactError::BlockTooLarge { max }) if max == size - 1
+        ));
+        assert!(matches!(
+            memory(1_200).load(&inputs),
+            Err(ArtifactError::BlockTooLarge { .. })
+        ));
+        // The entry past the bound stops the rendering: the next content is not read (its
+        // file is gone, which reading would report).
+        let dir = tempfile::tempdir().unwrap();
+        store
+            .save(&Artifact::new("s", "gone", "t", "n").with_storage(
+                mnemon_types::artifact::StorageLocation::new(crate::WRITE_TO_FILE, "gone.txt"),
+            ))
+            .unwrap();
+        let memory = ArtifactMemory::new(
+            ArtifactMemoryConfig::default(),
+            store.clone(),
+            BackendRegistry::with_defaults(dir.path()),
+            "s",
+        );
+        let both = json!({"artifact_keys": ["a", "gone"]});
+        assert!(matches!(
+            memory.load(&both),
+            Err(ArtifactError::ContentNotFound { .. })
+        ));
+        assert!(matches!(
+            memory.with_max_block_bytes(500).load(&both),
+            Err(ArtifactError::BlockTooLarge { .. })
+        ));
+    }
 
     #[test]
     fn keys_from_each_input_shape() {

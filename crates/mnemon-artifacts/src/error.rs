@@ -22,6 +22,17 @@ pub enum ArtifactError {
         missing: Vec<String>,
     },
 
+    /// A rendered block of loaded artifacts would pass the bound it was given
+    /// ([`ArtifactMemory::with_max_block_bytes`](crate::ArtifactMemory::with_max_block_bytes)).
+    #[error(
+        "the loaded artifacts' block would be more than {max} bytes; load fewer keys, or the \
+         large ones alone"
+    )]
+    BlockTooLarge {
+        /// The bound, in bytes.
+        max: usize,
+    },
+
     /// A record with this id was saved before; records are immutable.
     #[error(
         "an artifact with id {id} is already saved; artifacts are immutable, so save a new one (with a new id) under the same key instead"
@@ -265,6 +276,7 @@ impl ArtifactError {
             | ArtifactError::InvalidConfig { .. }
             | ArtifactError::TemplateSyntax { .. }
             | ArtifactError::MissingVariables { .. }
+            | ArtifactError::BlockTooLarge { .. }
             | ArtifactError::Filter(_) => true,
             ArtifactError::Database { .. }
             | ArtifactError::CorruptRecord { .. }

@@ -66,7 +66,7 @@ mod template;
 
 pub use artifact_memory::{
     ARTIFACT_MEMORY_CLASS_PATH, ArtifactMemory, ArtifactMemoryConfig, LoadedArtifacts,
-    RELATED_ARTIFACTS_HEADER, render_block, requested_keys,
+    RELATED_ARTIFACTS_HEADER, render_block, render_block_within, requested_keys,
 };
 pub use backend::{BackendRegistry, INLINE, Storage, StorageBackend, WRITE_TO_FILE};
 pub use error::{ArtifactError, BoxedSource};

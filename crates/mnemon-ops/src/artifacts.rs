@@ -531,20 +531,28 @@ impl Service {
                 named.len()
             )));
         }
+        // The block holds every artifact's content: the answer's bound is the result limit,
+        // checked as the block is built, so contents past it are never read.
+        let max = self.max_result_bytes();
         let memory = ArtifactMemory::new(
             ArtifactMemoryConfig::default(),
             self.stores().artifacts(),
             self.stores().backends().clone(),
             input.scope,
-        );
-        let loaded = memory.load(&serde_json::json!({ "artifact_keys": named }))?;
+        )
+        .with_max_block_bytes(max);
+        let loaded = memory
+            .load(&serde_json::json!({ "artifact_keys": named }))
+            .map_err(|e| match e {
+                ArtifactError::BlockTooLarge { .. } => OpsError::LoadTooLarge { max },
+                other => other.into(),
+            })?;
         let output = ArtifactLoadOutput {
             text: loaded.text().to_owned(),
             artifact_ids: loaded.artifacts.iter().map(|a| a.id.to_string()).collect(),
             missing_keys: loaded.missing_keys,
         };
-        // The block holds every artifact's content: the answer's bound is the result limit.
-        let max = self.max_result_bytes();
+        // With the ids beside it, the whole answer.
         let size = output
             .text
             .len()
