@@ -47,6 +47,7 @@ macro_rules! artifact_store_conformance {
             concurrent_saves_all_land_with_distinct_sequences,
             filters_select_before_the_limit,
             bad_filters_are_refused,
+            the_widest_filters_are_answered,
             forget_removes_a_scope_prefix_with_its_content,
             pages_walk_the_listing_without_content
         );
@@ -550,6 +551,41 @@ pub fn bad_filters_are_refused(store: &dyn ArtifactStore) {
             "{text}"
         );
         assert!(err.is_caller_error());
+    }
+}
+
+/// The widest filters the parser takes are answered by every store: an `or` of
+/// `MAX_NODES - 1` operands, and an `in` of `MAX_LIST` values inside an `or`. SQLite refused
+/// both ("Expression tree is too large (maximum depth 1000)"): its parser nests a chain of
+/// `OR`s one level per operand.
+pub fn the_widest_filters_are_answered(store: &dyn ArtifactStore) {
+    must_save(store, &artifact("s", "k", "n-hit"));
+    must_save(store, &artifact("s", "k", "other"));
+    let mut operands: Vec<serde_json::Value> = (0..mnemon_filter::filter::MAX_NODES - 2)
+        .map(|i| json!({"eq": {"path": "name", "value": format!("n-{i}")}}))
+        .collect();
+    operands.push(json!({"eq": {"path": "name", "value": "n-hit"}}));
+    let wide = filter(json!({ "or": operands }));
+    match store.count_where(Some("s"), Some(&wide)) {
+        Ok(n) => assert_eq!(n, 1),
+        Err(e) => panic!(
+            "an or of {} operands: {e}",
+            mnemon_filter::filter::MAX_NODES - 1
+        ),
+    }
+    let mut values: Vec<serde_json::Value> = (0..mnemon_filter::filter::MAX_LIST - 1)
+        .map(|i| json!(format!("v-{i}")))
+        .collect();
+    values.push(json!("other"));
+    let mut operands = vec![json!({"in": {"path": "name", "values": values}})];
+    operands.extend((0..700).map(|i| json!({"eq": {"path": "key", "value": format!("k-{i}")}})));
+    let listed = filter(json!({ "or": operands }));
+    match store.count_where(Some("s"), Some(&listed)) {
+        Ok(n) => assert_eq!(n, 1),
+        Err(e) => panic!(
+            "an in of {} values in an or: {e}",
+            mnemon_filter::filter::MAX_LIST
+        ),
     }
 }
 

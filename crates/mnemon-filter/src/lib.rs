@@ -30,7 +30,7 @@
 //! };
 //! let mut params: Vec<SqlParam> = Vec::new();
 //! let sql = filter.to_sql(Dialect::Sqlite, &resolver, &mut params)?;
-//! assert!(sql.starts_with("(((role) COLLATE BINARY = ?1 AND (role) IS NOT NULL) AND "));
+//! assert!(sql.starts_with("((((role) COLLATE BINARY = ?1 AND (role) IS NOT NULL) AND "));
 //! assert!(!sql.contains("billing"), "values are parameters, never SQL text");
 //! assert_eq!(params[1], SqlParam::Text("$.\"timestamp\"".into()));
 //!

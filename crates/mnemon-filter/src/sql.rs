@@ -315,7 +315,7 @@ impl<R: Fn(&str) -> Option<Source>> Writer<'_, R> {
             .iter()
             .map(|v| format!("({})", self.eq(&target, v)))
             .collect();
-        Ok(leaf(&target, parts.join(" OR ")))
+        Ok(leaf(&target, balanced(&parts, " OR ")))
     }
 
     fn compare(&mut self, target: &Target, order: Order, bound: &Bound) -> String {
@@ -471,12 +471,32 @@ impl<R: Fn(&str) -> Option<Source>> Writer<'_, R> {
                     .enumerate()
                     .map(|(i, f)| self.filter(f, &format!("{at}{op}[{i}].")))
                     .collect::<Result<Vec<_>, _>>()?;
-                format!("({})", parts.join(joiner))
+                format!("({})", balanced(&parts, joiner))
             }
             Filter::Not(operand) => {
                 format!("(NOT {})", self.filter(operand, &format!("{at}not."))?)
             }
         })
+    }
+}
+
+/// `parts` joined by `joiner` (` AND `, ` OR `) as a balanced tree of parentheses: SQLite's
+/// parser nests a flat chain one level per operand and refuses past 1,000 levels, which an `or`
+/// of the 1,023 operands a filter may hold passed; balanced, the depth is about log₂ of the
+/// count. PostgreSQL flattens either form. The operands keep their order.
+fn balanced(parts: &[String], joiner: &str) -> String {
+    // A half in parentheses unless it is one operand (already a closed expression).
+    let group = |half: &[String]| match half {
+        [one] => one.clone(),
+        _ => format!("({})", balanced(half, joiner)),
+    };
+    match parts {
+        [] => String::new(),
+        [one] => one.clone(),
+        _ => {
+            let (left, right) = parts.split_at(parts.len() / 2);
+            format!("{}{joiner}{}", group(left), group(right))
+        }
     }
 }
 
@@ -632,6 +652,32 @@ mod tests {
         .unwrap();
         let mut params = Vec::new();
         let sql = f.to_sql(Dialect::Sqlite, &body, &mut params).unwrap();
-        assert_eq!(sql, "(FALSE AND (NOT FALSE) AND TRUE AND FALSE)");
+        // Operands are joined as a balanced tree (`balanced`), in their order.
+        assert_eq!(sql, "((FALSE AND (NOT FALSE)) AND (TRUE AND FALSE))");
+    }
+
+    /// The depth of a group's SQL grows with the log of its operands, not their count.
+    #[test]
+    fn groups_nest_logarithmically() {
+        let parts: Vec<String> = (0..1023).map(|i| format!("x{i}")).collect();
+        let sql = balanced(&parts, " OR ");
+        let (mut depth, mut deepest) = (0i32, 0i32);
+        for c in sql.chars() {
+            match c {
+                '(' => {
+                    depth += 1;
+                    deepest = deepest.max(depth);
+                }
+                ')' => depth -= 1,
+                _ => {}
+            }
+        }
+        assert_eq!(depth, 0);
+        assert!(deepest <= 10, "{deepest} levels");
+        let order: Vec<&str> = sql
+            .split(" OR ")
+            .map(|t| t.trim_matches(|c| c == '(' || c == ')'))
+            .collect();
+        assert_eq!(order, parts.iter().map(String::as_str).collect::<Vec<_>>());
     }
 }
