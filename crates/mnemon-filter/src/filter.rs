@@ -161,6 +161,23 @@ struct Checker {
     nodes: usize,
 }
 
+/// The most characters of input an error message repeats.
+const ECHO_CHARS: usize = 64;
+
+/// `text` cut to [`ECHO_CHARS`] characters (`…` marks the cut): errors repeat what was given,
+/// which may be megabytes.
+fn clip(text: &str) -> String {
+    match text.char_indices().nth(ECHO_CHARS) {
+        Some((cut, _)) => format!("{}…", text.get(..cut).unwrap_or_default()),
+        None => text.to_owned(),
+    }
+}
+
+/// [`clip`]ped `text`, quoted as Rust's `{:?}` quotes it.
+fn echo(text: &str) -> String {
+    format!("{:?}", clip(text))
+}
+
 fn invalid(at: &str, reason: impl Into<String>) -> FilterError {
     FilterError::Invalid {
         at: at.to_owned(),
@@ -202,13 +219,21 @@ impl Checker {
         };
         let mut entries = object.iter();
         let (Some((op, operand)), None) = (entries.next(), entries.next()) else {
-            let keys: Vec<&str> = object.keys().map(String::as_str).collect();
+            // The first few keys, each cut: an error repeats the input, which may be huge.
+            let keys: Vec<String> = object.keys().take(5).map(|k| echo(k)).collect();
+            let more = object.len().saturating_sub(keys.len());
             return Err(invalid(
                 at,
                 format!(
                     "a filter object has exactly one key, the operator ({OPERATORS}); this one \
-                     has {}: {keys:?} (combine conditions with `and`)",
-                    keys.len()
+                     has {}: {}{} (combine conditions with `and`)",
+                    object.len(),
+                    keys.join(", "),
+                    if more > 0 {
+                        format!(" and {more} more")
+                    } else {
+                        String::new()
+                    }
                 ),
             ));
         };
@@ -323,7 +348,10 @@ impl Checker {
             }
             other => Err(invalid(
                 node_at,
-                format!("unknown operator {other:?}: expected one of {OPERATORS}"),
+                format!(
+                    "unknown operator {}: expected one of {OPERATORS}",
+                    echo(other)
+                ),
             )),
         }
     }
@@ -360,7 +388,7 @@ impl Checker {
         if let Some(extra) = object.keys().find(|k| !names.contains(&k.as_str())) {
             return Err(invalid(
                 at,
-                format!("unknown field {extra:?}: expected {expected}"),
+                format!("unknown field {}: expected {expected}", echo(extra)),
             ));
         }
         names
@@ -394,7 +422,7 @@ impl Checker {
         };
         Path::parse(text).map_err(|error| FilterError::Path {
             at: join(at, "path"),
-            path: text.clone(),
+            path: clip(text),
             error,
         })
     }
@@ -562,6 +590,24 @@ mod tests {
 
     fn err(value: Value) -> String {
         Filter::parse(&value).unwrap_err().to_string()
+    }
+
+    /// An error repeats at most a short cut of what was given: a megabyte operator name, path or
+    /// field, or an object of a thousand keys, came back whole in the message (and the logs).
+    #[test]
+    fn errors_repeat_a_short_cut_of_the_input() {
+        let huge = "x".repeat(1 << 20);
+        let many: serde_json::Map<String, Value> =
+            (0..1_000).map(|i| (format!("k{i}"), json!(1))).collect();
+        for input in [
+            json!({ huge.clone(): 1 }),
+            json!({"eq": {"path": "a", "value": 1, huge.clone(): 2}}),
+            json!({"eq": {"path": format!("a.{huge}"), "value": 1}}),
+            Value::Object(many),
+        ] {
+            let error = Filter::parse(&input).unwrap_err().to_string();
+            assert!(error.len() < 600, "{} bytes: {:.200}", error.len(), error);
+        }
     }
 
     #[test]

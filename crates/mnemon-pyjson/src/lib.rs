@@ -1,6 +1,8 @@
 //! Writing JSON exactly as Python's `json.dumps` / `json.dump` does with its defaults
-//! (`ensure_ascii=True`, `allow_nan=True`), so that files Mnemon writes are byte-identical to the
-//! ones the Python tools it is compatible with (Polymath, AgentScope) write.
+//! (`ensure_ascii=True`), so that files Mnemon writes are byte-identical to the ones the Python
+//! tools it is compatible with (Polymath, AgentScope) write. One difference: a non-finite float
+//! (which a `serde_json::Value` cannot hold) is written `null`, as serde_json writes it before any
+//! formatter sees it, where Python's default `allow_nan=True` writes `NaN` or `Infinity`.
 //!
 //! The rules, all implemented by [`PythonFormatter`], a [`serde_json::ser::Formatter`]:
 //!
