@@ -202,6 +202,24 @@ INSERT INTO memory_keyword_rebuild (id)
 /// rebuilt by [`rebuild_keyword_words`], as for version 14.
 const SCHEMA_V15: &str = SCHEMA_V14;
 
+/// A thread summary row (`thread_id, user_id, agent_id, session_id, live, last_active_ms`) of
+/// the summary listings, with its thread id.
+fn summary_row(r: &postgres::Row) -> Result<(ThreadSummary, i64), MemoryError> {
+    let live: i64 = r.try_get(4).map_err(pg_error)?;
+    Ok((
+        ThreadSummary {
+            scope: Scope::from_columns(
+                r.try_get(1).map_err(pg_error)?,
+                r.try_get(2).map_err(pg_error)?,
+                r.try_get(3).map_err(pg_error)?,
+            ),
+            messages: u64::try_from(live).unwrap_or(0),
+            last_active_ms: r.try_get(5).map_err(pg_error)?,
+        },
+        r.try_get::<_, i64>(0).map_err(pg_error)?,
+    ))
+}
+
 /// Version 16: the namespace's threads in creation order, a page at a time
 /// ([`PostgresMemoryStore::threads_page`]), as one index range read from the last listed
 /// thread on (the listing read every thread of the namespace for each page before).
@@ -1349,21 +1367,7 @@ impl PostgresMemoryStore {
             .map_err(pg_error)?;
         let rows = rows
             .iter()
-            .map(|r| {
-                let live: i64 = r.try_get(4).map_err(pg_error)?;
-                Ok((
-                    ThreadSummary {
-                        scope: Scope::from_columns(
-                            r.try_get(1).map_err(pg_error)?,
-                            r.try_get(2).map_err(pg_error)?,
-                            r.try_get(3).map_err(pg_error)?,
-                        ),
-                        messages: u64::try_from(live).unwrap_or(0),
-                        last_active_ms: r.try_get(5).map_err(pg_error)?,
-                    },
-                    r.try_get::<_, i64>(0).map_err(pg_error)?,
-                ))
-            })
+            .map(summary_row)
             .collect::<Result<Vec<_>, MemoryError>>()?;
         Ok(created_page(rows, limit))
     }
@@ -1420,21 +1424,7 @@ impl PostgresMemoryStore {
         .map_err(pg_error)?;
         let rows = rows
             .iter()
-            .map(|r| {
-                let live: i64 = r.try_get(4).map_err(pg_error)?;
-                Ok((
-                    ThreadSummary {
-                        scope: Scope::from_columns(
-                            r.try_get(1).map_err(pg_error)?,
-                            r.try_get(2).map_err(pg_error)?,
-                            r.try_get(3).map_err(pg_error)?,
-                        ),
-                        messages: u64::try_from(live).unwrap_or(0),
-                        last_active_ms: r.try_get(5).map_err(pg_error)?,
-                    },
-                    r.try_get::<_, i64>(0).map_err(pg_error)?,
-                ))
-            })
+            .map(summary_row)
             .collect::<Result<Vec<_>, MemoryError>>()?;
         Ok(page(rows, limit))
     }

@@ -327,6 +327,20 @@ const PAGE_AFTER_SQL: &str = "SELECT thread_id, user_id, agent_id, session_id,
  ORDER BY last_active_ms DESC, thread_id DESC
  LIMIT ?4";
 
+/// A thread summary row of [`PAGE_AFTER_SQL`], [`FIRST_PAGE_SQL`] or [`CREATED_PAGE_SQL`]
+/// (`thread_id, user_id, agent_id, session_id, live, last_active_ms`), with its thread id.
+fn summary_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<(ThreadSummary, i64)> {
+    let live: i64 = r.get(4)?;
+    Ok((
+        ThreadSummary {
+            scope: Scope::from_columns(r.get(1)?, r.get(2)?, r.get(3)?),
+            messages: u64::try_from(live).unwrap_or(0),
+            last_active_ms: r.get(5)?,
+        },
+        r.get::<_, i64>(0)?,
+    ))
+}
+
 /// A page of the namespace's threads in creation order, with their summaries as
 /// [`PAGE_AFTER_SQL`] reads them: `?1` the namespace, `?2` the last listed thread's id (0 for
 /// the first page: ids start at 1), `?3` the rows to read, `?4` the clock's now.
@@ -714,15 +728,7 @@ impl SqliteMemoryStore {
         after: Option<&str>,
     ) -> Result<ThreadPage, MemoryError> {
         let after = after.map(Cursor::decode).transpose()?;
-        if self.before_activity {
-            return Err(MemoryError::Storage {
-                detail: format!(
-                    "{} predates thread summaries (memory schema version 3) and is open \
-                     read-only: open it once with write access to migrate it",
-                    self.path.display()
-                ),
-            });
-        }
+        self.require_summaries()?;
         let conn = self.reader()?;
         let mut stmt = conn.prepare_cached(if after.is_some() {
             PAGE_AFTER_SQL
@@ -737,17 +743,7 @@ impl SqliteMemoryStore {
                 fetch_count(limit),
                 self.now()
             ],
-            |r| {
-                let live: i64 = r.get(4)?;
-                Ok((
-                    ThreadSummary {
-                        scope: Scope::from_columns(r.get(1)?, r.get(2)?, r.get(3)?),
-                        messages: u64::try_from(live).unwrap_or(0),
-                        last_active_ms: r.get(5)?,
-                    },
-                    r.get::<_, i64>(0)?,
-                ))
-            },
+            summary_row,
         )?;
         Ok(page(rows.collect::<Result<Vec<_>, _>>()?, limit))
     }
@@ -768,15 +764,7 @@ impl SqliteMemoryStore {
         after: Option<&str>,
     ) -> Result<ThreadPage, MemoryError> {
         let after = after.map(decode_created).transpose()?.unwrap_or(0);
-        if self.before_activity {
-            return Err(MemoryError::Storage {
-                detail: format!(
-                    "{} predates thread summaries (memory schema version 3) and is open \
-                     read-only: open it once with write access to migrate it",
-                    self.path.display()
-                ),
-            });
-        }
+        self.require_summaries()?;
         let conn = self.reader()?;
         let mut stmt = conn.prepare_cached(CREATED_PAGE_SQL)?;
         let rows = stmt.query_map(
@@ -786,19 +774,23 @@ impl SqliteMemoryStore {
                 fetch_count(limit),
                 self.now()
             ],
-            |r| {
-                let live: i64 = r.get(4)?;
-                Ok((
-                    ThreadSummary {
-                        scope: Scope::from_columns(r.get(1)?, r.get(2)?, r.get(3)?),
-                        messages: u64::try_from(live).unwrap_or(0),
-                        last_active_ms: r.get(5)?,
-                    },
-                    r.get::<_, i64>(0)?,
-                ))
-            },
+            summary_row,
         )?;
         Ok(created_page(rows.collect::<Result<Vec<_>, _>>()?, limit))
+    }
+
+    /// [`MemoryError::Storage`] for a file opened read-only from before thread summaries.
+    fn require_summaries(&self) -> Result<(), MemoryError> {
+        if self.before_activity {
+            return Err(MemoryError::Storage {
+                detail: format!(
+                    "{} predates thread summaries (memory schema version 3) and is open \
+                     read-only: open it once with write access to migrate it",
+                    self.path.display()
+                ),
+            });
+        }
+        Ok(())
     }
 
     /// Whether this store keeps thread summaries ([`thread_summaries`](Self::thread_summaries),

@@ -666,21 +666,9 @@ impl Service {
         let found = self
             .stores()
             .threads_page(limit, after.as_deref())
-            .map_err(|e| match e {
-                MemoryError::InvalidCursor { .. } => OpsError::InvalidCursor,
-                other => other.into(),
-            })?;
+            .map_err(page_error)?;
         if let Some(found) = found {
-            return Ok(SessionListOutput {
-                sessions: found
-                    .threads
-                    .into_iter()
-                    .map(|summary| {
-                        SessionBody::of(summary.scope.clone(), with_counts.then_some(&summary))
-                    })
-                    .collect(),
-                next_cursor: found.next.as_deref().map(page::encode),
-            });
+            return Ok(sessions_of(found, with_counts));
         }
         let all: Vec<SessionBody> = self
             .stores()
@@ -712,18 +700,8 @@ impl Service {
         let found = self
             .stores()
             .thread_summaries(limit, after.as_deref())
-            .map_err(|e| match e {
-                MemoryError::InvalidCursor { .. } => OpsError::InvalidCursor,
-                other => other.into(),
-            })?;
-        Ok(SessionListOutput {
-            sessions: found
-                .threads
-                .into_iter()
-                .map(|summary| SessionBody::of(summary.scope.clone(), Some(&summary)))
-                .collect(),
-            next_cursor: found.next.as_deref().map(page::encode),
-        })
+            .map_err(page_error)?;
+        Ok(sessions_of(found, true))
     }
 
     /// Creates a session if it does not exist.
@@ -1231,6 +1209,26 @@ impl Service {
     }
 }
 
+/// A store's page of threads as a listing's answer, with counts when `with_counts`.
+fn sessions_of(found: mnemon_memory::ThreadPage, with_counts: bool) -> SessionListOutput {
+    SessionListOutput {
+        sessions: found
+            .threads
+            .into_iter()
+            .map(|summary| SessionBody::of(summary.scope.clone(), with_counts.then_some(&summary)))
+            .collect(),
+        next_cursor: found.next.as_deref().map(page::encode),
+    }
+}
+
+/// A store's error reading a page of threads: its cursor refusal is the listing's.
+fn page_error(error: MemoryError) -> OpsError {
+    match error {
+        MemoryError::InvalidCursor { .. } => OpsError::InvalidCursor,
+        other => other.into(),
+    }
+}
+
 /// `vector`, if every number of it is finite. A JSON number past `f32`'s range (about
 /// 3.4e38) reads as an infinite `f32`, which would score every message NaN.
 fn finite(vector: Vec<f32>) -> Result<Vec<f32>, OpsError> {
@@ -1428,16 +1426,12 @@ pub(crate) mod tests {
         assert_eq!(embedder.0.load(std::sync::atomic::Ordering::SeqCst), 1);
     }
 
-    /// A session's search is bounded as a search across sessions is (`top_k` at most
-    /// [`MAX_TOP_K`]) and its answer as `memory_get`'s is (the result limit).
-    #[test]
-    fn a_session_search_keeps_the_top_k_and_result_limits() {
-        let dir = tempfile::tempdir().unwrap();
-        let service = Service::new(Stores::open(dir.path()).unwrap()).with_max_result_bytes(2_000);
+    /// Adds `n` messages with 3-dimensional embeddings to session `s`.
+    fn add_embedded(service: &Service, n: u32) {
         service
             .memory_add(MemoryAddInput {
                 session: "s".into(),
-                messages: (0..100)
+                messages: (0..n)
                     .map(|i| {
                         MessageBody(serde_json::json!({
                             "name": "u",
@@ -1449,6 +1443,15 @@ pub(crate) mod tests {
                 marks: vec![],
             })
             .unwrap();
+    }
+
+    /// A session's search is bounded as a search across sessions is (`top_k` at most
+    /// [`MAX_TOP_K`]) and its answer as `memory_get`'s is (the result limit).
+    #[test]
+    fn a_session_search_keeps_the_top_k_and_result_limits() {
+        let dir = tempfile::tempdir().unwrap();
+        let service = Service::new(Stores::open(dir.path()).unwrap()).with_max_result_bytes(2_000);
+        add_embedded(&service, 100);
         let search = |service: &Service, top_k: Option<usize>| {
             service.memory_search(MemorySearchInput {
                 session: "s".into(),
@@ -1481,21 +1484,7 @@ pub(crate) mod tests {
     fn a_search_across_sessions_keeps_the_result_limit() {
         let dir = tempfile::tempdir().unwrap();
         let service = Service::new(Stores::open(dir.path()).unwrap()).with_max_result_bytes(2_000);
-        service
-            .memory_add(MemoryAddInput {
-                session: "s".into(),
-                messages: (0..100)
-                    .map(|i| {
-                        MessageBody(serde_json::json!({
-                            "name": "u",
-                            "content": format!("message {i}"),
-                            "embedding": [1.0, f64::from(i) / 100.0, 0.5],
-                        }))
-                    })
-                    .collect(),
-                marks: vec![],
-            })
-            .unwrap();
+        add_embedded(&service, 100);
         let search = |service: &Service, top_k: usize| {
             service.memory_search_across(MemorySearchAcrossInput {
                 user_id: None,
