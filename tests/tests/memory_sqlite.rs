@@ -163,7 +163,7 @@ fn newer_schema_is_refused() {
         err,
         MemoryError::SchemaVersion {
             found: 99,
-            supported: 6
+            supported: 7
         }
     );
 }
