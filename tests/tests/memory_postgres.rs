@@ -2473,10 +2473,10 @@ fn keyword_column_drift(client: &mut postgres::Client) -> (Vec<String>, i64) {
     for row in rows {
         let body: serde_json::Value = serde_json::from_str(row.get(1)).unwrap();
         ids.push(row.get(0));
-        // PostgreSQL's lexemes are at most 2,047 bytes: longer words are not indexed there.
+        // PostgreSQL's lexemes are at most 2,046 bytes: longer words are not indexed there.
         let words: Vec<String> = expected_words(&body["content"])
             .into_iter()
-            .filter(|w| w.len() <= 2_047)
+            .filter(|w| w.len() <= 2_046)
             .collect();
         texts.push(words.join(" "));
     }
@@ -2658,7 +2658,7 @@ fn every_write_path_fills_the_keyword_column() {
 /// PostgreSQL's parser splits and drops characters by `LC_CTYPE`: under `C.UTF-8` (as under
 /// `en_US.UTF-8`, most servers' locale) it read `x²` as `x` and dropped `①`, so `x` found a
 /// message SQLite does not find by it and `①` found nothing; only the `C` locale, the tests'
-/// servers' default, agreed. Words longer than PostgreSQL's 2,047-byte lexeme limit are left
+/// servers' default, agreed. Words longer than PostgreSQL's 2,046-byte lexeme limit are left
 /// out on write and query alike, never an error.
 #[test]
 fn keyword_words_do_not_depend_on_the_database_locale() {
@@ -2676,6 +2676,8 @@ fn keyword_words_do_not_depend_on_the_database_locale() {
     let url = server.url(&database);
     let store = open(&url, PostgresMemoryOptions::default());
     let long = "a".repeat(3_000);
+    // PostgreSQL's limit exactly: 2,046 bytes is a lexeme, 2,047 is refused by its input.
+    let (fits, over) = ("f".repeat(2_046), "o".repeat(2_047));
     store
         .memory(Scope::session("s"))
         .unwrap()
@@ -2684,6 +2686,7 @@ fn keyword_words_do_not_depend_on_the_database_locale() {
             json!({"id": "ring", "name": "n", "content": "step ① first"}).into(),
             json!({"id": "plain", "name": "n", "content": "x and y"}).into(),
             json!({"id": "long", "name": "n", "content": format!("{long} tail")}).into(),
+            json!({"id": "edge", "name": "n", "content": format!("{fits} {over} edge")}).into(),
         ])
         .unwrap();
     let search = |text: &str| keyword_hits(&store, text);
@@ -2692,10 +2695,13 @@ fn keyword_words_do_not_depend_on_the_database_locale() {
     assert_eq!(search("①"), ["ring"]);
     assert_eq!(search("tail"), ["long"]);
     assert!(search(&long).is_empty());
+    assert_eq!(search(&fits), ["edge"]);
+    assert!(search(&over).is_empty());
+    assert_eq!(search("edge"), ["edge"]);
     let mut client = server.connect(&database).unwrap();
     let (stale, rows) = keyword_column_drift(&mut client);
     assert!(stale.is_empty(), "{stale:?}");
-    assert_eq!(rows, 4);
+    assert_eq!(rows, 5);
 }
 
 /// A message of more than a mebibyte of distinct words (a pasted log, a document) is stored

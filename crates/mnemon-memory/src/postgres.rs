@@ -227,9 +227,10 @@ const SCHEMA_V16: &str = "
 CREATE INDEX IF NOT EXISTS memory_threads_created ON memory_threads (namespace, thread_id);
 ";
 
-/// The longest lexeme a `tsvector` holds, in bytes (PostgreSQL's own limit; `to_tsvector`
-/// leaves longer words out, and so does [`keyword_tsvector`]).
-const MAX_LEXEME_BYTES: usize = 2047;
+/// The longest lexeme a `tsvector` or `tsquery` holds, in bytes: PostgreSQL refuses one of
+/// `MAXSTRLEN` (2,047) bytes or more, in both inputs, and `to_tsvector` leaves such words out;
+/// so does [`keyword_tsvector`], and a query drops them.
+const MAX_LEXEME_BYTES: usize = 2046;
 
 /// The highest word position a `tsvector` records (later words share it, as in `to_tsvector`).
 const MAX_POSITION: usize = 16_383;
@@ -1340,8 +1341,10 @@ impl PostgresMemoryStore {
     /// [`thread_summaries`](Self::thread_summaries) gives it; at most `limit`, after the
     /// thread `after` (a previous page's [`ThreadPage::next`]) names, or from the start for
     /// `None`. One index range read per page (schema version 16), whatever the number of
-    /// threads. A thread created while pages are read comes last. A malformed `after` is
-    /// [`MemoryError::InvalidCursor`].
+    /// threads. A thread created while pages are read comes last, with one exception: ids are
+    /// taken from a sequence before the creating transactions commit, so a thread whose
+    /// creation commits after a page listed a later-created one is missed by that walk (the
+    /// next listing has it). A malformed `after` is [`MemoryError::InvalidCursor`].
     pub fn threads_page(
         &self,
         limit: usize,
