@@ -454,6 +454,70 @@ mod postgres {
 
     /// Issue 14, items 4 and 5: after a gc and a forget, no row of the assets is left in
     /// either table (bytes leaves included).
+    /// A forget that waits for a concurrent put of an asset it selects removes that put's
+    /// leaves too. Its one statement read the leaves from the snapshot it took before waiting
+    /// for the put's row lock, so the leaves the put committed were invisible to it and stayed
+    /// behind the deleted asset: a forgotten user's bytes left in the database.
+    #[test]
+    fn a_forget_racing_a_put_leaves_no_leaf_behind() {
+        let server = mnemon_tests::require_postgres!();
+        let url = server.fresh_database("asset_forget_race").unwrap();
+        let store = Arc::new(open(&url, "default"));
+        let mut content = mnemon_types::Map::new();
+        content.insert("b".into(), mnemon_types::Bytes::new(vec![1, 2, 3]).into());
+        let asset = mnemon_types::Asset::new(mnemon_types::Value::Map(content)).with_id("u/x");
+        store.put(&asset).unwrap();
+        // A put of the same id in flight, as a put writes: its asset row locked, its leaves
+        // replaced by new rows, not committed yet.
+        let mut writer = ::postgres::Client::connect(&url, ::postgres::NoTls).unwrap();
+        let mut put = writer.transaction().unwrap();
+        let id: &[u8] = b"u/x";
+        put.execute(
+            "UPDATE asset_assets SET updated_at = updated_at + 1
+             WHERE namespace = 'default' AND asset_id = $1::bytea",
+            &[&id],
+        )
+        .unwrap();
+        put.batch_execute(
+            "CREATE TEMP TABLE kept AS SELECT * FROM asset_leaves WHERE namespace = 'default';
+             DELETE FROM asset_leaves WHERE namespace = 'default';
+             INSERT INTO asset_leaves SELECT * FROM kept;",
+        )
+        .unwrap();
+        let forgetting = {
+            let store = Arc::clone(&store);
+            std::thread::spawn(move || store.forget("u/"))
+        };
+        // Until the forget waits for the put's row lock.
+        let mut watcher = ::postgres::Client::connect(&url, ::postgres::NoTls).unwrap();
+        let started = std::time::Instant::now();
+        loop {
+            let waiting: i64 = watcher
+                .query_one(
+                    "SELECT count(*) FROM pg_stat_activity
+                     WHERE datname = current_database() AND wait_event_type = 'Lock'",
+                    &[],
+                )
+                .unwrap()
+                .get(0);
+            if waiting > 0 {
+                break;
+            }
+            assert!(
+                started.elapsed() < std::time::Duration::from_secs(30),
+                "the forget never waited for the put"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        put.commit().unwrap();
+        assert_eq!(forgetting.join().unwrap().unwrap(), 1);
+        let left: i64 = watcher
+            .query_one("SELECT count(*) FROM asset_leaves", &[])
+            .unwrap()
+            .get(0);
+        assert_eq!(left, 0, "leaves left behind a forgotten asset");
+    }
+
     #[test]
     fn postgres_gc_and_forget_leave_no_row() {
         let server = mnemon_tests::require_postgres!();

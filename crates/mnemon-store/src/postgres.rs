@@ -300,12 +300,22 @@ impl PostgresAssetStore {
             .transaction_cached()
             .map_err(self.failed("starting a delete"))?;
         let statement = tx.prepare_cached(sql).map_err(self.failed(action))?;
-        let row = tx
-            .query_one(&statement, &all)
+        let ids = tx
+            .query(&statement, &all)
+            .map_err(self.failed(action))?
+            .iter()
+            .map(|row| row.try_get::<_, Vec<u8>>(0))
+            .collect::<Result<Vec<_>, _>>()
             .map_err(self.failed(action))?;
-        let removed: i64 = row.try_get(0).map_err(self.failed(action))?;
+        if !ids.is_empty() {
+            let leaves = tx
+                .prepare_cached(DELETE_LEAVES_OF)
+                .map_err(self.failed(action))?;
+            tx.execute(&leaves, &[&ns, &ids])
+                .map_err(self.failed(action))?;
+        }
         tx.commit().map_err(self.failed("committing"))?;
-        Ok(removed.max(0) as u64)
+        Ok(ids.len() as u64)
     }
 
     /// The rows of a filtered statement (its text depends on the filter's shape, so it is
@@ -413,18 +423,20 @@ impl PostgresAssetStore {
     }
 }
 
-/// One statement deleting the namespace's (`$1`) assets that a condition selects and then
-/// the leaves of exactly those ids, counting the assets: a constant text per condition, so
-/// it is cached like the others. The asset rows go first, which locks them against a
-/// concurrent put of the same ids.
+/// The statement deleting the namespace's (`$1`) assets that a condition selects, returning
+/// their ids: a constant text per condition, so it is cached like the others. The asset rows
+/// go first, which locks them against a concurrent put of the same ids; their leaves go in a
+/// second statement ([`DELETE_LEAVES_OF`]), whose snapshot is taken after this one's waits.
+/// Not in the same statement: every part of one statement reads one snapshot, taken before it
+/// waited for a concurrent put's row lock, so the leaves that put committed were invisible to
+/// it and stayed behind their deleted asset (read committed takes a new snapshot per
+/// statement).
 macro_rules! remove_where {
     ($condition:literal) => {
         concat!(
-            "WITH gone AS (DELETE FROM asset_assets WHERE namespace = $1::text AND ",
+            "DELETE FROM asset_assets WHERE namespace = $1::text AND ",
             $condition,
-            " RETURNING asset_id), leaves AS (DELETE FROM asset_leaves l USING gone \
-             WHERE l.namespace = $1::text AND l.asset_id = gone.asset_id) \
-             SELECT count(*) FROM gone"
+            " RETURNING asset_id"
         )
     };
 }
