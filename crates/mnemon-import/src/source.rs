@@ -61,12 +61,17 @@ pub fn find_sources(
                 None => slash_path(&path),
             };
             if let Some(&first) = seen.get(url.as_str()) {
+                let first = sources
+                    .get(first)
+                    .map(|s: &Source| s.path.clone())
+                    .unwrap_or_default();
+                // The same file named twice (a folder and a file in it) is imported once.
+                if same_file(&first, &path) {
+                    continue;
+                }
                 return Err(ImportError::DuplicateUrl {
                     url,
-                    first: sources
-                        .get(first)
-                        .map(|s: &Source| s.path.clone())
-                        .unwrap_or_default(),
+                    first,
                     second: path,
                 });
             }
@@ -78,6 +83,15 @@ pub fn find_sources(
         return Err(ImportError::NoFiles);
     }
     Ok(sources)
+}
+
+/// Whether two paths name one file (after resolving `.`, `..` and links); paths that cannot be
+/// resolved are compared as written.
+fn same_file(a: &Path, b: &Path) -> bool {
+    match (a.canonicalize(), b.canonicalize()) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => a == b,
+    }
 }
 
 /// Appends the importable files under `dir` (sorted, hidden entries and directory symlinks
@@ -185,6 +199,13 @@ mod tests {
         assert_eq!(first, &root.join("v1/index.md"));
         assert_eq!(second, &root.join("v2/index.md"));
         assert!(error.is_input());
+        // The same file named twice (its folder, then itself) is taken once.
+        let once = find_sources(
+            &[root.join("v1"), root.join("v1/index.md")],
+            Some("https://x/"),
+        )
+        .unwrap();
+        assert_eq!(once.len(), 1);
         // Without a prefix each is cited by its own path.
         assert_eq!(
             find_sources(&[root.join("v1"), root.join("v2")], None)

@@ -153,8 +153,9 @@
 
   // ---- pager ----------------------------------------------------------------------------
 
-  // Previous / next buttons over cursor pages: `load(cursor)` renders one page and answers its
-  // next_cursor; the cursors of earlier pages are kept so "previous" works too.
+  // Previous / next buttons over cursor pages: `load(cursor, isCurrent)` renders one page
+  // (unless `isCurrent()` has turned false: a newer load began) and answers its next_cursor;
+  // the cursors of earlier pages are kept so "previous" works too.
   function pager(load) {
     const stack = [];
     let current = null;
@@ -163,19 +164,28 @@
     const info = el('span', {class: 'muted'});
     // A page that fails to load (a busy server, a cursor whose record was deleted) leaves the
     // pager where it was, its buttons usable: `undo` puts the stack back.
+    // Each load's number: a load that ends after a newer one began (the filter submitted
+    // again meanwhile) leaves the pager to the newer one.
+    let loads = 0;
     async function go(cursor, undo) {
+      const mine = ++loads;
       prev.disabled = next.disabled = true;
       try {
-        const nextCursor = await load(cursor);
+        // The loader renders only while its load is the newest (`isCurrent`).
+        const nextCursor = await load(cursor, () => mine === loads);
+        if (mine !== loads) return;
         current = cursor;
         next.dataset.cursor = nextCursor || '';
         info.textContent = `page ${stack.length + 1}`;
       } catch (e) {
+        if (mine !== loads) return;
         if (undo) undo();
         throw e;
       } finally {
-        prev.disabled = stack.length === 0;
-        next.disabled = !next.dataset.cursor;
+        if (mine === loads) {
+          prev.disabled = stack.length === 0;
+          next.disabled = !next.dataset.cursor;
+        }
       }
     }
     prev.addEventListener('click', () => {
@@ -199,9 +209,10 @@
   function sessionsPage() {
     const rows = el('tbody');
     const status = el('p', {class: 'muted'});
-    const page = pager(async (cursor) => {
+    const page = pager(async (cursor, isCurrent) => {
       // Most recently written first, each with its message count and last activity.
       const out = await api('GET', `/v1/memory/sessions${query({limit: PAGE_SIZE, cursor, order: 'activity'})}`);
+      if (!isCurrent()) return null;
       fill(rows, ...out.sessions.map(sessionRow));
       status.textContent = out.sessions.length ? '' : 'No sessions in this namespace.';
       return out.next_cursor;
@@ -403,16 +414,18 @@
     // The listing follows the filter last submitted, not what is typed since: a cursor is
     // only good for the listing that gave it.
     let applied = {type: type.value, filter: where.value.trim()};
-    const page = pager(async (cursor) => {
+    const page = pager(async (cursor, isCurrent) => {
       if (applied.filter) {
         let filter;
         try { filter = JSON.parse(applied.filter); } catch (e) { throw new Error(`the filter is not JSON: ${e.message}`); }
         const out = await api('POST', '/v1/query/assets', {filter, asset_type: applied.type || undefined, cursor: cursor || undefined, limit: 50});
+        if (!isCurrent()) return null;
         fill(rows, ...out.assets.map((a) => el('li', {}, el('a', {href: `#/asset/${seg(a.asset_id)}`, class: 'asset-link'}, a.asset_id), expiry(a.expires_at_ms))));
         if (!out.assets.length) fill(rows, el('li', {class: 'muted'}, 'No asset matches.'));
         return out.next_cursor;
       }
       const out = await api('GET', `/v1/assets${query({limit: 50, cursor, asset_type: applied.type})}`);
+      if (!isCurrent()) return null;
       fill(rows, ...out.asset_ids.map((id) => el('li', {}, el('a', {href: `#/asset/${seg(id)}`, class: 'asset-link'}, id))));
       if (!out.asset_ids.length) fill(rows, el('li', {class: 'muted'}, 'No assets.'));
       return out.next_cursor;
@@ -527,8 +540,9 @@
     const loadKeys = el('input', {name: 'keys', placeholder: 'keys, comma-separated (empty: every key)'});
     // The scopes that hold artifacts, a page at a time (GET /v1/artifacts/scopes).
     const scopeList = el('ul', {id: 'artifact-scopes', class: 'scopes'});
-    const scopes = pager(async (cursor) => {
+    const scopes = pager(async (cursor, isCurrent) => {
       const out = await api('GET', `/v1/artifacts/scopes${query({limit: 50, cursor})}`);
+      if (!isCurrent()) return null;
       fill(scopeList, ...out.scopes.map((s) => el('li', {},
         el('a', {href: `#/artifacts${query({scope: s})}`, class: s === scope.value ? 'scope-link active' : 'scope-link'}, s))));
       if (!out.scopes.length) fill(scopeList, el('li', {class: 'muted'}, 'No artifacts in this namespace.'));
