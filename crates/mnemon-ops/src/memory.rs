@@ -892,6 +892,7 @@ impl Service {
         for mark in &input.marks {
             mnemon_memory::validate_mark(mark)?;
         }
+        check_embedding_range(&input.messages)?;
         if with.embed && self.embedder().is_some() {
             mnemon_memory::check_messages(input.messages.iter().map(|m| &m.0))?;
         }
@@ -1209,6 +1210,29 @@ impl Service {
     }
 }
 
+/// Refuses a message whose `embedding` holds a number beyond `f32`'s range (`1e39`): every
+/// store scores the embedding as `f32`s, where it would be infinite and score every recall
+/// NaN. (Checked here, where messages enter over REST, MCP and the CLI, not when stored
+/// messages are read back: a message stored so before stays readable.)
+fn check_embedding_range(messages: &[MessageBody]) -> Result<(), OpsError> {
+    for (i, message) in messages.iter().enumerate() {
+        let Some(serde_json::Value::Array(numbers)) = message.0.get("embedding") else {
+            continue;
+        };
+        let beyond = numbers
+            .iter()
+            .position(|n| n.as_f64().is_some_and(|x| !(x as f32).is_finite()));
+        if let Some(position) = beyond {
+            return Err(OpsError::invalid(format!(
+                "message {i}: its embedding's number at position {position} is beyond the \
+                 range of a 32-bit float (about ±3.4e38); scale the vector (cosine ignores its \
+                 length)"
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// A store's page of threads as a listing's answer, with counts when `with_counts`.
 fn sessions_of(found: mnemon_memory::ThreadPage, with_counts: bool) -> SessionListOutput {
     SessionListOutput {
@@ -1504,6 +1528,36 @@ pub(crate) mod tests {
         assert_eq!(refused.code(), "result_too_large", "{refused}");
         assert!(refused.to_string().contains("top_k"), "{refused}");
         assert_eq!(search(&service, 3).unwrap().hits.len(), 3);
+    }
+
+    /// An embedding with a number past `f32`'s range is refused when added (it would score
+    /// every recall NaN); nothing is stored.
+    #[test]
+    fn an_embedding_past_f32_range_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let service = Service::new(Stores::open(dir.path()).unwrap());
+        let refused = service
+            .memory_add(MemoryAddInput {
+                session: "s".into(),
+                messages: vec![
+                    MessageBody(serde_json::json!({"name": "u", "content": "fine", "embedding": [1.0, 0.5]})),
+                    MessageBody(serde_json::json!({"name": "u", "content": "huge", "embedding": [1.0, 1e39]})),
+                ],
+                marks: vec![],
+            })
+            .unwrap_err();
+        assert_eq!(refused.code(), "invalid_input", "{refused}");
+        assert!(
+            refused.to_string().contains("message 1") && refused.to_string().contains("position 1"),
+            "{refused}"
+        );
+        assert!(
+            service
+                .stores()
+                .existing_memory(Scope::session("s"))
+                .unwrap()
+                .is_none()
+        );
     }
 
     /// A JSON number past `f32`'s range reads as an infinite `f32`: such a query scored every

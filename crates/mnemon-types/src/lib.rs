@@ -45,7 +45,10 @@ pub use artifact::{Artifact, StorageLocation};
 pub use asset::{ASSET_FIELDS, Asset, new_asset_id};
 pub use embedder::{ContractError, EmbedError, Embedder, check_embeddings};
 pub use error::{TypesError, UrlError};
-pub use meta::{MetaOptions, escape_key, flatten, meta, meta_with, render_meta_block, unflatten};
+pub use meta::{
+    MAX_UNFLATTEN_DEPTH, MetaOptions, escape_key, flatten, meta, meta_with, render_meta_block,
+    unflatten,
+};
 pub use msg::{Msg, MsgError, MsgFactory, MsgKind};
 pub use reference::{AssetRef, PathSegment, canonical_index};
 pub use tokenizer::{Tokenizer, WhitespaceTokenizer};

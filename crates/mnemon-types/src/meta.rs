@@ -190,13 +190,19 @@ fn flatten_into(path: &str, value: &Json, sep: char, keep: bool, out: &mut JsonM
     }
 }
 
+/// The most segments a path given to [`unflatten`] may have (the asset stores nest at most 127
+/// levels, so no flattened asset has more).
+pub const MAX_UNFLATTEN_DEPTH: usize = 128;
+
 /// Rebuilds a tree from its flattened form; the inverse of [`flatten`] with
 /// `keep_container_type` on.
 ///
 /// An entry holding `<class 'dict'>` or `<class 'list'>` declares a container that later entries
 /// fill. (A string leaf with exactly that text cannot be told apart from an empty container,
 /// except in the asset's own string fields such as `content_type`, which always stay strings.)
-/// Children of a path that was never declared go into a map.
+/// Children of a path that was never declared go into a map. A path of more than
+/// [`MAX_UNFLATTEN_DEPTH`] segments is refused: the tree it builds would be too deep to drop or
+/// write without running out of stack.
 pub fn unflatten(
     flat: &JsonMap<String, Json>,
     sep: &str,
@@ -204,6 +210,14 @@ pub fn unflatten(
     let sep_char = check_sep(sep)?;
     let mut root = Json::Object(JsonMap::new());
     for (path, value) in flat {
+        if path.split(sep_char).nth(MAX_UNFLATTEN_DEPTH).is_some() {
+            return Err(TypesError::Unflatten {
+                path: path.chars().take(64).collect(),
+                reason: format!(
+                    "more than {MAX_UNFLATTEN_DEPTH} segments; a stored asset nests at most 127 levels"
+                ),
+            });
+        }
         let segments = path
             .split(sep_char)
             .map(|s| unescape_key(s, sep_char, path))
@@ -296,6 +310,22 @@ mod tests {
             .with_id("a1")
             .with_type("asset_example")
             .with_content_type("<class 'dict'>")
+    }
+
+    /// A path deeper than any asset is refused: 50,000 segments built a tree whose drop ran
+    /// off the end of the stack.
+    #[test]
+    fn unflatten_refuses_paths_deeper_than_an_asset() {
+        let deep = vec!["a"; 50_000].join("/");
+        let mut flat = JsonMap::new();
+        flat.insert(deep, Json::from(1));
+        assert!(matches!(
+            unflatten(&flat, "/"),
+            Err(TypesError::Unflatten { .. })
+        ));
+        let mut flat = JsonMap::new();
+        flat.insert(vec!["a"; MAX_UNFLATTEN_DEPTH].join("/"), Json::from(1));
+        assert!(unflatten(&flat, "/").is_ok());
     }
 
     #[test]
