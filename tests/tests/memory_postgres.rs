@@ -624,6 +624,10 @@ fn logged_while(open: impl FnOnce()) -> Vec<String> {
         .finish();
     {
         let _guard = subscriber.set_default();
+        // A log callsite first reached on another test's thread while this dispatcher was
+        // being registered can keep the interest it computed without it (a race in tracing's
+        // registration, seen once in CI: no line captured); computed again now, with it.
+        tracing::callsite::rebuild_interest_cache();
         open();
     }
     let text = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();

@@ -74,15 +74,22 @@ pub fn norm(a: &[f32]) -> f32 {
 /// differ.
 pub fn dot_i8(a: &[i8], b: &[i8]) -> Result<i64, VectorError> {
     same_length(a, b)?;
-    Ok(i8::dot(a, b).map_or_else(
-        || {
-            a.iter()
-                .zip(b)
-                .map(|(&x, &y)| i64::from(x) * i64::from(y))
-                .sum()
-        },
-        |d| d as i64,
-    ))
+    // Blocks of 2^16 products sum exactly in an i32 (each at most 128² = 2^14), which the
+    // compiler vectorises; the blocks add in i64, so the result is exact at any length.
+    // (simsimd's NEON and serial kernels add into an i32, which wraps past 2^31: 133,144
+    // products of 127 · 127.)
+    const BLOCK: usize = 1 << 16;
+    Ok(a.chunks(BLOCK)
+        .zip(b.chunks(BLOCK))
+        .map(|(x, y)| {
+            i64::from(
+                x.iter()
+                    .zip(y)
+                    .map(|(&p, &q)| i32::from(p) * i32::from(q))
+                    .sum::<i32>(),
+            )
+        })
+        .sum())
 }
 
 /// A plain sequential loop with no explicit SIMD: the baseline benchmarks compare against.
@@ -141,6 +148,16 @@ mod tests {
         );
         assert_eq!(norm(&[3.0, 4.0]), 5.0);
         assert!(!kernel_name().is_empty());
+    }
+
+    /// The int8 dot product is exact past an i32's range, on every CPU.
+    #[test]
+    fn int8_dot_products_do_not_wrap() {
+        let n = 1_000_000;
+        let (a, b) = (vec![127i8; n], vec![-128i8; n]);
+        assert_eq!(dot_i8(&a, &a), Ok(n as i64 * 127 * 127));
+        assert_eq!(dot_i8(&a, &b), Ok(-(n as i64) * 127 * 128));
+        assert_eq!(dot_i8(&b, &b), Ok(n as i64 * 128 * 128));
     }
 
     /// Issue 12 item 4: `dot(&[1, 2, 3], &[1, 1])` used to score the common prefix (3.0) as if

@@ -13,12 +13,20 @@ pub struct Scored {
 }
 
 impl Scored {
-    /// The ranking order: higher score first, then lower index. Uses `total_cmp`, so the order
-    /// is total even for NaN.
+    /// The ranking order: higher score first, then lower index; a NaN score last, whatever
+    /// its sign (a sum of infinities of both signs, from finite rows that overflow `f32`, is a
+    /// NaN whose sign bit differs by CPU: `total_cmp` ranked it first on aarch64 and last on
+    /// x86), and `-0.0` equal to `0.0`. A total order.
     pub fn rank_cmp(&self, other: &Scored) -> Ordering {
-        other
-            .score
-            .total_cmp(&self.score)
+        self.score
+            .is_nan()
+            .cmp(&other.score.is_nan())
+            .then_with(|| {
+                other
+                    .score
+                    .partial_cmp(&self.score)
+                    .unwrap_or(Ordering::Equal)
+            })
             .then(self.index.cmp(&other.index))
     }
 }
@@ -103,6 +111,19 @@ pub fn top_k_of_scores(scores: &[f32], k: usize, keep: impl Fn(usize) -> bool) -
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    /// NaN ranks last whatever its sign bit, and signed zeros tie (then the lower index).
+    #[test]
+    fn nan_ranks_last_and_zeros_tie() {
+        let negative_nan = -f32::NAN;
+        assert!(negative_nan.is_sign_negative() && f32::NAN.is_sign_positive());
+        let scores = [f32::NAN, 1.0, negative_nan, -0.0, 0.0, f32::NEG_INFINITY];
+        let order: Vec<usize> = top_k_of_scores(&scores, 6, |_| true)
+            .iter()
+            .map(|s| s.index)
+            .collect();
+        assert_eq!(order, [1, 3, 4, 5, 0, 2]);
+    }
 
     proptest! {
         #[test]
