@@ -15,9 +15,11 @@
 //!    loading a `memory export --format agentscope-0.1` file (in a virtual environment under
 //!    `target/client-venv`, created on first use), and the official MCP Python SDK driving
 //!    every `mnemon mcp` tool over stdio and streamable HTTP (`tests/clients/mcp.sh`, its own
-//!    virtual environment under `target/mcp-venv`). npm and PyPI are the only network used.
+//!    virtual environment under `target/mcp-venv`). Node.js with npm and python3 with `venv`
+//!    are installed first (Debian packages `nodejs`, `npm`, `python3-venv`) when missing. The
+//!    package registries (Debian, npm, PyPI) are the only network used.
 //!
-//! `--no-clients` skips step 3 (for machines without node or python3).
+//! `--no-clients` skips step 3 (for machines without node or python3, and no apt-get).
 
 use std::path::Path;
 use std::process::Command;
@@ -76,6 +78,13 @@ fn client_checks(root: &Path) -> Result<()> {
     let mnemon = root.join("target/debug/mnemon");
     let clients = root.join("tests/clients");
 
+    // A fresh machine may have neither: installed as the other test dependencies are.
+    if apt::on_path("npm").is_none() {
+        apt::install(
+            &["nodejs", "npm"],
+            "the client checks (Polymath's TypeScript client, the MCP Python SDK's server)",
+        )?;
+    }
     need(
         "npm",
         "node 18 or later with npm (Debian: apt install nodejs npm)",
@@ -87,6 +96,17 @@ fn client_checks(root: &Path) -> Result<()> {
     )?;
     exec(Command::new("sh").arg(clients.join("run.sh")).arg(&mnemon))?;
 
+    // Debian's python3 comes without `venv`'s pip bootstrap (package python3-venv).
+    let has_venv = Command::new("python3")
+        .args(["-c", "import ensurepip, venv"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !has_venv {
+        apt::install(
+            &["python3", "python3-venv"],
+            "the client checks (AgentScope 0.1.6, the MCP Python SDK)",
+        )?;
+    }
     need(
         "python3",
         "python3 with the venv module (Debian: apt install python3-venv)",

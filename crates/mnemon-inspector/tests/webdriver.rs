@@ -53,6 +53,15 @@ pub struct Browser {
     driver: Child,
     client: Client,
     session: String,
+    /// chromedriver's log (its `--log-path`), removed on drop.
+    log: std::path::PathBuf,
+}
+
+/// The last lines of chromedriver's log at `path`, for a failure's message.
+fn log_tail(path: &std::path::Path) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(30)..].join("\n")
 }
 
 impl Drop for Browser {
@@ -60,6 +69,7 @@ impl Drop for Browser {
         let _ = self.client.delete(self.url("")).send();
         let _ = self.driver.kill();
         let _ = self.driver.wait();
+        let _ = std::fs::remove_file(&self.log);
     }
 }
 
@@ -71,9 +81,13 @@ impl Browser {
             .local_addr()
             .unwrap()
             .port();
+        // Its log is kept for the message of a failure to start (a missing library, a
+        // version mismatch with Chromium): otherwise only "did not start" would be known.
+        let log = std::env::temp_dir().join(format!("mnemon-chromedriver-{port}.log"));
         let child = Command::new(driver)
             .arg(format!("--port={port}"))
             .arg("--allowed-ips=127.0.0.1")
+            .arg(format!("--log-path={}", log.display()))
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -86,7 +100,11 @@ impl Browser {
         let base = format!("http://127.0.0.1:{port}");
         let started = Instant::now();
         while client.get(format!("{base}/status")).send().is_err() {
-            assert!(started.elapsed() < WAIT, "chromedriver did not start");
+            assert!(
+                started.elapsed() < WAIT,
+                "chromedriver did not start; its log ends:\n{}",
+                log_tail(&log)
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
         let mut args = vec![
@@ -114,12 +132,18 @@ impl Browser {
             .unwrap();
         let session = answer["value"]["sessionId"]
             .as_str()
-            .unwrap_or_else(|| panic!("no WebDriver session: {answer}"))
+            .unwrap_or_else(|| {
+                panic!(
+                    "no WebDriver session: {answer}; chromedriver's log ends:\n{}",
+                    log_tail(&log)
+                )
+            })
             .to_owned();
         Browser {
             driver: child,
             client,
             session: format!("{base}/session/{session}"),
+            log,
         }
     }
 
