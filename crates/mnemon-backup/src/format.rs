@@ -41,7 +41,7 @@ pub enum Record {
 /// The deepest nesting of JSON arrays and objects a backup line may have: an asset at the
 /// store's limit ([`mnemon_store::MAX_NESTING`], counting its root object) inside its record,
 /// with room to spare. serde_json's own recursion limit (128 levels) is one level short of such
-/// a line, so [`Record::from_line`] checks this bound itself and parses without that limit.
+/// a line, so an import checks this bound itself and parses without that limit.
 pub const MAX_LINE_NESTING: usize = mnemon_store::MAX_NESTING + 4;
 
 impl Record {
@@ -49,7 +49,7 @@ impl Record {
     ///
     /// The error says what is wrong with the line: nested deeper than [`MAX_LINE_NESTING`]
     /// (no export writes such a line), or serde_json's message.
-    pub fn from_line(line: &[u8]) -> Result<Record, String> {
+    pub(crate) fn from_line(line: &[u8]) -> Result<Record, String> {
         let depth = nesting(line);
         if depth > MAX_LINE_NESTING {
             return Err(format!(
