@@ -1939,6 +1939,15 @@ mod summaries {
         let mut travel = ids(&travel);
         travel.sort();
         assert_eq!(travel, ["m0", "m2", "n0"]);
+        // Any `top_k`, with a filter too (PostgreSQL reserved room for `top_k` winners and
+        // panicked with "capacity overflow" at `usize::MAX`).
+        let every = search(
+            &keyword("ferry", ScopeFilter::all(), usize::MAX).with_filter(
+                Filter::parse(&json!({"eq": {"path": "metadata.topic", "value": "travel"}}))
+                    .unwrap(),
+            ),
+        );
+        assert_eq!(every.len(), 3);
         assert!(search(&keyword("ferry", ScopeFilter::all(), 0)).is_empty());
         assert!(search(&keyword("submarine", ScopeFilter::all(), 5)).is_empty());
         assert!(matches!(

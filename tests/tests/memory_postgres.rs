@@ -3101,3 +3101,206 @@ fn appends_racing_session_deletes_leave_no_orphans() {
         .unwrap();
     assert_eq!(usize::try_from(left).unwrap(), size);
 }
+
+/// Each store (each process) makes sure, after its first write of a dimension, that the
+/// dimension's HNSW index exists. It asked with `CREATE INDEX IF NOT EXISTS`, which takes the
+/// table's SHARE lock before it checks: with an index there already, a fresh store's first
+/// write still waited, after its commit, for every open write transaction on the messages (a
+/// long document load, another process's batch), and every later writer of every namespace
+/// queued behind that request. Now an existing index is found in the catalog, with no lock.
+/// (The same change keeps the store's `indexed` mutex out of any transaction's way: a writer
+/// holding the messages' lock waited for that mutex while its holder's `CREATE INDEX` waited
+/// for the writer, a cycle PostgreSQL could not see.)
+#[test]
+fn a_fresh_store_does_not_wait_for_open_writes_to_find_its_index() {
+    let server = mnemon_tests::require_postgres!();
+    let (url, mut client) = fresh(server, "memory_index_found");
+    let first = open(&url, PostgresMemoryOptions::default());
+    assert!(
+        matches!(first.vector_mode(), VectorMode::Pgvector { .. }),
+        "{:?}",
+        first.vector_mode()
+    );
+    add_embedded(&first.memory(Scope::session("a")).unwrap(), 1, 8);
+    drop(first);
+    let index_exists: bool = client
+        .query_one(
+            "SELECT to_regclass('memory_messages_hnsw_8') IS NOT NULL",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert!(index_exists);
+    // Another transaction writing the messages, left open.
+    let mut writer = server.connect(url.rsplit('/').next().unwrap()).unwrap();
+    let mut open_write = writer.transaction().unwrap();
+    open_write
+        .batch_execute("LOCK TABLE memory_messages IN ROW EXCLUSIVE MODE")
+        .unwrap();
+    let (done, finished) = std::sync::mpsc::channel();
+    let url_ = url.clone();
+    std::thread::spawn(move || {
+        let fresh = open(&url_, PostgresMemoryOptions::default());
+        add_embedded(&fresh.memory(Scope::session("b")).unwrap(), 2, 8);
+        let _ = done.send(());
+    });
+    let waited = finished.recv_timeout(Duration::from_secs(20));
+    open_write.rollback().unwrap();
+    assert!(
+        waited.is_ok(),
+        "a fresh store's write waited for an unrelated open transaction on memory_messages"
+    );
+}
+
+/// A write that purged expired messages and then failed (here a trigger refuses its insert)
+/// rolled back, but its handle's mirror kept the purge under the next `rev`, a number never
+/// committed: another process's next commit took that number, and the mirror passed for that
+/// thread, so this handle's reads missed what the other process wrote. Now a failed write
+/// drops the mirror.
+#[test]
+fn a_failed_write_leaves_no_uncommitted_rev_in_the_mirror() {
+    let server = mnemon_tests::require_postgres!();
+    let (url, mut client) = fresh(server, "memory_failed_write_mirror");
+    let ahead = Arc::new(mnemon_db::ManualClock::new(10_000));
+    let behind = Arc::new(mnemon_db::ManualClock::new(10_000));
+    let first = open(
+        &url,
+        PostgresMemoryOptions {
+            default_ttl: Some(Duration::from_secs(5)),
+            clock: ahead.clone(),
+            ..PostgresMemoryOptions::default()
+        },
+    );
+    let second = open(
+        &url,
+        PostgresMemoryOptions {
+            clock: behind,
+            ..PostgresMemoryOptions::default()
+        },
+    );
+    let scope = Scope::session("s");
+    let mine = first.memory(scope.clone()).unwrap();
+    mine.add(vec![
+        json!({"id": "old", "name": "n", "content": "expires at 15,000"}).into(),
+    ])
+    .unwrap();
+    client
+        .batch_execute(
+            "CREATE FUNCTION refuse_boom() RETURNS trigger LANGUAGE plpgsql AS $$
+             BEGIN RAISE EXCEPTION 'refused by the test'; END $$;
+             CREATE TRIGGER refuse_boom BEFORE INSERT ON memory_messages
+             FOR EACH ROW WHEN (NEW.msg_id = 'boom') EXECUTE FUNCTION refuse_boom();",
+        )
+        .unwrap();
+    // For this handle `old` has expired: the write purges it, then fails.
+    ahead.set(20_000);
+    let failed = mine.add(vec![
+        json!({"id": "boom", "name": "n", "content": "c"}).into(),
+    ]);
+    assert!(failed.is_err());
+    // Another process, whose clock has not reached the expiry, appends.
+    let theirs = second.memory(scope).unwrap();
+    theirs
+        .add(vec![json!({"id": "x", "name": "n", "content": "c"}).into()])
+        .unwrap();
+    let read: Vec<String> = mine
+        .get_memory(&MemoryQuery::default())
+        .unwrap()
+        .iter()
+        .map(|m| m.id().to_owned())
+        .collect();
+    assert_eq!(
+        read,
+        ["x"],
+        "the handle read a rolled-back rev from its mirror"
+    );
+}
+
+/// The background indexer skips rows another transaction holds (`FOR UPDATE SKIP LOCKED`):
+/// a row locked while it drained (here `FOR KEY SHARE`, what adding a mark takes through its
+/// foreign key) stayed pending until the namespace's next write or the next open, and with
+/// more than 4,096 such rows every recall of the thread took the exact path. It now looks
+/// again while any row is left.
+#[test]
+fn rows_locked_while_the_indexer_drains_are_moved_later_without_a_write() {
+    let server = mnemon_tests::require_postgres!();
+    let (url, mut client) = fresh(server, "memory_indexer_retry");
+    let store = open(&url, PostgresMemoryOptions::default());
+    let memory = store.memory(Scope::session("s")).unwrap();
+    let mut next = vectors(0x9e4d_0077);
+    let add = |from: usize, to: usize, next: &mut dyn FnMut(usize) -> Vec<f64>| {
+        let items = (from..to)
+            .map(|i| {
+                json!({"id": format!("r{i:04}"), "name": "n", "content": "c", "embedding": next(8)})
+                    .into()
+            })
+            .collect();
+        memory.add(items).unwrap();
+    };
+    // The first write creates the index (its rows go in with it); the next ones are pending.
+    add(0, 100, &mut next);
+    store.flush_index().unwrap();
+    // A row held (`FOR KEY SHARE`) and then made pending: the update does not conflict
+    // with that lock; the mover's `FOR UPDATE SKIP LOCKED` skips it.
+    let mut holder = server.connect(url.rsplit('/').next().unwrap()).unwrap();
+    let mut held = holder.transaction().unwrap();
+    held.batch_execute("SELECT 1 FROM memory_messages WHERE seq = 50 FOR KEY SHARE")
+        .unwrap();
+    client
+        .batch_execute(
+            "UPDATE memory_messages SET pending_dim = embedding_dim, embedding_dim = NULL
+             WHERE seq = 50",
+        )
+        .unwrap();
+    // A write wakes the indexer, which moves every pending row but the held one.
+    add(100, 200, &mut next);
+    wait_until("the indexer to move the unheld rows", || {
+        store.pending_index().unwrap() == 1
+    });
+    held.commit().unwrap();
+    // No write comes; the indexer finds the row again by itself.
+    wait_until("the released row to be moved", || {
+        store.pending_index().unwrap() == 0
+    });
+    assert_counters(&mut client);
+}
+
+/// A store that opened in exact mode (no vector column yet: `vector_index` off, or the
+/// extension missing) went on writing after another process gave the database pgvector's
+/// column: its rows had no vector and left the dimension counts alone, so recalls through the
+/// index silently missed its messages, and an embedding it replaced was recalled in its old
+/// form. Its writes are now refused, asking for a restart; its reads go on until they meet a
+/// row whose embedding only that column holds, which they refuse the same way.
+#[test]
+fn an_exact_store_refuses_writes_once_another_process_adds_the_vector_column() {
+    let server = mnemon_tests::require_postgres!();
+    let (url, _client) = fresh(server, "memory_exact_then_vector");
+    let exact = open(
+        &url,
+        PostgresMemoryOptions {
+            vector_index: false,
+            ..PostgresMemoryOptions::default()
+        },
+    );
+    assert!(matches!(exact.vector_mode(), VectorMode::Exact { .. }));
+    let memory = exact.memory(Scope::session("s")).unwrap();
+    let message = |id: &str| -> Vec<mnemon_memory::MsgInput> {
+        vec![json!({"id": id, "name": "n", "content": "c", "embedding": [1.0, 0.0]}).into()]
+    };
+    memory.add(message("before")).unwrap();
+    let with_vectors = open(&url, PostgresMemoryOptions::default());
+    assert!(matches!(
+        with_vectors.vector_mode(),
+        VectorMode::Pgvector { .. }
+    ));
+    let refused = memory.add(message("after")).unwrap_err();
+    assert!(refused.to_string().contains("restart"), "{refused}");
+    assert!(exact.gc().unwrap_err().to_string().contains("restart"));
+    // Reads go on; the other store writes as usual.
+    assert_eq!(memory.get_memory(&MemoryQuery::default()).unwrap().len(), 1);
+    let theirs = with_vectors.memory(Scope::session("s")).unwrap();
+    theirs.add(message("theirs")).unwrap();
+    assert_eq!(theirs.get_memory(&MemoryQuery::default()).unwrap().len(), 2);
+    let unreadable = memory.get_memory(&MemoryQuery::default()).unwrap_err();
+    assert!(unreadable.to_string().contains("restart"), "{unreadable}");
+}

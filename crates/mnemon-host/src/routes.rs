@@ -368,6 +368,37 @@ mod tests {
         );
     }
 
+    /// A reload whose caller went away (a client that closed its connection to
+    /// `/admin/reload`) released the one-at-a-time lock while its load went on, so the next
+    /// trigger loaded beside it: twenty aborted requests ran up to twenty loads at once. The
+    /// loads here wait at a gate until the callers have given up, so none finishes in time.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn aborted_reloads_never_load_in_parallel() {
+        use crate::source::loads_in_flight;
+        let sources = Sources {
+            library: LibrarySource::bytes(loads_in_flight::COUNTED, LIBRARY.as_bytes()),
+            config: ConfigSource::Defaults,
+        };
+        // The first snapshot is loaded without the gate (`load`, not `load_serving`).
+        let snapshot = sources.load().unwrap();
+        let state = Arc::new(HostState::new(snapshot, sources, HostOptions::default()));
+        for _ in 0..20 {
+            let aborted =
+                tokio::time::timeout(std::time::Duration::from_millis(5), state.reload()).await;
+            assert!(aborted.is_err(), "a gated load finished");
+        }
+        // Time for loads that were let through to reach the gate (and be counted).
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        loads_in_flight::open();
+        // Queued behind every earlier reload: when it is done, they are.
+        state.reload().await.unwrap();
+        assert_eq!(
+            loads_in_flight::PEAK.load(std::sync::atomic::Ordering::SeqCst),
+            1,
+            "reloads loaded in parallel"
+        );
+    }
+
     #[test]
     fn loopback_includes_mapped_ipv6() {
         assert!(is_loopback("::1".parse().unwrap()));

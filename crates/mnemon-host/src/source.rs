@@ -166,6 +166,8 @@ impl Sources {
     /// would use it (a library of at least `index.min_bits` bits), so the first query does not
     /// pay for reading the whole index (docs/reference/library.md#ann-index). Blocking.
     pub(crate) fn load_serving(&self, index: &IndexUse) -> Result<Snapshot, HostError> {
+        #[cfg(test)]
+        let _counted = loads_in_flight::enter(&self.library.to_string());
         let snapshot = self.load()?;
         let library = &snapshot.library;
         if library.len() >= index.min_bits {
@@ -179,5 +181,52 @@ impl Sources {
             }
         }
         Ok(snapshot)
+    }
+}
+
+/// How many loads of the library named [`loads_in_flight::COUNTED`] run at once, and the most
+/// that ever did, with a gate that holds them until the test opens it: for the test that
+/// reloads never load in parallel.
+#[cfg(test)]
+pub(crate) mod loads_in_flight {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::{Condvar, Mutex, PoisonError};
+
+    /// The library name whose loads are counted and gated (other tests' loads are not).
+    pub(crate) const COUNTED: &str = "counted-loads";
+    static NOW: AtomicUsize = AtomicUsize::new(0);
+    /// The most loads of [`COUNTED`] that ran at once.
+    pub(crate) static PEAK: AtomicUsize = AtomicUsize::new(0);
+    /// Whether loads of [`COUNTED`] may go on (closed until [`open`]).
+    static GATE: (Mutex<bool>, Condvar) = (Mutex::new(false), Condvar::new());
+
+    /// Lets every load of [`COUNTED`] go on, now and later.
+    pub(crate) fn open() {
+        *GATE.0.lock().unwrap_or_else(PoisonError::into_inner) = true;
+        GATE.1.notify_all();
+    }
+
+    /// Counts one load while held; a load of [`COUNTED`] waits at the gate, counted.
+    pub(crate) struct Counted(bool);
+
+    pub(crate) fn enter(name: &str) -> Counted {
+        let counted = name == COUNTED;
+        if counted {
+            let now = NOW.fetch_add(1, Ordering::SeqCst) + 1;
+            PEAK.fetch_max(now, Ordering::SeqCst);
+            let mut open = GATE.0.lock().unwrap_or_else(PoisonError::into_inner);
+            while !*open {
+                open = GATE.1.wait(open).unwrap_or_else(PoisonError::into_inner);
+            }
+        }
+        Counted(counted)
+    }
+
+    impl Drop for Counted {
+        fn drop(&mut self) {
+            if self.0 {
+                NOW.fetch_sub(1, Ordering::SeqCst);
+            }
+        }
     }
 }

@@ -79,7 +79,21 @@ impl HostState {
 
     /// Loads the sources again and swaps the new snapshot in. On failure the previous snapshot
     /// stays in service. Requests already running finish on the snapshot they started with.
-    pub(crate) async fn reload(&self) -> Result<Reloaded, HostError> {
+    ///
+    /// The reload runs to its end in a task of its own, whatever happens to the caller: a
+    /// caller that goes away (a client closing its connection to `/admin/reload`, a timeout)
+    /// used to drop the lock while its load went on in the blocking pool, so the next trigger
+    /// started a second full load beside it, and a burst of aborted requests ran that many
+    /// loads at once (as many library copies in memory).
+    pub(crate) async fn reload(self: &Arc<Self>) -> Result<Reloaded, HostError> {
+        let state = Arc::clone(self);
+        tokio::spawn(async move { state.reload_now().await })
+            .await
+            .map_err(|_| HostError::LoaderPanicked)?
+    }
+
+    /// [`reload`](Self::reload)'s work, one at a time.
+    async fn reload_now(&self) -> Result<Reloaded, HostError> {
         let _one_at_a_time = self.reload_lock.lock().await;
         let sources = self.sources.clone();
         let started = std::time::Instant::now();

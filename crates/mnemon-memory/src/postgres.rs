@@ -1000,6 +1000,9 @@ pub struct PostgresMemoryStore {
     vector: VectorMode,
     /// The dimensions whose HNSW index this store has seen exist.
     indexed: Mutex<HashSet<usize>>,
+    /// When this store last tried to create each dimension's index that it has not seen exist
+    /// (see `index_dims`).
+    index_attempts: Mutex<HashMap<usize, std::time::Instant>>,
     /// [`PostgresMemoryOptions::hnsw_min_messages`].
     hnsw_min_messages: usize,
     /// [`PostgresMemoryOptions::hnsw_ef_search`].
@@ -1129,6 +1132,7 @@ impl PostgresMemoryStore {
             namespace: options.namespace,
             vector,
             indexed: Mutex::new(HashSet::new()),
+            index_attempts: Mutex::new(HashMap::new()),
             hnsw_min_messages: options.hnsw_min_messages,
             hnsw_ef_search: options.hnsw_ef_search,
             index_recalls: AtomicU64::new(0),
@@ -1241,16 +1245,50 @@ impl PostgresMemoryStore {
             .collect();
         wanted.sort_unstable();
         wanted.dedup();
-        let mut indexed = self.indexed.lock().unwrap_or_else(PoisonError::into_inner);
-        wanted.retain(|d| !indexed.contains(d));
+        wanted.retain(|d| {
+            !self
+                .indexed
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .contains(d)
+        });
+        // One attempt per dimension at a time, and none within `INDEX_RETRY` of the last
+        // (under way, or failed): each writer of a new dimension used to try, each taking a
+        // connection, and each try queues a lock request that every writer waits behind.
+        let now = std::time::Instant::now();
+        wanted.retain(|d| {
+            let mut attempts = self
+                .index_attempts
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            match attempts.get(d) {
+                Some(at) if now.duration_since(*at) < INDEX_RETRY => false,
+                _ => {
+                    attempts.insert(*d, now);
+                    true
+                }
+            }
+        });
+        // Not under the `indexed` mutex: creating an index may wait for table locks that
+        // writers hold, and writers take the mutex (`deferred_dims`); held here, the two waited
+        // on each other for good, out of PostgreSQL's sight (half of the cycle is this mutex).
         for dim in wanted {
             let created = self
                 .client()
                 .and_then(|mut c| create_hnsw_index(&mut c, dim));
             match created {
-                Ok(()) => {
-                    indexed.insert(dim);
+                Ok(true) => {
+                    self.indexed
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .insert(dim);
+                    self.index_attempts
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .remove(&dim);
                 }
+                // Another process is building it: a later write of the dimension finds it.
+                Ok(false) => {}
                 Err(e) => tracing::warn!(
                     target: "mnemon_memory::postgres",
                     database = self.pool.target(),
@@ -1455,6 +1493,39 @@ impl PostgresMemoryStore {
         Ok(!ids.is_empty())
     }
 
+    /// In exact mode, refuses to write once another process has given the database pgvector's
+    /// column (after this store opened, when it had none): this store's writes leave the
+    /// column and its counts alone, so a message it added would be missing from recalls through
+    /// the index, and an embedding it replaced would be recalled in its old form. A catalog
+    /// lookup per write transaction, in exact mode only.
+    fn exact_mode_still_holds(&self, tx: &mut Transaction<'_>) -> Result<(), MemoryError> {
+        if !matches!(self.vector, VectorMode::Exact { .. }) {
+            return Ok(());
+        }
+        let appeared: bool = tx
+            // The column, as `open` judges the mode by it (`vector_column_exists`): a
+            // database whose extension was dropped keeps the version table, not the column.
+            .query_one(
+                "SELECT EXISTS (SELECT 1 FROM pg_attribute
+                   WHERE attrelid = to_regclass('memory_messages') AND attname = 'embedding_v'
+                     AND NOT attisdropped)",
+                &[],
+            )
+            .map_err(pg_error)?
+            .try_get(0)
+            .map_err(pg_error)?;
+        if appeared {
+            return Err(MemoryError::Storage {
+                detail: "another process turned on pgvector's embedding column in this \
+                         database after this memory store opened without it: restart this \
+                         process (it then keeps the column and its counts); until then its \
+                         memory writes are refused"
+                    .into(),
+            });
+        }
+        Ok(())
+    }
+
     /// The store clock's time: what decides which messages have expired.
     fn now(&self) -> i64 {
         self.clock.now_millis()
@@ -1470,6 +1541,7 @@ impl PostgresMemoryStore {
         let vectors = matches!(self.vector, VectorMode::Pgvector { .. });
         let mut client = self.client()?;
         let mut tx = client.transaction_cached().map_err(pg_error)?;
+        self.exact_mode_still_holds(&mut tx)?;
         let rows = tx
             .query(
                 "SELECT thread_id, rev, next_seq, next_expiry FROM memory_threads
@@ -2034,7 +2106,9 @@ fn row_entry(
     };
     let numbers = floats.and_then(|f| join_numbers(form, &f)).ok_or_else(|| {
         corrupt(format!(
-            "message {id}: embedding form {form} without its numbers"
+            "message {id}: embedding form {form} without its numbers (a store that opened in \
+             exact mode reads no pgvector column: if another process has added one since, \
+             restart this one)"
         ))
     })?;
     Entry::from_parts(msg, numbers, marks)
@@ -2451,31 +2525,76 @@ fn insert_marks(
     Ok(())
 }
 
-/// Creates the partial HNSW index of `dim` unless it exists, in a transaction of its own that
-/// first takes a transaction-level advisory lock, so that two writers never build the same
-/// index and no writer holds a lock on the messages while it waits (taking the index's lock
-/// inside a write, after its insert, could deadlock with another such writer). The dimension
-/// is a number formatted into the statement, never text from a message.
-fn create_hnsw_index(client: &mut pg::PooledClient, dim: usize) -> Result<(), MemoryError> {
+/// Creates the partial HNSW index of `dim` unless it exists, in a transaction of its own (never
+/// inside a write: taking the index's lock after a write's insert could deadlock with another
+/// such writer) that first takes a transaction-level advisory lock, so that two processes
+/// never build the same index. Whether the index exists now: `false` when another process
+/// holds the lock (building). The dimension is a number formatted into the statement, never
+/// text from a message.
+fn create_hnsw_index(client: &mut pg::PooledClient, dim: usize) -> Result<bool, MemoryError> {
     let name = format!("memory_messages_hnsw_{dim}");
+    // An index that exists is found in the catalog. `CREATE INDEX IF NOT EXISTS` alone takes
+    // the table's SHARE lock before it looks, so each process's first write of a dimension
+    // waited behind every open write transaction on `memory_messages` (a long document load)
+    // while every later writer, of every namespace, queued behind its request.
+    if index_exists(&mut **client, &name)? {
+        return Ok(true);
+    }
     let mut tx = client.transaction().map_err(pg_error)?;
-    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&HNSW_LOCK_KEY])
+    // Not waited for: the process holding it is building an index (a bulk build can take
+    // minutes), and this write is done anyway.
+    let locked: bool = tx
+        .query_one("SELECT pg_try_advisory_xact_lock($1)", &[&HNSW_LOCK_KEY])
+        .map_err(pg_error)?
+        .try_get(0)
         .map_err(pg_error)?;
+    if !locked {
+        return Ok(false);
+    }
+    // Another process may have built it before this one took the lock.
+    if index_exists(&mut tx, &name)? {
+        tx.commit().map_err(pg_error)?;
+        return Ok(true);
+    }
     // The index is created after the first write of its dimension committed, so a first large
     // load is indexed in bulk, which pgvector does several times faster than row by row
     // (1,536-dimensional vectors: 10,000 built in about 17 s, against 110 to 120 per second
     // inserted into a built index; issue 13's figures tests), as long as the graph fits in
     // `maintenance_work_mem`: such a vector alone is 6 KiB, so the server's default 64 MB holds
     // fewer than 11,000. Raised only for this transaction, one build at a time (the lock).
+    // The build itself still needs the SHARE lock, and writers queue behind its request: it
+    // waits for open write transactions at most `HNSW_LOCK_TIMEOUT`, then gives up (logged;
+    // a write of the dimension tries again after `INDEX_RETRY`).
     tx.batch_execute(&format!(
         "SET LOCAL maintenance_work_mem = '512MB';
+         SET LOCAL lock_timeout = '{HNSW_LOCK_TIMEOUT}';
          CREATE INDEX IF NOT EXISTS {name} ON memory_messages
          USING hnsw ((embedding_v::vector({dim})) vector_cosine_ops)
          WHERE embedding_dim = {dim}"
     ))
     .map_err(pg_error)?;
-    tx.commit().map_err(pg_error)
+    tx.commit().map_err(pg_error)?;
+    Ok(true)
 }
+
+/// Whether the relation `name` exists (a catalog lookup: no lock on any table).
+fn index_exists(
+    client: &mut impl postgres::GenericClient,
+    name: &str,
+) -> Result<bool, MemoryError> {
+    client
+        .query_one("SELECT to_regclass($1) IS NOT NULL", &[&name])
+        .map_err(pg_error)?
+        .try_get::<_, bool>(0)
+        .map_err(pg_error)
+}
+
+/// How long an HNSW index's creation waits for the table lock (see `create_hnsw_index`).
+const HNSW_LOCK_TIMEOUT: &str = "5s";
+
+/// How long a store waits before it tries again to create an index it could not (see
+/// `index_dims`).
+const INDEX_RETRY: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// The advisory lock under which HNSW indexes are created: any fixed key other than
 /// `mnemon-db`'s migration keys (FNV-1a hashes of schema table names).
@@ -3318,8 +3437,12 @@ impl Backend for PostgresMemory {
         &self,
         f: impl FnOnce(&ThreadState) -> Result<(Option<Change>, R), MemoryError>,
     ) -> Result<R, MemoryError> {
+        // Read before any statement: the store's `indexed` mutex must never be waited for by a
+        // transaction holding table locks (see `index_dims`).
+        let deferred = self.store.deferred_dims();
         let mut client = self.store.client()?;
         let mut tx = client.transaction_cached().map_err(pg_error)?;
+        self.store.exact_mode_still_holds(&mut tx)?;
         let mut thread = lock_thread(
             &mut tx,
             &self.store.namespace,
@@ -3329,26 +3452,36 @@ impl Backend for PostgresMemory {
         // The clock is read once the thread is locked: a write that waited behind another
         // judges expiry at the instant it plans, never at one before the wait.
         let now = self.store.now();
-        if purge_expired(&mut tx, thread, now, self.vectors())? > 0 {
+        let purged = purge_expired(&mut tx, thread, now, self.vectors())? > 0;
+        if purged {
             thread.rev += 1;
         }
         let mut mirror = self.mirror();
-        mirror.sync(
-            &mut tx,
-            Some((thread.id, thread.rev)),
-            &self.store.factory,
-            self.vectors(),
-            now,
-        )?;
-        let (change, result) = f(&mirror.state)?;
-        if let Some(change) = change {
+        // After a purge, the mirror takes this transaction's view as rev + 1: a failure from
+        // here on rolls the transaction back, so the mirror must not keep a rev that was never
+        // committed — another process's next commit gets that number, and the mirror would
+        // pass for it, missing what that write added. (Without a purge the mirror holds the
+        // committed thread, which a failed write leaves as it was.)
+        let outcome = (|| {
+            mirror.sync(
+                &mut tx,
+                Some((thread.id, thread.rev)),
+                &self.store.factory,
+                self.vectors(),
+                now,
+            )?;
+            let (change, result) = f(&mirror.state)?;
+            let Some(change) = change else {
+                tx.commit().map_err(pg_error)?;
+                return Ok((result, None));
+            };
             let (dims, pending) = persist(
                 &mut tx,
                 thread,
                 &mirror.state,
                 &change,
                 self.vectors(),
-                self.store.deferred_dims(),
+                deferred,
             )?;
             tx.commit().map_err(pg_error)?;
             let earliest = match &change {
@@ -3362,13 +3495,24 @@ impl Backend for PostgresMemory {
             mirror.state.apply(change);
             mirror.rev = thread.rev + 1;
             mirror.earliest = earliest;
-            drop(mirror);
-            drop(client);
-            self.store.after_write(&dims, pending);
-        } else {
-            tx.commit().map_err(pg_error)?;
+            Ok((result, Some((dims, pending))))
+        })();
+        match outcome {
+            Err(error) => {
+                if purged {
+                    *mirror = Mirror::default();
+                }
+                Err(error)
+            }
+            Ok((result, written)) => {
+                drop(mirror);
+                drop(client);
+                if let Some((dims, pending)) = written {
+                    self.store.after_write(&dims, pending);
+                }
+                Ok(result)
+            }
         }
-        Ok(result)
     }
 
     fn scan(
@@ -3480,10 +3624,13 @@ impl Backend for PostgresMemory {
     fn load_document(&self, source: LoadSource, overwrite: bool) -> Result<AddReport, MemoryError> {
         let factory = &self.store.factory;
         let vectors = self.vectors();
+        // Read before any statement, as in `write`.
+        let deferred = self.store.deferred_dims();
         let mut client = self.store.client()?;
         // One transaction for the whole document, the thread's creation included: a document
         // that fails anywhere rolls all of it back.
         let mut tx = client.transaction_cached().map_err(pg_error)?;
+        self.store.exact_mode_still_holds(&mut tx)?;
         let thread = lock_thread(&mut tx, &self.store.namespace, &self.scope, factory)?;
         let thread_id = thread.id;
         let now = self.store.now();
@@ -3525,7 +3672,6 @@ impl Backend for PostgresMemory {
         let mut dims = Vec::new();
         // The dimension of each inserted row, for the counts of `memory_dims`.
         let mut inserted_dims = Vec::new();
-        let deferred = self.store.deferred_dims();
         let mut pending = false;
         // The earliest expiry among the inserted rows, for the thread's `next_expiry`.
         let mut earliest: Option<i64> = None;

@@ -3,6 +3,10 @@
 //! inside that namespace only. [`OpenAccess`] is the authenticator without keys: every request
 //! is the admin of one namespace, which `mnemon serve` only allows on a loopback address.
 
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, TryLockError};
+use std::time::{Duration, Instant};
+
 use axum::extract::FromRequestParts;
 use axum::http::StatusCode;
 use axum::http::request::Parts;
@@ -112,28 +116,179 @@ pub(crate) async fn authenticate(
 }
 
 /// No keys: every request is the admin of one namespace.
-#[derive(Debug, Clone)]
+///
+/// Made with [`OpenAccess::until_keys`], it also watches the key store: a server started open
+/// (no key had ever been created) must not stay open once one is, since "once a key has been
+/// created, every request needs a valid key, for good" (docs/reference/keys.md#running-open).
+/// The open server's tenants serve its one namespace only, so it cannot switch to checking
+/// keys: from the first check that finds a key on, it refuses every request (401) until it is
+/// restarted, when it starts with the keys.
+#[derive(Clone)]
 pub struct OpenAccess {
     namespace: Namespace,
+    watch: Option<Arc<KeyWatch>>,
+}
+
+impl std::fmt::Debug for OpenAccess {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OpenAccess")
+            .field("namespace", &self.namespace)
+            .field("watches_keys", &self.watch.is_some())
+            .finish()
+    }
+}
+
+/// Whether any API key has ever been created (a revoked one counts, as in
+/// `mnemon_keys::KeyStore::requires_keys`). May block: it reads the key store.
+pub type KeysProbe = Box<dyn Fn() -> Result<bool, mnemon_keys::KeyError> + Send + Sync>;
+
+/// How often an open server asks its [`KeysProbe`]: the same second as the key cache's
+/// revocation delay between processes (`mnemon_keys::KeyStoreOptions::cache_ttl`).
+pub const KEYS_PROBE_INTERVAL: Duration = Duration::from_secs(1);
+
+/// The key store watch of an open server ([`OpenAccess::until_keys`]).
+struct KeyWatch {
+    probe: KeysProbe,
+    /// Set, for good, by the first check that finds a key.
+    keys_seen: AtomicBool,
+    /// When the next check is due, in milliseconds since `epoch`; 0: at once.
+    next_check_ms: AtomicU64,
+    epoch: Instant,
+    /// Held by the one request that checks; the others meanwhile go by the last answer.
+    checking: Mutex<()>,
+}
+
+impl KeyWatch {
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    fn due(&self) -> bool {
+        self.now_ms() >= self.next_check_ms.load(Ordering::Acquire)
+    }
+
+    /// Asks the probe (blocking) unless another request is asking it now. `Ok(())` while no
+    /// key exists.
+    fn check(&self) -> Result<(), RestError> {
+        if self.keys_seen.load(Ordering::Acquire) {
+            return Err(keys_created());
+        }
+        // A check under way answers for this request too; a check that panicked (poisoning
+        // the lock) must not turn the watch off.
+        let _turn = match self.checking.try_lock() {
+            Ok(turn) => turn,
+            Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
+            Err(TryLockError::WouldBlock) => return Ok(()),
+        };
+        if !self.due() {
+            return Ok(());
+        }
+        match (self.probe)() {
+            Ok(false) => {
+                let next = self
+                    .now_ms()
+                    .saturating_add(KEYS_PROBE_INTERVAL.as_millis() as u64);
+                self.next_check_ms.store(next, Ordering::Release);
+                Ok(())
+            }
+            Ok(true) => {
+                if !self.keys_seen.swap(true, Ordering::AcqRel) {
+                    tracing::warn!(
+                        "an API key was created while this server ran open (it started before \
+                         any key existed): every request is refused from now on; restart \
+                         `mnemon serve` so that it checks the keys"
+                    );
+                }
+                Err(keys_created())
+            }
+            // Not knowing whether keys exist, the request is refused (a deployment with keys
+            // never runs open); the next request asks again.
+            Err(error) => {
+                tracing::warn!(%error, "the key store could not be read");
+                Err(RestError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "unavailable",
+                    "this server runs without keys and could not check that none has been \
+                     created since it started: the key store is unavailable; retry later",
+                ))
+            }
+        }
+    }
+}
+
+/// The 401 of an open server that has seen a key created.
+fn keys_created() -> RestError {
+    crate::keys::unauthorized(
+        "this server started without API keys and one has been created since: it refuses \
+         these requests until it is restarted, then requires a key (`Authorization: Bearer \
+         <key>`)",
+    )
 }
 
 impl OpenAccess {
-    /// Open access to `namespace`.
+    /// Open access to `namespace`, for good (an embedding program with no key store).
     pub fn new(namespace: Namespace) -> OpenAccess {
-        OpenAccess { namespace }
+        OpenAccess {
+            namespace,
+            watch: None,
+        }
+    }
+
+    /// Open access to `namespace` until `probe` finds an API key, checked at most every
+    /// [`KEYS_PROBE_INTERVAL`] (on the blocking pool, by the first request that finds a check
+    /// due; requests meanwhile go by the last answer): from then on every authenticated request
+    /// is refused with 401 until the server is restarted (see [`OpenAccess`]). A request whose
+    /// check fails to read the key store is refused with 503, and the next one checks again.
+    pub fn until_keys(namespace: Namespace, probe: KeysProbe) -> OpenAccess {
+        OpenAccess {
+            namespace,
+            watch: Some(Arc::new(KeyWatch {
+                probe,
+                keys_seen: AtomicBool::new(false),
+                next_check_ms: AtomicU64::new(0),
+                epoch: Instant::now(),
+                checking: Mutex::new(()),
+            })),
+        }
+    }
+
+    /// The one principal of open access, or the refusal once keys exist (see
+    /// [`OpenAccess::until_keys`]); blocks when the key store is due for a check. For servers
+    /// without request headers to authenticate (`mnemon mcp --http` checks it per tool call).
+    pub fn admit(&self) -> Result<Principal, RestError> {
+        if let Some(watch) = &self.watch {
+            watch.check()?;
+        }
+        Ok(self.principal())
+    }
+
+    fn principal(&self) -> Principal {
+        Principal {
+            namespace: self.namespace.clone(),
+            role: Role::Admin,
+        }
     }
 }
 
 impl Authenticator for OpenAccess {
     fn authenticate(&self, _headers: &axum::http::HeaderMap) -> Result<Principal, RestError> {
-        Ok(Principal {
-            namespace: self.namespace.clone(),
-            role: Role::Admin,
-        })
+        self.admit()
     }
 
     fn blocks(&self) -> bool {
-        false
+        self.watch.is_some()
+    }
+
+    fn authenticate_now(
+        &self,
+        _headers: &axum::http::HeaderMap,
+    ) -> Option<Result<Principal, RestError>> {
+        match &self.watch {
+            None => Some(Ok(self.principal())),
+            Some(watch) if watch.keys_seen.load(Ordering::Acquire) => Some(Err(keys_created())),
+            Some(watch) if watch.due() => None,
+            Some(_) => Some(Ok(self.principal())),
+        }
     }
 }
 

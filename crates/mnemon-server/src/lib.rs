@@ -50,7 +50,7 @@ use mnemon_host::{Host, HostError, HostOptions, Sources};
 use mnemon_mcp::{Access, Call, Denied, HttpOptions, LibraryGuard, MnemonMcp, ResolveWith};
 use mnemon_ops::Service;
 
-pub use auth::{Authenticator, OpenAccess, Principal, Role};
+pub use auth::{Authenticator, KEYS_PROBE_INTERVAL, KeysProbe, OpenAccess, Principal, Role};
 pub use error::{RestError, status_of};
 pub use keys::KeyAuthenticator;
 pub use same_origin::check_allowed_host;

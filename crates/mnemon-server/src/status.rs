@@ -8,7 +8,7 @@
 //! caller sees its own namespace's errors, and only an admin key also sees the errors of
 //! requests that had no accepted key (401s, unknown routes).
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -60,32 +60,67 @@ pub struct RecentError {
     namespace: Option<Namespace>,
 }
 
-/// The ring of recent error responses; shared by every request.
+/// The rings of recent error responses, one per namespace (and one for the answers of no
+/// namespace: refused keys, unknown routes); shared by every request. One ring for all let a
+/// caller of one namespace push another's errors out of its status with 50 failed requests.
 #[derive(Debug, Default)]
 pub(crate) struct ErrorLog {
-    ring: Mutex<VecDeque<RecentError>>,
+    rings: Mutex<Rings>,
 }
+
+#[derive(Debug, Default)]
+struct Rings {
+    by_namespace: HashMap<Namespace, VecDeque<(u64, RecentError)>>,
+    /// The answers of no namespace: never evicted as a whole.
+    unattributed: VecDeque<(u64, RecentError)>,
+    /// Numbers the entries in the order they were pushed: the order shown, whatever the
+    /// clock did (two errors of one millisecond, a clock stepped back).
+    next: u64,
+}
+
+/// How many namespaces' rings are kept at most: past it, the ring whose newest error is the
+/// oldest goes (as many as the namespaces a server holds open by default).
+const RING_NAMESPACES: usize = 256;
 
 impl ErrorLog {
     fn push(&self, error: RecentError) {
-        let mut ring = self.ring.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut rings = self.rings.lock().unwrap_or_else(PoisonError::into_inner);
+        let number = rings.next;
+        rings.next += 1;
+        let ring = match &error.namespace {
+            Some(namespace) => rings.by_namespace.entry(namespace.clone()).or_default(),
+            None => &mut rings.unattributed,
+        };
         if ring.len() >= RECENT_ERRORS {
             ring.pop_front();
         }
-        ring.push_back(error);
+        ring.push_back((number, error));
+        if rings.by_namespace.len() > RING_NAMESPACES {
+            let stalest = rings
+                .by_namespace
+                .iter()
+                .min_by_key(|(_, ring)| ring.back().map_or(0, |(n, _)| *n))
+                .map(|(namespace, _)| namespace.clone());
+            if let Some(stalest) = stalest {
+                rings.by_namespace.remove(&stalest);
+            }
+        }
     }
 
-    /// The errors `principal` may see, newest first.
+    /// The errors `principal` may see, newest first: the last [`RECENT_ERRORS`] of its
+    /// namespace, and for an admin also the last [`RECENT_ERRORS`] of no namespace (each ring
+    /// cut on its own, so neither pushes the other's out).
     pub(crate) fn visible_to(&self, principal: &Principal) -> Vec<RecentError> {
-        let ring = self.ring.lock().unwrap_or_else(PoisonError::into_inner);
-        ring.iter()
-            .rev()
-            .filter(|e| match &e.namespace {
-                Some(namespace) => *namespace == principal.namespace,
-                None => principal.role >= Role::Admin,
-            })
-            .cloned()
-            .collect()
+        let rings = self.rings.lock().unwrap_or_else(PoisonError::into_inner);
+        let own = rings.by_namespace.get(&principal.namespace);
+        let unattributed = (principal.role >= Role::Admin).then_some(&rings.unattributed);
+        let mut visible: Vec<&(u64, RecentError)> = own
+            .into_iter()
+            .chain(unattributed)
+            .flat_map(|ring| ring.iter())
+            .collect();
+        visible.sort_by_key(|entry| std::cmp::Reverse(entry.0));
+        visible.into_iter().map(|(_, e)| e.clone()).collect()
     }
 }
 
@@ -204,7 +239,8 @@ pub struct ServerStatus {
     pub sizes: Sizes,
     /// The configured limits.
     pub limits: LimitsStatus,
-    /// The most recent error responses the caller may see (at most 50), newest first.
+    /// The most recent error responses the caller may see, newest first: at most 50 of its
+    /// namespace's requests and, for an admin key, at most 50 of requests with no accepted key.
     pub recent_errors: Vec<RecentError>,
 }
 
@@ -237,13 +273,48 @@ mod tests {
             role,
         };
         let read = log.visible_to(&acme(Role::Read));
-        // 50 kept in all: the two newest pushed out the two oldest of acme's too.
-        assert_eq!(read.len(), RECENT_ERRORS - 2);
+        // 50 kept per namespace: the other namespaces' errors push none of acme's out.
+        assert_eq!(read.len(), RECENT_ERRORS);
         assert_eq!(read.first().unwrap().at_ms, RECENT_ERRORS as i64 + 9);
-        assert!(read.iter().all(|e| e.at_ms >= 12));
+        assert!(read.iter().all(|e| e.at_ms >= 10));
         let admin = log.visible_to(&acme(Role::Admin));
+        assert_eq!(admin.len(), RECENT_ERRORS + 1);
         assert_eq!(admin.first().unwrap().at_ms, 2000);
         assert!(admin.iter().all(|e| e.at_ms != 1000));
         assert_eq!(cut(&"x".repeat(600)).chars().count(), MESSAGE_CHARS + 1);
+    }
+
+    /// One ring for every namespace let a read key of one namespace push another's errors
+    /// out of that namespace's status with 50 failed requests.
+    #[test]
+    fn one_namespace_cannot_flush_anothers_errors() {
+        let log = ErrorLog::default();
+        log.push(error(Some("globex"), 1));
+        for n in 0..(RECENT_ERRORS as i64 + 10) {
+            log.push(error(Some("acme"), 10 + n));
+            log.push(error(None, 10 + n));
+        }
+        let globex = Principal {
+            namespace: "globex".parse().unwrap(),
+            role: Role::Admin,
+        };
+        let seen = log.visible_to(&globex);
+        assert_eq!(seen.len(), RECENT_ERRORS + 1);
+        assert!(seen.iter().any(|e| e.at_ms == 1 && e.namespace.is_some()));
+        // Shown in the order pushed, whatever the times say.
+        log.push(error(Some("globex"), 0));
+        assert_eq!(log.visible_to(&globex).first().unwrap().at_ms, 0);
+        // Rings of at most RING_NAMESPACES namespaces: the stalest goes, never the ring of
+        // no namespace.
+        for n in 0..RING_NAMESPACES as i64 {
+            log.push(error(Some(&format!("n{n}")), 1_000 + n));
+        }
+        let seen = log.visible_to(&globex);
+        assert!(seen.iter().all(|e| e.namespace.is_none()));
+        assert_eq!(seen.len(), RECENT_ERRORS);
+        assert!(
+            log.rings.lock().unwrap().by_namespace.len() <= RING_NAMESPACES,
+            "the rings are bounded"
+        );
     }
 }

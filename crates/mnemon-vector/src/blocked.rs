@@ -20,9 +20,16 @@
 
 use crate::kernel::dot_same_length as dot;
 
-/// Which blocked kernel this CPU runs.
+/// Which blocked kernel this CPU runs: a token only [`detect`] (and this module's tests, for
+/// kernels the detected one implies) can make, since its field is private to this module.
+/// [`dots`] runs the `unsafe` SIMD kernel it names, so a value saying AVX-512 must only exist
+/// on a CPU that has it: keeping construction here keeps that proof local.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Blocked {
+pub(crate) struct Blocked(Kind);
+
+/// The kernels, private to this module (see [`Blocked`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
     /// 16-lane registers, tiles of [`AVX512_Q`] queries × [`AVX512_R`] rows.
     Avx512,
     /// 8-lane registers, tiles of [`AVX2_Q`] queries × 1 row.
@@ -46,13 +53,13 @@ pub(crate) fn detect() -> Blocked {
         // The one-query kernel is ours exactly when AVX2 and FMA are there (`f32_dot::dot`).
         let ours = std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma");
         if ours && std::is_x86_feature_detected!("avx512f") {
-            return Blocked::Avx512;
+            return Blocked(Kind::Avx512);
         }
         if ours {
-            return Blocked::Avx2;
+            return Blocked(Kind::Avx2);
         }
     }
-    Blocked::PerPair
+    Blocked(Kind::PerPair)
 }
 
 /// A strided block of rows: row `r` is `data[r * stride..r * stride + dim]`.
@@ -109,15 +116,15 @@ pub(crate) fn dots(kernel: Blocked, rows: Rows<'_>, queries: &[&[f32]], outs: &m
         && queries.len() == outs.len()
         && queries.iter().all(|q| q.len() == rows.dim)
         && outs.iter().all(|o| o.len() >= rows.count);
-    match kernel {
+    match kernel.0 {
         #[cfg(target_arch = "x86_64")]
-        Blocked::Avx512 if shapes_ok => {
+        Kind::Avx512 if shapes_ok => {
             // SAFETY: `detect` returned Avx512 only on a CPU with AVX-512F, AVX2 and FMA; the
             // shapes were checked just above.
             unsafe { x86::dots_avx512(rows, queries, outs) }
         }
         #[cfg(target_arch = "x86_64")]
-        Blocked::Avx2 if shapes_ok => {
+        Kind::Avx2 if shapes_ok => {
             // SAFETY: `detect` returned Avx2 only on a CPU with AVX2 and FMA; shapes checked.
             unsafe { x86::dots_avx2(rows, queries, outs) }
         }
@@ -423,16 +430,18 @@ mod tests {
 
     /// Every kernel this CPU can run: the one `detect` picks and the ones below it.
     fn kernels() -> Vec<Blocked> {
-        match detect() {
-            Blocked::Avx512 => vec![Blocked::Avx512, Blocked::Avx2, Blocked::PerPair],
-            Blocked::Avx2 => vec![Blocked::Avx2, Blocked::PerPair],
-            Blocked::PerPair => vec![Blocked::PerPair],
-        }
+        // A detected kernel implies the ones below it (AVX-512 is only picked with AVX2 + FMA).
+        let all = match detect().0 {
+            Kind::Avx512 => vec![Kind::Avx512, Kind::Avx2, Kind::PerPair],
+            Kind::Avx2 => vec![Kind::Avx2, Kind::PerPair],
+            Kind::PerPair => vec![Kind::PerPair],
+        };
+        all.into_iter().map(Blocked).collect()
     }
 
     /// Whether the one-query kernel is the four-chain one `reference_dot` mirrors.
     fn ours() -> bool {
-        detect() != Blocked::PerPair
+        detect().0 != Kind::PerPair
     }
 
     fn bits(v: &[f32]) -> Vec<u32> {

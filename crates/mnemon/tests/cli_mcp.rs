@@ -201,3 +201,64 @@ fn mcp_over_http_refuses_a_deployment_with_keys() {
         "{stderr}"
     );
 }
+
+/// `mnemon mcp --http` started before any key existed kept serving every tool call after
+/// `mnemon keys create`, as an open `mnemon serve` did (docs/reference/keys.md#running-open):
+/// now, within a second of the first key, every tool call is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_over_http_refuses_tool_calls_once_a_key_is_created() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let dir = tempfile::tempdir().unwrap();
+    let child = Command::new(env!("CARGO_BIN_EXE_mnemon"))
+        .arg("--data-dir")
+        .arg(dir.path())
+        .args(["mcp", "--http", "127.0.0.1:0"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut child = Reaper(child);
+    let mut url = String::new();
+    BufReader::new(child.0.stdout.take().unwrap())
+        .read_line(&mut url)
+        .unwrap();
+    let client = ()
+        .serve(StreamableHttpClientTransport::from_uri(
+            url.trim().to_owned(),
+        ))
+        .await
+        .unwrap();
+    let listed = call(&client, "list_sessions", json!({})).await;
+    assert_ne!(listed.is_error, Some(true), "{}", text_of(&listed));
+    let created = Command::new(env!("CARGO_BIN_EXE_mnemon"))
+        .arg("--data-dir")
+        .arg(dir.path())
+        .args([
+            "keys",
+            "create",
+            "--namespace",
+            "default",
+            "--role",
+            "admin",
+        ])
+        .output()
+        .unwrap();
+    assert!(created.status.success(), "{created:?}");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let listed = call(&client, "list_sessions", json!({})).await;
+        if listed.is_error == Some(true) {
+            assert!(
+                text_of(&listed).contains("restarted"),
+                "{}",
+                text_of(&listed)
+            );
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "tool calls still served 10 s after a key was created"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    client.cancel().await.unwrap();
+}

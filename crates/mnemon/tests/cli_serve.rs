@@ -553,6 +553,82 @@ fn revoking_every_key_locks_the_server_rather_than_opening_it() {
     assert_eq!(server.rest_with_key(key, "GET", "/v1/assets", None).0, 401);
 }
 
+/// A server started open (no key had ever been created) stayed open after `mnemon keys create`
+/// until it was restarted: behind a reverse proxy on the same machine, every request the admin
+/// of its namespace, key or not, although the keys' documentation says that once a key exists
+/// every request needs one. It now notices the key within a second and refuses every request
+/// until restarted; restarted, it requires the key. Checked on a data directory without a
+/// database at start (the key command creates it) and on one with stores already in it, and on
+/// PostgreSQL.
+#[test]
+fn a_server_started_open_refuses_requests_once_a_key_is_created() {
+    let cwd = tempfile::tempdir().unwrap();
+    for with_stores in [false, true] {
+        let data = cwd.path().join(format!("data-{with_stores}"));
+        let data_dir = data.to_str().unwrap();
+        let server = Serve::start(cwd.path(), &["--data-dir", data_dir]);
+        if with_stores {
+            let asset = serde_json::json!({"content": "before the key"});
+            assert_eq!(server.rest("PUT", "/v1/assets/a1", Some(asset)).0, 200);
+        }
+        assert_eq!(server.rest("GET", "/v1/assets", None).0, 200);
+        let key = create_key(["--data-dir", data_dir], "default", "write")["key"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        assert_locked(&server, &key);
+        drop(server);
+        // Restarted, the server requires the key, and takes it.
+        let server = Serve::start(cwd.path(), &["--data-dir", data_dir]);
+        assert_eq!(server.rest("GET", "/v1/assets", None).0, 401);
+        assert_eq!(server.rest_with_key(&key, "GET", "/v1/assets", None).0, 200);
+    }
+}
+
+/// As `a_server_started_open_refuses_requests_once_a_key_is_created`, on PostgreSQL.
+#[test]
+fn a_server_started_open_on_postgresql_refuses_requests_once_a_key_is_created() {
+    let pg = mnemon_tests::require_postgres!();
+    let url = pg.fresh_database("cli_serve_open_then_keyed").unwrap();
+    let cwd = tempfile::tempdir().unwrap();
+    let server = Serve::start(cwd.path(), &["--database-url", &url]);
+    assert_eq!(server.rest("GET", "/v1/assets", None).0, 200);
+    let key = create_key(["--database-url", &url], "default", "write")["key"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_locked(&server, &key);
+}
+
+/// Waits (at most 10 s: the server checks once a second) until `server` refuses a request
+/// without a key, then checks that it refuses the REST and MCP routes with and without `key`.
+fn assert_locked(server: &Serve, key: &str) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let (status, error) = server.rest("GET", "/v1/assets", None);
+        if status == 401 {
+            assert!(
+                error["error"]["message"]
+                    .as_str()
+                    .is_some_and(|m| m.contains("restarted")),
+                "{error}"
+            );
+            break;
+        }
+        assert_eq!(status, 200, "{error}");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the server still runs open 10 s after a key was created"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(server.rest_with_key(key, "GET", "/v1/assets", None).0, 401);
+    let asset = serde_json::json!({"content": "after the key"});
+    assert_eq!(server.rest("PUT", "/v1/assets/a2", Some(asset)).0, 401);
+    let call = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"});
+    assert_eq!(server.rest("POST", "/mcp", Some(call)).0, 401);
+}
+
 /// Without API keys the stores are served on loopback only, unless told --insecure.
 #[test]
 fn serve_refuses_a_public_address_without_keys() {

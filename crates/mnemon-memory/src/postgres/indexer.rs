@@ -34,6 +34,9 @@ const BATCH: i64 = 32;
 /// How long the indexer keeps its connection open without work.
 const IDLE: Duration = Duration::from_secs(2);
 
+/// The longest wait before the indexer tries again after failed rounds.
+const MAX_BACKOFF: Duration = Duration::from_secs(60);
+
 /// How long the indexer lets rows gather after a write woke it, so that a stream of single
 /// puts is moved a batch per transaction instead of a transaction per put (four round trips
 /// and a commit each), the index insertions themselves being the same.
@@ -251,6 +254,9 @@ impl Drop for Indexer {
 }
 
 fn run(pool: &Pool, namespace: &Namespace, shared: &Shared) {
+    // The wait before a round after a failed one: doubled by each failure, up to
+    // `MAX_BACKOFF`, so that a server that is gone is neither hammered nor given up on.
+    let mut backoff = IDLE;
     loop {
         {
             let mut state = shared.lock();
@@ -279,26 +285,68 @@ fn run(pool: &Pool, namespace: &Namespace, shared: &Shared) {
             }
             state.wake = false;
         }
-        let round = drain(pool, namespace, shared);
-        if let Ok(Round::Busy) = round {
+        let retry_after = match drain(pool, namespace, shared) {
             // Every connection of a shared pool stayed busy for the checkout's wait (other
             // namespaces' indexers): the rows are still pending, so this is another round,
             // not a failure to report.
-            shared.lock().wake = true;
-        } else if let Err(e) = round {
-            tracing::warn!(
-                target: "mnemon_memory::postgres",
-                "the memory's background indexer stopped a round: {e}; pending rows stay \
-                 searchable exactly and are indexed at the next write or open"
-            );
-            // Not in a tight loop against a server that is gone: wait for the next write.
+            Ok(Round::Busy) => {
+                backoff = IDLE;
+                shared.lock().wake = true;
+                None
+            }
+            // Rows another transaction held while this round looked are skipped (`SKIP
+            // LOCKED`: a mark's foreign-key check, a removal that then rolled back, another
+            // process's mover that then failed) and stay pending, with no write bound to come
+            // and wake the indexer: it looks again after `IDLE` while any is left.
+            Ok(Round::Done) if shared.lock().stop => return,
+            Ok(Round::Done) => {
+                backoff = IDLE;
+                match any_pending(pool, namespace) {
+                    Ok(false) => None,
+                    Ok(true) | Err(_) => Some(IDLE),
+                }
+            }
+            Err(e) => {
+                tracing::warn!(
+                    target: "mnemon_memory::postgres",
+                    "the memory's background indexer stopped a round: {e}; pending rows stay \
+                     searchable exactly, and it tries again in {} s",
+                    backoff.as_secs()
+                );
+                let wait = backoff;
+                backoff = backoff.saturating_mul(2).min(MAX_BACKOFF);
+                Some(wait)
+            }
+        };
+        if let Some(wait) = retry_after {
             let state = shared.lock();
-            let _ = shared
+            let (mut state, _) = shared
                 .changed
-                .wait_timeout(state, IDLE)
+                .wait_timeout_while(state, wait, |s| !s.stop && !s.wake)
                 .unwrap_or_else(PoisonError::into_inner);
+            state.wake = true;
         }
     }
+}
+
+/// Whether any row of `namespace` is pending (stops at the first).
+fn any_pending(pool: &Pool, namespace: &Namespace) -> Result<bool, MemoryError> {
+    let mut client = match pool.get() {
+        Ok(client) => client,
+        // Busy: other indexers are moving rows; look again later.
+        Err(DbError::PoolTimeout { .. }) => return Ok(true),
+        Err(e) => return Err(db_error(e)),
+    };
+    let row = client
+        .query_one(
+            "SELECT EXISTS (SELECT 1 FROM memory_messages m
+               WHERE m.pending_dim IS NOT NULL
+                 AND EXISTS (SELECT 1 FROM memory_threads t
+                             WHERE t.thread_id = m.thread_id AND t.namespace = $1))",
+            &[&namespace.as_str()],
+        )
+        .map_err(pg_error)?;
+    row.try_get(0).map_err(pg_error)
 }
 
 /// How a round of [`drain`] ended without an error.

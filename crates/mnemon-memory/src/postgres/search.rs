@@ -458,7 +458,9 @@ impl PostgresMemoryStore {
             Some(matches) => {
                 candidates.sort_by(Candidate::order);
                 let check = tx.prepare(&batch_check_sql(matches)).map_err(pg_error)?;
-                let mut winners = Vec::with_capacity(top_k);
+                // Never more than the candidates (a `top_k` of `usize::MAX` asked for an
+                // impossible allocation and panicked).
+                let mut winners = Vec::with_capacity(top_k.min(candidates.len()));
                 let mut batch = top_k.saturating_mul(2).max(64);
                 let mut rest = candidates.as_slice();
                 while winners.len() < top_k && !rest.is_empty() {

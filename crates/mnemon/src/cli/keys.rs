@@ -87,6 +87,8 @@ pub(crate) fn run(command: KeysCommand, target: &Target<'_>, quiet: bool) -> Cli
             let keys = open(target, true)?.ok_or_else(|| {
                 CliError::failure(anyhow::anyhow!("the key store could not be created"))
             })?;
+            // Best effort, for the message below only.
+            let first = !keys.requires_keys().unwrap_or(true);
             let created = keys
                 .create(&namespace, role.into(), &label)
                 .map_err(key_error)?;
@@ -104,6 +106,14 @@ pub(crate) fn run(command: KeysCommand, target: &Target<'_>, quiet: bool) -> Cli
                     "Store this key now: it is shown only once (only its hash is kept). Send it \
                      as `Authorization: Bearer <key>`, over TLS when it leaves this machine."
                 );
+                if first {
+                    eprintln!(
+                        "This is the first key of these stores: a `mnemon serve` or `mnemon mcp \
+                         --http` running on them since before it runs without keys, and from \
+                         now on refuses the requests that need a key until it is restarted \
+                         (then it requires one)."
+                    );
+                }
             }
             Ok(())
         }

@@ -12,7 +12,8 @@ use std::sync::Arc;
 use anyhow::{Context, anyhow};
 use mnemon_library::Library;
 use mnemon_mcp::mnemon_ops::{Service, Stores};
-use mnemon_mcp::{HttpOptions, MnemonMcp};
+use mnemon_mcp::{Call, Denied, HttpOptions, MnemonMcp, ResolveWith};
+use mnemon_server::OpenAccess;
 
 use super::{CliError, CliResult, Target};
 
@@ -59,7 +60,9 @@ pub(crate) fn run(args: McpArgs, target: &Target<'_>, quiet: bool) -> CliResult 
         && super::serve::key_store(target)?.is_some()
     {
         return Err(CliError::input(anyhow!(
-            "--http {addr}: this deployment has API keys (created with `mnemon keys`), and              `mnemon mcp` checks none, so it will not serve it over HTTP; use `mnemon serve`,              whose /mcp endpoint takes the keys, or `mnemon mcp` over stdio"
+            "--http {addr}: this deployment has API keys (created with `mnemon keys`), and \
+             `mnemon mcp` checks none, so it will not serve it over HTTP; use `mnemon serve`, \
+             whose /mcp endpoint takes the keys, or `mnemon mcp` over stdio"
         )));
     }
     let library = load_library(&args, target)?;
@@ -75,7 +78,22 @@ pub(crate) fn run(args: McpArgs, target: &Target<'_>, quiet: bool) -> CliResult 
         .context("cannot open the stores")
         .map_err(CliError::failure)?;
     let service = Service::new(stores).with_embedder(Arc::from(embedder));
-    let mut server = MnemonMcp::new(service);
+    let mut server = match args.http {
+        None => MnemonMcp::new(service),
+        // Over HTTP, open only until a key is created (docs/reference/keys.md#running-open):
+        // from then on every tool call is refused, as `mnemon serve` refuses every request.
+        Some(_) => {
+            let open =
+                OpenAccess::until_keys(target.namespace.clone(), super::serve::keys_probe(target)?);
+            MnemonMcp::new(ResolveWith(move |_call: &Call<'_>| {
+                open.admit().map_err(|refused| Denied {
+                    code: refused.code.to_owned(),
+                    message: refused.message,
+                })?;
+                Ok(service.clone())
+            }))
+        }
+    };
     if let Some(library) = library {
         server = server.with_library(Arc::new(library));
     }

@@ -456,7 +456,12 @@ fn server_config(
             None => service,
         })
     };
-    let authenticator = Arc::new(OpenAccess::new(namespace.clone()));
+    // Open until a key is created: from then on the server refuses every request until it is
+    // restarted, and so requires the keys (docs/reference/keys.md#running-open).
+    let authenticator = Arc::new(OpenAccess::until_keys(
+        namespace.clone(),
+        keys_probe(target)?,
+    ));
     let eager =
         target.database_url.is_some() || target.data_dir.join(mnemon::DATABASE_FILE).exists();
     let tenants = if eager {
@@ -483,6 +488,26 @@ fn server_config(
         allowed_hosts: None,
         gc_interval: mnemon_server::DEFAULT_GC_INTERVAL,
     })
+}
+
+/// What an open server asks, once a second, to notice an API key created after it started
+/// (`OpenAccess::until_keys`): on PostgreSQL the database's key store; in a data directory its
+/// `mnemon.sqlite3`, opened read-only for each check (the file or its key tables may not exist
+/// yet: `mnemon keys create` makes them), so the check never creates or writes anything.
+pub(crate) fn keys_probe(target: &Target<'_>) -> Result<mnemon_server::KeysProbe, CliError> {
+    if let Some(url) = target.database_url {
+        let store = KeyStore::open_postgres(url, KeyStoreOptions::default())
+            .context("cannot open the API key store")
+            .map_err(CliError::failure)?;
+        return Ok(Box::new(move || store.requires_keys()));
+    }
+    let path = target.data_dir.join(mnemon::DATABASE_FILE);
+    Ok(Box::new(move || {
+        if !path.exists() {
+            return Ok(false);
+        }
+        KeyStore::open_sqlite_read_only(&path, KeyStoreOptions::default())?.requires_keys()
+    }))
 }
 
 /// The key store, when it has ever held a key, revoked ones included
