@@ -31,7 +31,9 @@ venv=$root/target/mcp-venv
 python=$venv/bin/python
 if ! "$python" -c "import mcp.client.streamable_http" 2>/dev/null; then
     python3 -m venv "$venv"
-    "$venv/bin/pip" install --quiet --disable-pip-version-check --retries 10 --timeout 60 "$sdk"
+    # Every dependency at the version the check last passed with (mcp-constraints.txt).
+    "$venv/bin/pip" install --quiet --disable-pip-version-check --retries 10 --timeout 60 \
+        -c "$here/mcp-constraints.txt" "$sdk"
 fi
 
 work=$(mktemp -d)
@@ -79,10 +81,13 @@ stop_http
 if command -v npm >/dev/null 2>&1; then
     node_dir=$root/target/mcp-node
     reference=$node_dir/node_modules/@modelcontextprotocol/server-memory/dist/index.js
-    if [ ! -f "$reference" ]; then
+    # The releases `cargo xtask bench server` pins (xtask/src/bench_server.rs).
+    pinned="@modelcontextprotocol/server-memory@2026.8.31 @modelcontextprotocol/sdk@1.32.2"
+    if ! grep -q '"version": "2026.8.31"' \
+        "$node_dir/node_modules/@modelcontextprotocol/server-memory/package.json" 2>/dev/null; then
         mkdir -p "$node_dir"
-        npm install --prefix "$node_dir" --no-audit --no-fund --loglevel=error \
-            @modelcontextprotocol/server-memory >/dev/null
+        # shellcheck disable=SC2086
+        npm install --prefix "$node_dir" --no-audit --no-fund --loglevel=error $pinned >/dev/null
     fi
     MEMORY_FILE_PATH=$work/reference-memory.jsonl \
         check bench-reference "$bench" env "MEMORY_FILE_PATH=$work/reference-memory.jsonl" \

@@ -187,7 +187,42 @@ pub fn get_memory_cases(make: Maker<'_>) {
         };
         let got = memory.get_memory(&query).unwrap();
         assert_eq!(ids(&got), json_ids(&case["ids"]), "{call}");
+        // Streamed, the same messages (a server reads whole sessions this way).
+        let mut streamed = Vec::new();
+        let given = memory
+            .for_each_message(&query, &mut |m| {
+                streamed.push(m);
+                true
+            })
+            .unwrap();
+        assert_eq!(ids(&streamed), ids(&got), "streamed {call}");
+        assert_eq!(given, got.len(), "streamed {call}");
     }
+    // A stream stops when told, and reads no message past the stop (the filter sees each
+    // message it reads): a caller bounding its answer never holds the whole thread.
+    let seen = std::cell::Cell::new(0);
+    let counting = |_: usize, _: &Msg| {
+        seen.set(seen.get() + 1);
+        true
+    };
+    let mut taken = 0;
+    let given = memory
+        .for_each_message(
+            &MemoryQuery {
+                filter: Some(&counting),
+                ..MemoryQuery::default()
+            },
+            &mut |_| {
+                taken += 1;
+                taken < 2
+            },
+        )
+        .unwrap();
+    assert_eq!(
+        (given, seen.get()),
+        (2, 2),
+        "messages past the stop were read"
+    );
 }
 
 fn expect_results(got: &[mnemon_memory::Retrieved], expected: &Value) {

@@ -352,3 +352,57 @@ fn backends_are_registered_and_resolved_by_name() {
         ));
     }
 }
+
+/// Where [`write_nested_once_for_strace`] writes, when it runs under strace.
+const STRACE_DIR: &str = "MNEMON_ARTIFACT_STRACE_DIR";
+
+/// One save of `a/b/c.txt` into a fresh root: run alone, under strace, by
+/// [`new_directories_are_synced_into_their_parents`]; without its directory it does nothing.
+#[test]
+#[ignore = "run under strace by new_directories_are_synced_into_their_parents"]
+fn write_nested_once_for_strace() {
+    let Some(dir) = std::env::var_os(STRACE_DIR) else {
+        return;
+    };
+    WriteToFile::new(Path::new(&dir).join("root"))
+        .write("a/b/c.txt", &Value::String("x".into()))
+        .unwrap();
+}
+
+/// A save that created directories (the root, `a`, `a/b`) synced only the file's own
+/// directory after its rename: the new directories' entries, in their parents, could be lost
+/// to a power loss, and with them the path to a committed record's content. Each directory
+/// created is now synced into its parent. Traced with strace, as the backup's folder sync is.
+#[test]
+fn new_directories_are_synced_into_their_parents() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(calls) = crate::syncs_under_strace(
+        "the directory-sync check of write_to_file",
+        module_path!(),
+        "write_nested_once_for_strace",
+        STRACE_DIR,
+        dir.path(),
+    ) else {
+        return;
+    };
+    let base = fs::canonicalize(dir.path()).unwrap();
+    assert_eq!(
+        fs::read_to_string(base.join("root/a/b/c.txt")).unwrap(),
+        "x",
+        "the traced save wrote nothing"
+    );
+    for synced in [
+        base.clone(),
+        base.join("root"),
+        base.join("root/a"),
+        base.join("root/a/b"),
+    ] {
+        let name = format!("<{}>", synced.display());
+        assert!(
+            calls
+                .lines()
+                .any(|l| l.contains("fsync(") && l.contains(&name)),
+            "no fsync of {name} in:\n{calls}"
+        );
+    }
+}

@@ -905,47 +905,20 @@ fn export_once_for_strace() {
 /// (`cargo xtask test`, CI).
 #[test]
 fn an_export_syncs_the_folder_it_renamed_into() {
-    let skip = |why: String| {
-        if std::env::var("MNEMON_REQUIRE_STRACE").is_ok_and(|v| v == "1") {
-            panic!("MNEMON_REQUIRE_STRACE=1 but {why}");
-        }
-        eprintln!("SKIPPED: the folder-sync check of backup export: {why}");
-    };
     let dir = tempfile::tempdir().unwrap();
-    let trace = dir.path().join("trace");
-    let run = std::process::Command::new("strace")
-        .args(["-f", "-qq", "-y", "-e", "trace=fsync,fdatasync", "-o"])
-        .arg(&trace)
-        .arg("--")
-        .arg(std::env::current_exe().unwrap())
-        .arg(crate::harness_name(
-            module_path!(),
-            "export_once_for_strace",
-        ))
-        .args(["--exact", "--ignored", "--test-threads=1"])
-        .env(STRACE_DIR, dir.path())
-        .output();
-    let output = match run {
-        Ok(output) => output,
-        Err(e) => {
-            return skip(format!(
-                "cannot run strace ({e}); install it (apt-get install strace)"
-            ));
-        }
+    let Some(calls) = crate::syncs_under_strace(
+        "the folder-sync check of backup export",
+        module_path!(),
+        "export_once_for_strace",
+        STRACE_DIR,
+        dir.path(),
+    ) else {
+        return;
     };
-    if !output.status.success() {
-        return skip(format!(
-            "strace failed ({}): {}",
-            output.status,
-            String::from_utf8_lossy(&output.stderr).trim()
-        ));
-    }
     assert!(
         dir.path().join("out/backup.jsonl").is_file(),
-        "the traced export wrote nothing: {}",
-        String::from_utf8_lossy(&output.stdout)
+        "the traced export wrote nothing"
     );
-    let calls = std::fs::read_to_string(&trace).unwrap();
     // `fsync(7</tmp/…/out>) = 0`: the folder itself, by its path.
     let folder = format!("<{}>", dir.path().join("out").display());
     assert!(

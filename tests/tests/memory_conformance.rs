@@ -119,6 +119,14 @@ mod sqlite_second_handle {
             read
         }
 
+        fn for_each_message(
+            &self,
+            query: &MemoryQuery<'_>,
+            f: &mut dyn FnMut(Msg) -> bool,
+        ) -> Result<usize, MemoryError> {
+            self.reader.for_each_message(query, f)
+        }
+
         fn add_with(
             &self,
             items: Vec<mnemon_memory::MsgInput>,

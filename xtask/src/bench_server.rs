@@ -118,6 +118,14 @@ const SEED_CONNECTIONS: usize = 8;
 /// The reference MCP server, from npm.
 const REFERENCE_PACKAGE: &str = "@modelcontextprotocol/server-memory";
 
+/// The reference server's release the comparison is made against: pinned, since its rate is
+/// the denominator of the MCP target and releases differ in how they write their file.
+const REFERENCE_VERSION: &str = "2026.8.31";
+
+/// The MCP TypeScript SDK release the benchmark's Node client uses (installed beside the
+/// reference server).
+const SDK_VERSION: &str = "1.32.2";
+
 /// Issue 15's targets (2 cores): asset resolves/s on SQLite,
 const TARGET_RESOLVES: f64 = 10_000.0;
 /// mixed requests/s on SQLite,
@@ -749,9 +757,10 @@ fn percentile_ms(sorted_us: &[u32], p: f64) -> f64 {
     if sorted_us.is_empty() {
         return f64::NAN;
     }
-    let rank = ((p / 100.0) * (sorted_us.len() - 1) as f64).round() as usize;
+    // The smallest value with at least p % of the values at or below it.
+    let rank = ((p / 100.0) * sorted_us.len() as f64).ceil() as usize;
     sorted_us
-        .get(rank.min(sorted_us.len() - 1))
+        .get(rank.saturating_sub(1).min(sorted_us.len() - 1))
         .map_or(f64::NAN, |&us| f64::from(us) / 1e3)
 }
 
@@ -1157,13 +1166,33 @@ fn load(
                             Duration::from_secs_f64(clients as f64 / rate),
                         )
                     });
-                    while Instant::now() < deadline {
+                    loop {
                         let due = schedule.map(|(first, every)| first + every * step as u32);
-                        if let Some(due) = due {
-                            if due.into_std() >= deadline {
-                                break;
+                        match (due, schedule) {
+                            // Paced, every request due before the deadline is sent, however
+                            // late (stopping at the deadline dropped the most delayed ones,
+                            // which the percentiles then never saw), until a request's
+                            // timeout past it: then the ones still due count as failures.
+                            (Some(due), Some((_, every))) => {
+                                if due.into_std() >= deadline {
+                                    break;
+                                }
+                                if Instant::now() >= deadline + REQUEST_TIMEOUT {
+                                    let left = (deadline - due.into_std()).as_secs_f64()
+                                        / every.as_secs_f64().max(1e-9);
+                                    for _ in 0..left.ceil() as u64 {
+                                        count_failure(
+                                            &mut failures,
+                                            "not sent by the deadline".to_owned(),
+                                            String::new,
+                                        );
+                                    }
+                                    break;
+                                }
+                                tokio::time::sleep_until(due).await;
                             }
-                            tokio::time::sleep_until(due).await;
+                            _ if Instant::now() >= deadline => break,
+                            _ => {}
                         }
                         let n = step * clients as u64 + w as u64;
                         let op = cycle
@@ -1950,14 +1979,26 @@ impl Drop for NullHttpServer {
 /// why it cannot be.
 fn install_reference(node_dir: &Path) -> Result<PathBuf, String> {
     let index = node_dir.join("node_modules/@modelcontextprotocol/server-memory/dist/index.js");
+    let reference = node_dir.join("node_modules/@modelcontextprotocol/server-memory/package.json");
     let sdk = node_dir.join("node_modules/@modelcontextprotocol/sdk/package.json");
-    if index.is_file() && sdk.is_file() {
+    // Installed at the pinned releases (an earlier install of others is replaced).
+    let version_of = |manifest: &Path| -> Option<String> {
+        let text = std::fs::read_to_string(manifest).ok()?;
+        let value: serde_json::Value = serde_json::from_str(&text).ok()?;
+        value["version"].as_str().map(str::to_owned)
+    };
+    let pinned = || {
+        index.is_file()
+            && version_of(&reference).as_deref() == Some(REFERENCE_VERSION)
+            && version_of(&sdk).as_deref() == Some(SDK_VERSION)
+    };
+    if pinned() {
         return Ok(index);
     }
     std::fs::create_dir_all(node_dir)
         .map_err(|e| format!("creating {}: {e}", node_dir.display()))?;
     eprintln!(
-        "installing {REFERENCE_PACKAGE} into {} (npm) ...",
+        "installing {REFERENCE_PACKAGE}@{REFERENCE_VERSION} into {} (npm) ...",
         node_dir.display()
     );
     let status = Command::new("npm")
@@ -1968,12 +2009,13 @@ fn install_reference(node_dir: &Path) -> Result<PathBuf, String> {
             "--no-audit",
             "--no-fund",
             "--loglevel=error",
-            REFERENCE_PACKAGE,
+            &format!("{REFERENCE_PACKAGE}@{REFERENCE_VERSION}"),
+            &format!("@modelcontextprotocol/sdk@{SDK_VERSION}"),
         ])
         .stdout(Stdio::null())
         .status()
         .map_err(|e| format!("running npm (install Node.js and npm): {e}"))?;
-    if !status.success() || !index.is_file() || !sdk.is_file() {
+    if !status.success() || !pinned() {
         return Err(format!("npm install {REFERENCE_PACKAGE} failed ({status})"));
     }
     Ok(index)
@@ -2252,7 +2294,8 @@ fn aligned_table(headers: &[&str], text_columns: usize, rows: &[Vec<String>]) ->
 }
 
 /// One MCP configuration's verdict for one of Mnemon's transports: its kept adds/s, searches/s
-/// and kept calls/s over the reference's, each met only at ≥ 5× with no Mnemon error. Adds are
+/// and kept calls/s over the reference's, each met only at ≥ 5× with no Mnemon error (and not
+/// judged at all when the reference failed a call: "not comparable"). Adds are
 /// judged on the adds each server still held afterwards: an acknowledged add that the server
 /// lost (the reference's concurrent adds overwrite each other) is not throughput.
 fn judge_mcp(mnemon: &Result<Side, String>, reference: Option<&Result<Side, String>>) -> String {
@@ -2265,6 +2308,15 @@ fn judge_mcp(mnemon: &Result<Side, String>, reference: Option<&Result<Side, Stri
         Some(Err(why)) => return format!("not measured: the reference failed ({why})"),
         None => return "not measured: no reference run".to_owned(),
     };
+    // A reference that failed calls is slower by its failures' time and faster by their
+    // missing answers: no ratio against it is a fair one.
+    let reference_errors = reference.adds.errors + reference.searches.errors;
+    if reference_errors > 0 {
+        return format!(
+            "not comparable: the reference failed {reference_errors} calls (Mnemon: {})",
+            mnemon.adds.errors + mnemon.searches.errors
+        );
+    }
     let errors = mnemon.adds.errors + mnemon.searches.errors;
     let judged = |what: &str, m: f64, r: f64| -> String {
         let ratio = if r > 0.0 { m / r } else { f64::NAN };
@@ -2490,11 +2542,12 @@ impl Report {
         if let Some(mcp) = &self.mcp {
             println!(
                 "\nMCP, three clients making the same calls: the official TypeScript SDK's \
-                 (xtask/bench/mcp_calls.cjs, Node.js), rmcp's (Rust, one thread of this \
+                 ({SDK_VERSION}; xtask/bench/mcp_calls.cjs, Node.js), rmcp's (Rust, one thread of this \
                  process) and raw JSON-RPC (pipelined over stdio, keep-alive over HTTP; one \
                  thread of this process): N adds then N searches over {MCP_GROUPS} sessions / \
                  entities, C calls in flight on one session, every server on fresh stores; \
-                 Mnemon: remember, recall (top 5); the reference: add_observations, \
+                 Mnemon: remember, recall (top 5); the reference ({REFERENCE_PACKAGE} \
+                 {REFERENCE_VERSION}): add_observations, \
                  search_nodes (which answers the entity with all its observations); client \
                  floor: a null server that answers at once (no server over that transport can \
                  be timed faster by that client). Kept adds: the acknowledged adds the server \
@@ -2645,8 +2698,12 @@ mod tests {
     #[test]
     fn percentiles_are_nearest_rank_in_ms() {
         let sorted: Vec<u32> = (1..=100).map(|ms| ms * 1000).collect();
-        assert!((percentile_ms(&sorted, 50.0) - 51.0).abs() < 1e-9);
+        assert!((percentile_ms(&sorted, 50.0) - 50.0).abs() < 1e-9);
         assert!((percentile_ms(&sorted, 99.0) - 99.0).abs() < 1e-9);
+        // 1,000 values: p99 is the 990th (rounding p · (n − 1) gave the 989th).
+        let thousand: Vec<u32> = (1..=1000).collect();
+        assert!((percentile_ms(&thousand, 99.0) - 0.990).abs() < 1e-9);
+        assert!((percentile_ms(&thousand, 0.0) - 0.001).abs() < 1e-9);
         assert!((percentile_ms(&sorted, 100.0) - 100.0).abs() < 1e-9);
         assert!((percentile_ms(&[1500], 99.0) - 1.5).abs() < 1e-9);
         assert!(percentile_ms(&[], 50.0).is_nan());
@@ -3118,6 +3175,14 @@ mod tests {
         assert!(
             verdict.ends_with("(Mnemon kept 60 of its 600 acknowledged adds)"),
             "{verdict}"
+        );
+        // A reference that failed calls is not a fair denominator.
+        let mut failing = side(100, 100);
+        failing.searches.errors = 3;
+        let verdict = judge_mcp(&Ok(side(600, 600)), Some(&Ok(failing)));
+        assert_eq!(
+            verdict,
+            "not comparable: the reference failed 3 calls (Mnemon: 0)"
         );
         let report = json!({
             "adds": {"wall_seconds": 1.0, "seconds": [0.001], "errors": 0},

@@ -120,19 +120,27 @@ fn client_checks(root: &Path) -> Result<()> {
             .is_ok_and(|s| s.success());
     if !ready {
         exec(Command::new("python3").args(["-m", "venv"]).arg(&venv))?;
-        exec(Command::new(venv.join("bin/pip")).args([
-            "install",
-            "--quiet",
-            "--disable-pip-version-check",
-            // A slow or flaky registry: retried rather than failing the run.
-            "--retries",
-            "10",
-            "--timeout",
-            "60",
-            AGENTSCOPE,
-            // 0.1.6 imports tqdm without declaring it.
-            "tqdm",
-        ]))?;
+        exec(
+            Command::new(venv.join("bin/pip"))
+                .args([
+                    "install",
+                    "--quiet",
+                    "--disable-pip-version-check",
+                    // A slow or flaky registry: retried rather than failing the run.
+                    "--retries",
+                    "10",
+                    "--timeout",
+                    "60",
+                    // Every dependency at the version the check last passed with: a new release of
+                    // one (AgentScope 0.1.6 pins few) cannot change the check.
+                    "-c",
+                ])
+                .arg(clients.join("agentscope-constraints.txt"))
+                .args([
+                    AGENTSCOPE, // 0.1.6 imports tqdm without declaring it.
+                    "tqdm",
+                ]),
+        )?;
     }
     exec(
         Command::new("sh")

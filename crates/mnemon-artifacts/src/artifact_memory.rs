@@ -281,8 +281,16 @@ pub fn render_block_within(
             // (docs/reference/artifacts.md#rendered-block).
             None | Some(Value::Null) => String::new(),
             Some(Value::String(text)) => text,
+            // Built within what is left of the bound: pretty JSON grows with the nesting, so a
+            // small inline content could render to many times the limit.
             Some(other) => {
-                serde_json::to_string_pretty(&other).map_err(ArtifactError::ContentEncoding)?
+                let left = max_bytes.saturating_add(2).saturating_sub(size);
+                let bytes = crate::pretty::pretty_within(&other, left)
+                    .map_err(ArtifactError::ContentEncoding)?
+                    .ok_or(ArtifactError::BlockTooLarge { max: max_bytes })?;
+                // serde_json writes UTF-8; the lossy path is never taken.
+                String::from_utf8(bytes)
+                    .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
             }
         };
         let entry = format!(
@@ -361,6 +369,26 @@ mod tests {
         assert!(matches!(
             memory.with_max_block_bytes(500).load(&both),
             Err(ArtifactError::BlockTooLarge { .. })
+        ));
+        // Structured inline content pretty-prints by nesting: a few KB, a hundred levels
+        // deep, renders to megabytes, which were built before the bound was checked.
+        let mut deep = Value::Array(vec![json!(0); 5_000]);
+        for _ in 0..100 {
+            deep = Value::Array(vec![deep]);
+        }
+        store
+            .save(&Artifact::new("s", "deep", "t", "n").with_data(deep))
+            .unwrap();
+        let bounded = ArtifactMemory::new(
+            ArtifactMemoryConfig::default(),
+            store.clone(),
+            BackendRegistry::new(),
+            "s",
+        )
+        .with_max_block_bytes(100_000);
+        assert!(matches!(
+            bounded.load(&json!({"artifact_keys": ["deep"]})),
+            Err(ArtifactError::BlockTooLarge { max: 100_000 })
         ));
     }
 

@@ -126,6 +126,18 @@ pub enum ArtifactError {
         id: String,
     },
 
+    /// Content whose stored form would take more than the backend's bound, or a stored file
+    /// larger than it.
+    #[error(
+        "the artifact content of storage id {storage_id:?} takes more than {max} bytes as stored (structured content is written as pretty JSON, indented by its nesting, so deep content grows many times over): save less or flatter content, or a string"
+    )]
+    ContentTooLarge {
+        /// The storage id.
+        storage_id: String,
+        /// The bound, in bytes.
+        max: usize,
+    },
+
     /// Content could not be turned into text for storage.
     #[error("could not encode the artifact content as JSON: {0}")]
     ContentEncoding(#[source] serde_json::Error),
@@ -277,6 +289,7 @@ impl ArtifactError {
             | ArtifactError::TemplateSyntax { .. }
             | ArtifactError::MissingVariables { .. }
             | ArtifactError::BlockTooLarge { .. }
+            | ArtifactError::ContentTooLarge { .. }
             | ArtifactError::Filter(_) => true,
             ArtifactError::Database { .. }
             | ArtifactError::CorruptRecord { .. }

@@ -2,7 +2,7 @@
 
 use std::collections::HashSet;
 use std::fs;
-use std::io::{self, Write};
+use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime};
@@ -31,6 +31,11 @@ pub const MAX_PATH_BYTES: usize = 4095;
 /// and cannot replace an existing target atomically, so a named file would still be needed.)
 pub const STALE_TEMP_AGE: Duration = Duration::from_secs(15 * 60);
 
+/// The most bytes one content file may take, written or read, unless set with
+/// [`WriteToFile::with_max_bytes`]: 32 MiB, the service's default result limit
+/// (`mnemon_ops::DEFAULT_MAX_RESULT_BYTES`), so that what is saved can be read back.
+pub const DEFAULT_MAX_FILE_BYTES: usize = 32 << 20;
+
 /// Keeps each artifact's content in a file under a root directory; the storage id is the file's
 /// path relative to the root, with `/` between directories.
 ///
@@ -49,11 +54,17 @@ pub const STALE_TEMP_AGE: Duration = Duration::from_secs(15 * 60);
 /// - **Parent directories are created.** The root itself is created on the first write.
 /// - **Text as text.** A JSON string is written as its raw UTF-8; any other value as pretty
 ///   JSON. Reading gives the file's text back as a JSON string, which displays the same.
+/// - **Bounded.** A file takes at most [`DEFAULT_MAX_FILE_BYTES`]
+///   ([`with_max_bytes`](WriteToFile::with_max_bytes)), as written (pretty JSON indents by
+///   nesting, so deep content grows many times over) and as read: more is
+///   [`ArtifactError::ContentTooLarge`], found before the file or the memory fills.
 #[derive(Debug, Clone)]
 pub struct WriteToFile {
     root: PathBuf,
     /// The directories already cleared of stale temporary files, shared by clones.
     swept: Arc<Mutex<HashSet<PathBuf>>>,
+    /// The most bytes a file may take, written or read.
+    max_bytes: usize,
 }
 
 impl WriteToFile {
@@ -62,6 +73,20 @@ impl WriteToFile {
         WriteToFile {
             root: root.into(),
             swept: Arc::default(),
+            max_bytes: DEFAULT_MAX_FILE_BYTES,
+        }
+    }
+
+    /// The same backend with files of at most `max_bytes` (default
+    /// [`DEFAULT_MAX_FILE_BYTES`]).
+    pub fn with_max_bytes(self, max_bytes: usize) -> Self {
+        WriteToFile { max_bytes, ..self }
+    }
+
+    fn too_large(&self, storage_id: &str) -> ArtifactError {
+        ArtifactError::ContentTooLarge {
+            storage_id: storage_id.to_owned(),
+            max: self.max_bytes,
         }
     }
 
@@ -103,7 +128,7 @@ impl WriteToFile {
         let (dirs, file_name) = split_storage_id(storage_id)?;
         let refuse = |reason: String| refused(storage_id, reason);
         if create {
-            fs::create_dir_all(&self.root).map_err(|e| io_error("create", &self.root, e))?;
+            create_dir_all_synced(&self.root).map_err(|e| io_error("create", &self.root, e))?;
         }
         let root = match fs::canonicalize(&self.root) {
             Ok(root) => root,
@@ -141,7 +166,12 @@ impl WriteToFile {
                     // Another writer may create it between our look and our create: look again.
                     Err(e) if e.kind() == io::ErrorKind::NotFound && !created => {
                         match fs::create_dir(&next) {
-                            Ok(()) => {}
+                            // Synced into its parent, as every directory this backend creates:
+                            // a file's own directory is synced after its rename, but a new
+                            // directory's entry lives in its parent (a power loss could lose
+                            // the path to a committed record's content).
+                            Ok(()) => sync_dir(&dir)
+                                .map_err(|e| io_error_for(storage_id, "sync", &dir, e))?,
                             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
                             Err(e) => return Err(io_error_for(storage_id, "create", &next, e)),
                         }
@@ -175,8 +205,13 @@ impl StorageBackend for WriteToFile {
     fn write(&self, storage_id: &str, content: &Value) -> Result<(), ArtifactError> {
         writable_id(storage_id)?;
         let bytes = match content {
+            Value::String(text) if text.len() > self.max_bytes => {
+                return Err(self.too_large(storage_id));
+            }
             Value::String(text) => text.as_bytes().to_vec(),
-            other => serde_json::to_vec_pretty(other).map_err(ArtifactError::ContentEncoding)?,
+            other => crate::pretty::pretty_within(other, self.max_bytes)
+                .map_err(ArtifactError::ContentEncoding)?
+                .ok_or_else(|| self.too_large(storage_id))?,
         };
         let Some((dir, target)) = self.locate(storage_id, true)? else {
             return Err(not_found(storage_id));
@@ -195,7 +230,18 @@ impl StorageBackend for WriteToFile {
         let Some((_, target)) = self.locate(storage_id, false)? else {
             return Err(not_found(storage_id));
         };
-        match fs::read_to_string(&target) {
+        // Read through a bound (a file put there by other means, or one that grows while it
+        // is read): one byte past it says the file is too large.
+        let read = fs::File::open(&target).and_then(|file| {
+            let mut text = String::new();
+            let limit = u64::try_from(self.max_bytes)
+                .unwrap_or(u64::MAX)
+                .saturating_add(1);
+            file.take(limit).read_to_string(&mut text)?;
+            Ok(text)
+        });
+        match read {
+            Ok(text) if text.len() > self.max_bytes => Err(self.too_large(storage_id)),
             Ok(text) => Ok(Value::String(text)),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Err(not_found(storage_id)),
             Err(e) => Err(io_error_for(storage_id, "read", &target, e)),
@@ -431,6 +477,35 @@ fn is_name_too_long(error: &io::Error) -> bool {
     }
 }
 
+/// [`fs::create_dir_all`], syncing each directory it creates into its parent, so that the
+/// path to a saved file survives a power loss ([`write_atomic`] syncs the file's own
+/// directory).
+fn create_dir_all_synced(path: &Path) -> io::Result<()> {
+    let mut missing = Vec::new();
+    let mut at = path;
+    while fs::symlink_metadata(at).is_err() {
+        missing.push(at);
+        match at.parent() {
+            Some(parent) if !parent.as_os_str().is_empty() => at = parent,
+            _ => break,
+        }
+    }
+    for dir in missing.into_iter().rev() {
+        match fs::create_dir(dir) {
+            Ok(()) => {
+                let parent = dir
+                    .parent()
+                    .filter(|p| !p.as_os_str().is_empty())
+                    .unwrap_or(Path::new("."));
+                sync_dir(parent)?;
+            }
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -491,6 +566,39 @@ mod tests {
             backend.read("a/b/c.txt").unwrap(),
             Value::String("hi\n".into())
         );
+    }
+
+    /// Pretty JSON indents by nesting: a request body of a few KB nested a hundred deep
+    /// pretty-printed to megabytes (a 2 MiB body to about 250 MB), written whole and read back
+    /// whole. Files are bounded both ways now.
+    #[test]
+    fn content_files_are_bounded_as_written_and_as_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("root");
+        let backend = WriteToFile::new(&root).with_max_bytes(100_000);
+        let mut deep = Value::Array(vec![serde_json::json!(0); 5_000]);
+        for _ in 0..100 {
+            deep = Value::Array(vec![deep]);
+        }
+        assert!(serde_json::to_vec(&deep).unwrap().len() < 11_000);
+        assert!(matches!(
+            backend.write("deep.json", &deep),
+            Err(ArtifactError::ContentTooLarge { max: 100_000, .. })
+        ));
+        assert!(!root.join("deep.json").exists());
+        assert!(matches!(
+            backend.write("long.txt", &Value::String("x".repeat(100_001))),
+            Err(ArtifactError::ContentTooLarge { .. })
+        ));
+        backend
+            .write("edge.txt", &Value::String("x".repeat(100_000)))
+            .unwrap();
+        assert!(backend.read("edge.txt").is_ok());
+        // A file put there by other means is not read whole.
+        fs::write(root.join("big.txt"), vec![b'y'; 100_001]).unwrap();
+        let refused = backend.read("big.txt").unwrap_err();
+        assert!(matches!(refused, ArtifactError::ContentTooLarge { .. }));
+        assert!(refused.to_string().contains("100000 bytes"), "{refused}");
     }
 
     /// Issue 14: a batch removal answers per id, as `delete` would, in order: removed,

@@ -58,6 +58,7 @@ mod file_backend;
 mod in_memory;
 #[cfg(feature = "postgres")]
 mod postgres;
+mod pretty;
 mod save;
 mod selector;
 mod sqlite;
@@ -70,7 +71,9 @@ pub use artifact_memory::{
 };
 pub use backend::{BackendRegistry, INLINE, Storage, StorageBackend, WRITE_TO_FILE};
 pub use error::{ArtifactError, BoxedSource};
-pub use file_backend::{MAX_NAME_BYTES, MAX_PATH_BYTES, STALE_TEMP_AGE, WriteToFile};
+pub use file_backend::{
+    DEFAULT_MAX_FILE_BYTES, MAX_NAME_BYTES, MAX_PATH_BYTES, STALE_TEMP_AGE, WriteToFile,
+};
 pub use in_memory::InMemoryArtifactStore;
 /// Expiry (docs/reference/artifacts.md#expiry): the clock the stores read and a save's
 /// time-to-live, shared with the other stores through `mnemon-db`.

@@ -74,6 +74,26 @@ pub trait Memory: Send + Sync {
     /// The messages selected by `query` (docs/reference/memory.md#reading-messages).
     fn get_memory(&self, query: &MemoryQuery<'_>) -> Result<Vec<Msg>, MemoryError>;
 
+    /// Calls `f` with each message [`get_memory`](Self::get_memory) returns for `query`, in
+    /// order, until `f` returns `false`; returns how many `f` was given. Without
+    /// `query.recent_n` a durable memory reads its rows as it goes, from one consistent
+    /// snapshot, so a caller that stops at a bound (a server's result limit) never holds the
+    /// whole thread; by default (and with `recent_n`) it is `get_memory`'s result.
+    fn for_each_message(
+        &self,
+        query: &MemoryQuery<'_>,
+        f: &mut dyn FnMut(Msg) -> bool,
+    ) -> Result<usize, MemoryError> {
+        let mut given = 0;
+        for message in self.get_memory(query)? {
+            given += 1;
+            if !f(message) {
+                break;
+            }
+        }
+        Ok(given)
+    }
+
     /// The [`Msg::to_str`] lines of [`get_memory`](Self::get_memory), joined by `\n`.
     fn render(&self, query: &MemoryQuery<'_>) -> Result<String, MemoryError> {
         Ok(mnemon_types::msg::render(&self.get_memory(query)?))

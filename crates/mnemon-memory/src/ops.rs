@@ -140,6 +140,57 @@ impl<B: Backend> Memory for B {
         })
     }
 
+    fn for_each_message(
+        &self,
+        query: &MemoryQuery<'_>,
+        f: &mut dyn FnMut(Msg) -> bool,
+    ) -> Result<usize, MemoryError> {
+        if query.recent_n.is_some() {
+            // The last `n`: `select_recent` reads only those.
+            let mut given = 0;
+            for message in self.get_memory(query)? {
+                given += 1;
+                if !f(message) {
+                    break;
+                }
+            }
+            return Ok(given);
+        }
+        let has = |e: &Entry, m: &str| e.marks.iter().any(|x| x == m);
+        let (mut position, mut given, mut stopped) = (0, 0, false);
+        let scanned = self.scan(
+            query.mark.is_some() || query.exclude_mark.is_some(),
+            &mut |entry| {
+                if query.mark.is_some_and(|m| !has(entry, m))
+                    || query.exclude_mark.is_some_and(|m| has(entry, m))
+                {
+                    return Ok(());
+                }
+                let message = entry.message();
+                let i = position;
+                position += 1;
+                if query.filter.is_some_and(|keep| !keep(i, &message)) {
+                    return Ok(());
+                }
+                given += 1;
+                if f(message) {
+                    Ok(())
+                } else {
+                    stopped = true;
+                    // Ends the scan; told apart from a failure by `stopped`.
+                    Err(MemoryError::Storage {
+                        detail: "stopped by the caller".into(),
+                    })
+                }
+            },
+        );
+        match scanned {
+            Err(_) if stopped => Ok(given),
+            Err(e) => Err(e),
+            Ok(_) => Ok(given),
+        }
+    }
+
     fn add_with(
         &self,
         items: Vec<MsgInput>,

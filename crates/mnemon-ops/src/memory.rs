@@ -760,6 +760,36 @@ impl Service {
                 let total = recall.counts.iter().sum();
                 (recall.messages, Some(total))
             }
+            None if input.recent.is_none() => {
+                // The whole session, read as it streams by and stopped at the result limit:
+                // reading it all first held a thread of any size in memory before the
+                // answer was found too large.
+                let max = self.max_result_bytes();
+                let mut counter = crate::json_size::Counter::upto(max);
+                let mut messages = Vec::new();
+                let query = MemoryQuery {
+                    mark: input.mark.as_deref(),
+                    exclude_mark: input.exclude_mark.as_deref(),
+                    ..MemoryQuery::default()
+                };
+                memory.for_each_message(&query, &mut |message| {
+                    let body = MessageBody::of(&message, input.include_embeddings);
+                    // Each body's JSON, a byte for its comma: the array's own size within 2.
+                    let fits = max == usize::MAX
+                        || (serde_json::to_writer(&mut counter, &body).is_ok()
+                            && std::io::Write::write_all(&mut counter, b",").is_ok());
+                    messages.push(body);
+                    fits
+                })?;
+                if counter.over() {
+                    return Err(OpsError::MessagesTooLarge { max });
+                }
+                self.within_result_limit(&messages)?;
+                return Ok(MemoryGetOutput {
+                    messages,
+                    token_count: None,
+                });
+            }
             None => (
                 memory.get_memory(&MemoryQuery {
                     recent_n: input.recent,
