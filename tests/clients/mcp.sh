@@ -29,11 +29,15 @@ library=$root/crates/mnemon/sample-library/library.json
 sdk="mcp==2.3.0"
 venv=$root/target/mcp-venv
 python=$venv/bin/python
-if ! "$python" -c "import mcp.client.streamable_http" 2>/dev/null; then
+# Every dependency at the version the check last passed with (mcp-constraints.txt); a venv made
+# with other constraints is made again.
+if ! "$python" -c "import mcp.client.streamable_http" 2>/dev/null ||
+    ! cmp -s "$here/mcp-constraints.txt" "$venv/constraints.txt"; then
+    rm -rf "$venv"
     python3 -m venv "$venv"
-    # Every dependency at the version the check last passed with (mcp-constraints.txt).
     "$venv/bin/pip" install --quiet --disable-pip-version-check --retries 10 --timeout 60 \
         -c "$here/mcp-constraints.txt" "$sdk"
+    cp "$here/mcp-constraints.txt" "$venv/constraints.txt"
 fi
 
 work=$(mktemp -d)
@@ -83,8 +87,9 @@ if command -v npm >/dev/null 2>&1; then
     reference=$node_dir/node_modules/@modelcontextprotocol/server-memory/dist/index.js
     # The releases `cargo xtask bench server` pins (xtask/src/bench_server.rs).
     pinned="@modelcontextprotocol/server-memory@2026.8.31 @modelcontextprotocol/sdk@1.32.2"
-    if ! grep -q '"version": "2026.8.31"' \
-        "$node_dir/node_modules/@modelcontextprotocol/server-memory/package.json" 2>/dev/null; then
+    version_of() { node -p "require('$node_dir/node_modules/$1/package.json').version" 2>/dev/null; }
+    if [ "$(version_of @modelcontextprotocol/server-memory)" != 2026.8.31 ] ||
+        [ "$(version_of @modelcontextprotocol/sdk)" != 1.32.2 ]; then
         mkdir -p "$node_dir"
         # shellcheck disable=SC2086
         npm install --prefix "$node_dir" --no-audit --no-fund --loglevel=error $pinned >/dev/null

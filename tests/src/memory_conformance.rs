@@ -1701,3 +1701,66 @@ pub fn tenant_isolation(stores: &dyn TenantStores) {
     assert_eq!(snapshot(alpha.as_ref()), alpha_before);
     assert_eq!(only(beta.as_ref(), "beta"), 4);
 }
+
+/// `for_each_message` on handles that have not read the thread (a durable memory then reads
+/// rows, not a mirror): `fresh` opens such a handle on the thread `write` writes. 300 messages,
+/// every third marked `m`: each query streamed first through a fresh handle gives what
+/// `get_memory` gives, and a stream stopped after two messages decodes no third (the filter
+/// sees each message decoded).
+pub fn streams_unread_threads(write: &dyn Memory, fresh: &dyn Fn() -> Box<dyn Memory>) {
+    let items: Vec<MsgInput> = (0..300)
+        .map(|i| json!({"id": format!("s{i:03}"), "name": "n", "content": format!("c {i}")}).into())
+        .collect();
+    write.add(items).unwrap();
+    let marked: Vec<String> = (0..300).step_by(3).map(|i| format!("s{i:03}")).collect();
+    let marked: Vec<&str> = marked.iter().map(String::as_str).collect();
+    write.mark(&marked, "m").unwrap();
+    let even = |i: usize, _: &Msg| i.is_multiple_of(2);
+    let queries = [
+        MemoryQuery::default(),
+        MemoryQuery {
+            mark: Some("m"),
+            ..MemoryQuery::default()
+        },
+        MemoryQuery {
+            exclude_mark: Some("m"),
+            filter: Some(&even),
+            ..MemoryQuery::default()
+        },
+    ];
+    for query in &queries {
+        let mut streamed = Vec::new();
+        let given = fresh()
+            .for_each_message(query, &mut |m| {
+                streamed.push(m);
+                true
+            })
+            .unwrap();
+        let expected = write.get_memory(query).unwrap();
+        assert_eq!(ids(&streamed), ids(&expected), "{query:?}");
+        assert_eq!(given, expected.len(), "{query:?}");
+    }
+    let seen = std::cell::Cell::new(0);
+    let counting = |_: usize, _: &Msg| {
+        seen.set(seen.get() + 1);
+        true
+    };
+    let mut taken = 0;
+    let given = fresh()
+        .for_each_message(
+            &MemoryQuery {
+                filter: Some(&counting),
+                ..MemoryQuery::default()
+            },
+            &mut |_| {
+                taken += 1;
+                taken < 2
+            },
+        )
+        .unwrap();
+    assert_eq!(
+        (given, seen.get()),
+        (2, 2),
+        "messages past the stop were decoded"
+    );
+}

@@ -3304,3 +3304,18 @@ fn an_exact_store_refuses_writes_once_another_process_adds_the_vector_column() {
     let unreadable = memory.get_memory(&MemoryQuery::default()).unwrap_err();
     assert!(unreadable.to_string().contains("restart"), "{unreadable}");
 }
+
+/// `Memory::for_each_message` through fresh handles (no mirror): the rows stream through a
+/// portal, each query gives what `get_memory` gives, and a stop decodes no message past it
+/// (mnemon_tests::memory_conformance::streams_unread_threads).
+#[test]
+fn whole_thread_reads_stream_from_the_rows() {
+    let server = mnemon_tests::require_postgres!();
+    let (url, _client) = fresh(server, "memory_streamed_reads");
+    let store = open(&url, PostgresMemoryOptions::default());
+    let scope = Scope::session("streamed");
+    let memory = store.memory(scope.clone()).unwrap();
+    mnemon_tests::memory_conformance::streams_unread_threads(&memory, &|| {
+        Box::new(store.memory(scope.clone()).unwrap())
+    });
+}

@@ -355,3 +355,22 @@ fn streamed_recalls_through_the_recall_index_are_the_exact_scans() {
     add(340..500);
     check("after an append past a quarter of the index");
 }
+
+/// `Memory::for_each_message` through handles that have not read the thread: the rows are
+/// streamed (not mirrored), each query gives what `get_memory` gives, and a stop decodes no
+/// message past it (mnemon_tests::memory_conformance::streams_unread_threads).
+#[test]
+fn whole_thread_reads_stream_from_the_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(&dir.path().join("memory.sqlite3"));
+    let scope = Scope::session("streamed");
+    let memory = store.memory(scope.clone()).unwrap();
+    mnemon_tests::memory_conformance::streams_unread_threads(&memory, &|| {
+        Box::new(
+            store
+                .existing_memory_unshared(scope.clone())
+                .unwrap()
+                .unwrap(),
+        )
+    });
+}

@@ -1178,12 +1178,14 @@ fn load(
                                     break;
                                 }
                                 if Instant::now() >= deadline + REQUEST_TIMEOUT {
-                                    let left = (deadline - due.into_std()).as_secs_f64()
-                                        / every.as_secs_f64().max(1e-9);
-                                    for _ in 0..left.ceil() as u64 {
+                                    // This one and every later one due before the deadline.
+                                    let left = (deadline - due.into_std())
+                                        .as_nanos()
+                                        .div_ceil(every.as_nanos().max(1));
+                                    for _ in 0..left {
                                         count_failure(
                                             &mut failures,
-                                            "not sent by the deadline".to_owned(),
+                                            "not sent a request timeout after the end".to_owned(),
                                             String::new,
                                         );
                                     }
@@ -2312,9 +2314,15 @@ fn judge_mcp(mnemon: &Result<Side, String>, reference: Option<&Result<Side, Stri
     // missing answers: no ratio against it is a fair one.
     let reference_errors = reference.adds.errors + reference.searches.errors;
     if reference_errors > 0 {
+        let errors = mnemon.adds.errors + mnemon.searches.errors;
+        // Mnemon's own errors still fail its target.
+        let own = if errors > 0 {
+            format!(" {}", verdict(false))
+        } else {
+            String::new()
+        };
         return format!(
-            "not comparable: the reference failed {reference_errors} calls (Mnemon: {})",
-            mnemon.adds.errors + mnemon.searches.errors
+            "not comparable: the reference failed {reference_errors} calls (Mnemon: {errors}){own}"
         );
     }
     let errors = mnemon.adds.errors + mnemon.searches.errors;
@@ -3177,13 +3185,20 @@ mod tests {
             "{verdict}"
         );
         // A reference that failed calls is not a fair denominator.
-        let mut failing = side(100, 100);
-        failing.searches.errors = 3;
-        let verdict = judge_mcp(&Ok(side(600, 600)), Some(&Ok(failing)));
+        let failing = || {
+            let mut failing = side(100, 100);
+            failing.searches.errors = 3;
+            failing
+        };
+        let verdict = judge_mcp(&Ok(side(600, 600)), Some(&Ok(failing())));
         assert_eq!(
             verdict,
             "not comparable: the reference failed 3 calls (Mnemon: 0)"
         );
+        let mut erring = side(600, 600);
+        erring.adds.errors = 1;
+        let verdict = judge_mcp(&Ok(erring), Some(&Ok(failing())));
+        assert!(verdict.ends_with("(Mnemon: 1) UNMET"), "{verdict}");
         let report = json!({
             "adds": {"wall_seconds": 1.0, "seconds": [0.001], "errors": 0},
             "searches": {"wall_seconds": 1.0, "seconds": [0.001], "errors": 0},

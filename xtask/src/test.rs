@@ -113,12 +113,21 @@ fn client_checks(root: &Path) -> Result<()> {
     )?;
     let venv = root.join("target/client-venv");
     let python = venv.join("bin/python");
-    let ready = python.exists()
+    // A venv made with other constraints (or none) is made again.
+    let constraints = clients.join("agentscope-constraints.txt");
+    let stamp = venv.join("constraints.txt");
+    let pinned = std::fs::read(&constraints).ok() == std::fs::read(&stamp).ok();
+    let ready = pinned
+        && python.exists()
         && Command::new(&python)
             .args(["-c", "import agentscope"])
             .status()
             .is_ok_and(|s| s.success());
     if !ready {
+        if venv.exists() {
+            std::fs::remove_dir_all(&venv)
+                .with_context(|| format!("removing {}", venv.display()))?;
+        }
         exec(Command::new("python3").args(["-m", "venv"]).arg(&venv))?;
         exec(
             Command::new(venv.join("bin/pip"))
@@ -131,16 +140,16 @@ fn client_checks(root: &Path) -> Result<()> {
                     "10",
                     "--timeout",
                     "60",
-                    // Every dependency at the version the check last passed with: a new release of
-                    // one (AgentScope 0.1.6 pins few) cannot change the check.
+                    // Every dependency at the version the check last passed with: a new
+                    // release of one (AgentScope 0.1.6 pins few) cannot change the check.
                     "-c",
                 ])
-                .arg(clients.join("agentscope-constraints.txt"))
-                .args([
-                    AGENTSCOPE, // 0.1.6 imports tqdm without declaring it.
-                    "tqdm",
-                ]),
+                .arg(&constraints)
+                // 0.1.6 imports tqdm without declaring it.
+                .args([AGENTSCOPE, "tqdm"]),
         )?;
+        std::fs::copy(&constraints, &stamp)
+            .with_context(|| format!("writing {}", stamp.display()))?;
     }
     exec(
         Command::new("sh")

@@ -379,16 +379,27 @@ mod tests {
         store
             .save(&Artifact::new("s", "deep", "t", "n").with_data(deep))
             .unwrap();
-        let bounded = ArtifactMemory::new(
-            ArtifactMemoryConfig::default(),
-            store.clone(),
-            BackendRegistry::new(),
-            "s",
-        )
-        .with_max_block_bytes(100_000);
+        let bounded = |max| {
+            ArtifactMemory::new(
+                ArtifactMemoryConfig::default(),
+                store.clone(),
+                BackendRegistry::new(),
+                "s",
+            )
+            .with_max_block_bytes(max)
+        };
+        let deep_keys = json!({"artifact_keys": ["deep"]});
         assert!(matches!(
-            bounded.load(&json!({"artifact_keys": ["deep"]})),
+            bounded(100_000).load(&deep_keys),
             Err(ArtifactError::BlockTooLarge { max: 100_000 })
+        ));
+        // At the bound exactly, structured content renders; one byte less refuses it.
+        let whole = bounded(usize::MAX).load(&deep_keys).unwrap();
+        let size = whole.text().len();
+        assert_eq!(bounded(size).load(&deep_keys).unwrap().text(), whole.text());
+        assert!(matches!(
+            bounded(size - 1).load(&deep_keys),
+            Err(ArtifactError::BlockTooLarge { .. })
         ));
     }
 

@@ -2,7 +2,7 @@
 
 use std::collections::HashSet;
 use std::fs;
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime};
@@ -31,7 +31,7 @@ pub const MAX_PATH_BYTES: usize = 4095;
 /// and cannot replace an existing target atomically, so a named file would still be needed.)
 pub const STALE_TEMP_AGE: Duration = Duration::from_secs(15 * 60);
 
-/// The most bytes one content file may take, written or read, unless set with
+/// The most bytes structured content may take as the pretty JSON a file holds, unless set with
 /// [`WriteToFile::with_max_bytes`]: 32 MiB, the service's default result limit
 /// (`mnemon_ops::DEFAULT_MAX_RESULT_BYTES`), so that what is saved can be read back.
 pub const DEFAULT_MAX_FILE_BYTES: usize = 32 << 20;
@@ -54,16 +54,18 @@ pub const DEFAULT_MAX_FILE_BYTES: usize = 32 << 20;
 /// - **Parent directories are created.** The root itself is created on the first write.
 /// - **Text as text.** A JSON string is written as its raw UTF-8; any other value as pretty
 ///   JSON. Reading gives the file's text back as a JSON string, which displays the same.
-/// - **Bounded.** A file takes at most [`DEFAULT_MAX_FILE_BYTES`]
-///   ([`with_max_bytes`](WriteToFile::with_max_bytes)), as written (pretty JSON indents by
-///   nesting, so deep content grows many times over) and as read: more is
-///   [`ArtifactError::ContentTooLarge`], found before the file or the memory fills.
+/// - **Bounded pretty JSON.** Structured content's pretty JSON takes at most
+///   [`DEFAULT_MAX_FILE_BYTES`] ([`with_max_bytes`](WriteToFile::with_max_bytes)): pretty JSON
+///   indents by nesting, so deep content grows many times over its request; more is
+///   [`ArtifactError::ContentTooLarge`], found before the file or the memory fills. Text is
+///   written as it came, and files are read whole whatever their size (a backup or a migrate
+///   copies what earlier releases wrote).
 #[derive(Debug, Clone)]
 pub struct WriteToFile {
     root: PathBuf,
     /// The directories already cleared of stale temporary files, shared by clones.
     swept: Arc<Mutex<HashSet<PathBuf>>>,
-    /// The most bytes a file may take, written or read.
+    /// The most bytes structured content's pretty JSON may take.
     max_bytes: usize,
 }
 
@@ -77,7 +79,7 @@ impl WriteToFile {
         }
     }
 
-    /// The same backend with files of at most `max_bytes` (default
+    /// The same backend with structured content's pretty JSON of at most `max_bytes` (default
     /// [`DEFAULT_MAX_FILE_BYTES`]).
     pub fn with_max_bytes(self, max_bytes: usize) -> Self {
         WriteToFile { max_bytes, ..self }
@@ -170,8 +172,16 @@ impl WriteToFile {
                             // a file's own directory is synced after its rename, but a new
                             // directory's entry lives in its parent (a power loss could lose
                             // the path to a committed record's content).
-                            Ok(()) => sync_dir(&dir)
-                                .map_err(|e| io_error_for(storage_id, "sync", &dir, e))?,
+                            // Made by another writer meanwhile, which may not have synced it
+                            // yet: synced here too (cheap, and rare).
+                            Ok(()) | Err(_)
+                                if fs::symlink_metadata(&next).is_ok_and(|m| m.is_dir()) =>
+                            {
+                                sync_dir(&dir)
+                                    .map_err(|e| io_error_for(storage_id, "sync", &dir, e))?;
+                            }
+                            // Replaced at once by something else: looked at again below.
+                            Ok(()) => {}
                             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
                             Err(e) => return Err(io_error_for(storage_id, "create", &next, e)),
                         }
@@ -205,9 +215,7 @@ impl StorageBackend for WriteToFile {
     fn write(&self, storage_id: &str, content: &Value) -> Result<(), ArtifactError> {
         writable_id(storage_id)?;
         let bytes = match content {
-            Value::String(text) if text.len() > self.max_bytes => {
-                return Err(self.too_large(storage_id));
-            }
+            // Text is written as it came (no larger than the request that brought it).
             Value::String(text) => text.as_bytes().to_vec(),
             other => crate::pretty::pretty_within(other, self.max_bytes)
                 .map_err(ArtifactError::ContentEncoding)?
@@ -230,18 +238,7 @@ impl StorageBackend for WriteToFile {
         let Some((_, target)) = self.locate(storage_id, false)? else {
             return Err(not_found(storage_id));
         };
-        // Read through a bound (a file put there by other means, or one that grows while it
-        // is read): one byte past it says the file is too large.
-        let read = fs::File::open(&target).and_then(|file| {
-            let mut text = String::new();
-            let limit = u64::try_from(self.max_bytes)
-                .unwrap_or(u64::MAX)
-                .saturating_add(1);
-            file.take(limit).read_to_string(&mut text)?;
-            Ok(text)
-        });
-        match read {
-            Ok(text) if text.len() > self.max_bytes => Err(self.too_large(storage_id)),
+        match fs::read_to_string(&target) {
             Ok(text) => Ok(Value::String(text)),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Err(not_found(storage_id)),
             Err(e) => Err(io_error_for(storage_id, "read", &target, e)),
@@ -492,16 +489,17 @@ fn create_dir_all_synced(path: &Path) -> io::Result<()> {
     }
     for dir in missing.into_iter().rev() {
         match fs::create_dir(dir) {
-            Ok(()) => {
-                let parent = dir
-                    .parent()
-                    .filter(|p| !p.as_os_str().is_empty())
-                    .unwrap_or(Path::new("."));
-                sync_dir(parent)?;
-            }
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+            // Made by another writer meanwhile, which may not have synced it yet: synced here
+            // too.
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists && dir.is_dir() => {}
             Err(e) => return Err(e),
         }
+        let parent = dir
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        sync_dir(parent)?;
     }
     Ok(())
 }
@@ -569,10 +567,11 @@ mod tests {
     }
 
     /// Pretty JSON indents by nesting: a request body of a few KB nested a hundred deep
-    /// pretty-printed to megabytes (a 2 MiB body to about 250 MB), written whole and read back
-    /// whole. Files are bounded both ways now.
+    /// pretty-printed to megabytes (a 2 MiB body to about 250 MB), written whole. Structured
+    /// content is bounded as it is written now; text is written as it came, and files are read
+    /// whole (what earlier releases wrote must still export).
     #[test]
-    fn content_files_are_bounded_as_written_and_as_read() {
+    fn structured_content_is_bounded_as_written() {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().join("root");
         let backend = WriteToFile::new(&root).with_max_bytes(100_000);
@@ -581,24 +580,34 @@ mod tests {
             deep = Value::Array(vec![deep]);
         }
         assert!(serde_json::to_vec(&deep).unwrap().len() < 11_000);
-        assert!(matches!(
-            backend.write("deep.json", &deep),
-            Err(ArtifactError::ContentTooLarge { max: 100_000, .. })
-        ));
+        let refused = backend.write("deep.json", &deep).unwrap_err();
+        assert!(
+            matches!(refused, ArtifactError::ContentTooLarge { max: 100_000, .. }),
+            "{refused}"
+        );
+        assert!(refused.to_string().contains("100000 bytes"), "{refused}");
         assert!(!root.join("deep.json").exists());
+        // At the bound exactly it is written.
+        let flat = serde_json::json!(["x".repeat(99_990)]);
+        let size = serde_json::to_vec_pretty(&flat).unwrap().len();
+        WriteToFile::new(&root)
+            .with_max_bytes(size)
+            .write("flat.json", &flat)
+            .unwrap();
         assert!(matches!(
-            backend.write("long.txt", &Value::String("x".repeat(100_001))),
+            WriteToFile::new(&root)
+                .with_max_bytes(size - 1)
+                .write("flat.json", &flat),
             Err(ArtifactError::ContentTooLarge { .. })
         ));
+        // Text and reads are not bounded.
         backend
-            .write("edge.txt", &Value::String("x".repeat(100_000)))
+            .write("long.txt", &Value::String("x".repeat(200_000)))
             .unwrap();
-        assert!(backend.read("edge.txt").is_ok());
-        // A file put there by other means is not read whole.
-        fs::write(root.join("big.txt"), vec![b'y'; 100_001]).unwrap();
-        let refused = backend.read("big.txt").unwrap_err();
-        assert!(matches!(refused, ArtifactError::ContentTooLarge { .. }));
-        assert!(refused.to_string().contains("100000 bytes"), "{refused}");
+        assert_eq!(
+            backend.read("long.txt").unwrap(),
+            Value::String("x".repeat(200_000))
+        );
     }
 
     /// Issue 14: a batch removal answers per id, as `delete` would, in order: removed,

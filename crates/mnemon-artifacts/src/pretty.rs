@@ -36,9 +36,18 @@ struct Capped {
 
 impl Write for Capped {
     fn write(&mut self, data: &[u8]) -> io::Result<usize> {
-        if self.bytes.len().saturating_add(data.len()) > self.max {
+        let needed = self.bytes.len().saturating_add(data.len());
+        if needed > self.max {
             self.over = true;
             return Err(io::Error::other("over the bound"));
+        }
+        // Grown by doubling, but never past the bound (a plain `Vec` could reserve up to
+        // twice it).
+        if needed > self.bytes.capacity() {
+            let target = needed
+                .max(self.bytes.capacity().saturating_mul(2))
+                .min(self.max);
+            self.bytes.reserve_exact(target - self.bytes.len());
         }
         self.bytes.extend_from_slice(data);
         Ok(data.len())

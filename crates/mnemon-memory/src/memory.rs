@@ -77,8 +77,10 @@ pub trait Memory: Send + Sync {
     /// Calls `f` with each message [`get_memory`](Self::get_memory) returns for `query`, in
     /// order, until `f` returns `false`; returns how many `f` was given. Without
     /// `query.recent_n` a durable memory reads its rows as it goes, from one consistent
-    /// snapshot, so a caller that stops at a bound (a server's result limit) never holds the
-    /// whole thread; by default (and with `recent_n`) it is `get_memory`'s result.
+    /// snapshot, and decodes none past the stop, so a caller that stops at a bound (a server's
+    /// result limit) never holds the whole thread; by default (and with `recent_n`) it is
+    /// `get_memory`'s result. Unlike `get_memory`'s, `query.filter` and `f` run during the read
+    /// (under the memory's locks, with its snapshot open): they must not call this memory.
     fn for_each_message(
         &self,
         query: &MemoryQuery<'_>,

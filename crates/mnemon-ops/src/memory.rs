@@ -778,7 +778,9 @@ impl Service {
                     let fits = max == usize::MAX
                         || (serde_json::to_writer(&mut counter, &body).is_ok()
                             && std::io::Write::write_all(&mut counter, b",").is_ok());
-                    messages.push(body);
+                    if fits {
+                        messages.push(body);
+                    }
                     fits
                 })?;
                 if counter.over() {
