@@ -87,7 +87,9 @@ if command -v npm >/dev/null 2>&1; then
     reference=$node_dir/node_modules/@modelcontextprotocol/server-memory/dist/index.js
     # The releases `cargo xtask bench server` pins (xtask/src/bench_server.rs).
     pinned="@modelcontextprotocol/server-memory@2026.8.31 @modelcontextprotocol/sdk@1.32.2"
-    version_of() { node -p "require('$node_dir/node_modules/$1/package.json').version" 2>/dev/null; }
+    version_of() {
+        node -p 'require(process.argv[1]).version' "$node_dir/node_modules/$1/package.json" 2>/dev/null
+    }
     if [ "$(version_of @modelcontextprotocol/server-memory)" != 2026.8.31 ] ||
         [ "$(version_of @modelcontextprotocol/sdk)" != 1.32.2 ]; then
         mkdir -p "$node_dir"

@@ -116,7 +116,10 @@ fn client_checks(root: &Path) -> Result<()> {
     // A venv made with other constraints (or none) is made again.
     let constraints = clients.join("agentscope-constraints.txt");
     let stamp = venv.join("constraints.txt");
-    let pinned = std::fs::read(&constraints).ok() == std::fs::read(&stamp).ok();
+    let pinned = matches!(
+        (std::fs::read(&constraints), std::fs::read(&stamp)),
+        (Ok(wanted), Ok(made)) if wanted == made
+    );
     let ready = pinned
         && python.exists()
         && Command::new(&python)

@@ -489,9 +489,9 @@ fn create_dir_all_synced(path: &Path) -> io::Result<()> {
     }
     for dir in missing.into_iter().rev() {
         match fs::create_dir(dir) {
+            Ok(()) => {}
             // Made by another writer meanwhile, which may not have synced it yet: synced here
             // too.
-            Ok(()) => {}
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists && dir.is_dir() => {}
             Err(e) => return Err(e),
         }
