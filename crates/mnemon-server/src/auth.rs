@@ -195,8 +195,8 @@ impl KeyWatch {
                 if !self.keys_seen.swap(true, Ordering::AcqRel) {
                     tracing::warn!(
                         "an API key was created while this server ran open (it started before \
-                         any key existed): every request is refused from now on; restart \
-                         `mnemon serve` so that it checks the keys"
+                         any key existed): the requests that need a key are refused from now \
+                         on; restart the server so that it checks the keys"
                     );
                 }
                 Err(keys_created())
