@@ -355,7 +355,7 @@ mod tests {
                 mnemon_types::artifact::StorageLocation::new(crate::WRITE_TO_FILE, "gone.txt"),
             ))
             .unwrap();
-        let memory = ArtifactMemory::new(
+        let with_files = ArtifactMemory::new(
             ArtifactMemoryConfig::default(),
             store.clone(),
             BackendRegistry::with_defaults(dir.path()),
@@ -363,11 +363,11 @@ mod tests {
         );
         let both = json!({"artifact_keys": ["a", "gone"]});
         assert!(matches!(
-            memory.load(&both),
+            with_files.load(&both),
             Err(ArtifactError::ContentNotFound { .. })
         ));
         assert!(matches!(
-            memory.with_max_block_bytes(500).load(&both),
+            with_files.with_max_block_bytes(500).load(&both),
             Err(ArtifactError::BlockTooLarge { .. })
         ));
         // Structured inline content pretty-prints by nesting: a few KB, a hundred levels
@@ -379,26 +379,17 @@ mod tests {
         store
             .save(&Artifact::new("s", "deep", "t", "n").with_data(deep))
             .unwrap();
-        let bounded = |max| {
-            ArtifactMemory::new(
-                ArtifactMemoryConfig::default(),
-                store.clone(),
-                BackendRegistry::new(),
-                "s",
-            )
-            .with_max_block_bytes(max)
-        };
         let deep_keys = json!({"artifact_keys": ["deep"]});
         assert!(matches!(
-            bounded(100_000).load(&deep_keys),
+            memory(100_000).load(&deep_keys),
             Err(ArtifactError::BlockTooLarge { max: 100_000 })
         ));
         // At the bound exactly, structured content renders; one byte less refuses it.
-        let whole = bounded(usize::MAX).load(&deep_keys).unwrap();
+        let whole = memory(usize::MAX).load(&deep_keys).unwrap();
         let size = whole.text().len();
-        assert_eq!(bounded(size).load(&deep_keys).unwrap().text(), whole.text());
+        assert_eq!(memory(size).load(&deep_keys).unwrap().text(), whole.text());
         assert!(matches!(
-            bounded(size - 1).load(&deep_keys),
+            memory(size - 1).load(&deep_keys),
             Err(ArtifactError::BlockTooLarge { .. })
         ));
     }

@@ -120,20 +120,14 @@ impl Drop for Reaper {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn mcp_over_http_prints_its_url_and_serves_it() {
-    // The workspace builds reqwest's rustls without a default crypto provider (mnemon-embed
-    // installs ring before its client too): the test's client does the same.
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let dir = tempfile::tempdir().unwrap();
+/// Starts `mnemon --data-dir dir mcp --http 127.0.0.1:0 extra…` and reads its URL (the first
+/// line on stdout).
+fn spawn_http(dir: &std::path::Path, extra: &[&str]) -> (Reaper, String) {
     let child = Command::new(env!("CARGO_BIN_EXE_mnemon"))
         .arg("--data-dir")
-        .arg(dir.path())
-        .args(["mcp", "--http", "127.0.0.1:0", "--library"])
-        .arg(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/sample-library/library.json"
-        ))
+        .arg(dir)
+        .args(["mcp", "--http", "127.0.0.1:0"])
+        .args(extra)
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
@@ -142,7 +136,17 @@ async fn mcp_over_http_prints_its_url_and_serves_it() {
     BufReader::new(child.0.stdout.take().unwrap())
         .read_line(&mut url)
         .unwrap();
-    let url = url.trim().to_owned();
+    (child, url.trim().to_owned())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_over_http_prints_its_url_and_serves_it() {
+    // The workspace builds reqwest's rustls without a default crypto provider (mnemon-embed
+    // installs ring before its client too): the test's client does the same.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let dir = tempfile::tempdir().unwrap();
+    let library = concat!(env!("CARGO_MANIFEST_DIR"), "/sample-library/library.json");
+    let (mut child, url) = spawn_http(dir.path(), &["--library", library]);
     assert!(
         url.starts_with("http://127.0.0.1:") && url.ends_with("/mcp"),
         "{url}"
@@ -209,24 +213,8 @@ fn mcp_over_http_refuses_a_deployment_with_keys() {
 async fn mcp_over_http_refuses_tool_calls_once_a_key_is_created() {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let dir = tempfile::tempdir().unwrap();
-    let child = Command::new(env!("CARGO_BIN_EXE_mnemon"))
-        .arg("--data-dir")
-        .arg(dir.path())
-        .args(["mcp", "--http", "127.0.0.1:0"])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut child = Reaper(child);
-    let mut url = String::new();
-    BufReader::new(child.0.stdout.take().unwrap())
-        .read_line(&mut url)
-        .unwrap();
-    let client = ()
-        .serve(StreamableHttpClientTransport::from_uri(
-            url.trim().to_owned(),
-        ))
-        .await
-        .unwrap();
+    let (_child, url) = spawn_http(dir.path(), &[]);
+    let client = ().serve(StreamableHttpClientTransport::from_uri(url)).await.unwrap();
     let listed = call(&client, "list_sessions", json!({})).await;
     assert_ne!(listed.is_error, Some(true), "{}", text_of(&listed));
     let created = Command::new(env!("CARGO_BIN_EXE_mnemon"))
