@@ -139,9 +139,11 @@ impl WriteToFile {
         };
         let joined_len = root.as_os_str().len() + 1 + storage_id.len();
         if joined_len > MAX_PATH_BYTES {
+            // The message leaves out the joined length, from which a caller would learn the
+            // length of the server's storage root.
             return Err(refuse(format!(
-                "joined to the root it makes a path of {joined_len} bytes, more than the \
-                 {MAX_PATH_BYTES} the file system allows"
+                "it is too long: joined to the storage root it makes a path of more than the \
+                 {MAX_PATH_BYTES} bytes the file system allows; use a shorter id"
             )));
         }
         let mut dir = root.clone();

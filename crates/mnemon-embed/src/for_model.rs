@@ -14,7 +14,8 @@ const OPENAI_PREFIX: &str = "openai.com:";
 
 /// The embedder for a model name as libraries record it:
 ///
-/// - `mnemon:hashing-v1-<D>`: a [`HashingEmbedder`] of dimension `D` (offline);
+/// - `mnemon:hashing-v1-<D>`: a [`HashingEmbedder`] of dimension `D` (offline; an error for
+///   a `D` that [`HashingEmbedder::new`] refuses);
 /// - `openai.com:<model>`: an `OpenAiEmbedder` for `<model>`, configured from the environment
 ///   (`OPENAI_API_KEY`, `OPENAI_BASE_URL`); without the `openai` feature, an error that says
 ///   the feature is needed.
@@ -30,8 +31,8 @@ const OPENAI_PREFIX: &str = "openai.com:";
 /// # Ok::<(), mnemon_embed::EmbedError>(())
 /// ```
 pub fn embedder_for_model(model: &str) -> Result<Box<dyn Embedder>, EmbedError> {
-    if let Some(hashing) = HashingEmbedder::from_model_name(model) {
-        return Ok(Box::new(hashing));
+    if let Some(hashing) = HashingEmbedder::parse_model_name(model) {
+        return Ok(Box::new(hashing?));
     }
     #[cfg(feature = "openai")]
     if let Some(name) = model.strip_prefix(OpenAiEmbedder::MODEL_PREFIX) {

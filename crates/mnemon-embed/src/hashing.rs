@@ -38,10 +38,17 @@ impl HashingEmbedder {
     /// The dimension of [`HashingEmbedder::default`].
     pub const DEFAULT_DIMENSION: usize = 512;
 
+    /// The largest dimension [`new`](Self::new) accepts. A model name comes from a flag or a
+    /// library file, and every embedding allocates its dimension in `f64`s: without a bound,
+    /// `mnemon:hashing-v1-100000000000` was accepted and its first embedding tried to allocate
+    /// 800 GB, which aborts the process. Hashing spaces past a few thousand dimensions add
+    /// nothing (few texts have that many distinct words).
+    pub const MAX_DIMENSION: usize = 1 << 16;
+
     /// A hashing embedder producing vectors of `dimension` floats, with model name
     /// `mnemon:hashing-v1-<dimension>`.
     ///
-    /// Fails when `dimension` is 0.
+    /// Fails when `dimension` is 0 or above [`MAX_DIMENSION`](Self::MAX_DIMENSION).
     pub fn new(dimension: usize) -> Result<Self, EmbedError> {
         let model = format!("{MODEL_PREFIX}{dimension}");
         if dimension == 0 {
@@ -50,18 +57,34 @@ impl HashingEmbedder {
                 "the dimension must be at least 1; 512 is a good default",
             ));
         }
+        if dimension > Self::MAX_DIMENSION {
+            return Err(EmbedError::new(
+                model,
+                format!(
+                    "the dimension must be at most {}; 512 is a good default",
+                    Self::MAX_DIMENSION
+                ),
+            ));
+        }
         Ok(HashingEmbedder { dimension, model })
     }
 
     /// The embedder a model name such as `mnemon:hashing-v1-512` stands for, or `None` when the
-    /// name is not a hashing model.
+    /// name is not a hashing model or names a dimension [`new`](Self::new) refuses.
     pub fn from_model_name(model: &str) -> Option<Self> {
+        Self::parse_model_name(model)?.ok()
+    }
+
+    /// `None` when `model` is not a hashing model name; otherwise the embedder it names, or why
+    /// its dimension is refused.
+    pub(crate) fn parse_model_name(model: &str) -> Option<Result<Self, EmbedError>> {
         let digits = model.strip_prefix(MODEL_PREFIX)?;
         if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
             return None;
         }
-        let dimension = digits.parse().ok()?;
-        Self::new(dimension).ok()
+        // Digits past `usize` are past the bound as well.
+        let dimension = digits.parse().unwrap_or(usize::MAX);
+        Some(Self::new(dimension).map_err(|e| EmbedError::new(model, e.message)))
     }
 
     /// Embeds one text (infallible; [`Embedder::embed`] does this for each text of a batch).
@@ -190,6 +213,22 @@ mod tests {
         assert_eq!(HashingEmbedder::from_model_name("openai.com:x"), None);
         let err = HashingEmbedder::new(0).unwrap_err();
         assert!(err.to_string().contains("at least 1"), "{err}");
+    }
+
+    #[test]
+    fn dimensions_past_the_bound_are_refused() {
+        let largest = HashingEmbedder::MAX_DIMENSION;
+        assert_eq!(HashingEmbedder::new(largest).unwrap().dimension(), largest);
+        for name in [
+            format!("mnemon:hashing-v1-{}", largest + 1),
+            "mnemon:hashing-v1-100000000000".to_owned(),
+            "mnemon:hashing-v1-99999999999999999999999999".to_owned(),
+        ] {
+            assert_eq!(HashingEmbedder::from_model_name(&name), None, "{name}");
+            let err = crate::embedder_for_model(&name).err().unwrap();
+            assert!(err.to_string().contains("at most 65536"), "{err}");
+            assert!(err.to_string().contains(&name), "{err}");
+        }
     }
 
     #[test]

@@ -657,9 +657,25 @@ impl Embedder for OpenAiEmbedder {
     }
 
     fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        // OpenAI refuses an empty string as an input (HTTP 400, failing the whole batch, so a
+        // memory add with one empty message failed). An empty text has no words: it gets the
+        // zero vector without a request, as the hashing embedder gives every text without words
+        // (a zero vector scores 0 in every recall, docs/memory.md).
+        let sent: Vec<&str> = texts.iter().copied().filter(|t| !t.is_empty()).collect();
+        let mut vectors = Vec::with_capacity(sent.len());
+        for batch in sent.chunks(self.batch_size) {
+            vectors.extend(self.embed_batch(batch)?);
+        }
+        let mut vectors = vectors.into_iter();
         let mut out = Vec::with_capacity(texts.len());
-        for batch in texts.chunks(self.batch_size) {
-            out.extend(self.embed_batch(batch)?);
+        for text in texts {
+            if text.is_empty() {
+                out.push(vec![0.0; self.dimension]);
+                continue;
+            }
+            // `embed_batch` answers one vector per text; were one missing, the caller's
+            // contract check (`check_embeddings`) would name it: an empty list stands for it.
+            out.push(vectors.next().unwrap_or_default());
         }
         Ok(out)
     }

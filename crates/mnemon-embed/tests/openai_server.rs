@@ -162,6 +162,44 @@ fn no_key_sends_no_authorization_and_empty_input_sends_nothing() {
     assert_eq!(log.lock().unwrap()[0].authorization, None);
 }
 
+/// OpenAI answers 400 to an empty string in `input`: empty texts are not sent, and get the zero
+/// vector (a text without words, as the hashing embedder gives it). A batch with one failed
+/// whole before.
+#[test]
+fn empty_texts_get_the_zero_vector_without_a_request() {
+    let (base, log) = serve(|_, body| {
+        let inputs = body["input"].as_array().unwrap();
+        if inputs.iter().any(|t| t.as_str() == Some("")) {
+            let refusal = json!({"error": {"message": "'$.input' is invalid", "type": "invalid_request_error"}});
+            return (400, vec![], refusal.to_string());
+        }
+        (200, vec![], embeddings(body))
+    });
+    let embedder = client(&base).batch_size(2).build().unwrap();
+    let vectors = embedder.embed(&["", "alpha", "", "beta", "gamma"]).unwrap();
+    let zero = vec![0.0; 3];
+    assert_eq!(
+        vectors,
+        [
+            zero.clone(),
+            vector_of("alpha"),
+            zero.clone(),
+            vector_of("beta"),
+            vector_of("gamma")
+        ]
+    );
+    let batches: Vec<Value> = log
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|s| s.body["input"].clone())
+        .collect();
+    assert_eq!(batches, [json!(["alpha", "beta"]), json!(["gamma"])]);
+    // Only empty texts: nothing is sent.
+    assert_eq!(embedder.embed(&["", ""]).unwrap(), [zero.clone(), zero]);
+    assert_eq!(log.lock().unwrap().len(), 2);
+}
+
 #[test]
 fn shortened_known_model_sends_dimensions() {
     let (base, log) = serve(|_, body| {

@@ -79,6 +79,14 @@
 
   // One request: JSON in, JSON (or the raw response with `raw`) out; errors as ApiError.
   async function api(method, path, body, raw) {
+    // A URL drops the path segments "." and ".." (even as %2E): an asset or session with such
+    // an id would be read from another route (`/v1/assets/./content` is the asset "content"),
+    // and shown under the wrong name.
+    if (path.split('?')[0].split('/').some((s) => s === '.' || s === '..')) {
+      const error = new Error('an id "." or ".." cannot be read over HTTP, which drops such path segments; read it with the CLI or an MCP client');
+      noteError(method, path, error);
+      throw error;
+    }
     const headers = {Accept: 'application/json'};
     if (key()) headers.Authorization = `Bearer ${key()}`;
     if (body !== undefined) headers['Content-Type'] = 'application/json';
@@ -122,6 +130,12 @@
     return Array.isArray(value) && value.length >= VECTOR_MIN && value.every((x) => typeof x === 'number');
   }
 
+  // Sets `key` as an own, enumerable property: plain assignment of "__proto__" sets the
+  // object's prototype instead, and the field vanished from what the page showed.
+  function put(object, key, value) {
+    Object.defineProperty(object, key, {value, enumerable: true, writable: true, configurable: true});
+  }
+
   // The value with every embedding replaced by "1536-dim vector" and long data: URLs shortened.
   function summarise(value) {
     if (isVector(value)) return `${value.length}-dim vector`;
@@ -131,7 +145,7 @@
     }
     if (value && typeof value === 'object') {
       const out = {};
-      for (const [k, v] of Object.entries(value)) out[k] = summarise(v);
+      for (const [k, v] of Object.entries(value)) put(out, k, summarise(v));
       return out;
     }
     return value;
@@ -298,7 +312,7 @@
     const body = typeof m.content === 'string' ? el('p', {class: 'text'}, m.content) : json(m.content);
     const rest = {};
     for (const [k, v] of Object.entries(m)) {
-      if (!['name', 'role', 'timestamp', 'id', 'content'].includes(k)) rest[k] = v;
+      if (!['name', 'role', 'timestamp', 'id', 'content'].includes(k)) put(rest, k, v);
     }
     const card = el('div', {class: `card msg role-${String(m.role || 'none').replace(/[^a-z]/g, '')}`, 'data-id': m.id || ''}, head, body,
       Object.keys(rest).length ? el('details', {}, el('summary', {class: 'muted'}, `other fields: ${Object.keys(rest).join(', ')}`), json(rest)) : null);

@@ -597,3 +597,69 @@ fn a_failed_page_load_leaves_the_pager_usable() {
     let shown = browser.js("return document.querySelector('#main .error').textContent;");
     assert!(shown.as_str().unwrap().contains("URI"), "{shown}");
 }
+
+/// A field named `__proto__` (a key of a message's content, or a message's extra field) is shown
+/// like any other: assigned into a plain object it set that object's prototype instead, and
+/// vanished from the page.
+#[test]
+fn fields_named_proto_are_shown() {
+    let Some((chromium, driver)) = webdriver::find() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let running = start(mnemon_ops::Stores::open(dir.path()).unwrap());
+    crate::support::crypto();
+    let client = reqwest::blocking::Client::new();
+    call(
+        &client,
+        Method::POST,
+        &format!("{}/v1/memory/sessions/proto/messages", running.rest),
+        Some(json!({"messages": [{"name": "user", "role": "user",
+            "content": {"shown": 1, "__proto__": {"hidden": "kept in the content"}},
+            "__proto__": {"hidden": "kept as an extra field"}}]})),
+    );
+    let browser = Browser::start(&chromium, &driver);
+    browser.goto(&format!("{}/ui/#/session/proto", running.base));
+    browser.wait_for("document.querySelectorAll('#messages .card').length === 1");
+    let card = browser.js("return document.querySelector('#messages .card').textContent;");
+    let card = card.as_str().unwrap();
+    assert!(
+        card.contains("kept in the content") && card.contains("kept as an extra field"),
+        "{card}"
+    );
+}
+
+/// An asset whose id is "." cannot be read over HTTP (a URL drops the segment): its page says
+/// so. It fetched `/v1/assets/./content`, that is the asset "content", and showed another
+/// record under its name.
+#[test]
+fn an_asset_named_dot_is_not_shown_with_another_ones_content() {
+    let Some((chromium, driver)) = webdriver::find() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let running = start(mnemon_ops::Stores::open(dir.path()).unwrap());
+    crate::support::crypto();
+    let client = reqwest::blocking::Client::new();
+    for (id, marker) in [
+        ("content", "the asset named content"),
+        (".", "the asset named dot"),
+    ] {
+        call(
+            &client,
+            Method::POST,
+            &format!("{}/v1/assets", running.rest),
+            Some(json!({"asset_id": id, "asset_type": "note", "content": {"marker": marker}})),
+        );
+    }
+    let browser = Browser::start(&chromium, &driver);
+    browser.goto(&format!("{}/ui/#/asset/.", running.base));
+    browser.wait_for(
+        "document.querySelector('#main').textContent.includes('cannot be read over HTTP')",
+    );
+    let main = browser.js("return document.querySelector('#main').textContent;");
+    assert!(
+        !main.as_str().unwrap().contains("the asset named content"),
+        "{main}"
+    );
+}

@@ -302,6 +302,11 @@ impl Failure {
             tracing::error!(%error, "an MCP tool call failed");
             return INTERNAL_MESSAGE.to_owned();
         }
+        if let Some(withheld) = error.withheld_message() {
+            // As REST answers a 503: the storage's or embedder's details are the log's.
+            tracing::warn!(%error, "an MCP tool call found a store or the embedder unavailable");
+            return withheld.to_owned();
+        }
         match error {
             OpsError::AssetNotFound { asset_id } => format!(
                 "there is no asset with id {asset_id:?}; call list_assets to see the stored ids, \
@@ -1015,6 +1020,20 @@ mod tests {
             session: "chat-9".into(),
         });
         assert!(failure.message().contains("chat-9"));
+    }
+
+    /// An unavailable part's details (the embedder's endpoint and answer, a database's host and
+    /// user, a file's path) reached the model; the log keeps them, as REST's 503s do.
+    #[test]
+    fn unavailable_errors_keep_their_details_for_the_log() {
+        let failure = Failure::Ops(OpsError::from(mnemon_memory::MemoryError::Embedder {
+            model: "openai.com:m".into(),
+            detail: "http://10.0.0.5:11434/v1/embeddings returned HTTP 500".into(),
+        }));
+        assert_eq!(failure.code(), "embedder_failed");
+        let message = failure.message();
+        assert!(!message.contains("10.0.0.5"), "{message}");
+        assert!(message.contains("embedder failed"), "{message}");
     }
 
     /// `search_library` goes through the service's library query, so it is bounded by the

@@ -2079,6 +2079,20 @@ fn row_entry(
     p: usize,
     marks: Vec<String>,
 ) -> Result<Entry, MemoryError> {
+    row_entry_given(factory, row, p, marks, None)
+}
+
+/// [`row_entry`], with the embedding's `f32`s already read by an earlier statement of the same
+/// snapshot (`given`): the row's own vector columns are then not looked at, so a statement that
+/// left them out (`message_columns(false)` reads `NULL` for the pgvector column) still makes the
+/// whole entry.
+fn row_entry_given(
+    factory: &MsgFactory,
+    row: &Row,
+    p: usize,
+    marks: Vec<String>,
+    given: Option<Vec<f32>>,
+) -> Result<Entry, MemoryError> {
     let id: &str = row.try_get(0).map_err(pg_error)?;
     let kind: &str = row.try_get(1).map_err(pg_error)?;
     let body: &str = row.try_get(2).map_err(pg_error)?;
@@ -2094,15 +2108,18 @@ fn row_entry(
     if form == FORM_IN_BODY {
         return Ok(Entry::new(msg, marks));
     }
-    let floats = match row
-        .try_get::<_, Option<StoredFloats>>(4)
-        .map_err(pg_error)?
-    {
-        Some(v) => Some(v.0),
-        None => row
-            .try_get::<_, Option<StoredFloats>>(5)
+    let floats = match given {
+        Some(given) => Some(given),
+        None => match row
+            .try_get::<_, Option<StoredFloats>>(4)
             .map_err(pg_error)?
-            .map(|v| v.0),
+        {
+            Some(v) => Some(v.0),
+            None => row
+                .try_get::<_, Option<StoredFloats>>(5)
+                .map_err(pg_error)?
+                .map(|v| v.0),
+        },
     };
     let numbers = floats.and_then(|f| join_numbers(form, &f)).ok_or_else(|| {
         corrupt(format!(
@@ -2923,22 +2940,24 @@ fn interned(sql: String) -> &'static str {
     leaked
 }
 
-/// The retrieved messages of `scored` (`(score, seq)`, in the order given), read from the
-/// snapshot with their indices: a message's index is its seq's distance from the thread's
-/// smallest seq less the removed seqs (gaps) in between (schema version 3) and less the rows
-/// before it that had expired at `now` but are still stored (schema version 6): index lookups
-/// and counts over gaps and expired rows only, never over the messages. `None` when a row is
-/// missing.
+/// The retrieved messages of `scored` (`(score, seq, embedding)`, in the order given), read
+/// from the snapshot with their indices: a message's index is its seq's distance from the
+/// thread's smallest seq less the removed seqs (gaps) in between (schema version 3) and less the
+/// rows before it that had expired at `now` but are still stored (schema version 6): index
+/// lookups and counts over gaps and expired rows only, never over the messages. An embedding
+/// given (the HNSW shortlist read it to score the message) is used as read: `statement` may then
+/// leave the vector column out, which would otherwise be read a second time. `None` when a row
+/// is missing.
 fn read_retrieved(
     tx: &mut Transaction<'_>,
     statement: &postgres::Statement,
     thread_id: i64,
     factory: &MsgFactory,
-    scored: Vec<(f64, i64)>,
+    scored: Vec<(f64, i64, Option<Vec<f32>>)>,
     now: i64,
     with_embeddings: bool,
 ) -> Result<Option<Vec<Retrieved>>, MemoryError> {
-    let seqs: Vec<i64> = scored.iter().map(|&(_, seq)| seq).collect();
+    let seqs: Vec<i64> = scored.iter().map(|&(_, seq, _)| seq).collect();
     let bodies = tx
         .query(statement, &[&thread_id, &seqs, &now])
         .map_err(pg_error)?;
@@ -2947,14 +2966,15 @@ fn read_retrieved(
         by_seq.insert(row.try_get::<_, i64>(6).map_err(pg_error)?, row);
     }
     let mut found = Vec::with_capacity(scored.len());
-    for (score, seq) in scored {
+    for (score, seq, given) in scored {
         let Some(row) = by_seq.get(&seq) else {
             return Ok(None);
         };
         let index: i64 = row.try_get(7).map_err(pg_error)?;
         let index = usize::try_from(index)
             .map_err(|_| corrupt(format!("message at seq {seq} has index {index}")))?;
-        let message = row_entry(factory, row, index, Vec::new())?.message_for(with_embeddings);
+        let message =
+            row_entry_given(factory, row, index, Vec::new(), given)?.message_for(with_embeddings);
         found.push(Retrieved {
             score,
             index,
@@ -3032,7 +3052,8 @@ impl PostgresMemory {
                 client.prepare_cached(RECALL_THREAD_SQL)?,
                 client.prepare_cached(shortlist_sql(dim, "m.embedding_v"))?,
                 client.prepare_cached(shortlist_sql(dim, "NULL::vector"))?,
-                client.prepare_cached(retrieved_sql(true))?,
+                // The winners' messages without their vectors: the shortlist read them.
+                client.prepare_cached(retrieved_sql(false))?,
             ))
         })();
         let (thread_statement, with_embeddings, without_embeddings, retrieved) =
@@ -3218,17 +3239,20 @@ impl PostgresMemory {
                 query_norm,
                 exact::norm(&embedding),
             );
-            scored.push((score, seq, index));
+            // Without the mirror, the vector read here is the message's embedding: kept, so
+            // that reading the winners' messages does not fetch their 6 KiB vectors again.
+            let kept = mirror.is_none().then_some(embedding);
+            scored.push((score, seq, index, kept));
         }
         scored.sort_by(|a, b| rank(&(a.0, seq_key(a.1)), &(b.0, seq_key(b.1))));
         scored.truncate(k);
         if options.preserve_order {
-            scored.sort_by_key(|&(_, seq, _)| seq);
+            scored.sort_by_key(|&(_, seq, _, _)| seq);
         }
         let found = match &mirror {
             Some(mirror) => scored
                 .into_iter()
-                .map(|(score, _, index)| {
+                .map(|(score, _, index, _)| {
                     let entry = index.and_then(|i| Some((i, mirror.state.entries().get(i)?)));
                     entry.map(|(index, entry)| Retrieved {
                         score,
@@ -3238,9 +3262,9 @@ impl PostgresMemory {
                 })
                 .collect::<Option<Vec<_>>>(),
             None => {
-                let scored: Vec<(f64, i64)> = scored
+                let scored: Vec<(f64, i64, Option<Vec<f32>>)> = scored
                     .into_iter()
-                    .map(|(score, seq, _)| (score, seq))
+                    .map(|(score, seq, _, kept)| (score, seq, kept))
                     .collect();
                 read_retrieved(
                     &mut tx,
@@ -3328,10 +3352,10 @@ impl PostgresMemory {
         if !complete {
             return Ok(None);
         }
-        let scored: Vec<(f64, i64)> = top
+        let scored: Vec<(f64, i64, Option<Vec<f32>>)> = top
             .into_sorted()
             .into_iter()
-            .map(|c| (c.score, c.seq))
+            .map(|c| (c.score, c.seq, None))
             .collect();
         let statement = tx
             .prepare_cached(retrieved_sql(self.vectors()))

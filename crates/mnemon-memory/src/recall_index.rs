@@ -134,19 +134,23 @@ struct BuiltIndex {
 }
 
 impl BuiltIndex {
-    /// Builds over `vectors`, rows `0..` of the cache lineage `lineage`, unless `abandoned`
-    /// says, before the build starts or before any node's insertion, that nobody holds the
-    /// index's owner any more (its store or thread was dropped): a build at 100,000 rows takes a core
-    /// for seconds to minutes, which a closed store must not go on spending.
+    /// Builds over the matrix `rows` gives, rows `0..` of the cache lineage `lineage`, unless
+    /// `abandoned` says, before the build starts or before any node's insertion, that nobody
+    /// holds the index's owner any more (its store or thread was dropped): a build at 100,000
+    /// rows takes a core for seconds to minutes, which a closed store must not go on spending.
+    /// `rows` is called once the build's turn has come, so that builds waiting for it hold no
+    /// copy of their rows (a search across many large threads starts a build for each).
     fn build(
         lineage: u64,
-        vectors: Matrix,
+        rows: impl FnOnce() -> Matrix,
         abandoned: &(dyn Fn() -> bool + Sync),
     ) -> Result<Self, BuildError> {
         let _one = BUILDS.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut made = None;
         let built = if abandoned() {
             Err(mnemon_ann::AnnError::Cancelled)
         } else {
+            let vectors = made.insert(rows());
             mnemon_ann::build_cancellable(
                 vectors.view(),
                 &BuildParams::default(),
@@ -162,6 +166,10 @@ impl BuiltIndex {
             }
             e => BuildError::Failed(e.to_string()),
         })?;
+        // Built, so the rows were made.
+        let Some(vectors) = made else {
+            return Err(BuildError::Abandoned);
+        };
         // Just built over these very rows: the structure check suffices.
         let verified = IndexView::open(
             bytes.as_bytes(),
@@ -196,6 +204,23 @@ impl BuiltIndex {
         ef: Option<usize>,
         visible: impl Fn(u32) -> bool + Sync,
     ) -> Option<Vec<u32>> {
+        // The graph scores rows in `f32` against a quantised query, so a finite query of huge
+        // length (components near 1e37) overflowed every score to infinity and the walk, all
+        // ties, stopped near its entry; a zero query tied every row the same way. A cosine
+        // ignores the query's length: the walk takes it at unit length, and a zero query is
+        // left to the exact scan, which orders its ties by index (docs/memory.md).
+        let norm = query
+            .iter()
+            .map(|&x| f64::from(x) * f64::from(x))
+            .sum::<f64>()
+            .sqrt();
+        if !(norm.is_finite() && norm > 0.0) {
+            return None;
+        }
+        let query: Vec<f32> = query
+            .iter()
+            .map(|&x| (f64::from(x) / norm) as f32)
+            .collect();
         let view =
             IndexView::reopen(self.bytes.as_bytes(), self.vectors.view(), &self.verified).ok()?;
         let indexed = self.rows();
@@ -210,7 +235,7 @@ impl BuiltIndex {
         };
         let mut params = SearchParams::new(count);
         params.ef = ef;
-        let found = view.search(query, &params, visible).ok()?;
+        let found = view.search(&query, &params, visible).ok()?;
         (found.method == SearchMethod::Graph).then(|| found.hits.iter().map(|h| h.index).collect())
     }
 }
@@ -320,7 +345,7 @@ impl IndexSlot {
     fn finish_build(slot: &Weak<IndexSlot>, lineage: u64, vectors: Matrix) {
         let _guard = BuildingGuard(slot);
         let rows = vectors.rows();
-        let built = BuiltIndex::build(lineage, vectors, &|| slot.strong_count() == 0);
+        let built = BuiltIndex::build(lineage, || vectors, &|| slot.strong_count() == 0);
         let Some(slot) = slot.upgrade() else {
             return;
         };
@@ -615,6 +640,46 @@ pub(crate) mod tests {
         }
         let recall = hit as f64 / wanted as f64;
         assert!(recall >= 0.95, "recall@10 {recall}");
+    }
+
+    /// A cosine recall does not depend on the query's length, through the index as through the
+    /// exact scan: a query scaled to about 1e37 (finite, so accepted) finds nearly every
+    /// neighbour (its graph scores overflowed to infinity, and the walk found whatever lay near
+    /// its entry), and a zero query, whose scores all tie at 0, is left to the exact scan, which
+    /// returns the first messages (the index returned those near its entry).
+    #[test]
+    fn the_walk_does_not_depend_on_the_query_length() {
+        let (state, _) = thread(4_000, 32, 1, 7);
+        let index = RecallIndexOptions {
+            ef: None,
+            ..inline(0)
+        };
+        let o = options(10, None);
+        let (mut hit, mut wanted) = (0, 0);
+        for seed in 0..10 {
+            let (_, query) = thread(0, 32, 1, 7 + 1000 * seed);
+            let huge: Vec<f32> = query.iter().map(|x| x * 1e37).collect();
+            assert!(huge.iter().all(|x| x.is_finite()));
+            assert!(answers(&state, &huge, 10, &index));
+            let truth = exact(&state, &huge, &o);
+            let got = indexed(&state, &huge, &o, &index);
+            assert_eq!(got.len(), 10);
+            wanted += truth.len();
+            hit += got
+                .iter()
+                .filter(|r| truth.iter().any(|t| t.index == r.index))
+                .count();
+        }
+        let recall = hit as f64 / wanted as f64;
+        assert!(recall >= 0.95, "recall@10 of huge queries {recall}");
+        let zero = vec![0.0; 32];
+        assert!(!answers(&state, &zero, 10, &index));
+        let got = indexed(&state, &zero, &o, &index);
+        assert_eq!(key(&got), key(&exact(&state, &zero, &o)));
+        assert_eq!(
+            got.iter().map(|r| r.index).collect::<Vec<_>>(),
+            (0..10).collect::<Vec<_>>()
+        );
     }
 
     #[test]

@@ -2122,7 +2122,9 @@ impl SqliteMemory {
     }
 
     /// The state of the recall index of the thread's mirror
-    /// (docs/reference/memory.md#the-recall-index), brought up to date with the file first.
+    /// (docs/reference/memory.md#the-recall-index), brought up to date with the file first (so
+    /// it loads the whole thread into this handle). Not the state of the store's own index of
+    /// the thread, which recalls without a current mirror and searches across sessions use.
     pub fn recall_index_status(&self) -> Result<RecallIndexStatus, MemoryError> {
         self.read(|s| s.index_slot().status(&s.embedding_cache()))
     }

@@ -230,6 +230,13 @@ impl OpsError {
             OpsError::Artifact(error) => match error {
                 ArtifactError::DuplicateId { .. } => "artifact_exists",
                 ArtifactError::Filter(_) => "invalid_filter",
+                // Content that is there but cannot be decoded is damaged: a fault to mend,
+                // which retrying does not (as content gone missing is).
+                ArtifactError::ContentIo { source, .. }
+                    if source.kind() == std::io::ErrorKind::InvalidData =>
+                {
+                    "internal"
+                }
                 ArtifactError::Database { .. } | ArtifactError::ContentIo { .. } => {
                     "storage_unavailable"
                 }
@@ -255,6 +262,25 @@ impl OpsError {
             },
             OpsError::Library(error) if error.is_client_error() => "invalid_query",
             OpsError::Library(_) => "internal",
+        }
+    }
+
+    /// What a caller on the other side of a network (REST, MCP) is told instead of the message,
+    /// or `None` when the message is the caller's to read. A fault of the service
+    /// ([`ErrorKind::Internal`]) or of a part it needs ([`ErrorKind::Unavailable`]) is the
+    /// operator's to mend, and its message names what only the operator should see: files under
+    /// the data directory, the database's host and user, the embedder's endpoint and what it
+    /// answered. A transport logs the message and sends this text (docs/reference/rest.md#errors).
+    pub fn withheld_message(&self) -> Option<&'static str> {
+        match self.kind() {
+            ErrorKind::Unavailable if self.code() == "embedder_failed" => Some(
+                "the embedder failed: it could not be reached, or it refused the text (too long,                  or empty); retrying may work, and the server's log has the details",
+            ),
+            ErrorKind::Unavailable => Some(
+                "the storage is unavailable (the database could not be reached, or a file could                  not be read or written); retrying may work, and the server's log has the                  details",
+            ),
+            ErrorKind::Internal => Some("internal error; the server's log has the details"),
+            _ => None,
         }
     }
 
@@ -382,5 +408,49 @@ mod tests {
             (mismatch.code(), mismatch.kind()),
             ("embedding_model_mismatch", ErrorKind::Unprocessable)
         );
+    }
+
+    /// The messages of unavailable parts name the operator's files, database and embedder:
+    /// a transport sends a fixed text instead; the caller's errors keep their message.
+    #[test]
+    fn unavailable_and_internal_errors_withhold_their_details() {
+        let io = |kind| ArtifactError::ContentIo {
+            action: "read",
+            path: "/srv/mnemon/artifacts/plans/p.json".into(),
+            source: std::io::Error::new(kind, "boom"),
+        };
+        let withheld = [
+            OpsError::from(io(std::io::ErrorKind::PermissionDenied)),
+            OpsError::from(StoreError::Storage {
+                action: "reading",
+                error: "database \"mnemon\" on db.internal:5432 as user \"mnemon_app\": gone"
+                    .into(),
+            }),
+            OpsError::from(MemoryError::Embedder {
+                model: "openai.com:m".into(),
+                detail: "http://10.0.0.5:11434/v1/embeddings returned HTTP 500: sk-abc".into(),
+            }),
+        ];
+        for error in &withheld {
+            assert_eq!(error.kind(), ErrorKind::Unavailable, "{error}");
+            let sent = error.withheld_message().unwrap();
+            for secret in [
+                "/srv/mnemon",
+                "db.internal",
+                "10.0.0.5",
+                "sk-abc",
+                "mnemon_app",
+            ] {
+                assert!(!sent.contains(secret), "{sent}");
+            }
+        }
+        // Content that cannot be decoded is damaged, not unavailable: retrying does not mend it.
+        let damaged = OpsError::from(io(std::io::ErrorKind::InvalidData));
+        assert_eq!(
+            (damaged.code(), damaged.kind()),
+            ("internal", ErrorKind::Internal)
+        );
+        assert!(damaged.withheld_message().is_some());
+        assert_eq!(OpsError::InvalidCursor.withheld_message(), None);
     }
 }

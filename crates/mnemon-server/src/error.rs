@@ -63,8 +63,11 @@ impl From<OpsError> for RestError {
             refused.code = error.code();
             return refused;
         }
-        if status == StatusCode::SERVICE_UNAVAILABLE {
+        if let Some(withheld) = error.withheld_message() {
+            // Paths, database hosts and users, the embedder's endpoint: the log's, not every
+            // key holder's (`OpsError::withheld_message`).
             tracing::warn!(%error, "a store or the embedder is unavailable");
+            return RestError::new(status, error.code(), withheld);
         }
         RestError::new(status, error.code(), error.to_string())
     }

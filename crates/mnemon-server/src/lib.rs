@@ -335,9 +335,12 @@ fn mcp_router(state: &AppState, allowed_hosts: Option<Vec<String>>) -> Router {
         principal.require(needed).map_err(denied)?;
         tenants.get(&principal.namespace).map_err(|e| {
             let message = if e.kind() == mnemon_ops::ErrorKind::Internal {
-                // The details (paths, hosts) go to the log, as REST's 500s do.
+                // The details (paths, hosts) go to the log, as REST's 500s and 503s do.
                 tracing::error!(error = %e, "cannot open the namespace's stores");
                 mnemon_mcp::INTERNAL_MESSAGE.to_owned()
+            } else if let Some(withheld) = e.withheld_message() {
+                tracing::warn!(error = %e, "cannot open the namespace's stores");
+                withheld.to_owned()
             } else {
                 e.to_string()
             };

@@ -1291,6 +1291,43 @@ fn a_missing_artifact_file_keeps_its_code() {
     assert!(!message.contains("plans/p.json"), "{message}");
 }
 
+/// Content that is there but cannot be read as text is damaged: a 500 whose message names no
+/// file (it was a 503 `storage_unavailable` that sent the file's absolute path to the caller,
+/// and told it to retry what retrying cannot mend).
+#[test]
+fn damaged_artifact_content_is_a_500_that_names_no_path() {
+    crypto();
+    let dir = tempfile::tempdir().unwrap();
+    let running = start(Stores::open(dir.path()).unwrap(), HostOptions::default());
+    let api = Api::new(&running);
+    let saved = ok(
+        api.post(
+            "/v1/artifacts",
+            json!({"scope": "chat-1", "key": "plan", "type": "plan", "name": "The plan",
+                   "content": "steps", "storage": "write_to_file", "storage_id": "plans/p.json"}),
+        ),
+        StatusCode::CREATED,
+    );
+    let id = saved["artifact"]["id"].as_str().unwrap().to_owned();
+    std::fs::write(dir.path().join("artifacts/plans/p.json"), [0xff, 0xfe]).unwrap();
+    let message = expect_error(
+        api.get(&format!("/v1/artifacts/{id}")),
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "internal",
+    );
+    let root = dir.path().to_string_lossy().into_owned();
+    assert!(
+        !message.contains("p.json") && !message.contains(&root),
+        "{message}"
+    );
+    // Nor does the ring of recent errors that every read key of the namespace sees.
+    let status = ok(api.get("/v1/status"), StatusCode::OK).to_string();
+    assert!(
+        !status.contains("plans/p.json") && status.contains("internal"),
+        "{status}"
+    );
+}
+
 #[test]
 fn every_route_on_postgres() {
     crypto();
@@ -1377,6 +1414,18 @@ fn readiness_fails_when_the_database_is_gone() {
         StatusCode::SERVICE_UNAVAILABLE,
         "not_ready",
     );
+    // A route's 503 says the storage is unavailable, and names neither the database nor its
+    // user and host (it sent the driver's whole error, `database "…" on … as user "…"`).
+    let message = expect_error(
+        api.get("/v1/assets"),
+        StatusCode::SERVICE_UNAVAILABLE,
+        "storage_unavailable",
+    );
+    assert!(
+        !message.contains(&name) && !message.contains("as user"),
+        "{message}"
+    );
+    assert!(message.contains("storage is unavailable"), "{message}");
 }
 
 #[test]

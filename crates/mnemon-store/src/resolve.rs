@@ -224,10 +224,30 @@ pub fn resolve_asset(asset: &Asset, reference: &AssetRef) -> Result<Value, Resol
             segment: next.to_string(),
         }),
         (None, _) => {
-            let root = asset.to_value();
-            let keys = root.as_map().map(|m| m.keys()).into_iter().flatten();
-            let keys: Vec<&String> = keys.collect();
-            Err(key_not_found(keys.into_iter(), reference, 0, &key))
+            // The keys of `Asset::to_value`, in its order, without building it: that copied the
+            // whole content only to name the fields, for every reference to an unknown one.
+            let known = [
+                ("asset_type", asset.asset_type.is_some()),
+                ("asset_id", true),
+                ("asset_name", asset.asset_name.is_some()),
+                ("description", asset.description.is_some()),
+                ("content_type", asset.content_type.is_some()),
+                ("content", true),
+            ];
+            let mut keys: Vec<String> = known
+                .iter()
+                .filter(|(_, present)| *present)
+                .map(|(name, _)| (*name).to_owned())
+                .collect();
+            // An extra field of a known name keeps that name's place (it shadows the field).
+            keys.extend(
+                asset
+                    .extra
+                    .keys()
+                    .filter(|k| !known.iter().any(|(name, present)| *present && name == k))
+                    .cloned(),
+            );
+            Err(key_not_found(keys.iter(), reference, 0, &key))
         }
     }
 }
@@ -396,11 +416,13 @@ mod tests {
             content in json_tree(),
             extra in json_tree(),
             name in proptest::option::of("[a-z]{0,3}"),
+            // An extra field may have a known field's name, present or not (it shadows it).
+            extra_name in prop_oneof![Just("x"), Just("asset_name"), Just("content_type"), Just("y")],
             mut field_path in path(),
         ) {
             let mut asset = Asset::new(Value::from_json(content)).with_id("p");
             asset.asset_name = name;
-            asset.extra.insert("x".into(), Value::from_json(extra));
+            asset.extra.insert(extra_name.into(), Value::from_json(extra));
             if let Some(first) = field_path.first_mut()
                 && let PathSegment::Key(k) = first
                     && k.is_empty() { *first = PathSegment::from("content"); }

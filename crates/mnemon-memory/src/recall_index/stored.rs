@@ -275,9 +275,19 @@ impl StoredIndexes {
                 inner: &inner,
                 thread_id,
             };
-            let (normalised, seqs) = normalised_rows(&vectors, dim);
+            let mut seqs = Vec::new();
+            let rows = || {
+                #[cfg(test)]
+                tests::NORMALISED_FOR
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .push(thread_id);
+                let (normalised, made) = normalised_rows(&vectors, dim);
+                seqs = made;
+                normalised
+            };
+            let built = BuiltIndex::build(0, rows, &|| inner.strong_count() == 0);
             drop(vectors);
-            let built = BuiltIndex::build(0, normalised, &|| inner.strong_count() == 0);
             let Some(inner) = inner.upgrade() else {
                 return;
             };
@@ -535,6 +545,47 @@ mod tests {
         drop(ix);
         // Before the fix the build ran to its end for nobody, and none was abandoned.
         assert!(wait_for_abandoned_builds(before) > before);
+    }
+
+    /// The threads whose rows a build has normalised (tests watch it).
+    pub(super) static NORMALISED_FOR: Mutex<Vec<i64>> = Mutex::new(Vec::new());
+
+    /// Builds run one at a time, and one waiting for its turn holds no normalised copy of its
+    /// rows: a search across many large threads starts a build for each, and every one of them
+    /// made its copy at once and held it while waiting.
+    #[test]
+    fn builds_waiting_their_turn_hold_no_copy() {
+        let ix = StoredIndexes::new(RecallIndexOptions {
+            min_messages: 0,
+            ef: Some(16),
+            background: true,
+        });
+        let threads: Vec<i64> = (9_001..9_004).collect();
+        let query = random_rows(1, 8, 9).remove(0).2;
+        let turn = super::super::BUILDS
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        for (i, &thread) in threads.iter().enumerate() {
+            let v = snapshot(1, &random_rows(500, 8, 20 + i as u64));
+            assert!(ix.candidates(thread, &v, 0, &query, 5).is_none());
+        }
+        // Time for the three build threads to start and, as before, to normalise their rows.
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        let normalised = |of: &[i64]| {
+            NORMALISED_FOR
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .iter()
+                .filter(|t| of.contains(t))
+                .count()
+        };
+        assert_eq!(normalised(&threads), 0);
+        drop(turn);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while normalised(&threads) < threads.len() {
+            assert!(std::time::Instant::now() < deadline, "the builds never ran");
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
     }
 
     #[test]
