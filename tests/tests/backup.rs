@@ -741,6 +741,77 @@ fn an_import_over_existing_records_is_refused_whole() {
     );
 }
 
+/// An artifact of the backup whose content location (a `write_to_file` path, chosen by the
+/// saver) holds another record's content in the target is a conflict: the import wrote over it,
+/// and the target's record then read the backup's content.
+#[test]
+fn an_import_over_another_records_content_file_is_refused_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let save = |handle: &Handle, name: &str, content: serde_json::Value| {
+        let artifact = Artifact::new("chat-9", "notes", "file", name)
+            .with_storage(StorageLocation::new("write_to_file", "notes/plan.md"));
+        let mnemon_artifacts::Storage::External { backend, .. } =
+            handle.backends().resolve("write_to_file").unwrap()
+        else {
+            panic!("write_to_file is not external")
+        };
+        handle
+            .artifacts()
+            .save_expiring(&artifact, Expiry::Never, &mut || {
+                backend.write("notes/plan.md", &content)
+            })
+            .unwrap();
+        artifact
+    };
+    let source = Handle::sqlite(&dir.path().join("source"));
+    save(&source, "theirs", json!("their plan"));
+    let file = dir.path().join("backup.jsonl");
+    mnemon_backup::export(&source, &file, &ExportOptions::default()).unwrap();
+    let target = Handle::sqlite(&dir.path().join("target"));
+    let mine = save(&target, "mine", json!("my plan"));
+    let error = mnemon_backup::import(&target, &file, &ImportOptions::default()).unwrap_err();
+    assert!(
+        matches!(error, BackupError::Conflicts { total: 1, .. }),
+        "{error}"
+    );
+    assert!(error.to_string().contains("notes/plan.md"), "{error}");
+    let kept = target.artifacts().get(mine.id).unwrap().unwrap();
+    assert_eq!(
+        target.backends().read_content(&kept).unwrap(),
+        Some(json!("my plan"))
+    );
+}
+
+/// A message holding fields of its own named `__expires_at` and `__embedding_model` (inside a
+/// `List`, an item's keys are its own) goes through a backup live: the export failed on a field
+/// that was not an integer, and a field `1` made the imported message expire in 1970.
+#[test]
+fn own_fields_named_like_stored_ones_go_through_a_backup() {
+    let dir = tempfile::tempdir().unwrap();
+    let source = Handle::sqlite(&dir.path().join("source"));
+    let own = |id: &str, expires: serde_json::Value| {
+        let item = json!({"__type": "Msg", "id": id, "name": "n", "content": id,
+                          "__expires_at": expires, "__embedding_model": 7});
+        MsgInput::Json(json!({"__type": "List", "__value": [item.to_string()]}))
+    };
+    let session = source.memory(Scope::session("own")).unwrap();
+    session
+        .add(vec![own("a", json!(1)), own("b", json!("x"))])
+        .unwrap();
+    let file = dir.path().join("backup.jsonl");
+    mnemon_backup::export(&source, &file, &ExportOptions::default()).unwrap();
+    let target = Handle::sqlite(&dir.path().join("target"));
+    mnemon_backup::import(&target, &file, &ImportOptions::default()).unwrap();
+    let imported = target.memory(Scope::session("own")).unwrap();
+    let ids: Vec<String> = imported
+        .get_memory(&Default::default())
+        .unwrap()
+        .iter()
+        .map(|m| m.id().to_owned())
+        .collect();
+    assert_eq!(ids, ["a", "b"]);
+}
+
 #[test]
 fn a_selection_exports_only_its_parts() {
     let dir = tempfile::tempdir().unwrap();

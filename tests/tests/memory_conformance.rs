@@ -1489,6 +1489,56 @@ mod summaries {
         all
     }
 
+    /// A message's own fields named `"__expires_at"` and `"__embedding_model"` (a message may
+    /// hold any extra field) are not taken for what the stored export carries under those
+    /// names: the export writes the store's own (`null` when it has none), so a backup's
+    /// round trip keeps the message live (its field `1` made it expire in 1970, and the next
+    /// sweep deleted it) and a field of another type does not stop the export of the thread.
+    pub(super) fn own_fields_named_like_stored_ones(stores: &dyn SummaryStores) {
+        use mnemon_memory::{ExportFormat, ExportOptions, ExportTarget, Exported};
+        let t0 = 1_700_000_000_000;
+        stores.clock().set(t0);
+        let s = scope(Some("u"), None, Some("own-fields"));
+        let memory = stores.memory("of", &s);
+        // Inside a `List`, an item's keys are its own fields (a plain object's are read as the
+        // stored ones, and refused when not of their type).
+        let own = |mut fields: serde_json::Value| {
+            fields["__type"] = json!("Msg");
+            json!({"__type": "List", "__value": [fields.to_string()]})
+        };
+        memory
+            .add(vec![
+                own(
+                    json!({"id": "a", "name": "n", "content": "one", "embedding": [1.0, 0.5, 0.25],
+                           "__expires_at": 1, "__embedding_model": 7}),
+                )
+                .into(),
+                own(
+                    json!({"id": "b", "name": "n", "content": "two", "embedding": [0.5, 1.0, 0.25],
+                           "__expires_at": "x"}),
+                )
+                .into(),
+            ])
+            .unwrap();
+        assert_eq!(every_read(&*memory), ["a", "b"]);
+        let options = ExportOptions {
+            include_marks: true,
+            format: ExportFormat::AgentScope00Stored,
+        };
+        let stored = match memory.export(ExportTarget::Json, &options).unwrap() {
+            Exported::Json(text) => text,
+            other => panic!("{other:?}"),
+        };
+        let copy = scope(Some("u"), None, Some("own-fields-copy"));
+        let loaded = stores.memory("of", &copy);
+        assert_eq!(
+            loaded.load(LoadSource::Json(stored), false).unwrap().added,
+            2
+        );
+        assert_eq!(every_read(&*loaded), ["a", "b"]);
+        assert_eq!(every_read(&*stores.fresh("of", &copy)), ["a", "b"]);
+    }
+
     /// Issue 14, item 7: the stored export layout (`ExportFormat::AgentScope00Stored`) carries
     /// each message's expiry and embedding model beside its fields and marks, the same through a
     /// handle that mirrors the thread and through a fresh one that streams its rows; loading it
@@ -3028,6 +3078,12 @@ mod sqlite_summaries {
     }
 
     #[test]
+    fn own_fields_named_like_stored_ones_sqlite() {
+        let dir = tempfile::tempdir().unwrap();
+        super::summaries::own_fields_named_like_stored_ones(&stores(&dir));
+    }
+
+    #[test]
     fn embedding_models_sqlite() {
         let dir = tempfile::tempdir().unwrap();
         super::summaries::embedding_models(&stores(&dir));
@@ -3440,6 +3496,13 @@ mod postgres_summaries {
             );
             super::summaries::stored_export_round_trip(&stores);
         }
+    }
+
+    #[test]
+    fn own_fields_named_like_stored_ones_postgres() {
+        let server = mnemon_tests::require_postgres!();
+        let stores = Stores::new(server.fresh_database("memory_own_fields").unwrap(), true, 0);
+        super::summaries::own_fields_named_like_stored_ones(&stores);
     }
 
     #[test]

@@ -303,16 +303,17 @@ impl<'de> Visitor<'de> for EachMessage<'_> {
         while let Some(mut message) =
             seq.next_element::<serde_json::Map<String, serde_json::Value>>()?
         {
-            // The memory writes these keys only when set, and always as an integer and a
-            // string; anything else would be its bug, and is refused rather than dropped.
+            // The memory writes these keys when set, as an integer and a string, and as
+            // `null` when unset but the message holds a field of that name itself; anything
+            // else would be its bug, and is refused rather than dropped.
             let expires_at = match message.remove(EXPIRES_KEY) {
-                None => None,
+                None | Some(serde_json::Value::Null) => None,
                 Some(value) => Some(value.as_i64().ok_or_else(|| {
                     serde::de::Error::custom(format!("{EXPIRES_KEY} is not an integer: {value}"))
                 })?),
             };
             let embedding_model = match message.remove(MODEL_KEY) {
-                None => None,
+                None | Some(serde_json::Value::Null) => None,
                 Some(serde_json::Value::String(model)) => Some(model),
                 Some(value) => {
                     return Err(serde::de::Error::custom(format!(

@@ -5,7 +5,7 @@ use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
-use mnemon_artifacts::Storage;
+use mnemon_artifacts::{ArtifactError, Storage};
 use mnemon_db::Expiry;
 use mnemon_memory::{LoadSource, Scope};
 use mnemon_types::Asset;
@@ -172,21 +172,30 @@ fn check(stores: &dyn NamespaceStores, path: &Path) -> Result<Verified, BackupEr
                         what: format!("artifact {}", artifact.id),
                     });
                 }
-                if stores
+                let taken = stores
                     .artifacts()
                     .expires_at(artifact.id)
                     .map_err(BackupError::Artifacts)?
-                    .is_some()
-                {
+                    .is_some();
+                if taken {
                     conflict(format!("artifact {}", artifact.id));
                 }
-                if let Some(location) = &artifact.storage
-                    && stores.backends().resolve(&location.backend).is_err()
-                {
-                    return Err(BackupError::NoBackend {
-                        id: artifact.id.to_string(),
-                        backend: location.backend.clone(),
-                    });
+                if let Some(location) = &artifact.storage {
+                    let Ok(storage) = stores.backends().resolve(&location.backend) else {
+                        return Err(BackupError::NoBackend {
+                            id: artifact.id.to_string(),
+                            backend: location.backend.clone(),
+                        });
+                    };
+                    // Storage ids are the saver's to choose (a file's path), so another
+                    // record of the target may hold content at the same place, which the
+                    // write pass would overwrite under it.
+                    if !taken && holds_content(&storage, &location.id)? {
+                        conflict(format!(
+                            "artifact {}'s content location {}:{}",
+                            artifact.id, location.backend, location.id
+                        ));
+                    }
                 }
             }
             Record::Thread(thread) => {
@@ -556,6 +565,19 @@ impl serde::Serialize for StoredMessage<'_> {
             map.serialize_entry(MODEL_KEY, model)?;
         }
         map.end()
+    }
+}
+
+/// Whether the target's `storage` already holds content under `id` (a storage backend has no
+/// cheaper question than a read; a location that holds nothing answers at once).
+fn holds_content(storage: &Storage, id: &str) -> Result<bool, BackupError> {
+    let Storage::External { backend, .. } = storage else {
+        return Ok(false);
+    };
+    match backend.read(id) {
+        Ok(_) => Ok(true),
+        Err(ArtifactError::ContentNotFound { .. }) => Ok(false),
+        Err(e) => Err(BackupError::Artifacts(e)),
     }
 }
 

@@ -87,8 +87,9 @@ pub enum ExportFormat {
     /// The 0.0.x layout of [`ExportFormat::AgentScope00`] carrying, besides, what the store
     /// keeps of each message outside the message itself: its expiry as an
     /// `"__expires_at"` key (milliseconds since the Unix epoch) and the model that made its
-    /// embedding as `"__embedding_model"`, each written only when set and placed after the
-    /// message's own keys, before `"__marks"`. [`Memory::load`](crate::Memory::load) restores
+    /// embedding as `"__embedding_model"`, each written when set (and as `null` when unset but
+    /// the message holds a field of that name itself, which a load would otherwise take for
+    /// the store's) and placed after the message's own keys, before `"__marks"`. [`Memory::load`](crate::Memory::load) restores
     /// both, so an export → load round trip keeps every stored field of a message; backups
     /// (`mnemon-backup`) are written through it (docs/reference/memory.md#exporting).
     AgentScope00Stored,

@@ -90,11 +90,26 @@ impl<W: Write> ExportWriter<W> {
                 let mut object = entry.full().to_json();
                 if let Value::Object(map) = &mut object {
                     if self.format == ExportFormat::AgentScope00Stored {
-                        if let Some(expires_at) = entry.expires_at {
-                            map.insert(EXPIRES_KEY.into(), expires_at.into());
+                        // Written when set, and as `null` when the message holds a field of
+                        // that name itself (any extra field is allowed): left there, a load
+                        // took it for the store's (a field `1` expired the message in 1970).
+                        match entry.expires_at {
+                            Some(expires_at) => {
+                                map.insert(EXPIRES_KEY.into(), expires_at.into());
+                            }
+                            None if map.contains_key(EXPIRES_KEY) => {
+                                map.insert(EXPIRES_KEY.into(), Value::Null);
+                            }
+                            None => {}
                         }
-                        if let Some(model) = &entry.embedding_model {
-                            map.insert(MODEL_KEY.into(), model.as_str().into());
+                        match &entry.embedding_model {
+                            Some(model) => {
+                                map.insert(MODEL_KEY.into(), model.as_str().into());
+                            }
+                            None if map.contains_key(MODEL_KEY) => {
+                                map.insert(MODEL_KEY.into(), Value::Null);
+                            }
+                            None => {}
                         }
                     }
                     if let Some(marks) = marks {

@@ -167,6 +167,11 @@ pub enum OpsError {
     Open(OpenError),
 }
 
+/// What a remote caller is told of a storage failure ([`OpsError::withheld_message`]).
+pub(crate) const STORAGE_UNAVAILABLE: &str = "the storage is unavailable (the database could not \
+     be reached, or a file could not be read or written); retrying may work, and the server's \
+     log has the details";
+
 impl OpsError {
     /// An [`OpsError::InvalidInput`] with this message.
     pub fn invalid(message: impl Into<String>) -> OpsError {
@@ -274,11 +279,10 @@ impl OpsError {
     pub fn withheld_message(&self) -> Option<&'static str> {
         match self.kind() {
             ErrorKind::Unavailable if self.code() == "embedder_failed" => Some(
-                "the embedder failed: it could not be reached, or it refused the text (too long,                  or empty); retrying may work, and the server's log has the details",
+                "the embedder failed: it could not be reached, or it refused the text (too \
+                 long, for one); retrying may work, and the server's log has the details",
             ),
-            ErrorKind::Unavailable => Some(
-                "the storage is unavailable (the database could not be reached, or a file could                  not be read or written); retrying may work, and the server's log has the                  details",
-            ),
+            ErrorKind::Unavailable => Some(STORAGE_UNAVAILABLE),
             ErrorKind::Internal => Some("internal error; the server's log has the details"),
             _ => None,
         }
@@ -434,6 +438,7 @@ mod tests {
         for error in &withheld {
             assert_eq!(error.kind(), ErrorKind::Unavailable, "{error}");
             let sent = error.withheld_message().unwrap();
+            assert!(!sent.contains("  "), "{sent}");
             for secret in [
                 "/srv/mnemon",
                 "db.internal",

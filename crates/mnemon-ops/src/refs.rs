@@ -138,11 +138,22 @@ impl Service {
             unresolved: rendered
                 .unresolved
                 .into_iter()
-                .map(|u| UnresolvedMarker {
-                    start: u.span.start,
-                    end: u.span.end,
-                    marker: u.marker,
-                    message: u.error.to_string(),
+                .map(|u| {
+                    // A marker left because the storage failed: as an operation's 503, its
+                    // details (the database's host and user, a file) are the log's
+                    // (`OpsError::withheld_message`); the caller's own mistakes say what to fix.
+                    let message = if u.error.is_caller_error() {
+                        u.error.to_string()
+                    } else {
+                        tracing::warn!(error = %u.error, "a marker was left: the storage failed");
+                        crate::error::STORAGE_UNAVAILABLE.to_owned()
+                    };
+                    UnresolvedMarker {
+                        start: u.span.start,
+                        end: u.span.end,
+                        marker: u.marker,
+                        message,
+                    }
                 })
                 .collect(),
         })

@@ -3,55 +3,105 @@
 //! A render or a parameter substitution resolves each distinct reference once, but distinct
 //! references into one asset (`asset://big/content/k0` … `k9999`) each read and parsed the
 //! whole asset: within the reference limit, one call of a few hundred kilobytes could parse a
-//! 2 MB asset ten thousand times. [`Fetched`] keeps each asset read, up to [`KEPT_BYTES`] of
-//! them (measured as their content's JSON), and resolves further references in it in memory.
+//! 2 MB asset ten thousand times. [`Fetched`] keeps the assets read, up to [`KEPT_BYTES`] of
+//! memory (their trees, measured by [`tree_cost`]), dropping the least recently used past it,
+//! and resolves further references in them in memory. An asset larger than the whole budget is
+//! kept alone: it is in memory while a reference into it resolves anyway, and reading it again
+//! for each further reference is what the cache is for.
+//!
+//! The budget was once counted in bytes of JSON, which a tree exceeds up to about 40 times, so
+//! 32 assets of 2 MB each were all kept (gigabytes) by one call; and once it was spent, every
+//! asset read afterwards was read again for each reference into it.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use mnemon_store::{AssetStore, ResolveError, StoreError, resolve_asset};
 use mnemon_types::{Asset, AssetRef, Value};
 
-use crate::size::json_len;
+use crate::size::tree_cost;
 
-/// The most bytes of assets (their content as JSON) one call keeps: past it, an asset not yet
-/// kept is read for each reference into it, as before.
-const KEPT_BYTES: usize = 64 << 20;
+/// The most memory the assets one call keeps may take, as [`tree_cost`] measures it.
+const KEPT_BYTES: usize = 256 << 20;
+
+/// What a missing asset's entry costs (its id and slot), so that a call naming many missing
+/// assets is bounded too.
+const MISSING_COST: usize = 64;
 
 /// The assets one call has read (or found missing), over its store.
 pub(crate) struct Fetched<'a> {
     store: &'a dyn AssetStore,
-    /// Each asset read, or `None` for one the store does not hold.
-    kept: HashMap<String, Option<Asset>>,
-    /// Bytes of [`KEPT_BYTES`] not yet used.
-    room: usize,
+    /// Each asset read (`None` for one the store does not hold), its cost and when it was last
+    /// used.
+    kept: HashMap<String, Kept>,
+    /// The kept assets' ids by when they were last used, oldest first.
+    by_use: BTreeMap<u64, String>,
+    /// The kept assets' total cost.
+    used: usize,
+    /// The most [`used`](Self::used) may be, unless one asset alone takes more.
+    budget: usize,
+    /// Counts uses, for [`by_use`](Self::by_use).
+    clock: u64,
+}
+
+struct Kept {
+    asset: Option<Asset>,
+    cost: usize,
+    used_at: u64,
 }
 
 impl<'a> Fetched<'a> {
     /// Nothing read yet from `store`.
     pub(crate) fn new(store: &'a dyn AssetStore) -> Fetched<'a> {
+        Fetched::with_budget(store, KEPT_BYTES)
+    }
+
+    /// As [`new`](Self::new), keeping at most `budget` bytes of assets.
+    fn with_budget(store: &'a dyn AssetStore, budget: usize) -> Fetched<'a> {
         Fetched {
             store,
             kept: HashMap::new(),
-            room: KEPT_BYTES,
+            by_use: BTreeMap::new(),
+            used: 0,
+            budget,
+            clock: 0,
         }
     }
 
     /// The value `reference` points at, as [`AssetStore::resolve`] gives it, reading its asset
     /// only if this call has not kept it. A storage failure is not kept: it may pass.
     pub(crate) fn resolve(&mut self, reference: &AssetRef) -> Result<Value, StoreError> {
-        if let Some(kept) = self.kept.get(&reference.asset_id) {
-            return resolve_in(kept.as_ref(), reference);
+        self.clock += 1;
+        if let Some(kept) = self.kept.get_mut(&reference.asset_id) {
+            self.by_use.remove(&kept.used_at);
+            kept.used_at = self.clock;
+            self.by_use.insert(self.clock, reference.asset_id.clone());
+            return resolve_in(kept.asset.as_ref(), reference);
         }
         let asset = self.store.get(&reference.asset_id)?;
         let resolved = resolve_in(asset.as_ref(), reference);
-        let size = match &asset {
-            Some(asset) => json_len(&asset.content, self.room),
-            None => Some(0),
+        // Past the budget the cost is the budget: such an asset is kept alone.
+        let cost = match &asset {
+            Some(asset) => tree_cost(&asset.content, self.budget).unwrap_or(self.budget),
+            None => MISSING_COST,
         };
-        if let Some(size) = size {
-            self.room -= size;
-            self.kept.insert(reference.asset_id.clone(), asset);
+        while self.used.saturating_add(cost) > self.budget {
+            let Some((_, oldest)) = self.by_use.pop_first() else {
+                break;
+            };
+            if let Some(dropped) = self.kept.remove(&oldest) {
+                self.used -= dropped.cost;
+            }
         }
+        self.used += cost;
+        self.by_use.insert(self.clock, reference.asset_id.clone());
+        self.kept.insert(
+            reference.asset_id.clone(),
+            Kept {
+                asset,
+                cost,
+                used_at: self.clock,
+            },
+        );
         resolved
     }
 }
@@ -93,5 +143,59 @@ mod tests {
         let absent: AssetRef = "asset://big/content/nothing".parse().unwrap();
         assert!(fetched.resolve(&absent).is_err());
         assert_eq!(store.reads(), 2);
+    }
+
+    fn asset(id: &str, content: serde_json::Value) -> Asset {
+        Asset::new(Value::from_json(content)).with_id(id)
+    }
+
+    fn reference(text: &str) -> AssetRef {
+        text.parse().unwrap()
+    }
+
+    /// What is kept is measured as trees: two arrays of 2,000 zeros take 4 KB of JSON each but
+    /// over 64 KB of memory, so a budget of 100 KB keeps one of them, not both (measured as
+    /// JSON, 32 assets of 2 MB, gigabytes of trees, were all kept by one call).
+    #[test]
+    fn kept_assets_are_measured_as_trees() {
+        let zeros = serde_json::json!(vec![0; 2_000]);
+        let store = CountingStore::with(&[asset("a", zeros.clone()), asset("b", zeros)]);
+        let mut fetched = Fetched::with_budget(&store, 100_000);
+        for id in ["a", "b", "a"] {
+            fetched
+                .resolve(&reference(&format!("asset://{id}/content/0")))
+                .unwrap();
+        }
+        assert_eq!(store.reads(), 3, "a was dropped to keep b");
+        assert!(fetched.used <= 100_000, "{}", fetched.used);
+    }
+
+    /// Once the budget is spent, a newly read asset takes the place of the least recently used
+    /// ones (alone, when it is larger than the whole budget): a thousand references into it
+    /// read it once. They read it a thousand times when the spent budget kept nothing more.
+    #[test]
+    fn a_spent_budget_makes_room_for_the_asset_in_use() {
+        let keys: serde_json::Map<String, serde_json::Value> = (0..1_000)
+            .map(|k| (format!("k{k}"), serde_json::json!(k)))
+            .collect();
+        let filler = serde_json::json!("x".repeat(3_000));
+        let store = CountingStore::with(&[
+            asset("f1", filler.clone()),
+            asset("f2", filler),
+            asset("tree", serde_json::Value::Object(keys)),
+        ]);
+        let mut fetched = Fetched::with_budget(&store, 8_000);
+        fetched.resolve(&reference("asset://f1/content")).unwrap();
+        fetched.resolve(&reference("asset://f2/content")).unwrap();
+        for k in 0..1_000 {
+            let found = fetched
+                .resolve(&reference(&format!("asset://tree/content/k{k}")))
+                .unwrap();
+            assert_eq!(found, Value::from_json(serde_json::json!(k)));
+        }
+        assert_eq!(store.reads(), 3);
+        // Most recently used first: f2 is kept again only by reading it again.
+        fetched.resolve(&reference("asset://f2/content")).unwrap();
+        assert_eq!(store.reads(), 4);
     }
 }

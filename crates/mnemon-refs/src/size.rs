@@ -13,6 +13,47 @@ pub(crate) fn json_len(value: &Value, max: usize) -> Option<usize> {
     Some(len.total)
 }
 
+/// About how many bytes of memory `value`'s tree takes, or `None` as soon as that is more than
+/// `max`: each node's [`Value`], each map entry's key with its slot, each string's and byte
+/// buffer's bytes (an in-process object counts its `Value` only: it is shared). Its JSON can be
+/// twenty times smaller (an array of zeros takes two bytes of JSON per element and a whole
+/// `Value` in memory), so what a call keeps in memory is measured with this, not [`json_len`].
+pub(crate) fn tree_cost(value: &Value, max: usize) -> Option<usize> {
+    let mut cost = Cost { total: 0, max };
+    cost.value(value)?;
+    Some(cost.total)
+}
+
+/// A running [`tree_cost`] that gives up once it is past `max`.
+struct Cost {
+    total: usize,
+    max: usize,
+}
+
+impl Cost {
+    fn add(&mut self, n: usize) -> Option<()> {
+        self.total = self.total.checked_add(n)?;
+        (self.total <= self.max).then_some(())
+    }
+
+    fn value(&mut self, value: &Value) -> Option<()> {
+        self.add(std::mem::size_of::<Value>())?;
+        match value {
+            Value::String(s) => self.add(s.len()),
+            Value::Bytes(b) => self.add(b.data().len()),
+            Value::Array(items) => items.iter().try_for_each(|item| self.value(item)),
+            Value::Map(map) => map.iter().try_for_each(|(k, v)| {
+                // The key, and the map's entry and index slot beside the value.
+                self.add(
+                    std::mem::size_of::<String>() + k.len() + 2 * std::mem::size_of::<usize>(),
+                )?;
+                self.value(v)
+            }),
+            Value::Null | Value::Bool(_) | Value::Number(_) | Value::Object(_) => Some(()),
+        }
+    }
+}
+
 /// The length of `s` written as a JSON string (quotes and escapes included).
 pub(crate) fn json_str_len(s: &str) -> usize {
     2 + s.bytes().map(escaped_len).sum::<usize>()
@@ -130,6 +171,16 @@ mod tests {
                     .prop_map(|kv| Value::Map(kv.into_iter().collect::<Map>())),
             ]
         })
+    }
+
+    #[test]
+    fn tree_cost_counts_nodes_not_json() {
+        let zeros = Value::from_json(json!(vec![0; 10_000]));
+        let cost = tree_cost(&zeros, usize::MAX).unwrap();
+        assert!(cost > 10_000 * std::mem::size_of::<Value>(), "{cost}");
+        assert!(cost > 10 * json_len(&zeros, usize::MAX).unwrap(), "{cost}");
+        assert_eq!(tree_cost(&zeros, cost), Some(cost));
+        assert_eq!(tree_cost(&zeros, cost - 1), None);
     }
 
     proptest! {

@@ -1426,6 +1426,22 @@ fn readiness_fails_when_the_database_is_gone() {
         "{message}"
     );
     assert!(message.contains("storage is unavailable"), "{message}");
+    // Nor does a marker that a render leaves because the storage failed (the answer is a 200
+    // that lists it, and its message was the driver's whole error).
+    let rendered = ok(
+        api.post(
+            "/v1/refs/render",
+            json!({"text": "see <|asset://a/content|>"}),
+        ),
+        StatusCode::OK,
+    );
+    let left = rendered["unresolved"][0]["message"].as_str().unwrap();
+    assert!(
+        !left.contains(&name)
+            && !left.contains("as user")
+            && left.contains("storage is unavailable"),
+        "{rendered}"
+    );
 }
 
 #[test]

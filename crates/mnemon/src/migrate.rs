@@ -45,6 +45,19 @@ pub enum CopyError {
         /// The backend's name.
         backend: String,
     },
+    /// An artifact's content location (a `write_to_file` path, the saver's to choose) already
+    /// holds other content in the target.
+    #[error(
+        "artifact {id}'s content location {location} already holds other content in the target \
+         (another record's, or a file left there): the copy stops rather than write over it; \
+         move that file away, or copy into another files root (--to-files)"
+    )]
+    ContentTaken {
+        /// The artifact's id.
+        id: String,
+        /// The location, as `backend:storage id`.
+        location: String,
+    },
     /// Reading or writing memory failed.
     #[error("copying memory thread {scope} failed: {error}")]
     Memory {
@@ -247,9 +260,30 @@ pub fn copy(from: &Mnemon, to: &Mnemon) -> Result<CopyReport, CopyError> {
                     .map_err(CopyError::Artifacts)?,
                 None => None,
             };
+            // What the target holds at the location already: the same content (a files root
+            // both ends share) is left as it is; other content is another record's, which the
+            // write would replace under it.
+            let in_place = match (&external, &content) {
+                (Some((backend, storage_id)), Some(content)) => match backend.read(storage_id) {
+                    Ok(held) if held == *content => true,
+                    Ok(_) => {
+                        return Err(CopyError::ContentTaken {
+                            id: artifact.id.to_string(),
+                            location: artifact
+                                .storage
+                                .as_ref()
+                                .map(|l| format!("{}:{}", l.backend, l.id))
+                                .unwrap_or_default(),
+                        });
+                    }
+                    Err(ArtifactError::ContentNotFound { .. }) => false,
+                    Err(e) => return Err(CopyError::Artifacts(e)),
+                },
+                _ => false,
+            };
             to.artifacts()
                 .save_expiring(&artifact, expiry, &mut || match (&external, &content) {
-                    (Some((backend, storage_id)), Some(content)) => {
+                    (Some((backend, storage_id)), Some(content)) if !in_place => {
                         backend.write(storage_id, content)
                     }
                     _ => Ok(()),

@@ -324,3 +324,40 @@ fn expiries_and_embedding_models_survive_a_copy() {
         );
     }
 }
+
+/// An artifact whose content location (a `write_to_file` path, the saver's to choose) holds
+/// another record's content in the target stops the copy: it was written over, and the
+/// target's record then read the source's content.
+#[test]
+fn a_copy_does_not_write_over_another_records_content() {
+    use mnemon::artifacts::{Expiry, Storage};
+    use mnemon::types::artifact::StorageLocation;
+    let dir = tempfile::tempdir().unwrap();
+    let save = |mnemon: &Mnemon, name: &str, content: serde_json::Value| {
+        let artifact = Artifact::new("chat-9", "notes", "file", name)
+            .with_storage(StorageLocation::new("write_to_file", "notes/plan.md"));
+        let Storage::External { backend, .. } = mnemon.backends().resolve("write_to_file").unwrap()
+        else {
+            panic!("write_to_file is not external")
+        };
+        mnemon
+            .artifacts()
+            .save_expiring(&artifact, Expiry::Never, &mut || {
+                backend.write("notes/plan.md", &content)
+            })
+            .unwrap();
+        artifact
+    };
+    let source = Mnemon::open(dir.path().join("a")).unwrap();
+    save(&source, "theirs", json!("their plan"));
+    let target = Mnemon::open(dir.path().join("b")).unwrap();
+    let mine = save(&target, "mine", json!("my plan"));
+    let error = copy(&source, &target).unwrap_err();
+    assert!(matches!(error, CopyError::ContentTaken { .. }), "{error}");
+    assert!(error.to_string().contains("notes/plan.md"), "{error}");
+    let kept = target.artifacts().get(mine.id).unwrap().unwrap();
+    assert_eq!(
+        target.backends().read_content(&kept).unwrap(),
+        Some(json!("my plan"))
+    );
+}

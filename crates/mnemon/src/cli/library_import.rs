@@ -74,8 +74,9 @@ fn build_embedder(args: &ImportArgs) -> Result<Box<dyn Embedder>, CliError> {
                 (Some(model), dimension) => {
                     let e = HashingEmbedder::from_model_name(model).ok_or_else(|| {
                         CliError::input(anyhow!(
-                            "--model {model:?} is not a hashing model; use a name such as \
-                             mnemon:hashing-v1-512, or --dimension"
+                            "--model {model:?} is not a hashing model of 1 to {} dimensions; \
+                             use a name such as mnemon:hashing-v1-512, or --dimension",
+                            HashingEmbedder::MAX_DIMENSION
                         ))
                     })?;
                     if dimension.is_some_and(|d| d != e.dimension()) {
