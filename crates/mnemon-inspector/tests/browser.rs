@@ -545,24 +545,45 @@ fn every_page(
 /// A page that fails to load leaves the pager usable where it was: before, both buttons stayed
 /// disabled after one failed load (a busy server, a cursor gone stale) until the user left the
 /// page. A malformed escape in the address shows an error instead of nothing.
-#[test]
-fn a_failed_page_load_leaves_the_pager_usable() {
-    let Some((chromium, driver)) = webdriver::find() else {
-        return;
-    };
+/// A server over a fresh data directory, the browser to drive and an HTTP client; `None` when
+/// no browser is installed (`webdriver::find` says so).
+struct Fresh {
+    chromium: PathBuf,
+    driver: PathBuf,
+    _dir: tempfile::TempDir,
+    running: crate::support::Running,
+    client: reqwest::blocking::Client,
+}
+
+fn fresh() -> Option<Fresh> {
+    let (chromium, driver) = webdriver::find()?;
     let dir = tempfile::tempdir().unwrap();
     let running = start(mnemon_ops::Stores::open(dir.path()).unwrap());
     crate::support::crypto();
-    let client = reqwest::blocking::Client::new();
+    Some(Fresh {
+        chromium,
+        driver,
+        _dir: dir,
+        running,
+        client: reqwest::blocking::Client::new(),
+    })
+}
+
+#[test]
+fn a_failed_page_load_leaves_the_pager_usable() {
+    let Some(fresh) = fresh() else {
+        return;
+    };
+    let (running, client) = (&fresh.running, &fresh.client);
     for i in 0..60 {
         call(
-            &client,
+            client,
             Method::PUT,
             &format!("{}/v1/assets/a{i:02}", running.rest),
             Some(json!({"content": {"n": i}})),
         );
     }
-    let browser = Browser::start(&chromium, &driver);
+    let browser = Browser::start(&fresh.chromium, &fresh.driver);
     browser.goto(&format!("{}/ui/#/assets", running.base));
     browser.wait_for("document.querySelectorAll('#asset-list li').length === 50");
     let pager = "Array.from(document.querySelectorAll('#main .bar')).pop()";
@@ -603,22 +624,19 @@ fn a_failed_page_load_leaves_the_pager_usable() {
 /// vanished from the page.
 #[test]
 fn fields_named_proto_are_shown() {
-    let Some((chromium, driver)) = webdriver::find() else {
+    let Some(fresh) = fresh() else {
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
-    let running = start(mnemon_ops::Stores::open(dir.path()).unwrap());
-    crate::support::crypto();
-    let client = reqwest::blocking::Client::new();
+    let (running, client) = (&fresh.running, &fresh.client);
     call(
-        &client,
+        client,
         Method::POST,
         &format!("{}/v1/memory/sessions/proto/messages", running.rest),
         Some(json!({"messages": [{"name": "user", "role": "user",
             "content": {"shown": 1, "__proto__": {"hidden": "kept in the content"}},
             "__proto__": {"hidden": "kept as an extra field"}}]})),
     );
-    let browser = Browser::start(&chromium, &driver);
+    let browser = Browser::start(&fresh.chromium, &fresh.driver);
     browser.goto(&format!("{}/ui/#/session/proto", running.base));
     browser.wait_for("document.querySelectorAll('#messages .card').length === 1");
     let card = browser.js("return document.querySelector('#messages .card').textContent;");
@@ -634,25 +652,22 @@ fn fields_named_proto_are_shown() {
 /// record under its name.
 #[test]
 fn an_asset_named_dot_is_not_shown_with_another_ones_content() {
-    let Some((chromium, driver)) = webdriver::find() else {
+    let Some(fresh) = fresh() else {
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
-    let running = start(mnemon_ops::Stores::open(dir.path()).unwrap());
-    crate::support::crypto();
-    let client = reqwest::blocking::Client::new();
+    let (running, client) = (&fresh.running, &fresh.client);
     for (id, marker) in [
         ("content", "the asset named content"),
         (".", "the asset named dot"),
     ] {
         call(
-            &client,
+            client,
             Method::POST,
             &format!("{}/v1/assets", running.rest),
             Some(json!({"asset_id": id, "asset_type": "note", "content": {"marker": marker}})),
         );
     }
-    let browser = Browser::start(&chromium, &driver);
+    let browser = Browser::start(&fresh.chromium, &fresh.driver);
     browser.goto(&format!("{}/ui/#/asset/.", running.base));
     browser.wait_for(
         "document.querySelector('#main').textContent.includes('cannot be read over HTTP')",

@@ -610,6 +610,37 @@ pub(crate) mod tests {
         }
     }
 
+    /// The recall@10 of the index (which must answer, with 10 messages) against the exact scan
+    /// over `queries` (the queries of seeds 7, 1007, 2007, …: the first near one of the
+    /// messages' centres, the others near random points), each scaled by `scale`; `check` sees
+    /// each query's messages found.
+    fn recall_at_10(
+        state: &ThreadState,
+        index: &RecallIndexOptions,
+        queries: u64,
+        scale: f32,
+        check: impl Fn(&[f32], &[Retrieved]),
+    ) -> f64 {
+        let o = options(10, None);
+        let (mut hit, mut wanted) = (0, 0);
+        for seed in 0..queries {
+            let (_, query) = thread(0, 32, 1, 7 + 1000 * seed);
+            let query: Vec<f32> = query.iter().map(|x| x * scale).collect();
+            assert!(query.iter().all(|x| x.is_finite()));
+            assert!(answers(state, &query, 10, index));
+            let truth = exact(state, &query, &o);
+            let got = indexed(state, &query, &o, index);
+            assert_eq!(got.len(), 10);
+            check(&query, &got);
+            wanted += truth.len();
+            hit += got
+                .iter()
+                .filter(|r| truth.iter().any(|t| t.index == r.index))
+                .count();
+        }
+        hit as f64 / wanted as f64
+    }
+
     #[test]
     fn a_narrow_beam_finds_nearly_every_neighbour_with_exact_scores() {
         let (state, _) = thread(4_000, 32, 1, 7);
@@ -617,28 +648,13 @@ pub(crate) mod tests {
             ef: None,
             ..inline(0)
         };
-        let (mut hit, mut wanted) = (0, 0);
-        for seed in 0..20 {
-            // The first query is near one of the messages' centres, the others near random
-            // points (their own seeds' centres).
-            let (_, query) = thread(0, 32, 1, 7 + 1000 * seed);
-            assert!(answers(&state, &query, 10, &index));
-            let o = options(10, None);
-            let truth = exact(&state, &query, &o);
-            let got = indexed(&state, &query, &o, &index);
-            assert_eq!(got.len(), 10);
-            let all = exact(&state, &query, &options(4_000, None));
-            for r in &got {
+        let recall = recall_at_10(&state, &index, 20, 1.0, |query, got| {
+            let all = exact(&state, query, &options(4_000, None));
+            for r in got {
                 let score = all.iter().find(|e| e.index == r.index).map(|e| e.score);
                 assert_eq!(score, Some(r.score));
             }
-            wanted += truth.len();
-            hit += got
-                .iter()
-                .filter(|r| truth.iter().any(|t| t.index == r.index))
-                .count();
-        }
-        let recall = hit as f64 / wanted as f64;
+        });
         assert!(recall >= 0.95, "recall@10 {recall}");
     }
 
@@ -655,22 +671,7 @@ pub(crate) mod tests {
             ..inline(0)
         };
         let o = options(10, None);
-        let (mut hit, mut wanted) = (0, 0);
-        for seed in 0..10 {
-            let (_, query) = thread(0, 32, 1, 7 + 1000 * seed);
-            let huge: Vec<f32> = query.iter().map(|x| x * 1e37).collect();
-            assert!(huge.iter().all(|x| x.is_finite()));
-            assert!(answers(&state, &huge, 10, &index));
-            let truth = exact(&state, &huge, &o);
-            let got = indexed(&state, &huge, &o, &index);
-            assert_eq!(got.len(), 10);
-            wanted += truth.len();
-            hit += got
-                .iter()
-                .filter(|r| truth.iter().any(|t| t.index == r.index))
-                .count();
-        }
-        let recall = hit as f64 / wanted as f64;
+        let recall = recall_at_10(&state, &index, 10, 1e37, |_, _| {});
         assert!(recall >= 0.95, "recall@10 of huge queries {recall}");
         let zero = vec![0.0; 32];
         assert!(!answers(&state, &zero, 10, &index));

@@ -1264,11 +1264,9 @@ fn every_route_on_sqlite() {
     openapi_lists_every_route(&api);
 }
 
-/// An artifact whose file went missing is a fault of the service (500), but of a kind the
-/// client can act on: the answer used to say `internal`, where rest.md promises
-/// `artifact_content_missing` (the details, the storage id and backend, stay in the log).
-#[test]
-fn a_missing_artifact_file_keeps_its_code() {
+/// A server over a fresh data directory holding one artifact whose content is the file
+/// `artifacts/plans/p.json`: the directory, the server, its client and the artifact's id.
+fn a_saved_plan_file() -> (tempfile::TempDir, Running, Api, String) {
     crypto();
     let dir = tempfile::tempdir().unwrap();
     let running = start(Stores::open(dir.path()).unwrap(), HostOptions::default());
@@ -1282,6 +1280,15 @@ fn a_missing_artifact_file_keeps_its_code() {
         StatusCode::CREATED,
     );
     let id = saved["artifact"]["id"].as_str().unwrap().to_owned();
+    (dir, running, api, id)
+}
+
+/// An artifact whose file went missing is a fault of the service (500), but of a kind the
+/// client can act on: the answer used to say `internal`, where rest.md promises
+/// `artifact_content_missing` (the details, the storage id and backend, stay in the log).
+#[test]
+fn a_missing_artifact_file_keeps_its_code() {
+    let (dir, _running, api, id) = a_saved_plan_file();
     std::fs::remove_file(dir.path().join("artifacts/plans/p.json")).unwrap();
     let message = expect_error(
         api.get(&format!("/v1/artifacts/{id}")),
@@ -1296,19 +1303,7 @@ fn a_missing_artifact_file_keeps_its_code() {
 /// and told it to retry what retrying cannot mend).
 #[test]
 fn damaged_artifact_content_is_a_500_that_names_no_path() {
-    crypto();
-    let dir = tempfile::tempdir().unwrap();
-    let running = start(Stores::open(dir.path()).unwrap(), HostOptions::default());
-    let api = Api::new(&running);
-    let saved = ok(
-        api.post(
-            "/v1/artifacts",
-            json!({"scope": "chat-1", "key": "plan", "type": "plan", "name": "The plan",
-                   "content": "steps", "storage": "write_to_file", "storage_id": "plans/p.json"}),
-        ),
-        StatusCode::CREATED,
-    );
-    let id = saved["artifact"]["id"].as_str().unwrap().to_owned();
+    let (dir, _running, api, id) = a_saved_plan_file();
     std::fs::write(dir.path().join("artifacts/plans/p.json"), [0xff, 0xfe]).unwrap();
     let message = expect_error(
         api.get(&format!("/v1/artifacts/{id}")),
