@@ -780,6 +780,12 @@ fn an_import_over_another_records_content_file_is_refused_whole() {
         target.backends().read_content(&kept).unwrap(),
         Some(json!("my plan"))
     );
+    // The same content there (the record's own file, left when it was deleted) is no conflict.
+    let restored = Handle::sqlite(&dir.path().join("restored"));
+    save(&restored, "left", json!("their plan"));
+    let left = restored.artifacts().list("chat-9", None).unwrap();
+    restored.artifacts().delete(left[0].id).unwrap();
+    mnemon_backup::import(&restored, &file, &ImportOptions::default()).unwrap();
 }
 
 /// A message holding fields of its own named `__expires_at` and `__embedding_model` (inside a

@@ -189,10 +189,12 @@ fn check(stores: &dyn NamespaceStores, path: &Path) -> Result<Verified, BackupEr
                     };
                     // Storage ids are the saver's to choose (a file's path), so another
                     // record of the target may hold content at the same place, which the
-                    // write pass would overwrite under it.
-                    if !taken && holds_content(&storage, &location.id)? {
+                    // write pass would overwrite under it. The same content (a file left by
+                    // the record itself, deleted since) is written over harmlessly.
+                    if !taken && holds_other(&storage, &location.id, record.content.as_ref())? {
                         conflict(format!(
-                            "artifact {}'s content location {}:{}",
+                            "artifact {}'s content location {}:{} (it holds other content: \
+                             move that file away)",
                             artifact.id, location.backend, location.id
                         ));
                     }
@@ -568,14 +570,19 @@ impl serde::Serialize for StoredMessage<'_> {
     }
 }
 
-/// Whether the target's `storage` already holds content under `id` (a storage backend has no
-/// cheaper question than a read; a location that holds nothing answers at once).
-fn holds_content(storage: &Storage, id: &str) -> Result<bool, BackupError> {
+/// Whether the target's `storage` already holds content under `id` other than `content` (a
+/// storage backend has no cheaper question than a read; a location that holds nothing answers
+/// at once).
+fn holds_other(
+    storage: &Storage,
+    id: &str,
+    content: Option<&serde_json::Value>,
+) -> Result<bool, BackupError> {
     let Storage::External { backend, .. } = storage else {
         return Ok(false);
     };
     match backend.read(id) {
-        Ok(_) => Ok(true),
+        Ok(held) => Ok(Some(&held) != content),
         Err(ArtifactError::ContentNotFound { .. }) => Ok(false),
         Err(e) => Err(BackupError::Artifacts(e)),
     }

@@ -542,19 +542,17 @@ fn every_page(
     assert_no_xss(&browser);
 }
 
-/// A page that fails to load leaves the pager usable where it was: before, both buttons stayed
-/// disabled after one failed load (a busy server, a cursor gone stale) until the user left the
-/// page. A malformed escape in the address shows an error instead of nothing.
-/// A server over a fresh data directory, the browser to drive and an HTTP client; `None` when
-/// no browser is installed (`webdriver::find` says so).
+/// A server over a fresh data directory, the browser to drive and an HTTP client. The fields
+/// drop in order: the server stops before its directory is removed.
 struct Fresh {
     chromium: PathBuf,
     driver: PathBuf,
-    _dir: tempfile::TempDir,
     running: crate::support::Running,
     client: reqwest::blocking::Client,
+    _dir: tempfile::TempDir,
 }
 
+/// A [`Fresh`] server, or `None` when no browser is installed (`webdriver::find` says so).
 fn fresh() -> Option<Fresh> {
     let (chromium, driver) = webdriver::find()?;
     let dir = tempfile::tempdir().unwrap();
@@ -569,6 +567,9 @@ fn fresh() -> Option<Fresh> {
     })
 }
 
+/// A page that fails to load leaves the pager usable where it was: before, both buttons stayed
+/// disabled after one failed load (a busy server, a cursor gone stale) until the user left the
+/// page. A malformed escape in the address shows an error instead of nothing.
 #[test]
 fn a_failed_page_load_leaves_the_pager_usable() {
     let Some(fresh) = fresh() else {

@@ -168,7 +168,7 @@ pub enum OpsError {
 }
 
 /// What a remote caller is told of a storage failure ([`OpsError::withheld_message`]).
-pub(crate) const STORAGE_UNAVAILABLE: &str = "the storage is unavailable (the database could not \
+const STORAGE_UNAVAILABLE: &str = "the storage is unavailable (the database could not \
      be reached, or a file could not be read or written); retrying may work, and the server's \
      log has the details";
 
@@ -223,9 +223,9 @@ impl OpsError {
                     "storage_unavailable"
                 }
                 RefsError::Unresolved { .. } => "reference_unresolved",
-                RefsError::RenderTooLarge { .. } | RefsError::ParamsTooLarge { .. } => {
-                    "result_too_large"
-                }
+                RefsError::RenderTooLarge { .. }
+                | RefsError::ParamsTooLarge { .. }
+                | RefsError::ReadTooLarge { .. } => "result_too_large",
                 RefsError::TooManyMarkers { .. } | RefsError::TooManyReferences { .. } => {
                     "too_many_references"
                 }

@@ -146,7 +146,7 @@ impl Service {
                         u.error.to_string()
                     } else {
                         tracing::warn!(error = %u.error, "a marker was left: the storage failed");
-                        crate::error::STORAGE_UNAVAILABLE.to_owned()
+                        MARKER_WITHHELD.to_owned()
                     };
                     UnresolvedMarker {
                         start: u.span.start,
@@ -160,11 +160,24 @@ impl Service {
     }
 }
 
+/// The message of a marker a render left because the asset could not be read (the storage
+/// failed, or holds damaged data): the storage's own names its files and hosts. At most
+/// [`mnemon_refs::WITHHELD_MESSAGE_BYTES`], which the render charged for it.
+const MARKER_WITHHELD: &str = "the asset could not be read (the storage failed, or holds damaged \
+     data); retrying may work, and the server's log has the details";
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::ErrorKind;
     use crate::assets::AssetPutBytesInput;
+
+    /// The render charged at most this much for the message it sends instead of the storage's.
+    #[test]
+    fn the_withheld_marker_message_fits_its_charge() {
+        assert!(MARKER_WITHHELD.len() <= mnemon_refs::WITHHELD_MESSAGE_BYTES);
+        assert!(!MARKER_WITHHELD.contains("  "), "{MARKER_WITHHELD}");
+    }
 
     /// 32 MiB, the default cap on what one call builds.
     const CAP: usize = 32 * 1024 * 1024;

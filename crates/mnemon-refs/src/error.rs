@@ -119,6 +119,16 @@ pub enum RefsError {
         /// The limit, in bytes.
         limit: usize,
     },
+    /// The references of one call read more of their assets than one call may: large assets
+    /// referenced in turn are read again whenever the call's memory for assets cannot keep
+    /// them all (docs/limits.md).
+    #[error(
+        "the references of this call read more than {limit} bytes of assets (large assets referenced in turn are read again each time, as one call cannot keep them all in memory); resolve fewer references per call, or order the markers so that those into one asset come together"
+    )]
+    ReadTooLarge {
+        /// The limit, in bytes of assets' value trees read.
+        limit: usize,
+    },
     /// The substituted parameters would be larger than the limit
     /// ([`Limits::max_output_bytes`](crate::Limits::max_output_bytes)); nothing past the
     /// limit was built.

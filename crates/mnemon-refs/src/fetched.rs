@@ -18,10 +18,17 @@ use std::collections::{BTreeMap, HashMap};
 use mnemon_store::{AssetStore, ResolveError, StoreError, resolve_asset};
 use mnemon_types::{Asset, AssetRef, Value};
 
+use crate::RefsError;
 use crate::size::tree_cost;
 
 /// The most memory the assets one call keeps may take, as [`tree_cost`] measures it.
 const KEPT_BYTES: usize = 256 << 20;
+
+/// How many times [`KEPT_BYTES`] one call may read, the assets it keeps and those it reads
+/// again: markers into a few large assets in turn (`a/k0 b/k0 c/k0 d/k0 a/k1 …`), more than
+/// the call can keep, would otherwise read one of them for each marker (ten thousand reads of
+/// a 2 MB asset from a request of a few hundred kilobytes).
+const READ_FACTOR: usize = 4;
 
 /// What a missing asset's entry costs (its id and slot), so that a call naming many missing
 /// assets is bounded too.
@@ -41,6 +48,8 @@ pub(crate) struct Fetched<'a> {
     budget: usize,
     /// Counts uses, for [`by_use`](Self::by_use).
     clock: u64,
+    /// The cost of every asset read so far, kept or not.
+    read: usize,
 }
 
 struct Kept {
@@ -64,26 +73,39 @@ impl<'a> Fetched<'a> {
             used: 0,
             budget,
             clock: 0,
+            read: 0,
         }
     }
 
     /// The value `reference` points at, as [`AssetStore::resolve`] gives it, reading its asset
-    /// only if this call has not kept it. A storage failure is not kept: it may pass.
-    pub(crate) fn resolve(&mut self, reference: &AssetRef) -> Result<Value, StoreError> {
+    /// only if this call has not kept it. A storage failure is not kept: it may pass. The outer
+    /// error ends the call: it has read more than it may ([`READ_FACTOR`]).
+    pub(crate) fn resolve(
+        &mut self,
+        reference: &AssetRef,
+    ) -> Result<Result<Value, StoreError>, RefsError> {
         self.clock += 1;
         if let Some(kept) = self.kept.get_mut(&reference.asset_id) {
             self.by_use.remove(&kept.used_at);
             kept.used_at = self.clock;
             self.by_use.insert(self.clock, reference.asset_id.clone());
-            return resolve_in(kept.asset.as_ref(), reference);
+            return Ok(resolve_in(kept.asset.as_ref(), reference));
         }
-        let asset = self.store.get(&reference.asset_id)?;
-        let resolved = resolve_in(asset.as_ref(), reference);
+        let asset = match self.store.get(&reference.asset_id) {
+            Ok(asset) => asset,
+            Err(error) => return Ok(Err(error)),
+        };
         // Past the budget the cost is the budget: such an asset is kept alone.
         let cost = match &asset {
             Some(asset) => tree_cost(&asset.content, self.budget).unwrap_or(self.budget),
             None => MISSING_COST,
         };
+        self.read = self.read.saturating_add(cost);
+        let most = self.budget.saturating_mul(READ_FACTOR);
+        if self.read > most {
+            return Err(RefsError::ReadTooLarge { limit: most });
+        }
+        let resolved = resolve_in(asset.as_ref(), reference);
         while self.used.saturating_add(cost) > self.budget {
             let Some((_, oldest)) = self.by_use.pop_first() else {
                 break;
@@ -102,7 +124,7 @@ impl<'a> Fetched<'a> {
                 used_at: self.clock,
             },
         );
-        resolved
+        Ok(resolved)
     }
 }
 
@@ -129,19 +151,19 @@ mod tests {
         for k in 0..100 {
             let reference: AssetRef = format!("asset://big/content/k{k}").parse().unwrap();
             assert_eq!(
-                fetched.resolve(&reference).unwrap(),
+                fetched.resolve(&reference).unwrap().unwrap(),
                 Value::from_json(serde_json::json!(k))
             );
         }
         let missing: AssetRef = "asset://gone/content".parse().unwrap();
         for _ in 0..3 {
             assert!(matches!(
-                fetched.resolve(&missing),
+                fetched.resolve(&missing).unwrap(),
                 Err(StoreError::Resolve(ResolveError::AssetNotFound { .. }))
             ));
         }
         let absent: AssetRef = "asset://big/content/nothing".parse().unwrap();
-        assert!(fetched.resolve(&absent).is_err());
+        assert!(fetched.resolve(&absent).unwrap().is_err());
         assert_eq!(store.reads(), 2);
     }
 
@@ -153,17 +175,20 @@ mod tests {
         text.parse().unwrap()
     }
 
-    /// What is kept is measured as trees: two arrays of 2,000 zeros take 4 KB of JSON each but
-    /// over 64 KB of memory, so a budget of 100 KB keeps one of them, not both (measured as
+    /// What is kept is measured as trees: two arrays of 1,000 zeros take 2 KB of JSON each but
+    /// over 50 KB of memory, so a budget of 100 KB keeps one of them, not both (measured as
     /// JSON, 32 assets of 2 MB, gigabytes of trees, were all kept by one call).
     #[test]
     fn kept_assets_are_measured_as_trees() {
-        let zeros = serde_json::json!(vec![0; 2_000]);
+        let zeros = serde_json::json!(vec![0; 1_000]);
+        let cost = tree_cost(&Value::from_json(zeros.clone()), usize::MAX).unwrap();
+        assert!((50_000..100_000).contains(&cost), "{cost}");
         let store = CountingStore::with(&[asset("a", zeros.clone()), asset("b", zeros)]);
         let mut fetched = Fetched::with_budget(&store, 100_000);
         for id in ["a", "b", "a"] {
             fetched
                 .resolve(&reference(&format!("asset://{id}/content/0")))
+                .unwrap()
                 .unwrap();
         }
         assert_eq!(store.reads(), 3, "a was dropped to keep b");
@@ -185,17 +210,74 @@ mod tests {
             asset("tree", serde_json::Value::Object(keys)),
         ]);
         let mut fetched = Fetched::with_budget(&store, 8_000);
-        fetched.resolve(&reference("asset://f1/content")).unwrap();
-        fetched.resolve(&reference("asset://f2/content")).unwrap();
+        fetched
+            .resolve(&reference("asset://f1/content"))
+            .unwrap()
+            .unwrap();
+        fetched
+            .resolve(&reference("asset://f2/content"))
+            .unwrap()
+            .unwrap();
         for k in 0..1_000 {
             let found = fetched
                 .resolve(&reference(&format!("asset://tree/content/k{k}")))
+                .unwrap()
                 .unwrap();
             assert_eq!(found, Value::from_json(serde_json::json!(k)));
         }
         assert_eq!(store.reads(), 3);
         // Most recently used first: f2 is kept again only by reading it again.
-        fetched.resolve(&reference("asset://f2/content")).unwrap();
+        fetched
+            .resolve(&reference("asset://f2/content"))
+            .unwrap()
+            .unwrap();
         assert_eq!(store.reads(), 4);
+    }
+
+    /// The least recently used asset goes first: a use keeps an asset (first in, first out
+    /// would drop `f1`, read first, though it was used since).
+    #[test]
+    fn the_least_recently_used_asset_goes_first() {
+        let filler = serde_json::json!("x".repeat(3_000));
+        let store = CountingStore::with(&[
+            asset("f1", filler.clone()),
+            asset("f2", filler.clone()),
+            asset("f3", filler),
+        ]);
+        let mut fetched = Fetched::with_budget(&store, 7_000);
+        for id in ["f1", "f2", "f1", "f3", "f1"] {
+            fetched
+                .resolve(&reference(&format!("asset://{id}/content")))
+                .unwrap()
+                .unwrap();
+        }
+        assert_eq!(store.reads(), 3, "f2 made room for f3; f1 stayed");
+    }
+
+    /// Markers into a few large assets in turn, more than one call can keep, read them again
+    /// and again: past its read budget the call ends (it read one asset per marker, ten
+    /// thousand times, within the reference limit).
+    #[test]
+    fn a_call_reading_too_much_is_ended() {
+        let filler = serde_json::json!("x".repeat(3_000));
+        let assets: Vec<Asset> = (0..4)
+            .map(|i| asset(&format!("a{i}"), filler.clone()))
+            .collect();
+        let store = CountingStore::with(&assets);
+        let mut fetched = Fetched::with_budget(&store, 7_000);
+        let mut ended = None;
+        for turn in 0..1_000 {
+            let next = reference(&format!("asset://a{}/content", turn % 4));
+            if let Err(error) = fetched.resolve(&next) {
+                ended = Some((turn, error));
+                break;
+            }
+        }
+        let Some((turn, RefsError::ReadTooLarge { limit })) = ended else {
+            panic!("never ended: {ended:?}")
+        };
+        assert_eq!(limit, 7_000 * READ_FACTOR);
+        assert!(turn < 20, "{turn}");
+        assert!(store.reads() <= 20, "{}", store.reads());
     }
 }

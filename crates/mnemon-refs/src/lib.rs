@@ -45,5 +45,8 @@ pub use detect::{Detected, detect_reference};
 pub use error::RefsError;
 pub use limits::{DEFAULT_MAX_OUTPUT_BYTES, DEFAULT_MAX_REFERENCES, Limits};
 pub use params::{CommandSpec, Mode, ParameterSpec, resolve_params, resolve_params_limited};
-pub use render::{Rendered, Unresolved, default_renderer, render, render_default, render_limited};
+pub use render::{
+    Rendered, Unresolved, WITHHELD_MESSAGE_BYTES, default_renderer, render, render_default,
+    render_limited,
+};
 pub use scan::{Marker, MarkerForm, scan};

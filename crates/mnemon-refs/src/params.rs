@@ -244,12 +244,13 @@ pub fn resolve_params_limited(
                     out.insert(name.clone(), copy);
                     continue;
                 }
-                let value = fetched
-                    .resolve(&reference)
-                    .map_err(|error| RefsError::Unresolved {
-                        parameter: name.clone(),
-                        error,
-                    })?;
+                let value =
+                    fetched
+                        .resolve(&reference)?
+                        .map_err(|error| RefsError::Unresolved {
+                            parameter: name.clone(),
+                            error,
+                        })?;
                 resolved.insert(reference, name.as_str());
                 value
             }

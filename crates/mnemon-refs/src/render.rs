@@ -110,6 +110,11 @@ enum Seen {
 
 /// The one rendering loop: `piece(value, room)` renders a value, or gives `None` when its
 /// rendering would take more than `room` bytes.
+/// What a render charges at least for the message of a marker left by a storage failure: a
+/// server sends a fixed text instead of the storage's own (which names its files and hosts), up
+/// to this long, and the charge keeps the answer within the output limit either way.
+pub const WITHHELD_MESSAGE_BYTES: usize = 256;
+
 fn render_with(
     text: &str,
     store: &dyn AssetStore,
@@ -143,7 +148,7 @@ fn render_with(
                 Some(Seen::Unresolvable(error)) => {
                     RefsError::MarkerUnresolved(StoreError::Resolve(error.clone()))
                 }
-                None => match fetched.resolve(&reference) {
+                None => match fetched.resolve(&reference)? {
                     Ok(value) => {
                         let start = out.len();
                         let rendered = piece(&value, out.room()).ok_or_else(|| out.refusal())?;
@@ -162,8 +167,13 @@ fn render_with(
         let original = text.get(span.clone()).unwrap_or_default();
         out.push(original)?;
         // The report goes to the client too: the marker again and the message (which can list
-        // an asset's keys), so both count.
-        out.charge(original.len().saturating_add(error.to_string().len()))?;
+        // an asset's keys), so both count. A storage failure's message is charged at least
+        // [`WITHHELD_MESSAGE_BYTES`]: a server sends a fixed text of up to that size instead.
+        let mut message = error.to_string().len();
+        if !error.is_caller_error() {
+            message = message.max(WITHHELD_MESSAGE_BYTES);
+        }
+        out.charge(original.len().saturating_add(message))?;
         unresolved.push(Unresolved {
             span,
             marker: original.to_owned(),
