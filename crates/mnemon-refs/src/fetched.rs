@@ -13,7 +13,7 @@
 //! 32 assets of 2 MB each were all kept (gigabytes) by one call; and once it was spent, every
 //! asset read afterwards was read again for each reference into it.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use mnemon_store::{AssetStore, ResolveError, StoreError, resolve_asset};
 use mnemon_types::{Asset, AssetRef, Value};
@@ -24,10 +24,11 @@ use crate::size::tree_cost;
 /// The most memory the assets one call keeps may take, as [`tree_cost`] measures it.
 const KEPT_BYTES: usize = 256 << 20;
 
-/// How many times [`KEPT_BYTES`] one call may read, the assets it keeps and those it reads
-/// again: markers into a few large assets in turn (`a/k0 b/k0 c/k0 d/k0 a/k1 …`), more than
-/// the call can keep, would otherwise read one of them for each marker (ten thousand reads of
-/// a 2 MB asset from a request of a few hundred kilobytes).
+/// How many times [`KEPT_BYTES`] one call may read again, of assets it read before and dropped:
+/// markers into a few large assets in turn (`a/k0 b/k0 c/k0 d/k0 a/k1 …`), more than the call
+/// can keep, would otherwise read one of them for each marker (ten thousand reads of a 2 MB
+/// asset from a request of a few hundred kilobytes). First reads are not counted: each distinct
+/// asset is read once, which the assets stored bound.
 const READ_FACTOR: usize = 4;
 
 /// What a missing asset's entry costs (its id and slot), so that a call naming many missing
@@ -48,8 +49,10 @@ pub(crate) struct Fetched<'a> {
     budget: usize,
     /// Counts uses, for [`by_use`](Self::by_use).
     clock: u64,
-    /// The cost of every asset read so far, kept or not.
-    read: usize,
+    /// Every asset id read so far, kept or not.
+    read: HashSet<String>,
+    /// The cost of the assets read again after they were dropped.
+    reread: usize,
 }
 
 struct Kept {
@@ -73,7 +76,8 @@ impl<'a> Fetched<'a> {
             used: 0,
             budget,
             clock: 0,
-            read: 0,
+            read: HashSet::new(),
+            reread: 0,
         }
     }
 
@@ -100,10 +104,12 @@ impl<'a> Fetched<'a> {
             Some(asset) => tree_cost(&asset.content, self.budget).unwrap_or(self.budget),
             None => MISSING_COST,
         };
-        self.read = self.read.saturating_add(cost);
-        let most = self.budget.saturating_mul(READ_FACTOR);
-        if self.read > most {
-            return Err(RefsError::ReadTooLarge { limit: most });
+        if !self.read.insert(reference.asset_id.clone()) {
+            self.reread = self.reread.saturating_add(cost);
+            let most = self.budget.saturating_mul(READ_FACTOR);
+            if self.reread > most {
+                return Err(RefsError::ReadTooLarge { limit: most });
+            }
         }
         let resolved = resolve_in(asset.as_ref(), reference);
         while self.used.saturating_add(cost) > self.budget {
@@ -279,5 +285,16 @@ mod tests {
         assert_eq!(limit, 7_000 * READ_FACTOR);
         assert!(turn < 20, "{turn}");
         assert!(store.reads() <= 20, "{}", store.reads());
+        // Many distinct assets, far more than the read budget together, are each read once.
+        let assets: Vec<Asset> = (0..40)
+            .map(|i| asset(&format!("d{i}"), filler.clone()))
+            .collect();
+        let store = CountingStore::with(&assets);
+        let mut fetched = Fetched::with_budget(&store, 7_000);
+        for i in 0..40 {
+            let next = reference(&format!("asset://d{i}/content"));
+            fetched.resolve(&next).unwrap().unwrap();
+        }
+        assert_eq!(store.reads(), 40);
     }
 }
