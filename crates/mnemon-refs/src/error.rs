@@ -119,11 +119,11 @@ pub enum RefsError {
         /// The limit, in bytes.
         limit: usize,
     },
-    /// The references of one call read more of their assets than one call may: large assets
-    /// referenced in turn are read again whenever the call's memory for assets cannot keep
-    /// them all (docs/limits.md).
+    /// The references of one call read assets again, after dropping them for room, for more
+    /// than one call may: large assets referenced in turn, more than the call's memory for
+    /// assets keeps (docs/limits.md).
     #[error(
-        "the references of this call read more than {limit} bytes of assets (large assets referenced in turn are read again each time, as one call cannot keep them all in memory); resolve fewer references per call, or order the markers so that those into one asset come together"
+        "the references of this call read assets again, after dropping them for room, for more than {limit} bytes (large assets referenced in turn, more than one call keeps in memory); resolve fewer references per call, or order the markers so that those into one asset come together"
     )]
     ReadTooLarge {
         /// The limit, in bytes of assets' value trees read.
