@@ -788,6 +788,71 @@ fn an_import_over_another_records_content_file_is_refused_whole() {
     mnemon_backup::import(&restored, &file, &ImportOptions::default()).unwrap();
 }
 
+/// Renames `with` over `path` the first time the import asks for the asset store: during the
+/// first pass, after it opened the file (as a scheduled export of a newer backup to the same
+/// name would).
+struct Swapping<'a> {
+    inner: &'a Handle,
+    swap: std::sync::Mutex<Option<(std::path::PathBuf, std::path::PathBuf)>>,
+}
+
+impl NamespaceStores for Swapping<'_> {
+    fn namespace(&self) -> String {
+        self.inner.namespace()
+    }
+    fn source(&self) -> String {
+        self.inner.source()
+    }
+    fn assets(&self) -> &dyn AssetStore {
+        if let Some((with, path)) = self.swap.lock().unwrap().take() {
+            std::fs::rename(with, path).unwrap();
+        }
+        self.inner.assets()
+    }
+    fn artifacts(&self) -> &dyn ArtifactStore {
+        self.inner.artifacts()
+    }
+    fn backends(&self) -> &BackendRegistry {
+        self.inner.backends()
+    }
+    fn threads(&self) -> Result<Vec<Scope>, MemoryError> {
+        self.inner.threads()
+    }
+    fn memory(&self, scope: Scope) -> Result<Box<dyn Memory>, MemoryError> {
+        self.inner.memory(scope)
+    }
+    fn existing_memory(&self, scope: Scope) -> Result<Option<Box<dyn Memory>>, MemoryError> {
+        self.inner.existing_memory(scope)
+    }
+}
+
+/// An import writes the file it checked: one renamed over its path between the passes (a newer
+/// backup exported to the same name) was written by the second pass, which then reported the
+/// change, with the other file's records written.
+#[test]
+fn an_import_writes_the_file_it_checked() {
+    let dir = tempfile::tempdir().unwrap();
+    let export_of = |name: &str, asset_id: &str| {
+        let source = Handle::sqlite(&dir.path().join(name));
+        source
+            .assets()
+            .put(&Asset::new(Value::from("x")).with_id(asset_id))
+            .unwrap();
+        let file = dir.path().join(format!("{name}.jsonl"));
+        mnemon_backup::export(&source, &file, &ExportOptions::default()).unwrap();
+        file
+    };
+    let checked = export_of("first", "from-the-first");
+    let newer = export_of("newer", "from-the-newer");
+    let target = Handle::sqlite(&dir.path().join("target"));
+    let swapping = Swapping {
+        inner: &target,
+        swap: std::sync::Mutex::new(Some((newer, checked.clone()))),
+    };
+    mnemon_backup::import(&swapping, &checked, &ImportOptions::default()).unwrap();
+    assert_eq!(target.assets().list_ids(None).unwrap(), ["from-the-first"]);
+}
+
 /// A message holding fields of its own named `__expires_at` and `__embedding_model` (inside a
 /// `List`, an item's keys are its own) goes through a backup live: the export failed on a field
 /// that was not an integer, and a field `1` made the imported message expire in 1970.

@@ -63,7 +63,7 @@ pub struct Verified {
 /// Checks the backup at `path` end to end (header, every record, the trailer's counts and
 /// checksum) without touching any store.
 pub fn verify(path: &Path) -> Result<Verified, BackupError> {
-    scan(path, &mut |_| Ok(()))
+    scan(path, LineReader::open(path)?, &mut |_| Ok(()))
 }
 
 /// Writes the backup at `path` into `stores`' namespace.
@@ -82,7 +82,11 @@ pub fn import(
     path: &Path,
     options: &ImportOptions,
 ) -> Result<ImportReport, BackupError> {
-    let checked = check(stores, path)?;
+    // One open file for both passes: a file renamed over `path` between them (a newer backup
+    // written to the same name) was written by the second pass, though only the first had
+    // checked it (the trailers' mismatch said so afterwards, with its records written).
+    let file = File::open(path).map_err(BackupError::io(path))?;
+    let checked = check(stores, path, &file)?;
     let temp_dir = options.temp_dir.clone().unwrap_or_else(std::env::temp_dir);
     let scratch = tempfile::Builder::new()
         .prefix(".mnemon-import-")
@@ -96,7 +100,9 @@ pub fn import(
         thread: None,
         document: scratch.path().join("thread.json"),
     };
-    let result = scan(path, &mut |record| importer.write(record));
+    let result = scan(path, LineReader::rewound(&file, path)?, &mut |record| {
+        importer.write(record)
+    });
     let written = result.and_then(|verified| {
         importer.flush()?;
         Ok(verified)
@@ -118,7 +124,7 @@ pub fn import(
 }
 
 /// The first pass of [`import`]: the file is whole, and it fits the target.
-fn check(stores: &dyn NamespaceStores, path: &Path) -> Result<Verified, BackupError> {
+fn check(stores: &dyn NamespaceStores, path: &Path, file: &File) -> Result<Verified, BackupError> {
     // Expired artifact records the target has not swept yet are invisible, so they pass the
     // conflict check below, yet still hold their ids: a record of the file under such an id
     // would then fail half-way through the writes. Swept first (what the next sweep would do).
@@ -147,7 +153,7 @@ fn check(stores: &dyn NamespaceStores, path: &Path) -> Result<Verified, BackupEr
     let mut seen_assets = HashSet::new();
     let mut seen_artifacts = HashSet::new();
     let mut seen_threads = HashSet::new();
-    let verified = scan(path, &mut |record| {
+    let verified = scan(path, LineReader::rewound(file, path)?, &mut |record| {
         match record {
             Record::Asset(record) => {
                 let asset = record.decode()?;
@@ -236,9 +242,9 @@ fn scope_of(thread: &ThreadRecord) -> Scope {
 /// trailer) to `each`, and checks the structure, the counts and the checksum.
 fn scan(
     path: &Path,
+    mut reader: LineReader,
     each: &mut dyn FnMut(&Record) -> Result<(), BackupError>,
 ) -> Result<Verified, BackupError> {
-    let mut reader = LineReader::open(path)?;
     let mut header = None;
     let mut counts = Trailer {
         assets: 0,

@@ -1,7 +1,7 @@
 //! The file side: gzip by extension, the running checksum, and reading lines with a bound.
 
 use std::fs::File;
-use std::io::{BufRead, BufReader, BufWriter, Read, Write};
+use std::io::{BufRead, BufReader, BufWriter, Read, Seek, SeekFrom, Write};
 use std::path::Path;
 
 use flate2::Compression;
@@ -135,6 +135,21 @@ impl LineReader {
     /// A reader of the file at `path` (through gzip for `.gz`).
     pub(crate) fn open(path: &Path) -> Result<LineReader, BackupError> {
         let file = File::open(path).map_err(BackupError::io(path))?;
+        Ok(LineReader::of(file, path))
+    }
+
+    /// A reader of `file`, opened from `path`, from its start: each pass of an import reads
+    /// the one file it opened, so that a file renamed over `path` meanwhile (a newer backup
+    /// written to the same name) is not what the second pass writes.
+    pub(crate) fn rewound(file: &File, path: &Path) -> Result<LineReader, BackupError> {
+        let mut file = file.try_clone().map_err(BackupError::io(path))?;
+        file.seek(SeekFrom::Start(0))
+            .map_err(BackupError::io(path))?;
+        Ok(LineReader::of(file, path))
+    }
+
+    /// A reader of `file` where it stands, through gzip when `path` says `.gz`.
+    fn of(file: File, path: &Path) -> LineReader {
         let input: Box<dyn BufRead> = if is_gzip(path) {
             Box::new(BufReader::with_capacity(
                 1 << 16,
@@ -143,13 +158,13 @@ impl LineReader {
         } else {
             Box::new(BufReader::with_capacity(1 << 16, file))
         };
-        Ok(LineReader {
+        LineReader {
             input,
             hash: Sha256::new(),
             line: Vec::new(),
             number: 0,
             pending: false,
-        })
+        }
     }
 
     /// The checksum of every line before the current one, lowercase hex.
