@@ -3265,6 +3265,109 @@ fn rows_locked_while_the_indexer_drains_are_moved_later_without_a_write() {
     assert_counters(&mut client);
 }
 
+/// The background indexer runs several movers (`indexer_movers`, default 2): with one, a
+/// mover held up anywhere (here its watermark raise, waiting for a thread's row that another
+/// transaction holds) held up the whole backlog, and on a server with cores to spare the
+/// backlog was moved one HNSW insertion at a time. Now the lead's full batch calls a helper,
+/// which goes on beside it.
+#[test]
+fn a_second_mover_goes_on_while_the_first_is_held_up() {
+    let server = mnemon_tests::require_postgres!();
+    let (url, mut client) = fresh(server, "memory_indexer_movers");
+    let without_indexer = PostgresMemoryOptions {
+        hnsw_min_messages: 10,
+        background_indexing: false,
+        ..PostgresMemoryOptions::default()
+    };
+    let writer = open(&url, without_indexer.clone());
+    let mut next = vectors(0x9e4d_0093);
+    // Thread "a" first (the lower id) with one message, "b" with 300: every row indexed as
+    // it is written (no indexer), then all made pending by hand, as a killed writer's
+    // indexer would leave them.
+    for (session, count) in [("a", 1_usize), ("b", 300)] {
+        let memory = writer.memory(Scope::session(session)).unwrap();
+        let items = (0..count)
+            .map(|i| {
+                json!({"id": format!("{session}{i:04}"), "name": "n", "content": "c",
+                       "embedding": next(8)})
+                .into()
+            })
+            .collect();
+        memory.add(items).unwrap();
+    }
+    let ids: Vec<i64> = client
+        .query(
+            "SELECT thread_id FROM memory_threads ORDER BY thread_id",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    let [a, b] = ids[..] else {
+        panic!("threads {ids:?}")
+    };
+    let made = client
+        .execute(
+            "UPDATE memory_messages SET pending_dim = embedding_dim, embedding_dim = NULL",
+            &[],
+        )
+        .unwrap();
+    assert_eq!(made, 301);
+    // Thread "a"'s row held: a mover whose batch holds "a"'s message moves it, then waits
+    // to raise "a"'s watermark.
+    let mut holder = server.connect(url.rsplit('/').next().unwrap()).unwrap();
+    let mut held = holder.transaction().unwrap();
+    held.execute(
+        "SELECT 1 FROM memory_threads WHERE thread_id = $1 FOR UPDATE",
+        &[&a],
+    )
+    .unwrap();
+    let pending_of = |client: &mut postgres::Client, thread: i64| -> i64 {
+        client
+            .query_one(
+                "SELECT count(*) FROM memory_messages
+                 WHERE thread_id = $1 AND pending_dim IS NOT NULL",
+                &[&thread],
+            )
+            .unwrap()
+            .get(0)
+    };
+    // A store with the default indexer moves the leftovers when it opens.
+    let store = open(
+        &url,
+        PostgresMemoryOptions {
+            hnsw_min_messages: 10,
+            ..PostgresMemoryOptions::default()
+        },
+    );
+    // Not `wait_until`: the lock is released before any assertion, or a failure would hang
+    // in the store's drop, which waits for the held-up mover.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while pending_of(&mut client, b) > 0 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let (left_a, left_b) = (pending_of(&mut client, a), pending_of(&mut client, b));
+    held.commit().unwrap();
+    assert_eq!(
+        (left_a, left_b),
+        (0, 0),
+        "rows still pending in threads a and b while one mover was held up"
+    );
+    wait_until("every watermark raised", || {
+        client
+            .query_one(
+                "SELECT count(*) FROM memory_threads WHERE pending_from < next_seq - 1",
+                &[],
+            )
+            .unwrap()
+            .get::<_, i64>(0)
+            == 0
+    });
+    assert_eq!(store.pending_index().unwrap(), 0);
+    assert_counters(&mut client);
+}
+
 /// A store that opened in exact mode (no vector column yet: `vector_index` off, or the
 /// extension missing) went on writing after another process gave the database pgvector's
 /// column: its rows had no vector and left the dimension counts alone, so recalls through the

@@ -63,11 +63,14 @@ impl Cursor {
 /// Moves at most `limit` pending rows of `namespace` after `after` into the HNSW indexes, in one
 /// transaction, and moves `after` to the last of them; returns how many it moved (0: none left
 /// after `after` that another mover is not moving; [`move_next`] then looks from the start).
+/// `on_full` is called once the move of a full batch (`limit` rows) has committed, before the
+/// watermarks are raised: more may be waiting.
 fn move_pending(
     client: &mut postgres::Client,
     namespace: &Namespace,
     limit: i64,
     after: &mut Cursor,
+    on_full: &dyn Fn(),
 ) -> Result<u64, MemoryError> {
     let mut tx = client.transaction().map_err(pg_error)?;
     // See the module docs: a lost move leaves the row pending, never a write lost.
@@ -104,6 +107,9 @@ fn move_pending(
         )
         .map_err(pg_error)?;
     tx.commit().map_err(pg_error)?;
+    if i64::try_from(rows.len()).is_ok_and(|n| n >= limit) {
+        on_full();
+    }
     let mut threads = Vec::new();
     for row in &rows {
         let moved = Cursor {
@@ -117,8 +123,11 @@ fn move_pending(
             threads.push(moved.thread_id);
         }
     }
-    if !threads.is_empty() {
-        raise_watermarks(client, &threads)?;
+    // One thread a statement, in order: two movers raising the same two threads' watermarks
+    // in one statement each could lock their rows in opposite orders (a deadlock).
+    threads.sort_unstable();
+    for thread in threads {
+        raise_watermarks(client, &[thread])?;
     }
     Ok(u64::try_from(rows.len()).unwrap_or(u64::MAX))
 }
@@ -154,17 +163,19 @@ fn raise_watermarks(client: &mut postgres::Client, threads: &[i64]) -> Result<()
 /// Moves the next batch after `cursor` (see [`move_pending`]); at the end of the index it
 /// looks once more from the start, for rows added behind the cursor or skipped while another
 /// mover held them. Returns how many it moved: 0 only when a look from the start found none.
+/// `on_full` as [`move_pending`]'s.
 pub(super) fn move_next(
     client: &mut postgres::Client,
     namespace: &Namespace,
     cursor: &mut Cursor,
+    on_full: &dyn Fn(),
 ) -> Result<u64, MemoryError> {
-    let moved = move_pending(client, namespace, BATCH, cursor)?;
+    let moved = move_pending(client, namespace, BATCH, cursor, on_full)?;
     if moved > 0 || *cursor == Cursor::START {
         return Ok(moved);
     }
     *cursor = Cursor::START;
-    move_pending(client, namespace, BATCH, cursor)
+    move_pending(client, namespace, BATCH, cursor, on_full)
 }
 
 /// How many rows of `namespace` are pending.
@@ -186,8 +197,11 @@ pub(super) fn count_pending(
 
 #[derive(Debug, Default)]
 struct State {
-    /// A write left rows pending since the indexer last looked.
+    /// A write left rows pending since the lead mover last looked.
     wake: bool,
+    /// How many times the lead mover moved a full batch in a round (a backlog): each helper
+    /// compares it with the count it last acted on, so that one call reaches every helper.
+    backlogs: u64,
     /// The store is being dropped.
     stop: bool,
 }
@@ -204,56 +218,86 @@ impl Shared {
     }
 }
 
-/// The background thread of one store. It takes a connection from its pool for each batch
-/// (the pool is its own, one connection opened when there is work, unless the store was given
-/// one that the indexers of several namespaces share: `PostgresMemoryOptions::indexer_pool`),
-/// so that it never takes one of the store's, and closes the pool's connections after
-/// [`IDLE`] without work.
+/// The most movers one store's indexer runs (`PostgresMemoryOptions::indexer_movers`).
+pub(super) const MAX_MOVERS: usize = 16;
+
+/// The background threads of one store: its movers, each taking a connection from the pool
+/// for each batch (the pool is its own, one connection per mover opened when there is work,
+/// unless the store was given one that the indexers of several namespaces share:
+/// `PostgresMemoryOptions::indexer_pool`), so that they never take one of the store's, and
+/// closing the pool's connections after [`IDLE`] without work.
+///
+/// The lead mover answers every write. The others (helpers) join only a backlog: when a
+/// batch of the lead's comes back full, they move disjoint batches beside it (`SKIP LOCKED`)
+/// until none is left. An HNSW insertion is milliseconds of one server process's CPU, so one
+/// mover uses one of the server's cores, and a backlog is indexed that many times faster with
+/// more; a trickle of writes (batches of a few rows) is moved by the lead alone, as helpers
+/// would only add transactions (docs/postgres.md#moving-pending-rows).
 #[derive(Debug)]
 pub(super) struct Indexer {
     shared: Arc<Shared>,
-    thread: Option<JoinHandle<()>>,
+    threads: Vec<JoinHandle<()>>,
 }
 
 impl Indexer {
-    /// Starts the indexer of `namespace`, moving rows with connections from `pool`; it first
-    /// looks for rows left pending by earlier processes.
-    pub(super) fn start(pool: Pool, namespace: Namespace) -> Result<Indexer, MemoryError> {
+    /// Starts the indexer of `namespace` with `movers` threads (1 to [`MAX_MOVERS`]; outside,
+    /// the nearest), moving rows with connections from `pool`; the lead first looks for rows
+    /// left pending by earlier processes.
+    pub(super) fn start(
+        pool: Pool,
+        namespace: Namespace,
+        movers: usize,
+    ) -> Result<Indexer, MemoryError> {
         let shared = Arc::new(Shared::default());
         shared.lock().wake = true;
-        let worker = Arc::clone(&shared);
-        let thread = std::thread::Builder::new()
-            .name("mnemon-memory-indexer".into())
-            .spawn(move || run(&pool, &namespace, &worker))
-            .map_err(|e| MemoryError::Storage {
-                detail: format!("cannot start the memory's background indexer thread: {e}"),
-            })?;
-        Ok(Indexer {
+        let mut indexer = Indexer {
             shared,
-            thread: Some(thread),
-        })
+            threads: Vec::new(),
+        };
+        for mover in 0..movers.clamp(1, MAX_MOVERS) {
+            let worker = Arc::clone(&indexer.shared);
+            let pool = pool.clone();
+            let namespace = namespace.clone();
+            let thread = std::thread::Builder::new()
+                .name(format!("mnemon-memory-indexer-{mover}"))
+                .spawn(move || {
+                    if mover == 0 {
+                        lead(&pool, &namespace, &worker);
+                    } else {
+                        help(&pool, &namespace, &worker);
+                    }
+                })
+                .map_err(|e| MemoryError::Storage {
+                    detail: format!("cannot start the memory's background indexer thread: {e}"),
+                })?;
+            // Kept at once, so that a later thread's failure stops the earlier ones (drop).
+            indexer.threads.push(thread);
+        }
+        Ok(indexer)
     }
 
-    /// Tells the indexer that a committed write left rows pending.
+    /// Tells the lead mover that a committed write left rows pending.
     pub(super) fn wake(&self) {
         self.shared.lock().wake = true;
-        self.shared.changed.notify_one();
+        self.shared.changed.notify_all();
     }
 }
 
 impl Drop for Indexer {
-    /// Stops the thread after the batch it is moving (rows still pending stay so, for the next
-    /// indexer of the namespace).
+    /// Stops the threads after the batches they are moving (rows still pending stay so, for
+    /// the next indexer of the namespace).
     fn drop(&mut self) {
         self.shared.lock().stop = true;
-        self.shared.changed.notify_one();
-        if let Some(thread) = self.thread.take() {
+        self.shared.changed.notify_all();
+        for thread in self.threads.drain(..) {
             let _ = thread.join();
         }
     }
 }
 
-fn run(pool: &Pool, namespace: &Namespace, shared: &Shared) {
+/// The lead mover's loop: a round after each wake-up (and the first, for leftovers), calling
+/// the helpers when a batch comes back full.
+fn lead(pool: &Pool, namespace: &Namespace, shared: &Shared) {
     // The wait before a round after a failed one: doubled by each failure, up to
     // `MAX_BACKOFF`, so that a server that is gone is neither hammered nor given up on.
     let mut backoff = IDLE;
@@ -285,7 +329,15 @@ fn run(pool: &Pool, namespace: &Namespace, shared: &Shared) {
             }
             state.wake = false;
         }
-        let retry_after = match drain(pool, namespace, shared) {
+        // The helpers are called once a round, at its first full batch.
+        let called = std::cell::Cell::new(false);
+        let on_full = || {
+            if !called.replace(true) {
+                shared.lock().backlogs += 1;
+                shared.changed.notify_all();
+            }
+        };
+        let retry_after = match drain(pool, namespace, shared, &on_full) {
             // Every connection of a shared pool stayed busy for the checkout's wait (other
             // namespaces' indexers): the rows are still pending, so this is another round,
             // not a failure to report.
@@ -329,6 +381,34 @@ fn run(pool: &Pool, namespace: &Namespace, shared: &Shared) {
     }
 }
 
+/// A helper's loop: each time the lead calls (a full batch), batches beside it until none is
+/// left. Errors and busy pools end its turn (the lead retries the rows: they stay pending).
+fn help(pool: &Pool, namespace: &Namespace, shared: &Shared) {
+    let mut answered = 0;
+    loop {
+        {
+            let mut state = shared.lock();
+            while state.backlogs == answered && !state.stop {
+                state = shared
+                    .changed
+                    .wait(state)
+                    .unwrap_or_else(PoisonError::into_inner);
+            }
+            if state.stop {
+                return;
+            }
+            answered = state.backlogs;
+        }
+        if let Err(e) = drain(pool, namespace, shared, &|| {}) {
+            tracing::warn!(
+                target: "mnemon_memory::postgres",
+                "a helper of the memory's background indexer stopped: {e}; the rows it left \
+                 stay pending for the lead mover"
+            );
+        }
+    }
+}
+
 /// Whether any row of `namespace` is pending (stops at the first).
 fn any_pending(pool: &Pool, namespace: &Namespace) -> Result<bool, MemoryError> {
     let mut client = match pool.get() {
@@ -361,7 +441,12 @@ enum Round {
 /// each batch: indexers sharing a pool take turns batch by batch (a checkout waits behind the
 /// ones already waiting: `mnemon_db::postgres::Pool::get`), and none waits for another's whole
 /// backlog.
-fn drain(pool: &Pool, namespace: &Namespace, shared: &Shared) -> Result<Round, MemoryError> {
+fn drain(
+    pool: &Pool,
+    namespace: &Namespace,
+    shared: &Shared,
+    on_full: &dyn Fn(),
+) -> Result<Round, MemoryError> {
     let mut cursor = Cursor::START;
     loop {
         let mut client = match pool.get() {
@@ -369,7 +454,7 @@ fn drain(pool: &Pool, namespace: &Namespace, shared: &Shared) -> Result<Round, M
             Err(DbError::PoolTimeout { .. }) => return Ok(Round::Busy),
             Err(e) => return Err(db_error(e)),
         };
-        match move_next(&mut client, namespace, &mut cursor) {
+        match move_next(&mut client, namespace, &mut cursor, on_full) {
             Ok(0) => return Ok(Round::Done),
             Ok(_) => {}
             Err(e) => {
