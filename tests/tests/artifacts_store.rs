@@ -385,7 +385,8 @@ mod postgres {
                 assert!(!store.delete(uuid::Uuid::now_v7()).unwrap());
             }
         };
-        // 8 statements: the lock, insert, get, latest, two lists, scopes, delete.
+        // 9 statements: the storage lock, the save turn, insert, get, latest, two lists,
+        // scopes, delete.
         calls(0, 4);
         let prepared = || {
             let mut client = store.pool().get().unwrap();
@@ -400,9 +401,9 @@ mod postgres {
                 .get(0);
             (client.statements_prepared(), on_server)
         };
-        assert_eq!(prepared(), (8, 8));
+        assert_eq!(prepared(), (9, 9));
         calls(4, 30);
-        assert_eq!(prepared(), (8, 8));
+        assert_eq!(prepared(), (9, 9));
     }
 
     /// A connection killed under the store is replaced by one with an empty statement cache:
@@ -424,7 +425,8 @@ mod postgres {
         assert_eq!(store.get(first.id).unwrap().as_ref(), Some(&first));
         let pid: i32 = {
             let mut client = store.pool().get().unwrap();
-            assert_eq!(client.statements_prepared(), 2);
+            // The save turn, the insert, the get.
+            assert_eq!(client.statements_prepared(), 3);
             client
                 .query_one("SELECT pg_backend_pid()", &[])
                 .unwrap()
@@ -453,8 +455,8 @@ mod postgres {
             .unwrap()
             .get(0);
         assert_ne!(new_pid, pid);
-        // Insert, get and latest, each prepared once on the new connection.
-        assert_eq!(client.statements_prepared(), 3);
+        // The save turn, insert, get and latest, each prepared once on the new connection.
+        assert_eq!(client.statements_prepared(), 4);
     }
 
     #[test]
@@ -831,7 +833,98 @@ mod postgres_nul {
         store.save(&a).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(store.get(a.id).unwrap().as_ref(), Some(&a));
         assert_eq!(store.latest("s\0cope", "k\0ey").unwrap().as_ref(), Some(&a));
-        assert_eq!(store.list("s\0cope", Some("t\0ype")).unwrap(), [a]);
+        assert_eq!(store.list("s\0cope", Some("t\0ype")).unwrap(), [a.clone()]);
+        // The filtered listings and counts bound the scope and type as `text`, which refused
+        // the NUL ("invalid byte sequence for encoding UTF8: 0x00"): what `GET
+        // /v1/artifacts?scope=…` calls. Found by a review.
+        assert_eq!(
+            store.list_where(Some("s\0cope"), None, None).unwrap(),
+            [a.clone()]
+        );
+        assert_eq!(store.count_where(Some("s\0cope"), None).unwrap(), 1);
+        assert_eq!(store.count_where(Some("s"), None).unwrap(), 0);
+        let page = store
+            .list_page(&mnemon_artifacts::PageQuery {
+                scope: Some("s\0cope"),
+                artifact_type: Some("t\0ype"),
+                limit: 10,
+                ..mnemon_artifacts::PageQuery::default()
+            })
+            .unwrap()
+            .expect("a first page");
+        assert_eq!(page.len(), 1);
+    }
+}
+
+/// The saves of a namespace commit in `seq` order. A save drew its `seq` at its insert and
+/// committed later: one that drew 1 and was slow to commit (here a trigger sleeps in its
+/// insert) was passed by one that drew 2 and committed, and a reader paging by `seq` (the
+/// REST listing's cursor, `mnemon migrate`) that saw 2 would never come back for 1. Found by a
+/// review; docs/postgres.md#artifact-saves-commit-in-order.
+mod postgres_save_order {
+    use std::time::Duration;
+
+    use mnemon_artifacts::{ArtifactStore, PostgresArtifactOptions, PostgresArtifactStore};
+    use mnemon_types::Artifact;
+
+    #[test]
+    fn a_save_that_draws_a_later_seq_commits_later() {
+        let server = mnemon_tests::require_postgres!();
+        let url = server.fresh_database("artifact_save_order").unwrap();
+        let store = PostgresArtifactStore::open(&url, PostgresArtifactOptions::default()).unwrap();
+        let mut admin = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+        admin
+            .batch_execute(
+                "CREATE FUNCTION slow_save() RETURNS trigger LANGUAGE plpgsql AS $$
+                 BEGIN
+                   IF NEW.key = convert_to('slow', 'UTF8') THEN PERFORM pg_sleep(1); END IF;
+                   RETURN NEW;
+                 END $$;
+                 CREATE TRIGGER slow_save AFTER INSERT ON artifact_records
+                   FOR EACH ROW EXECUTE FUNCTION slow_save();",
+            )
+            .unwrap();
+        let slow = Artifact::new("s", "slow", "t", "n");
+        let fast = Artifact::new("s", "fast", "t", "n");
+        std::thread::scope(|threads| {
+            let saving = threads.spawn(|| store.save(&slow).unwrap());
+            // The slow save is in its insert (it has drawn its seq) before the fast one starts.
+            let deadline = std::time::Instant::now() + Duration::from_secs(10);
+            loop {
+                let sleeping: i64 = admin
+                    .query_one(
+                        "SELECT count(*) FROM pg_stat_activity
+                         WHERE wait_event = 'PgSleep' AND datname = current_database()",
+                        &[],
+                    )
+                    .unwrap()
+                    .get(0);
+                if sleeping > 0 {
+                    break;
+                }
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "the slow save never started"
+                );
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            let fast_seq = store.save(&fast).unwrap();
+            // Once the fast save is acknowledged, every save with a smaller seq is visible.
+            let listed: Vec<String> = store
+                .list_where(Some("s"), None, None)
+                .unwrap()
+                .into_iter()
+                .map(|a| a.key)
+                .collect();
+            let slow_seq = saving.join().unwrap();
+            assert!(slow_seq < fast_seq, "seqs {slow_seq} and {fast_seq}");
+            assert_eq!(
+                listed,
+                ["slow", "fast"],
+                "the fast save (seq {fast_seq}) was listed before the slow one (seq \
+                 {slow_seq}) had committed"
+            );
+        });
     }
 }
 
@@ -981,7 +1074,7 @@ mod postgres_scopes_cost {
                 .query(
                     &format!(
                         "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) \
-                         EXECUTE page_probe('default', 1700000000000, 's1', {after}, 11)"
+                         EXECUTE page_probe('default', 1700000000000, '7331', {after}, 11)" // '7331': "s1" in hex, as the store binds it
                     ),
                     &[],
                 )

@@ -408,6 +408,90 @@ mod postgres {
         );
     }
 
+    /// A loopback proxy to `server`'s port that counts the bytes the server sends: a URL of
+    /// database `database` through it, and the count.
+    fn counting_proxy(
+        server: &mnemon_tests::postgres::PgServer,
+        database: &str,
+    ) -> (String, Arc<std::sync::atomic::AtomicU64>) {
+        use std::io::{Read, Write};
+        use std::net::{TcpListener, TcpStream};
+        use std::sync::atomic::{AtomicU64, Ordering};
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let upstream_port = server.port();
+        let received = Arc::new(AtomicU64::new(0));
+        let counter = Arc::clone(&received);
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                let Ok(client) = client else { return };
+                let upstream = TcpStream::connect(("127.0.0.1", upstream_port)).unwrap();
+                let (mut to_server, mut from_client) =
+                    (upstream.try_clone().unwrap(), client.try_clone().unwrap());
+                std::thread::spawn(move || std::io::copy(&mut from_client, &mut to_server));
+                let (mut from_server, mut to_client) = (upstream, client);
+                let counter = Arc::clone(&counter);
+                std::thread::spawn(move || {
+                    let mut buffer = vec![0; 64 * 1024];
+                    loop {
+                        let n = match from_server.read(&mut buffer) {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => n,
+                        };
+                        counter.fetch_add(n as u64, Ordering::SeqCst);
+                        if to_client.write_all(&buffer[..n]).is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        (
+            format!("postgres://postgres@127.0.0.1:{port}/{database}"),
+            received,
+        )
+    }
+
+    /// A read sent the asset's skeleton with every leaf's row (a join), and the skeleton holds
+    /// a placeholder per leaf: 2,000 leaves sent 2,000 copies of a 34 kB skeleton, 68 MB for
+    /// one read (found by a review). It is sent once now.
+    #[test]
+    fn a_read_sends_the_skeleton_once() {
+        use std::sync::atomic::Ordering;
+        let server = mnemon_tests::require_postgres!();
+        let url = server.fresh_database("asset_read_bytes").unwrap();
+        let database = url.rsplit('/').next().unwrap().to_owned();
+        let store = open(&url, "default");
+        let mut content = mnemon_types::Map::new();
+        for i in 0..2_000_u32 {
+            content.insert(
+                format!("leaf{i:05}"),
+                mnemon_types::Bytes::new(i.to_le_bytes().to_vec()).into(),
+            );
+        }
+        let asset = mnemon_types::Asset::new(mnemon_types::Value::Map(content)).with_id("wide");
+        store.put(&asset).unwrap();
+        let mut admin = server.connect(&database).unwrap();
+        let skeleton: i64 = admin
+            .query_one("SELECT octet_length(skeleton)::int8 FROM asset_assets", &[])
+            .unwrap()
+            .get(0);
+        assert!(skeleton > 30_000, "skeleton of {skeleton} bytes");
+        let (proxied, received) = counting_proxy(server, &database);
+        let reader = open(&proxied, "default");
+        // Twice: the first read also prepares its statement.
+        assert_eq!(reader.get("wide").unwrap().as_ref(), Some(&asset));
+        let before = received.load(Ordering::SeqCst);
+        assert_eq!(reader.get("wide").unwrap().as_ref(), Some(&asset));
+        let sent = i64::try_from(received.load(Ordering::SeqCst) - before).unwrap();
+        // The skeleton once, and a row of at most ~100 bytes per leaf (path, kind, 4 bytes).
+        let bound = skeleton + 2_000 * 100;
+        assert!(
+            sent < bound,
+            "one read received {sent} bytes, more than {bound} (skeleton {skeleton})"
+        );
+    }
+
     #[test]
     fn postgres_store_under_four_threads() {
         let server = mnemon_tests::require_postgres!();

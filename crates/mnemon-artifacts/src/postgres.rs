@@ -189,6 +189,18 @@ const INSERT: &str = concat!(
 
 const LOCK_STORAGE: &str = "SELECT pg_advisory_xact_lock($1::int8)";
 
+/// Takes the namespace's save turn (`$1` the namespace) until the transaction ends: a
+/// transaction-scoped advisory lock of the two-key form (never the same lock as
+/// [`LOCK_STORAGE`]'s one-key form), class [`SAVE_TURN_CLASS`], keyed by the namespace's hash.
+/// A save takes it just before its insert draws the record's `seq`, so that the saves of a
+/// namespace commit in `seq` order: otherwise a save could draw `seq` 10, another 11 and
+/// commit first, and a reader paging by `seq` (the REST listing's cursor, `mnemon migrate`)
+/// that saw 11 would never see 10 (docs/postgres.md#artifact-saves-commit-in-order).
+const TAKE_SAVE_TURN: &str = "SELECT pg_advisory_xact_lock($2::int4, hashtext($1::text))";
+
+/// The class of [`TAKE_SAVE_TURN`]'s lock ("mnar").
+const SAVE_TURN_CLASS: i32 = 0x6d6e_6172;
+
 /// A record is live while `expires_at` is after the time bound as `$n`
 /// (docs/reference/artifacts.md#expiry).
 macro_rules! live {
@@ -420,18 +432,19 @@ impl PostgresArtifactStore {
             "SELECT {what} FROM artifact_records WHERE namespace = $1::text AND {}",
             live!(2)
         );
+        // The scope and type columns hold the text's UTF-8 bytes, bound in hex: a `text`
+        // parameter cannot hold U+0000, which a saved scope or type may.
         if let Some(scope) = scope {
-            params.push(SqlParam::Text(scope.to_owned()));
-            // The scope column holds the text's UTF-8 bytes.
+            params.push(SqlParam::Text(hex(scope)));
             sql.push_str(&format!(
-                " AND scope = convert_to(${}::text, 'UTF8')",
+                " AND scope = decode(${}::text, 'hex')",
                 params.len()
             ));
         }
         if let Some(artifact_type) = narrow.artifact_type {
-            params.push(SqlParam::Text(artifact_type.to_owned()));
+            params.push(SqlParam::Text(hex(artifact_type)));
             sql.push_str(&format!(
-                " AND artifact_type = convert_to(${}::text, 'UTF8')",
+                " AND artifact_type = decode(${}::text, 'hex')",
                 params.len()
             ));
         }
@@ -622,6 +635,17 @@ fn read_row(row: &Row) -> Result<Artifact, ArtifactError> {
     })
 }
 
+/// `text`'s UTF-8 bytes in hex, for `decode(…, 'hex')`.
+fn hex(text: &str) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::with_capacity(text.len() * 2);
+    for byte in text.bytes() {
+        // Writing to a `String` cannot fail.
+        let _ = write!(out, "{byte:02x}");
+    }
+    out
+}
+
 /// The advisory lock key of a storage location: a stable hash of the backend and id, so that
 /// every build and process agrees on it.
 fn storage_lock_key(location: &StorageLocation) -> i64 {
@@ -679,6 +703,13 @@ impl ArtifactStore for PostgresArtifactStore {
         }
         // A failed write drops the transaction, which rolls it back: nothing is stored.
         write_content()?;
+        // After the content's write, so that a slow write holds up no other save.
+        const TURN: &str = "waiting for the namespace's save turn";
+        let turn = tx
+            .prepare_cached(TAKE_SAVE_TURN)
+            .map_err(self.failed(TURN))?;
+        tx.execute(&turn, &[&self.namespace.as_str(), &SAVE_TURN_CLASS])
+            .map_err(self.failed(TURN))?;
         let insert = tx.prepare_cached(INSERT).map_err(self.failed(ACTION))?;
         let inserted = tx.query_one(
             &insert,

@@ -300,9 +300,17 @@ impl SearchRequest {
     }
 }
 
+/// How a PostgreSQL filter reads a message row's body as `jsonb`: through
+/// `memory_body_jsonb` (schema 10), since `jsonb` refuses a body holding U+0000, which a
+/// message may.
+const PG_BODY: &str = "memory_body_jsonb(m.body)";
+
+/// The body as [`filter_sql`]'s wrapper parses it once per row.
+const PG_PARSED_BODY: &str = "mb.b";
+
 /// Where a filter path's first name lives in a message row (docs/reference/memory.md#filters).
-/// `message` is the row's alias in the statement.
-fn message_source(dialect: Dialect, root: &str) -> Option<Source> {
+/// `message` is the row's alias in the statement; `body` is what holds the body on PostgreSQL.
+fn message_source(dialect: Dialect, root: &str, body: &str) -> Option<Source> {
     match (root, dialect) {
         // The id has its own column (and is the body's `id` too).
         ("id", _) => Some(Source::Column {
@@ -325,9 +333,7 @@ fn message_source(dialect: Dialect, root: &str) -> Option<Source> {
         // Everything else is a member of the message's JSON body: name, role, content,
         // timestamp, metadata, url and every extra field.
         (_, Dialect::Sqlite) => Some(Source::Member("m.body".to_owned())),
-        // Through `memory_body_jsonb` (PostgreSQL schema 10): `jsonb` refuses a body holding
-        // U+0000, which a message may.
-        (_, Dialect::Postgres) => Some(Source::Member("memory_body_jsonb(m.body)".to_owned())),
+        (_, Dialect::Postgres) => Some(Source::Member(body.to_owned())),
     }
 }
 
@@ -338,7 +344,31 @@ pub(crate) fn filter_sql(
     dialect: Dialect,
     params: &mut Vec<SqlParam>,
 ) -> Result<String, MemoryError> {
-    let resolver = |root: &str| message_source(dialect, root);
+    let first_param = params.len();
+    let sql = filter_sql_reading(filter, dialect, params, PG_BODY)?;
+    if dialect != Dialect::Postgres || sql.matches(PG_BODY).nth(1).is_none() {
+        return Ok(sql);
+    }
+    // The body read more than once (each condition on a body field reads it, some twice or
+    // three times): PostgreSQL does not share repeated expressions, so each read parsed the
+    // whole body again, for every row checked (a filter of a thousand conditions parsed each
+    // row a thousand times). Parsed once per row instead, in a subquery kept apart from the
+    // statement by `OFFSET 0` so that its one column is computed once.
+    params.truncate(first_param);
+    let sql = filter_sql_reading(filter, dialect, params, PG_PARSED_BODY)?;
+    Ok(format!(
+        "(SELECT {sql} FROM (SELECT {PG_BODY} AS b OFFSET 0) AS mb)"
+    ))
+}
+
+/// [`filter_sql`] with the body (on PostgreSQL) read as `body`.
+fn filter_sql_reading(
+    filter: &Filter,
+    dialect: Dialect,
+    params: &mut Vec<SqlParam>,
+    body: &str,
+) -> Result<String, MemoryError> {
+    let resolver = |root: &str| message_source(dialect, root, body);
     filter
         .to_sql(dialect, &resolver, params)
         .map_err(|e| MemoryError::InvalidFilter {
@@ -717,6 +747,39 @@ mod tests {
         v.sort_by(Candidate::order);
         let got: Vec<(usize, usize)> = v.iter().map(|c| (c.thread, c.index)).collect();
         assert_eq!(got, [(2, 3), (0, 2), (0, 7), (1, 0), (0, 0)]);
+    }
+
+    /// A PostgreSQL filter parsed each message's body once per read of a body field (each
+    /// condition one to three reads), for every row checked: found by a review. Read more than
+    /// once, it is parsed once per row in a subquery; read once, it stays inline.
+    #[test]
+    fn a_postgres_filter_parses_the_body_once() {
+        let filter: Filter = serde_json::from_value(serde_json::json!({"or": [
+            {"eq": {"path": "role", "value": "user"}},
+            {"in": {"path": "metadata.topic", "values": ["a", "b"]}},
+            {"gt": {"path": "metadata.n", "value": 3}},
+        ]}))
+        .unwrap();
+        let mut params = Vec::new();
+        let sql = filter_sql(&filter, Dialect::Postgres, &mut params).unwrap();
+        assert_eq!(sql.matches(PG_BODY).count(), 1, "{sql}");
+        assert!(sql.starts_with("(SELECT "), "{sql}");
+        let mut again = Vec::new();
+        filter_sql_reading(&filter, Dialect::Postgres, &mut again, PG_PARSED_BODY).unwrap();
+        assert_eq!(params, again, "the parameters of the wrapped text");
+        // One read: no subquery.
+        let one: Filter =
+            serde_json::from_value(serde_json::json!({"eq": {"path": "role", "value": "user"}}))
+                .unwrap();
+        let mut params = vec![SqlParam::Integer(7)];
+        let sql = filter_sql(&one, Dialect::Postgres, &mut params).unwrap();
+        assert_eq!(sql.matches(PG_BODY).count(), 1, "{sql}");
+        assert!(!sql.contains(PG_PARSED_BODY), "{sql}");
+        assert_eq!(params.first(), Some(&SqlParam::Integer(7)), "{params:?}");
+        // SQLite's body is a column.
+        let mut params = Vec::new();
+        let sql = filter_sql(&filter, Dialect::Sqlite, &mut params).unwrap();
+        assert!(!sql.contains(PG_BODY), "{sql}");
     }
 
     #[test]

@@ -199,8 +199,8 @@ pub(super) fn count_pending(
 struct State {
     /// A write left rows pending since the lead mover last looked.
     wake: bool,
-    /// How many times the lead mover moved a full batch in a round (a backlog): each helper
-    /// compares it with the count it last acted on, so that one call reaches every helper.
+    /// How many full batches the lead mover has moved (a backlog): each helper compares it
+    /// with the count it last acted on, so that one call reaches every helper.
     backlogs: u64,
     /// The store is being dropped.
     stop: bool,
@@ -329,13 +329,15 @@ fn lead(pool: &Pool, namespace: &Namespace, shared: &Shared) {
             }
             state.wake = false;
         }
-        // The helpers are called once a round, at its first full batch.
-        let called = std::cell::Cell::new(false);
+        // The helpers are called at every full batch: a round goes on while writes keep
+        // coming, and a helper that found nothing left a moment ago must come back for them.
+        // A helper still moving just looks once more when it is done.
         let on_full = || {
-            if !called.replace(true) {
-                shared.lock().backlogs += 1;
-                shared.changed.notify_all();
+            {
+                let mut state = shared.lock();
+                state.backlogs = state.backlogs.wrapping_add(1);
             }
+            shared.changed.notify_all();
         };
         let retry_after = match drain(pool, namespace, shared, &on_full) {
             // Every connection of a shared pool stayed busy for the checkout's wait (other
