@@ -839,8 +839,9 @@ static VECTOR_SCHEMA: Schema = Schema {
 /// [`PostgresMemoryOptions::hnsw_ef_search`]'s default.
 const DEFAULT_EF_SEARCH: usize = 40;
 
-/// The default of [`PostgresMemoryOptions::indexer_movers`]: two movers index a backlog more
-/// than twice as fast as one on the 2-core development machine (docs/postgres.md#moving-pending-rows).
+/// The default of [`PostgresMemoryOptions::indexer_movers`]: a lead and a helper index a
+/// backlog about twice as fast as one mover on the 2-core development machine
+/// (docs/postgres.md#moving-pending-rows).
 const DEFAULT_INDEXER_MOVERS: usize = 2;
 
 /// How many candidates beyond `top_k` (at least; `top_k` more when larger) an HNSW recall
@@ -940,15 +941,16 @@ pub struct PostgresMemoryOptions {
     /// Defer HNSW maintenance to a background indexer (default on; `postgres/indexer.rs`):
     /// once a dimension's index exists, a write stores its vectors outside the index and is
     /// acknowledged after its durable commit, without the index insertions (milliseconds per
-    /// vector); the store's indexer thread, on a connection that is not one of the store's
-    /// ([`indexer_pool`](Self::indexer_pool)), then moves them into
+    /// vector); the store's indexer threads ([`indexer_movers`](Self::indexer_movers)), on
+    /// connections that are not the store's ([`indexer_pool`](Self::indexer_pool)), then
+    /// move them into
     /// the index in small batches. Until then a recall scores them exactly beside the index's
     /// shortlist, so every written message is found as before. Off, every write inserts into
     /// the index before it commits.
     pub background_indexing: bool,
-    /// The pool the background indexer takes a connection from for each batch it moves.
-    /// `None` (the default): a pool of one connection of its own, opened when there is work
-    /// and closed after two seconds without. A pool shared by the stores of several
+    /// The pool the background indexer's movers take a connection from for each batch they
+    /// move. `None` (the default): a pool of its own, one connection per mover, opened when
+    /// there is work and closed after two seconds without. A pool shared by the stores of several
     /// namespaces bounds how many connections all their indexers hold together (what
     /// `mnemon_ops` does for a server's tenants: docs/postgres.md#one-pool-per-database).
     pub indexer_pool: Option<Pool>,
@@ -958,7 +960,8 @@ pub struct PostgresMemoryOptions {
     /// others join it only for a backlog (a batch that comes back full), moving disjoint
     /// batches beside it. An HNSW insertion is CPU work of one server process, so one mover
     /// uses one of the server's cores: on 2 cores at 1,536 dimensions, one moved about 300
-    /// rows a second into a 100,000-row index and two about 650 (docs/postgres.md#moving-pending-rows).
+    /// rows a second into a 100,000-row index and a lead with a helper 580 to 640
+    /// (docs/postgres.md#moving-pending-rows).
     /// More movers index a backlog sooner and take more of the server's cores from the
     /// requests meanwhile.
     pub indexer_movers: usize,

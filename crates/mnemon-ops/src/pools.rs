@@ -23,10 +23,12 @@ use mnemon_db::{DbError, Durability};
 /// to it ([`PostgresPools::with_store_connections`]).
 pub const STORE_CONNECTIONS: usize = 16;
 
-/// The connections the memory stores' background indexers share. Each indexer checks one out
-/// per batch it moves (32 rows, a fraction of a second), so those of many namespaces take
-/// turns; two let two batches run at once, one per core of the 2-core machine the HNSW
-/// insertions were measured on (docs/postgres.md#moving-pending-rows).
+/// The connections the memory stores' background indexers share. Each mover (a store's lead,
+/// and its helpers while it has a backlog) checks one out per batch it moves (32 rows, a
+/// fraction of a second), so those of many namespaces take turns (a checkout waits behind the
+/// ones already waiting, so one namespace's backlog cannot keep both); two let two batches run
+/// at once, one per core of the 2-core machine the HNSW insertions were measured on
+/// (docs/postgres.md#moving-pending-rows).
 pub const INDEXER_CONNECTIONS: usize = 2;
 
 /// The pools opened so far for one [`OpenOptions`](crate::OpenOptions) and its clones: one

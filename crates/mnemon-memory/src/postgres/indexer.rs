@@ -123,12 +123,19 @@ fn move_pending(
             threads.push(moved.thread_id);
         }
     }
-    // One thread a statement, in order: two movers raising the same two threads' watermarks
-    // in one statement each could lock their rows in opposite orders (a deadlock).
+    // One transaction for the batch's threads, one statement a thread, in thread order: two
+    // movers raising the same two threads' watermarks in one statement each could lock their
+    // rows in opposite orders (a deadlock). Without waiting for its flush, as the move: a
+    // raise lost in a crash leaves a watermark low, which only makes a recall read from
+    // further back.
     threads.sort_unstable();
+    let mut tx = client.transaction().map_err(pg_error)?;
+    tx.batch_execute("SET LOCAL synchronous_commit = off")
+        .map_err(pg_error)?;
     for thread in threads {
-        raise_watermarks(client, &[thread])?;
+        raise_watermarks(&mut tx, &[thread])?;
     }
+    tx.commit().map_err(pg_error)?;
     Ok(u64::try_from(rows.len()).unwrap_or(u64::MAX))
 }
 
@@ -140,7 +147,10 @@ fn move_pending(
 /// on the thread's latest row when a writer changed it meanwhile), so it never hides a
 /// pending row from a recall. The scan for the lowest pending row starts at the old
 /// watermark, so it too skips the dead entries below it.
-fn raise_watermarks(client: &mut postgres::Client, threads: &[i64]) -> Result<(), MemoryError> {
+fn raise_watermarks(
+    client: &mut postgres::Transaction<'_>,
+    threads: &[i64],
+) -> Result<(), MemoryError> {
     client
         .execute(
             "WITH s AS (
@@ -209,7 +219,10 @@ struct State {
 #[derive(Debug, Default)]
 struct Shared {
     state: Mutex<State>,
+    /// The lead's: a write, or the stop.
     changed: Condvar,
+    /// The helpers': a call, or the stop.
+    called: Condvar,
 }
 
 impl Shared {
@@ -279,7 +292,8 @@ impl Indexer {
     /// Tells the lead mover that a committed write left rows pending.
     pub(super) fn wake(&self) {
         self.shared.lock().wake = true;
-        self.shared.changed.notify_all();
+        // Only the lead waits on it (the helpers on `called`).
+        self.shared.changed.notify_one();
     }
 }
 
@@ -289,6 +303,7 @@ impl Drop for Indexer {
     fn drop(&mut self) {
         self.shared.lock().stop = true;
         self.shared.changed.notify_all();
+        self.shared.called.notify_all();
         for thread in self.threads.drain(..) {
             let _ = thread.join();
         }
@@ -337,7 +352,7 @@ fn lead(pool: &Pool, namespace: &Namespace, shared: &Shared) {
                 let mut state = shared.lock();
                 state.backlogs = state.backlogs.wrapping_add(1);
             }
-            shared.changed.notify_all();
+            shared.called.notify_all();
         };
         let retry_after = match drain(pool, namespace, shared, &on_full) {
             // Every connection of a shared pool stayed busy for the checkout's wait (other
@@ -392,7 +407,7 @@ fn help(pool: &Pool, namespace: &Namespace, shared: &Shared) {
             let mut state = shared.lock();
             while state.backlogs == answered && !state.stop {
                 state = shared
-                    .changed
+                    .called
                     .wait(state)
                     .unwrap_or_else(PoisonError::into_inner);
             }
