@@ -408,6 +408,92 @@ mod postgres {
         );
     }
 
+    /// A sweep (`gc`, `forget`) deleted the rows it selected in its scan's order while a batch
+    /// put locks them in id order: the sweep held `b` and waited for `a`, the put held `a` and
+    /// waited for `b`, and PostgreSQL aborted one of them ("deadlock detected", a storage
+    /// error to the caller). Forced here: a sequential scan (so heap order, `b` first), and a
+    /// trigger holding the sweep after it took `b` until the put waits. Found by a review.
+    #[test]
+    fn a_sweep_and_a_batch_put_take_their_locks_in_one_order() {
+        let server = mnemon_tests::require_postgres!();
+        let url = server.fresh_database("asset_sweep_order").unwrap();
+        let database = url.rsplit('/').next().unwrap().to_owned();
+        let mut admin = server.connect(&database).unwrap();
+        const GATE: i64 = 4243;
+        admin
+            .batch_execute(&format!(
+                "ALTER DATABASE {database} SET enable_indexscan = off;
+                 ALTER DATABASE {database} SET enable_bitmapscan = off;
+                 ALTER DATABASE {database} SET enable_indexonlyscan = off;"
+            ))
+            .unwrap();
+        let store = Arc::new(open(&url, "default"));
+        let asset = |id: &str| {
+            let mut content = mnemon_types::Map::new();
+            content.insert(
+                "v".into(),
+                mnemon_types::Bytes::new(id.as_bytes().to_vec()).into(),
+            );
+            mnemon_types::Asset::new(mnemon_types::Value::Map(content)).with_id(id)
+        };
+        // `b` first in the heap.
+        store.put(&asset("b")).unwrap();
+        store.put(&asset("a")).unwrap();
+        admin
+            .batch_execute(&format!(
+                "CREATE FUNCTION gate() RETURNS trigger LANGUAGE plpgsql AS $$
+                 BEGIN
+                   IF OLD.asset_id = convert_to('b', 'UTF8') THEN
+                     PERFORM pg_advisory_xact_lock_shared({GATE});
+                   END IF;
+                   RETURN OLD;
+                 END $$;
+                 CREATE TRIGGER gate BEFORE DELETE ON asset_assets
+                   FOR EACH ROW EXECUTE FUNCTION gate();
+                 SELECT pg_advisory_lock({GATE});"
+            ))
+            .unwrap();
+        let waiting = |admin: &mut ::postgres::Client, locktype: &str| -> bool {
+            admin
+                .query_one(
+                    "SELECT count(*) FROM pg_locks WHERE locktype = $1 AND NOT granted",
+                    &[&locktype],
+                )
+                .unwrap()
+                .get::<_, i64>(0)
+                > 0
+        };
+        let wait_for = |admin: &mut ::postgres::Client, locktype: &str, what: &str| {
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+            while !waiting(admin, locktype) {
+                assert!(std::time::Instant::now() < deadline, "{what} never waited");
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+        };
+        let sweeper = {
+            let store = Arc::clone(&store);
+            std::thread::spawn(move || store.forget(""))
+        };
+        // The sweep holds `b` (and, locking in order, `a`), waiting at the gate.
+        wait_for(&mut admin, "advisory", "the sweep");
+        let putter = {
+            let store = Arc::clone(&store);
+            let batch = [asset("a"), asset("b")];
+            std::thread::spawn(move || store.put_batch(&batch))
+        };
+        // The put waits for a row the sweep holds.
+        wait_for(&mut admin, "transactionid", "the put");
+        admin
+            .batch_execute(&format!("SELECT pg_advisory_unlock({GATE})"))
+            .unwrap();
+        let swept = sweeper.join().unwrap();
+        let put = putter.join().unwrap();
+        assert!(swept.is_ok() && put.is_ok(), "sweep {swept:?}, put {put:?}");
+        assert_eq!(swept.unwrap(), 2);
+        assert_eq!(store.get("a").unwrap(), Some(asset("a")));
+        assert_eq!(store.get("b").unwrap(), Some(asset("b")));
+    }
+
     /// A loopback proxy to `server`'s port that counts the bytes the server sends: a URL of
     /// database `database` through it, and the count.
     fn counting_proxy(

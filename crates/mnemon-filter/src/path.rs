@@ -172,7 +172,8 @@ impl Path {
                     return Err(PathError::Unexpected {
                         pos: parser.pos,
                         found,
-                        expected: "`.` or `[` after a name or index",
+                        expected: "`.` or `[` after a name or index (a name holding other \
+                                   characters goes in double quotes: `metadata.\"a b\"`)",
                     });
                 }
             }
@@ -231,7 +232,14 @@ impl Parser<'_> {
             Some(found) if !is_bare_char(found) => Err(PathError::Unexpected {
                 pos: self.pos,
                 found,
-                expected: "a name (letters, digits, `_`, `-`, or any text in double quotes)",
+                expected: match found {
+                    // A JSONPath habit.
+                    '$' => {
+                        "a name: a path starts with a field's name, without `$.` (write \
+                         `metadata.topic`, not `$.metadata.topic`)"
+                    }
+                    _ => "a name (letters, digits, `_`, `-`, or any text in double quotes)",
+                },
             }),
             Some(_) => {
                 let mut name = String::new();
@@ -262,7 +270,17 @@ impl Parser<'_> {
                 Some(found) => Err(PathError::Unexpected {
                     pos: self.pos,
                     found,
-                    expected: "an index (0, 1, 2, …)",
+                    expected: match found {
+                        '\'' | '"' => {
+                            "an index (0, 1, 2, …); a key goes after a dot, in double quotes \
+                             when it holds other characters: `metadata.\"a.b\"`"
+                        }
+                        '*' => {
+                            "an index (0, 1, 2, …); there are no wildcards: to match any \
+                             element of an array, use `contains`"
+                        }
+                        _ => "an index (0, 1, 2, …)",
+                    },
                 }),
             };
         }
@@ -346,6 +364,25 @@ mod tests {
         assert_eq!(path.root(), "0");
         assert_eq!(path.to_string(), "0.café-x_1");
         assert_eq!(Path::parse("a[0][1]").unwrap().rest().len(), 2);
+    }
+
+    /// Habits from other path languages get a message saying what to write instead (found by
+    /// a review: `$.metadata.topic` said only "expected a name").
+    #[test]
+    fn other_path_languages_get_a_hint() {
+        let message = |path: &str| Path::parse(path).unwrap_err().to_string();
+        assert!(
+            message("$.metadata.topic").contains("write `metadata.topic`"),
+            "{}",
+            message("$.metadata.topic")
+        );
+        assert!(message("metadata['a.b']").contains("`metadata.\"a.b\"`"));
+        assert!(message("metadata[\"a\"]").contains("double quotes"));
+        assert!(message("tags[*]").contains("use `contains`"));
+        assert!(message("metadata.a b").contains("`metadata.\"a b\"`"));
+        // Elsewhere, the plain reasons.
+        assert!(!message("a[x]").contains("contains"));
+        assert!(!message("a.%").contains("$."));
     }
 
     #[test]

@@ -26,7 +26,8 @@ pub enum KeyError {
          after `mnk_`)"
     )]
     NotFound {
-        /// The id given (at most 64 characters of it).
+        /// The id given, at most its first 20 characters (or `mnk_` and 16 more): never the
+        /// secret of a whole key pasted in its place ([`KeyError::not_found`]).
         id: String,
     },
     /// The label is too long or holds control characters.
@@ -62,6 +63,22 @@ pub enum KeyError {
 }
 
 impl KeyError {
+    /// [`KeyError::NotFound`] for the id `given`, shortened so that a message never repeats a
+    /// key's secret: a whole key (`mnk_<id>_<secret>`) pasted where its id was asked for is
+    /// shown as `mnk_<id>…`, anything else by its first 20 characters.
+    pub fn not_found(given: &str) -> KeyError {
+        let keep = if given.starts_with(crate::token::PREFIX) {
+            crate::token::PREFIX.len() + crate::token::ID_HEX
+        } else {
+            crate::token::ID_HEX + 4
+        };
+        let mut id: String = given.chars().take(keep).collect();
+        if given.chars().nth(keep).is_some() {
+            id.push('…');
+        }
+        KeyError::NotFound { id }
+    }
+
     /// Whether the caller's input is at fault (an unknown id, a bad label), as opposed to the
     /// database or the system: a CLI exits with a usage error, a server answers 4xx.
     pub fn is_caller_error(&self) -> bool {

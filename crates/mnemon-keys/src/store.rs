@@ -309,11 +309,12 @@ impl KeyStore {
     /// Revokes the key with `id` (the 16 hex digits after `mnk_`). From the next request on
     /// this process, and within [`KeyStore::revocation_bound`] on other processes sharing the
     /// database, the key is refused with [`AuthError::Revoked`]. Revoking twice is not an
-    /// error ([`Revocation::AlreadyRevoked`]); an unknown id is [`KeyError::NotFound`].
+    /// error ([`Revocation::AlreadyRevoked`]); an unknown id is [`KeyError::NotFound`]. The
+    /// whole key is taken too (what an operator holding a leaked key has at hand): its id is
+    /// revoked, and no message repeats its secret.
     pub fn revoke(&self, id: &str) -> Result<Revocation, KeyError> {
-        let not_found = || KeyError::NotFound {
-            id: id.chars().take(64).collect(),
-        };
+        let not_found = || KeyError::not_found(id);
+        let id = token::Presented::parse(id).map_or(id, |key| key.id);
         if !token::is_id(id) {
             return Err(not_found());
         }
@@ -618,6 +619,31 @@ mod tests {
                 "{bad}"
             );
         }
+    }
+
+    /// `revoke` takes a whole key as well as its id, and its "not found" never repeats a
+    /// secret: the message quoted the first 64 characters of what it was given, the id and
+    /// 43 of the secret's 64 digits of a pasted key (found by a review).
+    #[test]
+    fn revoke_takes_a_whole_key_and_never_repeats_its_secret() {
+        let dir = tempfile::tempdir().unwrap();
+        let one = open(dir.path(), KeyStoreOptions::default());
+        let created = one.create(&ns("acme"), Role::Read, "").unwrap();
+        assert_eq!(one.revoke(created.key()).unwrap(), Revocation::Revoked);
+        assert!(matches!(
+            one.authenticate(created.key()),
+            Err(AuthError::Revoked { .. })
+        ));
+        // An unknown key of the right shape: not found, shown without its secret.
+        let unknown = format!("mnk_{}_{}", "0".repeat(16), "a".repeat(64));
+        let message = one.revoke(&unknown).unwrap_err().to_string();
+        assert!(message.contains("\"mnk_0000000000000000…\""), "{message}");
+        assert!(!message.contains("aaaa"), "{message}");
+        let message = one.revoke(&"b".repeat(64)).unwrap_err().to_string();
+        assert!(
+            message.contains(&format!("\"{}…\"", "b".repeat(20))),
+            "{message}"
+        );
     }
 
     /// A revoke this process did not make (another process's, written straight to the

@@ -156,6 +156,9 @@ struct KeyWatch {
     epoch: Instant,
     /// Held by the one request that checks; the others meanwhile go by the last answer.
     checking: Mutex<()>,
+    /// The last check could not read the key store: the requests that come while the next
+    /// one runs are refused too, as that check's own request was.
+    failing: AtomicBool,
 }
 
 impl KeyWatch {
@@ -178,6 +181,11 @@ impl KeyWatch {
         let _turn = match self.checking.try_lock() {
             Ok(turn) => turn,
             Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
+            // The last answer: "no key" lets the request by; a failed read refuses it (a
+            // deployment with keys never runs open).
+            Err(TryLockError::WouldBlock) if self.failing.load(Ordering::Acquire) => {
+                return Err(key_store_unavailable());
+            }
             Err(TryLockError::WouldBlock) => return Ok(()),
         };
         if !self.due() {
@@ -189,6 +197,7 @@ impl KeyWatch {
                     .now_ms()
                     .saturating_add(KEYS_PROBE_INTERVAL.as_millis() as u64);
                 self.next_check_ms.store(next, Ordering::Release);
+                self.failing.store(false, Ordering::Release);
                 Ok(())
             }
             Ok(true) => {
@@ -205,15 +214,21 @@ impl KeyWatch {
             // never runs open); the next request asks again.
             Err(error) => {
                 tracing::warn!(%error, "the key store could not be read");
-                Err(RestError::new(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "unavailable",
-                    "this server runs without keys and could not check that none has been \
-                     created since it started: the key store is unavailable; retry later",
-                ))
+                self.failing.store(true, Ordering::Release);
+                Err(key_store_unavailable())
             }
         }
     }
+}
+
+/// The 503 of an open server that could not read its key store.
+fn key_store_unavailable() -> RestError {
+    RestError::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "unavailable",
+        "this server runs without keys and could not check that none has been created since \
+         it started: the key store is unavailable; retry later",
+    )
 }
 
 /// The 401 of an open server that has seen a key created.
@@ -248,6 +263,7 @@ impl OpenAccess {
                 next_check_ms: AtomicU64::new(0),
                 epoch: Instant::now(),
                 checking: Mutex::new(()),
+                failing: AtomicBool::new(false),
             })),
         }
     }
@@ -310,6 +326,43 @@ impl FromRequestParts<AppState> for Principal {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// While the key store cannot be read, an open server refuses the requests that come
+    /// during a check as it refuses the check's own: they were let by ("a check under way
+    /// answers for this request too", with the answer of a server that had seen no key), as
+    /// the admin of its namespace. Found by a review.
+    #[test]
+    fn requests_during_a_check_are_refused_while_the_key_store_fails() {
+        let (entered, probing) = std::sync::mpsc::channel::<()>();
+        let (release, released) = std::sync::mpsc::channel::<()>();
+        let (entered, released) = (Mutex::new(entered), Mutex::new(released));
+        let calls = std::sync::atomic::AtomicUsize::new(0);
+        let probe: KeysProbe = Box::new(move || {
+            if calls.fetch_add(1, Ordering::SeqCst) == 1 {
+                let _ = entered.lock().map(|e| e.send(()));
+                let _ = released.lock().map(|r| r.recv());
+            }
+            Err(mnemon_keys::KeyError::not_found("probe"))
+        });
+        let access = Arc::new(OpenAccess::until_keys(Namespace::default(), probe));
+        assert_eq!(
+            access.admit().unwrap_err().status,
+            StatusCode::SERVICE_UNAVAILABLE
+        );
+        let checking = {
+            let access = Arc::clone(&access);
+            std::thread::spawn(move || access.admit().map(|_| ()))
+        };
+        probing.recv().unwrap();
+        let meanwhile = access.admit().map(|p| p.role);
+        release.send(()).unwrap();
+        assert!(checking.join().unwrap().is_err());
+        assert_eq!(
+            meanwhile.unwrap_err().status,
+            StatusCode::SERVICE_UNAVAILABLE,
+            "a request during a failing check was let by"
+        );
+    }
 
     #[test]
     fn roles_include_the_ones_below() {

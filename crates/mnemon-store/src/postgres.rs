@@ -431,12 +431,19 @@ impl PostgresAssetStore {
 /// waited for a concurrent put's row lock, so the leaves that put committed were invisible to
 /// it and stayed behind their deleted asset (read committed takes a new snapshot per
 /// statement).
+/// A sweep's delete of the asset rows `$condition` selects (`$1` the namespace), returning
+/// their ids. The rows are locked first, in id order (`ORDER BY … FOR UPDATE`), as every
+/// writer locks them: a delete visiting them in its scan's order (the heap's, or the expiry
+/// index's) could hold `b` and wait for `a` while a batch put held `a` and waited for `b`, and
+/// PostgreSQL then aborted one of the two (a deadlock).
 macro_rules! remove_where {
     ($condition:literal) => {
         concat!(
-            "DELETE FROM asset_assets WHERE namespace = $1::text AND ",
+            "DELETE FROM asset_assets a USING (SELECT asset_id FROM asset_assets
+               WHERE namespace = $1::text AND ",
             $condition,
-            " RETURNING asset_id"
+            " ORDER BY asset_id FOR UPDATE) l
+             WHERE a.namespace = $1::text AND a.asset_id = l.asset_id RETURNING a.asset_id"
         )
     };
 }

@@ -132,7 +132,7 @@ pub(crate) fn run(command: KeysCommand, target: &Target<'_>, quiet: bool) -> Cli
             // Revoking in a data directory without a database finds nothing: say so rather
             // than create one.
             if target.database_url.is_none() && !target.data_dir.join(DATABASE_FILE).exists() {
-                return Err(key_error(KeyError::NotFound { id }));
+                return Err(key_error(KeyError::not_found(&id)));
             }
             let keys = open(target, true)?.ok_or_else(|| {
                 CliError::failure(anyhow::anyhow!("the key store could not be opened"))
